@@ -1,0 +1,292 @@
+"""Connection: the capability a service holds on a bus."""
+from .compat import Event, CancelledError, TimeoutError, wait_for, now, type_name
+from .errors import Disconnected, NoRoute, Full, Closed, Timeout, Failed
+from .values import Origin, Message, RetainedEvent, FrozenDict
+from .feed import Subscription, RetainedWatch, Endpoint
+from .view import RetainedView
+from .request import Request, REPLIED, FAILED
+from . import topic as T
+
+_INHERIT = object()
+
+
+def check_factory(f):
+    """Validate an origin_factory: None, a dict, or a zero-argument callable."""
+    if f is None or type(f) is dict or callable(f):
+        return f
+    raise TypeError("origin_factory must be a dict or a callable, not " + type_name(f))
+
+
+def _extra(extra):
+    if extra is None:
+        return None
+    if not isinstance(extra, dict):
+        raise TypeError("extra must be a dict, not " + type_name(extra))
+    return FrozenDict(extra) if extra else None
+
+
+class Connection:
+    """Publishes, retains, subscribes, watches, binds and calls on one bus."""
+
+    def __init__(self, bus, principal, factory, parent):
+        self._bus = bus
+        self.principal = principal
+        self._factory = factory
+        self.conn_id = bus._new_id()
+        self._parent = parent
+        self._children = []
+        self._feeds = []
+        self._dropped = 0
+        self._closed = False
+        self._origin = None  # the last origin built without extra, reused
+
+    # -- provenance ----------------------------------------------------
+    def _make_origin(self, extra):
+        f = self._factory
+        if callable(f):
+            f = f()
+            if type(f) is not dict:
+                raise TypeError("origin_factory must return a dict, not " + type_name(f))
+        elif extra is None and self._origin is not None:
+            return self._origin
+        o = Origin(f.get("kind", "local") if f else "local", self.conn_id, self.principal,
+                   f.get("link_id") if f else None, f.get("peer_node") if f else None,
+                   f.get("peer_sid") if f else None, f.get("generation") if f else None,
+                   extra)
+        if extra is None:
+            c = self._origin
+            if c is not None and c == o:
+                return c  # share the origin object while nothing in it changes
+            self._origin = o
+        return o
+
+    def _live(self):
+        if self._closed:
+            raise Disconnected("connection %s is disconnected" % self.conn_id)
+
+    def _check(self, action, norm, extra, payload=None):
+        bus = self._bus
+        if bus._auth is not None:
+            bus._authorise(self, action, norm, extra, payload)
+
+    # -- state/event plane ---------------------------------------------
+    def publish(self, topic, payload, extra=None):
+        """Deliver a Message to every matching subscription (never blocks)."""
+        self._live()
+        k = T.key(topic)
+        x = _extra(extra)
+        if self._bus._auth is not None:
+            self._check("publish", T.norm(topic), extra, payload)
+        self._bus._subs.match(k, Message(k, payload, self._make_origin(x)))
+        return True
+
+    def retain(self, topic, payload, extra=None):
+        """Publish, store as current truth, and notify watches and views."""
+        self._live()
+        k = T.key(topic)
+        x = _extra(extra)
+        self._check("retain", T.norm(topic), extra, payload)
+        origin = self._make_origin(x)
+        bus = self._bus
+        msg = Message(k, payload, origin)
+        bus._subs.match(k, msg)
+        bus._store.set(k, msg)
+        if bus._watches.count:
+            bus._watches.match(k, RetainedEvent("retain", k, payload, origin))
+        bus._views.match(k, msg)
+        return True
+
+    def unretain(self, topic, extra=None):
+        """Remove a retained topic and notify watches and views (no publish)."""
+        self._live()
+        k = T.key(topic)
+        x = _extra(extra)
+        self._check("unretain", T.norm(topic), extra)
+        bus = self._bus
+        ev = RetainedEvent("unretain", k, None, self._make_origin(x))
+        bus._store.pop(k)
+        bus._watches.match(k, ev)
+        bus._views.match(k, ev)
+        return True
+
+    def subscribe(self, pattern, queue_len=None, full=None):
+        """A Subscription to published messages matching pattern, primed with
+        the matching retained messages (as many as its queue holds)."""
+        self._live()
+        bus = self._bus
+        n, k = T.pattern(pattern, bus.s_wild, bus.m_wild)
+        q, p = bus._queue_opts(queue_len, full)
+        self._check("subscribe", n, None)
+        sub = Subscription(self, n, k, q, p)
+        bus._subs.insert(k, sub)
+        self._feeds.append(sub)
+        for msg in bus._store.query(k, []):
+            sub.offer(msg)
+        return sub
+
+    def unsubscribe(self, sub):
+        return sub.unsubscribe()
+
+    def watch_retained(self, pattern, queue_len=None, full=None, replay=False):
+        """A RetainedWatch of retain/unretain events; with replay=True it first
+        receives the current values, then one ``replay_done`` event."""
+        self._live()
+        bus = self._bus
+        n, k = T.pattern(pattern, bus.s_wild, bus.m_wild)
+        q, p = bus._queue_opts(queue_len, full)
+        self._check("watch_retained", n, None)
+        w = RetainedWatch(self, n, k, q, p)
+        bus._watches.insert(k, w)
+        self._feeds.append(w)
+        if replay:
+            for m in bus._store.query(k, []):
+                w.offer(RetainedEvent("retain", m.topic, m.payload, m.origin))
+            if not w.offer(bus._replay_done):
+                w._close("replay_overflow")
+        return w
+
+    def unwatch_retained(self, watch):
+        return watch.unwatch()
+
+    def retained_view(self, pattern):
+        """A RetainedView of the retained state matching pattern."""
+        self._live()
+        bus = self._bus
+        n, k = T.pattern(pattern, bus.s_wild, bus.m_wild)
+        self._check("watch_retained", n, None)
+        v = RetainedView(self, n, k)
+        for m in bus._store.query(k, []):
+            v._msgs[m.topic] = m
+        bus._views.insert(k, v)
+        self._feeds.append(v)
+        return v
+
+    # -- command plane -------------------------------------------------
+    def bind(self, topic, queue_len=1):
+        """An Endpoint receiving Requests for one concrete topic."""
+        self._live()
+        bus = self._bus
+        n, k = T.concrete(topic, bus.s_wild, bus.m_wild)
+        q, _ = bus._queue_opts(queue_len, None)
+        self._check("bind", n, None)
+        if k in bus._eps:
+            raise ValueError("topic %s is already bound" % T.render(k))
+        ep = Endpoint(self, n, k, q)
+        bus._eps[k] = ep
+        self._feeds.append(ep)
+        return ep
+
+    def unbind(self, ep):
+        return ep.unbind()
+
+    async def call(self, topic, payload, timeout=1.0, deadline=None, extra=None):
+        """Send a Request to the endpoint bound at topic and wait for its reply.
+
+        Raises NoRoute or Full at once; Timeout when the earlier of timeout and
+        deadline passes (the request is then abandoned); Closed or Failed.
+        """
+        self._live()
+        bus = self._bus
+        n, k = T.concrete(topic, bus.s_wild, bus.m_wild)
+        x = _extra(extra)
+        self._check("call", n, extra, payload)
+        origin = self._make_origin(x)
+        ep = bus._eps.get(k)
+        if ep is None:
+            raise NoRoute("no_route")
+        if timeout is not None:
+            t = now() + timeout
+            if deadline is None or t < deadline:
+                deadline = t
+        ev = Event()
+        req = Request(k, payload, origin, deadline, ev)
+        if not ep.offer(req):
+            raise Full("full")
+        try:
+            if deadline is None:
+                await ev.wait()
+            else:
+                left = deadline - now()
+                if left <= 0:
+                    raise TimeoutError()
+                await wait_for(ev.wait(), left)
+        except TimeoutError:
+            if req.abandon("timeout"):
+                raise Timeout("timeout")
+        except CancelledError:
+            req.abandon("cancelled")
+            raise
+        s = req._state
+        if s == REPLIED:
+            return req._value
+        if s == FAILED:
+            raise Failed(req._value)
+        raise Closed(req._value)
+
+    # -- lifecycle -----------------------------------------------------
+    def derive(self, principal=_INHERIT, origin_factory=None, origin_base=None):
+        """A sibling connection on the same bus, disconnected with this one.
+        It inherits the principal, not the origin_factory."""
+        self._live()
+        if principal is _INHERIT:
+            principal = self.principal
+        f = check_factory(origin_factory if origin_factory is not None else origin_base)
+        c = self._bus._connect(principal, f, self)
+        self._children.append(c)
+        return c
+
+    def disconnect(self):
+        """Close every feed and derived connection (idempotent)."""
+        if self._closed:
+            return True
+        self._closed = True
+        for c in list(self._children):
+            c.disconnect()
+        for f in list(self._feeds):
+            f._close("disconnected")
+        if self._parent is not None and self in self._parent._children:
+            self._parent._children.remove(self)
+        self._bus._conns -= 1
+        return True
+
+    def is_disconnected(self):
+        return self._closed
+
+    def _forget(self, feed):
+        if feed in self._feeds:
+            self._feeds.remove(feed)
+
+    def dropped(self):
+        return self._dropped
+
+    def _count(self, kind):
+        n = 0
+        for f in self._feeds:
+            if f.kind == kind:
+                n += 1
+        return n
+
+    def stats(self):
+        return {"conn_id": self.conn_id, "dropped": self._dropped,
+                "subscriptions": self._count("subscription"),
+                "endpoints": self._count("endpoint"),
+                "retained_watches": self._count("retained_watch"),
+                "retained_views": self._count("retained_view"),
+                "disconnected": self._closed}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.disconnect()
+        return False
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        self.disconnect()
+        return False
+
+    def __repr__(self):
+        return "<Connection %s%s>" % (self.conn_id, " disconnected" if self._closed else "")

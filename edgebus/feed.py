@@ -1,0 +1,222 @@
+"""Bounded feeds: Subscription, RetainedWatch and Endpoint.
+
+Each feed owns a preallocated ring of fixed size. ``offer`` never blocks and
+never allocates: when the ring is full the policy evicts the oldest item or
+rejects the new one, and the drop is counted on the feed, its connection and
+the bus. A queue length of 0 is a rendezvous: an item is admitted only while
+a receiver is waiting for it.
+"""
+from .compat import Event, const
+
+DROP_OLDEST = const(0)
+REJECT_NEWEST = const(1)
+POLICIES = ("drop_oldest", "reject_newest")
+
+
+class Feed:
+    """Base of the queued feeds; see the API contract for the public methods."""
+
+    kind = "feed"
+    _reason = "closed"  # why() after the feed's own close method
+
+    def __init__(self, conn, topic, key, queue_len, policy):
+        self._conn = conn
+        self.topic = topic
+        self._key = key
+        # A rendezvous keeps one slot to hand an item to a waiting receiver.
+        self._buf = [None] * (queue_len or 1)
+        self._cap = queue_len
+        self._head = 0
+        self._n = 0
+        self._policy = policy
+        self._dropped = 0
+        self._why = None
+        self._ev = None       # made on first wait, then reused
+        self._waiting = 0     # receivers blocked in recv()
+
+    # -- producer side -------------------------------------------------
+    def offer(self, item):
+        """Enqueue without blocking; False (and a counted drop) if refused."""
+        n = self._n
+        buf = self._buf
+        if self._cap == 0:
+            if n >= self._waiting or n:
+                self._drop()
+                return False
+        elif n == self._cap:
+            if self._policy == REJECT_NEWEST:
+                self._drop()
+                return False
+            self._evict()
+            n -= 1
+            self._drop()
+        i = self._head + n
+        if i >= len(buf):
+            i -= len(buf)
+        buf[i] = item
+        self._n = n + 1
+        if self._waiting:
+            self._ev.set()
+        return True
+
+    def _evict(self):
+        h = self._head
+        self._buf[h] = None
+        self._head = h + 1 if h + 1 < len(self._buf) else 0
+        self._n -= 1
+
+    def _drop(self):
+        self._dropped += 1
+        c = self._conn
+        c._dropped += 1
+        c._bus._dropped += 1
+
+    # -- consumer side -------------------------------------------------
+    def _pop(self):
+        if not self._n:
+            return None
+        h = self._head
+        item = self._buf[h]
+        self._evict()
+        return item
+
+    _take = _pop
+
+    def recv_nowait(self):
+        """The next queued item, or None when none is queued or it is closed."""
+        return self._take()
+
+    async def recv(self):
+        """The next item, waiting for one; None once the feed is closed and drained.
+
+        Cancellation-safe: an item leaves the ring only when recv returns it.
+        """
+        while True:
+            item = self._take()
+            if item is not None:
+                return item
+            if self._why is not None:
+                return None
+            ev = self._ev
+            if ev is None:
+                ev = self._ev = Event()
+            ev.clear()
+            self._waiting += 1
+            try:
+                await ev.wait()
+            finally:
+                self._waiting -= 1
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        item = await self.recv()
+        if item is None:
+            raise StopAsyncIteration
+        return item
+
+    async def closed(self):
+        """Wait until the feed is closed; return the reason."""
+        while self._why is None:
+            ev = self._ev
+            if ev is None:
+                ev = self._ev = Event()
+            ev.clear()
+            await ev.wait()
+        return self._why
+
+    # -- lifecycle -----------------------------------------------------
+    def why(self):
+        """The close reason, or None while open."""
+        return self._why
+
+    def dropped(self):
+        return self._dropped
+
+    def close(self):
+        """Close the feed (idempotent); queued items can still be drained."""
+        self._close("closed")
+        return True
+
+    def _close(self, why):
+        if self._why is not None:
+            return
+        self._why = why
+        self._detach()
+        self._conn._forget(self)
+        if self._ev is not None:
+            self._ev.set()
+
+    def _detach(self):
+        pass
+
+    def stats(self):
+        return {"kind": self.kind, "topic": self.topic, "queue_len": self._cap,
+                "full": POLICIES[self._policy], "queued": self._n,
+                "dropped": self._dropped, "closed": self._why}
+
+
+class Subscription(Feed):
+    """A bounded mailbox of published Messages matching a pattern."""
+
+    kind = "subscription"
+
+    def unsubscribe(self):
+        self._close("unsubscribed")
+        return True
+
+    def _detach(self):
+        self._conn._bus._subs.remove(self._key, self)
+
+
+class RetainedWatch(Feed):
+    """A bounded mailbox of RetainedEvents for retained topics matching a pattern."""
+
+    kind = "retained_watch"
+
+    def unwatch(self):
+        self._close("unwatched")
+        return True
+
+    def _detach(self):
+        self._conn._bus._watches.remove(self._key, self)
+
+
+class Endpoint(Feed):
+    """A bounded mailbox of Requests for one concrete topic (reject_newest)."""
+
+    kind = "endpoint"
+
+    def __init__(self, conn, topic, key, queue_len):
+        Feed.__init__(self, conn, topic, key, queue_len, REJECT_NEWEST)
+        self._held = []   # requests handed to a handler and not yet completed
+
+    def unbind(self):
+        self._close("unbound")
+        return True
+
+    def _take(self):
+        while True:
+            req = self._pop()
+            if req is None or not req.done():  # skip requests their caller gave up
+                break
+        if req is not None:
+            req._ep = self
+            self._held.append(req)
+        return req
+
+    def _detach(self):
+        bus = self._conn._bus
+        if bus._eps.get(self._key) is self:
+            del bus._eps[self._key]
+        # Queued requests fail at once; held ones stay valid unless the
+        # binding connection itself went away.
+        while True:
+            req = self._pop()
+            if req is None:
+                break
+            req.abandon(self._why)
+        if self._why == "disconnected":
+            for req in list(self._held):
+                req.abandon("disconnected")

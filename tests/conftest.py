@@ -1,0 +1,30 @@
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from tools import mpybuild  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def mpy_tree(tmp_path_factory):
+    """A directory holding edgebus/ and tests/portable/ compiled to .mpy and
+    the MicroPython test runner, as a board would hold them."""
+    out = str(tmp_path_factory.mktemp("mpy"))
+    mpybuild.compile_tree(ROOT, ["edgebus", os.path.join("tests", "portable")], out)
+    mpybuild.compile_file(os.path.join(ROOT, "tests", "__init__.py"),
+                          os.path.join(out, "tests", "__init__.mpy"))
+    shutil.copy(os.path.join(ROOT, "tests", "mpy", "run.py"), out)
+    return out
+
+
+def run_micropython(tree, args, heap="64K", timeout=120):
+    """Run the real micropython binary in tree; returns CompletedProcess."""
+    return subprocess.run([mpybuild.micropython(), "-X", "heapsize=" + heap] + list(args),
+                          cwd=tree, capture_output=True, text=True, timeout=timeout)

