@@ -1,0 +1,1 @@
+"""edgebus bridge: the host daemon (CPython only)."""
