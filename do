@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# edgebus developer entry point: ./do setup | demo | test | bench [args]
+# Every command sets up what it needs first (idempotent), so on a fresh
+# machine with Python 3.11 and apt, `./do demo` and `./do test` just work.
+set -euo pipefail
+cd "$(dirname "$0")"
+VENV=${EDGEBUS_VENV:-.venv}
+PY="$VENV/bin/python"
+
+setup() {
+    if [ ! -x "$PY" ]; then
+        python3 -m venv "$VENV"
+    fi
+    # Reinstall only when the dependency list changed.
+    stamp="$VENV/.edgebus-deps"
+    want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+    if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
+        "$PY" -m pip install -q --upgrade pip
+        "$PY" -m pip install -q -e ".[dev]"
+        echo "$want" > "$stamp"
+    fi
+    if ! command -v mosquitto >/dev/null 2>&1 && [ ! -x /usr/sbin/mosquitto ]; then
+        if [ "$(id -u)" = 0 ]; then
+            apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto >/dev/null
+        elif command -v sudo >/dev/null 2>&1; then
+            sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto >/dev/null
+        else
+            echo "note: mosquitto is not installed and cannot be installed without root" >&2
+        fi
+    fi
+    export PATH="$PWD/$VENV/bin:$PATH"
+}
+
+cmd=${1:-help}
+[ $# -gt 0 ] && shift
+case "$cmd" in
+    setup) setup ;;
+    demo)
+        setup
+        echo "== the example on CPython"
+        "$PY" examples/quickstart.py
+        echo "== the same file on MicroPython (unix port, 64 KB heap, edgebus as .mpy)"
+        "$PY" -m tools.mpyrun --heap 64K examples/quickstart.py
+        ;;
+    test)
+        setup
+        "$PY" -m pytest "$@"
+        "$PY" -m tools.bench --smoke
+        ;;
+    bench)
+        setup
+        "$PY" -m tools.bench "$@"
+        ;;
+    *)
+        echo "usage: ./do setup | demo | test [pytest args] | bench [--smoke]"
+        exit 2
+        ;;
+esac

@@ -1,0 +1,1 @@
+"""edgebus benchmarks: `python -m tools.bench [--smoke]` runs them all."""

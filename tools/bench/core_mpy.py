@@ -1,0 +1,29 @@
+"""Core figures on the real MicroPython unix port, from the .mpy bundle."""
+import json
+import os
+import subprocess
+
+from tools import mpyrun
+
+SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "core_mpy_script.py")
+
+
+def run(smoke=False, heap="1M", fleet=False):
+    args = (["smoke"] if smoke else []) + (["fleet"] if fleet else [])
+    r = mpyrun.run(SCRIPT, args, heap=heap,
+                   capture_output=True, text=True, timeout=300)
+    if r.returncode != 0:
+        raise RuntimeError("MicroPython benchmark failed:\n" + r.stdout + r.stderr)
+    return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def figures(smoke=False):
+    """Heap figures (deterministic) and speeds (repeated) plus the largest set
+    of subscriptions that fits in a 64 KB heap."""
+    # Heap-size matters for speed on the unix port (each GC sweeps the whole
+    # heap), so speeds run in a board-sized 128 KB heap; per-item memory
+    # deltas do not depend on it.
+    runs = [run(smoke, heap="128K") for _ in range(1 if smoke else 3)]
+    fleet = run(smoke, heap="64K", fleet=True)
+    return {"runs": runs, "max_subscriptions_q8_in_64K": fleet["max_subscriptions_q8"],
+            "import_core_in_64K": fleet["import_core"]}
