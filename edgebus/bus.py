@@ -40,7 +40,12 @@ class Bus:
         self.m_wild = _token("m_wild", m_wild)
         if s_wild == m_wild and type(s_wild) is type(m_wild):
             raise ValueError("s_wild and m_wild must differ")
-        self.q_length, self._policy = self._queue_opts(q_length, full, 0, 0)
+        # None means "the bus default" for a feed; the bus has none to fall back on.
+        if q_length is None:
+            raise TypeError("q_length must be an int, not NoneType")
+        if full is None:
+            raise ValueError("full must be 'drop_oldest' or 'reject_newest', not None")
+        self.q_length, self._policy = self._queue_opts(q_length, full)
         self.full = full
         self._auth = _resolve_authoriser(authoriser)
         self._subs = PatternTrie()
@@ -54,16 +59,16 @@ class Bus:
         self._replay_done = RetainedEvent(
             "replay_done", None, None, Origin("bus", None, None, None, None, None, None, None))
 
-    def _queue_opts(self, queue_len, full, dq=None, dp=None):
+    def _queue_opts(self, queue_len, full):
         """Validated (queue length, policy index), defaults from the bus."""
         if queue_len is None:
-            queue_len = self.q_length if dq is None else dq
+            queue_len = self.q_length
         elif type(queue_len) is not int:
             raise TypeError("queue_len must be an int, not " + type_name(queue_len))
         if queue_len < 0:
             raise ValueError("queue_len must be >= 0, not %d" % queue_len)
         if full is None:
-            p = self._policy if dp is None else dp
+            p = self._policy
         elif full in POLICIES:
             p = POLICIES.index(full)
         else:

@@ -36,6 +36,7 @@ class Connection:
         self._parent = parent
         self._children = []
         self._feeds = []
+        self._held = []      # Requests its handlers hold and have not completed
         self._dropped = 0
         self._closed = False
         self._origin = None  # the last origin built without extra, reused
@@ -244,6 +245,8 @@ class Connection:
             c.disconnect()
         for f in list(self._feeds):
             f._close("disconnected")
+        for req in list(self._held):  # abandon() removes it from _held
+            req.abandon("disconnected")
         if self._parent is not None and self in self._parent._children:
             self._parent._children.remove(self)
         self._bus._conns -= 1

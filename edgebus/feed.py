@@ -190,11 +190,38 @@ class Endpoint(Feed):
 
     def __init__(self, conn, topic, key, queue_len):
         Feed.__init__(self, conn, topic, key, queue_len, REJECT_NEWEST)
-        self._held = []   # requests handed to a handler and not yet completed
 
     def unbind(self):
         self._close("unbound")
         return True
+
+    def offer(self, req):
+        # Requests whose caller gave up still sit in the ring; clear them
+        # out before refusing a live call as Full.
+        if self._n and (self._n == self._cap or not self._cap):
+            self._purge()
+        return Feed.offer(self, req)
+
+    def _purge(self):
+        """Compact the ring in place, keeping only requests still pending."""
+        buf = self._buf
+        size = len(buf)
+        h = self._head
+        n = self._n
+        keep = 0
+        for j in range(n):
+            i = h + j
+            if i >= size:
+                i -= size
+            req = buf[i]
+            buf[i] = None
+            if not req.done():
+                i = h + keep
+                if i >= size:
+                    i -= size
+                buf[i] = req
+                keep += 1
+        self._n = keep
 
     def _take(self):
         while True:
@@ -202,21 +229,20 @@ class Endpoint(Feed):
             if req is None or not req.done():  # skip requests their caller gave up
                 break
         if req is not None:
-            req._ep = self
-            self._held.append(req)
+            # Held on the connection, not the endpoint: a held request stays
+            # valid after unbind but fails when the binding connection goes.
+            h = self._conn._held
+            req._held = h
+            h.append(req)
         return req
 
     def _detach(self):
         bus = self._conn._bus
         if bus._eps.get(self._key) is self:
             del bus._eps[self._key]
-        # Queued requests fail at once; held ones stay valid unless the
-        # binding connection itself went away.
+        # Queued requests fail at once with the close reason.
         while True:
             req = self._pop()
             if req is None:
                 break
             req.abandon(self._why)
-        if self._why == "disconnected":
-            for req in list(self._held):
-                req.abandon("disconnected")

@@ -22,17 +22,17 @@ class Request:
         self._ev = ev
         self._state = PENDING
         self._value = None
-        self._ep = None
+        self._held = None  # the holding connection's list while a handler has it
 
     def _complete(self, state, value):
         if self._state != PENDING:
             return False
         self._state = state
         self._value = value
-        ep = self._ep
-        if ep is not None:
-            ep._held.remove(self)
-            self._ep = None
+        h = self._held
+        if h is not None:
+            h.remove(self)
+            self._held = None
         self._ev.set()
         return True
 

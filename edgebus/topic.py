@@ -64,7 +64,8 @@ def _seq(topic):
     """The token sequence of a user topic, or an error."""
     t = type(topic)
     if t is str:
-        topic = topic.split("/")
+        # "".split("/") is [""]: test before splitting so "" stays empty.
+        topic = topic.split("/") if topic else ()
     elif t is not tuple and t is not list:
         raise TypeError("topic must be a tuple, list or str, not " + type_name(topic))
     if not topic:
