@@ -1,0 +1,1 @@
+"""The link: federating two buses over a byte stream or message transport."""

@@ -1,0 +1,335 @@
+"""Framing for the federation link: self-synchronising frames on byte streams.
+
+A frame carries one body (bytes, up to ``max_len`` long, 1024 by default)::
+
+    COBS(body + CRC16(body) as 2 big-endian bytes) + b"\\x00"
+
+COBS (Consistent Overhead Byte Stuffing) removes every 0x00 from the encoded
+frame, so 0x00 only ever appears as the delimiter: a reader that starts in the
+middle of a stream, or after line noise, resynchronises at the next 0x00.
+The CRC is CRC-16/CCITT-FALSE (poly 0x1021, init 0xFFFF, not reflected, no
+final xor; crc16(b"123456789") == 0x29B1).  The overhead for a body below 252
+bytes is 4 bytes: one COBS code byte, the CRC (2) and the delimiter (1); every
+further 254 bytes add at most one code byte.
+
+Byte streams (UART, pty, TCP, unix sockets): writers send :data:`DELIM` once
+when the stream (re)opens -- it terminates whatever partial frame the other
+side holds -- then ``encode(body)`` per frame (``encode(body, lead=True)`` does
+both at once).  Readers push whatever arrives into a :class:`FrameReader`.
+
+Message transports (MQTT) carry the same frames, one per message:
+``encode(body)`` to send and ``decode(message)`` to receive (None if bad).
+
+The same source runs on CPython and on MicroPython: no dataclasses, typing or
+CPython-only modules, and the reader works in two preallocated buffers.
+"""
+from array import array
+
+DELIM = b"\x00"
+"""The frame delimiter; also sent alone when a stream (re)opens."""
+
+MAX_LEN = 1024
+"""Default maximum body length in bytes."""
+
+_ZERO = b"\x00"
+
+
+# -- CRC-16/CCITT-FALSE ------------------------------------------------------
+# Written by hand because nothing portable computes it: MicroPython has no
+# crcmod and its binascii has no crc_hqx (CPython's, the same CRC, is used
+# below when present: same result, C speed on the host side), and
+# MicroPython's binascii.crc32 (not on every port either) would cost 4 bytes
+# per frame instead of 2.  Table-driven, one table lookup per byte; the
+# 256-entry table is built once at import into an array('H'): 512 bytes of
+# RAM, against 1-2 KB for a list of ints on MicroPython.
+
+def _crc_table():
+    t = array("H", range(256))      # no temporary list: no heap hole left
+    for i in range(256):
+        c = i << 8
+        for _ in range(8):
+            if c & 0x8000:
+                c = ((c << 1) ^ 0x1021) & 0xFFFF
+            else:
+                c = (c << 1) & 0xFFFF
+        t[i] = c
+    return t
+
+
+_TABLE = _crc_table()
+
+
+def crc16_py(data, crc=0xFFFF):
+    """CRC-16/CCITT-FALSE of data (any bytes-like), continuing from crc.
+
+    crc16(b"123456789") == 0x29B1.  Since the CRC is not reflected and has
+    no final xor, crc16(body + the CRC as 2 big-endian bytes) == 0.  This is
+    the pure-Python version; crc16 is the same function, or the C one of
+    CPython's binascii where there is one.
+    """
+    t = _TABLE
+    for b in data:
+        crc = ((crc & 0xFF) << 8) ^ t[(crc >> 8) ^ b]
+    return crc
+
+
+try:
+    from binascii import crc_hqx as _hqx
+    if _hqx(b"123456789", 0xFFFF) != 0x29B1:
+        raise ImportError("crc_hqx is not CRC-16/CCITT")
+except ImportError:
+    crc16 = crc16_py
+else:
+    def crc16(data, crc=0xFFFF):
+        """CRC-16/CCITT-FALSE of data (any bytes-like), continuing from crc
+        (binascii.crc_hqx; the same as crc16_py)."""
+        return _hqx(data, crc)
+
+
+# -- COBS ---------------------------------------------------------------------
+
+def max_encoded_len(max_len=MAX_LEN):
+    """Longest encoded frame (delimiter excluded) for a body of up to max_len
+    bytes, from any COBS encoder: the bound a reader buffers."""
+    n = max_len + 2
+    return n + 1 + n // 254
+
+
+def encode(body, max_len=MAX_LEN, lead=False):
+    """The frame for body (bytes-like), delimiter included, as bytes.
+
+    With lead=True the frame also starts with a delimiter (what a writer
+    sends first on a freshly (re)opened stream).  Raises ValueError if body
+    is longer than max_len bytes.
+    """
+    n = len(body)
+    if n > max_len:
+        raise ValueError("frame body of %d bytes exceeds the maximum of %d bytes"
+                         % (n, max_len))
+    c = crc16(body)
+    if n < 252:
+        # Body and CRC fit one COBS block (at most 253 bytes): encode in
+        # place, each 0x00 becoming the code byte of the run that follows it.
+        s = 2 if lead else 1        # out[s - 1]: first code byte
+        e = s + n + 2               # out[e]: the delimiter
+        out = bytearray(e + 1)
+        out[s:s + n] = body
+        out[e - 2] = c >> 8
+        out[e - 1] = c & 0xFF
+        p = s - 1
+        while p < e:
+            z = out.find(_ZERO, p + 1)
+            out[p] = z - p
+            p = z
+        return bytes(out)
+    n += 2
+    data = bytearray(n)
+    data[:n - 2] = body
+    data[n - 2] = c >> 8
+    data[n - 1] = c & 0xFF
+    src = memoryview(data)
+    out = bytearray(n + n // 254 + 3)
+    j = 1 if lead else 0            # out[0] is already the leading 0x00
+    i = 0
+    while True:
+        z = data.find(_ZERO, i)
+        end = n if z < 0 else z
+        while end - i >= 254:       # a full block: code 0xFF, no zero implied
+            out[j] = 0xFF
+            out[j + 1:j + 255] = src[i:i + 254]
+            j += 255
+            i += 254
+        if z < 0 and i == end and i > 0 and data[i - 1] != 0:
+            break                   # ended exactly on a full block: no 0x01
+        k = end - i
+        out[j] = k + 1
+        out[j + 1:j + 1 + k] = src[i:end]
+        j += k + 1
+        if z < 0:
+            break
+        i = z + 1
+    out[j] = 0                      # the delimiter
+    return bytes(memoryview(out)[:j + 1])
+
+
+def _unstuff(src, n, out):
+    """COBS-decode src[:n] (no 0x00 in it) into the bytearray out.
+
+    Returns the decoded length, -1 for an invalid COBS sequence (a code byte
+    pointing past the end, or a 0x00 code) or -2 if it would not fit in out.
+    """
+    cap = len(out)
+    i = 0
+    j = 0
+    while i < n:
+        code = src[i]
+        end = i + code
+        if code == 0 or end > n:
+            return -1
+        k = code - 1
+        if j + k > cap:
+            return -2
+        out[j:j + k] = src[i + 1:end]
+        j += k
+        i = end
+        if code != 0xFF and i < n:
+            if j >= cap:
+                return -2
+            out[j] = 0
+            j += 1
+    return j
+
+
+def decode(frame, max_len=MAX_LEN):
+    """The body of one frame given whole (one transport message), or None if
+    it is not a valid frame: empty, bad COBS, a 0x00 inside, a body longer
+    than max_len or a CRC mismatch.  The trailing delimiter is optional (and
+    a leading one is skipped).  Counts nothing: a FrameReader counts what it
+    drops."""
+    if not isinstance(frame, (bytes, bytearray)):
+        frame = bytes(frame)
+    n = len(frame)
+    if n and frame[n - 1] == 0:
+        n -= 1
+    if n and frame[0] == 0:
+        frame = frame[1:n]
+        n -= 1
+    if n < 2 or n > max_encoded_len(max_len) or frame.find(_ZERO, 0, n) >= 0:
+        return None
+    out = bytearray(min(n - 1, max_len + 2))
+    m = _unstuff(memoryview(frame), n, out)
+    if m < 2:
+        return None
+    body = memoryview(out)[:m]
+    if crc16(body) != 0:
+        return None
+    return bytes(body[:m - 2])
+
+
+# -- the streaming reader -----------------------------------------------------
+
+class FrameReader:
+    """Reassembles frames from a byte stream fed in arbitrary chunks.
+
+    ``feed(data)`` returns the list of bodies (bytes) completed by data, in
+    order.  Never raises on any input and never returns a body whose CRC
+    does not match.  What it drops is counted (plain int attributes, also
+    returned by ``stats()``):
+
+    frames         good frames returned
+    crc_errors     frames whose CRC did not match (or too short to hold one)
+    cobs_errors    frames that were not a valid COBS sequence
+    oversize       frames longer than max_len (the rest is skipped unbuffered)
+    garbage_bytes  bytes dropped (the bytes of all the above; no delimiters)
+    empty          empty frames (two delimiters in a row, or one at the very
+                   start): normal, no error
+
+    Garbage before a frame, or a frame cut short by a reconnect, merges with
+    the next frame into one bad frame; that one is dropped and counted and the
+    reader is back in sync after its delimiter (which is why writers send a
+    leading delimiter on (re)open: then only the cut frame is lost).
+
+    Memory: two buffers allocated once, max_encoded_len(max_len) bytes for the
+    undelimited tail of the stream and max_len + 2 for decoding.  Create
+    readers early on MicroPython: each buffer needs one contiguous block,
+    which a fragmented heap may no longer have later on.
+    """
+
+    def __init__(self, max_len=MAX_LEN):
+        if max_len < 0:
+            raise ValueError("max_len must be >= 0")
+        self.max_len = max_len
+        self._cap = max_encoded_len(max_len)
+        self._buf = bytearray(self._cap)
+        self._bmv = memoryview(self._buf)
+        self._out = bytearray(max_len + 2)
+        self._omv = memoryview(self._out)
+        self.pending = 0        # bytes of an unfinished frame held in _buf
+        self._skip = False      # inside an oversized frame: drop to delimiter
+        self.frames = 0
+        self.crc_errors = 0
+        self.cobs_errors = 0
+        self.oversize = 0
+        self.garbage_bytes = 0
+        self.empty = 0
+
+    def stats(self):
+        """The counters as a dict."""
+        return {"frames": self.frames, "crc_errors": self.crc_errors,
+                "cobs_errors": self.cobs_errors, "oversize": self.oversize,
+                "garbage_bytes": self.garbage_bytes, "empty": self.empty}
+
+    def reset(self):
+        """Drop any unfinished frame (counted as garbage bytes), e.g. when the
+        stream is reopened."""
+        self.garbage_bytes += self.pending
+        self.pending = 0
+        self._skip = False
+
+    def feed(self, data):
+        """Push bytes received (bytes, bytearray or memoryview, any length);
+        returns the list of bodies completed by them, in order."""
+        got = []
+        n = len(data)
+        if not n:
+            return got
+        if not isinstance(data, (bytes, bytearray)):
+            data = bytes(data)          # memoryview has no find()
+        src = memoryview(data)
+        pos = 0
+        while pos < n:
+            z = data.find(_ZERO, pos)
+            if z < 0:
+                self._hold(src, pos, n)
+                break
+            if self._skip:
+                self.garbage_bytes += z - pos
+                self._skip = False
+            elif self.pending:
+                if self._hold(src, pos, z):
+                    k = self.pending
+                    self.pending = 0
+                    self._frame(self._bmv, k, got)
+                else:
+                    self._skip = False  # the delimiter ends the oversized frame
+            elif z == pos:
+                self.empty += 1
+            else:
+                self._frame(src[pos:z], z - pos, got)
+            pos = z + 1
+        return got
+
+    def _hold(self, src, a, b):
+        # Append src[a:b] to the buffer; False (counted) if it overflows.
+        if self._skip:
+            self.garbage_bytes += b - a
+            return False
+        p = self.pending
+        q = p + b - a
+        if q > self._cap:
+            self.oversize += 1
+            self.garbage_bytes += q
+            self.pending = 0
+            self._skip = True
+            return False
+        self._buf[p:q] = src[a:b]
+        self.pending = q
+        return True
+
+    def _frame(self, src, k, got):
+        # One complete frame of k bytes (k > 0, no 0x00 in it).
+        if k > self._cap:
+            self.oversize += 1
+        else:
+            m = _unstuff(src, k, self._out)
+            if m == -1:
+                self.cobs_errors += 1
+            elif m == -2:
+                self.oversize += 1
+            elif m < 2 or crc16(self._omv[:m]) != 0:
+                self.crc_errors += 1
+            else:
+                self.frames += 1
+                got.append(bytes(self._omv[:m - 2]))
+                return
+        self.garbage_bytes += k
