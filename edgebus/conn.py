@@ -6,8 +6,10 @@ from .feed import Subscription, RetainedWatch, Endpoint
 from .view import RetainedView
 from .request import Request, REPLIED, FAILED
 from . import topic as T
+from .trie import _match
 
 _INHERIT = object()
+_NO_FACTORY = {}
 
 
 def check_factory(f):
@@ -40,20 +42,19 @@ class Connection:
         self._dropped = 0
         self._closed = False
         self._origin = None  # the last origin built without extra, reused
+        self._dynamic = callable(factory)
 
     # -- provenance ----------------------------------------------------
     def _make_origin(self, extra):
         f = self._factory
-        if callable(f):
+        if self._dynamic:
             f = f()
             if type(f) is not dict:
                 raise TypeError("origin_factory must return a dict, not " + type_name(f))
-        elif extra is None and self._origin is not None:
-            return self._origin
-        o = Origin(f.get("kind", "local") if f else "local", self.conn_id, self.principal,
-                   f.get("link_id") if f else None, f.get("peer_node") if f else None,
-                   f.get("peer_sid") if f else None, f.get("generation") if f else None,
-                   extra)
+        elif not f:
+            f = _NO_FACTORY
+        o = Origin(f.get("kind", "local"), self.conn_id, self.principal, f.get("link_id"),
+                   f.get("peer_node"), f.get("peer_sid"), f.get("generation"), extra)
         if extra is None:
             c = self._origin
             if c is not None and c == o:
@@ -65,29 +66,42 @@ class Connection:
         if self._closed:
             raise Disconnected("connection %s is disconnected" % self.conn_id)
 
-    def _check(self, action, norm, extra, payload=None):
+    def _stamp(self, action, topic, extra, payload=None):
+        """Validate extra, authorise the operation, and return its origin."""
+        x = None if extra is None else _extra(extra)
         bus = self._bus
         if bus._auth is not None:
-            bus._authorise(self, action, norm, extra, payload)
+            bus._authorise(self, action, T.norm(topic), extra, payload)
+        o = self._origin
+        if o is None or x is not None or self._dynamic:
+            o = self._make_origin(x)
+        return o
+
+    def _check(self, action, norm):
+        bus = self._bus
+        if bus._auth is not None:
+            bus._authorise(self, action, norm, None, None)
 
     # -- state/event plane ---------------------------------------------
     def publish(self, topic, payload, extra=None):
         """Deliver a Message to every matching subscription (never blocks)."""
-        self._live()
+        if self._closed:
+            self._live()
         k = T.key(topic)
-        x = _extra(extra)
-        if self._bus._auth is not None:
-            self._check("publish", T.norm(topic), extra, payload)
-        self._bus._subs.match(k, Message(k, payload, self._make_origin(x)))
+        bus = self._bus
+        o = self._origin
+        # Fast path: no extra, no authoriser, a cached static origin.
+        if extra is not None or o is None or self._dynamic or bus._auth is not None:
+            o = self._stamp("publish", topic, extra, payload)
+        if bus._subs.count:
+            _match(bus._subs.root, k, 0, len(k), Message(k, payload, o))
         return True
 
     def retain(self, topic, payload, extra=None):
         """Publish, store as current truth, and notify watches and views."""
         self._live()
         k = T.key(topic)
-        x = _extra(extra)
-        self._check("retain", T.norm(topic), extra, payload)
-        origin = self._make_origin(x)
+        origin = self._stamp("retain", topic, extra, payload)
         bus = self._bus
         msg = Message(k, payload, origin)
         bus._subs.match(k, msg)
@@ -101,10 +115,8 @@ class Connection:
         """Remove a retained topic and notify watches and views (no publish)."""
         self._live()
         k = T.key(topic)
-        x = _extra(extra)
-        self._check("unretain", T.norm(topic), extra)
+        ev = RetainedEvent("unretain", k, None, self._stamp("unretain", topic, extra))
         bus = self._bus
-        ev = RetainedEvent("unretain", k, None, self._make_origin(x))
         bus._store.pop(k)
         bus._watches.match(k, ev)
         bus._views.match(k, ev)
@@ -117,8 +129,8 @@ class Connection:
         bus = self._bus
         n, k = T.pattern(pattern, bus.s_wild, bus.m_wild)
         q, p = bus._queue_opts(queue_len, full)
-        self._check("subscribe", n, None)
-        sub = Subscription(self, n, k, q, p)
+        self._check("subscribe", n)
+        sub = Subscription(self, n, q, p)
         bus._subs.insert(k, sub)
         self._feeds.append(sub)
         for msg in bus._store.query(k, []):
@@ -135,8 +147,8 @@ class Connection:
         bus = self._bus
         n, k = T.pattern(pattern, bus.s_wild, bus.m_wild)
         q, p = bus._queue_opts(queue_len, full)
-        self._check("watch_retained", n, None)
-        w = RetainedWatch(self, n, k, q, p)
+        self._check("watch_retained", n)
+        w = RetainedWatch(self, n, q, p)
         bus._watches.insert(k, w)
         self._feeds.append(w)
         if replay:
@@ -154,8 +166,8 @@ class Connection:
         self._live()
         bus = self._bus
         n, k = T.pattern(pattern, bus.s_wild, bus.m_wild)
-        self._check("watch_retained", n, None)
-        v = RetainedView(self, n, k)
+        self._check("watch_retained", n)
+        v = RetainedView(self, n)
         for m in bus._store.query(k, []):
             v._msgs[m.topic] = m
         bus._views.insert(k, v)
@@ -169,10 +181,10 @@ class Connection:
         bus = self._bus
         n, k = T.concrete(topic, bus.s_wild, bus.m_wild)
         q, _ = bus._queue_opts(queue_len, None)
-        self._check("bind", n, None)
+        self._check("bind", n)
         if k in bus._eps:
             raise ValueError("topic %s is already bound" % T.render(k))
-        ep = Endpoint(self, n, k, q)
+        ep = Endpoint(self, n, q)
         bus._eps[k] = ep
         self._feeds.append(ep)
         return ep
@@ -189,9 +201,7 @@ class Connection:
         self._live()
         bus = self._bus
         n, k = T.concrete(topic, bus.s_wild, bus.m_wild)
-        x = _extra(extra)
-        self._check("call", n, extra, payload)
-        origin = self._make_origin(x)
+        origin = self._stamp("call", n, extra, payload)
         ep = bus._eps.get(k)
         if ep is None:
             raise NoRoute("no_route")

@@ -7,9 +7,11 @@ the bus. A queue length of 0 is a rendezvous: an item is admitted only while
 a receiver is waiting for it.
 """
 from .compat import Event, const
+from . import topic as T
 
 DROP_OLDEST = const(0)
 REJECT_NEWEST = const(1)
+RENDEZVOUS = const(2)  # added to the policy when the queue length is 0
 POLICIES = ("drop_oldest", "reject_newest")
 
 
@@ -17,18 +19,16 @@ class Feed:
     """Base of the queued feeds; see the API contract for the public methods."""
 
     kind = "feed"
-    _reason = "closed"  # why() after the feed's own close method
 
-    def __init__(self, conn, topic, key, queue_len, policy):
+    def __init__(self, conn, topic, queue_len, policy):
+        # Few attributes on purpose: on MicroPython each costs heap per feed.
         self._conn = conn
         self.topic = topic
-        self._key = key
         # A rendezvous keeps one slot to hand an item to a waiting receiver.
         self._buf = [None] * (queue_len or 1)
-        self._cap = queue_len
         self._head = 0
         self._n = 0
-        self._policy = policy
+        self._policy = policy if queue_len else policy + RENDEZVOUS
         self._dropped = 0
         self._why = None
         self._ev = None       # made on first wait, then reused
@@ -38,32 +38,33 @@ class Feed:
     def offer(self, item):
         """Enqueue without blocking; False (and a counted drop) if refused."""
         n = self._n
-        buf = self._buf
-        if self._cap == 0:
-            if n >= self._waiting or n:
+        p = self._policy
+        if p >= RENDEZVOUS:
+            if n or not self._waiting:
                 self._drop()
                 return False
-        elif n == self._cap:
-            if self._policy == REJECT_NEWEST:
-                self._drop()
-                return False
-            self._evict()
-            n -= 1
+        elif n == len(self._buf):
             self._drop()
-        i = self._head + n
+            if p == REJECT_NEWEST:
+                return False
+            self._pop()
+        buf = self._buf  # _push, inlined: this runs once per delivery
+        i = self._head + self._n
         if i >= len(buf):
             i -= len(buf)
         buf[i] = item
-        self._n = n + 1
+        self._n += 1
         if self._waiting:
             self._ev.set()
         return True
 
-    def _evict(self):
-        h = self._head
-        self._buf[h] = None
-        self._head = h + 1 if h + 1 < len(self._buf) else 0
-        self._n -= 1
+    def _push(self, item):
+        buf = self._buf
+        i = self._head + self._n
+        if i >= len(buf):
+            i -= len(buf)
+        buf[i] = item
+        self._n += 1
 
     def _drop(self):
         self._dropped += 1
@@ -75,9 +76,13 @@ class Feed:
     def _pop(self):
         if not self._n:
             return None
+        buf = self._buf
         h = self._head
-        item = self._buf[h]
-        self._evict()
+        item = buf[h]
+        buf[h] = None
+        h += 1
+        self._head = 0 if h == len(buf) else h
+        self._n -= 1
         return item
 
     _take = _pop
@@ -151,9 +156,15 @@ class Feed:
     def _detach(self):
         pass
 
+    def _pattern_key(self):
+        bus = self._conn._bus
+        return T.pattern(self.topic, bus.s_wild, bus.m_wild)[1]
+
     def stats(self):
-        return {"kind": self.kind, "topic": self.topic, "queue_len": self._cap,
-                "full": POLICIES[self._policy], "queued": self._n,
+        p = self._policy
+        return {"kind": self.kind, "topic": self.topic,
+                "queue_len": 0 if p >= RENDEZVOUS else len(self._buf),
+                "full": POLICIES[p & 1], "queued": self._n,
                 "dropped": self._dropped, "closed": self._why}
 
 
@@ -167,7 +178,7 @@ class Subscription(Feed):
         return True
 
     def _detach(self):
-        self._conn._bus._subs.remove(self._key, self)
+        self._conn._bus._subs.remove(self._pattern_key(), self)
 
 
 class RetainedWatch(Feed):
@@ -180,7 +191,7 @@ class RetainedWatch(Feed):
         return True
 
     def _detach(self):
-        self._conn._bus._watches.remove(self._key, self)
+        self._conn._bus._watches.remove(self._pattern_key(), self)
 
 
 class Endpoint(Feed):
@@ -188,8 +199,8 @@ class Endpoint(Feed):
 
     kind = "endpoint"
 
-    def __init__(self, conn, topic, key, queue_len):
-        Feed.__init__(self, conn, topic, key, queue_len, REJECT_NEWEST)
+    def __init__(self, conn, topic, queue_len):
+        Feed.__init__(self, conn, topic, queue_len, REJECT_NEWEST)
 
     def unbind(self):
         self._close("unbound")
@@ -198,30 +209,12 @@ class Endpoint(Feed):
     def offer(self, req):
         # Requests whose caller gave up still sit in the ring; clear them
         # out before refusing a live call as Full.
-        if self._n and (self._n == self._cap or not self._cap):
-            self._purge()
+        if self._n and (self._n == len(self._buf) or self._policy >= RENDEZVOUS):
+            for _ in range(self._n):  # rotate once, keeping live requests in order
+                r = self._pop()
+                if not r.done():
+                    self._push(r)
         return Feed.offer(self, req)
-
-    def _purge(self):
-        """Compact the ring in place, keeping only requests still pending."""
-        buf = self._buf
-        size = len(buf)
-        h = self._head
-        n = self._n
-        keep = 0
-        for j in range(n):
-            i = h + j
-            if i >= size:
-                i -= size
-            req = buf[i]
-            buf[i] = None
-            if not req.done():
-                i = h + keep
-                if i >= size:
-                    i -= size
-                buf[i] = req
-                keep += 1
-        self._n = keep
 
     def _take(self):
         while True:
@@ -237,9 +230,10 @@ class Endpoint(Feed):
         return req
 
     def _detach(self):
-        bus = self._conn._bus
-        if bus._eps.get(self._key) is self:
-            del bus._eps[self._key]
+        eps = self._conn._bus._eps
+        k = T.key(self.topic)
+        if eps.get(k) is self:
+            del eps[k]
         # Queued requests fail at once with the close reason.
         while True:
             req = self._pop()

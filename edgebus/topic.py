@@ -12,18 +12,9 @@ Sentinels cannot collide with user tokens, so ``literal('+')`` and a published
 from .compat import type_name
 
 
-class _Wild:
-    __slots__ = ("name",)
-
-    def __init__(self, name):
-        self.name = name
-
-    def __repr__(self):
-        return self.name
-
-
-ANY = _Wild("<+>")   # single-level wildcard in a key
-REST = _Wild("<#>")  # multi-level wildcard in a key (last position only)
+# Wildcards in a key; plain objects, which no user token can equal.
+ANY = object()   # single-level
+REST = object()  # multi-level (last position only)
 
 
 class literal:
@@ -103,16 +94,23 @@ def pattern(topic, s_wild, m_wild):
     n = norm(topic)
     last = len(n) - 1
     out = []
+    same = True
     for i, tok in enumerate(n):
         if _is(tok, s_wild):
-            out.append(ANY)
+            tok = ANY
         elif _is(tok, m_wild):
             if i != last:
                 raise ValueError("multi-level wildcard %r must be the last token" % (m_wild,))
-            out.append(REST)
+            tok = REST
+        elif type(tok) is literal:
+            tok = tok.value
         else:
-            out.append(_plain(tok))
-    return n, tuple(out)
+            out.append(tok)
+            continue
+        same = False
+        out.append(tok)
+    # A plain pattern is its own key: one tuple per feed, not two.
+    return n, (n if same else tuple(out))
 
 
 def concrete(topic, s_wild, m_wild):

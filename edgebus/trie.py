@@ -41,7 +41,11 @@ def _prune(node, path):
 
 class PatternTrie:
     """Patterns with ``ANY``/``REST`` -> entries; ``match`` offers an item to every
-    entry whose pattern matches a concrete topic."""
+    entry whose pattern matches a concrete topic.
+
+    A slot holds its entry directly, or a list once a second entry shares the
+    pattern: most patterns have one entry, and a list per pattern would cost
+    heap on MicroPython."""
 
     def __init__(self):
         self.root = {}
@@ -50,11 +54,13 @@ class PatternTrie:
     def insert(self, k, entry):
         node = _walk(self.root, k, True)
         slot = _REST if k and k[-1] is REST else _HERE
-        lst = node.get(slot)
-        if lst is None:
-            node[slot] = [entry]
+        cur = node.get(slot)
+        if cur is None:
+            node[slot] = entry
+        elif type(cur) is list:
+            cur.append(entry)
         else:
-            lst.append(entry)
+            node[slot] = [cur, entry]
         self.count += 1
 
     def remove(self, k, entry):
@@ -63,12 +69,15 @@ class PatternTrie:
         if node is None:
             return False
         slot = _REST if k and k[-1] is REST else _HERE
-        lst = node.get(slot)
-        if lst is None or entry not in lst:
-            return False
-        lst.remove(entry)
-        if not lst:
+        cur = node.get(slot)
+        if cur is entry:
             del node[slot]
+        elif type(cur) is list and entry in cur:
+            cur.remove(entry)
+            if len(cur) == 1:
+                node[slot] = cur[0]
+        else:
+            return False
         _prune(node, path)
         self.count -= 1
         return True
@@ -79,25 +88,33 @@ class PatternTrie:
             _match(self.root, topic, 0, len(topic), item)
 
 
-def _match(node, topic, i, n, item):
-    # Recursion, not a worklist: it allocates nothing on the heap, which
-    # matters on MicroPython where every publish runs through here.
-    lst = node.get(_REST)
-    if lst is not None:           # 'a/#' matches 'a' and everything below
-        for e in lst:
+def _offer(slot, item):
+    if type(slot) is list:
+        for e in slot:
             e.offer(item)
-    if i == n:
-        lst = node.get(_HERE)
-        if lst is not None:
-            for e in lst:
-                e.offer(item)
-        return
-    child = node.get(topic[i])
-    if child is not None:
-        _match(child, topic, i + 1, n, item)
-    child = node.get(ANY)
-    if child is not None:
-        _match(child, topic, i + 1, n, item)
+    else:
+        slot.offer(item)
+
+
+def _match(node, topic, i, n, item):
+    # Walks the exact path in a loop and recurses only into '+' branches; no
+    # temporary lists, so a publish allocates nothing here (MicroPython).
+    while True:
+        slot = node.get(_REST)
+        if slot is not None:       # 'a/#' matches 'a' and everything below
+            _offer(slot, item)
+        if i == n:
+            slot = node.get(_HERE)
+            if slot is not None:
+                _offer(slot, item)
+            return
+        child = node.get(ANY)
+        if child is not None:
+            _match(child, topic, i + 1, n, item)
+        node = node.get(topic[i])
+        if node is None:
+            return
+        i += 1
 
 
 class KeyTrie:

@@ -1,7 +1,7 @@
 """RetainedView: a versioned, coalescing snapshot of retained state."""
 from .compat import Event
 from .values import Message
-from .topic import key, render
+from .topic import key, pattern, render
 
 
 def _sort_key(msg):
@@ -14,10 +14,9 @@ class RetainedView:
 
     kind = "retained_view"
 
-    def __init__(self, conn, topic, key):
+    def __init__(self, conn, topic):
         self._conn = conn
         self.topic = topic
-        self._key = key
         self._msgs = {}
         self.version = 0
         self._why = None
@@ -77,7 +76,8 @@ class RetainedView:
         if self._why is not None:
             return
         self._why = why
-        self._conn._bus._views.remove(self._key, self)
+        bus = self._conn._bus
+        bus._views.remove(pattern(self.topic, bus.s_wild, bus.m_wild)[1], self)
         self._conn._forget(self)
         if self._ev is not None:
             self._ev.set()

@@ -3,6 +3,11 @@ from edgebus.link.frame import (DELIM, MAX_LEN, crc16, crc16_py, encode,
                                 decode, max_encoded_len, FrameReader)
 from tests.portable.support import raises
 
+# Importing edgebus.link imports the core package first (~38 KB on the 64-bit
+# unix port, about half that on 32-bit boards); the reader's two 1 KB buffers
+# and this module need the rest.
+MPY_HEAP = "96K"
+
 
 def _body(n, seed=0):
     """n bytes with zeros sprinkled in (seed varies the pattern)."""

@@ -93,7 +93,7 @@ def markdown(res, out):
           "| allocated per publish, 10 subscribers | %s B | ≤ 64 B |" % _f(med("alloc_per_publish_10subs")),
           "| subscriptions (queue_len 8) that fit in a 64 KB heap after import | %s | |"
           % _f(mp["max_subscriptions_q8_in_64K"]),
-          "", "Speed in a 128 KB heap (publish + `recv_nowait` of every delivery), against a "
+          "", "Speed with `gc.threshold(32K)` (publish + `recv_nowait` of every delivery), against a "
           "naive linear matcher appending to lists on the same interpreter:", "",
           "| subscribers | edgebus msgs/s | naive msgs/s | ratio |", "|---|---|---|---|"]
     for n in (1, 10):
