@@ -1,0 +1,1 @@
+"""Spark ingestion of the bridge telemetry log (host only)."""

@@ -1,0 +1,48 @@
+"""The `edgebus` command (host side).
+
+Each subcommand lives in its own module and is imported only when used, so a
+missing optional dependency (pyspark, esptool, ...) affects only the commands
+that need it, with a clear message.
+"""
+import argparse
+import importlib
+import sys
+
+# name -> (module, help). The module provides add_arguments(parser) and run(args) -> int.
+COMMANDS = {
+    "build": ("tools.build", "compile edgebus + firmware to a .mpy bundle for a board"),
+    "deploy": ("tools.deploy", "copy a built bundle and config to a board with mpremote"),
+    "flash": ("tools.flash", "write a MicroPython firmware image to a board"),
+    "ingest": ("ingest.job", "stream the telemetry log into a Parquet table with Spark"),
+    "report": ("ingest.report", "per-device counts, gaps and rates from the ingested table"),
+}
+
+
+def _load(name):
+    mod, _ = COMMANDS[name]
+    try:
+        return importlib.import_module(mod)
+    except ImportError as e:
+        sys.exit("edgebus %s: cannot load %s (%s); install the project with its extras: "
+                 "pip install -e '.[dev]'" % (name, mod, e))
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    ap = argparse.ArgumentParser(prog="edgebus", description="edgebus host tools")
+    sub = ap.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (_, help_) in COMMANDS.items():
+        sub.add_parser(name, help=help_, add_help=False)
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        ap.print_help() if not argv or argv[0] in ("-h", "--help") else ap.error(
+            "unknown command %r (choose from %s)" % (argv[0], ", ".join(COMMANDS)))
+        return 0 if not argv or argv[0] in ("-h", "--help") else 2
+    name = argv[0]
+    mod = _load(name)
+    p = argparse.ArgumentParser(prog="edgebus " + name, description=COMMANDS[name][1])
+    mod.add_arguments(p)
+    return mod.run(p.parse_args(argv[1:])) or 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
