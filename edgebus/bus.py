@@ -51,6 +51,7 @@ class Bus:
         self._subs = PatternTrie()
         self._watches = PatternTrie()
         self._views = PatternTrie()
+        self._observers = PatternTrie()
         self._store = KeyTrie()
         self._eps = {}
         self._conns = 0
@@ -115,8 +116,6 @@ class Bus:
                 "subscriptions": self._subs.count,
                 "retained_watches": self._watches.count,
                 "retained_views": self._views.count,
+                "observers": self._observers.count,
                 "retained": self._store.count,
                 "endpoints": len(self._eps)}
-
-    def __repr__(self):
-        return "<edgebus.Bus %d connections>" % self._conns

@@ -1,12 +1,9 @@
 """Connection: the capability a service holds on a bus."""
-from .compat import Event, CancelledError, TimeoutError, wait_for, now, type_name
-from .errors import Disconnected, NoRoute, Full, Closed, Timeout, Failed
-from .values import Origin, Message, RetainedEvent, FrozenDict
-from .feed import Subscription, RetainedWatch, Endpoint
-from .view import RetainedView
-from .request import Request, REPLIED, FAILED
-from . import topic as T
-from .trie import _match
+# Cold-path names go through their module: on MicroPython every imported name
+# is a globals entry paid for in heap, and this module would import ~25.
+from .compat import type_name
+from .values import Origin, Message, RetainedEvent
+from . import compat as C, errors as E, feed as F, request as R, topic as T, values as V, view as W
 
 _INHERIT = object()
 _NO_FACTORY = {}
@@ -24,7 +21,7 @@ def _extra(extra):
         return None
     if not isinstance(extra, dict):
         raise TypeError("extra must be a dict, not " + type_name(extra))
-    return FrozenDict(extra) if extra else None
+    return V.FrozenDict(extra) if extra else None
 
 
 class Connection:
@@ -64,7 +61,7 @@ class Connection:
 
     def _live(self):
         if self._closed:
-            raise Disconnected("connection %s is disconnected" % self.conn_id)
+            raise E.Disconnected("connection %s is disconnected" % self.conn_id)
 
     def _stamp(self, action, topic, extra, payload=None):
         """Validate extra, authorise the operation, and return its origin."""
@@ -93,8 +90,10 @@ class Connection:
         # Fast path: no extra, no authoriser, a cached static origin.
         if extra is not None or o is None or self._dynamic or bus._auth is not None:
             o = self._stamp("publish", topic, extra, payload)
-        if bus._subs.count:
-            _match(bus._subs.root, k, 0, len(k), Message(k, payload, o))
+        if bus._subs.count or bus._observers.count:
+            msg = Message(k, payload, o)
+            bus._subs.match(k, msg)
+            bus._observers.match(k, msg)
         return True
 
     def retain(self, topic, payload, extra=None):
@@ -106,8 +105,10 @@ class Connection:
         msg = Message(k, payload, origin)
         bus._subs.match(k, msg)
         bus._store.set(k, msg)
-        if bus._watches.count:
-            bus._watches.match(k, RetainedEvent("retain", k, payload, origin))
+        if bus._watches.count or bus._observers.count:
+            ev = RetainedEvent("retain", k, payload, origin)
+            bus._watches.match(k, ev)
+            bus._observers.match(k, ev)
         bus._views.match(k, msg)
         return True
 
@@ -119,6 +120,7 @@ class Connection:
         bus = self._bus
         bus._store.pop(k)
         bus._watches.match(k, ev)
+        bus._observers.match(k, ev)
         bus._views.match(k, ev)
         return True
 
@@ -130,7 +132,7 @@ class Connection:
         n, k = T.pattern(pattern, bus.s_wild, bus.m_wild)
         q, p = bus._queue_opts(queue_len, full)
         self._check("subscribe", n)
-        sub = Subscription(self, n, q, p)
+        sub = F.Subscription(self, n, q, p)
         bus._subs.insert(k, sub)
         self._feeds.append(sub)
         for msg in bus._store.query(k, []):
@@ -148,7 +150,7 @@ class Connection:
         n, k = T.pattern(pattern, bus.s_wild, bus.m_wild)
         q, p = bus._queue_opts(queue_len, full)
         self._check("watch_retained", n)
-        w = RetainedWatch(self, n, q, p)
+        w = F.RetainedWatch(self, n, q, p)
         bus._watches.insert(k, w)
         self._feeds.append(w)
         if replay:
@@ -157,6 +159,24 @@ class Connection:
             if not w.offer(bus._replay_done):
                 w._close("replay_overflow")
         return w
+
+    def observe(self, pattern, queue_len=None, full=None):
+        """An Observer: publishes (as Message) and retain/unretain (as
+        RetainedEvent) matching pattern, in bus order, in one bounded feed.
+
+        Not in the portable contract's core four styles: it is what a
+        federation layer needs to forward traffic without reordering it.
+        Authorised as both 'subscribe' and 'watch_retained'."""
+        self._live()
+        bus = self._bus
+        n, k = T.pattern(pattern, bus.s_wild, bus.m_wild)
+        q, p = bus._queue_opts(queue_len, full)
+        self._check("subscribe", n)
+        self._check("watch_retained", n)
+        o = F.Observer(self, n, q, p)
+        bus._observers.insert(k, o)
+        self._feeds.append(o)
+        return o
 
     def unwatch_retained(self, watch):
         return watch.unwatch()
@@ -167,7 +187,7 @@ class Connection:
         bus = self._bus
         n, k = T.pattern(pattern, bus.s_wild, bus.m_wild)
         self._check("watch_retained", n)
-        v = RetainedView(self, n)
+        v = W.RetainedView(self, n)
         for m in bus._store.query(k, []):
             v._msgs[m.topic] = m
         bus._views.insert(k, v)
@@ -184,7 +204,7 @@ class Connection:
         self._check("bind", n)
         if k in bus._eps:
             raise ValueError("topic %s is already bound" % T.render(k))
-        ep = Endpoint(self, n, q)
+        ep = F.Endpoint(self, n, q)
         bus._eps[k] = ep
         self._feeds.append(ep)
         return ep
@@ -204,35 +224,35 @@ class Connection:
         origin = self._stamp("call", n, extra, payload)
         ep = bus._eps.get(k)
         if ep is None:
-            raise NoRoute("no_route")
+            raise E.NoRoute("no_route")
         if timeout is not None:
-            t = now() + timeout
+            t = C.now() + timeout
             if deadline is None or t < deadline:
                 deadline = t
-        ev = Event()
-        req = Request(k, payload, origin, deadline, ev)
+        ev = C.Event()
+        req = R.Request(k, payload, origin, deadline, ev)
         if not ep.offer(req):
-            raise Full("full")
+            raise E.Full("full")
         try:
             if deadline is None:
                 await ev.wait()
             else:
-                left = deadline - now()
+                left = deadline - C.now()
                 if left <= 0:
-                    raise TimeoutError()
-                await wait_for(ev.wait(), left)
-        except TimeoutError:
+                    raise C.TimeoutError()
+                await C.wait_for(ev.wait(), left)
+        except C.TimeoutError:
             if req.abandon("timeout"):
-                raise Timeout("timeout")
-        except CancelledError:
+                raise E.Timeout("timeout")
+        except C.CancelledError:
             req.abandon("cancelled")
             raise
         s = req._state
-        if s == REPLIED:
+        if s == R.REPLIED:
             return req._value
-        if s == FAILED:
-            raise Failed(req._value)
-        raise Closed(req._value)
+        if s == R.FAILED:
+            raise E.Failed(req._value)
+        raise E.Closed(req._value)
 
     # -- lifecycle -----------------------------------------------------
     def derive(self, principal=_INHERIT, origin_factory=None, origin_base=None):
@@ -300,6 +320,3 @@ class Connection:
     async def __aexit__(self, *exc):
         self.disconnect()
         return False
-
-    def __repr__(self):
-        return "<Connection %s%s>" % (self.conn_id, " disconnected" if self._closed else "")

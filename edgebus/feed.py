@@ -194,6 +194,16 @@ class RetainedWatch(Feed):
         self._conn._bus._watches.remove(self._pattern_key(), self)
 
 
+class Observer(Feed):
+    """A bounded feed of publishes (Message) and retained changes
+    (RetainedEvent) matching a pattern, in the order the bus saw them."""
+
+    kind = "observer"
+
+    def _detach(self):
+        self._conn._bus._observers.remove(self._pattern_key(), self)
+
+
 class Endpoint(Feed):
     """A bounded mailbox of Requests for one concrete topic (reject_newest)."""
 

@@ -50,6 +50,3 @@ class Request:
 
     def done(self):
         return self._state != PENDING
-
-    def __repr__(self):
-        return "Request(%r, %r)" % (self.topic, self.payload)

@@ -1,9 +1,12 @@
-"""Runs every portable test module under the real MicroPython unix port with a
-64 KB heap, from the .mpy bundle; the same modules also run here under pytest.
+"""Runs every portable test module under the real MicroPython unix port, from
+the .mpy bundle; the same modules also run here under pytest.
 
-A module that needs more than the core (the link) may declare its heap with a
-module-level ``MPY_HEAP = "96K"`` and a comment saying why; the figure is then
-visible in the test itself and in the test id.
+Heap: the unix port is 64-bit, so the core takes ~38 KB after import here
+against roughly half that on 32-bit boards. The behaviour suite runs in an
+80 KB heap so that its own test code has room; the 64 KB budget itself is
+checked by tests/test_mpy_budget.py with a device-sized workload. A module
+that imports more than the core (the link) declares its heap with a
+module-level ``MPY_HEAP = "96K"`` and a comment saying why.
 """
 import ast
 import os
@@ -14,6 +17,7 @@ import pytest
 from tests.conftest import ROOT, run_micropython
 
 PORTABLE = os.path.join(ROOT, "tests", "portable")
+DEFAULT_HEAP = "80K"
 MODULES = sorted(f[:-3] for f in os.listdir(PORTABLE) if f.startswith("test_") and f.endswith(".py"))
 
 
@@ -31,7 +35,7 @@ def _heap(mod):
         if (isinstance(n, ast.Assign) and len(n.targets) == 1
                 and getattr(n.targets[0], "id", None) == "MPY_HEAP"):
             return n.value.value
-    return "64K"
+    return DEFAULT_HEAP
 
 
 @pytest.mark.parametrize("mod,heap", [(m, _heap(m)) for m in MODULES])
