@@ -21,7 +21,9 @@ def _extra(extra):
         return None
     if not isinstance(extra, dict):
         raise TypeError("extra must be a dict, not " + type_name(extra))
-    return V.FrozenDict(extra) if extra else None
+    # .items(): MicroPython's dict() misreads a dict subclass (an extra taken
+    # from another origin) as a sequence of pairs.
+    return V.FrozenDict(extra.items()) if extra else None
 
 
 class Connection:

@@ -125,3 +125,14 @@ def concrete(topic, s_wild, m_wild):
 def render(k):
     """A key as text, for sorting and messages."""
     return "/".join([str(t) for t in k])
+
+
+def matches(pkey, k):
+    """Does pattern key pkey match concrete key k?"""
+    n = len(k)
+    for i, p in enumerate(pkey):
+        if p is REST:
+            return True
+        if i >= n or (p is not ANY and (type(p) is not type(k[i]) or p != k[i])):
+            return False
+    return len(pkey) == n

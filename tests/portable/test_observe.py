@@ -47,3 +47,14 @@ def test_observer_authorised_as_subscribe_and_watch():
     raises(edgebus.Denied, c.observe, "#")
     assert seen == ["subscribe", "watch_retained"]
     assert bus.stats()["observers"] == 0
+
+
+def test_extra_taken_from_another_origin_is_copied_whole():
+    # Forwarding origin.extra as a new extra (as a bridge does) keeps every key.
+    bus = edgebus.Bus()
+    c = bus.connect()
+    s = c.subscribe("#")
+    c.publish("a", 1, extra={"ts": 5, "k": "v"})
+    m = s.recv_nowait()
+    c.publish("b", 2, extra=m.origin.extra)
+    assert s.recv_nowait().origin.extra == {"ts": 5, "k": "v"}

@@ -1,0 +1,148 @@
+"""Transports for a Link: byte streams carrying COBS frames.
+
+A transport has ``async recv()`` -> list of frame bodies (None at the end),
+``async send(body)``, ``close()`` and ``stats()``. Message transports (MQTT)
+implement the same four with one frame per message (see frame.decode).
+"""
+from .. import compat as C
+from .frame import FrameReader, encode, MAX_LEN
+
+
+class StreamTransport:
+    """Frames over an asyncio (reader, writer) pair: TCP, unix sockets, serial."""
+
+    def __init__(self, reader, writer, max_len=MAX_LEN, chunk=256):
+        self.reader = reader
+        self.writer = writer
+        self.frames = FrameReader(max_len)
+        self.max_len = max_len
+        self.chunk = chunk
+        self._lead = True   # first write ends any partial frame the peer holds
+        self.closed = False
+
+    async def recv(self):
+        if self.closed:
+            return None
+        try:
+            data = await self.reader.read(self.chunk)
+        except OSError:
+            data = None
+        if not data:
+            self.closed = True
+            return None
+        return self.frames.feed(data)
+
+    async def send(self, body):
+        if self.closed:
+            raise OSError("transport closed")
+        self.writer.write(encode(body, self.max_len, self._lead))
+        self._lead = False
+        await self.writer.drain()
+
+    def close(self):
+        if not self.closed:
+            self.closed = True
+            try:
+                self.writer.close()
+            except OSError:
+                pass
+
+    def stats(self):
+        return self.frames.stats()
+
+
+class _PipeEnd:
+    """One end of an in-process byte pipe with the asyncio stream interface."""
+
+    def __init__(self):
+        self.buf = bytearray()
+        self.ev = C.Event()
+        self.eof = False
+        self.peer = None
+        self.filter = None   # callable(bytes) -> bytes: lets tests damage the line
+
+    async def read(self, n):
+        while not self.buf and not self.eof:
+            self.ev.clear()
+            await self.ev.wait()
+        data = bytes(self.buf[:n])
+        self.buf = self.buf[n:]
+        return data
+
+    def write(self, data):
+        p = self.peer
+        if p.eof:
+            raise OSError("pipe closed")
+        if self.filter is not None:
+            data = self.filter(bytes(data))
+        p.buf += data
+        p.ev.set()
+
+    async def drain(self):
+        await C.asyncio.sleep(0)
+
+    def close(self):
+        for e in (self, self.peer):
+            e.eof = True
+            e.ev.set()
+
+
+def pair(max_len=MAX_LEN):
+    """Two StreamTransports joined in memory through real frame bytes."""
+    a = _PipeEnd()
+    b = _PipeEnd()
+    a.peer = b
+    b.peer = a
+    return StreamTransport(a, a, max_len), StreamTransport(b, b, max_len)
+
+
+async def open_tcp(host, port, max_len=MAX_LEN):
+    """A StreamTransport over a TCP connection."""
+    r, w = await C.asyncio.open_connection(host, port)
+    return StreamTransport(r, w, max_len)
+
+
+class PolledTransport:
+    """Frames over a file-like object read by polling: a tty opened raw with
+    VMIN=0 on the unix port, or a machine.UART on a board. ``read(n)`` must
+    return what is there (b'' or None when nothing) without blocking; reads
+    then never stall the scheduler."""
+
+    def __init__(self, f, max_len=MAX_LEN, poll_ms=5, chunk=256):
+        self.f = f
+        self.frames = FrameReader(max_len)
+        self.max_len = max_len
+        self.poll_ms = poll_ms
+        self.chunk = chunk
+        self._lead = True
+        self.closed = False
+
+    async def recv(self):
+        while not self.closed:
+            try:
+                data = self.f.read(self.chunk)
+            except OSError:
+                data = None
+            if data:
+                return self.frames.feed(data)
+            await C.asyncio.sleep(self.poll_ms / 1000)
+        return None
+
+    async def send(self, body):
+        if self.closed:
+            raise OSError("transport closed")
+        data = encode(body, self.max_len, self._lead)
+        self._lead = False
+        n = 0
+        while n < len(data):   # a UART or tty may take part of a write
+            w = self.f.write(data[n:])
+            if w is None or w == 0:
+                await C.asyncio.sleep(self.poll_ms / 1000)
+                continue
+            n += w
+
+    def close(self):
+        self.closed = True
+
+    def stats(self):
+        return self.frames.stats()

@@ -1,0 +1,158 @@
+"""The link's wire format (docs/protocol.md): frame bodies, topics, proofs.
+
+A body is ``type|flags`` (1 byte), an optional 16-bit sequence number, JSON,
+and an optional raw binary payload after it. JSON because MicroPython's json
+is C (fast, no code of ours to carry) and every bus payload the firmware uses
+is a JSON value; bytes payloads travel raw after the JSON instead of base64.
+"""
+import json
+import hashlib
+from binascii import hexlify
+from os import urandom
+
+VERSION = 1
+
+HELLO = 1       # initiator -> responder: opens a session
+HELLO_ACK = 2   # responder -> initiator: its side plus proof of the key
+AUTH = 3        # initiator -> responder: proof of the key
+ERROR = 4       # either: a refusal with a code; the session ends
+BYE = 5         # either: clean close
+PING = 6
+PONG = 7
+SYNCSTART = 8   # retained snapshot: start
+SYNC = 9        # one retained fact
+SYNCEND = 10    # snapshot complete: the importer applies it now
+PUB = 11        # published message          (sequenced)
+RET = 12        # retained value             (sequenced)
+UNRET = 13      # retained value removed     (sequenced)
+CALL = 14
+REPLY = 15
+FAIL = 16
+ROUTES = 17     # the endpoints the sender offers, complete list
+
+F_SEQ = 0x40    # a 16-bit sequence number follows the type byte
+F_BIN = 0x80    # a varint JSON length follows; the payload is the raw tail
+TYPE_MASK = 0x3F
+
+NAMES = ("", "HELLO", "HELLO_ACK", "AUTH", "ERROR", "BYE", "PING", "PONG", "SYNCSTART",
+         "SYNC", "SYNCEND", "PUB", "RET", "UNRET", "CALL", "REPLY", "FAIL", "ROUTES")
+
+
+class WireError(ValueError):
+    """A body that does not decode; the reason is the message."""
+
+
+def encode(t, obj, seq=None, blob=None):
+    """One frame body. ``blob`` (bytes) travels raw after the JSON."""
+    j = json.dumps(obj, separators=(",", ":")).encode()
+    out = bytearray(1)
+    out[0] = t | (F_SEQ if seq is not None else 0) | (F_BIN if blob is not None else 0)
+    if seq is not None:
+        out += (seq & 0xFFFF).to_bytes(2, "big")
+    if blob is not None:
+        n = len(j)
+        while n >= 0x80:
+            out.append((n & 0x7F) | 0x80)
+            n >>= 7
+        out.append(n)
+    out += j
+    if blob is not None:
+        out += blob
+    return out
+
+
+def decode(body):
+    """(type, seq16 or None, JSON value, blob or None); WireError if malformed."""
+    n = len(body)
+    if n < 2:
+        raise WireError("body too short")
+    h = body[0]
+    i = 1
+    seq = None
+    if h & F_SEQ:
+        if n < 3:
+            raise WireError("truncated sequence number")
+        seq = (body[1] << 8) | body[2]
+        i = 3
+    end = n
+    if h & F_BIN:
+        ln = 0
+        shift = 0
+        while True:
+            if i >= n or shift > 21:
+                raise WireError("bad JSON length")
+            b = body[i]
+            i += 1
+            ln |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                break
+        end = i + ln
+        if end > n:
+            raise WireError("JSON length past the end")
+    try:
+        obj = json.loads(bytes(body[i:end]))
+    except ValueError:
+        raise WireError("bad JSON")
+    return h & TYPE_MASK, seq, obj, (bytes(body[end:]) if h & F_BIN else None)
+
+
+def topic_out(key):
+    """A topic key on the wire: 'a/b' when that round-trips, else a list."""
+    for t in key:
+        if type(t) is not str or "/" in t:
+            return list(key)
+    return "/".join(key)
+
+
+def topic_in(x):
+    """A wire topic as a key; WireError unless str or a list of str/int."""
+    if type(x) is str:
+        if x:
+            return tuple(x.split("/"))
+    elif type(x) is list and x:
+        for t in x:
+            if type(t) is not str and type(t) is not int:
+                raise WireError("bad topic token")
+        return tuple(x)
+    raise WireError("bad topic")
+
+
+def nonce():
+    return hexlify(urandom(12)).decode()
+
+
+try:
+    import hmac as _hmac  # CPython: the standard library's, constant-time compare too
+
+    def mac(key, msg):
+        return _hmac.new(key, msg, hashlib.sha256).digest()
+
+    same = _hmac.compare_digest
+except ImportError:
+    # MicroPython has hashlib.sha256 but no hmac: RFC 2104 over it.
+    def mac(key, msg):
+        if len(key) > 64:
+            key = hashlib.sha256(key).digest()
+        key = key + bytes(64 - len(key))
+        inner = hashlib.sha256(bytes([b ^ 0x36 for b in key]))
+        inner.update(msg)
+        outer = hashlib.sha256(bytes([b ^ 0x5C for b in key]))
+        outer.update(inner.digest())
+        return outer.digest()
+
+    def same(a, b):
+        if len(a) != len(b):
+            return False
+        r = 0
+        for x, y in zip(a, b):
+            r |= x ^ y
+        return r == 0
+
+
+def proof(key, role, hello, ack):
+    """Proof that ``role`` ('I' or 'R') knows key, bound to both sides' nonces,
+    session ids and node ids, so no proof can be replayed into another session."""
+    m = "|".join(("edgebus-link-1", role, hello["nonce"], ack["nonce"], hello["sid"],
+                  ack["sid"], str(hello["node"]), str(ack["node"])))
+    return hexlify(mac(key, m.encode())).decode()

@@ -1,0 +1,60 @@
+"""Helpers for the portable link tests: two buses joined by two Links over an
+in-process byte pipe (real frames), the same way on CPython and MicroPython."""
+import asyncio
+import edgebus
+from edgebus.link.link import Link
+from edgebus.link.stream import pair
+
+KEY = b"device-key-1"
+
+
+class Joined:
+    """A device bus and a host bus joined by links running over a pipe."""
+
+    def __init__(self, dev_key=KEY, host_key=KEY, dev_kw=None, host_kw=None, dev_bus=None,
+                 host_bus=None, host_link=None, hb=1.0):
+        self.dev = dev_bus or edgebus.Bus()
+        self.host = host_bus or edgebus.Bus()
+        kw = {"exports": [("sensor/#", ""), ("sys/#", "")], "imports": [("cmd/#", "")],
+              "export_calls": [("sys/#", "")], "import_calls": [("host/#", "")],
+              "heartbeat": hb}
+        kw.update(dev_kw or {})
+        self.dl = Link(self.dev, "dev1", key=dev_key, role="initiator", **kw)
+        hk = {"exports": [("dev/{node}/cmd/#", "dev/{node}"), ("host/#", "")],
+              "imports": [("#", "dev/{node}")], "import_calls": [("#", "dev/{node}")],
+              "export_calls": [("host/#", "")], "heartbeat": hb}
+        hk.update(host_kw or {})
+        self.hl = host_link or Link(self.host, "host", key=host_key, role="responder", **hk)
+        self.tasks = []
+
+    def start(self):
+        self.ta, self.tb = pair()
+        self.tasks = [asyncio.create_task(self.dl.run(self.ta)),
+                      asyncio.create_task(self.hl.run(self.tb))]
+        return self
+
+    async def stop(self):
+        self.ta.close()
+        for t in self.tasks:
+            try:
+                await t
+            except Exception:
+                pass
+
+
+async def until(cond, timeout=3.0, step=0.01):
+    """Wait until cond() is true; AssertionError after timeout seconds."""
+    n = int(timeout / step)
+    for _ in range(n):
+        if cond():
+            return True
+        await asyncio.sleep(step)
+    raise AssertionError("condition not met within %.1fs" % timeout)
+
+
+def up(j):
+    return j.dl.status == "up" and j.hl.status == "up"
+
+
+def synced(j):
+    return up(j) and j.hl.counters.get("syncs", 0) >= 1 and j.dl.counters.get("syncs", 0) >= 1

@@ -1,0 +1,140 @@
+"""Link state re-sync (SYNCSTART/SYNC/SYNCEND), restarts and generations."""
+import asyncio
+import edgebus
+from edgebus.link.link import Link
+from tests.portable.support import run
+from tests.portable.linkkit import Joined, until, synced
+
+# Two buses and two links in one interpreter (64-bit unix port).
+MPY_HEAP = "160K"
+
+
+def _facts(view):
+    return sorted([("/".join([str(t) for t in m.topic]), m.payload) for m in view.snapshot()])
+
+
+def test_retained_state_synced_then_kept_current():
+    async def main():
+        j = Joined()
+        dc = j.dev.connect()
+        dc.retain("sensor/a", 1)
+        dc.retain("sensor/b", {"x": [1, 2]})
+        dc.retain("other/c", 3)            # not exported
+        view = j.host.connect().retained_view("dev/#")
+        j.start()
+        await until(lambda: synced(j) and len(view) == 2)
+        assert _facts(view) == [("dev/dev1/sensor/a", 1), ("dev/dev1/sensor/b", {"x": [1, 2]})]
+        dc.retain("sensor/a", 5)
+        dc.unretain("sensor/b")
+        await until(lambda: _facts(view) == [("dev/dev1/sensor/a", 5)])
+        await j.stop()
+    run(main())
+
+
+def test_reconnect_resyncs_without_flicker_and_counts_outage_gap():
+    async def main():
+        j = Joined()
+        dc = j.dev.connect()
+        dc.retain("sensor/a", 1)
+        dc.retain("sensor/gone", 1)
+        hv = j.host.connect().retained_view("dev/#")
+        w = j.host.connect().watch_retained("dev/#", queue_len=64)
+        j.start()
+        await until(lambda: synced(j) and len(hv) == 2)
+        while w.recv_nowait() is not None:
+            pass
+        await j.stop()
+        # While the line is down the device changes state and publishes.
+        dc.retain("sensor/a", 2)
+        dc.unretain("sensor/gone")
+        dc.retain("sensor/new", 3)
+        dc.publish("sensor/event", 9)
+        syncs = j.hl.counters.get("syncs", 0)
+        j.start()
+        await until(lambda: j.hl.counters.get("syncs", 0) > syncs)
+        assert _facts(hv) == [("dev/dev1/sensor/a", 2), ("dev/dev1/sensor/new", 3)]
+        ops = []
+        while True:
+            ev = w.recv_nowait()
+            if ev is None:
+                break
+            ops.append((ev.op, "/".join(ev.topic)))
+        # replaced in place (no unretain of sensor/a first), then the vanished one removed
+        assert ops == [("retain", "dev/dev1/sensor/a"), ("retain", "dev/dev1/sensor/new"),
+                       ("unretain", "dev/dev1/sensor/gone")] or \
+            ops == [("retain", "dev/dev1/sensor/new"), ("retain", "dev/dev1/sensor/a"),
+                    ("unretain", "dev/dev1/sensor/gone")], ops
+        # same device boot: same generation; what it sent while down shows as a gap
+        assert j.hl.generation == 1
+        assert j.hl.counters.get("gaps", 0) >= 4
+        await j.stop()
+    run(main())
+
+
+def test_device_restart_bumps_generation_and_removes_stale_facts():
+    async def main():
+        j = Joined()
+        j.dev.connect().retain("sensor/old", 1)
+        hv = j.host.connect().retained_view("dev/#")
+        j.start()
+        await until(lambda: synced(j) and len(hv) == 1)
+        sid1 = j.dl.sid
+        await j.stop()
+        # The device reboots: a new bus, a new link, a new sid.
+        j2 = Joined(host_link=j.hl)
+        j2.dev.connect().retain("sensor/fresh", 2)
+        j2.start()
+        await until(lambda: j.hl.peer_sid == j2.dl.sid and _facts(hv) == [("dev/dev1/sensor/fresh", 2)])
+        assert j2.dl.sid != sid1 and j.hl.generation == 2
+        m = hv.get("dev/dev1/sensor/fresh")
+        assert m.origin.generation == 2 and m.origin.peer_sid == j2.dl.sid
+        await j2.stop()
+    run(main())
+
+
+def test_wrong_key_gets_no_session_and_a_clear_error_on_both_ends():
+    async def main():
+        j = Joined(dev_key=b"wrong").start()
+        j.dev.connect().retain("sensor/a", 1)
+        await until(lambda: j.hl.counters.get("auth_failures", 0) >= 1
+                    and j.dl.counters.get("auth_failures", 0) >= 1)
+        assert j.hl.status != "up" and j.dl.status != "up"
+        assert "auth_failed" in j.hl.last_error and "auth_failed" in j.dl.last_error
+        assert j.host.stats()["retained"] <= 1          # only the host link's status
+        view = j.host.connect().retained_view("link/#")
+        await until(lambda: view.snapshot()[0].payload["counters"].get("auth_failures", 0) >= 1)
+        st = view.snapshot()[0].payload
+        assert st["state"] != "up" and "auth_failed" in st["last_error"]
+        await j.stop()
+    run(main())
+
+
+def test_replayed_hello_is_refused():
+    async def main():
+        host = edgebus.Bus()
+        hl = Link(host, "host", key=b"k", role="responder")
+        sent = []
+
+        class Capture:
+            async def recv(self):
+                await asyncio.sleep(10)
+
+            async def send(self, b):
+                sent.append(bytes(b))
+
+            def close(self):
+                pass
+        t = asyncio.create_task(hl.run(Capture()))
+        await asyncio.sleep(0)
+        from edgebus.link import wire as W
+        hello = W.encode(W.HELLO, {"v": 1, "node": "d", "sid": "s1", "nonce": "n1", "auth": True})
+        hl.feed(hello)
+        assert hl.status == "ack_sent"
+        hl.feed(hello)                        # the same hello again: a replay
+        assert hl.counters.get("replays") == 1 and hl.status == "down"
+        await asyncio.sleep(0.05)
+        kinds = [W.decode(b)[0] for b in sent]
+        assert W.HELLO_ACK in kinds and W.ERROR in kinds
+        t.cancel()
+        await hl.close()
+    run(main())

@@ -1,0 +1,94 @@
+"""A simulated serial cable: two pseudo-terminals joined by a relay.
+
+Each end is a real tty path (``a`` for the device side, ``b`` for the host
+side) that programs open as they would a UART or /dev/ttyUSB0. The relay
+copies bytes both ways and can cut the line, restore it, or add noise, so
+tests and demos exercise real ptys and real serial code. It stands in for
+the physical cable only: everything on either end is the real software.
+"""
+import os
+import pty
+import random
+import select
+import termios
+import threading
+import tty
+
+
+class PtyCable:
+    """Two ptys joined by a relay thread; ``a`` and ``b`` are the tty paths."""
+
+    def __init__(self, baud=None):
+        self._ma, self._sa = pty.openpty()
+        self._mb, self._sb = pty.openpty()
+        for fd in (self._sa, self._sb):
+            tty.setraw(fd)
+            attrs = termios.tcgetattr(fd)
+            attrs[6][termios.VMIN] = 0   # a read returns what is there: polled readers
+            attrs[6][termios.VTIME] = 0
+            termios.tcsetattr(fd, termios.TCSANOW, attrs)
+        self.a = os.ttyname(self._sa)
+        self.b = os.ttyname(self._sb)
+        self.baud = baud          # bytes are paced to this rate when set
+        self.connected = True
+        self.noise = 0.0          # probability that a relayed byte is corrupted
+        self.bytes = {"a_to_b": 0, "b_to_a": 0, "lost": 0, "corrupted": 0}
+        self._rng = random.Random(1234)
+        self._stop = False
+        self._t = threading.Thread(target=self._run, name="ptycable", daemon=True)
+        self._t.start()
+
+    def cut(self):
+        """Disconnect: bytes written on either side are lost until restore()."""
+        self.connected = False
+
+    def restore(self):
+        self.connected = True
+
+    def _relay(self, src, dst, key):
+        try:
+            data = os.read(src, 4096)
+        except OSError:
+            return
+        if not data:
+            return
+        if not self.connected:
+            self.bytes["lost"] += len(data)
+            return
+        if self.noise:
+            b = bytearray(data)
+            for i in range(len(b)):
+                if self._rng.random() < self.noise:
+                    b[i] ^= 1 << self._rng.randrange(8)
+                    self.bytes["corrupted"] += 1
+            data = bytes(b)
+        self.bytes[key] += len(data)
+        view = memoryview(data)
+        while view:
+            n = os.write(dst, view)
+            view = view[n:]
+        if self.baud:
+            threading.Event().wait(len(data) * 10 / self.baud)
+
+    def _run(self):
+        while not self._stop:
+            r, _, _ = select.select([self._ma, self._mb], [], [], 0.05)
+            if self._ma in r:
+                self._relay(self._ma, self._mb, "a_to_b")
+            if self._mb in r:
+                self._relay(self._mb, self._ma, "b_to_a")
+
+    def close(self):
+        self._stop = True
+        self._t.join(1)
+        for fd in (self._ma, self._sa, self._mb, self._sb):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
