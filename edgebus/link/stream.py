@@ -17,7 +17,6 @@ class StreamTransport:
         self.frames = FrameReader(max_len)
         self.max_len = max_len
         self.chunk = chunk
-        self._lead = True   # first write ends any partial frame the peer holds
         self.closed = False
 
     async def recv(self):
@@ -35,8 +34,9 @@ class StreamTransport:
     async def send(self, body):
         if self.closed:
             raise OSError("transport closed")
-        self.writer.write(encode(body, self.max_len, self._lead))
-        self._lead = False
+        # A delimiter before every frame too: the rest of a frame cut short on
+        # the line then ends there, and only that frame is lost, not the next.
+        self.writer.write(encode(body, self.max_len, True))
         await self.writer.drain()
 
     def close(self):
@@ -114,7 +114,6 @@ class PolledTransport:
         self.max_len = max_len
         self.poll_ms = poll_ms
         self.chunk = chunk
-        self._lead = True
         self.closed = False
 
     async def recv(self):
@@ -131,8 +130,7 @@ class PolledTransport:
     async def send(self, body):
         if self.closed:
             raise OSError("transport closed")
-        data = encode(body, self.max_len, self._lead)
-        self._lead = False
+        data = encode(body, self.max_len, True)   # leading delimiter: see StreamTransport
         n = 0
         while n < len(data):   # a UART or tty may take part of a write
             w = self.f.write(data[n:])
