@@ -12,12 +12,15 @@ def mpy_cross():
     return exe
 
 
-def compile_file(src, dst, arch=None, opt=0):
-    """Compile one .py file to dst (.mpy); arch selects native code (None: bytecode)."""
+def compile_file(src, dst, arch=None, opt=0, source_name=None):
+    """Compile one .py file to dst (.mpy); arch selects native code (None: bytecode);
+    source_name is the file name tracebacks show (default: src as given)."""
     os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
     cmd = [mpy_cross(), "-O%d" % opt, "-o", dst]
     if arch:
         cmd.append("-march=" + arch)
+    if source_name:
+        cmd += ["-s", source_name]
     cmd.append(src)
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:

