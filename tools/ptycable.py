@@ -47,7 +47,8 @@ class PtyCable:
 
     def _relay(self, src, dst, key):
         try:
-            data = os.read(src, 4096)
+            # Paced: small reads, each delivered after its time on the wire.
+            data = os.read(src, 64 if self.baud else 4096)
         except OSError:
             return
         if not data:
@@ -62,13 +63,13 @@ class PtyCable:
                     b[i] ^= 1 << self._rng.randrange(8)
                     self.bytes["corrupted"] += 1
             data = bytes(b)
+        if self.baud:   # 8N1: 10 bits on the line per byte
+            threading.Event().wait(len(data) * 10 / self.baud)
         self.bytes[key] += len(data)
         view = memoryview(data)
         while view:
             n = os.write(dst, view)
             view = view[n:]
-        if self.baud:
-            threading.Event().wait(len(data) * 10 / self.baud)
 
     def _run(self):
         while not self._stop:
