@@ -11,7 +11,7 @@ import platform
 import sys
 import time
 
-from tools.bench import core_cpython, core_mpy, report
+from tools.bench import core_cpython, core_mpy, link_bench, report
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -33,6 +33,8 @@ def main(argv=None):
     res["core_publish_curve"] = core_cpython.publish_cost_curve(args.smoke)
     print("core on MicroPython: heap and speed ...", flush=True)
     res["core_mpy"] = core_mpy.figures(args.smoke)
+    print("link: bytes on the wire, paced pty, call round trips ...", flush=True)
+    res["link"] = link_bench.run(args.smoke)
     res["meta"]["seconds"] = round(time.time() - t0, 1)
     with open(os.path.join(out, "benchmarks.json"), "w") as f:
         json.dump(res, f, indent=1)

@@ -99,5 +99,26 @@ def markdown(res, out):
     for n in (1, 10):
         e, b = med("msgs_per_s_%dsub" % n), med("naive_msgs_per_s_%dsub" % n)
         L.append("| %d | %s | %s | %.2f× |" % (n, _f(e), _f(b), e / b))
+    lk = res.get("link")
+    if lk:
+        L += ["", "## 3. Link", "",
+              "Bytes on a byte stream for one PUB of a binary payload on topic `sensor/temp` "
+              "(COBS + CRC-16 + delimiters + type + 16-bit seq = framing and header; the JSON "
+              "part carries the topic).", "",
+              "| payload | bytes on the line | framing + header | topic + JSON | payload share |",
+              "|---|---|---|---|---|"]
+        for w in lk["wire"]:
+            L.append("| %d B | %d | %d | %d | %.0f%% |" % (
+                w["payload"], w["on_line"], w["framing_and_header"], w["topic_and_json"],
+                100 * w["efficiency"]))
+        p = lk["pty"]
+        L += ["", "Over a real pty pair paced at %s baud (8N1; `tools/ptycable.py`), device "
+              "link on a polled tty, host link on pyserial-asyncio, %d-byte payloads:" % (
+                  "{:,}".format(p["baud"]), p["payload"]), "",
+              "| figure | edgebus | the line's physical limit | ratio |", "|---|---|---|---|",
+              "| messages/s | %s | %s | %.2f× |" % (_mmm(p["msgs_per_s"]),
+                                                    _f(p["line_limit_msgs_per_s"]), p["of_limit"]),
+              "", "Request/reply round trips over the link (in-memory byte pipe, CPython, one "
+              "caller at a time): %s per second." % _mmm(lk["roundtrips_per_s"])]
     L.append("")
     return "\n".join(L) + "\n"
