@@ -72,6 +72,12 @@ class Feed:
         c._dropped += 1
         c._bus._dropped += 1
 
+    def wake_on(self, event):
+        """Set ``event`` whenever an item is accepted: one task can then serve
+        many feeds with recv_nowait() instead of a task per feed."""
+        self._ev = event
+        self._waiting = 1
+
     # -- consumer side -------------------------------------------------
     def _pop(self):
         if not self._n:

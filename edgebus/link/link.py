@@ -48,13 +48,15 @@ class Link:
     peer and the peer's endpoints proxied here. ``{node}`` in a rule stands
     for the peer's node id. ``key`` is bytes, a callable(node) -> bytes|None,
     or None for an unauthenticated link (both sides must agree).
+    ``principal`` is who the link acts as on this bus (for the authoriser);
+    ``state`` holds the peer's generation and may be persisted by the owner.
     """
 
     def __init__(self, bus, node, key=None, role="initiator", link_id=None, peer=None,
                  exports=(), imports=(), export_calls=(), import_calls=(),
                  local_only=("link/#", "local/#"), heartbeat=5.0, handshake_timeout=5.0,
                  max_pending=8, max_sync=512, out_queue=32, status=True, sid=None,
-                 state=None):
+                 state=None, principal=None, max_len=1024):
         if role not in ("initiator", "responder"):
             raise ValueError("role must be 'initiator' or 'responder'")
         self.bus = bus
@@ -71,10 +73,14 @@ class Link:
         self.max_pending = max_pending
         self.max_sync = max_sync
         self.out_queue = out_queue
+        self.max_len = max_len    # the largest frame body; the transport's limit too
         # Peer continuity across sessions (and across restarts, if the caller
         # persists it): generation and the next sequence number expected.
         self.state = state if state is not None else {}
-        self._conn = bus.connect(principal=("link", self.link_id))
+        # Everything the link does on this bus is done as principal (the
+        # authoriser's subject): by default ("link", link_id).
+        self._conn = bus.connect(principal=principal if principal is not None
+                                 else ("link", self.link_id))
         self._status_on = status
         self._imp = None          # derived connection for what arrives, per session
         self._obs = []            # [(observer, rule)] for exports, per peer node
@@ -145,12 +151,27 @@ class Link:
             self._conn.retain(self.status_topic(), self.stats())
 
     # -- outbound queues -------------------------------------------------
+    def _too_big(self, b, what):
+        if len(b) <= self.max_len:
+            return False
+        self.count("oversize_out")
+        self.last_error = "%s of %d bytes exceeds max_len %d: not sent" % (what, len(b), self.max_len)
+        return True
+
     def _control(self, t, obj):
-        self._ctl.append(W.encode(t, obj))
-        self._wake.set()
+        b = W.encode(t, obj)
+        if not self._too_big(b, W.NAMES[t]):
+            self._ctl.append(b)
+            self._wake.set()
 
     def _call_frame(self, t, obj, blob=None):
-        self._calls.append(W.encode(t, obj, None, blob))
+        b = W.encode(t, obj, None, blob)
+        if self._too_big(b, W.NAMES[t]):
+            if t == W.CALL:
+                raise ValueError("request too large for the link (max_len %d)" % self.max_len)
+            b = W.encode(W.FAIL, [obj[0], "failed", "reply too large for the link (%d bytes, max %d)"
+                                  % (len(b), self.max_len)])
+        self._calls.append(b)
         self._wake.set()
 
     def next_body(self):
@@ -190,10 +211,7 @@ class Link:
         self._obs = []
         for r, rule in zip(self._rule_src[0], exports):
             o = self._conn.observe(_subst(r[0], node), queue_len=self.out_queue)
-            # The writer is these observers' only receiver: sharing its wake
-            # event lets every accepted item wake it, with no task per observer.
-            o._ev = self._wake
-            o._waiting = 1
+            o.wake_on(self._wake)   # the writer serves every observer
             self._obs.append((o, rule))
         self._obs_drops = [0] * len(self._obs)
         self._exports = exports
@@ -259,11 +277,14 @@ class Link:
         if x:
             obj.append(x)   # a dict subclass: json encodes it as it is
         try:
-            return W.encode(t, obj, seq if t != W.SYNC else None, blob)
+            b = W.encode(t, obj, seq if t != W.SYNC else None, blob)
         except (TypeError, ValueError) as e:
             self.count("unencodable")
             self.last_error = "unencodable payload on %s: %s" % (T.render(item.topic), e)
             return None
+        # Too large: dropped here; its sequence number is spent, so the peer
+        # counts the loss as a gap.
+        return None if self._too_big(b, T.render(item.topic)) else b
 
     def _start_snapshot(self):
         # Events queued before the snapshot are older than it: drop them
@@ -738,12 +759,14 @@ class Link:
             res = (W.FAIL, [cid, e.reason, None], None)
         except E.BusError as e:
             res = (W.FAIL, [cid, "denied", str(e)], None)
+        except MemoryError:     # a small board: answer rather than leave the caller waiting
+            res = (W.FAIL, [cid, "failed", "out of memory on %s" % self.node], None)
         finally:
             self._served -= 1
         if session == self._session and self.status == UP:  # replies to a dead session go nowhere
             try:
                 self._call_frame(*res)
-            except (TypeError, ValueError) as e:
+            except (TypeError, ValueError, MemoryError) as e:
                 self._call_frame(W.FAIL, [cid, "failed", "unencodable reply: %s" % e])
 
     # -- timers ----------------------------------------------------------
@@ -827,6 +850,10 @@ class Link:
                 self.count("send_errors")
                 transport.close()
                 return
+            except ValueError as e:   # refused by the transport: counted, the link goes on
+                self.last_error = "send refused: %s" % e
+                self.count("send_errors")
+                continue
             self._t_tx = C.now()
             self.count("frames_out")
 

@@ -124,3 +124,19 @@ def test_pending_call_fails_session_reset_when_the_session_ends():
         assert e.reason == "session_reset"
         ep.unbind()
     run(main())
+
+
+def test_oversize_reply_fails_clearly_and_the_link_goes_on():
+    async def main():
+        async def handler(ep):
+            async for req in ep:
+                req.reply("x" * (1100 if req.payload == "big" else 1))
+        j, ep, task = await _joined_with("sys/big", handler)
+        hc = j.host.connect()
+        e = await araises(edgebus.Failed, hc.call("dev/dev1/sys/big", "big"))
+        assert "too large" in e.reason
+        assert await hc.call("dev/dev1/sys/big", "small") == "x"     # still working
+        assert j.dl.counters.get("oversize_out") == 1
+        ep.unbind()
+        await j.stop()
+    run(main())

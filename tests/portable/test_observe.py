@@ -58,3 +58,24 @@ def test_extra_taken_from_another_origin_is_copied_whole():
     m = s.recv_nowait()
     c.publish("b", 2, extra=m.origin.extra)
     assert s.recv_nowait().origin.extra == {"ts": 5, "k": "v"}
+
+
+def test_wake_on_sets_the_event_for_every_accepted_item():
+    import asyncio
+
+    async def main():
+        bus = edgebus.Bus()
+        c = bus.connect()
+        ev = asyncio.Event()
+        subs = [c.subscribe("a"), c.subscribe("b", queue_len=1, full="reject_newest")]
+        for s in subs:
+            s.wake_on(ev)
+        c.publish("b", 1)
+        assert ev.is_set()
+        ev.clear()
+        c.publish("b", 2)                 # rejected: nothing new to wake for
+        assert not ev.is_set() and subs[1].dropped() == 1
+        c.publish("a", 3)
+        await asyncio.wait_for(ev.wait(), 1)
+        assert subs[0].recv_nowait().payload == 3 and subs[1].recv_nowait().payload == 1
+    asyncio.run(main())

@@ -1,0 +1,63 @@
+"""The host bus's authoriser: local users (unix credentials) get what their
+[[acl]] entry allows; links and the bridge itself are trusted (a device's
+reach is already bounded by its link's import rules and mapped prefix)."""
+from edgebus.topic import ANY, REST, pattern, key
+
+# bus action -> the ACL list that grants it
+ACTIONS = {"publish": "write", "retain": "write", "unretain": "write",
+           "subscribe": "read", "watch_retained": "read", "call": "call", "bind": "serve"}
+
+
+class Authoriser:
+    """``allow(ctx)``: (bool, reason) for the bus. A principal that is a dict
+    with 'uid' is a local user; anything else is trusted."""
+
+    def __init__(self, acls):
+        self.by_uid = {}
+        for a in acls:
+            self.by_uid[a.uid] = {
+                lst: [pattern(p, "+", "#")[1] for p in getattr(a, lst)]
+                for lst in ("read", "write", "call", "serve")}
+        self.denied = 0
+
+    def allow(self, ctx):
+        p = ctx["principal"]
+        if not isinstance(p, dict) or "uid" not in p or not self.by_uid:
+            return True
+        rules = self.by_uid.get(p["uid"])
+        if rules is None:
+            self.denied += 1
+            return False, "uid %d has no [[acl]] entry" % p["uid"]
+        lst = ACTIONS[ctx["action"]]
+        t = ctx["topic"]
+        k = key(t) if ctx["action"] not in ("subscribe", "watch_retained") else \
+            pattern(t, "+", "#")[1]
+        for r in rules[lst]:
+            if _covers(r, k):
+                return True
+        self.denied += 1
+        return False, "uid %d may not %s %s" % (p["uid"], ctx["action"],
+                                                "/".join(str(x) for x in t))
+
+
+def _covers(rule, k):
+    """Does rule (a pattern key) cover k (a concrete key, or a pattern key whose
+    every match the rule also matches)?"""
+    for i, r in enumerate(rule):
+        if r is REST:
+            return True
+        if i >= len(k):
+            return False
+        t = k[i]
+        if t is REST:
+            return False
+        if r is ANY:
+            continue
+        if t is ANY or type(t) is not type(r) or t != r:
+            return False
+    return len(rule) == len(k)
+
+
+def make(cfg):
+    return Authoriser(cfg.acl) if cfg.acl else None
+

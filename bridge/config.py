@@ -1,0 +1,170 @@
+"""The bridge's configuration: one TOML file, validated with clear errors.
+
+Every section is optional; what is missing takes the default below, so an
+empty file (or none) is a valid configuration of a bridge with no links.
+"""
+import os
+import tomllib
+from dataclasses import dataclass, field
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot run; the message says which key and why."""
+
+
+@dataclass
+class Device:
+    """A device joined over a serial port."""
+    node: str
+    port: str
+    key: bytes
+    baud: int = 115200
+
+
+@dataclass
+class Mqtt:
+    """The MQTT broker that devices reach the bridge through."""
+    url: str = "mqtt://127.0.0.1:1883"
+    client_id: str = "edgebus-bridge"
+    username: str | None = None
+    password: str | None = None
+    tls_ca: str | None = None
+    prefix: str = "edgebus"              # frames on <prefix>/<node>/up and .../down
+    keys: dict = field(default_factory=dict)   # node -> key (bytes)
+    mirror: list = field(default_factory=list)  # host-bus patterns mirrored as plain MQTT
+
+
+@dataclass
+class Acl:
+    """What a local (unix socket) user may do; patterns use + and #."""
+    uid: int
+    read: list = field(default_factory=list)
+    write: list = field(default_factory=list)
+    call: list = field(default_factory=list)
+    serve: list = field(default_factory=list)
+
+
+@dataclass
+class Config:
+    node: str = "gateway"
+    state_dir: str = "./edgebus-state"
+    socket: str | None = None            # unix socket for local processes and `edgebus status`
+    metrics: str | None = None           # "host:port" for Prometheus /metrics
+    log_dir: str | None = None           # telemetry log; None: no log
+    log_patterns: list = field(default_factory=lambda: ["dev/#"])
+    segment_bytes: int = 64 * 1024 * 1024
+    segment_seconds: float = 60.0
+    retention_bytes: int | None = None
+    retention_seconds: float | None = None
+    heartbeat: float = 5.0
+    queue_len: int = 64
+    serial: list = field(default_factory=list)   # [Device]
+    mqtt: Mqtt | None = None
+    acl: list = field(default_factory=list)      # [Acl]; empty: local users may do anything
+
+
+def _key(d, where):
+    if "key" in d:
+        k = d["key"]
+        if not isinstance(k, str) or not k:
+            raise ConfigError("%s: key must be a non-empty string" % where)
+        return k.encode()
+    if "key_file" in d:
+        try:
+            with open(d["key_file"], "rb") as f:
+                return f.read().strip()
+        except OSError as e:
+            raise ConfigError("%s: key_file %s: %s" % (where, d["key_file"], e.strerror))
+    raise ConfigError("%s: needs key or key_file (the device's shared key)" % where)
+
+
+def _take(d, where, spec):
+    """Type-check known keys of a table and refuse unknown ones."""
+    for k in d:
+        if k not in spec:
+            raise ConfigError("%s: unknown key %r (known: %s)" % (where, k, ", ".join(sorted(spec))))
+    out = {}
+    for k, types in spec.items():
+        if k in d:
+            v = d[k]
+            if not isinstance(v, types) or isinstance(v, bool) and bool not in (
+                    types if isinstance(types, tuple) else (types,)):
+                raise ConfigError("%s: %s has the wrong type (%s)" % (where, k, type(v).__name__))
+            out[k] = v
+    return out
+
+
+NUM = (int, float)
+
+
+def parse(data, base_dir="."):
+    """A Config from a parsed TOML document (a dict)."""
+    top = _take(data, "config", {"bridge": dict, "log": dict, "serial": list, "mqtt": dict,
+                                 "acl": list})
+    b = _take(top.get("bridge", {}), "[bridge]", {
+        "node": str, "state_dir": str, "socket": str, "metrics": str, "heartbeat": NUM,
+        "queue_len": int})
+    cfg = Config(**b)
+    if "log" in top:
+        lg = _take(top["log"], "[log]", {
+            "dir": str, "patterns": list, "segment_bytes": int, "segment_seconds": NUM,
+            "retention_bytes": int, "retention_seconds": NUM})
+        cfg.log_dir = lg.get("dir")
+        for k in ("segment_bytes", "segment_seconds", "retention_bytes", "retention_seconds"):
+            if k in lg:
+                setattr(cfg, k, lg[k])
+        if "patterns" in lg:
+            cfg.log_patterns = lg["patterns"]
+    for i, d in enumerate(top.get("serial", [])):
+        where = "[[serial]] #%d" % (i + 1)
+        s = _take(d, where, {"node": str, "port": str, "baud": int, "key": str, "key_file": str})
+        for k in ("node", "port"):
+            if k not in s:
+                raise ConfigError("%s: %s is required" % (where, k))
+        cfg.serial.append(Device(s["node"], s["port"], _key(d, where), s.get("baud", 115200)))
+    nodes = [d.node for d in cfg.serial]
+    if len(set(nodes)) != len(nodes):
+        raise ConfigError("[[serial]]: node ids must be unique, got %s" % nodes)
+    if "mqtt" in top:
+        m = _take(top["mqtt"], "[mqtt]", {
+            "url": str, "client_id": str, "username": str, "password": str, "tls_ca": str,
+            "prefix": str, "devices": list, "mirror": list})
+        mq = Mqtt(**{k: v for k, v in m.items() if k not in ("devices",)})
+        for i, d in enumerate(m.get("devices", [])):
+            where = "[mqtt].devices #%d" % (i + 1)
+            dd = _take(d, where, {"node": str, "key": str, "key_file": str})
+            if "node" not in dd:
+                raise ConfigError("%s: node is required" % where)
+            mq.keys[dd["node"]] = _key(d, where)
+        cfg.mqtt = mq
+    for i, a in enumerate(top.get("acl", [])):
+        where = "[[acl]] #%d" % (i + 1)
+        aa = _take(a, where, {"uid": int, "read": list, "write": list, "call": list,
+                              "serve": list})
+        if "uid" not in aa:
+            raise ConfigError("%s: uid is required" % where)
+        cfg.acl.append(Acl(**aa))
+    for name in ("state_dir", "socket", "log_dir"):
+        v = getattr(cfg, name)
+        if v is not None and not os.path.isabs(v):
+            setattr(cfg, name, os.path.normpath(os.path.join(base_dir, v)))
+    if cfg.metrics is not None:
+        host, _, port = cfg.metrics.rpartition(":")
+        if not host or not port.isdigit():
+            raise ConfigError("[bridge]: metrics must be host:port, got %r" % cfg.metrics)
+    return cfg
+
+
+def load(path):
+    """A Config from a TOML file; ConfigError with the file named on any problem."""
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except OSError as e:
+        raise ConfigError("%s: %s" % (path, e.strerror))
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError("%s: not valid TOML: %s" % (path, e))
+    try:
+        return parse(data, os.path.dirname(os.path.abspath(path)))
+    except ConfigError as e:
+        raise ConfigError("%s: %s" % (path, e))

@@ -1,0 +1,138 @@
+"""edgebus-bridge: the host daemon holding the host bus and joining device
+buses to it (serial, local unix socket; MQTT to come), with a telemetry log.
+
+usage: edgebus-bridge --config bridge.toml
+"""
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+import time
+
+import edgebus
+from bridge import acl, config as C, links
+
+log = logging.getLogger("edgebus.bridge")
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: structured logs a collector can parse."""
+
+    def format(self, r):
+        d = {"ts": round(r.created, 3), "level": r.levelname.lower(), "msg": r.getMessage()}
+        if r.exc_info:
+            d["exc"] = self.formatException(r.exc_info)
+        return json.dumps(d)
+
+
+class Bridge:
+    """The host bus and everything joined to it."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.auth = acl.make(cfg)
+        self.bus = edgebus.Bus(q_length=cfg.queue_len, authoriser=self.auth)
+        self.conn = self.bus.connect(principal=("bridge", cfg.node))
+        self.state = links.StateFile(cfg.state_dir)
+        self.links = {}
+        self.transports = {}
+        self.stopping = False
+        self._stop = asyncio.Event()
+        self.appender = None
+        self.started = time.time()
+        self.tasks = []
+
+    def read_patterns(self, uid):
+        for a in self.cfg.acl:
+            if a.uid == uid:
+                return list(a.read)
+        return [] if self.cfg.acl else ["#"]
+
+    async def sleep(self, seconds):
+        """Sleep, but wake at once when the bridge stops."""
+        try:
+            await asyncio.wait_for(self._stop.wait(), seconds)
+        except asyncio.TimeoutError:
+            pass
+
+    def stats(self):
+        return {"node": self.cfg.node, "uptime": round(time.time() - self.started, 1),
+                "links": {k: l.stats() for k, l in sorted(self.links.items())},
+                "bus": self.bus.stats(),
+                "log": self.appender.stats() if self.appender else None,
+                "denied": self.auth.denied if self.auth else 0}
+
+    async def _status_endpoint(self):
+        ep = self.conn.bind("bridge/status", queue_len=4)
+        async for req in ep:
+            req.reply(self.stats())
+
+    async def run(self):
+        cfg = self.cfg
+        if cfg.log_dir:
+            from bridge.telemetry import Appender
+            self.appender = Appender(self.bus, cfg)
+            self.tasks.append(asyncio.create_task(self.appender.run()))
+        self.tasks.append(asyncio.create_task(self._status_endpoint()))
+        for dev in cfg.serial:
+            self.tasks.append(asyncio.create_task(links.run_serial(self, dev)))
+        server = None
+        if cfg.socket:
+            server = await links.serve_local(self, cfg.socket)
+        if cfg.metrics:
+            from bridge import metrics
+            self.metrics = metrics.serve(self, cfg.metrics)
+        log.info("bridge %s running: %d serial link(s), socket %s, log %s", cfg.node,
+                 len(cfg.serial), cfg.socket, cfg.log_dir)
+        await self._stop.wait()
+        log.info("bridge stopping")
+        if server is not None:
+            server.close()
+        for link in list(self.links.values()):
+            await link.close("bridge stopping")
+        for t in self.tasks:
+            t.cancel()
+        await asyncio.gather(*self.tasks, return_exceptions=True)
+        if self.appender:
+            self.appender.close()      # flushes and seals: nothing appended is lost
+        self.state.save()
+        log.info("bridge stopped")
+
+    def stop(self):
+        self.stopping = True
+        self._stop.set()
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="edgebus-bridge", description=__doc__.splitlines()[0])
+    ap.add_argument("--config", "-c", help="the bridge's TOML configuration")
+    ap.add_argument("--log-format", choices=("json", "text"), default="json")
+    ap.add_argument("--verbose", "-v", action="store_true")
+    args = ap.parse_args(argv)
+    h = logging.StreamHandler()
+    h.setFormatter(JsonFormatter() if args.log_format == "json"
+                   else logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[h])
+    if not args.config:
+        ap.error("--config is required (see bridge/example.toml)")
+    try:
+        cfg = C.load(args.config)
+    except C.ConfigError as e:
+        print("edgebus-bridge: %s" % e, file=sys.stderr)
+        return 2
+
+    async def run():
+        b = Bridge(cfg)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, b.stop)
+        await b.run()
+
+    asyncio.run(run())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

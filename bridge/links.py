@@ -1,0 +1,163 @@
+"""Device links of the bridge: serial ports and local unix-socket clients.
+
+Each keeps one Link object per device for the bridge's life, so the peer's
+generation and sequence state survive reconnections (and, through the state
+file, restarts of the bridge)."""
+import asyncio
+import json
+import logging
+import os
+import random
+import socket
+import struct
+
+import serial
+import serial_asyncio
+
+from edgebus.link.link import Link
+from edgebus.link.stream import StreamTransport
+
+log = logging.getLogger("edgebus.bridge")
+
+# Local clients are processes on the same host: frames may be as large as a
+# status snapshot, unlike a UART's.
+LOCAL_MAX_LEN = 65536
+
+
+def device_rules(node_placeholder="{node}"):
+    """The host side of a device link: everything from the device under
+    dev/<node>/, commands and calls back under the same prefix."""
+    p = "dev/" + node_placeholder
+    return {"imports": [("#", p)], "import_calls": [("#", p)],
+            "exports": [(p + "/cmd/#", p)], "export_calls": []}
+
+
+class StateFile:
+    """Peer state (generation, next sequence number) per link, in one JSON file
+    written atomically, so generations keep increasing across bridge restarts."""
+
+    def __init__(self, state_dir):
+        os.makedirs(state_dir, exist_ok=True)
+        self.path = os.path.join(state_dir, "links.json")
+        try:
+            with open(self.path) as f:
+                self.data = json.load(f)
+        except (OSError, ValueError):
+            self.data = {}
+
+    def for_link(self, link_id):
+        return self.data.setdefault(link_id, {})
+
+    def save(self):
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.data, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+
+class Backoff:
+    """Exponential backoff with jitter, so many devices do not retry in step."""
+
+    def __init__(self, first=0.5, cap=30.0):
+        self.first, self.cap, self.cur = first, cap, first
+
+    def reset(self):
+        self.cur = self.first
+
+    def next(self):
+        d = self.cur * (0.5 + random.random() / 2)
+        self.cur = min(self.cur * 2, self.cap)
+        return d
+
+
+async def run_serial(bridge, dev):
+    """Keep a serial device joined: open the port, run the link, and when the
+    port vanishes (USB unplug) or fails, retry with backoff until it returns."""
+    link_id = "serial:" + dev.node
+    link = Link(bridge.bus, bridge.cfg.node, key=dev.key, role="responder", link_id=link_id,
+                peer=dev.node, heartbeat=bridge.cfg.heartbeat,
+                state=bridge.state.for_link(link_id), **device_rules())
+    bridge.links[link_id] = link
+    backoff = Backoff()
+    while not bridge.stopping:
+        try:
+            r, w = await serial_asyncio.open_serial_connection(url=dev.port, baudrate=dev.baud)
+        except (serial.SerialException, OSError) as e:
+            link.last_error = "port %s: %s" % (dev.port, e)
+            link.count("port_errors")
+            link._publish_status()
+            d = backoff.next()
+            log.warning("serial %s: cannot open %s (%s); retry in %.1fs", dev.node, dev.port, e, d)
+            await bridge.sleep(d)
+            continue
+        log.info("serial %s: opened %s", dev.node, dev.port)
+        t = StreamTransport(r, w)
+        bridge.transports[link_id] = t
+        try:
+            await link.run(t)
+        except (serial.SerialException, OSError) as e:
+            link.last_error = "port %s: %s" % (dev.port, e)
+        finally:
+            t.close()
+            bridge.state.save()
+        if link.counters.get("sessions"):
+            backoff.reset()
+        if not bridge.stopping:
+            log.warning("serial %s: link ended (%s); reopening", dev.node, link.last_error)
+            await bridge.sleep(backoff.next())
+    return link
+
+
+def peer_credentials(sock):
+    """(pid, uid, gid) of a unix socket's peer (SO_PEERCRED, Linux)."""
+    data = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return struct.unpack("3i", data)
+
+
+async def serve_local(bridge, path):
+    """Local processes join the host bus over a unix socket; each connection's
+    unix credentials are its principal, so the authoriser scopes it."""
+    if os.path.exists(path):
+        os.unlink(path)      # a stale socket from a previous run
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    n = [0]
+
+    async def handle(reader, writer):
+        pid, uid, gid = peer_credentials(writer.get_extra_info("socket"))
+        n[0] += 1
+        link_id = "local:%d:%d" % (pid, n[0])
+        principal = {"uid": uid, "gid": gid, "pid": pid}
+        # Exports follow what the user may read: a local client receives no
+        # more than its ACL allows.
+        reads = bridge.read_patterns(uid)
+        link = Link(bridge.bus, bridge.cfg.node, key=None, role="responder", link_id=link_id,
+                    principal=principal, heartbeat=bridge.cfg.heartbeat, status=False,
+                    exports=[(p, "") for p in reads], imports=[("#", "")],
+                    export_calls=[("#", "")], import_calls=[("#", "")], max_len=LOCAL_MAX_LEN)
+        bridge.links[link_id] = link
+        log.info("local client %s (uid %d pid %d) connected", link_id, uid, pid)
+        try:
+            await link.run(StreamTransport(reader, writer, LOCAL_MAX_LEN))
+        finally:
+            await link.close("client gone")
+            bridge.links.pop(link_id, None)
+            log.info("local client %s gone", link_id)
+
+    server = await asyncio.start_unix_server(handle, path=path)
+    os.chmod(path, 0o666)    # access is decided per user by the ACL, not the file mode
+    return server
+
+
+async def attach_local(bus, path, node="local", exports=(("#", ""),), imports=(("#", ""),),
+                       export_calls=(("#", ""),), import_calls=(("#", ""),), heartbeat=5.0):
+    """Join ``bus`` to the bridge's host bus over its unix socket (the client
+    side of serve_local). Returns (link, task); await link.close() to leave."""
+    r, w = await asyncio.open_unix_connection(path)
+    link = Link(bus, node, key=None, role="initiator", exports=list(exports),
+                imports=list(imports), export_calls=list(export_calls),
+                import_calls=list(import_calls), heartbeat=heartbeat, status=False,
+                max_len=LOCAL_MAX_LEN)
+    task = asyncio.create_task(link.run(StreamTransport(r, w, LOCAL_MAX_LEN)))
+    return link, task

@@ -1,0 +1,197 @@
+"""The bridge daemon with real parts: MicroPython device processes on real ptys
+(tools/ptycable.py), pyserial on the bridge side, the telemetry log on disk,
+unix-socket clients with their real credentials."""
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+
+import edgebus
+from bridge import config as C, tlog
+from bridge.daemon import Bridge
+from bridge.links import attach_local
+from bridge.status import fetch, render
+from tests.conftest import ROOT
+from tools import mpybuild
+from tools.ptycable import PtyCable
+
+DEVICE_HEAP = "128K"   # core + link on the 64-bit unix port
+
+
+@pytest.fixture
+def device(mpy_tree):
+    shutil.copy(os.path.join(ROOT, "tests", "mpy", "link_device.py"), mpy_tree)
+    procs = []
+
+    def start(tty, key, count):
+        p = subprocess.Popen([mpybuild.micropython(), "-X", "heapsize=" + DEVICE_HEAP,
+                              "link_device.py", tty, key, str(count)], cwd=mpy_tree,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        procs.append(p)
+        return p
+    yield start
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+def _cfg(tmp_path, toml):
+    path = tmp_path / "bridge.toml"
+    path.write_text(toml)
+    return path
+
+
+async def _until(cond, timeout=10.0):
+    for _ in range(int(timeout / 0.02)):
+        if cond():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("timed out")
+
+
+def _records(log_dir):
+    return [r for _, r in tlog.read_log(str(log_dir))]
+
+
+def test_serial_device_to_telemetry_log_with_provenance(tmp_path, device):
+    count = 60
+    with PtyCable() as cable:
+        cfg = C.load(_cfg(tmp_path, f"""
+[bridge]
+node = "gw"
+state_dir = "state"
+socket = "state/bridge.sock"
+heartbeat = 0.5
+[log]
+dir = "log"
+patterns = ["dev/#"]
+[[serial]]
+node = "dev-micropython"
+port = "{cable.b}"
+key = "k1"
+"""))
+        dev = device(cable.a, "k1", count)
+
+        async def main():
+            b = Bridge(cfg)
+            t = asyncio.create_task(b.run())
+            await _until(lambda: b.appender and b.appender.appended >= count + 1, 15)
+            st = await fetch(cfg.socket)
+            text = render(st)
+            b.stop()
+            await t
+            return st, text
+        st, text = asyncio.run(main())
+    link = st["links"]["serial:dev-micropython"]
+    assert link["state"] == "up" and link["peer"] == "dev-micropython" and link["generation"] == 1
+    assert "serial:dev-micropython" in text and "up" in text
+    recs = _records(cfg.log_dir)
+    counts = [r for r in recs if tuple(r["topic"]) == ("dev", "dev-micropython", "sensor", "count")]
+    assert [r["payload"] for r in counts] == list(range(count))
+    seqs = [r["seq"] for r in counts]
+    assert seqs == list(range(seqs[0], seqs[0] + count))
+    r = counts[0]
+    assert r["link_id"] == "serial:dev-micropython" and r["peer_node"] == "dev-micropython"
+    assert r["peer_sid"] == link["peer_sid"] and r["generation"] == 1
+    assert r["origin_kind"] == "link" and r["ts_host"] > 0
+    info = [r for r in recs if tuple(r["topic"][-2:]) == ("sys", "info")]
+    assert info and info[0]["payload"]["impl"] == "micropython"
+    dev.kill()
+
+
+def test_unix_socket_credentials_reach_the_authoriser(tmp_path):
+    uid = os.getuid()
+    cfg = C.load(_cfg(tmp_path, f"""
+[bridge]
+socket = "s/bridge.sock"
+state_dir = "s"
+[[acl]]
+uid = {uid}
+read = ["app/#"]
+write = ["app/mine/#"]
+"""))
+
+    async def main():
+        b = Bridge(cfg)
+        t = asyncio.create_task(b.run())
+        await _until(lambda: os.path.exists(cfg.socket))
+        seen = b.bus.connect(principal=("test",)).subscribe("app/#")
+        client_bus = edgebus.Bus()
+        link, task = await attach_local(client_bus, cfg.socket, node="app1")
+        await _until(lambda: link.status == "up")
+        c = client_bus.connect()
+        c.publish("app/other/x", 1)       # not allowed for this uid: refused, counted
+        c.publish("app/mine/x", 2)        # allowed
+        m = await asyncio.wait_for(seen.recv(), 3)
+        assert m.topic == ("app", "mine", "x") and m.payload == 2
+        p = m.origin.principal
+        assert p == {"uid": uid, "gid": os.getgid(), "pid": os.getpid()}
+        assert m.origin.kind == "link"
+        host_link = [l for k, l in b.links.items() if k.startswith("local:")][0]
+        await _until(lambda: host_link.counters.get("denied", 0) == 1)
+        assert "permission denied" in host_link.last_error
+        await link.close()
+        task.cancel()
+        b.stop()
+        await t
+    asyncio.run(main())
+
+
+def test_sigterm_flushes_and_seals_the_log(tmp_path, device):
+    count = 40
+    with PtyCable() as cable:
+        path = _cfg(tmp_path, f"""
+[bridge]
+state_dir = "state"
+socket = "state/bridge.sock"
+heartbeat = 0.5
+[log]
+dir = "log"
+segment_seconds = 3600
+[[serial]]
+node = "dev-micropython"
+port = "{cable.b}"
+key = "k1"
+""")
+        br = subprocess.Popen([sys.executable, "-m", "bridge.daemon", "--config", str(path)],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        dev = device(cable.a, "k1", count)
+        try:
+            async def wait_all():
+                sock = str(tmp_path / "state" / "bridge.sock")
+                await _until(lambda: os.path.exists(sock), 10)
+                for _ in range(100):
+                    st = await fetch(sock)
+                    if st["log"]["appended"] >= count + 1:
+                        return st
+                    await asyncio.sleep(0.1)
+                raise AssertionError(st)
+            asyncio.run(wait_all())
+            # Nothing is sealed yet (hour-long segments): only SIGTERM can seal it.
+            assert tlog.list_segments(str(tmp_path / "log")) == []
+            br.send_signal(signal.SIGTERM)
+            out = br.communicate(timeout=15)[0]
+        finally:
+            if br.poll() is None:
+                br.kill()
+        assert br.returncode == 0, out
+        assert '"bridge stopped"' in out
+        recs = _records(tmp_path / "log")
+        assert [r["payload"] for r in recs if r["topic"][-1] == "count"] == list(range(count))
+        dev.kill()
+
+
+def test_bad_config_is_a_clear_error(tmp_path):
+    p = _cfg(tmp_path, '[[serial]]\nnode = "d"\nport = "/dev/x"\n')
+    r = subprocess.run([sys.executable, "-m", "bridge.daemon", "--config", str(p)], cwd=ROOT,
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "needs key or key_file" in r.stderr
+    p.write_text('[bridge]\nnodes = "x"\n')
+    r = subprocess.run([sys.executable, "-m", "bridge.daemon", "--config", str(p)], cwd=ROOT,
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "unknown key 'nodes'" in r.stderr
