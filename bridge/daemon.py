@@ -1,5 +1,5 @@
 """edgebus-bridge: the host daemon holding the host bus and joining device
-buses to it (serial, local unix socket; MQTT to come), with a telemetry log.
+buses to it (serial ports, MQTT, local unix socket), with a telemetry log.
 
 usage: edgebus-bridge --config bridge.toml
 """
@@ -41,8 +41,12 @@ class Bridge:
         self.stopping = False
         self._stop = asyncio.Event()
         self.appender = None
+        self.mqtt = None
         self.started = time.time()
         self.tasks = []
+        if cfg.mqtt is not None:
+            from bridge.mqtt_links import MqttLinks
+            self.mqtt = MqttLinks(self, cfg.mqtt)
 
     def read_patterns(self, uid):
         for a in self.cfg.acl:
@@ -62,6 +66,7 @@ class Bridge:
                 "links": {k: l.stats() for k, l in sorted(self.links.items())},
                 "bus": self.bus.stats(),
                 "log": self.appender.stats() if self.appender else None,
+                "mqtt": self.mqtt.stats() if self.mqtt else None,
                 "denied": self.auth.denied if self.auth else 0}
 
     async def _status_endpoint(self):
@@ -78,6 +83,8 @@ class Bridge:
         self.tasks.append(asyncio.create_task(self._status_endpoint()))
         for dev in cfg.serial:
             self.tasks.append(asyncio.create_task(links.run_serial(self, dev)))
+        if self.mqtt is not None:
+            self.tasks.append(asyncio.create_task(self.mqtt.run()))
         server = None
         if cfg.socket:
             server = await links.serve_local(self, cfg.socket)

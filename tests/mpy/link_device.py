@@ -1,9 +1,11 @@
 # A device for the cross-runtime link tests: a bus and a Link (initiator) on a
-# tty path opened raw and polled. Runs under MicroPython (and CPython).
-# usage: link_device.py TTY KEY COUNT
-# Publishes COUNT messages on sensor/count once the session is up, calls the
-# host's host/add endpoint, retains the result at sys/result, then serves
-# until cmd/stop arrives.
+# tty path opened raw and polled, or on MQTT. Runs under MicroPython and CPython.
+# usage: link_device.py UPLINK KEY COUNT [NODE]
+#   UPLINK: a tty path, or mqtt:HOST:PORT
+# Publishes COUNT messages on sensor/count once the session is up (one every
+# 10 ms for MQTT so a broker restart lands mid-stream), calls the host's
+# host/add endpoint if offered, retains the result at sys/result, then serves
+# until cmd/stop arrives. The uplink is reopened whenever it ends.
 import sys
 import asyncio
 import edgebus
@@ -18,14 +20,32 @@ def open_tty(path):
         return open(path, "r+b")
 
 
-async def main(path, key, count):
+async def uplink(link, spec, node):
+    delay = 0.2
+    while True:
+        try:
+            if spec.startswith("mqtt:"):
+                from edgebus.link.mqtt import MqttTransport
+                _, host, port = spec.split(":")
+                t = await MqttTransport(host, int(port), node=node, keepalive=10).open()
+            else:
+                t = PolledTransport(open_tty(spec))
+            delay = 0.2
+            await link.run(t)
+        except OSError as e:
+            print("UPLINK", e)
+        await asyncio.sleep(delay)
+        delay = min(delay * 2, 2.0)
+
+
+async def main(spec, key, count, node):
     bus = edgebus.Bus(q_length=16)
     c = bus.connect(principal="app")
     c.retain("sys/info", {"fw": "test", "impl": sys.implementation.name})
-    link = Link(bus, "dev-" + sys.implementation.name, key=key.encode(), role="initiator",
+    link = Link(bus, node, key=key.encode(), role="initiator",
                 exports=[("sensor/#", ""), ("sys/#", "")], imports=[("cmd/#", "")],
                 export_calls=[("sys/#", "")], import_calls=[("host/#", "")],
-                heartbeat=0.5, out_queue=64)
+                heartbeat=0.5, out_queue=64, handshake_timeout=1.0)
     ep = c.bind("sys/echo")
     stop = c.subscribe("cmd/stop")
 
@@ -34,22 +54,29 @@ async def main(path, key, count):
             req.reply({"echo": req.payload})
 
     asyncio.create_task(echo())
-    t = asyncio.create_task(link.run(PolledTransport(open_tty(path))))
+    asyncio.create_task(uplink(link, spec, node))
     while link.status != "up":
         await asyncio.sleep(0.02)
     print("UP", link.sid)
+    mqtt = spec.startswith("mqtt:")
     for i in range(count):
         c.publish("sensor/count", i)
-        if i % 8 == 7:
+        if mqtt:
+            await asyncio.sleep(0.01)
+        elif i % 8 == 7:
             await asyncio.sleep(0.01)   # let the writer drain the observer queue
-    while ("host", "add") not in bus._eps:
+    print("SENT", count)
+    for _ in range(100):
+        if ("host", "add") in bus._eps:
+            r = await c.call("host/add", [2, 3], timeout=2)
+            c.retain("sys/result", r)
+            print("CALLED", r)
+            break
         await asyncio.sleep(0.02)
-    r = await c.call("host/add", [2, 3], timeout=2)
-    c.retain("sys/result", r)
-    print("CALLED", r)
     await stop.recv()
     print("STOP", link.stats()["counters"])
     await link.close()
 
 
-asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
+asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3]),
+                 sys.argv[4] if len(sys.argv) > 4 else "dev-" + sys.implementation.name))

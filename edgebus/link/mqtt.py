@@ -1,0 +1,159 @@
+"""A link transport over MQTT, for devices (MicroPython and CPython).
+
+Frames travel one per MQTT message: the device publishes on
+``<prefix>/<node>/up`` and receives on ``<prefix>/<node>/down``; its presence
+is the retained ``<prefix>/<node>/state`` ("online", and "offline" as its last
+will, so the broker announces a device that vanishes).
+
+Why a small client of ours rather than umqtt or a PyPI client: the link
+already provides ordering, sequence numbers, gap detection, liveness and
+re-sync, so MQTT 3.1.1 with QoS 0 is all it needs: CONNECT with a will, one
+SUBSCRIBE (sent again on every connect, which umqtt.robust forgets), PUBLISH
+and PINGREQ, in ~150 lines that never block the scheduler (asyncio streams).
+umqtt.simple blocks; the asyncio clients on PyPI are 1,300+ lines, a heap
+cost a board running the bus and the link cannot spare.
+"""
+from .. import compat as C
+from .frame import FrameReader, MAX_LEN, encode, decode
+
+
+class MqttError(OSError):
+    """The broker refused or broke the connection."""
+
+
+def _str(s):
+    b = s.encode() if type(s) is str else s
+    return len(b).to_bytes(2, "big") + b
+
+
+def _packet(kind, body):
+    n = len(body)
+    head = bytearray([kind])
+    while True:
+        d = n & 0x7F
+        n >>= 7
+        head.append(d | (0x80 if n else 0))
+        if not n:
+            break
+    return bytes(head) + body
+
+
+CONNACK_CODES = {1: "unacceptable protocol version", 2: "client id rejected",
+                 3: "server unavailable", 4: "bad user name or password", 5: "not authorised"}
+
+
+class MqttTransport:
+    """A link transport over one MQTT connection (see the module doc)."""
+
+    def __init__(self, host, port=1883, node="dev", prefix="edgebus", client_id=None,
+                 keepalive=30, user=None, password=None, max_len=MAX_LEN):
+        self.host = host
+        self.port = port
+        self.up = "%s/%s/up" % (prefix, node)
+        self.down = "%s/%s/down" % (prefix, node)
+        self.state = "%s/%s/state" % (prefix, node)
+        self.client_id = client_id or ("edgebus-" + node)
+        self.keepalive = keepalive
+        self.user = user
+        self.password = password
+        self.max_len = max_len
+        self.frames = FrameReader(max_len)   # counters only: bodies come whole
+        self.closed = True
+        self.r = self.w = None
+
+    async def open(self):
+        """Connect, announce presence, subscribe to the down topic."""
+        self.r, self.w = await C.asyncio.open_connection(self.host, self.port)
+        flags = 0x02 | 0x04 | 0x20          # clean session, will, will retain (QoS 0)
+        payload = _str(self.client_id) + _str(self.state) + _str(b"offline")
+        if self.user is not None:
+            flags |= 0x80
+            payload += _str(self.user)
+            if self.password is not None:
+                flags |= 0x40
+                payload += _str(self.password)
+        var = _str(b"MQTT") + bytes([4, flags]) + self.keepalive.to_bytes(2, "big")
+        await self._write(_packet(0x10, var + payload))
+        kind, body = await self._read_packet()
+        if kind != 0x20 or len(body) < 2:
+            raise MqttError("no CONNACK from %s:%d" % (self.host, self.port))
+        if body[1]:
+            raise MqttError("broker refused the connection: %s" % CONNACK_CODES.get(body[1], body[1]))
+        self.closed = False
+        await self._write(_packet(0x82, (1).to_bytes(2, "big") + _str(self.down) + b"\x00"))
+        await self._publish(self.state, b"online", retain=True)
+        return self
+
+    async def _write(self, data):
+        self.w.write(data)
+        await self.w.drain()
+
+    async def _read_packet(self):
+        h = (await self.r.readexactly(1))[0]
+        n = 0
+        shift = 0
+        while True:
+            b = (await self.r.readexactly(1))[0]
+            n |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                break
+            if shift > 21:
+                raise MqttError("bad remaining length")
+        return h & 0xF0, (await self.r.readexactly(n) if n else b"")
+
+    async def _publish(self, topic, payload, retain=False):
+        await self._write(_packet(0x30 | (1 if retain else 0), _str(topic) + payload))
+
+    async def recv(self):
+        """The next frame bodies from the down topic; None when the connection ends."""
+        while not self.closed:
+            try:
+                kind, body = await C.wait_for(self._read_packet(), self.keepalive / 2)
+            except C.TimeoutError:
+                try:
+                    await self._write(b"\xc0\x00")      # PINGREQ keeps the broker from dropping us
+                except OSError:
+                    break
+                continue
+            except (OSError, EOFError, MqttError):
+                break
+            if kind == 0x30:                           # PUBLISH (QoS 0: no packet id)
+                n = (body[0] << 8) | body[1]
+                if bytes(body[2:2 + n]).decode() != self.down:
+                    continue
+                b = decode(body[2 + n:], self.max_len)
+                if b is None:
+                    self.frames.crc_errors += 1
+                    continue
+                self.frames.frames += 1
+                return [b]
+        self.close()
+        return None
+
+    async def send(self, body):
+        if self.closed:
+            raise OSError("MQTT connection closed")
+        await self._publish(self.up, encode(body, self.max_len))
+
+    def close(self):
+        """Close without DISCONNECT: the broker then publishes our last will."""
+        if not self.closed:
+            self.closed = True
+            try:
+                self.w.close()
+            except OSError:
+                pass
+
+    async def disconnect(self):
+        """A clean goodbye: presence 'offline' published by us, then DISCONNECT."""
+        if not self.closed:
+            try:
+                await self._publish(self.state, b"offline", retain=True)
+                await self._write(b"\xe0\x00")
+            except OSError:
+                pass
+        self.close()
+
+    def stats(self):
+        return self.frames.stats()
