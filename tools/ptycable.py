@@ -21,12 +21,9 @@ class PtyCable:
     def __init__(self, baud=None):
         self._ma, self._sa = pty.openpty()
         self._mb, self._sb = pty.openpty()
+        self._lock = threading.Lock()
         for fd in (self._sa, self._sb):
-            tty.setraw(fd)
-            attrs = termios.tcgetattr(fd)
-            attrs[6][termios.VMIN] = 0   # a read returns what is there: polled readers
-            attrs[6][termios.VTIME] = 0
-            termios.tcsetattr(fd, termios.TCSANOW, attrs)
+            self._raw(fd)
         self.a = os.ttyname(self._sa)
         self.b = os.ttyname(self._sb)
         self.baud = baud          # bytes are paced to this rate when set
@@ -37,6 +34,32 @@ class PtyCable:
         self._stop = False
         self._t = threading.Thread(target=self._run, name="ptycable", daemon=True)
         self._t.start()
+
+    def unplug(self):
+        """Side b's tty disappears, as a USB serial adapter does when pulled:
+        its holders get an I/O error and the path stops existing."""
+        with self._lock:
+            mb, sb = self._mb, self._sb
+            self._mb = self._sb = None
+        for fd in (mb, sb):
+            os.close(fd)
+
+    def replug(self):
+        """Side b comes back as a new tty (a new path, as after a re-plug)."""
+        mb, sb = pty.openpty()
+        self._raw(sb)
+        with self._lock:
+            self._mb, self._sb = mb, sb
+            self.b = os.ttyname(sb)
+        return self.b
+
+    @staticmethod
+    def _raw(fd):
+        tty.setraw(fd)
+        attrs = termios.tcgetattr(fd)
+        attrs[6][termios.VMIN] = 0   # a read returns what is there: polled readers
+        attrs[6][termios.VTIME] = 0
+        termios.tcsetattr(fd, termios.TCSANOW, attrs)
 
     def cut(self):
         """Disconnect: bytes written on either side are lost until restore()."""
@@ -68,21 +91,42 @@ class PtyCable:
         self.bytes[key] += len(data)
         view = memoryview(data)
         while view:
-            n = os.write(dst, view)
+            try:
+                n = os.write(dst, view)
+            except OSError:       # the other side was unplugged meanwhile
+                self.bytes["lost"] += len(view)
+                return
             view = view[n:]
 
     def _run(self):
         while not self._stop:
-            r, _, _ = select.select([self._ma, self._mb], [], [], 0.05)
-            if self._ma in r:
-                self._relay(self._ma, self._mb, "a_to_b")
-            if self._mb in r:
-                self._relay(self._mb, self._ma, "b_to_a")
+            with self._lock:
+                ma, mb = self._ma, self._mb
+            fds = [ma] + ([mb] if mb is not None else [])
+            try:
+                r, _, _ = select.select(fds, [], [], 0.05)
+            except (OSError, ValueError):
+                continue          # side b was unplugged under us
+            if ma in r:
+                if mb is None:
+                    self._drain(ma)
+                else:
+                    self._relay(ma, mb, "a_to_b")
+            if mb is not None and mb in r:
+                self._relay(mb, ma, "b_to_a")
+
+    def _drain(self, fd):
+        try:
+            self.bytes["lost"] += len(os.read(fd, 4096))
+        except OSError:
+            pass
 
     def close(self):
         self._stop = True
         self._t.join(1)
         for fd in (self._ma, self._sa, self._mb, self._sb):
+            if fd is None:
+                continue
             try:
                 os.close(fd)
             except OSError:

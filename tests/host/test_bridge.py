@@ -195,3 +195,105 @@ def test_bad_config_is_a_clear_error(tmp_path):
     r = subprocess.run([sys.executable, "-m", "bridge.daemon", "--config", str(p)], cwd=ROOT,
                        capture_output=True, text=True)
     assert r.returncode == 2 and "unknown key 'nodes'" in r.stderr
+
+
+def test_serial_port_vanishing_and_returning(tmp_path, device):
+    """A USB unplug: the tty path disappears, the bridge retries with backoff,
+    and when the port returns the same device boot resumes (same generation)."""
+    with PtyCable() as cable:
+        port = tmp_path / "ttyDEV"            # a stable name, like /dev/serial/by-id/...
+        os.symlink(cable.b, port)
+        cfg = C.load(_cfg(tmp_path, f"""
+[bridge]
+state_dir = "state"
+heartbeat = 0.3
+[[serial]]
+node = "dev-micropython"
+port = "{port}"
+key = "k1"
+"""))
+        device(cable.a, "k1", 5)
+
+        async def main():
+            b = Bridge(cfg)
+            t = asyncio.create_task(b.run())
+            await _until(lambda: "serial:dev-micropython" in b.links
+                         and b.links["serial:dev-micropython"].status == "up", 15)
+            link = b.links["serial:dev-micropython"]
+            sid = link.peer_sid
+            cable.unplug()
+            os.unlink(port)
+            await _until(lambda: link.counters.get("port_errors", 0) >= 2, 10)
+            assert link.status == "down" and "port" in link.last_error
+            new = cable.replug()
+            os.symlink(new, port)
+            sessions = link.counters.get("sessions", 0)
+            await _until(lambda: link.status == "up" and link.counters["sessions"] > sessions, 20)
+            assert link.peer_sid == sid and link.generation == 1
+            b.stop()
+            await t
+        asyncio.run(main())
+
+
+def test_device_restart_bumps_generation_persisted_across_bridge_restart(tmp_path, device):
+    with PtyCable() as cable:
+        cfg = C.load(_cfg(tmp_path, f"""
+[bridge]
+state_dir = "state"
+heartbeat = 0.3
+[[serial]]
+node = "dev-micropython"
+port = "{cable.b}"
+key = "k1"
+"""))
+
+        async def session(b, expect_gen):
+            t = asyncio.create_task(b.run())
+            await _until(lambda: "serial:dev-micropython" in b.links
+                         and b.links["serial:dev-micropython"].status == "up", 15)
+            link = b.links["serial:dev-micropython"]
+            await _until(lambda: link.generation == expect_gen, 10)
+            view = b.bus.connect().retained_view("dev/#")
+            await _until(lambda: view.get("dev/dev-micropython/sys/info") is not None)
+            gen_origin = view.get("dev/dev-micropython/sys/info").origin.generation
+            b.stop()
+            await t
+            return link.peer_sid, gen_origin
+
+        d1 = device(cable.a, "k1", 1)
+        sid1, g1 = asyncio.run(session(Bridge(cfg), 1))
+        d1.kill()
+        d1.wait()
+        device(cable.a, "k1", 1)              # the device reboots: a new sid
+        sid2, g2 = asyncio.run(session(Bridge(cfg), 2))   # a new bridge process too
+        assert sid1 != sid2 and (g1, g2) == (1, 2)
+
+
+def test_prometheus_metrics(tmp_path):
+    import urllib.request
+    from tools.broker import free_port
+    port = free_port()
+    cfg = C.load(_cfg(tmp_path, f"""
+[bridge]
+state_dir = "state"
+metrics = "127.0.0.1:{port}"
+[[serial]]
+node = "nowhere"
+port = "{tmp_path}/no-such-tty"
+key = "k"
+"""))
+
+    async def main():
+        b = Bridge(cfg)
+        t = asyncio.create_task(b.run())
+        await _until(lambda: "serial:nowhere" in b.links
+                     and b.links["serial:nowhere"].counters.get("port_errors", 0) >= 1)
+        body = await asyncio.to_thread(
+            lambda: urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=3).read())
+        b.stop()
+        await t
+        return body.decode()
+    text = asyncio.run(main())
+    assert 'edgebus_link_up{link="serial:nowhere",peer=""} 0.0' in text
+    assert 'edgebus_link_events_total{counter="port_errors",link="serial:nowhere"}' in text
+    assert "edgebus_bus_connections" in text
