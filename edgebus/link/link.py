@@ -838,7 +838,14 @@ class Link:
 
     async def _writer(self, transport):
         while True:
-            b = self.next_body()
+            try:
+                b = self.next_body()
+            except MemoryError:
+                # A small board under pressure: skip this turn, never stop the
+                # writer (a dead writer would leave the link silent for good).
+                self.count("memory_errors")
+                await C.asyncio.sleep(0.05)
+                continue
             if b is None:
                 self._wake.clear()
                 await self._wake.wait()
@@ -850,8 +857,8 @@ class Link:
                 self.count("send_errors")
                 transport.close()
                 return
-            except ValueError as e:   # refused by the transport: counted, the link goes on
-                self.last_error = "send refused: %s" % e
+            except (ValueError, MemoryError) as e:   # refused or no memory: counted, go on
+                self.last_error = "send refused: %r" % (e,)
                 self.count("send_errors")
                 continue
             self._t_tx = C.now()

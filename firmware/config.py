@@ -1,0 +1,143 @@
+"""Device config: load, validate, merge, save atomically (firmware/README.md)."""
+import json
+import os
+
+_NUM = (int, float)
+# section -> {key: (types, required)}; None for a section means a leaf key.
+TOP = {
+    "node": ((str,), True),
+    "key": ((str, type(None)), False),
+    "board": ((str,), False),
+    "uplink": ((dict,), True),
+    "link": ((dict,), False),
+    "queues": ((dict,), False),
+    "services": ((list,), False),
+    "health_period": (_NUM, False),
+    "info_period": (_NUM, False),
+    "watchdog_ms": ((int,), False),
+    "allow_identity_change": ((bool,), False),
+}
+SECTIONS = {
+    "uplink": {"kind": ((str,), True), "port": ((str, int), False), "baud": ((int,), False),
+               "tx": ((int,), False), "rx": ((int,), False), "poll_ms": ((int,), False),
+               "backoff_min": (_NUM, False), "backoff_max": (_NUM, False),
+               "reopen_after": (_NUM, False)},
+    "link": {"heartbeat": (_NUM, False), "handshake_timeout": (_NUM, False),
+             "out_queue": ((int,), False), "max_pending": ((int,), False),
+             "exports": ((list,), False), "imports": ((list,), False),
+             "export_calls": ((list,), False), "import_calls": ((list,), False)},
+    "queues": {"bus": ((int,), False), "full": ((str,), False)},
+}
+IDENTITY = ("node", "key", "allow_identity_change")
+UPLINKS = ("uart", "mqtt")
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _tname(ts):
+    return " or ".join(["null" if t is type(None) else t.__name__ for t in ts])
+
+
+def _check(d, schema, where):
+    for k in d:
+        if k not in schema:
+            raise ConfigError("unknown key %s%s (known: %s)"
+                              % (where, k, ", ".join(sorted(schema))))
+    for k, (ts, req) in schema.items():
+        if req and k not in d:
+            raise ConfigError("missing key %s%s" % (where, k))
+    for k, (ts, req) in schema.items():
+        if k not in d:
+            continue
+        v = d[k]
+        # bool is an int subclass in CPython: never accept it for a number
+        if type(v) not in ts or (type(v) is bool and bool not in ts):
+            raise ConfigError("%s%s must be %s, not %s"
+                              % (where, k, _tname(ts), type(v).__name__))
+
+
+def validate(cfg):
+    """Raise ConfigError with a clear message, or return cfg."""
+    if type(cfg) is not dict:
+        raise ConfigError("the config must be a JSON object")
+    _check(cfg, TOP, "")
+    for sec, schema in SECTIONS.items():
+        if sec in cfg:
+            _check(cfg[sec], schema, sec + ".")
+    if not cfg["node"] or "/" in cfg["node"] or "+" in cfg["node"] or "#" in cfg["node"]:
+        raise ConfigError("node must be a non-empty id without '/', '+' or '#'")
+    if cfg["uplink"]["kind"] not in UPLINKS:
+        raise ConfigError("uplink.kind must be one of %s, not %r"
+                          % (", ".join(UPLINKS), cfg["uplink"]["kind"]))
+    q = cfg.get("queues", {})
+    if q.get("full", "drop_oldest") not in ("drop_oldest", "reject_newest"):
+        raise ConfigError("queues.full must be 'drop_oldest' or 'reject_newest'")
+    for sec, k in (("queues", "bus"), ("link", "out_queue"), ("link", "max_pending")):
+        v = cfg.get(sec, {}).get(k)
+        if v is not None and not 1 <= v <= 1024:
+            raise ConfigError("%s.%s must be between 1 and 1024, not %d" % (sec, k, v))
+    for k in ("exports", "imports", "export_calls", "import_calls"):
+        for r in cfg.get("link", {}).get(k, ()):
+            if type(r) is not list or len(r) != 2 or type(r[0]) is not str \
+                    or type(r[1]) is not str:
+                raise ConfigError("link.%s entries must be [pattern, prefix] strings" % k)
+    for s in cfg.get("services", ()):
+        if type(s) is dict:
+            if type(s.get("module")) is not str:
+                raise ConfigError("a service given as an object needs \"module\": a string")
+        elif type(s) is not str:
+            raise ConfigError("services entries must be module names or objects")
+    return cfg
+
+
+def load(path):
+    try:
+        with open(path) as f:
+            text = f.read()
+    except OSError as e:
+        raise ConfigError("cannot read %s: %s" % (path, e))
+    try:
+        cfg = json.loads(text)
+    except ValueError as e:
+        raise ConfigError("%s is not valid JSON: %s" % (path, e))
+    return validate(cfg)
+
+
+def merge(cfg, change, allow_identity=False):
+    """A new config: cfg with change applied (sections merged one level deep),
+    validated. Raises ConfigError."""
+    if type(change) is not dict or not change:
+        raise ConfigError("config/set takes a non-empty object of changes")
+    if not allow_identity:
+        for k in IDENTITY:
+            if k in change:
+                raise ConfigError("%s cannot be changed remotely on this device" % k)
+    new = {}
+    for k, v in cfg.items():
+        new[k] = dict(v) if type(v) is dict else v
+    for k, v in change.items():
+        if k in SECTIONS and type(v) is dict and type(new.get(k)) is dict:
+            for k2, v2 in v.items():
+                if v2 is None:
+                    new[k].pop(k2, None)   # null removes a key: its default applies
+                else:
+                    new[k][k2] = v2
+        elif v is None and not TOP.get(k, (0, False))[1]:
+            new.pop(k, None)
+        else:
+            new[k] = v
+    return validate(new)
+
+
+def save(path, cfg):
+    """Write cfg atomically: a temp file, then rename over the old one."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(json.dumps(cfg))
+    try:
+        os.rename(tmp, path)
+    except OSError:   # filesystems whose rename does not replace (FAT)
+        os.remove(path)
+        os.rename(tmp, path)

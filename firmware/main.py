@@ -1,0 +1,176 @@
+"""Device runtime entry point: main(config_path, board) (firmware/README.md).
+
+Reads and validates the config, starts the bus, the built-in and user
+services, and keeps the uplink alive; feeds the watchdog on boards.
+"""
+import sys
+import gc
+import asyncio
+import edgebus
+from edgebus.compat import now
+from firmware import VERSION, mem, config as CF
+
+try:
+    import machine
+except ImportError:       # unix port, CPython
+    machine = None
+
+BUILTIN = ("info", "health", "reboot", "sysconfig")
+# Defaults when no board manifest is given (the unix board's values).
+BOARD = {"name": "unix", "queues": {"bus": 8, "full": "drop_oldest", "uplink_tx": 16},
+         "uart": {"baud": 115200}}
+
+
+def _import(name):
+    """A service module: firmware.services.<name> if it exists, else <name>."""
+    for full in ("firmware.services." + name, name):
+        try:
+            m = __import__(full)
+        except ImportError as e:
+            if full == name:
+                raise
+            if name.replace(".", "/") not in str(e) and name not in str(e):
+                raise         # the module exists but an import inside it failed
+            continue
+        for part in full.split(".")[1:]:
+            m = getattr(m, part)
+        return m
+
+
+def load_board(board):
+    """board: a manifest dict, a board name or path (boards/<name>.json), or None."""
+    if board is None or type(board) is dict:
+        return board or BOARD
+    import json
+    for p in (board, "boards/%s.json" % board, "board.json"):
+        try:
+            with open(p) as f:
+                b = json.load(f)
+            if p != "board.json" or b.get("name") == board:
+                return b
+        except (OSError, ValueError):
+            pass
+    # No manifest on the device (deploy copies none): the unix defaults, named.
+    b = dict(BOARD)
+    b["name"] = board
+    return b
+
+
+class Ctx:
+    """What a service gets: the bus, the config, the link, a logger."""
+
+    def __init__(self, bus, cfg, path, board):
+        self.bus = bus
+        self.config = cfg
+        self.config_path = path
+        self.board = board
+        self.node = cfg["node"]
+        self.t0 = now()
+        self.link = None
+        self.uplink = None
+        self.counters = {}
+        self.exit_code = None
+        self._stop = asyncio.Event()
+
+    def connect(self, name):
+        return self.bus.connect(principal=("svc", name))
+
+    def log(self, msg):
+        print("[%9.3f] %s" % (now() - self.t0, msg))
+
+    def count(self, name, n=1):
+        self.counters[name] = self.counters.get(name, 0) + n
+
+    def uptime(self):
+        return now() - self.t0
+
+    def stop(self, code=0):
+        """End main() with this exit code (the reboot service on unix)."""
+        self.exit_code = code
+        self._stop.set()
+
+
+async def _guard(ctx, name, mod, opts):
+    """Run a service; a crash is logged and counted, then it starts again."""
+    while True:
+        try:
+            r = mod.start(ctx, opts)
+            if r is not None and hasattr(r, "send"):   # a coroutine: runs until it ends
+                await r
+            return
+        except Exception as e:
+            ctx.count("service_errors")
+            ctx.log("service %s crashed: %s: %s; restarting in 5 s"
+                    % (name, type(e).__name__, e))
+            await asyncio.sleep(5)
+
+
+def start_services(ctx):
+    svcs = [(n, {}) for n in BUILTIN]
+    for s in ctx.config.get("services", ()):
+        if type(s) is str:
+            svcs.append((s, {}))
+        else:
+            svcs.append((s["module"], s))
+    for name, opts in svcs:
+        try:
+            mod = _import(name)
+        except ImportError as e:
+            raise CF.ConfigError("service %r cannot be loaded: %s" % (name, e))
+        if not hasattr(mod, "start"):
+            raise CF.ConfigError("service %r has no start(ctx, opts)" % name)
+        asyncio.create_task(_guard(ctx, name, mod, opts))
+    return [n for n, _ in svcs]
+
+
+async def run(cfg, path, board):
+    gc.collect()
+    q = dict(board.get("queues", {}))
+    q.update(cfg.get("queues", {}))
+    bus = edgebus.Bus(q_length=q.get("bus", 8), full=q.get("full", "drop_oldest"))
+    ctx = Ctx(bus, cfg, path, board)
+    from firmware.uplink import Uplink
+    gc.collect()   # code loaded: collect before the long-lived objects, less fragmentation
+    ctx.uplink = up = Uplink(ctx)
+    ctx.link = up.link
+    names = start_services(ctx)
+    asyncio.create_task(up.run())
+    wdt = None
+    ms = cfg.get("watchdog_ms", 0)
+    if ms and machine is not None and hasattr(machine, "WDT"):
+        wdt = machine.WDT(timeout=ms)
+        ctx.log("watchdog on: %d ms" % ms)
+    await asyncio.sleep(0.05)   # let the services take their first step
+    gc.collect()
+    a, f = mem()
+    ctx.log("READY node=%s fw=%s board=%s services=%s mem_alloc=%s mem_free=%s"
+            % (ctx.node, VERSION, board.get("name"), ",".join(names), a, f))
+    while not ctx._stop.is_set():
+        if wdt is not None:
+            wdt.feed()            # fed only while the scheduler runs
+        try:
+            await asyncio.wait_for(ctx._stop.wait(), 1)
+        except asyncio.TimeoutError:
+            pass
+    return ctx.exit_code or 0
+
+
+def main(config_path="config.json", board=None):
+    """Run the device; returns the exit code (2: bad config)."""
+    try:
+        cfg = CF.load(config_path)
+        board = load_board(board if board is not None else cfg.get("board"))
+        return asyncio.run(run(cfg, config_path, board))
+    except CF.ConfigError as e:
+        print("edgebus firmware: config error: %s: %s" % (config_path, e), file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "config.json",
+                  sys.argv[2] if len(sys.argv) > 2 else None))
+elif sys.platform not in ("linux", "darwin", "win32"):
+    # A board: the bundle's main.py (written by edgebus build) is
+    # "import firmware.main", so importing it at boot runs the device. A bad
+    # config returns here and the board falls to its REPL with the message.
+    main()

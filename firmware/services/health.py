@@ -1,0 +1,28 @@
+"""sys/health (published every health_period s): heap, bus drops, uplink and
+link state and counters."""
+import gc
+import asyncio
+from firmware import mem
+
+_LINK = ("sessions", "session_ends", "frames_in", "frames_out", "gaps", "dropped_out",
+         "liveness_timeouts", "auth_failures", "bad_frames")
+
+
+def health(ctx):
+    gc.collect()     # live heap, not garbage: a few ms every health_period
+    a, f = mem()
+    link = ctx.link
+    lc = link.counters
+    lk = {"state": link.status, "sid": link.sid, "last_error": link.last_error}
+    for k in _LINK:
+        lk[k] = lc.get(k, 0)
+    return {"uptime": int(ctx.uptime()), "mem_alloc": a, "mem_free": f,
+            "bus_dropped": ctx.bus._dropped, "link": lk, "uplink": ctx.uplink.stats(),
+            "service_errors": ctx.counters.get("service_errors", 0)}
+
+
+async def start(ctx, opts):
+    c = ctx.connect("health")
+    while True:
+        await asyncio.sleep(opts.get("period", ctx.config.get("health_period", 10)))
+        c.publish("sys/health", health(ctx))

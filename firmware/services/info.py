@@ -1,0 +1,39 @@
+"""sys/info (retained): firmware version, board, implementation, uptime, heap,
+reset cause; retained again every info_period seconds (uptime moves)."""
+import sys
+import asyncio
+from firmware import VERSION, mem
+
+try:
+    import machine
+except ImportError:
+    machine = None
+
+_CAUSES = ("PWRON_RESET", "HARD_RESET", "WDT_RESET", "DEEPSLEEP_RESET", "SOFT_RESET")
+
+
+def reset_cause():
+    if machine is None or not hasattr(machine, "reset_cause"):
+        return None
+    c = machine.reset_cause()
+    for n in _CAUSES:
+        if getattr(machine, n, None) == c:
+            return n.lower()
+    return c
+
+
+def info(ctx):
+    im = sys.implementation
+    v = im.version
+    a, f = mem()
+    return {"fw": VERSION, "node": ctx.node, "board": ctx.board.get("name"),
+            "impl": "%s %d.%d.%d" % (im.name, v[0], v[1], v[2]), "platform": sys.platform,
+            "uptime": int(ctx.uptime()), "mem_free": f, "mem_alloc": a,
+            "reset_cause": reset_cause()}
+
+
+async def start(ctx, opts):
+    c = ctx.connect("info")
+    while True:
+        c.retain("sys/info", info(ctx))
+        await asyncio.sleep(opts.get("period", ctx.config.get("info_period", 60)))

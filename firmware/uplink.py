@@ -1,0 +1,115 @@
+"""Keeps the uplink alive: one Link (one sid per boot) run over transport after
+transport, reopened with exponential backoff and jitter, never a crash loop.
+
+An uplink kind K is the module firmware.uplink_K with ``open(ctx)`` returning
+a transport (``recv``/``send``/``close``/``stats``, edgebus/link/stream.py) or
+a coroutine giving one; it raises OSError (or any Exception) when it cannot.
+"""
+import asyncio
+from os import urandom
+from edgebus.compat import now
+from edgebus.link.link import Link
+from firmware.config import ConfigError
+
+EXPORTS = [["sensor/#", ""], ["sys/#", ""]]
+IMPORTS = [["cmd/#", ""]]
+EXPORT_CALLS = [["sys/#", ""]]
+IMPORT_CALLS = [["host/#", ""]]
+
+
+def _pairs(rules):
+    return [(r[0], r[1]) for r in rules]
+
+
+class Uplink:
+    def __init__(self, ctx):
+        self.ctx = ctx
+        cfg = ctx.config
+        u = cfg["uplink"]
+        lc = cfg.get("link", {})
+        self.kind = k = u["kind"]
+        try:
+            self.mod = getattr(__import__("firmware.uplink_" + k), "uplink_" + k)
+        except ImportError as e:
+            raise ConfigError("uplink kind %r is not in this build (firmware/uplink_%s.py): %s"
+                              % (k, k, e))
+        self.bmin = u.get("backoff_min", 0.5)
+        self.bmax = u.get("backoff_max", 30)
+        self.reopen_after = u.get("reopen_after", 60)
+        key = cfg.get("key")
+        self.link = Link(ctx.bus, ctx.node, key=key.encode() if key else None,
+                         role="initiator", link_id="uplink", peer="host",
+                         exports=_pairs(lc.get("exports", EXPORTS)),
+                         imports=_pairs(lc.get("imports", IMPORTS)),
+                         export_calls=_pairs(lc.get("export_calls", EXPORT_CALLS)),
+                         import_calls=_pairs(lc.get("import_calls", IMPORT_CALLS)),
+                         heartbeat=lc.get("heartbeat", 5.0),
+                         handshake_timeout=lc.get("handshake_timeout", 5.0),
+                         out_queue=lc.get("out_queue",
+                                          ctx.board.get("queues", {}).get("uplink_tx", 16)),
+                         max_pending=lc.get("max_pending", 4))
+        self.opens = 0
+        self.open_failures = 0
+        self.ends = 0
+        self.backoff = 0
+        self.last_error = None
+        self.transport = None
+
+    def stats(self):
+        return {"kind": self.kind, "opens": self.opens, "open_failures": self.open_failures,
+                "ends": self.ends, "backoff": self.backoff,
+                "last_error": self.last_error}
+
+    async def _open(self):
+        t = self.mod.open(self.ctx)
+        if hasattr(t, "send") and not hasattr(t, "recv"):   # a coroutine
+            t = await t
+        return t
+
+    async def _stale(self, t):
+        """Close a transport on which no session has come up for reopen_after
+        seconds: the next open may fix what the link alone cannot."""
+        link = self.link
+        since = now()
+        while not getattr(t, "closed", False):
+            if link.status == "up":
+                since = now()
+            elif now() - since > self.reopen_after:
+                self.ctx.log("uplink: no session for %ss, reopening" % self.reopen_after)
+                t.close()
+                return
+            await asyncio.sleep(1)
+
+    async def run(self):
+        log = self.ctx.log
+        delay = self.bmin
+        while True:
+            sessions = self.link.counters.get("sessions", 0)
+            try:
+                t = await self._open()
+            except Exception as e:   # never a crash loop: log, count, back off
+                self.open_failures += 1
+                self.last_error = "open: %s: %s" % (type(e).__name__, e)
+                log("uplink %s: %s" % (self.kind, self.last_error))
+                t = None
+            if t is not None:
+                self.opens += 1
+                self.transport = t
+                log("uplink %s: open (#%d)" % (self.kind, self.opens))
+                stale = asyncio.create_task(self._stale(t))
+                try:
+                    await self.link.run(t)
+                except Exception as e:
+                    self.last_error = "link: %s: %s" % (type(e).__name__, e)
+                    log("uplink %s: %s" % (self.kind, self.last_error))
+                stale.cancel()
+                t.close()
+                self.transport = None
+                self.ends += 1
+                log("uplink %s: transport ended (%s)" % (self.kind, self.link.last_error))
+            if self.link.counters.get("sessions", 0) > sessions:
+                delay = self.bmin    # a session came up: start the backoff again
+            # full jitter on the upper half: spreads a fleet's reconnects
+            self.backoff = delay * (0.5 + urandom(1)[0] / 512)
+            await asyncio.sleep(self.backoff)
+            delay = min(delay * 2, self.bmax)

@@ -1,0 +1,86 @@
+"""UART uplink: machine.UART on boards, a tty path (raw, VMIN=0) on the unix
+port and CPython; both polled by PolledTransport, so reads never block."""
+from edgebus.link.stream import PolledTransport
+
+try:
+    import termios
+except ImportError:      # boards; a unix port built without termios
+    termios = None
+
+
+class _Uart:
+    """machine.UART made non-blocking: read only what is there."""
+
+    def __init__(self, u):
+        self.u = u
+
+    def read(self, n):
+        k = self.u.any()
+        return self.u.read(min(n, k)) if k else None
+
+    def write(self, b):
+        return self.u.write(b)
+
+    def close(self):
+        d = getattr(self.u, "deinit", None)
+        if d:
+            d()
+
+
+def _raw(f, baud):
+    """Raw mode, VMIN=0 VTIME=0 (a read returns what is there), baud if known."""
+    if termios is None:
+        return   # rely on the tty being raw already (stty raw -echo min 0 time 0)
+    fd = f.fileno()
+    try:
+        import tty                     # CPython
+        tty.setraw(fd)
+    except ImportError:
+        termios.setraw(fd)             # MicroPython unix
+    a = termios.tcgetattr(fd)
+    cc = a[6]
+    cc[getattr(termios, "VMIN", 6)] = 0
+    cc[getattr(termios, "VTIME", 5)] = 0
+    sp = getattr(termios, "B%d" % baud, None)
+    if sp is not None:
+        a[4] = a[5] = sp
+    termios.tcsetattr(fd, termios.TCSANOW, a)
+
+
+class UartTransport(PolledTransport):
+    def close(self):
+        if not self.closed:
+            PolledTransport.close(self)
+            try:
+                self.f.close()
+            except OSError:
+                pass
+
+
+def open(ctx):
+    u = ctx.config["uplink"]
+    bu = ctx.board.get("uart", {})
+    port = u.get("port", bu.get("device", bu.get("id")))
+    baud = u.get("baud", bu.get("baud", 115200))
+    if port is None:
+        raise OSError("no UART: set uplink.port (a UART id or a tty path)")
+    if type(port) is int:
+        from machine import UART
+        kw = {"baudrate": baud}
+        for p in ("tx", "rx"):
+            v = u.get(p, bu.get(p))
+            if v is not None:
+                kw[p] = v
+        f = _Uart(UART(port, **kw))
+    else:
+        f = _open_tty(port)
+        _raw(f, baud)
+    return UartTransport(f, poll_ms=u.get("poll_ms", 5))
+
+
+def _open_tty(path):
+    import builtins
+    try:
+        return builtins.open(path, "r+b", buffering=0)
+    except TypeError:     # MicroPython: files are unbuffered already
+        return builtins.open(path, "r+b")

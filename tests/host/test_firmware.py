@@ -1,0 +1,273 @@
+"""The device runtime (firmware/) end to end: compiled to .mpy and run under the
+real micropython binary on one end of a pty cable (tools/ptycable.py), a
+CPython host Link (responder, pyserial-asyncio) on the other end.
+
+Heap: the device runs with -X heapsize=160K. The 64-bit unix port needs it for
+core + link + firmware (objects are ~1.7x their 32-bit size; the modules' code
+alone is ~110 KB there); the measured figure is printed by the firmware (READY
+line) and published in sys/health.
+"""
+import asyncio
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import serial_asyncio
+
+import edgebus
+from edgebus.link.link import Link
+from edgebus.link.stream import StreamTransport
+from tests.conftest import ROOT
+from tools import mpybuild
+from tools.ptycable import PtyCable
+
+DEVICE_HEAP = "160K"
+NODE = "d1"
+KEY = "k1"
+
+
+@pytest.fixture(scope="module")
+def fw_tree(tmp_path_factory):
+    """edgebus/ and firmware/ compiled to .mpy, as a board would hold them."""
+    out = str(tmp_path_factory.mktemp("fw"))
+    mpybuild.compile_tree(ROOT, ["edgebus", "firmware"], out)
+    return out
+
+
+def _config(tmp_path, port, **over):
+    cfg = {"node": NODE, "key": KEY, "board": "unix",
+           "uplink": {"kind": "uart", "port": port, "baud": 115200,
+                      "backoff_min": 0.2, "backoff_max": 2},
+           "link": {"heartbeat": 0.5, "handshake_timeout": 1.0},
+           "queues": {"bus": 8},
+           "services": [{"module": "temp", "period": 0.3}],
+           "health_period": 0.5}
+    cfg.update(over)
+    p = str(tmp_path / "config.json")
+    with open(p, "w") as f:
+        json.dump(cfg, f)
+    return p
+
+
+@pytest.fixture
+def device(fw_tree):
+    procs = []
+
+    def start(cfg_path, runtime="micropython"):
+        if runtime == "micropython":
+            cmd, cwd = [mpybuild.micropython(), "-X", "heapsize=" + DEVICE_HEAP], fw_tree
+        else:
+            cmd, cwd = [sys.executable, "-u"], ROOT
+        p = subprocess.Popen(cmd + ["-m", "firmware.main", cfg_path], cwd=cwd,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        procs.append(p)
+        return p
+    yield start
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
+
+
+async def _until(cond, timeout=10.0):
+    for _ in range(int(timeout / 0.02)):
+        if cond():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("timed out")
+
+
+async def _host(cable, body):
+    bus = edgebus.Bus(q_length=64)
+    link = Link(bus, "host", key=KEY.encode(), role="responder",
+                imports=[("#", "dev/{node}")], import_calls=[("#", "dev/{node}")],
+                exports=[("dev/{node}/cmd/#", "dev/{node}")], heartbeat=0.5)
+    r, w = await serial_asyncio.open_serial_connection(url=cable.b, baudrate=115200)
+    task = asyncio.create_task(link.run(StreamTransport(r, w)))
+    try:
+        return await body(bus, link)
+    finally:
+        await link.close()
+        task.cancel()
+
+
+def _ep(node, *path):
+    return ("dev", node) + path
+
+
+async def _call(bus, c, topic, payload, timeout=5.0):
+    await _until(lambda: topic in bus._eps, timeout)     # the proxy is bound
+    return await c.call(topic, payload, timeout=timeout)
+
+
+def test_device_runtime_over_pty(device, tmp_path):
+    with PtyCable() as cable:
+        cfg_path = _config(tmp_path, cable.a)
+        dev = device(cfg_path)
+
+        async def body(bus, link):
+            c = bus.connect(principal="test")
+            view = c.retained_view("dev/#")
+            health = c.subscribe(_ep(NODE, "sys", "health"), queue_len=16)
+            temp = c.subscribe(_ep(NODE, "sensor", "temp"), queue_len=16)
+            await _until(lambda: link.status == "up", 15)
+            assert link.peer_node == NODE and link.generation == 1
+            sid1 = link.peer_sid
+
+            # sys/info: retained, with its fields
+            await _until(lambda: view.get(_ep(NODE, "sys", "info")) is not None)
+            info = view.get(_ep(NODE, "sys", "info")).payload
+            assert info["fw"] and info["node"] == NODE and info["board"] == "unix"
+            assert info["impl"].startswith("micropython ") and info["platform"] == "linux"
+            assert type(info["uptime"]) is int and info["mem_free"] > 0
+            assert "reset_cause" in info    # None on the unix port: no machine.reset_cause
+
+            # sys/health, periodic (0.5 s)
+            h = [await asyncio.wait_for(health.recv(), 5) for _ in range(3)]
+            t = [m.payload["uptime"] for m in h]
+            assert h[-1].payload["link"]["state"] == "up"
+            assert h[-1].payload["uplink"]["opens"] >= 1
+            mem = h[-1].payload["mem_alloc"]
+            assert mem > 0 and t[-1] >= t[0]
+
+            # the simulated sensor
+            m = await asyncio.wait_for(temp.recv(), 5)
+            assert m.payload["simulated"] is True and 17 < m.payload["c"] < 25
+            assert m.origin.peer_sid == sid1
+
+            # sys/config/get over the link (key redacted)
+            got = await _call(bus, c, _ep(NODE, "sys", "config", "get"), None)
+            assert got["node"] == NODE and got["key"] == "***" and got["health_period"] == 0.5
+            assert await _call(bus, c, _ep(NODE, "sys", "config", "get"), "uplink") \
+                == json.load(open(cfg_path))["uplink"]
+
+            # sys/config/set: valid -> persisted; invalid -> Failed with the reason
+            r = await _call(bus, c, _ep(NODE, "sys", "config", "set"),
+                            {"health_period": 0.4, "link": {"out_queue": 24}})
+            assert r["saved"] is True and r["restart_needed"] == ["link"]
+            on_disk = json.load(open(cfg_path))
+            assert on_disk["health_period"] == 0.4 and on_disk["link"]["out_queue"] == 24
+            assert on_disk["link"]["heartbeat"] == 0.5 and on_disk["node"] == NODE
+            bad = [({"uplink": {"baud": "fast"}}, "uplink.baud must be int, not str"),
+                   ({"colour": "red"}, "unknown key colour"),
+                   ({"node": "evil"}, "node cannot be changed remotely"),
+                   ({"queues": {"bus": 0}}, "queues.bus must be between 1 and 1024")]
+            for change, why in bad:
+                with pytest.raises(edgebus.Failed) as ei:
+                    await _call(bus, c, _ep(NODE, "sys", "config", "set"), change)
+                assert why in str(ei.value.reason), ei.value.reason
+            assert json.load(open(cfg_path)) == on_disk      # failed sets wrote nothing
+
+            # cut the cable past liveness: the device reconnects by itself,
+            # same sid, same generation
+            cable.cut()
+            await _until(lambda: link.status != "up", 5)
+            await asyncio.sleep(1.0)
+            cable.restore()
+            await _until(lambda: link.status == "up", 15)
+            assert link.peer_sid == sid1 and link.generation == 1
+            assert link.counters["sessions"] == 2
+            m = await asyncio.wait_for(temp.recv(), 5)     # data flows again
+            while m.origin.generation != 1:
+                m = await asyncio.wait_for(temp.recv(), 5)
+            return sid1, mem
+
+        async def restart(bus, link):
+            sid1 = link.peer_sid
+            dev.kill()
+            dev.wait()
+            dev2 = device(cfg_path)
+            await _until(lambda: link.status == "up" and link.peer_sid != sid1, 15)
+            assert link.generation == 2
+            c = bus.connect(principal="test")
+            # the restarted device runs with the persisted config
+            got = await _call(bus, c, _ep(NODE, "sys", "config", "get"), None)
+            assert got["health_period"] == 0.4 and got["link"]["out_queue"] == 24
+            # sys/reboot: reply, then the process exits with status 3
+            r = await _call(bus, c, _ep(NODE, "sys", "reboot"), None)
+            assert r["rebooting"] is True
+            for _ in range(100):
+                if dev2.poll() is not None:
+                    break
+                await asyncio.sleep(0.05)
+            return dev2
+
+        async def both(bus, link):
+            sid1, mem = await body(bus, link)
+            return sid1, mem, await restart(bus, link)
+
+        try:
+            sid1, mem, dev2 = asyncio.run(_host(cable, both))
+        except BaseException:
+            dev.kill()
+            print(dev.communicate()[0])
+            raise
+        out1 = dev.communicate(timeout=5)[0]
+        assert "READY node=d1" in out1 and "mem_alloc=" in out1, out1
+        assert "config changed: health_period, link" in out1, out1
+        out2 = dev2.communicate(timeout=5)[0]
+        assert dev2.returncode == 3, out2
+        assert "REBOOT: exiting with status 3" in out2, out2
+        print("device heap after start (sys/health mem_alloc):", mem)
+
+
+def test_cpython_device_smoke(device, tmp_path):
+    """The same runtime under CPython (a Linux edge box), over the same cable."""
+    with PtyCable() as cable:
+        dev = device(_config(tmp_path, cable.a), runtime="cpython")
+
+        async def body(bus, link):
+            c = bus.connect()
+            view = c.retained_view("dev/#")
+            await _until(lambda: link.status == "up", 15)
+            await _until(lambda: view.get(_ep(NODE, "sys", "info")) is not None)
+            assert view.get(_ep(NODE, "sys", "info")).payload["impl"].startswith("cpython")
+            got = await _call(bus, c, _ep(NODE, "sys", "config", "get"), "node")
+            assert got == NODE
+        asyncio.run(_host(cable, body))
+        dev.kill()
+
+
+@pytest.mark.parametrize("cfg,why", [
+    ({"key": "k", "uplink": {"kind": "uart"}}, "missing key node"),
+    ({"node": "d", "uplink": {"kind": "uart", "baud": "fast"}}, "uplink.baud must be int, not str"),
+    ({"node": 5, "uplink": {"kind": "uart"}}, "node must be str, not int"),
+    ({"node": "d", "uplink": {"kind": "carrier-pigeon"}}, "uplink.kind must be one of uart, mqtt"),
+    ({"node": "d", "uplink": {"kind": "uart"}, "colour": 1}, "unknown key colour"),
+    ("{not json", "is not valid JSON"),
+    ({"node": "d", "uplink": {"kind": "uart"}, "services": ["nosuch"]},
+     "service 'nosuch' cannot be loaded"),
+    ({"node": "d", "uplink": {"kind": "mqtt"}}, "uplink kind 'mqtt' is not in this build"),
+])
+@pytest.mark.parametrize("runtime", ["micropython", "cpython"])
+def test_bad_config_is_a_clear_error(device, tmp_path, cfg, why, runtime):
+    p = tmp_path / "config.json"
+    p.write_text(cfg if type(cfg) is str else json.dumps(cfg))
+    dev = device(str(p), runtime)
+    out = dev.communicate(timeout=20)[0]
+    assert dev.returncode == 2, out
+    assert "config error" in out and why in out, out
+
+
+def test_missing_config_file(device, tmp_path):
+    dev = device(str(tmp_path / "nope.json"))
+    out = dev.communicate(timeout=20)[0]
+    assert dev.returncode == 2 and "cannot read" in out, out
+
+
+def test_uplink_that_cannot_open_backs_off_without_crashing(device, tmp_path):
+    """No tty yet: the runtime keeps running, logs and counts each failed open,
+    and waits longer each time (exponential backoff with jitter)."""
+    dev = device(_config(tmp_path, str(tmp_path / "no-such-tty")))
+    import time
+    time.sleep(3.0)
+    assert dev.poll() is None            # still running: no crash loop
+    dev.kill()
+    out = dev.communicate(timeout=5)[0]
+    stamps = [float(line[1:10]) for line in out.splitlines() if "uplink uart: open:" in line]
+    assert len(stamps) >= 3, out
+    gaps = [b - a for a, b in zip(stamps, stamps[1:])]
+    assert gaps[-1] > gaps[0], out        # 0.2 s doubling to 2 s, each 0.5-1x jittered
+    assert "READY" in out, out
