@@ -21,7 +21,10 @@ SECTIONS = {
     "uplink": {"kind": ((str,), True), "port": ((str, int), False), "baud": ((int,), False),
                "tx": ((int,), False), "rx": ((int,), False), "poll_ms": ((int,), False),
                "backoff_min": (_NUM, False), "backoff_max": (_NUM, False),
-               "reopen_after": (_NUM, False)},
+               "reopen_after": (_NUM, False),
+               # mqtt: the broker (port above is its TCP port), topic prefix, login
+               "host": ((str,), False), "prefix": ((str,), False), "user": ((str,), False),
+               "password": ((str,), False), "keepalive": ((int,), False)},
     "link": {"heartbeat": (_NUM, False), "handshake_timeout": (_NUM, False),
              "out_queue": ((int,), False), "max_pending": ((int,), False),
              "exports": ((list,), False), "imports": ((list,), False),
@@ -71,6 +74,8 @@ def validate(cfg):
     if cfg["uplink"]["kind"] not in UPLINKS:
         raise ConfigError("uplink.kind must be one of %s, not %r"
                           % (", ".join(UPLINKS), cfg["uplink"]["kind"]))
+    if cfg["uplink"]["kind"] == "mqtt" and not cfg["uplink"].get("host"):
+        raise ConfigError("uplink.host is required for an mqtt uplink (the broker's address)")
     q = cfg.get("queues", {})
     if q.get("full", "drop_oldest") not in ("drop_oldest", "reject_newest"):
         raise ConfigError("queues.full must be 'drop_oldest' or 'reject_newest'")

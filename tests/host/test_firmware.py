@@ -239,7 +239,7 @@ def test_cpython_device_smoke(device, tmp_path):
     ("{not json", "is not valid JSON"),
     ({"node": "d", "uplink": {"kind": "uart"}, "services": ["nosuch"]},
      "service 'nosuch' cannot be loaded"),
-    ({"node": "d", "uplink": {"kind": "mqtt"}}, "uplink kind 'mqtt' is not in this build"),
+    ({"node": "d", "uplink": {"kind": "mqtt"}}, "uplink.host is required for an mqtt uplink"),
 ])
 @pytest.mark.parametrize("runtime", ["micropython", "cpython"])
 def test_bad_config_is_a_clear_error(device, tmp_path, cfg, why, runtime):
@@ -271,3 +271,40 @@ def test_uplink_that_cannot_open_backs_off_without_crashing(device, tmp_path):
     gaps = [b - a for a, b in zip(stamps, stamps[1:])]
     assert gaps[-1] > gaps[0], out        # 0.2 s doubling to 2 s, each 0.5-1x jittered
     assert "READY" in out, out
+
+
+def test_device_runtime_over_mqtt_through_the_bridge_survives_broker_restart(device, tmp_path):
+    """The firmware's MQTT uplink against a real mosquitto and the real bridge."""
+    from bridge import config as C
+    from bridge.daemon import Bridge
+    from tools.broker import Mosquitto
+    with Mosquitto() as broker:
+        dev = device(_config(tmp_path, None, uplink={
+            "kind": "mqtt", "host": "127.0.0.1", "port": broker.port, "keepalive": 5,
+            "backoff_min": 0.2, "backoff_max": 1}))
+        cfg = C.parse({"bridge": {"state_dir": str(tmp_path / "state"), "heartbeat": 0.5},
+                       "mqtt": {"url": "mqtt://127.0.0.1:%d" % broker.port,
+                                "devices": [{"node": NODE, "key": KEY}]}})
+
+        async def main():
+            b = Bridge(cfg)
+            t = asyncio.create_task(b.run())
+            c = b.bus.connect()
+            view = c.retained_view("dev/#")
+            await _until(lambda: view.get(_ep(NODE, "sys", "info")) is not None, 20)
+            assert view.get(_ep(NODE, "sys", "info")).origin.link_id == "mqtt:" + NODE
+            assert (await _call(b.bus, c, _ep(NODE, "sys", "config", "get"), "node")) == NODE
+            link = b.links["mqtt:" + NODE]
+            sessions = link.counters["sessions"]
+            broker.stop()
+            await asyncio.sleep(0.5)
+            broker.start()
+            await _until(lambda: link.status == "up" and link.counters["sessions"] > sessions, 20)
+            assert link.generation == 1      # the same device boot
+            assert (await _call(b.bus, c, _ep(NODE, "sys", "config", "get"), "node")) == NODE
+            b.stop()
+            await t
+        asyncio.run(main())
+        dev.kill()
+        out = dev.communicate(timeout=5)[0]
+        assert "uplink mqtt: open" in out, out

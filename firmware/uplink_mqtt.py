@@ -1,0 +1,18 @@
+"""MQTT uplink: the link's frames over MQTT (edgebus.link.mqtt), reaching the
+bridge through a broker over WiFi or Ethernet. On boards the network must be
+up first (connect WiFi in boot.py); this module only opens the MQTT session."""
+from edgebus.link.mqtt import MqttTransport
+
+
+async def open(ctx):
+    u = ctx.config["uplink"]
+    host = u.get("host")
+    if not host:
+        raise OSError("no broker: set uplink.host (and uplink.port, default 1883)")
+    port = u.get("port", 1883)
+    if type(port) is not int:
+        raise OSError("uplink.port must be the broker's TCP port (an int) for mqtt")
+    t = MqttTransport(host, port, node=ctx.config["node"], prefix=u.get("prefix", "edgebus"),
+                      keepalive=u.get("keepalive", 30), user=u.get("user"),
+                      password=u.get("password"))
+    return await t.open()
