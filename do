@@ -37,10 +37,7 @@ case "$cmd" in
     setup) setup ;;
     demo)
         setup
-        echo "== the example on CPython"
-        "$PY" examples/quickstart.py
-        echo "== the same file on MicroPython (unix port, 64 KB heap, edgebus as .mpy)"
-        "$PY" -m tools.mpyrun --heap 64K examples/quickstart.py
+        "$PY" -m bridge.demo "$@"
         ;;
     test)
         setup
@@ -52,7 +49,7 @@ case "$cmd" in
         "$PY" -m tools.bench "$@"
         ;;
     *)
-        echo "usage: ./do setup | demo | test [pytest args] | bench [--smoke]"
+        echo "usage: ./do setup | demo [--seconds N] | test [pytest args] | bench [--smoke]"
         exit 2
         ;;
 esac

@@ -2,6 +2,7 @@
 buses to it (serial ports, MQTT, local unix socket), with a telemetry log.
 
 usage: edgebus-bridge --config bridge.toml
+       edgebus-bridge              (no config: the embedded demo, bridge/demo.py)
 """
 import argparse
 import asyncio
@@ -123,7 +124,11 @@ def main(argv=None):
                    else logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[h])
     if not args.config:
-        ap.error("--config is required (see bridge/example.toml)")
+        # The embedded default: the whole pipeline on this machine, no hardware.
+        print("edgebus-bridge: no --config given: running the embedded demo "
+              "(bridge/demo.py; a real deployment uses --config, see bridge/example.toml)")
+        from bridge import demo
+        return demo.main([])
     try:
         cfg = C.load(args.config)
     except C.ConfigError as e:

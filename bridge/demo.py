@@ -1,0 +1,148 @@
+"""The embedded default: the whole pipeline on one machine, no hardware.
+
+- a real mosquitto on a free loopback port (started here, stopped at the end);
+- simulated devices: the real firmware (firmware/, compiled to .mpy) running
+  under the real MicroPython unix port, three on pseudo-terminal serial lines
+  (tools/ptycable.py stands in for the cables) and one over MQTT;
+- the bridge daemon joining them to the host bus and writing the telemetry log;
+- then Spark: `edgebus ingest --once` into a Parquet table, and `edgebus report`.
+
+usage: python -m bridge.demo [--seconds N] [--out DIR] [--no-spark]
+(`edgebus-bridge` with no --config runs this too.)
+"""
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+from bridge import config as C
+from bridge.daemon import Bridge
+from bridge.status import render
+from tools import mpybuild
+from tools.broker import Mosquitto
+from tools.ptycable import PtyCable
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+DEVICE_HEAP = "160K"    # core + link + firmware on the 64-bit unix port
+
+
+def _device_config(d, node, uplink):
+    cfg = {"node": node, "key": "demo-key-" + node, "board": "unix", "uplink": uplink,
+           "link": {"heartbeat": 1.0}, "health_period": 2.0,
+           "services": [{"module": "temp", "period": 0.2}]}
+    os.makedirs(d, exist_ok=True)
+    path = os.path.join(d, "config.json")
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    return path
+
+
+def _start_device(bundle, cfg_path, log_path):
+    out = open(log_path, "w")
+    return subprocess.Popen([mpybuild.micropython(), "-X", "heapsize=" + DEVICE_HEAP,
+                             "-m", "firmware.main", cfg_path], cwd=bundle,
+                            stdout=out, stderr=subprocess.STDOUT)
+
+
+async def _run_bridge(cfg, seconds):
+    b = Bridge(cfg)
+    task = asyncio.create_task(b.run())
+    t0 = time.monotonic()
+    next_print = 3.0
+    while time.monotonic() - t0 < seconds:
+        await asyncio.sleep(0.5)
+        if time.monotonic() - t0 >= next_print:
+            next_print += 5.0
+            print("\n" + render(b.stats()), flush=True)
+    st = b.stats()
+    b.stop()
+    await task
+    return st
+
+
+def _cli(*args):
+    return subprocess.run([sys.executable, "-m", "tools.cli"] + list(args), cwd=ROOT)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m bridge.demo", description=__doc__.splitlines()[0])
+    ap.add_argument("--seconds", type=float, default=20.0, help="how long the devices run")
+    ap.add_argument("--out", default=os.path.join(ROOT, "out", "demo"),
+                    help="where the log, table, report and device logs go")
+    ap.add_argument("--serial-devices", type=int, default=3)
+    ap.add_argument("--no-spark", action="store_true", help="stop after the telemetry log")
+    args = ap.parse_args(argv)
+    out = os.path.abspath(args.out)
+    if os.path.exists(out):
+        shutil.rmtree(out)
+    os.makedirs(out)
+    bundle = tempfile.mkdtemp(prefix="edgebus-demo-bundle-")
+    mpybuild.compile_tree(ROOT, ["edgebus", "firmware"], bundle)
+    print("demo: firmware bundle compiled with mpy-cross; output in %s" % out)
+    cables, procs = [], []
+    broker = Mosquitto().start()
+    print("demo: mosquitto on 127.0.0.1:%d" % broker.port)
+    try:
+        serial = []
+        for i in range(args.serial_devices):
+            node = "sim-%d" % (i + 1)
+            cable = PtyCable()
+            cables.append(cable)
+            cfgp = _device_config(os.path.join(out, "devices", node), node,
+                                  {"kind": "uart", "port": cable.a, "baud": 115200})
+            procs.append(_start_device(bundle, cfgp, os.path.join(out, "devices", node + ".log")))
+            serial.append({"node": node, "port": cable.b, "key": "demo-key-" + node})
+        mnode = "sim-mqtt"
+        cfgp = _device_config(os.path.join(out, "devices", mnode), mnode,
+                              {"kind": "mqtt", "host": "127.0.0.1", "port": broker.port})
+        procs.append(_start_device(bundle, cfgp, os.path.join(out, "devices", mnode + ".log")))
+        cfg = C.parse({
+            "bridge": {"node": "demo-gateway", "state_dir": os.path.join(out, "state"),
+                       "socket": os.path.join(out, "state", "bridge.sock"), "heartbeat": 1.0},
+            "log": {"dir": os.path.join(out, "telemetry"), "patterns": ["dev/#"],
+                    "segment_seconds": 5},
+            "serial": serial,
+            "mqtt": {"url": "mqtt://127.0.0.1:%d" % broker.port, "client_id": "demo-bridge",
+                     "devices": [{"node": mnode, "key": "demo-key-" + mnode}],
+                     "mirror": ["dev/+/sys/#"]}})
+        print("demo: %d devices on serial ptys + 1 over MQTT, running %.0fs; "
+              "`edgebus status --socket %s` works meanwhile" % (len(serial), args.seconds, cfg.socket))
+        st = asyncio.run(_run_bridge(cfg, args.seconds))
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        for c in cables:
+            c.close()
+        broker.close()
+        shutil.rmtree(bundle, ignore_errors=True)
+    print("\n== final bridge status\n" + render(st))
+    up = [k for k, s in st["links"].items() if s["counters"].get("sessions")]
+    print("\ndemo: %d of %d device links had a session; %d records in the telemetry log at %s"
+          % (len(up), len(st["links"]), st["log"]["appended"], cfg.log_dir))
+    if len(up) != len(st["links"]):
+        print("demo: FAILED: some devices never came up (see %s/devices/*.log)" % out)
+        return 1
+    if args.no_spark:
+        return 0
+    try:
+        import pyspark  # noqa: F401
+    except ImportError:
+        print("demo: Spark part skipped: pyspark is not installed (pip install -e '.[spark]')")
+        return 0
+    table, ck = os.path.join(out, "table"), os.path.join(out, "checkpoint")
+    print("\n== edgebus ingest --once (Spark, local[*])", flush=True)
+    r = _cli("ingest", "--log", cfg.log_dir, "--table", table, "--checkpoint", ck, "--once")
+    if r.returncode:
+        return r.returncode
+    print("\n== edgebus report", flush=True)
+    return _cli("report", "--table", table, "--plot", os.path.join(out, "rates.png")).returncode
+
+
+if __name__ == "__main__":
+    sys.exit(main())
