@@ -120,5 +120,23 @@ def markdown(res, out):
                                                     _f(p["line_limit_msgs_per_s"]), p["of_limit"]),
               "", "Request/reply round trips over the link (in-memory byte pipe, CPython, one "
               "caller at a time): %s per second." % _mmm(lk["roundtrips_per_s"])]
+    br = res.get("bridge")
+    if br:
+        pl, bl = br["paced_latency"], br["burst_latency"]
+        L += ["", "## 4. Bridge: device → host through mosquitto", "",
+              "An edgebus device link over MQTT (`edgebus.link.mqtt`) to the bridge's MQTT links "
+              "and onto the host bus, against raw paho-mqtt publish → subscribe through the same "
+              "broker; %d messages of ~60 bytes per run, both ends on CPython in one process."
+              % br["messages"], "",
+              "| figure | edgebus | raw paho | ratio |", "|---|---|---|---|",
+              "| messages/s | %s | %s | %.2f× (goal ≥ 0.5×) |" % (
+                  _mmm(br["edgebus_msgs_per_s"]), _mmm(br["paho_msgs_per_s"]), br["ratio"]),
+              "| latency p50 / p99, paced at %d/s | %.2f / %.2f ms | %.2f / %.2f ms | |" % (
+                  pl["rate"], pl["edgebus"]["p50_ms"], pl["edgebus"]["p99_ms"],
+                  pl["paho"]["p50_ms"], pl["paho"]["p99_ms"]),
+              "| latency p50 / p99 in the burst (mostly queueing) | %.1f / %.1f ms | %.1f / %.1f ms | |" % (
+                  bl["edgebus"]["p50_ms"], bl["edgebus"]["p99_ms"], bl["paho"]["p50_ms"],
+                  bl["paho"]["p99_ms"]),
+              "", "Gaps counted by the bridge over all runs: %d." % br["gaps"]]
     L.append("")
     return "\n".join(L) + "\n"
