@@ -1,9 +1,8 @@
 """The embedded default: the whole pipeline on one machine, no hardware.
 
 - a real mosquitto on a free loopback port (started here, stopped at the end);
-- simulated devices: the real firmware (firmware/, compiled to .mpy) running
-  under the real MicroPython unix port, three on pseudo-terminal serial lines
-  (tools/ptycable.py stands in for the cables) and one over MQTT;
+- simulated devices (tools/fleet.py): the real firmware running under the real
+  MicroPython unix port, three on pseudo-terminal serial lines and one over MQTT;
 - the bridge daemon joining them to the host bus and writing the telemetry log;
 - then Spark: `edgebus ingest --once` into a Parquet table, and `edgebus report`.
 
@@ -12,41 +11,19 @@ usage: python -m bridge.demo [--seconds N] [--out DIR] [--no-spark]
 """
 import argparse
 import asyncio
-import json
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 
 from bridge import config as C
 from bridge.daemon import Bridge
 from bridge.status import render
-from tools import mpybuild
 from tools.broker import Mosquitto
-from tools.ptycable import PtyCable
+from tools.fleet import Fleet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEVICE_HEAP = "160K"    # core + link + firmware on the 64-bit unix port
-
-
-def _device_config(d, node, uplink):
-    cfg = {"node": node, "key": "demo-key-" + node, "board": "unix", "uplink": uplink,
-           "link": {"heartbeat": 1.0}, "health_period": 2.0,
-           "services": [{"module": "temp", "period": 0.2}]}
-    os.makedirs(d, exist_ok=True)
-    path = os.path.join(d, "config.json")
-    with open(path, "w") as f:
-        json.dump(cfg, f)
-    return path
-
-
-def _start_device(bundle, cfg_path, log_path):
-    out = open(log_path, "w")
-    return subprocess.Popen([mpybuild.micropython(), "-X", "heapsize=" + DEVICE_HEAP,
-                             "-m", "firmware.main", cfg_path], cwd=bundle,
-                            stdout=out, stderr=subprocess.STDOUT)
 
 
 async def _run_bridge(cfg, seconds):
@@ -81,46 +58,28 @@ def main(argv=None):
     if os.path.exists(out):
         shutil.rmtree(out)
     os.makedirs(out)
-    bundle = tempfile.mkdtemp(prefix="edgebus-demo-bundle-")
-    mpybuild.compile_tree(ROOT, ["edgebus", "firmware"], bundle)
-    print("demo: firmware bundle compiled with mpy-cross; output in %s" % out)
-    cables, procs = [], []
     broker = Mosquitto().start()
     print("demo: mosquitto on 127.0.0.1:%d" % broker.port)
+    fleet = None
     try:
-        serial = []
-        for i in range(args.serial_devices):
-            node = "sim-%d" % (i + 1)
-            cable = PtyCable()
-            cables.append(cable)
-            cfgp = _device_config(os.path.join(out, "devices", node), node,
-                                  {"kind": "uart", "port": cable.a, "baud": 115200})
-            procs.append(_start_device(bundle, cfgp, os.path.join(out, "devices", node + ".log")))
-            serial.append({"node": node, "port": cable.b, "key": "demo-key-" + node})
-        mnode = "sim-mqtt"
-        cfgp = _device_config(os.path.join(out, "devices", mnode), mnode,
-                              {"kind": "mqtt", "host": "127.0.0.1", "port": broker.port})
-        procs.append(_start_device(bundle, cfgp, os.path.join(out, "devices", mnode + ".log")))
-        cfg = C.parse({
+        fleet = Fleet(out, serial=args.serial_devices, mqtt=1, broker=("127.0.0.1", broker.port))
+        print("demo: firmware compiled with mpy-cross; %d devices on serial ptys + 1 over MQTT"
+              % args.serial_devices)
+        fleet.start()
+        parts = fleet.bridge_config(("127.0.0.1", broker.port))
+        parts["mqtt"].update({"client_id": "demo-bridge", "mirror": ["dev/+/sys/#"]})
+        cfg = C.parse(dict(parts, **{
             "bridge": {"node": "demo-gateway", "state_dir": os.path.join(out, "state"),
                        "socket": os.path.join(out, "state", "bridge.sock"), "heartbeat": 1.0},
             "log": {"dir": os.path.join(out, "telemetry"), "patterns": ["dev/#"],
-                    "segment_seconds": 5},
-            "serial": serial,
-            "mqtt": {"url": "mqtt://127.0.0.1:%d" % broker.port, "client_id": "demo-bridge",
-                     "devices": [{"node": mnode, "key": "demo-key-" + mnode}],
-                     "mirror": ["dev/+/sys/#"]}})
-        print("demo: %d devices on serial ptys + 1 over MQTT, running %.0fs; "
-              "`edgebus status --socket %s` works meanwhile" % (len(serial), args.seconds, cfg.socket))
+                    "segment_seconds": 5}}))
+        print("demo: running %.0fs; `edgebus status --socket %s` works meanwhile"
+              % (args.seconds, cfg.socket))
         st = asyncio.run(_run_bridge(cfg, args.seconds))
     finally:
-        for p in procs:
-            p.kill()
-            p.wait()
-        for c in cables:
-            c.close()
+        if fleet is not None:
+            fleet.stop()
         broker.close()
-        shutil.rmtree(bundle, ignore_errors=True)
     print("\n== final bridge status\n" + render(st))
     up = [k for k, s in st["links"].items() if s["counters"].get("sessions")]
     print("\ndemo: %d of %d device links had a session; %d records in the telemetry log at %s"

@@ -13,6 +13,7 @@ COMMANDS = {
     "build": ("tools.build", "compile edgebus + firmware to a .mpy bundle for a board"),
     "deploy": ("tools.deploy", "copy a built bundle and config to a board with mpremote"),
     "flash": ("tools.flash", "write a MicroPython firmware image to a board"),
+    "fleet": ("tools.fleet", "run N simulated devices (the real firmware on the MicroPython unix port)"),
     "status": ("bridge.status", "a snapshot of a running bridge: links, peers, counters"),
     "ingest": ("ingest.job", "stream the telemetry log into a Parquet table with Spark"),
     "report": ("ingest.report", "per-device counts, gaps and rates from the ingested table"),

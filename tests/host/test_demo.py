@@ -17,6 +17,6 @@ def test_demo_pipeline_without_spark(tmp_path):
     assert "3 of 3 device links had a session" in r.stdout, r.stdout
     recs = [rec for _, rec in tlog.read_log(str(tmp_path / "demo" / "telemetry"))]
     nodes = {rec["peer_node"] for rec in recs}
-    assert nodes == {"sim-1", "sim-2", "sim-mqtt"}
+    assert nodes == {"sim-1", "sim-2", "sim-mqtt-1"}
     temps = [rec for rec in recs if tuple(rec["topic"][2:]) == ("sensor", "temp")]
     assert temps and all(rec["seq"] is not None and rec["generation"] == 1 for rec in temps)
