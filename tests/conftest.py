@@ -28,3 +28,35 @@ def run_micropython(tree, args, heap="64K", timeout=120):
     """Run the real micropython binary in tree; returns CompletedProcess."""
     return subprocess.run([mpybuild.micropython(), "-X", "heapsize=" + heap] + list(args),
                           cwd=tree, capture_output=True, text=True, timeout=timeout)
+
+
+async def until(cond, timeout=10.0, step=0.02):
+    """Wait until cond() is true; AssertionError after timeout seconds."""
+    import asyncio
+    for _ in range(int(timeout / step)):
+        if cond():
+            return
+        await asyncio.sleep(step)
+    raise AssertionError("condition not met within %.1fs" % timeout)
+
+
+@pytest.fixture
+def link_device(mpy_tree):
+    """Start tests/mpy/link_device.py under the real micropython binary:
+    link_device(uplink, key, count, node=None, heap="128K") -> Popen. Killed at
+    the end of the test."""
+    shutil.copy(os.path.join(ROOT, "tests", "mpy", "link_device.py"), mpy_tree)
+    procs = []
+
+    def start(uplink, key, count, node=None, heap="128K"):
+        args = ["link_device.py", uplink, key, str(count)] + ([node] if node else [])
+        p = subprocess.Popen([mpybuild.micropython(), "-X", "heapsize=" + heap] + args,
+                             cwd=mpy_tree, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)
+        procs.append(p)
+        return p
+    yield start
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()

@@ -3,7 +3,6 @@
 unix-socket clients with their real credentials."""
 import asyncio
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -15,43 +14,21 @@ from bridge import config as C, tlog
 from bridge.daemon import Bridge
 from bridge.links import attach_local
 from bridge.status import fetch, render
-from tests.conftest import ROOT
-from tools import mpybuild
+from tests.conftest import ROOT, until
 from tools.ptycable import PtyCable
 
 DEVICE_HEAP = "128K"   # core + link on the 64-bit unix port
 
 
 @pytest.fixture
-def device(mpy_tree):
-    shutil.copy(os.path.join(ROOT, "tests", "mpy", "link_device.py"), mpy_tree)
-    procs = []
-
-    def start(tty, key, count):
-        p = subprocess.Popen([mpybuild.micropython(), "-X", "heapsize=" + DEVICE_HEAP,
-                              "link_device.py", tty, key, str(count)], cwd=mpy_tree,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        procs.append(p)
-        return p
-    yield start
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-        p.wait()
+def device(link_device):
+    return lambda tty, key, count: link_device(tty, key, count, heap=DEVICE_HEAP)
 
 
 def _cfg(tmp_path, toml):
     path = tmp_path / "bridge.toml"
     path.write_text(toml)
     return path
-
-
-async def _until(cond, timeout=10.0):
-    for _ in range(int(timeout / 0.02)):
-        if cond():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("timed out")
 
 
 def _records(log_dir):
@@ -80,7 +57,7 @@ key = "k1"
         async def main():
             b = Bridge(cfg)
             t = asyncio.create_task(b.run())
-            await _until(lambda: b.appender and b.appender.appended >= count + 1, 15)
+            await until(lambda: b.appender and b.appender.appended >= count + 1, 15)
             st = await fetch(cfg.socket)
             text = render(st)
             b.stop()
@@ -119,11 +96,11 @@ write = ["app/mine/#"]
     async def main():
         b = Bridge(cfg)
         t = asyncio.create_task(b.run())
-        await _until(lambda: os.path.exists(cfg.socket))
+        await until(lambda: os.path.exists(cfg.socket))
         seen = b.bus.connect(principal=("test",)).subscribe("app/#")
         client_bus = edgebus.Bus()
         link, task = await attach_local(client_bus, cfg.socket, node="app1")
-        await _until(lambda: link.status == "up")
+        await until(lambda: link.status == "up")
         c = client_bus.connect()
         c.publish("app/other/x", 1)       # not allowed for this uid: refused, counted
         c.publish("app/mine/x", 2)        # allowed
@@ -133,7 +110,7 @@ write = ["app/mine/#"]
         assert p == {"uid": uid, "gid": os.getgid(), "pid": os.getpid()}
         assert m.origin.kind == "link"
         host_link = [l for k, l in b.links.items() if k.startswith("local:")][0]
-        await _until(lambda: host_link.counters.get("denied", 0) == 1)
+        await until(lambda: host_link.counters.get("denied", 0) == 1)
         assert "permission denied" in host_link.last_error
         await link.close()
         task.cancel()
@@ -164,7 +141,7 @@ key = "k1"
         try:
             async def wait_all():
                 sock = str(tmp_path / "state" / "bridge.sock")
-                await _until(lambda: os.path.exists(sock), 10)
+                await until(lambda: os.path.exists(sock), 10)
                 for _ in range(100):
                     st = await fetch(sock)
                     if st["log"]["appended"] >= count + 1:
@@ -217,18 +194,18 @@ key = "k1"
         async def main():
             b = Bridge(cfg)
             t = asyncio.create_task(b.run())
-            await _until(lambda: "serial:dev-micropython" in b.links
+            await until(lambda: "serial:dev-micropython" in b.links
                          and b.links["serial:dev-micropython"].status == "up", 15)
             link = b.links["serial:dev-micropython"]
             sid = link.peer_sid
             cable.unplug()
             os.unlink(port)
-            await _until(lambda: link.counters.get("port_errors", 0) >= 2, 10)
+            await until(lambda: link.counters.get("port_errors", 0) >= 2, 10)
             assert link.status == "down" and "port" in link.last_error
             new = cable.replug()
             os.symlink(new, port)
             sessions = link.counters.get("sessions", 0)
-            await _until(lambda: link.status == "up" and link.counters["sessions"] > sessions, 20)
+            await until(lambda: link.status == "up" and link.counters["sessions"] > sessions, 20)
             assert link.peer_sid == sid and link.generation == 1
             b.stop()
             await t
@@ -249,12 +226,12 @@ key = "k1"
 
         async def session(b, expect_gen):
             t = asyncio.create_task(b.run())
-            await _until(lambda: "serial:dev-micropython" in b.links
+            await until(lambda: "serial:dev-micropython" in b.links
                          and b.links["serial:dev-micropython"].status == "up", 15)
             link = b.links["serial:dev-micropython"]
-            await _until(lambda: link.generation == expect_gen, 10)
+            await until(lambda: link.generation == expect_gen, 10)
             view = b.bus.connect().retained_view("dev/#")
-            await _until(lambda: view.get("dev/dev-micropython/sys/info") is not None)
+            await until(lambda: view.get("dev/dev-micropython/sys/info") is not None)
             gen_origin = view.get("dev/dev-micropython/sys/info").origin.generation
             b.stop()
             await t
@@ -286,7 +263,7 @@ key = "k"
     async def main():
         b = Bridge(cfg)
         t = asyncio.create_task(b.run())
-        await _until(lambda: "serial:nowhere" in b.links
+        await until(lambda: "serial:nowhere" in b.links
                      and b.links["serial:nowhere"].counters.get("port_errors", 0) >= 1)
         body = await asyncio.to_thread(
             lambda: urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=3).read())

@@ -9,7 +9,6 @@ line) and published in sys/health.
 """
 import asyncio
 import json
-import os
 import subprocess
 import sys
 
@@ -19,7 +18,7 @@ import serial_asyncio
 import edgebus
 from edgebus.link.link import Link
 from edgebus.link.stream import StreamTransport
-from tests.conftest import ROOT
+from tests.conftest import ROOT, until
 from tools import mpybuild
 from tools.ptycable import PtyCable
 
@@ -71,14 +70,6 @@ def device(fw_tree):
         p.wait()
 
 
-async def _until(cond, timeout=10.0):
-    for _ in range(int(timeout / 0.02)):
-        if cond():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("timed out")
-
-
 async def _host(cable, body):
     bus = edgebus.Bus(q_length=64)
     link = Link(bus, "host", key=KEY.encode(), role="responder",
@@ -98,7 +89,7 @@ def _ep(node, *path):
 
 
 async def _call(bus, c, topic, payload, timeout=5.0):
-    await _until(lambda: topic in bus._eps, timeout)     # the proxy is bound
+    await until(lambda: topic in bus._eps, timeout)     # the proxy is bound
     return await c.call(topic, payload, timeout=timeout)
 
 
@@ -112,12 +103,12 @@ def test_device_runtime_over_pty(device, tmp_path):
             view = c.retained_view("dev/#")
             health = c.subscribe(_ep(NODE, "sys", "health"), queue_len=16)
             temp = c.subscribe(_ep(NODE, "sensor", "temp"), queue_len=16)
-            await _until(lambda: link.status == "up", 15)
+            await until(lambda: link.status == "up", 15)
             assert link.peer_node == NODE and link.generation == 1
             sid1 = link.peer_sid
 
             # sys/info: retained, with its fields
-            await _until(lambda: view.get(_ep(NODE, "sys", "info")) is not None)
+            await until(lambda: view.get(_ep(NODE, "sys", "info")) is not None)
             info = view.get(_ep(NODE, "sys", "info")).payload
             assert info["fw"] and info["node"] == NODE and info["board"] == "unix"
             assert info["impl"].startswith("micropython ") and info["platform"] == "linux"
@@ -163,10 +154,10 @@ def test_device_runtime_over_pty(device, tmp_path):
             # cut the cable past liveness: the device reconnects by itself,
             # same sid, same generation
             cable.cut()
-            await _until(lambda: link.status != "up", 5)
+            await until(lambda: link.status != "up", 5)
             await asyncio.sleep(1.0)
             cable.restore()
-            await _until(lambda: link.status == "up", 15)
+            await until(lambda: link.status == "up", 15)
             assert link.peer_sid == sid1 and link.generation == 1
             assert link.counters["sessions"] == 2
             m = await asyncio.wait_for(temp.recv(), 5)     # data flows again
@@ -179,7 +170,7 @@ def test_device_runtime_over_pty(device, tmp_path):
             dev.kill()
             dev.wait()
             dev2 = device(cfg_path)
-            await _until(lambda: link.status == "up" and link.peer_sid != sid1, 15)
+            await until(lambda: link.status == "up" and link.peer_sid != sid1, 15)
             assert link.generation == 2
             c = bus.connect(principal="test")
             # the restarted device runs with the persisted config
@@ -221,8 +212,8 @@ def test_cpython_device_smoke(device, tmp_path):
         async def body(bus, link):
             c = bus.connect()
             view = c.retained_view("dev/#")
-            await _until(lambda: link.status == "up", 15)
-            await _until(lambda: view.get(_ep(NODE, "sys", "info")) is not None)
+            await until(lambda: link.status == "up", 15)
+            await until(lambda: view.get(_ep(NODE, "sys", "info")) is not None)
             assert view.get(_ep(NODE, "sys", "info")).payload["impl"].startswith("cpython")
             got = await _call(bus, c, _ep(NODE, "sys", "config", "get"), "node")
             assert got == NODE
@@ -291,7 +282,7 @@ def test_device_runtime_over_mqtt_through_the_bridge_survives_broker_restart(dev
             t = asyncio.create_task(b.run())
             c = b.bus.connect()
             view = c.retained_view("dev/#")
-            await _until(lambda: view.get(_ep(NODE, "sys", "info")) is not None, 20)
+            await until(lambda: view.get(_ep(NODE, "sys", "info")) is not None, 20)
             assert view.get(_ep(NODE, "sys", "info")).origin.link_id == "mqtt:" + NODE
             assert (await _call(b.bus, c, _ep(NODE, "sys", "config", "get"), "node")) == NODE
             link = b.links["mqtt:" + NODE]
@@ -299,7 +290,7 @@ def test_device_runtime_over_mqtt_through_the_bridge_survives_broker_restart(dev
             broker.stop()
             await asyncio.sleep(0.5)
             broker.start()
-            await _until(lambda: link.status == "up" and link.counters["sessions"] > sessions, 20)
+            await until(lambda: link.status == "up" and link.counters["sessions"] > sessions, 20)
             assert link.generation == 1      # the same device boot
             assert (await _call(b.bus, c, _ep(NODE, "sys", "config", "get"), "node")) == NODE
             b.stop()

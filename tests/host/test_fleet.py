@@ -8,17 +8,9 @@ import sys
 
 from bridge import config as C
 from bridge.daemon import Bridge
-from tests.conftest import ROOT
+from tests.conftest import ROOT, until
 from tools.broker import Mosquitto
 from tools.fleet import Fleet
-
-
-async def _until(cond, timeout=20.0):
-    for _ in range(int(timeout / 0.05)):
-        if cond():
-            return
-        await asyncio.sleep(0.05)
-    raise AssertionError("timed out")
 
 
 def test_five_devices_over_mqtt_come_up_answer_and_survive_a_broker_restart(tmp_path):
@@ -34,12 +26,12 @@ def test_five_devices_over_mqtt_come_up_answer_and_survive_a_broker_restart(tmp_
             t = asyncio.create_task(b.run())
             c = b.bus.connect()
             view = c.retained_view("dev/+/sys/info")
-            await _until(lambda: len(view) == 5, 40)
+            await until(lambda: len(view) == 5, 40)
             assert sorted(m.topic[1] for m in view.snapshot()) == sorted(nodes)
 
             async def config_of(n):
                 topic = ("dev", n, "sys", "config", "get")
-                await _until(lambda: topic in b.bus._eps)
+                await until(lambda: topic in b.bus._eps)
                 return await c.call(topic, "node", timeout=5)
             assert await asyncio.gather(*[config_of(n) for n in nodes]) == nodes
             links = [b.links["mqtt:" + n] for n in nodes]
@@ -47,7 +39,7 @@ def test_five_devices_over_mqtt_come_up_answer_and_survive_a_broker_restart(tmp_
             broker.stop()
             await asyncio.sleep(0.5)
             broker.start()
-            await _until(lambda: all(l.status == "up" and l.counters["sessions"] > s
+            await until(lambda: all(l.status == "up" and l.counters["sessions"] > s
                                      for l, s in zip(links, before)), 40)
             assert all(l.generation == 1 for l in links)      # the same boots
             assert await asyncio.gather(*[config_of(n) for n in nodes]) == nodes

@@ -2,39 +2,21 @@
 the real micropython binary on one end of a pty pair, the host side under
 CPython with pyserial-asyncio on the other end (tools/ptycable.py joins them)."""
 import asyncio
-import os
-import shutil
-import subprocess
-
 import pytest
 import serial_asyncio
 
 import edgebus
 from edgebus.link.link import Link
 from edgebus.link.stream import StreamTransport
-from tests.conftest import ROOT
-from tools import mpybuild
+from tests.conftest import until
 from tools.ptycable import PtyCable
 
 DEVICE_HEAP = "128K"   # core + link on the 64-bit unix port, plus the script
 
 
 @pytest.fixture
-def device(mpy_tree):
-    shutil.copy(os.path.join(ROOT, "tests", "mpy", "link_device.py"), mpy_tree)
-    procs = []
-
-    def start(tty, key, count):
-        p = subprocess.Popen([mpybuild.micropython(), "-X", "heapsize=" + DEVICE_HEAP,
-                              "link_device.py", tty, key, str(count)], cwd=mpy_tree,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        procs.append(p)
-        return p
-    yield start
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-        p.wait()
+def device(link_device):
+    return lambda tty, key, count: link_device(tty, key, count, heap=DEVICE_HEAP)
 
 
 async def _host(cable, key, body):
@@ -52,14 +34,6 @@ async def _host(cable, key, body):
         task.cancel()
 
 
-async def _until(cond, timeout=10.0):
-    for _ in range(int(timeout / 0.02)):
-        if cond():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("timed out")
-
-
 def test_micropython_device_to_cpython_host_over_pty(device):
     count = 200
     with PtyCable() as cable:
@@ -75,7 +49,7 @@ def test_micropython_device_to_cpython_host_over_pty(device):
                     req.reply(sum(req.payload))
             asyncio.create_task(add())
             view = c.retained_view("dev/#")
-            await _until(lambda: link.status == "up")
+            await until(lambda: link.status == "up")
             got = []
             while len(got) < count:
                 m = await asyncio.wait_for(sub.recv(), 10)
@@ -92,7 +66,7 @@ def test_micropython_device_to_cpython_host_over_pty(device):
             # host -> device call through the proxy endpoint
             assert await c.call(("dev", node, "sys", "echo"), "hi", timeout=3) == {"echo": "hi"}
             # device -> host call, result retained on the device and synced here
-            await _until(lambda: view.get(("dev", node, "sys", "result")) is not None)
+            await until(lambda: view.get(("dev", node, "sys", "result")) is not None)
             assert view.get(("dev", node, "sys", "result")).payload == 5
             assert link.counters.get("gaps", 0) == 0 and link.counters.get("bad_frames", 0) == 0
             c.publish(("dev", node, "cmd", "stop"), True)
@@ -110,7 +84,7 @@ def test_wrong_key_over_pty_gives_no_session(device):
         dev = device(cable.a, "wrong", 5)
 
         async def body(bus, link):
-            await _until(lambda: link.counters.get("auth_failures", 0) >= 1)
+            await until(lambda: link.counters.get("auth_failures", 0) >= 1)
             await asyncio.sleep(0.3)
             assert link.status != "up"
             assert bus.stats()["retained"] == 1     # only the link status: nothing imported

@@ -3,17 +3,12 @@ device side runs edgebus.link.mqtt under the real micropython binary, the
 bridge side aiomqtt."""
 import asyncio
 import json
-import os
-import shutil
-import subprocess
-
 import aiomqtt
 import pytest
 
 from bridge import config as C
 from bridge.daemon import Bridge
-from tests.conftest import ROOT
-from tools import mpybuild
+from tests.conftest import until
 from tools.broker import Mosquitto
 
 DEVICE_HEAP = "160K"   # core + link + MQTT transport on the 64-bit unix port
@@ -26,35 +21,15 @@ def broker():
 
 
 @pytest.fixture
-def device(mpy_tree):
-    shutil.copy(os.path.join(ROOT, "tests", "mpy", "link_device.py"), mpy_tree)
-    procs = []
-
-    def start(port, key, count, node="d1"):
-        p = subprocess.Popen([mpybuild.micropython(), "-X", "heapsize=" + DEVICE_HEAP,
-                              "link_device.py", "mqtt:127.0.0.1:%d" % port, key, str(count), node],
-                             cwd=mpy_tree, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        procs.append(p)
-        return p
-    yield start
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-        p.wait()
+def device(link_device):
+    return lambda port, key, count, node="d1": link_device(
+        "mqtt:127.0.0.1:%d" % port, key, count, node, heap=DEVICE_HEAP)
 
 
 def _bridge_cfg(tmp_path, port, mirror=()):
     return C.parse({"bridge": {"node": "gw", "state_dir": str(tmp_path / "state"), "heartbeat": 0.5},
                     "mqtt": {"url": "mqtt://127.0.0.1:%d" % port, "client_id": "bridge-test",
                              "devices": [{"node": "d1", "key": "k1"}], "mirror": list(mirror)}})
-
-
-async def _until(cond, timeout=10.0):
-    for _ in range(int(timeout / 0.02)):
-        if cond():
-            return
-        await asyncio.sleep(0.02)
-    raise AssertionError("timed out")
 
 
 def test_device_over_mqtt_with_provenance_calls_and_presence(tmp_path, broker, device):
@@ -76,7 +51,7 @@ def test_device_over_mqtt_with_provenance_calls_and_presence(tmp_path, broker, d
         # The device dies without a goodbye: the broker's last will takes the
         # session down well before the liveness timeout would.
         dev.kill()
-        await _until(lambda: link.status != "up", 5)
+        await until(lambda: link.status != "up", 5)
         assert link.counters.get("presence_offline", 0) >= 1
         b.stop()
         await task
@@ -92,7 +67,7 @@ def test_broker_restart_mid_stream_no_duplicates_losses_are_gaps(tmp_path, broke
         sub = b.bus.connect().subscribe("dev/d1/sensor/count", queue_len=count)
         dev = device(broker.port, "k1", count)
         link = b.links["mqtt:d1"]
-        await _until(lambda: link.counters.get("imported", 0) >= 60, 15)
+        await until(lambda: link.counters.get("imported", 0) >= 60, 15)
         broker.stop()                 # a crash: no goodbye to anyone
         await asyncio.sleep(0.7)
         broker.start()
@@ -121,7 +96,7 @@ def test_native_mirror_for_plain_mqtt_clients(tmp_path, broker, device):
         b = Bridge(_bridge_cfg(tmp_path, broker.port, mirror=["dev/+/sys/#"]))
         task = asyncio.create_task(b.run())
         dev = device(broker.port, "k1", 1)
-        await _until(lambda: b.links["mqtt:d1"].status == "up", 15)
+        await until(lambda: b.links["mqtt:d1"].status == "up", 15)
         await asyncio.sleep(0.5)
         # Any MQTT client, subscribing late, gets the retained fact as JSON.
         async with aiomqtt.Client("127.0.0.1", broker.port, identifier="reader",
