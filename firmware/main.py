@@ -76,7 +76,10 @@ class Ctx:
         return self.bus.connect(principal=("svc", name))
 
     def log(self, msg):
-        print("[%9.3f] %s" % (now() - self.t0, msg))
+        try:
+            print("[%9.3f] %s" % (now() - self.t0, msg))
+        except MemoryError:   # logging must never take its caller down with it
+            self.count("log_dropped")
 
     def count(self, name, n=1):
         self.counters[name] = self.counters.get(name, 0) + n

@@ -6,6 +6,7 @@ a transport (``recv``/``send``/``close``/``stats``, edgebus/link/stream.py) or
 a coroutine giving one; it raises OSError (or any Exception) when it cannot.
 """
 import asyncio
+import gc
 from os import urandom
 from edgebus.compat import now
 from edgebus.link.link import Link
@@ -85,6 +86,7 @@ class Uplink:
         delay = self.bmin
         while True:
             sessions = self.link.counters.get("sessions", 0)
+            gc.collect()    # before allocating a transport: less fragmentation
             try:
                 t = await self._open()
             except Exception as e:   # never a crash loop: log, count, back off

@@ -75,7 +75,10 @@ def open(ctx):
     else:
         f = _open_tty(port)
         _raw(f, baud)
-    return UartTransport(f, poll_ms=u.get("poll_ms", 5))
+    fr = getattr(ctx, "frames", None)
+    t = UartTransport(f, poll_ms=u.get("poll_ms", 5), frames=fr)
+    ctx.frames = t.frames      # reused by every later reopen (see PolledTransport)
+    return t
 
 
 def _open_tty(path):

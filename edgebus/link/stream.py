@@ -8,13 +8,23 @@ from .. import compat as C
 from .frame import FrameReader, encode, MAX_LEN
 
 
+def _reader(frames, max_len):
+    # A device reopening its uplink passes the same FrameReader each time: its
+    # buffers are allocated once per boot, not once per reconnection on a heap
+    # that fragmentation may have left without 2 KB in one piece.
+    if frames is None:
+        return FrameReader(max_len)
+    frames.reset()
+    return frames
+
+
 class StreamTransport:
     """Frames over an asyncio (reader, writer) pair: TCP, unix sockets, serial."""
 
-    def __init__(self, reader, writer, max_len=MAX_LEN, chunk=256):
+    def __init__(self, reader, writer, max_len=MAX_LEN, chunk=256, frames=None):
         self.reader = reader
         self.writer = writer
-        self.frames = FrameReader(max_len)
+        self.frames = _reader(frames, max_len)
         self.max_len = max_len
         self.chunk = chunk
         self.closed = False
@@ -106,11 +116,11 @@ class PolledTransport:
     """Frames over a file-like object read by polling: a tty opened raw with
     VMIN=0 on the unix port, or a machine.UART on a board. ``read(n)`` must
     return what is there (b'' or None when nothing) without blocking; reads
-    then never stall the scheduler."""
+    then never stall the scheduler. ``frames``: a FrameReader to reuse."""
 
-    def __init__(self, f, max_len=MAX_LEN, poll_ms=5, chunk=256):
+    def __init__(self, f, max_len=MAX_LEN, poll_ms=5, chunk=256, frames=None):
         self.f = f
-        self.frames = FrameReader(max_len)
+        self.frames = _reader(frames, max_len)
         self.max_len = max_len
         self.poll_ms = poll_ms
         self.chunk = chunk

@@ -39,8 +39,12 @@ def test_five_devices_over_mqtt_come_up_answer_and_survive_a_broker_restart(tmp_
             broker.stop()
             await asyncio.sleep(0.5)
             broker.start()
-            await until(lambda: all(l.status == "up" and l.counters["sessions"] > s
-                                     for l, s in zip(links, before)), 40)
+            try:
+                await until(lambda: all(l.status == "up" and l.counters["sessions"] > s
+                                        for l, s in zip(links, before)), 40)
+            except AssertionError:
+                raise AssertionError([(l.link_id, l.status, l.counters, l.last_error,
+                                       b.mqtt.stats()) for l in links])
             assert all(l.generation == 1 for l in links)      # the same boots
             assert await asyncio.gather(*[config_of(n) for n in nodes]) == nodes
             b.stop()

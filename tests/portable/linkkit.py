@@ -58,3 +58,14 @@ def up(j):
 
 def synced(j):
     return up(j) and j.hl.counters.get("syncs", 0) >= 1 and j.dl.counters.get("syncs", 0) >= 1
+
+
+async def joined_with(handler_topic, handler, **kw):
+    """A started Joined whose device binds handler_topic, served by handler(ep);
+    returns once the host has its proxy."""
+    j = Joined(**kw)
+    ep = j.dev.connect().bind(handler_topic, queue_len=4)
+    task = asyncio.create_task(handler(ep))
+    j.start()
+    await until(lambda: synced(j) and ("dev", "dev1") + tuple(handler_topic.split("/")) in j.host._eps)
+    return j, ep, task
