@@ -1,0 +1,253 @@
+"""`edgebus ingest`: stream the telemetry log into a Parquet table, exactly once.
+
+    edgebus ingest --log DIR --table DIR --checkpoint DIR [--master URL] [--once]
+                   [--watermark SECONDS] [--trigger-interval SECONDS]
+                   [--max-records-per-trigger N] [--max-bytes-per-trigger N]
+    spark-submit ingest/job.py --log DIR --table DIR --checkpoint DIR ...   (same options)
+
+The table is partitioned by ``date`` (UTC day of ts_host) and ``peer_node``.
+Records logged twice by a device (same peer_node, peer_sid, seq; e.g. a link
+replay) are kept once when the copies are at most --watermark seconds apart
+(by ts_host).  Records without those keys (local traffic) are all kept.
+Exactly once: the source's offsets are log positions, Spark's checkpoint
+records which were planned and committed, and the file sink's metadata log
+(``TABLE/_spark_metadata``) lists only files of committed batches, so a
+killed job restarted on the same checkpoint neither loses nor repeats a row.
+Read the table with Spark (``spark.read.parquet(TABLE)``), which honours that
+log.  Skipped corrupt log data is listed in ``TABLE/_corrupt/``.
+"""
+import atexit
+import os
+import sys
+import tempfile
+import time
+import zipfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+DEFAULT_WATERMARK = 600.0
+
+
+def _table_schema():
+    from pyspark.sql.types import DateType, StructField, StructType
+
+    from ingest.source import SCHEMA
+
+    # The file sink writes the data columns, then the partition columns.
+    fields = [f for f in SCHEMA.fields if f.name != "peer_node"]
+    return StructType(fields + [StructField("date", DateType(), True),
+                                StructField("peer_node", SCHEMA["peer_node"].dataType, True)])
+
+
+def __getattr__(name):          # TABLE_SCHEMA without importing pyspark at import time
+    if name == "TABLE_SCHEMA":
+        return _table_schema()
+    raise AttributeError(name)
+
+
+def add_arguments(p):
+    p.add_argument("--log", required=True, help="the bridge's telemetry log directory")
+    p.add_argument("--table", required=True, help="the Parquet table directory (created)")
+    p.add_argument("--checkpoint", required=True,
+                   help="the streaming checkpoint directory; keep it with the table")
+    p.add_argument("--master", help="Spark master URL (default: local[*], or the one "
+                                    "spark-submit was given)")
+    p.add_argument("--once", action="store_true",
+                   help="process what the log holds now, then exit (availableNow)")
+    p.add_argument("--watermark", type=float, default=DEFAULT_WATERMARK, metavar="SECONDS",
+                   help="how far apart (by ts_host) duplicate copies of a device record may "
+                        "be and still be removed; also the dedup state kept (default %(default)s)")
+    p.add_argument("--trigger-interval", type=float, default=5.0, metavar="SECONDS",
+                   help="without --once: how often to look for newly sealed segments "
+                        "(default %(default)s)")
+    p.add_argument("--max-records-per-trigger", type=int, metavar="N",
+                   help="bound each micro-batch to N records")
+    p.add_argument("--max-bytes-per-trigger", type=int, metavar="N",
+                   help="bound each micro-batch to about N bytes of log")
+
+
+def session(master=None, app="edgebus-ingest"):
+    """A SparkSession for the edgebus commands, with the data source registered.
+
+    Without --master and outside spark-submit it runs on local[*]; under
+    spark-submit the master and the rest of the configuration are spark-submit's."""
+    from pyspark.sql import SparkSession
+
+    from ingest.source import register
+
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ      # run by spark-submit
+    if master is None and not submitted:
+        master = "local[*]"
+    if master is not None and master.startswith("local"):
+        # Python workers must run this interpreter and import this checkout.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+        pp = os.environ.get("PYTHONPATH", "")
+        if ROOT not in pp.split(os.pathsep):
+            os.environ["PYTHONPATH"] = ROOT + (os.pathsep + pp if pp else "")
+    b = SparkSession.builder.appName(app).config("spark.ui.showConsoleProgress", "false")
+    if master is not None:
+        b = b.master(master)
+    spark = b.getOrCreate()
+    sc = spark.sparkContext
+    if sc.master.startswith("local") and not sc.getConf().contains("spark.sql.shuffle.partitions"):
+        # 200 shuffle (= dedup state) partitions cost seconds per micro-batch on
+        # one machine; a checkpoint keeps the number it was created with.
+        spark.conf.set("spark.sql.shuffle.partitions", str(max(2, sc.defaultParallelism)))
+    if submitted or not sc.master.startswith("local"):
+        _ship_code(spark)
+    register(spark)
+    return spark
+
+
+def _ship_code(spark):
+    """Send bridge/ and ingest/ to the executors (spark-submit on a cluster needs
+    no --py-files then)."""
+    fd, zpath = tempfile.mkstemp(prefix="edgebus-", suffix=".zip")
+    os.close(fd)
+    with zipfile.ZipFile(zpath, "w") as z:
+        for pkg in ("bridge", "ingest"):
+            for dirpath, dirnames, files in os.walk(os.path.join(ROOT, pkg)):
+                dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+                for f in files:
+                    if f.endswith(".py"):
+                        full = os.path.join(dirpath, f)
+                        z.write(full, os.path.relpath(full, ROOT))
+    spark.sparkContext.addPyFile(zpath)
+    # Executors fetch it from the driver while the job runs: remove it at exit.
+    atexit.register(_unlink, zpath)
+
+
+def _unlink(path):
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def ingest_frame(spark, log_dir, watermark=DEFAULT_WATERMARK, corrupt_dir=None, **options):
+    """The streaming DataFrame the job writes: the log's records, deduplicated,
+    with a ``date`` column.  options go to the edgebus source."""
+    from pyspark.sql import functions as F
+
+    r = spark.readStream.format("edgebus")
+    if corrupt_dir:
+        r = r.option("corruptDir", corrupt_dir)
+    for k, v in options.items():
+        if v is not None:
+            r = r.option(k, str(v))
+    df = r.load(os.path.abspath(log_dir))
+    keyed = (F.col("peer_node").isNotNull() & F.col("peer_sid").isNotNull()
+             & F.col("seq").isNotNull())
+    # Rows without a full device key get a unique stand-in (their log position),
+    # so that null keys never collapse into one row.
+    df = df.withColumn("_dedup_pos", F.when(keyed, F.lit(None)).otherwise(
+        F.concat_ws(":", F.col("segment").cast("string"), F.col("offset").cast("string"))))
+    df = (df.withWatermark("ts_host_time", "%d milliseconds" % int(watermark * 1000))
+          .dropDuplicatesWithinWatermark(["peer_node", "peer_sid", "seq", "_dedup_pos"])
+          .drop("_dedup_pos"))
+    # The UTC day, whatever the session time zone.
+    return df.withColumn("date", F.date_from_unix_date(
+        F.floor(F.col("ts_host") / 86400).cast("int")))
+
+
+def start(spark, args):
+    """Start the streaming query for parsed args; returns the StreamingQuery."""
+    table = os.path.abspath(args.table)
+    df = ingest_frame(spark, args.log, args.watermark,
+                      corrupt_dir=os.path.join(table, "_corrupt"),
+                      minPartitions=spark.sparkContext.defaultParallelism,
+                      maxRecordsPerTrigger=args.max_records_per_trigger,
+                      maxBytesPerTrigger=args.max_bytes_per_trigger)
+    w = (df.writeStream.format("parquet").outputMode("append")
+         .option("path", table)
+         .option("checkpointLocation", os.path.abspath(args.checkpoint))
+         .partitionBy("date", "peer_node")
+         .queryName("edgebus_ingest"))
+    if args.once:
+        w = w.trigger(availableNow=True)
+    else:
+        w = w.trigger(processingTime="%d milliseconds" % int(args.trigger_interval * 1000))
+    return w.start()
+
+
+def run(args):
+    if not os.path.isdir(args.log):
+        print("edgebus ingest: no log directory at %s" % args.log, file=sys.stderr)
+        return 2
+    spark = session(args.master)
+    spark.sparkContext.setLogLevel("ERROR")
+    from ingest.source import corrupt_report
+
+    from pyspark.errors import StreamingQueryException
+
+    counter = _progress_listener()
+    spark.streams.addListener(counter)
+    q = start(spark, args)
+    print("edgebus ingest: %s -> %s (checkpoint %s)%s"
+          % (args.log, args.table, args.checkpoint, ", once" if args.once else ""), flush=True)
+    rc = 0
+    try:
+        q.awaitTermination()
+    except KeyboardInterrupt:
+        q.stop()
+    except StreamingQueryException as e:
+        print("edgebus ingest: the query failed: %s" % e, file=sys.stderr)
+        rc = 1
+    # Listener events arrive asynchronously: wait (briefly) for the last batch's.
+    last = q.lastProgress
+    deadline = time.monotonic() + 5
+    while last and counter.last_batch < last["batchId"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    print("edgebus ingest: read %d log records in %d micro-batches"
+          % (counter.rows, counter.batches), flush=True)
+    if counter.late:
+        # Only when the bridge's clock went back by more than the watermark.
+        print("edgebus ingest: WARNING: %d records were older than the watermark (%g s "
+              "before the newest ts_host seen) and were dropped; see docs/spark.md"
+              % (counter.late, args.watermark), flush=True)
+    bad = corrupt_report(os.path.join(os.path.abspath(args.table), "_corrupt"))
+    if bad["regions"] or bad["missing"]:
+        print("edgebus ingest: the log has %d corrupt region(s) and %d missing segment "
+              "range(s), skipped (listed in %s)" % (len(bad["regions"]), len(bad["missing"]),
+                                                    os.path.join(args.table, "_corrupt")),
+              flush=True)
+    spark.stop()
+    return rc
+
+
+def _progress_listener():
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class Progress(StreamingQueryListener):
+        """Counts what the query read (recentProgress keeps only the last batches)."""
+
+        def __init__(self):
+            self.rows = self.batches = self.late = 0
+            self.last_batch = -1
+
+        def onQueryStarted(self, event):
+            pass
+
+        def onQueryProgress(self, event):
+            self.batches += 1
+            self.rows += event.progress.numInputRows
+            self.late += sum(op.numRowsDroppedByWatermark for op in event.progress.stateOperators)
+            self.last_batch = max(self.last_batch, event.progress.batchId)
+
+        def onQueryIdle(self, event):
+            pass
+
+        def onQueryTerminated(self, event):
+            pass
+
+    return Progress()
+
+
+if __name__ == "__main__":      # spark-submit ingest/job.py ...
+    import argparse
+
+    if ROOT not in sys.path:
+        sys.path.insert(0, ROOT)
+    ap = argparse.ArgumentParser(prog="job.py", description=__doc__.splitlines()[0])
+    add_arguments(ap)
+    sys.exit(run(ap.parse_args()))

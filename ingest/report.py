@@ -1,0 +1,236 @@
+"""`edgebus report`: what the fleet sent, from the table `edgebus ingest` writes.
+
+    edgebus report --table DIR [--plot FILE.png] [--master URL]
+
+Prints per-device message counts, sessions, generations seen and last-seen
+time; per session (peer_node, peer_sid) its seq range and the missing seq
+ranges (gaps); what ingest skipped as corrupt.  --plot writes a PNG of each
+device's message rate over time.  :func:`summarize` returns the same as data.
+"""
+import datetime
+import math
+import os
+import sys
+
+LOCAL = "(local)"           # how rows without a peer_node (host traffic) are shown
+MAX_GAPS_SHOWN = 12
+MAX_PLOT_DEVICES = 12
+_NICE_BINS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800,
+              21600, 43200, 86400, 7 * 86400)
+
+
+def add_arguments(p):
+    p.add_argument("--table", required=True, help="the table directory edgebus ingest writes")
+    p.add_argument("--plot", metavar="FILE.png", help="write a PNG of per-device message rate")
+    p.add_argument("--master", help="Spark master URL (default: local[*])")
+
+
+def read_table(spark, table):
+    """The ingested table as a DataFrame (through the file sink's metadata log, so
+    only committed files; an empty table reads as no rows)."""
+    from ingest.job import TABLE_SCHEMA
+
+    return spark.read.schema(TABLE_SCHEMA).parquet(os.path.abspath(table))
+
+
+def summarize(spark, table):
+    """The report as data.
+
+    {"rows", "first", "last" (ts_host seconds or None),
+     "devices": [{"peer_node", "messages", "sessions", "generations", "first_seen",
+                  "last_seen"}],
+     "sessions": [{"peer_node", "peer_sid", "generations", "messages", "seq_min",
+                   "seq_max", "missing", "gaps": [(first, last), ...]}],
+     "corrupt": {"regions": [...], "missing": [...]}}
+    Devices and sessions are sorted by name; peer_node None is local traffic."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from ingest.source import corrupt_report
+
+    df = read_table(spark, table)
+    tot = df.agg(F.count(F.lit(1)).alias("n"), F.min("ts_host").alias("lo"),
+                 F.max("ts_host").alias("hi")).first()
+    devices = [{
+        "peer_node": r["peer_node"], "messages": r["messages"], "sessions": r["sessions"],
+        "generations": sorted(r["generations"]), "first_seen": r["first_seen"],
+        "last_seen": r["last_seen"]}
+        for r in df.groupBy("peer_node").agg(
+            F.count(F.lit(1)).alias("messages"),
+            F.countDistinct("peer_sid").alias("sessions"),
+            F.collect_set("generation").alias("generations"),
+            F.min("ts_host").alias("first_seen"),
+            F.max("ts_host").alias("last_seen")).collect()]
+    devices.sort(key=lambda d: (d["peer_node"] is None, d["peer_node"] or ""))
+
+    dev = df.where(F.col("peer_node").isNotNull() & F.col("peer_sid").isNotNull())
+    sess = {(r["peer_node"], r["peer_sid"]): {
+        "peer_node": r["peer_node"], "peer_sid": r["peer_sid"],
+        "generations": sorted(r["generations"]), "messages": r["messages"],
+        "seq_min": r["seq_min"], "seq_max": r["seq_max"], "missing": 0, "gaps": []}
+        for r in dev.groupBy("peer_node", "peer_sid").agg(
+            F.count(F.lit(1)).alias("messages"),
+            F.collect_set("generation").alias("generations"),
+            F.min("seq").alias("seq_min"), F.max("seq").alias("seq_max")).collect()}
+    # A gap is a run of seq numbers missing between two received ones.
+    seqs = dev.where(F.col("seq").isNotNull()).select("peer_node", "peer_sid", "seq").distinct()
+    w = Window.partitionBy("peer_node", "peer_sid").orderBy("seq")
+    gaps = (seqs.withColumn("next", F.lead("seq").over(w))
+            .where(F.try_subtract(F.col("next"), F.col("seq")) > 1)
+            .select("peer_node", "peer_sid", (F.col("seq") + 1).alias("first"),
+                    (F.col("next") - 1).alias("last")))
+    for r in gaps.collect():
+        s = sess[(r["peer_node"], r["peer_sid"])]
+        s["gaps"].append((r["first"], r["last"]))
+        s["missing"] += r["last"] - r["first"] + 1
+    sessions = [sess[k] for k in sorted(sess)]
+    for s in sessions:
+        s["gaps"].sort()
+    return {"rows": tot["n"], "first": tot["lo"], "last": tot["hi"], "devices": devices,
+            "sessions": sessions,
+            "corrupt": corrupt_report(os.path.join(os.path.abspath(table), "_corrupt"))}
+
+
+def _utc(ts):
+    if ts is None:
+        return "-"
+    return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).strftime(
+        "%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+
+
+def _table(header, rows):
+    cols = [header] + [[str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cols) for i in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cols)
+
+
+def _gens(gs):
+    return ",".join(str(g) for g in gs) or "-"
+
+
+def format_report(s, table):
+    """The printed report for a summarize() result."""
+    ndev = sum(d["peer_node"] is not None for d in s["devices"])
+    out = ["edgebus report: %s" % table,
+           "%d messages from %d device%s, %s .. %s" % (
+               s["rows"], ndev, "" if ndev == 1 else "s", _utc(s["first"]), _utc(s["last"])),
+           ""]
+    out.append(_table(["device", "messages", "sessions", "generations", "last seen (UTC)"], [
+        [d["peer_node"] or LOCAL, d["messages"], d["sessions"], _gens(d["generations"]),
+         _utc(d["last_seen"])] for d in s["devices"]]))
+    out.append("")
+    out.append("sessions (missing seq = gaps between received seq numbers):")
+    rows = []
+    for x in s["sessions"]:
+        gaps = ", ".join("%d" % a if a == b else "%d..%d" % (a, b)
+                         for a, b in x["gaps"][:MAX_GAPS_SHOWN])
+        if len(x["gaps"]) > MAX_GAPS_SHOWN:
+            gaps += ", ... (%d more)" % (len(x["gaps"]) - MAX_GAPS_SHOWN)
+        seq = "-" if x["seq_min"] is None else "%d..%d" % (x["seq_min"], x["seq_max"])
+        rows.append([x["peer_node"], x["peer_sid"], _gens(x["generations"]), x["messages"],
+                     seq, x["missing"], gaps or "none"])
+    out.append(_table(["device", "session", "generation", "messages", "seq", "missing",
+                       "gaps"], rows) if rows else "  (no device sessions)")
+    bad = s["corrupt"]
+    if bad["regions"] or bad["missing"]:
+        out.append("")
+        out.append("skipped by ingest: %d corrupt log region(s), %d missing segment range(s)"
+                   % (len(bad["regions"]), len(bad["missing"])))
+        for r in bad["regions"][:MAX_GAPS_SHOWN]:
+            out.append("  %s @ %d: %s" % (r["file"], r["offset"], r["reason"]))
+        for a, b in bad["missing"][:MAX_GAPS_SHOWN]:
+            out.append("  segments %d..%d missing" % (a, b))
+    return "\n".join(out)
+
+
+def _bin_seconds(span):
+    """A round bin width giving about 100 bins over span seconds."""
+    want = span / 100.0
+    for b in _NICE_BINS:
+        if b >= want:
+            return b
+    return _NICE_BINS[-1]
+
+
+def plot_rates(spark, table, png, summary=None):
+    """Write a PNG of each device's messages per second over time; returns the
+    bin width used (seconds), or None when the table is empty."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.dates as mdates
+    import matplotlib.pyplot as plt
+    from pyspark.sql import functions as F
+
+    s = summary or summarize(spark, table)
+    if not s["rows"]:
+        return None
+    width = _bin_seconds(max(s["last"] - s["first"], 1.0))
+    # The busiest devices get a line each; the rest are summed into one.
+    ranked = sorted((d for d in s["devices"]), key=lambda d: -d["messages"])
+    shown = [d["peer_node"] for d in ranked[:MAX_PLOT_DEVICES]]
+    df = read_table(spark, table)
+    label = F.coalesce(F.col("peer_node"), F.lit(LOCAL))
+    if len(ranked) > MAX_PLOT_DEVICES:
+        keep = [d if d is not None else LOCAL for d in shown]
+        label = F.when(label.isin(keep), label).otherwise(F.lit("(others)"))
+    counts = (df.select(label.alias("device"),
+                        F.floor(F.col("ts_host") / width).alias("bin"))
+              .groupBy("device", "bin").count().collect())
+    lo = math.floor(s["first"] / width)
+    hi = math.floor(s["last"] / width)
+    series = {}
+    for r in counts:
+        series.setdefault(r["device"], {})[r["bin"]] = r["count"]
+    # Bin edges: one more than bins, the last value repeated so that the last
+    # bin is drawn as a step like the others.
+    xs = [datetime.datetime.fromtimestamp(b * width, datetime.timezone.utc)
+          for b in range(lo, hi + 2)]
+    fig, ax = plt.subplots(figsize=(10, 5), dpi=100)
+    for dev in sorted(series, key=lambda d: -sum(series[d].values())):
+        ys = [series[dev].get(b, 0) / width for b in range(lo, hi + 1)]
+        ax.step(xs, ys + ys[-1:], where="post", label=dev, linewidth=1.2)
+    ax.set_title("edgebus: messages per second per device (%s bins)" % _human(width))
+    ax.set_xlabel("time (UTC)")
+    ax.set_ylabel("messages / s")
+    ax.xaxis.set_major_formatter(mdates.DateFormatter("%m-%d %H:%M:%S", tz=datetime.timezone.utc))
+    fig.autofmt_xdate()
+    ax.grid(True, alpha=0.3)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
+    fig.tight_layout()
+    fig.savefig(png)
+    plt.close(fig)
+    return width
+
+
+def _human(seconds):
+    if seconds % 86400 == 0:
+        return "%d d" % (seconds // 86400)
+    if seconds % 3600 == 0:
+        return "%d h" % (seconds // 3600)
+    if seconds % 60 == 0:
+        return "%d min" % (seconds // 60)
+    return "%d s" % seconds
+
+
+def run(args):
+    table = os.path.abspath(args.table)
+    if not os.path.isdir(table):
+        print("edgebus report: no table at %s (run edgebus ingest first)" % args.table,
+              file=sys.stderr)
+        return 2
+    from ingest.job import session
+
+    spark = session(args.master, app="edgebus-report")
+    spark.sparkContext.setLogLevel("ERROR")
+    try:
+        s = summarize(spark, table)
+        print(format_report(s, args.table))
+        if args.plot:
+            width = plot_rates(spark, table, args.plot, s)
+            if width is None:
+                print("\nplot: nothing to plot (empty table)")
+            else:
+                print("\nplot: %s (message rate per device, %s bins)" % (args.plot, _human(width)))
+    finally:
+        spark.stop()
+    return 0

@@ -1,0 +1,363 @@
+"""The `edgebus` PySpark data source (ingest/source.py) on real local Spark:
+schema and values, batch and streaming, offsets, byte-range splits, corruption."""
+import datetime
+import json
+import os
+import shutil
+
+import pytest
+
+pytest.importorskip("pyspark")
+pytest.importorskip("pyarrow")
+
+from bridge.tlog import RECORD_HEADER_SIZE, LogWriter, segment_name  # noqa: E402
+from tests.host.sparkkit import (device_record, expected_row, local_record,  # noqa: E402
+                                 make_session)
+
+T0 = 1_712_000_000.0
+
+
+@pytest.fixture(scope="module")
+def spark():
+    s = make_session()
+    yield s
+    s.stop()
+
+
+def write_log(d, records, **kw):
+    kw.setdefault("segment_bytes", 2048)
+    with LogWriter(str(d), **kw) as w:
+        return [w.append(r) for r in records]
+
+
+def rows_by_pos(df):
+    return {(r["segment"], r["offset"]): r.asDict() for r in df.collect()}
+
+
+def mixed_records(n=60):
+    """Device records of two nodes, local records, and the awkward cases."""
+    recs = []
+    for i in range(n):
+        if i % 5 == 4:
+            recs.append(local_record(i, T0 + i))
+        else:
+            recs.append(device_record("node-%d" % (i % 2), "s%d" % (i % 2), i, T0 + i,
+                                      gen=3 + i % 2))
+    recs += [
+        {"ts_host": T0 + n, "topic": ("capteurs", "température", "日本", 7, ""),
+         "payload": {"bin": b"\x00\xff", "nested": [1, 2.5, None, True, "ünï"], "big": 2 ** 80},
+         "ts_device": 12345, "seq": 2 ** 70, "generation": -5, "origin_kind": "link",
+         "conn_id": "c7", "principal": "device:ω", "link_id": "l1", "peer_node": "p",
+         "peer_sid": "s", "extra": {"seq": 2 ** 70, "note": "é"}},
+        {"ts_host": T0 + n + 1, "topic": ("a",), "payload": None},            # all optional null
+        {"ts_host": int(T0) + n + 2, "topic": "x/y", "payload": b"\x01\x02"},  # int ts_host
+        {"ts_host": T0 + n + 3, "topic": ("x",), "payload": {"$b64": "not bytes"},
+         "extra": {"$x": 1}},
+        {"ts_host": T0 + n + 4, "topic": ("x",), "payload": "", "extra": {}},
+        {"ts_host": T0 + n + 5, "topic": ("x",), "payload": 1, "ts_device": 2 ** 60 + 1,
+         "generation": 2 ** 63, "seq": -2 ** 63},                         # edges of long/double
+        {"ts_host": T0 + n + 6, "topic": ("x",), "payload": 1, "ts_device": 10 ** 400},
+    ]
+    return recs
+
+
+def check_rows(got, recs, positions):
+    assert len(got) == len(recs)
+    for rec, pos in zip(recs, positions):
+        row = dict(got[pos])
+        want = expected_row(rec, pos)
+        t = row.pop("ts_host_time")
+        assert t == datetime.datetime.fromtimestamp(rec["ts_host"], datetime.timezone.utc) \
+            .replace(tzinfo=None)
+        assert row == want
+
+
+def test_batch_schema_and_values(spark, tmp_path):
+    from ingest.source import SCHEMA
+
+    recs = mixed_records()
+    positions = write_log(tmp_path / "log", recs)
+    assert len({p[0] for p in positions}) > 3          # several segments
+    df = spark.read.format("edgebus").load(str(tmp_path / "log"))
+    assert df.schema == SCHEMA
+    assert [f.name for f in df.schema.fields] == [
+        "topic", "topic_tokens", "payload", "ts_device", "ts_host", "ts_host_time", "link_id",
+        "peer_node", "peer_sid", "generation", "seq", "origin_kind", "conn_id", "principal",
+        "extra", "segment", "offset"]
+    got = rows_by_pos(df)
+    check_rows(got, recs, positions)
+    # Spot checks of the documented conversions.
+    odd = got[positions[len(recs) - 7]]
+    assert odd["topic"] == "capteurs/température/日本/7/" and odd["seq"] is None   # > int64
+    assert json.loads(odd["payload"])["bin"] == {"$b64": "AP8="}
+    assert json.loads(odd["payload"])["big"] == 2 ** 80 and odd["ts_device"] == 12345.0
+    assert got[positions[-6]]["payload"] is None and got[positions[-6]]["extra"] is None
+    assert got[positions[-4]]["payload"] == '{"$lit":{"$b64":"not bytes"}}'
+    assert got[positions[-4]]["extra"] == '{"$lit":{"$x":1}}'
+    assert got[positions[-3]]["payload"] == '""' and got[positions[-3]]["extra"] is None
+    edge = got[positions[-2]]
+    assert (edge["ts_device"], edge["generation"], edge["seq"]) == (2.0 ** 60, None, -2 ** 63)
+    assert got[positions[-1]]["ts_device"] is None
+
+
+def test_payload_helpers(spark, tmp_path):
+    from pyspark.sql import functions as F
+
+    from ingest.helpers import payload_bytes, payload_field, payload_struct
+
+    recs = [
+        {"ts_host": T0, "topic": ("t",), "payload": {"temp": 21.5, "ok": True, "n": 3,
+                                                     "pos": {"x": 1}, "xs": [4, 5]}},
+        {"ts_host": T0 + 1, "topic": ("t",), "payload": {"temp": "warm"}},   # wrong type
+        {"ts_host": T0 + 2, "topic": ("t",), "payload": 7},                  # bare number
+        {"ts_host": T0 + 3, "topic": ("t",), "payload": b"\x00raw"},
+        {"ts_host": T0 + 4, "topic": ("t",), "payload": None, "extra": {"ts": 9.5}},
+    ]
+    write_log(tmp_path / "log", recs)
+    df = spark.read.format("edgebus").load(str(tmp_path / "log")).orderBy("offset")
+    got = df.select(
+        payload_field("payload", "temp", "double").alias("temp"),
+        payload_field(F.col("payload"), "ok", "boolean").alias("ok"),
+        payload_field("payload", "pos.x", "int").alias("x"),
+        payload_field("payload", "xs[1]", "long").alias("x1"),
+        payload_field("payload", "pos").alias("pos"),
+        payload_field("payload", "$", "long").alias("bare"),
+        payload_bytes("payload").alias("raw"),
+        payload_struct("payload", "temp double, n long").alias("st"),
+        payload_field("extra", "ts", "double").alias("ets"),
+    ).collect()
+    assert [r["temp"] for r in got] == [21.5, None, None, None, None]   # "warm": null, no error
+    assert got[0]["ok"] is True and got[0]["x"] == 1 and got[0]["x1"] == 5
+    assert got[0]["pos"] == '{"x":1}'
+    assert got[2]["bare"] == 7 and got[0]["bare"] is None
+    assert bytes(got[3]["raw"]) == b"\x00raw" and got[0]["raw"] is None
+    assert (got[0]["st"]["temp"], got[0]["st"]["n"]) == (21.5, 3)
+    assert got[4]["ets"] == 9.5 and got[4]["temp"] is None
+
+
+def test_byte_range_splits_give_the_same_rows(spark, tmp_path):
+    """Cuts fall inside records: each record is still read once, nothing is
+    reported corrupt."""
+    recs = mixed_records(200)
+    positions = write_log(tmp_path / "log", recs, segment_bytes=16384)
+    corrupt = tmp_path / "corrupt"
+    for opts in ({"splitBytes": "1000"}, {"splitBytes": "1777"}, {"minPartitions": "7"}):
+        df = (spark.read.format("edgebus").options(**opts).option("corruptDir", str(corrupt))
+              .load(str(tmp_path / "log")))
+        rows = df.collect()
+        assert len(rows) == len(recs)
+        check_rows(rows_by_pos(df), recs, positions)
+    assert not corrupt.exists()
+    from ingest.source import EdgebusDataSource, SegmentRange
+    parts = EdgebusDataSource({"path": str(tmp_path / "log"), "splitBytes": "1000"}) \
+        .reader(None).partitions()
+    assert all(isinstance(p, SegmentRange) for p in parts)
+    assert len(parts) > len({p[0] for p in positions})
+
+
+def test_empty_and_absent_log(spark, tmp_path):
+    os.makedirs(tmp_path / "empty")
+    assert spark.read.format("edgebus").load(str(tmp_path / "empty")).count() == 0
+    with pytest.raises(Exception, match="no log directory"):
+        spark.read.format("edgebus").load(str(tmp_path / "absent")).count()
+
+
+def stream_to_table(spark, log, out, ckpt, **opts):
+    """Run an availableNow stream of the log into a Parquet table; returns the
+    number of micro-batches that read rows."""
+    r = spark.readStream.format("edgebus")
+    for k, v in opts.items():
+        r = r.option(k, str(v))
+    q = (r.load(str(log)).writeStream.format("parquet").option("path", str(out))
+         .option("checkpointLocation", str(ckpt)).trigger(availableNow=True).start())
+    q.awaitTermination()
+    return sum(1 for p in q.recentProgress if p["numInputRows"] > 0)
+
+
+def test_streaming_offsets_rate_limits_and_restart(spark, tmp_path):
+    from ingest.source import SCHEMA
+
+    log, out, ckpt = tmp_path / "log", tmp_path / "out", tmp_path / "ckpt"
+    recs = mixed_records(120)
+    positions = write_log(log, recs, segment_bytes=4096)
+    batches = stream_to_table(spark, log, out, ckpt, maxRecordsPerTrigger=40)
+    assert batches == -(-len(recs) // 40)
+    # The checkpoint's offsets are log positions, as JSON.
+    offs = sorted((f for f in os.listdir(ckpt / "offsets") if f.isdigit()), key=int)
+    last = open(ckpt / "offsets" / offs[-1]).read().splitlines()[-1]
+    # (The end of the newest sealed segment is written as the next one's start.)
+    assert json.loads(last) == {"segment": positions[-1][0] + 1, "offset": 0}
+    # More records, sealed later: the restarted query reads only those.
+    more = [device_record("node-9", "s9", i, T0 + 500 + i) for i in range(50)]
+    with LogWriter(str(log), segment_bytes=4096) as w:
+        positions += [w.append(r) for r in more]
+    batches = stream_to_table(spark, log, out, ckpt, maxBytesPerTrigger=1500)
+    assert batches >= 3               # byte budget cuts inside segments and records
+    df = spark.read.schema(SCHEMA).parquet(str(out))
+    got = rows_by_pos(df)
+    assert df.count() == len(got)     # nothing twice
+    check_rows(got, recs + more, positions)
+
+
+def damage(path, sid, offset, how):
+    fname = os.path.join(str(path), segment_name(sid))
+    data = bytearray(open(fname, "rb").read())
+    if how == "crc":
+        data[offset + RECORD_HEADER_SIZE + 3] ^= 0x55          # a body byte
+    elif how == "magic":
+        data[offset] = 0x00
+    elif how == "truncate":
+        del data[offset + 9:]
+    elif how == "header":
+        data[5] = 0x77                                       # file header version/CRC
+    with open(fname, "wb") as f:
+        f.write(data)
+
+
+def test_corrupt_and_truncated_records_are_skipped_and_reported(spark, tmp_path):
+    from ingest.source import corrupt_report
+
+    log = tmp_path / "log"
+    recs = [device_record("n", "s", i, T0 + i) for i in range(150)]
+    positions = write_log(log, recs, segment_bytes=4096)
+    by_seg = {}
+    for i, p in enumerate(positions):
+        by_seg.setdefault(p[0], []).append(i)
+    segs = sorted(by_seg)
+    assert len(segs) >= 5
+    lost = {}
+    # A CRC mismatch in the middle of segment 0, a bad magic in segment 1,
+    # two adjacent bad records in segment 2, a truncated tail of segment 3.
+    i = by_seg[segs[0]][3]
+    damage(log, segs[0], positions[i][1], "crc")
+    lost[positions[i]] = "CRC"
+    i = by_seg[segs[1]][0]
+    damage(log, segs[1], positions[i][1], "magic")
+    lost[positions[i]] = "magic"
+    i, j = by_seg[segs[2]][5], by_seg[segs[2]][6]
+    damage(log, segs[2], positions[i][1], "crc")
+    damage(log, segs[2], positions[j][1], "crc")
+    lost[positions[i]] = "CRC"
+    i = by_seg[segs[3]][-2]
+    damage(log, segs[3], positions[i][1], "truncate")
+    lost[positions[i]] = "truncated"
+    gone = {positions[i], positions[j], positions[by_seg[segs[3]][-1]]} | set(lost)
+    keep = [(r, p) for r, p in zip(recs, positions) if p not in gone]
+    # The same answer however the segments are cut into partitions.
+    for k, opts in enumerate(({}, {"splitBytes": "1024"}, {"splitBytes": "1333"})):
+        cdir = tmp_path / ("corrupt%d" % k)
+        df = (spark.read.format("edgebus").options(**opts).option("corruptDir", str(cdir))
+              .load(str(log)))
+        got = rows_by_pos(df)
+        assert set(got) == {p for _, p in keep}          # no wrong row, none invented
+        check_rows(got, [r for r, _ in keep], [p for _, p in keep])
+        rep = corrupt_report(str(cdir))
+        assert rep["missing"] == []
+        named = {(r["segment"], r["offset"]): r for r in rep["regions"]}
+        assert set(named) == set(lost), opts             # each bad region once, by position
+        for pos, word in lost.items():
+            r = named[pos]
+            assert r["file"] == os.path.join(str(log), segment_name(pos[0]))
+            assert word.lower() in r["reason"].lower()
+            assert r["bytes"] > 0
+
+
+def test_streaming_skips_corruption_and_missing_segments(spark, tmp_path):
+    from ingest.source import SCHEMA, corrupt_report
+
+    log, cdir = tmp_path / "log", tmp_path / "corrupt"
+    recs = [device_record("n", "s", i, T0 + i) for i in range(80)]
+    positions = write_log(log, recs, segment_bytes=2048)
+    segs = sorted({p[0] for p in positions})
+    damage(log, segs[1], 0, "header")                    # bad file header: records still read
+    os.unlink(log / segment_name(segs[2]))               # a quarantined / deleted segment
+    i = [k for k, p in enumerate(positions) if p[0] == segs[3]][2]
+    damage(log, segs[3], positions[i][1], "crc")
+    stream_to_table(spark, log, tmp_path / "out", tmp_path / "ckpt", corruptDir=cdir,
+                    maxBytesPerTrigger=700)
+    got = rows_by_pos(spark.read.schema(SCHEMA).parquet(str(tmp_path / "out")))
+    want = {p for p in positions if p[0] != segs[2] and p != positions[i]}
+    assert set(got) == want
+    rep = corrupt_report(str(cdir))
+    assert rep["missing"] == [[segs[2], segs[2]]]
+    assert [(r["segment"], r["offset"]) for r in rep["regions"]] == [
+        (segs[1], 0), positions[i]]
+    assert "header" in rep["regions"][0]["reason"]
+
+
+def test_schema_is_fixed(spark, tmp_path):
+    write_log(tmp_path / "log", [local_record(0, T0)])
+    with pytest.raises(Exception, match="schema is fixed"):
+        spark.read.format("edgebus").schema("topic string").load(str(tmp_path / "log")).collect()
+    shutil.rmtree(tmp_path / "log")
+
+
+def test_region_ownership_random_cuts_and_damage(tmp_path):
+    """Without Spark: for random damage and random cuts, the ranges of a plan
+    together yield exactly the records of a whole-segment read and report
+    exactly its bad regions, each once (docs/spark.md, corrupt data)."""
+    import random
+
+    from bridge.tlog import list_segments, read_segment
+    from ingest.source import SegmentRange, _Options, _read_range
+
+    rnd = random.Random(6)
+    trials = int(os.environ.get("EDGEBUS_OWNERSHIP_TRIALS", "60"))
+    for trial in range(trials):
+        d = tmp_path / ("log%d" % trial)
+        recs = [device_record("n", "s", i, T0 + i, payload={"v": "x" * rnd.randrange(0, 300)})
+                for i in range(rnd.randrange(5, 40))]
+        write_log(d, recs, segment_bytes=1 << 20)
+        fname = str(d / segment_name(0))
+        data = bytearray(open(fname, "rb").read())
+        for _ in range(rnd.randrange(0, 4)):
+            k = rnd.randrange(len(data))
+            how = rnd.choice(("flip", "zero", "insert", "cut"))
+            if how == "flip":
+                data[k] ^= 1 << rnd.randrange(8)
+            elif how == "zero":
+                n = rnd.randrange(1, 40)
+                data[k:k + n] = bytes(len(data[k:k + n]))
+            elif how == "insert":
+                data[k:k] = bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 30)))
+            elif how == "cut" and k > 30:
+                del data[k:]
+        open(fname, "wb").write(bytes(data))
+        truth = read_segment(str(d), 0)
+        want_rows = [off for off, _ in truth]
+        want_bad = sorted(off for _, off, _ in truth.stats.corrupt)
+        size = len(data)
+        inner = {rnd.randrange(21, size) for _ in range(rnd.randrange(0, 6)) if size > 21}
+        cuts = sorted({0, size} | inner)
+        cdir = tmp_path / ("bad%d" % trial)
+        opts = _Options({"path": str(d), "corruptDir": str(cdir)})
+        rows = []
+        for a, b in zip(cuts, cuts[1:]):
+            for rb in _read_range(opts, SegmentRange(0, a, b)):
+                rows += rb.column("offset").to_pylist()
+        reported = []
+        for name in sorted(os.listdir(cdir)) if cdir.exists() else []:
+            reported += [r["offset"] for r in json.load(open(cdir / name))["regions"]]
+        assert list_segments(str(d)) == [0]
+        assert rows == want_rows, (trial, cuts)
+        assert sorted(reported) == want_bad, (trial, cuts)
+
+
+def test_retention_reports_only_unread_segments_as_missing(spark, tmp_path):
+    from bridge.tlog import list_segments
+    from ingest.source import SCHEMA, corrupt_report
+
+    log, cdir = tmp_path / "log", tmp_path / "corrupt"
+    first = write_log(log, [device_record("n", "s", i, T0 + i) for i in range(40)])
+    k = first[-1][0] + 1
+    stream_to_table(spark, log, tmp_path / "out", tmp_path / "ckpt", corruptDir=cdir)
+    assert corrupt_report(str(cdir)) == {"regions": [], "missing": []}
+    # The stream falls behind: retention removes what it read and more.
+    second = write_log(log, [device_record("n", "s", 40 + i, T0 + 40 + i) for i in range(80)],
+                       retention_bytes=3 * 2048)
+    left = list_segments(str(log))
+    assert left[0] > k
+    stream_to_table(spark, log, tmp_path / "out", tmp_path / "ckpt", corruptDir=cdir)
+    assert corrupt_report(str(cdir)) == {"regions": [], "missing": [[k, left[0] - 1]]}
+    got = rows_by_pos(spark.read.schema(SCHEMA).parquet(str(tmp_path / "out")))
+    assert set(got) == set(first) | {p for p in second if p[0] in left}
