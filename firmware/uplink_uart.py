@@ -84,6 +84,14 @@ def open(ctx):
 def _open_tty(path):
     import builtins
     try:
+        import os
+        # CPython: non-blocking, so a full tty buffer makes write() return
+        # None (PolledTransport waits and retries) instead of stalling the loop.
+        fd = os.open(path, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
+        return builtins.open(fd, "r+b", buffering=0)
+    except (ImportError, AttributeError):
+        pass   # MicroPython's os has no open(): its files are unbuffered already
+    try:
         return builtins.open(path, "r+b", buffering=0)
     except TypeError:     # MicroPython: files are unbuffered already
         return builtins.open(path, "r+b")

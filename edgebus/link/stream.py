@@ -142,9 +142,15 @@ class PolledTransport:
             raise OSError("transport closed")
         data = encode(body, self.max_len, True)   # leading delimiter: see StreamTransport
         n = 0
-        while n < len(data):   # a UART or tty may take part of a write
-            w = self.f.write(data[n:])
-            if w is None or w == 0:
+        while n < len(data):   # a UART or tty may take part of a write, or none
+            try:
+                w = self.f.write(data[n:])
+            except OSError as e:
+                if e.args and e.args[0] == 11:   # EAGAIN: the line's buffer is full
+                    w = None
+                else:
+                    raise
+            if not w:
                 await C.asyncio.sleep(self.poll_ms / 1000)
                 continue
             n += w

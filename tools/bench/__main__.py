@@ -11,7 +11,7 @@ import platform
 import sys
 import time
 
-from tools.bench import bridge_bench, core_cpython, core_mpy, link_bench, report
+from tools.bench import bridge_bench, core_cpython, core_mpy, link_bench, report, spark_bench
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -37,6 +37,8 @@ def main(argv=None):
     res["link"] = link_bench.run(args.smoke)
     print("bridge: device -> host through mosquitto vs raw paho ...", flush=True)
     res["bridge"] = bridge_bench.run(args.smoke)
+    print("spark: ingest rows/s vs Spark's JSON source, publish -> queryable ...", flush=True)
+    res["spark"] = spark_bench.run(args.smoke)
     res["meta"]["seconds"] = round(time.time() - t0, 1)
     with open(os.path.join(out, "benchmarks.json"), "w") as f:
         json.dump(res, f, indent=1)

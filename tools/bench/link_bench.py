@@ -34,7 +34,8 @@ async def _pty_rate(count, baud):
                   out_queue=count + 16)
         hl = Link(host, "host", key=b"k", role="responder", imports=[("#", "dev")],
                   heartbeat=1.0)
-        f = open(cable.a, "r+b", buffering=0)
+        # Non-blocking, as a polled device must be: both ends share this event loop.
+        f = open(os.open(cable.a, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK), "r+b", buffering=0)
         import serial_asyncio
         r, w = await serial_asyncio.open_serial_connection(url=cable.b, baudrate=baud)
         tasks = [asyncio.create_task(dl.run(PolledTransport(f, poll_ms=1))),
