@@ -66,11 +66,12 @@ def add_arguments(p):
                    help="bound each micro-batch to about N bytes of log")
 
 
-def session(master=None, app="edgebus-ingest"):
+def session(master=None, app="edgebus-ingest", conf=None):
     """A SparkSession for the edgebus commands, with the data source registered.
 
     Without --master and outside spark-submit it runs on local[*]; under
-    spark-submit the master and the rest of the configuration are spark-submit's."""
+    spark-submit the master and the rest of the configuration are spark-submit's.
+    ``conf``: more settings (the tests and benchmarks use a small local[2])."""
     from pyspark.sql import SparkSession
 
     from ingest.source import register
@@ -85,6 +86,8 @@ def session(master=None, app="edgebus-ingest"):
         if ROOT not in pp.split(os.pathsep):
             os.environ["PYTHONPATH"] = ROOT + (os.pathsep + pp if pp else "")
     b = SparkSession.builder.appName(app).config("spark.ui.showConsoleProgress", "false")
+    for k, v in (conf or {}).items():
+        b = b.config(k, v)
     if master is not None:
         b = b.master(master)
     spark = b.getOrCreate()
@@ -96,6 +99,18 @@ def session(master=None, app="edgebus-ingest"):
     if submitted or not sc.master.startswith("local"):
         _ship_code(spark)
     register(spark)
+    return spark
+
+
+# A small local session for tests and benchmarks: no UI, few shuffle partitions.
+SMALL_LOCAL = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
+               "spark.sql.session.timeZone": "UTC"}
+
+
+def small_session(app):
+    """local[2] with SMALL_LOCAL settings and quiet logs, format("edgebus") registered."""
+    spark = session("local[2]", app=app, conf=SMALL_LOCAL)
+    spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 

@@ -1,7 +1,6 @@
 """Shared pieces of the Spark tests: a small local session and log builders."""
 import json
 import os
-import sys
 
 import pytest
 
@@ -12,24 +11,8 @@ def make_session():
     """A local[2] SparkSession for one test module, with format("edgebus")."""
     pytest.importorskip("pyspark")
     pytest.importorskip("pyarrow")
-    from pyspark.sql import SparkSession
-
-    from ingest.source import register
-
-    # Python workers: this interpreter, importing this checkout.
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    pp = os.environ.get("PYTHONPATH", "")
-    if ROOT not in pp.split(os.pathsep):
-        os.environ["PYTHONPATH"] = ROOT + (os.pathsep + pp if pp else "")
-    spark = (SparkSession.builder.master("local[2]").appName("edgebus-tests")
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.sql.session.timeZone", "UTC")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
-    return spark
+    from ingest.job import small_session
+    return small_session("edgebus-tests")
 
 
 def device_record(node, sid, seq, t, gen=1, payload=None, topic=None):

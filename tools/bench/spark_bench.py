@@ -50,23 +50,8 @@ def _record(i):
 
 
 def _session():
-    from pyspark.sql import SparkSession
-
-    from ingest.source import register
-
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    pp = os.environ.get("PYTHONPATH", "")
-    if ROOT not in pp.split(os.pathsep):
-        os.environ["PYTHONPATH"] = ROOT + (os.pathsep + pp if pp else "")
-    spark = (SparkSession.builder.master("local[2]").appName("edgebus-spark-bench")
-             .config("spark.ui.enabled", "false")
-             .config("spark.ui.showConsoleProgress", "false")
-             .config("spark.sql.shuffle.partitions", "2")
-             .config("spark.sql.session.timeZone", "UTC")
-             .getOrCreate())
-    spark.sparkContext.setLogLevel("ERROR")
-    register(spark)
-    return spark
+    from ingest.job import small_session
+    return small_session("edgebus-spark-bench")
 
 
 def _write_inputs(d, n):
