@@ -1,6 +1,11 @@
-"""Device config: load, validate, merge, save atomically (firmware/README.md)."""
+"""Device config: load, validate, merge, save atomically (firmware/README.md).
+
+Loaded only while needed (firmware.transient/unload): at boot and for each
+sys/config/set.
+"""
 import json
 import os
+from firmware import ConfigError
 
 _NUM = (int, float)
 # section -> {key: (types, required)}; None for a section means a leaf key.
@@ -33,10 +38,6 @@ SECTIONS = {
 }
 IDENTITY = ("node", "key", "allow_identity_change")
 UPLINKS = ("uart", "mqtt")
-
-
-class ConfigError(ValueError):
-    pass
 
 
 def _tname(ts):

@@ -8,7 +8,7 @@ import gc
 import asyncio
 import edgebus
 from edgebus.compat import now
-from firmware import VERSION, mem, config as CF
+from firmware import VERSION, ConfigError, mem, transient, unload
 
 try:
     import machine
@@ -16,6 +16,10 @@ except ImportError:       # unix port, CPython
     machine = None
 
 BUILTIN = ("info", "health", "reboot", "sysconfig")
+# Heap kept free for transients (JSON, calls, sys/config/set loading the
+# validator) unless the board manifest sets budget.reserve: the measured
+# transient peak of the full runtime on the unix port is ~15 KB (tools/devheap).
+RESERVE = 16384
 # Defaults when no board manifest is given (the unix board's values).
 BOARD = {"name": "unix", "queues": {"bus": 8, "full": "drop_oldest", "uplink_tx": 16},
          "uart": {"baud": 115200}}
@@ -108,46 +112,78 @@ async def _guard(ctx, name, mod, opts):
             await asyncio.sleep(5)
 
 
-def start_services(ctx):
+def load_services(cfg):
+    """[(name, module, opts)] for the built-in and configured services."""
     svcs = [(n, {}) for n in BUILTIN]
-    for s in ctx.config.get("services", ()):
+    for s in cfg.get("services", ()):
         if type(s) is str:
             svcs.append((s, {}))
         else:
             svcs.append((s["module"], s))
+    out = []
     for name, opts in svcs:
         try:
             mod = _import(name)
         except ImportError as e:
-            raise CF.ConfigError("service %r cannot be loaded: %s" % (name, e))
+            raise ConfigError("service %r cannot be loaded: %s" % (name, e))
         if not hasattr(mod, "start"):
-            raise CF.ConfigError("service %r has no start(ctx, opts)" % name)
+            raise ConfigError("service %r has no start(ctx, opts)" % name)
+        out.append((name, mod, opts))
+    return out
+
+
+def start_services(ctx, svcs):
+    for name, mod, opts in svcs:
         asyncio.create_task(_guard(ctx, name, mod, opts))
-    return [n for n, _ in svcs]
+    return [s[0] for s in svcs]
+
+
+def check_budget(board, data):
+    """Refuse a config whose runtime data (heap bytes at READY beyond the code)
+    plus the board's reserve for transients exceeds the board's heap budget."""
+    b = board.get("budget") or {}
+    lim = b.get("heap")
+    reserve = b.get("reserve", RESERVE)
+    if lim and data is not None and data + reserve > lim:
+        raise ConfigError(
+            "this config needs %d bytes of heap for its data plus %d in reserve, over the "
+            "%s board's budget of %d (budget.heap in boards/%s.json): lower queues.bus, "
+            "link.out_queue or link.max_pending, or run fewer services"
+            % (data, reserve, board.get("name"), lim, board.get("name")))
 
 
 async def run(cfg, path, board):
-    gc.collect()
+    from firmware.uplink import Uplink
+    svcs = load_services(cfg)
+    gc.collect()   # code loaded: collect before the long-lived objects, less fragmentation
+    code = mem()[0]
     q = dict(board.get("queues", {}))
     q.update(cfg.get("queues", {}))
-    bus = edgebus.Bus(q_length=q.get("bus", 8), full=q.get("full", "drop_oldest"))
-    ctx = Ctx(bus, cfg, path, board)
-    from firmware.uplink import Uplink
-    gc.collect()   # code loaded: collect before the long-lived objects, less fragmentation
-    ctx.uplink = up = Uplink(ctx)
-    ctx.link = up.link
-    names = start_services(ctx)
+    try:
+        bus = edgebus.Bus(q_length=q.get("bus", 8), full=q.get("full", "drop_oldest"))
+        ctx = Ctx(bus, cfg, path, board)
+        ctx.uplink = up = Uplink(ctx)
+        ctx.link = up.link
+        names = start_services(ctx, svcs)
+        await asyncio.sleep(0.05)   # let the services take their first step
+    except MemoryError:
+        gc.collect()
+        raise ConfigError("out of heap while starting (%s bytes free): lower queues.bus, "
+                          "link.out_queue or link.max_pending, or run fewer services"
+                          % mem()[1])
+    gc.collect()
+    a, f = mem()
+    data = a - code if a is not None else None
+    check_budget(board, data)
     asyncio.create_task(up.run())
     wdt = None
     ms = cfg.get("watchdog_ms", 0)
     if ms and machine is not None and hasattr(machine, "WDT"):
         wdt = machine.WDT(timeout=ms)
         ctx.log("watchdog on: %d ms" % ms)
-    await asyncio.sleep(0.05)   # let the services take their first step
-    gc.collect()
-    a, f = mem()
-    ctx.log("READY node=%s fw=%s board=%s services=%s mem_alloc=%s mem_free=%s"
-            % (ctx.node, VERSION, board.get("name"), ",".join(names), a, f))
+    ctx.log("READY node=%s fw=%s board=%s services=%s mem_alloc=%s mem_free=%s "
+            "mem_code=%s mem_data=%s" % (ctx.node, VERSION, board.get("name"),
+                                         ",".join(names), a, f, code, data))
     while not ctx._stop.is_set():
         if wdt is not None:
             wdt.feed()            # fed only while the scheduler runs
@@ -161,10 +197,11 @@ async def run(cfg, path, board):
 def main(config_path="config.json", board=None):
     """Run the device; returns the exit code (2: bad config)."""
     try:
-        cfg = CF.load(config_path)
+        cfg = transient("firmware.config").load(config_path)
+        unload("firmware.config")
         board = load_board(board if board is not None else cfg.get("board"))
         return asyncio.run(run(cfg, config_path, board))
-    except CF.ConfigError as e:
+    except ConfigError as e:
         print("edgebus firmware: config error: %s: %s" % (config_path, e), file=sys.stderr)
         return 2
 

@@ -10,7 +10,7 @@ import gc
 from os import urandom
 from edgebus.compat import now
 from edgebus.link.link import Link
-from firmware.config import ConfigError
+from firmware import ConfigError
 
 EXPORTS = [["sensor/#", ""], ["sys/#", ""]]
 IMPORTS = [["cmd/#", ""]]
@@ -49,6 +49,10 @@ class Uplink:
                          out_queue=lc.get("out_queue",
                                           ctx.board.get("queues", {}).get("uplink_tx", 16)),
                          max_pending=lc.get("max_pending", 4))
+        ctx.link = self.link
+        prep = getattr(self.mod, "prepare", None)
+        if prep is not None:
+            prep(ctx)
         self.opens = 0
         self.open_failures = 0
         self.ends = 0

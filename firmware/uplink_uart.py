@@ -57,6 +57,13 @@ class UartTransport(PolledTransport):
                 pass
 
 
+def prepare(ctx):
+    """Allocate the frame reader every open reuses, at boot: its buffers are
+    long-lived data, counted in the heap budget check before the link runs."""
+    from edgebus.link.frame import FrameReader
+    ctx.frames = FrameReader(ctx.link.max_len)
+
+
 def open(ctx):
     u = ctx.config["uplink"]
     bu = ctx.board.get("uart", {})

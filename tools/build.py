@@ -4,7 +4,10 @@ The bundle directory (default ``build/<board>/``) holds the compiled modules
 (``.mpy``; ``.py`` sources for the CPython board ``linux-edge``), a
 mip-compatible ``package.json`` (so ``mpremote mip install build/<board>/package.json``
 or ``mip.install("http://host/.../package.json")`` installs it) and
-``bundle.json`` (board, .mpy version, sizes) that ``edgebus deploy`` checks.
+``bundle.json`` (board, .mpy version, sizes) that ``edgebus deploy`` checks,
+and ``manifest.py``, a MicroPython freeze manifest of the same sources: built
+into the firmware (``make BOARD=... FROZEN_MANIFEST=<bundle>/manifest.py`` in
+the port's directory) the modules run from flash and their code takes no heap.
 """
 import json
 import os
@@ -256,6 +259,9 @@ def build(board, out, sources=None, entry=None, opt=0, log=print):
                 "budget": board["budget"]}
         with open(os.path.join(tmp, "bundle.json"), "w") as f:
             json.dump(meta, f, indent=1)
+        if not cpython:
+            with open(os.path.join(tmp, "manifest.py"), "w") as f:
+                f.write(freeze_manifest(board, srcs, opt))
         if os.path.exists(out):
             shutil.rmtree(out)
         os.rename(tmp, out)
@@ -266,6 +272,20 @@ def build(board, out, sources=None, entry=None, opt=0, log=print):
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def freeze_manifest(board, srcs, opt=0):
+    """A MicroPython freeze manifest (manifest.py) for srcs: the port's own
+    manifest plus each module, from its source, at optimisation level opt."""
+    lines = ["# MicroPython freeze manifest for edgebus on board %s, written by edgebus build." % board["name"],
+             "# Frozen modules run from flash: their code takes no heap (firmware/README.md).",
+             "# In ports/%s of a MicroPython checkout: make BOARD=%s FROZEN_MANIFEST=<this file>"
+             % (board["firmware"]["port"], board["firmware"].get("board", "...")),
+             'include("$(PORT_DIR)/boards/manifest.py")']
+    for src, rel in srcs:
+        base = src[:len(src) - len(rel)].rstrip("/") or "."
+        lines.append("module(%r, base_path=%r, opt=%d)" % (rel, base, opt))
+    return "\n".join(lines) + "\n"
 
 
 def _entry(board, entry, srcs):

@@ -111,6 +111,11 @@ class Link:
         self.generation = None
         self._session = 0
         self._set_state(DOWN)
+        if peer is not None:
+            # The peer is known: export feeds exist from the start, as they do
+            # between sessions, so their memory is taken (and can be checked
+            # against a budget) at boot, and the first session is no different.
+            self._ensure_observers(peer)
 
     # -- bookkeeping ---------------------------------------------------
     def count(self, name, n=1):
@@ -201,8 +206,7 @@ class Link:
         return False
 
     # -- export side ---------------------------------------------------
-    def _ensure_observers(self):
-        node = self.peer_node
+    def _ensure_observers(self, node):
         if self._obs_node == node:
             return
         for o, _ in self._obs:
@@ -357,7 +361,7 @@ class Link:
         self._imports = _rules(rs[1], self.bus, self.peer_node)
         self._export_calls = _rules(rs[2], self.bus, self.peer_node)
         self._import_calls = _rules(rs[3], self.bus, self.peer_node)
-        self._ensure_observers()
+        self._ensure_observers(self.peer_node)
         self._set_state(UP)
         self._backoff = self.handshake_timeout
         self._start_snapshot()

@@ -6,7 +6,7 @@ validated, then saved atomically. node and key stay unless the config has
 "allow_identity_change": true (which itself cannot be set remotely).
 """
 import asyncio
-from firmware import config as CF
+from firmware import ConfigError, transient, unload
 
 # Keys whose change takes effect at the next start (sys/reboot).
 RESTART = ("uplink", "link", "queues", "services", "watchdog_ms", "board", "node", "key")
@@ -34,15 +34,19 @@ async def _get(ctx, ep):
 async def _set(ctx, ep):
     async for req in ep:
         ch = req.payload
+        cf = transient("firmware.config")
         try:
-            new = CF.merge(ctx.config, ch, ctx.config.get("allow_identity_change", False))
-            CF.save(ctx.config_path, new)
-        except CF.ConfigError as e:
+            new = cf.merge(ctx.config, ch, ctx.config.get("allow_identity_change", False))
+            cf.save(ctx.config_path, new)
+        except ConfigError as e:
             req.fail("invalid config change: %s" % e)
             continue
         except OSError as e:
             req.fail("cannot save the config: %s" % e)
             continue
+        finally:
+            cf = None
+            unload("firmware.config")
         keys = sorted(ch)
         ctx.config.clear()
         ctx.config.update(new)     # services reading ctx.config see it at once

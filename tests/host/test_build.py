@@ -49,7 +49,8 @@ def _run_mpy(cwd, code, heap):
 def test_unix_bundle_has_no_sources_and_a_mip_package_json(unix_bundle):
     out, rep, _ = unix_bundle
     files = _files(out)
-    assert not [f for f in files if f.endswith(".py")]
+    # manifest.py is for building a firmware with the modules frozen, not a module
+    assert [f for f in files if f.endswith(".py")] == ["manifest.py"]
     mods = [f for f in files if f.endswith(".mpy")]
     assert "edgebus/__init__.mpy" in mods and "edgebus/bus.mpy" in mods
     pj = json.load(open(os.path.join(out, "package.json")))
@@ -64,6 +65,21 @@ def test_unix_bundle_has_no_sources_and_a_mip_package_json(unix_bundle):
     meta = json.load(open(os.path.join(out, "bundle.json")))
     assert meta["board"] == "unix" and meta["mpy"]["version"] == 6
     assert meta["files"] == rep["files"]
+
+
+def test_freeze_manifest_names_every_module_from_its_source(unix_bundle):
+    out, _, _ = unix_bundle
+    seen = []
+
+    def module(path, base_path=".", opt=0):
+        assert os.path.isfile(os.path.join(base_path, path)), path
+        seen.append(path[:-3] + ".mpy")
+
+    included = []
+    exec(open(os.path.join(out, "manifest.py")).read(),
+         {"module": module, "include": included.append})
+    assert included == ["$(PORT_DIR)/boards/manifest.py"]   # the port's own modules stay
+    assert sorted(seen) == sorted(f for f in _files(out) if f.endswith(".mpy"))
 
 
 def test_unix_bundle_runs_under_micropython_with_the_board_heap(unix_bundle):

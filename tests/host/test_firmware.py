@@ -2,10 +2,9 @@
 real micropython binary on one end of a pty cable (tools/ptycable.py), a
 CPython host Link (responder, pyserial-asyncio) on the other end.
 
-Heap: the device runs with -X heapsize=160K. The 64-bit unix port needs it for
-core + link + firmware (objects are ~1.7x their 32-bit size; the modules' code
-alone is ~110 KB there); the measured figure is printed by the firmware (READY
-line) and published in sys/health.
+Heap: the device runs with -X heapsize=160K: on the 64-bit unix port the
+modules' code is on the heap (~92 KB; frozen into flash on boards), see
+tests/host/test_device_heap.py and firmware/README.md "Memory".
 """
 import asyncio
 import json

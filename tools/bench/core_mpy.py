@@ -3,7 +3,7 @@ import json
 import os
 import subprocess
 
-from tools import mpyrun
+from tools import devheap, mpyrun
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "core_mpy_script.py")
 
@@ -25,4 +25,17 @@ def figures(smoke=False):
     runs = [run(smoke, heap="512K") for _ in range(1 if smoke else 3)]
     fleet = run(smoke, heap="64K", fleet=True)
     return {"runs": runs, "max_subscriptions_q8_in_64K": fleet["max_subscriptions_q8"],
-            "import_core_in_64K": fleet["import_core"]}
+            "import_core_in_64K": fleet["import_core"], "device": device_runtime(smoke)}
+
+
+def device_runtime(smoke=False):
+    """The full device runtime's heap (tools/devheap.py): code share, data at
+    READY, and (full run) the smallest -X heapsize it runs its workload in."""
+    tree = devheap.bundle()
+    code = devheap.code_heap(tree)
+    r = devheap.run(tree, "192K", 0.5 if smoke else 2.0)
+    if not r["ok"]:
+        raise RuntimeError("the device runtime failed in 192K:\n" + r["output"])
+    smallest = None if smoke else devheap.smallest_heap(tree, lo=64, hi=192)
+    return {"code": code, "data_at_ready": r["data"], "alloc_at_ready": r["ready_alloc"],
+            "smallest_heap_kb": smallest}

@@ -93,7 +93,21 @@ def markdown(res, out):
           "| allocated per publish, 10 subscribers | %s B | ≤ 64 B |" % _f(med("alloc_per_publish_10subs")),
           "| subscriptions (queue_len 8) that fit in a 64 KB heap after import | %s | |"
           % _f(mp["max_subscriptions_q8_in_64K"]),
-          "", "Speed with `gc.threshold(32K)` (publish + `recv_nowait` of every delivery), against a "
+          ]
+    dv = mp.get("device")
+    if dv:
+        L += ["", "The full device runtime (bus + link + UART uplink over a pty + built-in services + "
+              "the example sensor; `tools/devheap.py`): a session, telemetry, `sys/config/get` and a "
+              "`sys/config/set`, in the smallest `-X heapsize` that runs it (bisected, 4 KB steps). "
+              "On the unix port module code lives on the heap; boards freeze it into flash "
+              "(`edgebus build --freeze`), leaving the data.", "",
+              "| figure | edgebus | budget |", "|---|---|---|",
+              "| smallest heap that runs the workload (peak) | %s | |"
+              % ("%s KB" % dv["smallest_heap_kb"] if dv["smallest_heap_kb"] else "(full run only)"),
+              "| code (the imports) | %s B | |" % _f(dv["code"]),
+              "| data at READY (checked against the board's budget at boot) | %s B | "
+              "64 KB − 16 KB reserve |" % _f(dv["data_at_ready"])]
+    L += ["", "Speed with `gc.threshold(32K)` (publish + `recv_nowait` of every delivery), against a "
           "naive linear matcher appending to lists on the same interpreter:", "",
           "| subscribers | edgebus msgs/s | naive msgs/s | ratio |", "|---|---|---|---|"]
     for n in (1, 10):
