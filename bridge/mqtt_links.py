@@ -12,6 +12,7 @@ import aiomqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from bridge import mqtt_conn
 from bridge.links import Backoff, device_rules
 from edgebus import Message
 from edgebus.link import frame
@@ -20,56 +21,66 @@ from edgebus.link.link import Link
 log = logging.getLogger("edgebus.bridge")
 
 
-class _DeviceTransport:
-    """The link transport of one device: bodies arrive through a queue the
-    broker dispatcher fills; sends are publishes on the device's down topic."""
+# Frames waiting for a device's link: past HIGH the connection stops reading
+# (the broker and TCP hold the rest); past LIMIT a frame is dropped and counted.
+# One read can bring thousands of frames at once, hence the gap between them.
+HIGH = 1024
+LIMIT = 16384
 
-    def __init__(self, client, down, max_len):
-        self.client = client
+
+class _DeviceTransport:
+    """The link transport of one device: bodies arrive through a list the
+    connection's reader fills; sends are publishes on the device's down topic."""
+
+    def __init__(self, conn, down, max_len):
+        self.conn = conn
         self.down = down
         self.max_len = max_len
-        self.q = asyncio.Queue(256)
+        self.pending = []
+        self.ready = asyncio.Event()
         self.frames = frame.FrameReader(max_len)   # counters only
         self.closed = False
 
     def deliver(self, payload):
         body = frame.decode(payload, self.max_len)
+        f = self.frames
         if body is None:
-            self.frames.crc_errors += 1
+            f.crc_errors += 1
             return
-        self.frames.frames += 1
-        try:
-            self.q.put_nowait(body)
-        except asyncio.QueueFull:
-            self.frames.oversize += 1     # counted: the link sees the gap
+        f.frames += 1
+        q = self.pending
+        n = len(q)
+        if n >= HIGH:
+            if n >= LIMIT:
+                f.oversize += 1     # counted: the link sees the gap
+                return
+            self.conn.pause_reading()
+        q.append(body)
+        if not n:
+            self.ready.set()
 
     async def recv(self):
-        if self.closed:
-            return None
-        b = await self.q.get()
-        if b is None:
-            return None
-        out = [b]
-        while not self.q.empty():
-            b = self.q.get_nowait()
-            if b is None:
-                self.closed = True
-                break
-            out.append(b)
+        """Every body that arrived since the last call (None at the end)."""
+        while not self.pending:
+            if self.closed:
+                return None
+            self.ready.clear()
+            await self.ready.wait()
+        out = self.pending
+        self.pending = []
+        if len(out) >= HIGH:
+            self.conn.resume_reading()
         return out
 
     async def send(self, body):
         if self.closed:
             raise OSError("MQTT connection closed")
-        try:
-            await self.client.publish(self.down, frame.encode(body, self.max_len))
-        except aiomqtt.MqttError as e:
-            raise OSError(str(e))
+        await self.conn.publish(self.down, frame.encode(body, self.max_len))
 
     def close(self):
         if not self.closed:
             self.closed = True
-            self.q.put_nowait(None)
+            self.ready.set()
 
     def stats(self):
         return self.frames.stats()
@@ -89,6 +100,7 @@ class MqttLinks:
         self.tls = u.scheme == "mqtts"
         self.links = {}
         self.transports = {}
+        self._up = {}            # b"<prefix>/<node>/up" -> that device's transport
         self.connected = False
         self.connects = 0
         self.unknown = 0
@@ -100,51 +112,66 @@ class MqttLinks:
                                     state=bridge.state.for_link(link_id), **device_rules())
             bridge.links[link_id] = self.links[node]
 
-    def _client(self):
-        tls = None
-        if self.tls:
-            tls = ssl.create_default_context(cafile=self.mq.tls_ca)
-        return aiomqtt.Client(self.host, self.port, identifier=self.mq.client_id,
-                              username=self.mq.username, password=self.mq.password,
-                              tls_context=tls, protocol=aiomqtt.ProtocolVersion.V5,
-                              keepalive=30)
+    def _tls(self):
+        return ssl.create_default_context(cafile=self.mq.tls_ca) if self.tls else None
 
     async def run(self):
+        tasks = []
+        if self.mq.mirror:
+            tasks.append(asyncio.create_task(self._mirror_forever()))
+        try:
+            await self._links_forever()
+        finally:
+            for t in tasks:
+                t.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _links_forever(self):
         backoff = Backoff()
         p = self.mq.prefix
         while not self.bridge.stopping:
+            conn = None
             try:
-                async with self._client() as client:
+                conn = await mqtt_conn.connect(self.host, self.port, self.mq.client_id,
+                                               self._on_message, self.mq.username,
+                                               self.mq.password, self._tls(), keepalive=30)
+                tasks = []
+                try:
+                    await conn.subscribe(p + "/+/up", p + "/+/state")
                     self.connected = True
                     self.connects += 1
                     backoff.reset()
                     log.info("mqtt: connected to %s:%d", self.host, self.port)
-                    await client.subscribe(p + "/+/up")
-                    await client.subscribe(p + "/+/state")
-                    tasks = []
                     for node, link in self.links.items():
-                        t = _DeviceTransport(client, "%s/%s/down" % (p, node), link.max_len)
+                        t = _DeviceTransport(conn, "%s/%s/down" % (p, node), link.max_len)
                         self.transports[node] = t
+                        self._up[("%s/%s/up" % (p, node)).encode()] = t
                         tasks.append(asyncio.create_task(link.run(t)))
-                    if self.mq.mirror:
-                        tasks.append(asyncio.create_task(self._mirror(client)))
-                    try:
-                        async for m in client.messages:
-                            self._dispatch(m)
-                    finally:
-                        for t in self.transports.values():
-                            t.close()
-                        for t in tasks:
-                            t.cancel()
-                        await asyncio.gather(*tasks, return_exceptions=True)
-            except aiomqtt.MqttError as e:
-                log.warning("mqtt: %s; reconnecting", e)
+                    why = await conn.closed
+                    if why is not None:
+                        raise why
+                finally:
+                    self._up = {}
+                    for t in self.transports.values():
+                        t.close()
+                    for t in tasks:
+                        t.cancel()
+                    await asyncio.gather(*tasks, return_exceptions=True)
+            except (OSError, asyncio.TimeoutError) as e:
+                log.warning("mqtt: %s; reconnecting", e or type(e).__name__)
+            finally:
+                if conn is not None:
+                    conn.close()
             self.connected = False
             self.bridge.state.save()
             await self.bridge.sleep(backoff.next())
 
-    def _dispatch(self, m):
-        parts = m.topic.value.split("/")
+    def _on_message(self, topic, payload):
+        t = self._up.get(topic)
+        if t is not None:        # the hot path: a frame from a known device
+            t.deliver(payload)
+            return
+        parts = topic.decode("utf-8", "replace").split("/")
         if len(parts) != 3:
             return
         node, kind = parts[1], parts[2]
@@ -152,17 +179,30 @@ class MqttLinks:
         if link is None:
             self.unknown += 1     # a device without a configured key never gets in
             return
-        if kind == "up":
-            t = self.transports.get(node)
-            if t is not None:
-                t.deliver(bytes(m.payload))
-        elif kind == "state":
-            online = bytes(m.payload) == b"online"
+        if kind == "state":
+            online = payload == b"online"
             link.count("presence_online" if online else "presence_offline")
             if not online and link.status == "up":
                 # The broker delivered the device's last will: no need to wait
                 # for the liveness timeout.
                 link._session_down("device offline (MQTT last will)")
+
+    async def _mirror_forever(self):
+        """The mirror on a connection of its own (aiomqtt, MQTT 5 for the user
+        properties), reconnecting like the links' connection."""
+        backoff = Backoff()
+        while True:
+            try:
+                async with aiomqtt.Client(
+                        self.host, self.port, identifier=self.mq.client_id + "-mirror",
+                        username=self.mq.username, password=self.mq.password,
+                        tls_context=self._tls(), protocol=aiomqtt.ProtocolVersion.V5,
+                        keepalive=30) as client:
+                    backoff.reset()
+                    await self._mirror(client)
+            except aiomqtt.MqttError as e:
+                log.warning("mqtt mirror: %s; reconnecting", e)
+            await self.bridge.sleep(backoff.next())
 
     async def _mirror(self, client):
         """Publish chosen host-bus topics as plain MQTT: JSON payloads, retained

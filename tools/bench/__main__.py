@@ -1,8 +1,10 @@
 """Run every benchmark and write BENCHMARKS.md and benchmarks.json.
 
-usage: python -m tools.bench [--smoke] [--out DIR]
+usage: python -m tools.bench [--smoke] [--out DIR] [--only PART,...]
 --smoke runs each benchmark briefly (CI keeps the suite working with it) and
-writes to out/bench-smoke/ instead of the repository root.
+writes to out/bench-smoke/ instead of the repository root. --only runs some
+parts (core, mpy, link, bridge, fleet, spark) and keeps the other figures
+from the benchmarks.json already there.
 """
 import argparse
 import json
@@ -11,36 +13,70 @@ import platform
 import sys
 import time
 
-from tools.bench import bridge_bench, core_cpython, core_mpy, link_bench, report, spark_bench
+from tools.bench import (bridge_bench, core_cpython, core_mpy, fleet_bench, link_bench, report,
+                         spark_bench)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+# name -> (what it prints, the result key, the function)
+PARTS = {
+    "core": ("core on CPython: throughput vs zenoh and naive, publish cost vs patterns",
+             None, None),
+    "mpy": ("core on MicroPython: heap and speed", "core_mpy", core_mpy.figures),
+    "link": ("link: bytes on the wire, paced pty, call round trips", "link", link_bench.run),
+    "bridge": ("bridge: device -> host through mosquitto vs raw paho, every party a process",
+               "bridge", bridge_bench.run),
+    "fleet": ("bridge: a fleet of MicroPython devices over MQTT", "fleet", fleet_bench.run),
+    "spark": ("spark: ingest rows/s vs Spark's JSON source, publish -> queryable", "spark",
+              spark_bench.run),
+}
+
+
+def _run_part(name, res, smoke):
+    label, key, fn = PARTS[name]
+    print(label + " ...", flush=True)
+    if name == "core":
+        res["core_throughput"] = core_cpython.throughput(smoke)
+        res["core_publish_curve"] = core_cpython.publish_cost_curve(smoke)
+    else:
+        res[key] = fn(smoke)
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m tools.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="a short run that checks the benchmarks work")
     ap.add_argument("--out", help="where to write the results (default: repo root, or out/bench-smoke with --smoke)")
+    ap.add_argument("--only", help="comma-separated parts to run (%s); the others keep their "
+                    "figures from the benchmarks.json already in --out" % ",".join(PARTS))
     args = ap.parse_args(argv)
+    only = [p.strip() for p in args.only.split(",")] if args.only else list(PARTS)
+    bad = [p for p in only if p not in PARTS]
+    if bad:
+        ap.error("unknown part(s) %s; choose from %s" % (", ".join(bad), ", ".join(PARTS)))
     out = args.out or (os.path.join(ROOT, "out", "bench-smoke") if args.smoke else ROOT)
     os.makedirs(out, exist_ok=True)
     t0 = time.time()
-    res = {"meta": {"smoke": args.smoke, "python": sys.version.split()[0],
-                    "machine": platform.machine(), "cpus": os.cpu_count(),
-                    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}}
-    print("core on CPython: throughput vs zenoh and naive ...", flush=True)
-    res["core_throughput"] = core_cpython.throughput(args.smoke)
-    print("core on CPython: publish cost vs stored patterns ...", flush=True)
-    res["core_publish_curve"] = core_cpython.publish_cost_curve(args.smoke)
-    print("core on MicroPython: heap and speed ...", flush=True)
-    res["core_mpy"] = core_mpy.figures(args.smoke)
-    print("link: bytes on the wire, paced pty, call round trips ...", flush=True)
-    res["link"] = link_bench.run(args.smoke)
-    print("bridge: device -> host through mosquitto vs raw paho ...", flush=True)
-    res["bridge"] = bridge_bench.run(args.smoke)
-    print("spark: ingest rows/s vs Spark's JSON source, publish -> queryable ...", flush=True)
-    res["spark"] = spark_bench.run(args.smoke)
-    res["meta"]["seconds"] = round(time.time() - t0, 1)
-    with open(os.path.join(out, "benchmarks.json"), "w") as f:
+    meta = {"smoke": args.smoke, "python": sys.version.split()[0],
+            "machine": platform.machine(), "cpus": os.cpu_count(),
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+    res = {"meta": meta}
+    jpath = os.path.join(out, "benchmarks.json")
+    if args.only and os.path.exists(jpath):
+        with open(jpath) as f:
+            res = json.load(f)          # the parts not run keep their figures
+        if res.get("meta", {}).get("smoke") != args.smoke:
+            ap.error("%s holds a %s run: refresh it whole" % (
+                jpath, "smoke" if res.get("meta", {}).get("smoke") else "full"))
+    for name in PARTS:
+        if name in only:
+            _run_part(name, res, args.smoke)
+    seconds = round(time.time() - t0, 1)
+    if args.only:
+        res["meta"]["refreshed"] = "%s on %s, in %s s" % (", ".join(only), meta["date"], seconds)
+    else:
+        meta["seconds"] = seconds
+    with open(jpath, "w") as f:
         json.dump(res, f, indent=1)
     md = report.markdown(res, out)
     with open(os.path.join(out, "BENCHMARKS.md"), "w") as f:

@@ -1,134 +1,145 @@
-"""Device -> host through mosquitto: an edgebus device link (edgebus.link.mqtt)
-to the bridge's MQTT links and onto the host bus, against raw paho-mqtt
-publish -> subscribe through the same broker, in the same run.
+"""Device -> host through mosquitto, every party a process of its own as in a
+deployment: an edgebus device (tools/bench/bridge_device.py, CPython and
+MicroPython) to the bridge (the daemon's Bridge, tools/bench/bridge_procs.py)
+and onto its host bus, against a raw paho publisher process -> a raw paho
+subscriber process through the same broker, runs interleaved in one session.
 
-Both sides run on CPython in one process; each message carries its send time
-so latency is receive time minus send time on one clock."""
-import asyncio
+Payloads carry their send time (time.time_ns(), one clock for all processes),
+so latency is arrival minus send and the rate runs from the first send to the
+last arrival."""
+import json
+import os
+import shutil
 import statistics
-import threading
-import time
+import tempfile
 
-import paho.mqtt.client as paho
-
-import edgebus
-from bridge import config as C
-from bridge.daemon import Bridge
-from edgebus.link.link import Link
-from edgebus.link.mqtt import MqttTransport
+from tools import mpybuild
+from tools.bench.procs import ROOT, Child, python
 from tools.bench.stats import summary
 from tools.broker import Mosquitto
 
-PAYLOAD_PAD = "x" * 40
+NODE, KEY = "b1", "k"
+RAW_TOPIC = "raw/sensor/v"
+PACE_MS = 5                       # the paced runs: 200 messages/s
 
 
 def _lat(samples):
     s = sorted(samples)
+    if not s:
+        return {"p50_ms": float("nan"), "p99_ms": float("nan")}
     return {"p50_ms": 1000 * s[len(s) // 2], "p99_ms": 1000 * s[min(len(s) - 1, int(len(s) * 0.99))]}
 
 
-async def _edgebus(port, n, tmp, pace=0.0):
-    cfg = C.parse({"bridge": {"state_dir": tmp, "heartbeat": 2.0},
-                   "mqtt": {"url": "mqtt://127.0.0.1:%d" % port, "client_id": "bench-bridge",
-                            "devices": [{"node": "b1", "key": "k"}]}})
-    b = Bridge(cfg)
-    bt = asyncio.create_task(b.run())
-    dev = edgebus.Bus(q_length=16)
-    dl = Link(dev, "b1", key=b"k", exports=[("sensor/#", "")], heartbeat=2.0, out_queue=n + 16)
-    t = await MqttTransport("127.0.0.1", port, node="b1").open()
-    dt = asyncio.create_task(dl.run(t))
-    sub = b.bus.connect().subscribe("dev/b1/sensor/#", queue_len=n + 16)
-    while b.links["mqtt:b1"].status != "up" or b.links["mqtt:b1"].counters.get("syncs", 0) < 1:
-        await asyncio.sleep(0.01)
-    c = dev.connect()
-    lat = []
-
-    async def receive():       # concurrently, so each arrival is timed when it happens
-        for _ in range(n):
-            m = await asyncio.wait_for(sub.recv(), 30)
-            lat.append(time.perf_counter() - m.payload["t"])
-    rx = asyncio.create_task(receive())
-    t0 = time.perf_counter()
-    for i in range(n):
-        c.publish("sensor/v", {"t": time.perf_counter(), "pad": PAYLOAD_PAD})
-        if pace:
-            await asyncio.sleep(pace)
-        elif i % 32 == 31:
-            await asyncio.sleep(0)
-    await rx
-    dur = time.perf_counter() - t0
-    gaps = b.links["mqtt:b1"].counters.get("gaps", 0)
-    await dl.close()
-    dt.cancel()
-    b.stop()
-    await bt
-    return n / dur, lat, gaps
+def _cdf(samples):
+    """Latency quantiles in ms (0, 1, ..., 99, 99.5, 99.9, 100 %): a compact CDF."""
+    s = sorted(samples)
+    qs = [float(q) for q in range(100)] + [99.5, 99.9, 100.0]
+    return {"q": qs, "ms": [1000 * s[min(len(s) - 1, int(len(s) * q / 100))] for q in qs]}
 
 
-def _paho(port, n, pace=0.0):
-    done = threading.Event()
-    lat = []
+class Bench:
+    """The broker, the two receivers (bridge, paho subscriber) and their logs."""
 
-    def on_message(cl, ud, msg):
-        import json
-        lat.append(time.perf_counter() - json.loads(msg.payload)["t"])
-        if len(lat) == n:
-            done.set()
-    sub = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="bench-sub")
-    sub.on_message = on_message
-    sub.connect("127.0.0.1", port)
-    sub.subscribe("raw/sensor/v")
-    sub.loop_start()
-    pub = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="bench-pub")
-    pub.connect("127.0.0.1", port)
-    pub.loop_start()
-    time.sleep(0.3)
-    import json
-    t0 = time.perf_counter()
-    for _ in range(n):
-        pub.publish("raw/sensor/v", json.dumps({"t": time.perf_counter(), "pad": PAYLOAD_PAD}))
-        if pace:
-            time.sleep(pace)
-    ok = done.wait(30)
-    dur = time.perf_counter() - t0
-    for cl in (pub, sub):
-        cl.loop_stop()
-        cl.disconnect()
-    if not ok:
-        raise RuntimeError("paho baseline lost messages: %d of %d" % (len(lat), n))
-    return n / dur, lat
+    def __init__(self, tmp, profile=None):
+        self.tmp = tmp
+        self.broker = Mosquitto().start()
+        port = self.port = self.broker.port
+        cfg = os.path.join(tmp, "bridge.json")
+        with open(cfg, "w") as f:
+            json.dump({"bridge": {"state_dir": os.path.join(tmp, "state"), "heartbeat": 2.0},
+                       "mqtt": {"url": "mqtt://127.0.0.1:%d" % port, "client_id": "bench-bridge",
+                                "devices": [{"node": NODE, "key": KEY}]}}, f)
+        log = os.path.join(tmp, "procs.log")
+        self.log = log
+        self.bridge = Child(python("tools.bench.bridge_procs", "bridge", cfg, "dev/%s/sensor/#" % NODE)
+                            + (["--profile", profile] if profile else []), log=log)
+        self.sub = Child(python("tools.bench.bridge_procs", "paho-sub", port, RAW_TOPIC), log=log)
+        self.bridge.expect("ready")
+        self.sub.expect("ready")
+        self.mpy_dir = None
+
+    def _run(self, rx, sender, n, timeout):
+        rx.send("expect %d %s" % (n, timeout))
+        rx.expect("ok")
+        s = Child(sender, cwd=self.mpy_dir if sender[0] == mpybuild.micropython() else None,
+                  log=self.log)
+        try:
+            res = json.loads(rx.line(timeout + 30))
+        finally:
+            s.kill()          # devices idle once done; paho publishers have exited
+            s.close()
+        if res["received"] < n:
+            raise RuntimeError("lost messages: %d of %d arrived, %d gaps counted (see %s)"
+                               % (res["received"], n, res["gaps"], self.log))
+        return res
+
+    def edgebus(self, n, pace=0, timeout=60):
+        dev = python("tools.bench.bridge_device", "127.0.0.1", self.port, NODE, KEY, n, pace,
+                     n + 16, 0)
+        return self._run(self.bridge, dev, n, timeout)
+
+    def micropython(self, n, pace=0, timeout=60):
+        if self.mpy_dir is None:
+            self.mpy_dir = os.path.join(self.tmp, "mpy")
+            mpybuild.compile_tree(ROOT, ["edgebus"], self.mpy_dir)
+            shutil.copy(os.path.join(os.path.dirname(__file__), "bridge_device.py"), self.mpy_dir)
+        # A board-sized out_queue: the device keeps at most 24 messages ahead of its link.
+        dev = [mpybuild.micropython(), "-X", "heapsize=256K", "bridge_device.py", "127.0.0.1",
+               str(self.port), NODE, KEY, str(n), str(pace), "32", "24"]
+        return self._run(self.bridge, dev, n, timeout)
+
+    def paho(self, n, pace=0, timeout=60):
+        pub = python("tools.bench.bridge_procs", "paho-pub", self.port, RAW_TOPIC, n, pace)
+        return self._run(self.sub, pub, n, timeout)
+
+    def close(self):
+        for c in (self.bridge, self.sub):
+            c.close()
+        self.broker.close()
 
 
-def run(smoke=False):
-    import tempfile
-    n = 300 if smoke else 3000
-    reps = 1 if smoke else 3
-    eb, raw = [], []
-    eb_lat, raw_lat = [], []
-    gaps = 0
-    with Mosquitto() as broker:
-        for _ in range(reps):
-            with tempfile.TemporaryDirectory() as tmp:
-                r, lat, g = asyncio.run(_edgebus(broker.port, n, tmp))
-            eb.append(r)
-            eb_lat += lat
-            gaps += g
-            r, lat = _paho(broker.port, n)
-            raw.append(r)
-            raw_lat += lat
-        # Latency with paced sends (200/s), so it is the path's, not a queue's.
-        m = 100 if smoke else 600
-        with tempfile.TemporaryDirectory() as tmp:
-            _, pl_eb, g = asyncio.run(_edgebus(broker.port, m, tmp, pace=0.005))
-        gaps += g
-        _, pl_raw = _paho(broker.port, m, pace=0.005)
-    return {"messages": n, "edgebus_msgs_per_s": summary(eb), "paho_msgs_per_s": summary(raw),
-            "ratio": statistics.median(eb) / statistics.median(raw),
-            "burst_latency": {"edgebus": _lat(eb_lat), "paho": _lat(raw_lat)},
-            "paced_latency": {"edgebus": _lat(pl_eb), "paho": _lat(pl_raw), "rate": 200},
-            "gaps": gaps}
+def _figures(runs):
+    rates = [r["rate"] for r in runs]
+    cpu = [1e6 * r["cpu_s"] / r["received"] for r in runs]
+    return {"msgs_per_s": summary(rates), "rx_cpu_us_per_msg": summary(cpu),
+            "latency": _lat([x for r in runs for x in r["lat"]])}
+
+
+def run(smoke=False, profile=None):
+    n = 300 if smoke else 20000
+    reps = 1 if smoke else 5
+    m = 100 if smoke else 1000          # paced messages
+    mn = 200 if smoke else 5000         # MicroPython device burst
+    tmp = tempfile.mkdtemp(prefix="edgebus-bridge-bench-")
+    b = Bench(tmp, profile)
+    try:
+        eb, raw = [], []
+        for _ in range(reps):           # interleaved: noise hits both alike
+            eb.append(b.edgebus(n))
+            raw.append(b.paho(n))
+        pe = b.edgebus(m, PACE_MS)
+        pr = b.paho(m, PACE_MS)
+        mp = [b.micropython(mn) for _ in range(1 if smoke else 3)]
+        mpp = b.micropython(m, PACE_MS)
+    finally:
+        b.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    E, R, M = _figures(eb), _figures(raw), _figures(mp)
+    return {"messages": n, "paced_messages": m, "mpy_messages": mn, "reps": reps,
+            "edgebus_msgs_per_s": E["msgs_per_s"], "paho_msgs_per_s": R["msgs_per_s"],
+            "ratio": statistics.median(r["rate"] for r in eb) / statistics.median(r["rate"] for r in raw),
+            "rx_cpu_us_per_msg": {"edgebus": E["rx_cpu_us_per_msg"], "paho": R["rx_cpu_us_per_msg"]},
+            "burst_latency": {"edgebus": E["latency"], "paho": R["latency"]},
+            "paced_latency": {"edgebus": _lat(pe["lat"]), "paho": _lat(pr["lat"]),
+                              "micropython": _lat(mpp["lat"]), "rate": 1000 // PACE_MS},
+            "paced_cdf": {"edgebus": _cdf(pe["lat"]), "paho": _cdf(pr["lat"]),
+                          "micropython": _cdf(mpp["lat"])},
+            "micropython_msgs_per_s": M["msgs_per_s"],
+            "gaps": sum(r["gaps"] for r in eb + [pe] + mp + [mpp])}
 
 
 if __name__ == "__main__":
-    import json
-    print(json.dumps(run(smoke=True), indent=1))
+    import sys
+    print(json.dumps(run(smoke="--smoke" in sys.argv,
+                         profile=sys.argv[sys.argv.index("--profile") + 1]
+                         if "--profile" in sys.argv else None), indent=1))

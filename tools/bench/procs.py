@@ -1,0 +1,88 @@
+"""Child processes that speak lines: the bridge benchmark's receivers and senders."""
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def env():
+    """The environment for a CPython child: this checkout's packages first."""
+    e = dict(os.environ)
+    e["PYTHONPATH"] = ROOT + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
+    return e
+
+
+class Child:
+    """A process whose stdout lines are read by a thread, so reads can time out."""
+
+    def __init__(self, args, cwd=ROOT, log=None):
+        self.args = args
+        self.err = open(log, "a") if log else subprocess.DEVNULL
+        self.p = subprocess.Popen(args, cwd=cwd, env=env(), stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, stderr=self.err, text=True)
+        self.lines = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self):
+        for line in self.p.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    def line(self, timeout):
+        try:
+            s = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            s = None
+        if s is None:
+            raise RuntimeError("%s: no answer within %.0f s (exit code %s)"
+                               % (" ".join(map(str, self.args[:4])), timeout, self.p.poll()))
+        return s
+
+    def expect(self, word, timeout=30):
+        s = self.line(timeout)
+        if s.split()[0] != word:
+            raise RuntimeError("%s: expected %r, got %r" % (self.args[:4], word, s[:200]))
+        return s
+
+    def ask(self, cmd, timeout):
+        """Send a command; the next JSON line is its result ("ok" lines skipped)."""
+        self.send(cmd)
+        while True:
+            s = self.line(timeout)
+            if s.startswith("{"):
+                return json.loads(s)
+
+    def send(self, cmd):
+        self.p.stdin.write(cmd + "\n")
+        self.p.stdin.flush()
+
+    def wait(self, timeout=30):
+        try:
+            return self.p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            return None
+
+    def kill(self):
+        if self.p.poll() is None:
+            self.p.kill()
+            self.p.wait()
+
+    def close(self):
+        if self.p.poll() is None:
+            try:
+                self.send("quit")
+            except OSError:
+                pass
+            self.wait(10)
+        if self.err is not subprocess.DEVNULL:
+            self.err.close()
+
+
+def python(module, *args):
+    """argv running a module of this checkout on this CPython."""
+    return [sys.executable, "-m", module] + [str(a) for a in args]
