@@ -72,7 +72,7 @@ def main(argv=None):
         if name in only:
             _run_part(name, res, args.smoke)
     seconds = round(time.time() - t0, 1)
-    if args.only:
+    if res["meta"] is not meta:
         res["meta"]["refreshed"] = "%s on %s, in %s s" % (", ".join(only), meta["date"], seconds)
     else:
         meta["seconds"] = seconds

@@ -242,7 +242,7 @@ def markdown(res, out):
          "Measured by `./do bench` (`python -m tools.bench`) on %s, Python %s, %s, %s CPUs, "
          "in %s s. Medians of repeated runs with (min–max); ratios compare medians from the "
          "same run. Re-run to refresh; numbers vary by machine, ratios much less."
-         % (m["date"], m["python"], m["machine"], m["cpus"], m["seconds"]), ""]
+         % (m["date"], m["python"], m["machine"], m["cpus"], m.get("seconds", "?")), ""]
     if m.get("refreshed"):
         L += ["Refreshed since: %s." % m["refreshed"], ""]
     if m["smoke"]:
