@@ -220,7 +220,7 @@ def _core_mpy(res):
               "the example sensor; `tools/devheap.py`): a session, telemetry, `sys/config/get` and a "
               "`sys/config/set`, in the smallest `-X heapsize` that runs it (bisected, 4 KB steps). "
               "On the unix port module code lives on the heap; boards freeze it into flash "
-              "(`edgebus build --freeze`), leaving the data.", "",
+              "(with the `manifest.py` that `edgebus build` writes), leaving the data.", "",
               "| figure | edgebus | budget |", "|---|---|---|",
               "| smallest heap that runs the workload (peak) | %s | |"
               % ("%s KB" % dv["smallest_heap_kb"] if dv["smallest_heap_kb"] else "(full run only)"),
