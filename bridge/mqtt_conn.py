@@ -1,213 +1,239 @@
-"""The bridge's MQTT 3.1.1 connection for device link frames (QoS 0 only).
+"""The bridge's broker connection for device link frames: paho-mqtt's Client
+(MQTT 3.1.1, QoS 0) driven by the asyncio event loop, without paho's thread.
+
+This is paho's documented external-loop integration (its
+examples/loop_asyncio.py): ``loop.add_reader(sock)`` calls ``loop_read``,
+``on_socket_register_write``/``unregister_write`` add and remove a writer
+that calls ``loop_write``, and a task calls ``loop_misc`` every second for
+the keepalive. The protocol is paho's; this module only adds what the
+bridge's batching needs.
 
 Why not aiomqtt on this path: profiling the bridge under a device's burst
-(BENCHMARKS.md, section 4) showed aiomqtt + paho spending ~75% of the
-bridge's CPU per frame: three socket reads and an event-loop turn per
-message, MQTT 5 properties parsed, the message wrapped twice, and a task plus
-asyncio.wait created to hand each one over. This protocol takes whatever
-the socket holds (asyncio reads up to 256 KB at once), splits every packet in
-it in one pass and calls ``on_message(topic bytes, payload bytes)`` directly.
-The mirror, which needs MQTT 5 user properties, keeps aiomqtt.
+(BENCHMARKS.md, section 4) showed aiomqtt spending most of the bridge's CPU
+per frame on its own machinery: a task plus ``asyncio.wait`` created to hand
+each message over, an event-loop turn per message, MQTT 5 properties parsed
+and the message wrapped twice. Here a readable socket is drained in one
+event-loop turn (``loop_read`` reads one packet per call, so the reader calls
+it until a call brings no message) and every PUBLISH goes straight from
+paho's ``on_message`` to ``on_message(topic, payload)``, which appends the
+frame to its device's transport; the links take their frames in batches.
+Under backpressure the reader is removed (the broker and TCP hold the rest)
+and re-added when the queues drain. The mirror, which needs MQTT 5 user
+properties, keeps aiomqtt on a connection of its own.
 """
 import asyncio
-import time
+
+import paho.mqtt.client as paho
+
+# PUBLISH packets handled per event-loop turn at most, so that the links
+# (and everything else on the loop) run between large reads.
+READ_BATCH = 1024
 
 
 class MqttError(OSError):
     """The broker refused or broke the connection."""
 
 
-CONNACK_CODES = {1: "unacceptable protocol version", 2: "client id rejected",
-                 3: "server unavailable", 4: "bad user name or password", 5: "not authorised"}
+class Connection:
+    """One broker connection; open it with :func:`connect`. Subscriptions are
+    made in paho's on_connect, so a connection is only handed out subscribed."""
 
-
-def _str(s):
-    b = s.encode() if isinstance(s, str) else bytes(s)
-    return len(b).to_bytes(2, "big") + b
-
-
-def _packet(kind, body):
-    n = len(body)
-    head = bytearray([kind])
-    while True:
-        d = n & 0x7F
-        n >>= 7
-        head.append(d | (0x80 if n else 0))
-        if not n:
-            return bytes(head) + body
-
-
-class Connection(asyncio.Protocol):
-    """One broker connection; open it with :func:`connect`."""
-
-    def __init__(self, on_message, keepalive):
-        loop = asyncio.get_running_loop()
+    def __init__(self, client_id, on_message, topics, keepalive):
+        self.loop = asyncio.get_running_loop()
         self.on_message = on_message
+        self.topics = list(topics)
+        self.closed = self.loop.create_future()   # result: why it ended (None: by us)
+        self.ready = self.loop.create_future()    # CONNACK and SUBACK both accepted
+        self.received = 0                # PUBLISH packets handed to on_message
+        self.sock = None
+        self.reading = False             # the socket is registered with add_reader
+        self.writing = False             # ... with add_writer (its buffer was full)
+        self._flush_soon = False
+        self._drained = asyncio.Event()
+        self._drained.set()
+        self._misc = None
+        c = self.client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=client_id,
+                                      protocol=paho.MQTTv311, clean_session=True)
+        c.suppress_exceptions = False    # a bug in a callback surfaces, not a log line
         self.keepalive = keepalive
-        self.transport = None
-        self.rest = b""                  # an unfinished packet from the last read
-        self.closed = loop.create_future()   # result: why it ended (None: by us)
-        self._acks = {}                  # packet id (0: CONNACK) -> future
-        self._pid = 0
-        self._writable = asyncio.Event()
-        self._writable.set()
-        self.t_rx = time.monotonic()
-        self._pinger = None
+        c.on_connect = self._on_connect
+        c.on_subscribe = self._on_subscribe
+        c.on_message = self._on_message
+        c.on_disconnect = self._on_disconnect
 
-    # -- asyncio.Protocol ------------------------------------------------------
-    def connection_made(self, transport):
-        self.transport = transport
+    # -- paho callbacks (all run on the event loop) ----------------------------
+    def _on_connect(self, client, userdata, flags, reason, properties):
+        if reason.is_failure:
+            self._end(MqttError("broker refused the connection: %s" % reason))
+            return
+        # (Re)subscribe on every CONNACK: with a clean session the broker
+        # keeps no subscriptions of ours across connections.
+        rc, _ = client.subscribe([(t, 0) for t in self.topics])
+        if rc != paho.MQTT_ERR_SUCCESS:
+            self._end(MqttError("subscribe failed: %s" % paho.error_string(rc)))
 
-    def connection_lost(self, exc):
-        err = exc or MqttError("connection closed by the broker")
-        for f in self._acks.values():
-            if not f.done():
-                f.set_exception(err)
+    def _on_subscribe(self, client, userdata, mid, reasons, properties):
+        bad = [t for t, r in zip(self.topics, reasons) if r.is_failure]
+        if bad:
+            self._end(MqttError("broker refused a subscription to %s" % ", ".join(bad)))
+        elif not self.ready.done():
+            # Hold the frames until the caller has somewhere to put them.
+            self.pause_reading()
+            self.ready.set_result(None)
+
+    def _on_message(self, client, userdata, msg):
+        self.received += 1
+        self.on_message(msg.topic, msg.payload)
+
+    def _on_disconnect(self, client, userdata, flags, reason, properties):
+        # After our own close() this changes nothing: closed is already set.
+        # MQTT 3.1.1 brokers just close the socket; paho's reason code then
+        # says nothing more than that.
+        self._end(MqttError("connection to the broker lost" + (
+            " (%s)" % reason if flags.is_disconnect_packet_from_server else "")))
+
+    def _on_socket_close(self, client, userdata, sock):
+        if self.reading:
+            self.loop.remove_reader(sock)
+            self.reading = False
+        if self.writing:
+            self.loop.remove_writer(sock)
+            self.writing = False
+        self._drained.set()
+        self.sock = None
+
+    def _on_register_write(self, client, userdata, sock):
+        # paho has packets to send: write them later in this loop turn, so
+        # that publishes made in one turn go out together.
+        if not self._flush_soon:
+            self._flush_soon = True
+            self.loop.call_soon(self._flush)
+
+    def _on_unregister_write(self, client, userdata, sock):
+        if self.writing:
+            self.loop.remove_writer(sock)
+            self.writing = False
+        self._drained.set()
+
+    # -- the event loop's side -------------------------------------------------
+    def _attach(self):
+        """Register the connected socket with the event loop (after connect)."""
+        c = self.client
+        self.sock = c.socket()
+        c.on_socket_close = self._on_socket_close
+        c.on_socket_register_write = self._on_register_write
+        c.on_socket_unregister_write = self._on_unregister_write
+        self.resume_reading()
+        if c.want_write():
+            self._flush_soon = True
+            self.loop.call_soon(self._flush)
+        self._misc = self.loop.create_task(self._misc_loop())
+
+    def _readable(self):
+        if not self.reading:
+            return                       # paused (or closed) since it was scheduled
+        c = self.client
+        for _ in range(READ_BATCH):
+            n = self.received
+            # A call that brings no PUBLISH met EAGAIN, half a packet, or
+            # another packet (SUBACK, PINGRESP): the selector calls again if
+            # more is there. paho closes the socket itself on errors.
+            if c.loop_read() or self.received == n or not self.reading:
+                return
+        # More may be waiting (a socket's or TLS's buffer): come back next turn.
+        self.loop.call_soon(self._readable)
+
+    def _flush(self):
+        self._flush_soon = False
+        c = self.client
+        if self.sock is None or self.writing:
+            return                       # closed, or the writer will send it
+        c.loop_write()
+        if c.want_write() and self.sock is not None:
+            # The socket's buffer is full: write when it drains.
+            self.loop.add_writer(self.sock, c.loop_write)
+            self.writing = True
+            self._drained.clear()
+
+    async def _misc_loop(self):
+        while not self.closed.done():
+            await asyncio.sleep(1)
+            self.client.loop_misc()      # PINGREQ; drops a broker silent past the keepalive
+
+    def _end(self, why):
         if not self.closed.done():
-            self.closed.set_result(err)
-        if self._pinger is not None:
-            self._pinger.cancel()
-        self._writable.set()
-
-    def pause_writing(self):
-        self._writable.clear()
-
-    def resume_writing(self):
-        self._writable.set()
-
-    def data_received(self, data):
-        self.t_rx = time.monotonic()
-        if self.rest:
-            data = self.rest + data
-        n = len(data)
-        i = 0
-        on_message = self.on_message
-        while i + 1 < n:
-            h = data[i]
-            j = i + 1
-            ln = shift = 0
-            while True:                  # the remaining length, a varint
-                if j >= n:
-                    self.rest = data[i:]
-                    return
-                b = data[j]
-                j += 1
-                ln |= (b & 0x7F) << shift
-                if not b & 0x80:
-                    break
-                shift += 7
-                if shift > 21:
-                    return self._fail("bad remaining length")
-            end = j + ln
-            if end > n:
-                break
-            kind = h & 0xF0
-            if kind == 0x30:             # PUBLISH
-                p = j + 2 + ((data[j] << 8) | data[j + 1])
-                topic = data[j + 2:p]
-                if h & 0x06:             # QoS > 0 (we never ask for it): skip its id
-                    p += 2
-                on_message(topic, data[p:end])
-            elif kind == 0x20 or kind == 0x90:   # CONNACK, SUBACK
-                pid = 0 if kind == 0x20 else (data[j] << 8) | data[j + 1]
-                f = self._acks.pop(pid, None)
-                if f is not None and not f.done():
-                    f.set_result(data[j:end])
-            i = end
-        self.rest = data[i:] if i < n else b""
+            self.closed.set_result(why)
+        if not self.ready.done():
+            self.ready.set_exception(why or MqttError("connection closed"))
+            self.ready.exception()       # retrieved: connect() may be gone already
+        if self._misc is not None and self._misc is not asyncio.current_task():
+            self._misc.cancel()
 
     # -- using it --------------------------------------------------------------
-    def _fail(self, why):
-        self.rest = b""
-        if self.transport is not None:
-            self.transport.abort()
-        if not self.closed.done():
-            self.closed.set_result(MqttError(why))
-
-    def _ack(self, pid):
-        f = asyncio.get_running_loop().create_future()
-        self._acks[pid] = f
-        return f
-
-    async def _await(self, f, what, timeout=10):
-        try:
-            return await asyncio.wait_for(f, timeout)
-        except asyncio.TimeoutError:
-            self._fail("no %s from the broker" % what)
-            raise MqttError("no %s from the broker" % what)
-
-    async def _handshake(self, client_id, username, password):
-        flags = 0x02                     # clean session
-        payload = _str(client_id)
-        if username is not None:
-            flags |= 0x80
-            payload += _str(username)
-            if password is not None:
-                flags |= 0x40
-                payload += _str(password)
-        var = _str(b"MQTT") + bytes([4, flags]) + self.keepalive.to_bytes(2, "big")
-        f = self._ack(0)
-        self.transport.write(_packet(0x10, var + payload))
-        ack = await self._await(f, "CONNACK")
-        if len(ack) < 2 or ack[1]:
-            code = ack[1] if len(ack) > 1 else None
-            raise MqttError("broker refused the connection: %s" % CONNACK_CODES.get(code, code))
-        self._pinger = asyncio.get_running_loop().create_task(self._ping())
-
-    async def _ping(self):
-        # PINGREQ at half the keepalive; a broker silent for 1.5 keepalives is gone.
-        while True:
-            await asyncio.sleep(self.keepalive / 2)
-            if time.monotonic() - self.t_rx > 1.5 * self.keepalive:
-                return self._fail("broker silent for %.0f s" % (1.5 * self.keepalive))
-            self.transport.write(b"\xc0\x00")
-
-    async def subscribe(self, *topics):
-        """Subscribe at QoS 0 and wait for the broker's SUBACK."""
-        self._pid = pid = self._pid % 0xFFFF + 1
-        body = pid.to_bytes(2, "big") + b"".join(_str(t) + b"\x00" for t in topics)
-        f = self._ack(pid)
-        self.transport.write(_packet(0x82, body))
-        codes = await self._await(f, "SUBACK")
-        if any(c == 0x80 for c in codes[2:]):
-            raise MqttError("broker refused a subscription to %s" % ", ".join(topics))
-
     async def publish(self, topic, payload):
         """Publish at QoS 0; waits only while the socket's buffer is full."""
         if self.closed.done():
             raise MqttError("MQTT connection closed")
-        self.transport.write(_packet(0x30, _str(topic) + payload))
-        if not self._writable.is_set():
-            await self._writable.wait()
+        info = self.client.publish(topic, payload, 0)
+        if info.rc != paho.MQTT_ERR_SUCCESS:
+            raise MqttError("publish failed: %s" % paho.error_string(info.rc))
+        if self.writing:
+            await self._drained.wait()
 
     def pause_reading(self):
-        if self.transport is not None and self.transport.is_reading():
-            self.transport.pause_reading()
+        if self.reading:
+            self.loop.remove_reader(self.sock)
+            self.reading = False
 
     def resume_reading(self):
-        if self.transport is not None and not self.transport.is_closing() \
-                and not self.transport.is_reading():
-            self.transport.resume_reading()
+        if not self.reading and self.sock is not None and not self.closed.done():
+            self.loop.add_reader(self.sock, self._readable)
+            self.reading = True
+            # TLS may hold decrypted bytes the selector cannot see.
+            self.loop.call_soon(self._readable)
 
     def close(self):
         """DISCONNECT and close (no last will of ours to suppress)."""
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.write(b"\xe0\x00")
-            self.transport.close()
-        if not self.closed.done():
-            self.closed.set_result(None)
+        self._end(None)
+        c = self.client
+        if self.sock is not None:
+            c.disconnect()               # queued; written and closed right here
+            if self.sock is not None:
+                c.loop_write()
+        s = c.socket()
+        if s is not None:                # paho could not write the DISCONNECT
+            self._on_socket_close(c, None, s)
+            s.close()
 
 
-async def connect(host, port, client_id, on_message, username=None, password=None,
+async def connect(host, port, client_id, on_message, topics, username=None, password=None,
                   ssl=None, keepalive=30, timeout=10):
-    """An open Connection; MqttError or OSError if the broker cannot be reached
-    or refuses."""
-    loop = asyncio.get_running_loop()
-    _, conn = await asyncio.wait_for(loop.create_connection(
-        lambda: Connection(on_message, keepalive), host, port, ssl=ssl,
-        server_hostname=host if ssl else None), timeout)
+    """A Connection subscribed to ``topics`` (QoS 0), its reading paused:
+    call ``resume_reading()`` once ``on_message`` can take messages.
+    MqttError or OSError if the broker cannot be reached, refuses the client
+    or a subscription."""
+    conn = Connection(client_id, on_message, topics, keepalive)
+    c = conn.client
+    if username is not None:
+        c.username_pw_set(username, password)
+    if ssl is not None:
+        c.tls_set_context(ssl)
+    c.connect_timeout = timeout
+    # paho's connect resolves, connects and (TLS) handshakes with blocking
+    # calls: a worker thread does it so the loop keeps running. No socket
+    # callbacks are set yet, so paho writes CONNECT from that thread itself.
+    fut = conn.loop.run_in_executor(None, c.connect, host, port, keepalive)
     try:
-        await conn._handshake(client_id, username, password)
+        await asyncio.shield(fut)
+    except asyncio.CancelledError:
+        fut.add_done_callback(lambda f: f.cancelled() or f.exception() or conn.close())
+        raise
+    try:
+        conn._attach()
+        await asyncio.wait_for(asyncio.shield(conn.ready), timeout)
+    except asyncio.TimeoutError:
+        conn.close()
+        raise MqttError("no CONNACK/SUBACK from the broker within %g s" % timeout) from None
     except BaseException:
         conn.close()
         raise

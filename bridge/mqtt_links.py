@@ -1,7 +1,13 @@
-"""MQTT device links of the bridge (aiomqtt): one broker connection carries
-every device's link frames on <prefix>/<node>/up and /down; presence comes
-from the retained <prefix>/<node>/state that each device's last will sets to
-"offline". Optionally mirrors chosen host-bus topics as plain MQTT JSON."""
+"""MQTT device links of the bridge: one broker connection carries every
+device's link frames on <prefix>/<node>/up and /down; presence comes from the
+retained <prefix>/<node>/state that each device's last will sets to
+"offline". Optionally mirrors chosen host-bus topics as plain MQTT JSON.
+
+The frames' connection is paho-mqtt driven by the event loop
+(bridge/mqtt_conn.py): paho hands each frame to its device's
+_DeviceTransport, which queues it in a plain list that the device's Link
+takes in one batch. The mirror needs MQTT 5 user properties and runs on
+aiomqtt, on a connection of its own (<client_id>-mirror)."""
 import asyncio
 import json
 import logging
@@ -22,20 +28,24 @@ log = logging.getLogger("edgebus.bridge")
 
 
 # Frames waiting for a device's link: past HIGH the connection stops reading
-# (the broker and TCP hold the rest); past LIMIT a frame is dropped and counted.
-# One read can bring thousands of frames at once, hence the gap between them.
+# (the broker and TCP hold the rest) until every device's queue is below it
+# again; past LIMIT a frame is dropped and counted. Reading stops within the
+# packet that crossed HIGH, so LIMIT is a safety net.
 HIGH = 1024
 LIMIT = 16384
 
 
 class _DeviceTransport:
     """The link transport of one device: bodies arrive through a list the
-    connection's reader fills; sends are publishes on the device's down topic."""
+    connection's reader fills; sends are publishes on the device's down topic.
+    ``full`` is shared by the transports of one connection: the ones past
+    HIGH, for which the connection has stopped reading."""
 
-    def __init__(self, conn, down, max_len):
+    def __init__(self, conn, down, max_len, full):
         self.conn = conn
         self.down = down
         self.max_len = max_len
+        self.full = full
         self.pending = []
         self.ready = asyncio.Event()
         self.frames = frame.FrameReader(max_len)   # counters only
@@ -54,6 +64,7 @@ class _DeviceTransport:
             if n >= LIMIT:
                 f.oversize += 1     # counted: the link sees the gap
                 return
+            self.full.add(self)
             self.conn.pause_reading()
         q.append(body)
         if not n:
@@ -68,8 +79,11 @@ class _DeviceTransport:
             await self.ready.wait()
         out = self.pending
         self.pending = []
-        if len(out) >= HIGH:
-            self.conn.resume_reading()
+        full = self.full
+        if full and self in full:
+            full.discard(self)
+            if not full:
+                self.conn.resume_reading()
         return out
 
     async def send(self, body):
@@ -100,7 +114,7 @@ class MqttLinks:
         self.tls = u.scheme == "mqtts"
         self.links = {}
         self.transports = {}
-        self._up = {}            # b"<prefix>/<node>/up" -> that device's transport
+        self._up = {}            # "<prefix>/<node>/up" -> that device's transport
         self.connected = False
         self.connects = 0
         self.unknown = 0
@@ -132,21 +146,25 @@ class MqttLinks:
         while not self.bridge.stopping:
             conn = None
             try:
+                # Subscribed in paho's on_connect: connect() returns once the
+                # broker accepted both the client and the subscriptions.
                 conn = await mqtt_conn.connect(self.host, self.port, self.mq.client_id,
-                                               self._on_message, self.mq.username,
-                                               self.mq.password, self._tls(), keepalive=30)
+                                               self._on_message, (p + "/+/up", p + "/+/state"),
+                                               self.mq.username, self.mq.password, self._tls(),
+                                               keepalive=30)
                 tasks = []
                 try:
-                    await conn.subscribe(p + "/+/up", p + "/+/state")
                     self.connected = True
                     self.connects += 1
                     backoff.reset()
                     log.info("mqtt: connected to %s:%d", self.host, self.port)
+                    full = set()
                     for node, link in self.links.items():
-                        t = _DeviceTransport(conn, "%s/%s/down" % (p, node), link.max_len)
+                        t = _DeviceTransport(conn, "%s/%s/down" % (p, node), link.max_len, full)
                         self.transports[node] = t
-                        self._up[("%s/%s/up" % (p, node)).encode()] = t
+                        self._up["%s/%s/up" % (p, node)] = t
                         tasks.append(asyncio.create_task(link.run(t)))
+                    conn.resume_reading()        # paused by connect() until now
                     why = await conn.closed
                     if why is not None:
                         raise why
@@ -158,7 +176,10 @@ class MqttLinks:
                         t.cancel()
                     await asyncio.gather(*tasks, return_exceptions=True)
             except (OSError, asyncio.TimeoutError) as e:
-                log.warning("mqtt: %s; reconnecting", e or type(e).__name__)
+                # Bad credentials, a refused subscription, an unreachable or
+                # vanished broker: one line each, then the backoff.
+                log.warning("mqtt: %s:%d: %s; reconnecting", self.host, self.port,
+                            e or type(e).__name__)
             finally:
                 if conn is not None:
                     conn.close()
@@ -171,7 +192,7 @@ class MqttLinks:
         if t is not None:        # the hot path: a frame from a known device
             t.deliver(payload)
             return
-        parts = topic.decode("utf-8", "replace").split("/")
+        parts = topic.split("/")
         if len(parts) != 3:
             return
         node, kind = parts[1], parts[2]

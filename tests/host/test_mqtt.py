@@ -1,14 +1,23 @@
 """MQTT links with a real mosquitto (started on a free loopback port): the
 device side runs edgebus.link.mqtt under the real micropython binary, the
-bridge side aiomqtt."""
+bridge side paho-mqtt on the event loop (bridge/mqtt_conn.py) for the frames
+and aiomqtt for the mirror."""
 import asyncio
 import json
+import logging
+import os
+import subprocess
+import threading
+
 import aiomqtt
+import paho.mqtt.client as paho
 import pytest
 
 from bridge import config as C
+from bridge import mqtt_conn, mqtt_links
 from bridge.daemon import Bridge
 from tests.conftest import until
+from edgebus.link import frame
 from tools.broker import Mosquitto
 
 DEVICE_HEAP = "160K"   # core + link + MQTT transport on the 64-bit unix port
@@ -111,3 +120,96 @@ def test_native_mirror_for_plain_mqtt_clients(tmp_path, broker, device):
         await task
         dev.kill()
     asyncio.run(main())
+
+
+def _publish_all(port, topic, payloads):
+    """Publish with a plain paho client (its own thread), QoS 0, then leave."""
+    c = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="bp-pub")
+    c.connect("127.0.0.1", port)
+    c.loop_start()
+    try:
+        for p in payloads:
+            info = c.publish(topic, p, 0)
+        info.wait_for_publish(10)
+    finally:
+        c.disconnect()
+        c.loop_stop()
+
+
+def test_reading_pauses_under_backpressure_and_nothing_is_lost(broker, monkeypatch):
+    monkeypatch.setattr(mqtt_links, "HIGH", 50)
+    n = 3000
+    bodies = [b"frame %d" % i for i in range(n)]
+
+    async def main():
+        box = {}
+        conn = await mqtt_conn.connect("127.0.0.1", broker.port, "bp-test",
+                                       lambda topic, payload: box["t"].deliver(payload),
+                                       ("edgebus/d1/up",))
+        assert not conn.reading          # paused until there is a transport
+        full = set()
+        t = box["t"] = mqtt_links._DeviceTransport(conn, "edgebus/d1/down", 256, full)
+        conn.resume_reading()
+        done = threading.Event()
+        pub = asyncio.get_running_loop().run_in_executor(None, lambda: (_publish_all(
+            broker.port, "edgebus/d1/up", [frame.encode(b, 256) for b in bodies]), done.set()))
+        # Nobody takes the frames: the connection stops reading at HIGH and
+        # stays stopped while the rest waits in the broker and TCP buffers.
+        await until(lambda: not conn.reading, 10)
+        assert full == {t} and len(t.pending) == mqtt_links.HIGH + 1
+        await asyncio.sleep(0.3)
+        assert len(t.pending) == mqtt_links.HIGH + 1
+        got = []
+        while len(got) < n:
+            got += await asyncio.wait_for(t.recv(), 10)
+        await pub
+        assert done.is_set()
+        assert got == bodies                       # all of them, in order
+        assert t.frames.oversize == 0 and t.frames.crc_errors == 0
+        assert conn.reading and not full
+        conn.close()
+        assert conn.closed.done() and conn.closed.result() is None
+    asyncio.run(main())
+
+
+def test_refused_credentials_are_logged_and_retried_then_accepted(tmp_path, caplog):
+    b = Mosquitto()
+    # Readable by mosquitto once it drops root for its own user.
+    os.chmod(b.dir, 0o755)
+    pwfile = os.path.join(b.dir, "passwd")
+    subprocess.run(["mosquitto_passwd", "-b", "-c", pwfile, "bridge", "right"], check=True)
+    os.chmod(pwfile, 0o644)
+    with open(b.conf) as f:
+        conf = f.read().replace("allow_anonymous true", "allow_anonymous false")
+    with open(b.conf, "w") as f:
+        f.write(conf + "password_file %s\n" % pwfile)
+    b.start()
+    try:
+        def cfg(password):
+            return C.parse({"bridge": {"node": "gw", "state_dir": str(tmp_path / "state")},
+                            "mqtt": {"url": "mqtt://127.0.0.1:%d" % b.port,
+                                     "client_id": "bridge-auth", "username": "bridge",
+                                     "password": password,
+                                     "devices": [{"node": "d1", "key": "k1"}]}})
+
+        async def run(password, cond):
+            br = Bridge(cfg(password))
+            task = asyncio.create_task(br.run())
+            try:
+                await until(lambda: cond(br), 10)
+            finally:
+                br.stop()
+                await task
+            return br
+
+        caplog.set_level(logging.WARNING, "edgebus.bridge")
+        refused = lambda: [r for r in caplog.records
+                           if "refused the connection" in r.getMessage()]
+        br = asyncio.run(run("wrong", lambda br: len(refused()) >= 2))
+        assert br.mqtt.connects == 0 and not br.mqtt.connected
+        assert "Not authorized" in refused()[0].getMessage() \
+            or "Bad user name or password" in refused()[0].getMessage()
+        br = asyncio.run(run("right", lambda br: br.mqtt.connected))
+        assert br.mqtt.connects == 1
+    finally:
+        b.close()
