@@ -10,6 +10,7 @@ import gc
 from os import urandom
 from edgebus.compat import now
 from edgebus.link.link import Link
+from edgebus.link.wire import F_SEQ
 from firmware import ConfigError
 
 EXPORTS = [["sensor/#", ""], ["sys/#", ""]]
@@ -59,11 +60,48 @@ class Uplink:
         self.backoff = 0
         self.last_error = None
         self.transport = None
+        # Sequenced data frames (publishes, retains, unretains) handed to a
+        # transport that did not refuse them: what this device says it sent.
+        # Counted when handed over (taken back if the send fails), so that at
+        # any instant every sequence number below the link's tx_seq is either
+        # counted here or was never sent (dropped, unencodable, oversize).
+        self.sent = 0
+        self._pending = 0
+        self._errors = 0
 
     def stats(self):
+        self._settle()
         return {"kind": self.kind, "opens": self.opens, "open_failures": self.open_failures,
                 "ends": self.ends, "backoff": self.backoff,
-                "last_error": self.last_error}
+                "last_error": self.last_error, "sent": self.sent,
+                "tx_seq": self.link.tx_seq}   # not Link.stats(): two dicts per health period
+
+    def _counting(self, t):
+        """t with its send counting the sequenced data frames (self.sent).
+
+        A plain function returning the transport's own coroutine: no extra
+        generator per frame (the heap on a board is that tight).  A send that
+        fails is taken back when the link counts it (its send_errors)."""
+        send = t.send
+
+        def counted(body):
+            self._settle()
+            self._pending = body[0] & F_SEQ
+            if self._pending:
+                self.sent += 1
+            return send(body)
+        t.send = counted
+        return t
+
+    def _settle(self):
+        # One frame is in flight at a time (the link's writer); when the link
+        # counted a send error since, that frame was not sent.
+        e = self.link.counters.get("send_errors", 0)
+        if e != self._errors:
+            self._errors = e
+            if self._pending:
+                self.sent -= 1
+            self._pending = 0
 
     async def _open(self):
         t = self.mod.open(self.ctx)
@@ -92,7 +130,7 @@ class Uplink:
             sessions = self.link.counters.get("sessions", 0)
             gc.collect()    # before allocating a transport: less fragmentation
             try:
-                t = await self._open()
+                t = self._counting(await self._open())
             except Exception as e:   # never a crash loop: log, count, back off
                 self.open_failures += 1
                 self.last_error = "open: %s: %s" % (type(e).__name__, e)

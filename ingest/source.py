@@ -8,8 +8,10 @@
 Offsets are log positions ``{"segment": id, "offset": byte}`` (JSON, replayable,
 like Kafka's partition/offset), so Structured Streaming with a checkpoint and a
 file sink is exactly once.  Only sealed segments are read (docs/telemetry-log.md
-section 7); records are decoded by ``bridge.tlog.read_segment``.  Columns and
-options are documented in docs/spark.md.
+section 7); a range is decoded in bulk by ``ingest.fastread`` (msgspec, Arrow
+batches), which hands anything irregular to ``bridge.tlog.read_segment``, the
+reference reader (used alone without msgspec).  Columns and options are
+documented in docs/spark.md.
 
 A micro-batch (or a batch read) is cut into one partition per segment, and large
 segments into byte ranges, so the work spreads over executors.  A range [a, b)
@@ -70,7 +72,7 @@ SCHEMA = StructType([
 # The position before every record of the log (segment ids start at 0).
 BEGIN = {"segment": -1, "offset": 0}
 
-DEFAULT_SPLIT_BYTES = 4 * 1024 * 1024
+DEFAULT_SPLIT_BYTES = 16 * 1024 * 1024
 _MIN_SPLIT_BYTES = 1024
 _ARROW_ROWS = 8192
 _I64_MIN, _I64_MAX = -2 ** 63, 2 ** 63 - 1
@@ -79,6 +81,12 @@ _TS_MIN, _TS_MAX = -62135596800.0, 253402300799.0
 _HEADER = tlog.FILE_HEADER_SIZE
 
 _dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
+
+
+try:
+    from ingest import fastread as _fast
+except ImportError:                      # no msgspec: every range is read by bridge.tlog
+    _fast = None
 
 
 def register(spark):
@@ -352,7 +360,46 @@ def _batch(pa, pc, schema, sid, offs, recs):
 
 
 def _read_range(opts, part):
-    """Arrow record batches for one SegmentRange (see _owned for bad regions)."""
+    """Arrow record batches for one SegmentRange (see _owned for bad regions).
+
+    The fast path: the range is mapped, frames are split and CRC-checked in a
+    tight loop, each chunk of bodies is decoded by one msgspec call (payload and
+    extra kept as their raw JSON text), and the columns are built in bulk.  Any
+    frame or body it cannot take as is goes to bridge.tlog: a body that only
+    msgspec refuses (e.g. an integer beyond 64 bits) is decoded there alone; bad
+    bytes are reported and skipped by tlog's resynchronising reader, and the
+    fast path resumes at the next valid record.  Without msgspec, or when the
+    file header is not clean, the whole range is read by _read_range_slow."""
+    if _fast is None or part.segment < 0:
+        yield from _read_range_slow(opts, part)
+        return
+    import mmap
+
+    path, sid, start, end = opts.path, part.segment, part.start, part.end
+    fname = os.path.join(path, tlog.segment_name(sid))
+    try:
+        f = open(fname, "rb")
+    except OSError:
+        yield from _read_range_slow(opts, part)      # reports missing / cannot open
+        return
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        if size < _HEADER or tlog._check_file_header(f.read(_HEADER), sid) is not None:
+            yield from _read_range_slow(opts, part)
+            return
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        yield from _fast.read(opts, part, fname, mm, size)
+    finally:
+        try:
+            mm.close()
+        except BufferError:     # a view of it is still alive: the GC closes it
+            pass
+
+
+def _read_range_slow(opts, part):
+    """Arrow record batches for one SegmentRange, record by record through
+    bridge.tlog (see _owned for bad regions): the fallback of _read_range."""
     import pyarrow as pa
     import pyarrow.compute as pc
     from pyspark.sql.pandas.types import to_arrow_schema

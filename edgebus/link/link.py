@@ -118,6 +118,11 @@ class Link:
             self._ensure_observers(peer)
 
     # -- bookkeeping ---------------------------------------------------
+    @property
+    def tx_seq(self):
+        """The sequence number the next sequenced frame will carry."""
+        return self._tx_seq
+
     def count(self, name, n=1):
         self.counters[name] = self.counters.get(name, 0) + n
         self._dirty = True
@@ -871,7 +876,12 @@ class Link:
     async def _ticker(self):
         period = min(0.25, self.heartbeat / 4)
         while True:
-            self.tick()
+            try:
+                self.tick()
+            except MemoryError:
+                # A board's heap, briefly full (e.g. a status publish): this
+                # tick is skipped, counted; the timers must not die with it.
+                self.count("memory_errors")
             await C.asyncio.sleep(period)
 
     async def close(self, reason="closed"):

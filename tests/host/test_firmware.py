@@ -119,6 +119,12 @@ def test_device_runtime_over_pty(device, tmp_path):
             t = [m.payload["uptime"] for m in h]
             assert h[-1].payload["link"]["state"] == "up"
             assert h[-1].payload["uplink"]["opens"] >= 1
+            # what the device says it sent: every data frame before this health
+            # message arrived here, with the sequence numbers below its tx_seq
+            up = h[-1].payload["uplink"]
+            seen = [m.origin.extra["seq"] for m in h]
+            assert up["sent"] >= 2 and up["tx_seq"] == up["sent"] + 1 <= seen[-1]
+            assert link.counters.get("gaps", 0) == 0
             mem = h[-1].payload["mem_alloc"]
             assert mem > 0 and t[-1] >= t[0]
 

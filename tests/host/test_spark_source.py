@@ -361,3 +361,67 @@ def test_retention_reports_only_unread_segments_as_missing(spark, tmp_path):
     assert corrupt_report(str(cdir)) == {"regions": [], "missing": [[k, left[0] - 1]]}
     got = rows_by_pos(spark.read.schema(SCHEMA).parquet(str(tmp_path / "out")))
     assert set(got) == set(first) | {p for p in second if p[0] in left}
+
+
+def _hand_written(path, sid, body):
+    """Append one record with a body of our own (valid frame and CRC) to a
+    sealed segment, as a foreign or buggy writer might."""
+    import struct
+    import zlib
+    head = struct.pack(">4sHI", b"\xffEBR", 1, len(body))
+    frame = head + struct.pack(">I", zlib.crc32(body, zlib.crc32(head))) + body
+    with open(os.path.join(str(path), segment_name(sid)), "ab") as f:
+        f.write(frame)
+
+
+def test_bulk_reader_yields_exactly_what_the_reference_reader_does(tmp_path):
+    """ingest/fastread.py (msgspec, Arrow in bulk) against bridge.tlog record by
+    record, on odd values, bodies only tlog accepts, bad bodies and bad bytes,
+    cut into many ranges: the same rows, the same regions reported."""
+    from ingest import source as S
+
+    assert S._fast is not None, "msgspec is missing: the bulk reader is not used"
+    log = tmp_path / "log"
+    recs = mixed_records(120)
+    recs[3] = dict(recs[3], topic=("a", 3, "b"), payload=b"\x00\xffbytes")
+    recs[4] = dict(recs[4], payload={"$x": [1, {"$b64": "x"}]}, extra={"k": "é\n\"q"})
+    recs[5] = dict(recs[5], payload=None, seq=2 ** 64 + 5, generation=2 ** 63)
+    recs[6] = dict(recs[6], payload="null", ts_device=10 ** 400)
+    positions = write_log(log, recs, segment_bytes=3000)
+    last = positions[-1][0]
+    # Appended by hand to the last sealed segment: members reordered and an
+    # unknown one (valid); bad UTF-8, an unknown tag, extra not an object and an
+    # empty topic (invalid: corrupt); then valid again.
+    ok = (b'{"topic":["x"],"extra":null,"ts_host":5.5,"payload":{"a":1},"ts_device":null,'
+          b'"seq":1,"origin_kind":null,"conn_id":null,"principal":null,"link_id":null,'
+          b'"peer_node":"p","peer_sid":"s","generation":null,"more":[1]}')
+    for body in (ok, ok.replace(b'"x"', b'"\xc3x"'), ok.replace(b'{"a":1}', b'{"$zz":1}'),
+                 ok.replace(b'"extra":null', b'"extra":[1]'),
+                 ok.replace(b'["x"]', b'[]'), ok):
+        _hand_written(log, last, body)
+    damage(log, positions[10][0], positions[10][1], "crc")
+    damage(log, positions[40][0], positions[40][1], "magic")
+    end = S._off(*S._latest(str(log)))
+    for split in ("1024", "1500", "100000"):
+        o = S._Options({"path": str(log), "splitBytes": split})
+        parts, _ = S.plan(o.path, S.BEGIN, end, o.split_bytes)
+        got = {"fast": ([], []), "slow": ([], [])}
+        for name, fn in (("fast", S._read_range), ("slow", S._read_range_slow)):
+            reported = got[name][1]
+            real = S._report
+            S._report = lambda opts, part, fname, bad, missing: reported.extend(
+                (b["segment"], b["offset"], b["reason"], b["bytes"]) for b in bad)
+            try:
+                for p in parts:
+                    for batch in fn(o, p):
+                        assert batch.schema.names == S.SCHEMA.names
+                        got[name][0].extend(batch.to_pylist())
+            finally:
+                S._report = real
+        assert got["fast"][0] == got["slow"][0], split
+        assert sorted(got["fast"][1]) == sorted(got["slow"][1]), split
+        assert len(got["fast"][0]) == len(recs) - 2 + 2
+        assert len(got["fast"][1]) == 3        # the four bad bodies are one region
+        odd = {r["offset"]: r for r in got["fast"][0] if r["segment"] == positions[5][0]}
+        r5 = odd[positions[5][1]]
+        assert r5["payload"] is None and r5["seq"] is None and r5["generation"] is None

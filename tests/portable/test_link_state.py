@@ -3,7 +3,7 @@ import asyncio
 import edgebus
 from edgebus.link.link import Link
 from tests.portable.support import run
-from tests.portable.linkkit import Joined, until, synced
+from tests.portable.linkkit import Joined, until, synced, up
 
 # Two buses and two links in one interpreter (64-bit unix port).
 MPY_HEAP = "160K"
@@ -137,4 +137,28 @@ def test_replayed_hello_is_refused():
         assert W.HELLO_ACK in kinds and W.ERROR in kinds
         t.cancel()
         await hl.close()
+    run(main())
+
+
+def test_memory_error_in_a_tick_is_counted_and_the_timers_go_on():
+    async def main():
+        j = Joined(hb=0.2)
+        j.start()
+        await until(lambda: synced(j))
+        fails = [3]
+        real = j.dl.tick
+
+        def tick():     # a board whose heap is briefly full, three ticks running
+            if fails[0]:
+                fails[0] -= 1
+                raise MemoryError("memory allocation failed")
+            real()
+        j.dl.tick = tick
+        await until(lambda: fails[0] == 0)
+        pings = j.hl.counters.get("frames_in", 0)
+        # heartbeats still go out: the host keeps receiving frames, the session stays up
+        await until(lambda: j.hl.counters.get("frames_in", 0) >= pings + 2)
+        assert j.dl.counters["memory_errors"] == 3
+        assert up(j)
+        await j.stop()
     run(main())
