@@ -138,18 +138,20 @@ def start_services(ctx, svcs):
     return [s[0] for s in svcs]
 
 
-def check_budget(board, data):
-    """Refuse a config whose runtime data (heap bytes at READY beyond the code)
-    plus the board's reserve for transients exceeds the board's heap budget."""
+def check_budget(board, data, session):
+    """Refuse a config whose runtime data (heap bytes at READY beyond the code,
+    plus what a session adds) and the board's reserve for transients exceed
+    the board's heap budget."""
     b = board.get("budget") or {}
     lim = b.get("heap")
     reserve = b.get("reserve", RESERVE)
-    if lim and data is not None and data + reserve > lim:
+    if lim and data is not None and data + session + reserve > lim:
         raise ConfigError(
-            "this config needs %d bytes of heap for its data plus %d in reserve, over the "
-            "%s board's budget of %d (budget.heap in boards/%s.json): lower queues.bus, "
-            "link.out_queue or link.max_pending, or run fewer services"
-            % (data, reserve, board.get("name"), lim, board.get("name")))
+            "this config needs %d bytes of heap for its data (%d at boot, %d for the link's "
+            "export feeds) plus %d in reserve, over the %s board's budget of %d (budget.heap "
+            "in boards/%s.json): lower queues.bus, link.out_queue or link.max_pending, or run "
+            "fewer services" % (data + session, data, session, reserve, board.get("name"), lim,
+                                board.get("name")))
 
 
 async def run(cfg, path, board):
@@ -174,7 +176,7 @@ async def run(cfg, path, board):
     gc.collect()
     a, f = mem()
     data = a - code if a is not None else None
-    check_budget(board, data)
+    check_budget(board, data, up.session_heap())
     asyncio.create_task(up.run())
     wdt = None
     ms = cfg.get("watchdog_ms", 0)

@@ -111,11 +111,6 @@ class Link:
         self.generation = None
         self._session = 0
         self._set_state(DOWN)
-        if peer is not None:
-            # The peer is known: export feeds exist from the start, as they do
-            # between sessions, so their memory is taken (and can be checked
-            # against a budget) at boot, and the first session is no different.
-            self._ensure_observers(peer)
 
     # -- bookkeeping ---------------------------------------------------
     @property

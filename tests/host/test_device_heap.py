@@ -39,9 +39,11 @@ def test_runtime_runs_with_its_data_in_the_64k_budget(tree):
 
 
 def test_config_over_the_heap_budget_is_refused_at_boot(tree):
-    # 1024-slot export feeds (two rules) cannot fit the unix board's data budget
+    # four 1024-slot export feeds (34 KB on 64-bit) cannot fit the unix board's data budget
     r = devheap.run(tree, "400K", seconds=0.5, board=BOARD,
-                    link={"heartbeat": 0.5, "out_queue": 1024})
+                    link={"heartbeat": 0.5, "out_queue": 1024,
+                          "exports": [["sensor/#", ""], ["sys/#", ""], ["app/#", ""],
+                                      ["log/#", ""]]})
     assert r["exit"] == 2, r["output"]
     assert "over the unix board's budget of 65536" in r["output"]
     assert "lower queues.bus, link.out_queue" in r["output"]
