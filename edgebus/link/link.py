@@ -726,8 +726,12 @@ class Link:
             return self._call_frame(W.FAIL, [cid, "busy", None])
         k = W.topic_in(obj[1])
         r = None
+        wild = False
+        for t in k:          # a call names one concrete endpoint: no wildcards
+            if (t == self.bus.s_wild or t == self.bus.m_wild) and type(t) is str:
+                wild = True
         for ec in self._export_calls:
-            if T.matches(ec[0], ec[1] + k):
+            if not wild and T.matches(ec[0], ec[1] + k):
                 r = ec
                 break
         if r is None:
@@ -759,6 +763,8 @@ class Link:
             res = (W.FAIL, [cid, e.reason, None], None)
         except E.BusError as e:
             res = (W.FAIL, [cid, "denied", str(e)], None)
+        except ValueError as e:   # a topic the bus refuses: answer, never leave the caller waiting
+            res = (W.FAIL, [cid, "failed", str(e)], None)
         except MemoryError:     # a small board: answer rather than leave the caller waiting
             res = (W.FAIL, [cid, "failed", "out of memory on %s" % self.node], None)
         finally:

@@ -1,0 +1,50 @@
+"""The reliability suite (issue #7): faults, bad input, security, load.
+
+Short by default (CI runs it with the rest of pytest); long with ``--soak``
+or ``EDGEBUS_SOAK=1``. ``python -m tools.soak`` runs the long form and writes
+RELIABILITY.md from what the tests record here: each test calls
+``rel.record(case, tried=N, **figures)`` once its assertions have held, and
+every test's outcome is appended to the results file too."""
+import json
+import os
+import time
+
+import pytest
+
+RESULTS = os.environ.get("EDGEBUS_REL_OUT")     # a JSON-lines file, set by tools.soak
+
+
+def _write(row):
+    if RESULTS:
+        with open(RESULTS, "a") as f:
+            f.write(json.dumps(row, default=str) + "\n")
+
+
+class Rel:
+    def __init__(self, soak, nodeid):
+        self.soak = soak
+        self.nodeid = nodeid
+        self.t0 = time.monotonic()
+
+    def n(self, short, long):
+        """An iteration count: ``short`` in CI, ``long`` in the soak run."""
+        return long if self.soak else short
+
+    def record(self, case, tried, **figures):
+        row = {"kind": "figures", "case": case, "test": self.nodeid, "tried": tried,
+               "soak": self.soak, "seconds": round(time.monotonic() - self.t0, 1)}
+        row.update(figures)
+        _write(row)
+        print("REL", json.dumps(row, default=str))
+
+
+@pytest.fixture
+def rel(request):
+    soak = request.config.getoption("--soak") or os.environ.get("EDGEBUS_SOAK") == "1"
+    return Rel(soak, request.node.nodeid)
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call" or report.outcome != "passed":
+        _write({"kind": "outcome", "test": report.nodeid, "when": report.when,
+                "outcome": report.outcome, "seconds": round(report.duration, 1)})
