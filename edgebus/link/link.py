@@ -552,6 +552,8 @@ class Link:
         x = obj[i] if len(obj) > i and type(obj[i]) is dict else {}
         if seq is not None:
             x["seq"] = seq   # ours: the sender cannot choose what is recorded here
+        elif "seq" in x:
+            del x["seq"]     # an unsequenced frame (SYNC) has none: never the sender's
         return x or None
 
     def _on_data(self, t, s16, obj, blob):
