@@ -395,6 +395,9 @@ class Link:
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
             self.count("bad_frames")
             self.last_error = "bad %s: %s" % (W.NAMES[t] if 0 < t < len(W.NAMES) else t, e)
+        except MemoryError:   # a small board under pressure: this frame is lost, not the link
+            self.count("memory_errors")
+            self.last_error = "out of memory handling a frame"
 
     def _handle(self, t, seq, obj, blob):
         if t == W.HELLO:

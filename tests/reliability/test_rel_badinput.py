@@ -185,3 +185,27 @@ def test_wire_decode_refuses_deep_json_with_a_wire_error():
         with pytest.raises(W.WireError, match="nested too deeply"):
             W.decode(bytes([W.PUB]) + b"[" * n)
     assert W.decode(bytes([W.PUB]) + deep(200))[2] is not None
+
+
+def test_out_of_memory_while_handling_a_frame_loses_the_frame_not_the_link(monkeypatch):
+    """Regression: on a 160 KB MicroPython device reconnecting after a broker
+    restart with its out queue full, computing the handshake proof raised
+    MemoryError out of Link.feed (documented never to raise), which ended
+    the link's run(); a device script without a catch-all never reconnected.
+    Now the frame is counted (memory_errors) and the handshake retries."""
+    async def main():
+        real = W.proof
+        calls = [0]
+
+        def failing(*a):
+            calls[0] += 1
+            if calls[0] == 1:
+                raise MemoryError("memory allocation failed")
+            return real(*a)
+        monkeypatch.setattr(W, "proof", failing)
+        j = Joined(dev_kw={"handshake_timeout": 0.3}).start()
+        await until(lambda: synced(j), 5)
+        assert j.hl.counters.get("memory_errors", 0) + j.dl.counters.get("memory_errors", 0) == 1
+        assert all(not t.done() for t in j.tasks)
+        await j.stop()
+    asyncio.run(main())
