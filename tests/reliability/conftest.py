@@ -48,3 +48,29 @@ def pytest_runtest_logreport(report):
     if report.when == "call" or report.outcome != "passed":
         _write({"kind": "outcome", "test": report.nodeid, "when": report.when,
                 "outcome": report.outcome, "seconds": round(report.duration, 1)})
+
+
+@pytest.fixture
+def rel_device(mpy_tree):
+    """Start tests/reliability/rel_device.py under the real micropython binary:
+    rel_device(uplink, key, node, rate, count, boot, heap="256K") -> Popen.
+    Killed at the end of the test."""
+    import shutil
+    import subprocess
+    from tests.conftest import ROOT
+    from tools import mpybuild
+    shutil.copy(os.path.join(ROOT, "tests", "reliability", "rel_device.py"), mpy_tree)
+    procs = []
+
+    def start(uplink, key, node, rate, count, boot, heap="256K"):
+        p = subprocess.Popen([mpybuild.micropython(), "-X", "heapsize=" + heap, "rel_device.py",
+                              uplink, key, node, str(rate), str(count), boot],
+                             cwd=mpy_tree, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)
+        procs.append(p)
+        return p
+    yield start
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()
