@@ -3,8 +3,8 @@
 Short by default (CI runs it with the rest of pytest); long with ``--soak``
 or ``EDGEBUS_SOAK=1``. ``python -m tools.soak`` runs the long form and writes
 RELIABILITY.md from what the tests record here: each test calls
-``rel.record(case, tried=N, **figures)`` once its assertions have held, and
-every test's outcome is appended to the results file too."""
+``rel.record(case, tried=N, **figures)`` once its assertions have held;
+outcomes come from pytest's junit XML."""
 import json
 import os
 import time
@@ -42,12 +42,6 @@ class Rel:
 def rel(request):
     soak = request.config.getoption("--soak") or os.environ.get("EDGEBUS_SOAK") == "1"
     return Rel(soak, request.node.nodeid)
-
-
-def pytest_runtest_logreport(report):
-    if report.when == "call" or report.outcome != "passed":
-        _write({"kind": "outcome", "test": report.nodeid, "when": report.when,
-                "outcome": report.outcome, "seconds": round(report.duration, 1)})
 
 
 @pytest.fixture

@@ -47,7 +47,7 @@ def bodies(draw):
         return b"\x00"
 
 
-@_settings(300, 40000)
+@_settings(300, 20000)
 @given(st.binary(max_size=1500))
 def test_frame_decoder_on_arbitrary_bytes(data):
     FT.frame_target(data)

@@ -37,7 +37,7 @@ def _pct(xs, p):
 
 
 def test_fleet_of_50_micropython_devices_over_mqtt(tmp_path, rel):
-    seconds = rel.n(20, 180)
+    seconds = rel.n(20, 120)
     with Mosquitto() as broker, Fleet(tmp_path / "fleet", mqtt=DEVICES,
                                       broker=("127.0.0.1", broker.port),
                                       health_period=3600) as fleet:
