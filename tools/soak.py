@@ -183,7 +183,7 @@ def render(outcomes, figures, soak, wall, cmd):
     L += ["", "Fuzzing: the *tried* column counts atheris runs (coverage guided, "
           "`python -m tests.reliability.fuzz_main`); on top of them the Hypothesis tests in "
           "`test_rel_fuzz.py` generate %s inputs (frame, session, line)."
-          % ("20,000 / 30,000 / 10,000" if soak else "300 / 300 / 200"),
+          % ("20,000 / 15,000 / 10,000" if soak else "300 / 300 / 200"),
           "", "## Figures", ""]
     for f in figures:
         skip = ("kind", "case", "test", "soak")

@@ -53,7 +53,7 @@ def test_frame_decoder_on_arbitrary_bytes(data):
     FT.frame_target(data)
 
 
-@_settings(300, 30000)
+@_settings(300, 15000)
 @given(st.lists(bodies(), max_size=12))
 def test_session_on_generated_bodies(bs):
     FT.session_target(FT.session_input(bs))
@@ -91,10 +91,13 @@ def test_session_memory_stays_bounded(rel):
             peak_growth = max(peak_growth, tracemalloc.get_traced_memory()[0] - base)
     grown = tracemalloc.get_traced_memory()[0] - base
     tracemalloc.stop()
-    # Retained facts under a bounded set of topics, rings and counters only.
-    assert grown < 2 * 1024 * 1024, grown
+    # Mutated bodies retain facts under new topics, which the host keeps (a
+    # device may retain what it likes under its prefix; there is no per-link
+    # cap): allow for those, nothing else may grow.
+    facts = s.host.stats()["retained"]
+    assert grown < 2 * 1024 * 1024 + 2048 * facts, (grown, facts)
     rel.record("fuzz: session memory", n, grown_bytes=grown, peak_growth_bytes=peak_growth,
-               delivered=s.delivered)
+               delivered=s.delivered, retained_facts=facts)
 
 
 def _atheris():
@@ -109,7 +112,7 @@ def _atheris():
 @pytest.mark.parametrize("target", ["frame", "session", "line"])
 def test_atheris(rel, target, tmp_path):
     runs = rel.n({"frame": 20000, "session": 10000, "line": 2000}[target],
-                 {"frame": 400000, "session": 200000, "line": 40000}[target])
+                 {"frame": 400000, "session": 200000, "line": 20000}[target])
     r = subprocess.run([sys.executable, "-m", "tests.reliability.fuzz_main", target,
                         str(runs)], cwd=ROOT, capture_output=True, text=True, timeout=900)
     out = r.stdout + r.stderr
