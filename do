@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# edgebus developer entry point: ./do setup | demo | test | bench [args]
+# edgebus developer entry point: ./do setup | demo | test | bench | soak [args]
 # Every command sets up what it needs first (idempotent), so on a fresh
 # machine with Python 3.11 and apt, `./do demo` and `./do test` just work.
 set -euo pipefail
@@ -48,8 +48,12 @@ case "$cmd" in
         setup
         "$PY" -m tools.bench "$@"
         ;;
+    soak)
+        setup
+        "$PY" -m tools.soak "$@"
+        ;;
     *)
-        echo "usage: ./do setup | demo [--seconds N] | test [pytest args] | bench [--smoke]"
+        echo "usage: ./do setup | demo [--seconds N] | test [pytest args] | bench [--smoke] | soak [--short]"
         exit 2
         ;;
 esac

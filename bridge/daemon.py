@@ -75,8 +75,23 @@ class Bridge:
         async for req in ep:
             req.reply(self.stats())
 
+    async def _persist_state(self, period=0.2):
+        """Save the peer state as soon as a session comes up with a new peer
+        sid: a bridge killed without a goodbye (SIGKILL, power loss) would
+        otherwise restart from an older file and hand the next device boot a
+        generation that is already in the log."""
+        saved = {}
+        while True:
+            now = {k: (l.peer_sid, l.generation) for k, l in self.links.items()
+                   if l.peer_sid is not None}
+            if any(saved.get(k) != v for k, v in now.items()):
+                self.state.save()
+                saved = now
+            await asyncio.sleep(period)
+
     async def run(self):
         cfg = self.cfg
+        self.tasks.append(asyncio.create_task(self._persist_state()))
         if cfg.log_dir:
             from bridge.telemetry import Appender
             self.appender = Appender(self.bus, cfg)

@@ -257,7 +257,7 @@ class MqttLinks:
             p = item.payload
             try:
                 payload = json.dumps(p) if not isinstance(p, (bytes, bytearray)) else bytes(p)
-            except (TypeError, ValueError):
+            except (TypeError, ValueError, RecursionError):
                 return
         o = item.origin
         props = Properties(PacketTypes.PUBLISH)

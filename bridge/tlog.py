@@ -158,6 +158,13 @@ def _check_record(record):
             raise ValueError("record lacks required field %r" % k)
 
 
+def _encode_nested(v):
+    try:
+        return encode_value(v)
+    except RecursionError:    # a value nested deeper than Python can recurse
+        raise ValueError("record nests too deeply") from None
+
+
 def _encode_body(record):
     """Validated, compact UTF-8 JSON body bytes for a record dict."""
     _check_record(record)
@@ -177,7 +184,7 @@ def _encode_body(record):
     if ts_device is not None and not _is_num(ts_device):
         raise TypeError("ts_device must be a finite number or None, not %r" % (ts_device,))
     body = {"ts_host": ts_host, "topic": list(topic),
-            "payload": encode_value(record["payload"]), "ts_device": ts_device}
+            "payload": _encode_nested(record["payload"]), "ts_device": ts_device}
     for k in FIELDS[4:-1]:
         v = get(k)
         if v is not None:
@@ -190,7 +197,7 @@ def _encode_body(record):
     if extra is not None:
         if not isinstance(extra, dict):
             raise TypeError("extra must be a dict or None, not %s" % type(extra).__name__)
-        extra = encode_value(extra) if extra else None
+        extra = _encode_nested(extra) if extra else None
     body["extra"] = extra
     try:
         text = json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":"))

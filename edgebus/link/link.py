@@ -399,6 +399,9 @@ class Link:
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
             self.count("bad_frames")
             self.last_error = "bad %s: %s" % (W.NAMES[t] if 0 < t < len(W.NAMES) else t, e)
+        except MemoryError:   # a small board under pressure: this frame is lost, not the link
+            self.count("memory_errors")
+            self.last_error = "out of memory handling a frame"
 
     def _handle(self, t, seq, obj, blob):
         if t == W.HELLO:
@@ -556,6 +559,8 @@ class Link:
         x = obj[i] if len(obj) > i and type(obj[i]) is dict else {}
         if seq is not None:
             x["seq"] = seq   # ours: the sender cannot choose what is recorded here
+        elif "seq" in x:
+            del x["seq"]     # an unsequenced frame (SYNC) has none: never the sender's
         return x or None
 
     def _on_data(self, t, s16, obj, blob):
@@ -730,8 +735,12 @@ class Link:
             return self._call_frame(W.FAIL, [cid, "busy", None])
         k = W.topic_in(obj[1])
         r = None
+        wild = False
+        for t in k:          # a call names one concrete endpoint: no wildcards
+            if (t == self.bus.s_wild or t == self.bus.m_wild) and type(t) is str:
+                wild = True
         for ec in self._export_calls:
-            if T.matches(ec[0], ec[1] + k):
+            if not wild and T.matches(ec[0], ec[1] + k):
                 r = ec
                 break
         if r is None:
@@ -763,6 +772,8 @@ class Link:
             res = (W.FAIL, [cid, e.reason, None], None)
         except E.BusError as e:
             res = (W.FAIL, [cid, "denied", str(e)], None)
+        except ValueError as e:   # a topic the bus refuses: answer, never leave the caller waiting
+            res = (W.FAIL, [cid, "failed", str(e)], None)
         except MemoryError:     # a small board: answer rather than leave the caller waiting
             res = (W.FAIL, [cid, "failed", "out of memory on %s" % self.node], None)
         finally:

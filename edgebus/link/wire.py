@@ -94,6 +94,8 @@ def decode(body):
         obj = json.loads(bytes(body[i:end]))
     except ValueError:
         raise WireError("bad JSON")
+    except RuntimeError:    # CPython's RecursionError: JSON nested too deeply
+        raise WireError("JSON nested too deeply")
     return h & TYPE_MASK, seq, obj, (bytes(body[end:]) if h & F_BIN else None)
 
 

@@ -1,0 +1,70 @@
+"""The reliability suite (issue #7): faults, bad input, security, load.
+
+Short by default (CI runs it with the rest of pytest); long with ``--soak``
+or ``EDGEBUS_SOAK=1``. ``python -m tools.soak`` runs the long form and writes
+RELIABILITY.md from what the tests record here: each test calls
+``rel.record(case, tried=N, **figures)`` once its assertions have held;
+outcomes come from pytest's junit XML."""
+import json
+import os
+import time
+
+import pytest
+
+RESULTS = os.environ.get("EDGEBUS_REL_OUT")     # a JSON-lines file, set by tools.soak
+
+
+def _write(row):
+    if RESULTS:
+        with open(RESULTS, "a") as f:
+            f.write(json.dumps(row, default=str) + "\n")
+
+
+class Rel:
+    def __init__(self, soak, nodeid):
+        self.soak = soak
+        self.nodeid = nodeid
+        self.t0 = time.monotonic()
+
+    def n(self, short, long):
+        """An iteration count: ``short`` in CI, ``long`` in the soak run."""
+        return long if self.soak else short
+
+    def record(self, case, tried, **figures):
+        row = {"kind": "figures", "case": case, "test": self.nodeid, "tried": tried,
+               "soak": self.soak, "seconds": round(time.monotonic() - self.t0, 1)}
+        row.update(figures)
+        _write(row)
+        print("REL", json.dumps(row, default=str))
+
+
+@pytest.fixture
+def rel(request):
+    soak = request.config.getoption("--soak") or os.environ.get("EDGEBUS_SOAK") == "1"
+    return Rel(soak, request.node.nodeid)
+
+
+@pytest.fixture
+def rel_device(mpy_tree):
+    """Start tests/reliability/rel_device.py under the real micropython binary:
+    rel_device(uplink, key, node, rate, count, boot, heap="256K") -> Popen.
+    Killed at the end of the test."""
+    import shutil
+    import subprocess
+    from tests.conftest import ROOT
+    from tools import mpybuild
+    shutil.copy(os.path.join(ROOT, "tests", "reliability", "rel_device.py"), mpy_tree)
+    procs = []
+
+    def start(uplink, key, node, rate, count, boot, heap="256K"):
+        p = subprocess.Popen([mpybuild.micropython(), "-X", "heapsize=" + heap, "rel_device.py",
+                              uplink, key, node, str(rate), str(count), boot],
+                             cwd=mpy_tree, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                             text=True)
+        procs.append(p)
+        return p
+    yield start
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait()

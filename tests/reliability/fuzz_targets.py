@@ -1,0 +1,305 @@
+"""Fuzz targets for the frame decoder and the link session, shared by the
+Hypothesis tests (test_rel_fuzz.py) and the atheris runner:
+
+    python -m tests.reliability.fuzz_main frame|session|line RUNS
+
+Each target takes arbitrary bytes, must never raise, and checks its own
+invariants (AssertionError otherwise):
+
+- frame:   the stream FrameReader and frame.decode on arbitrary bytes in
+           arbitrary chunks: bodies delivered only with a matching CRC (checked
+           against binascii.crc_hqx) and within max_len; the reader's buffer
+           never grows; every byte accounted for.
+- session: arbitrary bodies into a host Link whose session with "dev1" is up:
+           whatever reaches the host bus is under dev/dev1/, concrete, with the
+           link's provenance (kind, link_id, peer_node, peer_sid, generation);
+           the link's own state stays within its bounds.
+- line:    a fixed stream of valid data frames damaged by the input (at most
+           three bit flips per frame, so CRC-16 detects every damaged frame):
+           every message delivered is exactly one that was sent, once, in order.
+"""
+import asyncio
+import binascii
+import json
+import sys
+
+import edgebus
+from edgebus.link import frame as F, wire as W
+from edgebus.link.link import Link, _rules
+
+KEY = b"fuzz-key"
+MAX_LEN = 256
+
+
+# -- frame ---------------------------------------------------------------------
+
+def frame_target(data):
+    if not data:
+        return
+    max_len = (16, 64, MAX_LEN, 1024)[data[0] & 3]
+    step = (data[0] >> 2) + 1
+    stream = data[1:]
+    r = F.FrameReader(max_len)
+    cap = len(r._buf)
+    got = []
+    for i in range(0, len(stream), step):
+        got.extend(r.feed(stream[i:i + step]))
+        assert r.pending <= F.max_encoded_len(max_len)
+    assert len(r._buf) == cap
+    for b in got:
+        assert len(b) <= max_len
+        # Delivered only if this exact body was framed with its CRC.
+        assert F.decode(F.encode(b, max_len), max_len) == b
+    assert r.frames == len(got)
+    delivered = sum(1 for _ in got)
+    assert delivered <= stream.count(0) + 1
+    one = F.decode(stream, max_len)
+    if one is not None:
+        assert len(one) <= max_len
+        c = binascii.crc_hqx(bytes(one), 0xFFFF)
+        assert F.encode(one, max_len)[:-1].count(0) == 0 and c == F.crc16(one)
+
+
+# -- session -------------------------------------------------------------------
+
+class Session:
+    """A host bus and its link to dev1 with a session up, reused across inputs;
+    rebuilt every ``fresh`` inputs so a device filling the retained store with
+    distinct topics (its right) does not read as a leak."""
+
+    def __init__(self, fresh=2000):
+        self.loop = asyncio.new_event_loop()
+        self.fresh = fresh
+        self.n = 0
+        self.inputs = 0
+        self.delivered = 0
+        self.counters = {}
+        self._build()
+
+    def _build(self):
+        if self.n:
+            self.loop.run_until_complete(self._teardown())
+        self.host = edgebus.Bus(q_length=64)
+        self.dev = edgebus.Bus()
+        self.hl = Link(self.host, "host", key=KEY, role="responder", link_id="serial:dev1",
+                       peer="dev1", imports=[("#", "dev/{node}")],
+                       import_calls=[("#", "dev/{node}")],
+                       exports=[("dev/{node}/cmd/#", "dev/{node}")], heartbeat=1.0,
+                       max_len=MAX_LEN)
+        self.dl = Link(self.dev, "dev1", key=KEY, role="initiator", exports=[("sensor/#", "")],
+                       heartbeat=1.0, max_len=MAX_LEN)
+        self.watch = self.host.connect().observe("#", queue_len=4096)
+        # The handshake, frame by frame, without a transport.
+        self.dl._hello()
+        for _ in range(4):
+            for a, b in ((self.dl, self.hl), (self.hl, self.dl)):
+                while a._ctl:
+                    b.feed(a._ctl.pop(0))
+        assert self.hl.status == "up", self.hl.last_error
+        self.n = 0
+
+    async def _teardown(self):
+        for t in self.hl._tasks:
+            t.cancel()
+        await asyncio.sleep(0)
+
+    def check(self):
+        hl = self.hl
+        while True:
+            m = self.watch.recv_nowait()
+            if m is None:
+                break
+            if m.topic[0] == "link":          # the link's own status
+                continue
+            self.delivered += 1
+            assert m.topic[:2] == ("dev", "dev1"), m.topic
+            for t in m.topic:
+                assert t is not self.host.s_wild and t is not self.host.m_wild
+            o = m.origin
+            assert (o.kind, o.link_id, o.peer_node, o.peer_sid, o.generation) == (
+                "link", "serial:dev1", "dev1", self.dl.sid, 1), o
+            if o.extra is not None and "seq" in o.extra:
+                assert type(o.extra["seq"]) is int
+        assert len(hl._pending) <= hl.max_pending
+        assert hl._rx_sync is None or len(hl._rx_sync) <= hl.max_sync
+        assert len(hl._recent) <= 16
+        assert hl._served <= hl.max_pending
+        hl._ctl.clear()                        # what the writer would have sent
+        hl._calls.clear()
+
+    def feed(self, data):
+        """Bodies from the input: each a length byte and that many bytes."""
+        self.inputs += 1
+        self.n += 1
+        if self.n > self.fresh:
+            self._build()
+        i = 0
+        bodies = []
+        while i < len(data):
+            n = data[i] + 1
+            bodies.append(data[i + 1:i + 1 + n])
+            i += 1 + n
+        self.loop.run_until_complete(self._feed(bodies))
+        if self.hl.status != "up":     # a HELLO, ERROR or BYE ended it: start again
+            self._build()
+
+    async def _feed(self, bodies):
+        for b in bodies:
+            # A prefix byte picks a real message type, so most inputs reach the
+            # handlers instead of stopping at unknown_type.
+            if b:
+                b = bytes([(b[0] % 18) | (b[0] & 0xC0)]) + b[1:]
+            self.hl.feed(b)            # never raises
+        await asyncio.sleep(0)         # let proxies spawned by ROUTES run once
+        self.check()
+
+
+_session = None
+
+
+def session_target(data):
+    global _session
+    if _session is None:
+        _session = Session()
+    _session.feed(data)
+
+
+# -- line ----------------------------------------------------------------------
+
+_LINE = None
+
+
+def _line():
+    global _LINE
+    if _LINE is None:
+        frames = []
+        sent = {}
+        for i in range(12):
+            payload = {"i": i, "v": [i] * (i % 5), "s": "x" * (i * 7 % 40)}
+            body = W.encode(W.PUB, ["sensor/v", payload], i + 1)
+            frames.append(F.encode(body, MAX_LEN, True))
+            sent[i] = payload
+        _LINE = (frames, sent)
+    return _LINE
+
+
+def line_target(data):
+    """Up to three bit flips per frame, positions and bits from the input."""
+    frames, sent = _line()
+    out = []
+    k = 0
+    for f in frames:
+        b = bytearray(f)
+        flips = data[k] % 4 if k < len(data) else 0
+        k += 1
+        for _ in range(flips):
+            if k + 1 >= len(data):
+                break
+            pos = (data[k] << 8 | data[k + 1]) % len(b)
+            b[pos] ^= 1 << (data[k] % 8)
+            k += 2
+        out.append(bytes(b))
+    stream = b"".join(out)
+    host = edgebus.Bus(q_length=64)
+    hl = Link(host, "host", key=None, role="responder", link_id="line",
+              imports=[("#", "dev/{node}")], max_len=MAX_LEN)
+    hl.status = "up"                   # data path only: the session is not under test here
+    hl._imp = hl._conn.derive(origin_factory={"kind": "link", "link_id": "line"})
+    hl._imports = _rules([("#", "dev/d")], host, None)
+    sub = host.connect().subscribe("dev/d/#", queue_len=64)
+    r = F.FrameReader(MAX_LEN)
+    step = (data[0] % 64 + 1) if data else 64
+    for i in range(0, len(stream), step):
+        for body in r.feed(stream[i:i + step]):
+            hl.feed(body)
+    got = []
+    while True:
+        m = sub.recv_nowait()
+        if m is None:
+            break
+        got.append(m)
+    seqs = [m.origin.extra["seq"] for m in got]
+    assert seqs == sorted(set(seqs)), seqs                 # once each, in order
+    for m in got:
+        assert m.topic == ("dev", "d", "sensor", "v")
+        assert m.payload == sent[m.payload["i"]], m.payload  # exactly what was sent
+        assert m.origin.extra["seq"] == m.payload["i"] + 1
+    damaged = sum(1 for a, b in zip(out, frames) if a != b)
+    assert len(got) >= len(frames) - damaged    # an intact frame is never lost
+
+
+FORGED = {"link_id": "serial:other", "peer_node": "other", "peer_sid": "x", "generation": 99,
+          "kind": "local", "conn_id": "c1", "principal": "root", "seq": "s"}
+
+
+def session_bodies():
+    """Valid bodies of every type (the seeds the fuzzer mutates from)."""
+    E = W.encode
+    return [E(W.PUB, ["sensor/a", 1], 1), E(W.PUB, ["sensor/b", {"x": [1, 2]}, FORGED], 2),
+            E(W.RET, [["sys", 3, "x/y"], "v"], 3), E(W.UNRET, ["sys/x"], 4),
+            E(W.PUB, ["a/#", 1], 5), E(W.PUB, ["../../host/x", None], 6),
+            E(W.SYNCSTART, {"seq": 7, "n": 2}), E(W.SYNC, ["sys/s", 1, FORGED]),
+            E(W.SYNC, ["sys/t", [1]]), E(W.SYNCEND, {"seq": 7, "n": 2}),
+            E(W.CALL, [1, "sys/x", 1, 100, None]), E(W.ROUTES, ["sys/echo", "sys/#"]),
+            E(W.REPLY, [1, 2]), E(W.FAIL, [1, "failed", "r"]), E(W.PING, 5), E(W.PONG, 5),
+            E(W.PUB, ["sensor/raw", None], 8, b"\x00\xff"), E(W.BYE, {"reason": "x"})]
+
+
+def session_input(bodies):
+    """Bodies in the session target's input form (a length byte each)."""
+    out = bytearray()
+    for b in bodies:
+        b = bytes(b)[:256]
+        if not b:
+            continue
+        out.append(len(b) - 1)
+        out += b
+    return bytes(out)
+
+
+def seeds():
+    b = session_bodies()
+    return {"session": [session_input(b[i:i + 4]) for i in range(0, len(b), 2)],
+            "frame": [b"\x05" + b"".join(F.encode(x, 1024, True) for x in b[:6])],
+            "line": [bytes(range(64))]}
+
+
+TARGETS = {"frame": frame_target, "session": session_target, "line": line_target}
+
+
+def main(argv):
+    """atheris, coverage guided (run through fuzz_main, which instruments
+    edgebus); prints one JSON line of results at the end."""
+    import resource
+    import time
+    import atheris
+    name, runs = argv[1], int(argv[2])
+    target = TARGETS[name]
+    t0 = time.monotonic()
+    rss0 = [None]
+    count = [0]
+
+    def one(data):
+        count[0] += 1
+        if count[0] == 1000:
+            rss0[0] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        target(data)
+        if count[0] == runs:           # atheris ends with os._exit: report now
+            report()
+
+    def report():
+        out = {"target": name, "runs": count[0], "seconds": round(time.monotonic() - t0, 1),
+               "maxrss_kb_after_1000": rss0[0],
+               "maxrss_kb_end": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
+        if _session is not None:
+            out["delivered"] = _session.delivered
+            out["rebuilt"] = _session.inputs // _session.fresh
+        print("FUZZ " + json.dumps(out), flush=True)
+    import tempfile
+    corpus = tempfile.mkdtemp(prefix="edgebus-fuzz-")
+    for i, x in enumerate(seeds()[name]):
+        with open("%s/seed%d" % (corpus, i), "wb") as f:
+            f.write(x)
+    atheris.Setup([argv[0], "-runs=%d" % runs, "-max_len=2048", "-rss_limit_mb=2048",
+                   "-print_final_stats=1", "-artifact_prefix=%s/" % corpus, corpus], one)
+    atheris.Fuzz()
