@@ -40,18 +40,13 @@ async def until(cond, timeout=10.0, step=0.02):
     raise AssertionError("condition not met within %.1fs" % timeout)
 
 
-@pytest.fixture
-def link_device(mpy_tree):
-    """Start tests/mpy/link_device.py under the real micropython binary:
-    link_device(uplink, key, count, node=None, heap="128K") -> Popen. Killed at
-    the end of the test."""
-    shutil.copy(os.path.join(ROOT, "tests", "mpy", "link_device.py"), mpy_tree)
+def processes():
+    """A generator for process fixtures: yields start(cmd, cwd) -> Popen (output
+    captured as text); every process still running is killed at teardown."""
     procs = []
 
-    def start(uplink, key, count, node=None, heap="128K"):
-        args = ["link_device.py", uplink, key, str(count)] + ([node] if node else [])
-        p = subprocess.Popen([mpybuild.micropython(), "-X", "heapsize=" + heap] + args,
-                             cwd=mpy_tree, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    def start(cmd, cwd):
+        p = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True)
         procs.append(p)
         return p
@@ -60,6 +55,28 @@ def link_device(mpy_tree):
         if p.poll() is None:
             p.kill()
         p.wait()
+
+
+def mpy_script(mpy_tree, path):
+    """A generator for fixtures running a test device script under the real
+    micropython binary: yields start(args, heap) -> Popen, killed at teardown.
+    The script is copied into mpy_tree beside tests/mpy/devkit.py."""
+    for src in (path, os.path.join(ROOT, "tests", "mpy", "devkit.py")):
+        shutil.copy(src, mpy_tree)
+    script = os.path.basename(path)
+    for start in processes():
+        yield lambda args, heap: start(
+            [mpybuild.micropython(), "-X", "heapsize=" + heap, script] + args, mpy_tree)
+
+
+@pytest.fixture
+def link_device(mpy_tree):
+    """Start tests/mpy/link_device.py under the real micropython binary:
+    link_device(uplink, key, count, node=None, heap="128K") -> Popen. Killed at
+    the end of the test."""
+    for start in mpy_script(mpy_tree, os.path.join(ROOT, "tests", "mpy", "link_device.py")):
+        yield lambda uplink, key, count, node=None, heap="128K": start(
+            [uplink, key, str(count)] + ([node] if node else []), heap)
 
 
 def pytest_addoption(parser):

@@ -8,7 +8,6 @@ tests/host/test_device_heap.py and firmware/README.md "Memory".
 """
 import asyncio
 import json
-import subprocess
 import sys
 
 import pytest
@@ -17,7 +16,7 @@ import serial_asyncio
 import edgebus
 from edgebus.link.link import Link
 from edgebus.link.stream import StreamTransport
-from tests.conftest import ROOT, until
+from tests.conftest import ROOT, processes, until
 from tools import mpybuild
 from tools.ptycable import PtyCable
 
@@ -51,22 +50,14 @@ def _config(tmp_path, port, **over):
 
 @pytest.fixture
 def device(fw_tree):
-    procs = []
-
-    def start(cfg_path, runtime="micropython"):
-        if runtime == "micropython":
-            cmd, cwd = [mpybuild.micropython(), "-X", "heapsize=" + DEVICE_HEAP], fw_tree
-        else:
-            cmd, cwd = [sys.executable, "-u"], ROOT
-        p = subprocess.Popen(cmd + ["-m", "firmware.main", cfg_path], cwd=cwd,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        procs.append(p)
-        return p
-    yield start
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-        p.wait()
+    for start in processes():
+        def run(cfg_path, runtime="micropython"):
+            if runtime == "micropython":
+                cmd, cwd = [mpybuild.micropython(), "-X", "heapsize=" + DEVICE_HEAP], fw_tree
+            else:
+                cmd, cwd = [sys.executable, "-u"], ROOT
+            return start(cmd + ["-m", "firmware.main", cfg_path], cwd)
+        yield run
 
 
 async def _host(cable, body):

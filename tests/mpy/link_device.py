@@ -10,32 +10,7 @@ import sys
 import asyncio
 import edgebus
 from edgebus.link.link import Link
-from edgebus.link.stream import PolledTransport
-
-
-def open_tty(path):
-    try:
-        return open(path, "r+b", buffering=0)
-    except TypeError:       # MicroPython: files are unbuffered already
-        return open(path, "r+b")
-
-
-async def uplink(link, spec, node):
-    delay = 0.2
-    while True:
-        try:
-            if spec.startswith("mqtt:"):
-                from edgebus.link.mqtt import MqttTransport
-                _, host, port = spec.split(":")
-                t = await MqttTransport(host, int(port), node=node, keepalive=10).open()
-            else:
-                t = PolledTransport(open_tty(spec))
-            delay = 0.2
-            await link.run(t)
-        except OSError as e:
-            print("UPLINK", e)
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 2.0)
+from devkit import uplink
 
 
 async def main(spec, key, count, node):

@@ -49,22 +49,7 @@ def rel_device(mpy_tree):
     """Start tests/reliability/rel_device.py under the real micropython binary:
     rel_device(uplink, key, node, rate, count, boot, heap="256K") -> Popen.
     Killed at the end of the test."""
-    import shutil
-    import subprocess
-    from tests.conftest import ROOT
-    from tools import mpybuild
-    shutil.copy(os.path.join(ROOT, "tests", "reliability", "rel_device.py"), mpy_tree)
-    procs = []
-
-    def start(uplink, key, node, rate, count, boot, heap="256K"):
-        p = subprocess.Popen([mpybuild.micropython(), "-X", "heapsize=" + heap, "rel_device.py",
-                              uplink, key, node, str(rate), str(count), boot],
-                             cwd=mpy_tree, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True)
-        procs.append(p)
-        return p
-    yield start
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-        p.wait()
+    from tests.conftest import ROOT, mpy_script
+    for start in mpy_script(mpy_tree, os.path.join(ROOT, "tests", "reliability", "rel_device.py")):
+        yield lambda uplink, key, node, rate, count, boot, heap="256K": start(
+            [uplink, key, node, str(rate), str(count), boot], heap)

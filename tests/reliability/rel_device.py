@@ -13,38 +13,13 @@ import asyncio
 import edgebus
 from edgebus.compat import now
 from edgebus.link.link import Link
-from edgebus.link.stream import PolledTransport
+from devkit import uplink
 
 OFFSET = [0]
 
 
 def wall_us():
     return time.time_ns() // 1000 + OFFSET[0]
-
-
-def open_tty(path):
-    try:
-        return open(path, "r+b", buffering=0)
-    except TypeError:
-        return open(path, "r+b")
-
-
-async def uplink(link, spec, node):
-    delay = 0.2
-    while True:
-        try:
-            if spec.startswith("mqtt:"):
-                from edgebus.link.mqtt import MqttTransport
-                _, host, port = spec.split(":")
-                t = await MqttTransport(host, int(port), node=node, keepalive=10).open()
-            else:
-                t = PolledTransport(open_tty(spec))
-            delay = 0.2
-            await link.run(t)
-        except Exception as e:      # as firmware/uplink.py: log, back off, reopen
-            print("UPLINK", repr(e))
-        await asyncio.sleep(delay)
-        delay = min(delay * 2, 2.0)
 
 
 async def main(spec, key, node, rate, count, boot):
