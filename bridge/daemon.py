@@ -8,14 +8,19 @@ import argparse
 import asyncio
 import json
 import logging
+import os
 import signal
 import sys
 import time
 
 import edgebus
 from bridge import acl, config as C, links
+from edgebus.compat import wait_for
 
 log = logging.getLogger("edgebus.bridge")
+
+# Longest wait for each step of a shutdown (saying BYE, ending the tasks).
+STOP_STEP_TIMEOUT = 5.0
 
 
 class JsonFormatter(logging.Formatter):
@@ -58,7 +63,7 @@ class Bridge:
     async def sleep(self, seconds):
         """Sleep, but wake at once when the bridge stops."""
         try:
-            await asyncio.wait_for(self._stop.wait(), seconds)
+            await wait_for(self._stop.wait(), seconds)
         except asyncio.TimeoutError:
             pass
 
@@ -110,18 +115,43 @@ class Bridge:
         log.info("bridge %s running: %d serial link(s), socket %s, log %s", cfg.node,
                  len(cfg.serial), cfg.socket, cfg.log_dir)
         await self._stop.wait()
+        t0 = time.monotonic()
         log.info("bridge stopping")
         if server is not None:
             server.close()
-        for link in list(self.links.values()):
-            await link.close("bridge stopping")
+        # Every step is bounded: a peer that stopped reading (a full pty, a
+        # stalled broker) must not keep the bridge from sealing its log.
+        await self._bounded("saying BYE", [asyncio.ensure_future(l.close("bridge stopping"))
+                                           for l in list(self.links.values())])
         for t in self.tasks:
             t.cancel()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
+        stuck = await self._bounded("ending tasks", self.tasks)
         if self.appender:
             self.appender.close()      # flushes and seals: nothing appended is lost
         self.state.save()
-        log.info("bridge stopped")
+        log.info("bridge stopped in %.2f s", time.monotonic() - t0)
+        if stuck:
+            # asyncio.run() would wait for them forever; the log is sealed and
+            # the state saved, so leave now, and say so in the exit status.
+            logging.shutdown()
+            os._exit(1)
+
+    async def _bounded(self, what, tasks, timeout=STOP_STEP_TIMEOUT):
+        """Wait for tasks up to timeout; log the ones that did not end."""
+        if not tasks:
+            return set()
+        done, pending = await asyncio.wait(tasks, timeout=timeout)
+        for t in done:
+            if not t.cancelled() and t.exception() is not None:
+                log.warning("stopping: %s: %r", what, t.exception())
+        if pending:
+            log.error("stopping: %s: %d task(s) still running after %g s; going on without them",
+                      what, len(pending), timeout)
+            for t in pending:
+                log.error("stopping: still running: %s", "; ".join(
+                    "%s:%d %s" % (fr.f_code.co_filename, fr.f_lineno, fr.f_code.co_name)
+                    for fr in t.get_stack(limit=3)))
+        return pending
 
     def stop(self):
         self.stopping = True

@@ -25,6 +25,8 @@ import asyncio
 
 import paho.mqtt.client as paho
 
+from edgebus.compat import wait_for
+
 # PUBLISH packets handled per event-loop turn at most, so that the links
 # (and everything else on the loop) run between large reads.
 READ_BATCH = 1024
@@ -230,7 +232,7 @@ async def connect(host, port, client_id, on_message, topics, username=None, pass
         raise
     try:
         conn._attach()
-        await asyncio.wait_for(asyncio.shield(conn.ready), timeout)
+        await wait_for(asyncio.shield(conn.ready), timeout)
     except asyncio.TimeoutError:
         conn.close()
         raise MqttError("no CONNACK/SUBACK from the broker within %g s" % timeout) from None

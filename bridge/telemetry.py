@@ -3,6 +3,7 @@ import asyncio
 import logging
 import time
 
+from edgebus.compat import wait_for
 from bridge.tlog import LogWriter, record_from_message
 
 log = logging.getLogger("edgebus.bridge")
@@ -63,7 +64,7 @@ class Appender:
                 self.writer.tick()      # rolls by age, applies retention
                 last_tick = now
             try:
-                await asyncio.wait_for(self.wake.wait(), 1.0)
+                await wait_for(self.wake.wait(), 1.0)
             except asyncio.TimeoutError:
                 pass
 

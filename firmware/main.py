@@ -7,7 +7,7 @@ import sys
 import gc
 import asyncio
 import edgebus
-from edgebus.compat import now
+from edgebus.compat import now, wait_for
 from firmware import VERSION, ConfigError, mem, transient, unload
 
 try:
@@ -190,7 +190,7 @@ async def run(cfg, path, board):
         if wdt is not None:
             wdt.feed()            # fed only while the scheduler runs
         try:
-            await asyncio.wait_for(ctx._stop.wait(), 1)
+            await wait_for(ctx._stop.wait(), 1)
         except asyncio.TimeoutError:
             pass
     return ctx.exit_code or 0

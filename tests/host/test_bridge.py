@@ -157,7 +157,7 @@ key = "k1"
             if br.poll() is None:
                 br.kill()
         assert br.returncode == 0, out
-        assert '"bridge stopped"' in out
+        assert '"bridge stopped in ' in out
         recs = _records(tmp_path / "log")
         assert [r["payload"] for r in recs if r["topic"][-1] == "count"] == list(range(count))
         dev.kill()

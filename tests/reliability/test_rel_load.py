@@ -54,8 +54,9 @@ def test_fleet_of_50_micropython_devices_over_mqtt(tmp_path, rel):
                         'queue_len = 256\n[log]\ndir = "%s"\nsegment_seconds = 5\n%s'
                         % (tmp_path / "state", sock, tmp_path / "log",
                            _toml(fleet.bridge_config(("127.0.0.1", broker.port)))))
+        blog = open(tmp_path / "bridge.log", "wb")
         br = subprocess.Popen([sys.executable, "-m", "bridge.daemon", "--config", str(toml)],
-                              cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              cwd=ROOT, stdout=blog, stderr=subprocess.STDOUT)
         try:
             fleet.start()
 
@@ -83,8 +84,15 @@ def test_fleet_of_50_micropython_devices_over_mqtt(tmp_path, rel):
             st = asyncio.run(status())
             dead = [d["node"] for d in fleet.devices if d["proc"].poll() is not None]
             assert not dead, dead
+            t_term = time.monotonic()
             br.send_signal(signal.SIGTERM)
-            assert br.wait(30) == 0
+            try:
+                rc = br.wait(30)
+            except subprocess.TimeoutExpired:
+                rc = "still running"
+            blog.close()
+            assert rc == 0, (rc, (tmp_path / "bridge.log").read_text()[-3000:])
+            print("bridge stopped in %.1f s" % (time.monotonic() - t_term))
         finally:
             if br.poll() is None:
                 br.kill()
