@@ -86,6 +86,11 @@ def session(master=None, app="edgebus-ingest", conf=None):
         if ROOT not in pp.split(os.pathsep):
             os.environ["PYTHONPATH"] = ROOT + (os.pathsep + pp if pp else "")
     b = SparkSession.builder.appName(app).config("spark.ui.showConsoleProgress", "false")
+    # The data source's Python workers talk to the JVM over a unix socket, not
+    # TCP loopback: each task's small first messages otherwise wait out
+    # Nagle's algorithm and delayed ACKs, about 40 ms a task (pyspark >= 4.1;
+    # older versions ignore the setting). On a cluster put it in spark-defaults.
+    b = b.config("spark.python.unix.domain.socket.enabled", "true")
     for k, v in (conf or {}).items():
         b = b.config(k, v)
     if master is not None:

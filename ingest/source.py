@@ -72,8 +72,11 @@ SCHEMA = StructType([
 # The position before every record of the log (segment ids start at 0).
 BEGIN = {"segment": -1, "offset": 0}
 
-DEFAULT_SPLIT_BYTES = 16 * 1024 * 1024
+DEFAULT_SPLIT_BYTES = 128 * 1024 * 1024      # Spark's spark.sql.files.maxPartitionBytes
 _MIN_SPLIT_BYTES = 1024
+# What opening a range costs, in bytes of reading (Spark's openCostInBytes):
+# it stops thousands of tiny segments from crowding into one partition.
+_OPEN_COST = 8 * 1024
 _ARROW_ROWS = 8192
 _I64_MIN, _I64_MAX = -2 ** 63, 2 ** 63 - 1
 # Spark timestamps cover years 0001..9999 (seconds since the epoch, UTC).
@@ -90,9 +93,24 @@ except ImportError:                      # no msgspec: every range is read by br
 
 
 def register(spark):
-    """Make ``format("edgebus")`` available in this SparkSession."""
-    spark.dataSource.register(EdgebusDataSource)
+    """Make ``format("edgebus")`` available in this SparkSession.
+
+    The registered class carries the session's default parallelism, which the
+    readers use for ``minPartitions`` when it is not given (like Spark's file
+    sources): the planning runs in a Python worker that has no session to ask."""
+    try:
+        n = spark.sparkContext.defaultParallelism
+    except Exception:            # Spark Connect: no SparkContext here
+        n = None
+    spark.dataSource.register(with_parallelism(n) if n else EdgebusDataSource)
     return spark
+
+
+def with_parallelism(n):
+    """EdgebusDataSource whose readers default minPartitions to n. Being made
+    here, not importable, the class is pickled by value (cloudpickle), so the
+    hint travels to the planning worker."""
+    return type("EdgebusDataSource", (EdgebusDataSource,), {"parallelism": int(n)})
 
 
 # ---------------------------------------------------------------------------
@@ -160,7 +178,7 @@ def _int_opt(options, name, default=None, minimum=1):
 class _Options:
     """The parsed options, picklable, shared by the readers."""
 
-    def __init__(self, options):
+    def __init__(self, options, parallelism=None):
         path = options.get("path")
         if not path:
             raise ValueError("edgebus: the log directory is required: load(DIR) or "
@@ -170,7 +188,7 @@ class _Options:
         # its end, so tiny ranges only add overhead.
         self.split_bytes = max(_int_opt(options, "splitBytes", DEFAULT_SPLIT_BYTES),
                                _MIN_SPLIT_BYTES)
-        self.min_partitions = _int_opt(options, "minPartitions")
+        self.min_partitions = _int_opt(options, "minPartitions", parallelism)
         self.max_records = _int_opt(options, "maxRecordsPerTrigger")
         self.max_bytes = _int_opt(options, "maxBytesPerTrigger")
         cd = options.get("corruptDir")
@@ -183,12 +201,25 @@ class _Options:
 # Planning
 
 class SegmentRange(InputPartition):
-    """Records of one sealed segment whose start offset is in [start, end)."""
+    """Records of one sealed segment whose start offset is in [start, end):
+    the unit of reading and of corruption reports."""
 
     def __init__(self, segment, start, end):
         self.segment = segment
         self.start = start
         self.end = end
+
+
+class RangeGroup(InputPartition):
+    """One Spark partition: SegmentRanges read one after the other, in log order."""
+
+    def __init__(self, ranges):
+        self.ranges = ranges
+
+
+def _read_group(opts, group):
+    for r in group.ranges:
+        yield from _read_range(opts, r)
 
 
 def _spans(path, start, end):
@@ -217,17 +248,15 @@ def _spans(path, start, end):
 
 
 def plan(path, start, end, split_bytes=DEFAULT_SPLIT_BYTES, min_partitions=None):
-    """The SegmentRanges covering positions [start, end): one per segment, more
-    for segments over split_bytes (smaller when min_partitions asks for more)."""
+    """The SegmentRanges covering positions [start, end), of about the target
+    size: split_bytes, or less when min_partitions asks for more (at least
+    64 KiB). Larger segments are cut; pack() groups the small ones."""
     spans, missing = _spans(path, _pos(start), _pos(end))
     for first, last in missing:
         log.warning("edgebus: log %s: segments %d..%d are missing (removed by retention "
                     "before they were read, or quarantined); their records are lost",
                     path, first, last)
-    total = sum(hi - lo for _, lo, hi in spans)
-    target = split_bytes
-    if min_partitions and total:
-        target = max(min(target, -(-total // min_partitions)), 64 * _MIN_SPLIT_BYTES)
+    target = _target(sum(hi - lo for _, lo, hi in spans), split_bytes, min_partitions)
     parts = []
     for sid, lo, hi in spans:
         n = max(1, -(-(hi - lo) // target))
@@ -239,6 +268,33 @@ def plan(path, start, end, split_bytes=DEFAULT_SPLIT_BYTES, min_partitions=None)
         cuts.append(hi)
         parts.extend(SegmentRange(sid, a, b) for a, b in zip(cuts, cuts[1:]))
     return parts, missing
+
+
+def pack(ranges, split_bytes=DEFAULT_SPLIT_BYTES, min_partitions=None):
+    """The partitions for plan()'s ranges: consecutive ranges grouped up to the
+    same target size, each range counted with _OPEN_COST (Spark's file
+    sources pack small files so; a task per one-minute segment would cost more
+    in Python worker round trips than reading it)."""
+    total = sum(r.end - r.start for r in ranges)
+    target = _target(total, split_bytes, min_partitions)
+    groups, cur, size = [], [], 0
+    for r in ranges:
+        n = r.end - r.start + _OPEN_COST
+        if cur and size + n > target:
+            groups.append(RangeGroup(cur))
+            cur, size = [], 0
+        cur.append(r)
+        size += n
+    if cur:
+        groups.append(RangeGroup(cur))
+    return groups
+
+
+def _target(total, split_bytes, min_partitions):
+    if min_partitions and total:
+        # Ranges made for parallelism stay >= 64 KiB; splitBytes is obeyed.
+        return min(split_bytes, max(-(-total // min_partitions), 64 * _MIN_SPLIT_BYTES))
+    return split_bytes
 
 
 def _advance_bytes(path, start, end, max_bytes):
@@ -375,7 +431,7 @@ def _read_range(opts, part):
         return
     import mmap
 
-    path, sid, start, end = opts.path, part.segment, part.start, part.end
+    path, sid = opts.path, part.segment
     fname = os.path.join(path, tlog.segment_name(sid))
     try:
         f = open(fname, "rb")
@@ -530,7 +586,7 @@ class EdgebusDataSource(DataSource):
         if schema is not None and schema != SCHEMA:
             raise ValueError("edgebus: the schema is fixed (docs/spark.md); "
                              "do not pass one, select or cast columns instead")
-        return _Options(self.options)
+        return _Options(self.options, getattr(self, "parallelism", None) or os.cpu_count())
 
     def reader(self, schema):
         return EdgebusBatchReader(self._opts(schema))
@@ -551,16 +607,18 @@ class EdgebusBatchReader(DataSourceReader):
         o = self.opts
         start = _parse_offset(o.starting, "startingOffset", o.path)
         end = _parse_offset(o.ending, "endingOffset", o.path)
-        parts, missing = plan(o.path, start, end, o.split_bytes, o.min_partitions)
-        if missing and o.corrupt_dir:
-            _write_missing(o, missing)
-        # Spark wants at least one partition; an empty range reads nothing.
-        return parts or [SegmentRange(-1, 0, 0)]
+        # Spark wants at least one partition; an empty one reads nothing.
+        return _partitions(o, start, end) or [RangeGroup([])]
 
     def read(self, partition):
-        if partition.segment < 0:
-            return iter(())
-        return _read_range(self.opts, partition)
+        return _read_group(self.opts, partition)
+
+
+def _partitions(o, start, end):
+    ranges, missing = plan(o.path, start, end, o.split_bytes, o.min_partitions)
+    if missing and o.corrupt_dir:
+        _write_missing(o, missing)
+    return pack(ranges, o.split_bytes, o.min_partitions)
 
 
 def _write_missing(opts, missing):
@@ -634,14 +692,10 @@ class EdgebusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target = _latest(self.opts.path) or (-1, 0)
 
     def partitions(self, start, end):
-        o = self.opts
-        parts, missing = plan(o.path, start, end, o.split_bytes, o.min_partitions)
-        if missing and o.corrupt_dir:
-            _write_missing(o, missing)
-        return parts
+        return _partitions(self.opts, start, end)
 
     def read(self, partition):
-        return _read_range(self.opts, partition)
+        return _read_group(self.opts, partition)
 
     def commit(self, end):
         pass        # the log is the bridge's; its retention decides what is kept

@@ -3,6 +3,7 @@ schema and values, batch and streaming, offsets, byte-range splits, corruption."
 import datetime
 import json
 import os
+import pickle
 import shutil
 
 import pytest
@@ -148,11 +149,40 @@ def test_byte_range_splits_give_the_same_rows(spark, tmp_path):
         assert len(rows) == len(recs)
         check_rows(rows_by_pos(df), recs, positions)
     assert not corrupt.exists()
-    from ingest.source import EdgebusDataSource, SegmentRange
+    from ingest.source import EdgebusDataSource, RangeGroup
     parts = EdgebusDataSource({"path": str(tmp_path / "log"), "splitBytes": "1000"}) \
         .reader(None).partitions()
-    assert all(isinstance(p, SegmentRange) for p in parts)
+    assert all(isinstance(p, RangeGroup) for p in parts)
     assert len(parts) > len({p[0] for p in positions})
+
+
+def test_small_segments_are_packed_into_few_partitions(spark, tmp_path):
+    """Many small segments (the bridge seals one a minute) are packed into
+    about minPartitions partitions, by default the session's parallelism,
+    each reading its segments in log order; every record is read once."""
+    from ingest import source as S
+    recs = mixed_records(2000)
+    positions = write_log(tmp_path / "log", recs, segment_bytes=8192)
+    nseg = len({p[0] for p in positions})
+    assert nseg > 40
+    log = str(tmp_path / "log")
+    plans = {}
+    for k, opts in (("default", {}), ("four", {"minPartitions": "4"})):
+        parts = S.EdgebusDataSource(dict(opts, path=log)).reader(None).partitions()
+        ranges = [(r.segment, r.start, r.end) for g in parts for r in g.ranges]
+        assert ranges == sorted(ranges) and len({r[0] for r in ranges}) == nseg
+        plans[k] = len(parts)
+    assert 2 <= plans["default"] < nseg / 4          # packed, yet spread over the cores
+    assert plans["default"] < plans["four"] < nseg / 4
+    # register() passes the session's parallelism to the planning worker.
+    from pyspark import cloudpickle
+    cls = pickle.loads(cloudpickle.dumps(S.with_parallelism(5)))
+    assert cls({"path": log}).reader(None).opts.min_partitions == 5
+    assert cls({"path": log, "minPartitions": "3"}).reader(None).opts.min_partitions == 3
+    for opts, want in (({}, plans["default"]), ({"minPartitions": "4"}, plans["four"])):
+        df = spark.read.format("edgebus").options(**opts).load(log)
+        assert df.rdd.getNumPartitions() == want
+    check_rows(rows_by_pos(df), recs, positions)
 
 
 def test_empty_and_absent_log(spark, tmp_path):

@@ -3,11 +3,14 @@
     python -m tools.bench.spark_bench [--smoke]
 
 throughput: rows/s reading the same N telemetry records (a) from the bridge's
-log through the `edgebus` data source and (b) with Spark's own JSON file
-source from the same record bodies written as JSON lines, read with an
-explicit schema and projected to the same columns.  Both are forced through
-every column with the `noop` sink; each is run `repeats` times, alternating,
-after one warm-up run each (Python worker start-up, JIT); median/min/max.
+log through the `edgebus` data source, (b) with Spark's own JSON file source
+from the same record bodies written as JSON lines, read with an explicit
+schema and projected to the same columns, and (c) through a Python data source
+that does no reading (tools/bench/spark_ceiling.py: the same partitions, the
+batches kept in memory), the ceiling of any Python data source here.  All are
+forced through every column with the `noop` sink; each is run `repeats` times,
+alternating, after one warm-up run each (Python worker start-up, JIT);
+median/min/max.
 
 latency: publish -> queryable.  A record is appended to the log and its
 segment sealed (what the bridge's size/time roll does), and the clock runs
@@ -97,17 +100,25 @@ def _time_noop(df):
 
 
 def throughput(spark, log, jdir, n, repeats):
-    ours = lambda: spark.read.format("edgebus").load(log)          # noqa: E731
-    theirs = lambda: _json_frame(spark, jdir)                       # noqa: E731
-    assert ours().count() == n and theirs().count() == n
-    _time_noop(ours())
-    _time_noop(theirs())
-    a, b = [], []
-    for _ in range(repeats):
-        a.append(n / _time_noop(ours()))
-        b.append(n / _time_noop(theirs()))
-    return {"edgebus_rows_per_s": _summary(a), "spark_json_rows_per_s": _summary(b),
-            "ratio_median": statistics.median(a) / statistics.median(b)}
+    from tools.bench.spark_ceiling import CeilingSource
+    spark.dataSource.register(CeilingSource)
+    frames = {"edgebus": lambda: spark.read.format("edgebus").load(log),
+              "spark_json": lambda: _json_frame(spark, jdir),
+              "ceiling": lambda: spark.read.format("edgebus-ceiling").load(log)}
+    for f in frames.values():
+        assert f().count() == n
+        _time_noop(f())            # warm-up (the ceiling source keeps its batches here)
+    rates = {k: [] for k in frames}
+    for _ in range(repeats):       # alternating, so drifts hit all three alike
+        for k, f in frames.items():
+            rates[k].append(n / _time_noop(f()))
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    return {"edgebus_rows_per_s": _summary(rates["edgebus"]),
+            "spark_json_rows_per_s": _summary(rates["spark_json"]),
+            "python_source_ceiling_rows_per_s": _summary(rates["ceiling"]),
+            "partitions": frames["edgebus"]().rdd.getNumPartitions(),
+            "ratio_median": med["edgebus"] / med["spark_json"],
+            "ceiling_ratio_median": med["ceiling"] / med["spark_json"]}
 
 
 def latency(spark, d, samples):
