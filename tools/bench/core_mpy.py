@@ -1,7 +1,6 @@
 """Core figures on the real MicroPython unix port, from the .mpy bundle."""
 import json
 import os
-import subprocess
 
 from tools import devheap, mpyrun
 
