@@ -13,18 +13,9 @@ Event = asyncio.Event
 CancelledError = asyncio.CancelledError
 TimeoutError = asyncio.TimeoutError
 wait_for = asyncio.wait_for
-if hasattr(asyncio, "timeout") and sys.version_info < (3, 12):
-    # CPython 3.11's wait_for swallows a cancellation that arrives in the turn
-    # its awaitable completes (gh-86296): a `while True: await wait_for(...)`
-    # loop then never ends and whoever awaits its cancellation hangs (the
-    # bridge's shutdown did, under load). asyncio.timeout, what 3.12's
-    # wait_for is built on, keeps the cancellation.
-    async def wait_for(aw, timeout):
-        """asyncio.wait_for without the lost-cancellation race."""
-        if timeout is None:
-            return await aw
-        async with asyncio.timeout(timeout):
-            return await aw
+if not MICROPYTHON and sys.version_info < (3, 12):
+    # In a module of its own: on MicroPython even code that never runs costs heap.
+    from edgebus.compat_cpython import wait_for  # noqa: F811
 
 try:
     from micropython import const
