@@ -260,6 +260,16 @@ def _sealed(log_dir):
     return out
 
 
+def _wait_for_boots(log_dir, n, timeout=60):
+    """Wait until sealed records come from n device boots (sids): on a loaded
+    machine a bridge can take longer to start than a random kill delay, and
+    a boot that never had a session would test nothing."""
+    deadline = time.monotonic() + timeout
+    while len({v[0] for v in _sealed(log_dir).values() if v[2] == "n"}) < n:
+        assert time.monotonic() < deadline, "no sealed record from boot %d" % n
+        time.sleep(0.2)
+
+
 def test_bridge_sigkilled_during_log_appends(tmp_path, rel, rel_device):
     """The bridge (its own process) appends a device's 200 msg/s to the log
     and is SIGKILLed at random instants, then restarted; once between kills
@@ -285,6 +295,8 @@ def test_bridge_sigkilled_during_log_appends(tmp_path, rel, rel_device):
                     dev.kill()
                     dev.wait()
                     dev = rel_device(cable.a, "k1", "d1", 200, 0, "boot1")
+                if k in (0, kills // 2):
+                    _wait_for_boots(tmp_path / "log", 2 if k else 1)
                 time.sleep(random.uniform(1.5, 3.5))
                 if k == kills:
                     bridge.send_signal(signal.SIGTERM)      # the last run ends cleanly
