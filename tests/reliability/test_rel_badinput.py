@@ -5,7 +5,7 @@ FrameReader, Link.run) of a host link joined to a device link.
 
 Related coverage elsewhere: tests/portable/test_frame.py (oversize, CRC and
 COBS errors at the framing level), tests/host/test_frame_fuzz.py and
-test_link_props.py (properties of the reader and the session), and
+test_link_properties.py (properties of the reader and the session), and
 test_rel_fuzz.py here (generated inputs)."""
 import asyncio
 import json

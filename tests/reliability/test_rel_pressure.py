@@ -2,7 +2,8 @@
 
 Slow consumers: publishers never block, every loss is counted on the feed
 that lost it, memory stays bounded (tracemalloc, generous bound). Ring
-semantics themselves: tests/portable/test_queue_a.py, test_queue_b.py.
+semantics themselves: tests/portable/test_queue_policies.py and
+test_queue_rendezvous.py.
 Clock jumps: a device's wall clock set back an hour and forward a day
 mid-stream; ordering and loss detection rest on sequence numbers, so
 nothing changes on the host."""
