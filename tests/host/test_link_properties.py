@@ -5,7 +5,7 @@ import asyncio
 from hypothesis import given, settings, strategies as st, HealthCheck
 
 import edgebus
-from edgebus.link import wire as W
+from edgebus.link import wire
 from edgebus.link.link import Link
 from tests.portable.linkkit import Joined, until, synced
 
