@@ -34,6 +34,9 @@ from tests.host.sparkkit import make_session  # noqa: E402
 from tools.broker import Mosquitto  # noqa: E402
 from tools.fleet import Fleet  # noqa: E402
 
+# Spark, mosquitto and the fleet's micropython devices start in the test body.
+pytestmark = [pytest.mark.spark, pytest.mark.mosquitto, pytest.mark.micropython]
+
 DEVICES = 4
 OUTAGE_S = 1.5
 

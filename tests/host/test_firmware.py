@@ -260,6 +260,7 @@ def test_uplink_that_cannot_open_backs_off_without_crashing(device, tmp_path):
     assert "READY" in out, out
 
 
+@pytest.mark.mosquitto
 def test_device_runtime_over_mqtt_through_the_bridge_survives_broker_restart(device, tmp_path):
     """The firmware's MQTT uplink against a real mosquitto and the real bridge."""
     from bridge import config as bridge_config

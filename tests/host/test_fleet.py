@@ -6,13 +6,19 @@ import signal
 import subprocess
 import sys
 
+import pytest
+
 from bridge import config as bridge_config
 from bridge.daemon import Bridge
 from tests.conftest import ROOT, until
 from tools.broker import Mosquitto
 from tools.fleet import Fleet
 
+# The fleet's devices are the firmware under micropython.
+pytestmark = pytest.mark.micropython
 
+
+@pytest.mark.mosquitto
 def test_five_devices_over_mqtt_come_up_answer_and_survive_a_broker_restart(tmp_path):
     with Mosquitto() as broker, Fleet(tmp_path / "fleet", mqtt=5,
                                       broker=("127.0.0.1", broker.port)) as fleet:

@@ -173,6 +173,7 @@ def test_reading_pauses_under_backpressure_and_nothing_is_lost(broker, monkeypat
     asyncio.run(main())
 
 
+@pytest.mark.mosquitto   # its own broker, with a password file
 def test_refused_credentials_are_logged_and_retried_then_accepted(tmp_path, caplog):
     b = Mosquitto()
     # Readable by mosquitto once it drops root for its own user.

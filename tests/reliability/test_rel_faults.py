@@ -17,6 +17,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 import edgebus
 from bridge import config as bridge_config, tlog
 from bridge.daemon import Bridge
@@ -46,6 +48,7 @@ async def drain_until(sub, last, timeout):
             return got
 
 
+@pytest.mark.mosquitto
 def test_broker_killed_and_restarted_repeatedly(tmp_path, rel, rel_device):
     restarts = rel.n(2, 8)
     rate = 100

@@ -189,6 +189,7 @@ def test_sync_cannot_smuggle_a_sequence_number():
     asyncio.run(main())
 
 
+@pytest.mark.mosquitto
 def test_wrong_key_over_mqtt_never_gets_a_session(tmp_path, link_device):
     with Mosquitto() as broker:
         cfg = bridge_config.parse(
