@@ -79,6 +79,59 @@ def link_device(mpy_tree):
             [uplink, key, str(count)] + ([node] if node else []), heap)
 
 
+# Markers: what a test needs besides CPython, so that `-m "not slow"` is a quick
+# loop and `-m "not spark"` etc. leave out a part that is not installed. They are
+# applied below, so a new test is marked without anyone remembering to: from the
+# fixtures it uses (directly or through other fixtures), from its folder, and
+# from an explicit mark in the test module where a test starts a part in its own
+# body (a Mosquitto() or a Fleet in a `with`, micropython in a subprocess).
+MARKERS = {
+    "spark": "starts a local Spark (pyspark and a JVM)",
+    "mosquitto": "starts a real mosquitto broker",
+    "micropython": "runs the real micropython binary (the unix port)",
+    "reliability": "tests/reliability: faults, bad input, load and security with real parts",
+    "slow": "takes more than about a second; every spark, mosquitto, micropython and "
+            "reliability test is slow too",
+}
+SERVICES = ("spark", "mosquitto", "micropython", "reliability")
+
+# Fixtures that start a real part, by name (not by the module that implements
+# them, which may move): every test using one gets the marker.
+FIXTURE_MARKERS = {
+    "spark": "spark",              # a local SparkSession (tests/host/sparkkit.py)
+    "broker": "mosquitto",         # a mosquitto on a free port (the test broker)
+    "mpy_tree": "micropython",     # the .mpy tree the binary runs (above)
+    "link_device": "micropython",  # tests/mpy/link_device.py under micropython (above)
+    "rel_device": "micropython",   # tests/reliability/rel_device.py under micropython
+    "fw_tree": "micropython",      # firmware/ compiled for micropython (test_firmware.py)
+    "sim": "micropython",          # a micropython REPL on a pty (test_deploy.py, SimBoard)
+}
+# Module-scoped fixtures that take over a second to set up: their users are slow.
+SLOW_FIXTURES = (
+    "unix_bundle",                 # the unix board's bundle (test_build.py)
+    "bundles",                     # three boards' bundles (test_deploy.py)
+)
+RELIABILITY_DIR = os.path.join(ROOT, "tests", "reliability")
+
+
+def pytest_configure(config):
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", "%s: %s" % (name, text))
+
+
+@pytest.hookimpl(tryfirst=True)   # before -m deselects anything
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        used = set(getattr(item, "fixturenames", ()))
+        for fixture, marker in FIXTURE_MARKERS.items():
+            if fixture in used:
+                item.add_marker(marker)
+        if os.path.commonpath([str(item.path), RELIABILITY_DIR]) == RELIABILITY_DIR:
+            item.add_marker("reliability")
+        if any(item.get_closest_marker(m) for m in SERVICES) or used.intersection(SLOW_FIXTURES):
+            item.add_marker("slow")
+
+
 def pytest_addoption(parser):
     parser.addoption("--soak", action="store_true", default=False,
                      help="run tests/reliability in its long form (also: EDGEBUS_SOAK=1); "

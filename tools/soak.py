@@ -27,11 +27,11 @@ EXISTING = [
     "tests/host/test_bridge.py::test_device_restart_bumps_generation_persisted_across_bridge_restart",
     "tests/host/test_link_pty.py::test_wrong_key_over_pty_gives_no_session",
     "tests/host/test_frame_fuzz.py",
-    "tests/host/test_link_props.py",
+    "tests/host/test_link_properties.py",
     "tests/portable/test_link_data.py",
     "tests/portable/test_link_state.py",
-    "tests/portable/test_link_calls_b.py",
-    "tests/portable/test_queue_a.py",
+    "tests/portable/test_link_call_limits.py",
+    "tests/portable/test_queue_policies.py",
     "tests/portable/test_frame.py",
 ]
 
@@ -50,7 +50,7 @@ CASES = [
     ("Faults", "Serial line with injected noise",
      "about 1 byte in 5000 flipped on the line; frame errors counted; no damaged payload "
      "delivered; delivered + gaps = sent", [R + "test_rel_faults.py::test_serial_line_with_noise",
-                                           "tests/host/test_link_props.py"],
+                                           "tests/host/test_link_properties.py"],
      "fault: serial line with injected noise"),
     ("Faults", "Device process killed and restarted",
      "new session id -> generation + 1; the old boot's retained facts removed on the host; "
@@ -70,7 +70,7 @@ CASES = [
     ("Faults", "Slow consumers on the host bus",
      "publishers never block; drops counted per feed (drop_oldest, reject_newest, retained "
      "watch); memory bounded (tracemalloc)",
-     [R + "test_rel_pressure.py::test_slow_consumers", "tests/portable/test_queue_a.py"],
+     [R + "test_rel_pressure.py::test_slow_consumers", "tests/portable/test_queue_policies.py"],
      "fault: slow consumers on the host bus"),
     ("Faults", "Slow link: device publishes faster than its line drains",
      "out-queue overflow spends sequence numbers: host gaps = device dropped_out",

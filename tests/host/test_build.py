@@ -82,6 +82,7 @@ def test_freeze_manifest_names_every_module_from_its_source(unix_bundle):
     assert sorted(seen) == sorted(f for f in _files(out) if f.endswith(".mpy"))
 
 
+@pytest.mark.micropython
 def test_unix_bundle_runs_under_micropython_with_the_board_heap(unix_bundle):
     out, _, _ = unix_bundle
     r = _run_mpy(out, SMOKE, UNIX["budget"]["heap"])
@@ -92,6 +93,7 @@ def test_unix_bundle_runs_under_micropython_with_the_board_heap(unix_bundle):
     assert r.stdout.strip().endswith("edgebus/bus.mpy"), r.stdout + r.stderr
 
 
+@pytest.mark.micropython
 def test_every_bundled_module_loads_from_mpy(unix_bundle):
     # Loadability of each .mpy (format, version), each in a fresh process. The
     # heap here is generous on purpose: whether the whole runtime fits the
@@ -129,6 +131,7 @@ def test_board_arch_goes_to_mpy_cross(tmp_path):
         assert build.mpy_header(os.path.join(out, "nat", "__init__.mpy"))[2] == 0
 
 
+@pytest.mark.micropython
 def test_mpy_cross_matches_the_real_micropython():
     cross = build.mpy_cross_version()
     v, sub, label = build.target_mpy(UNIX)
@@ -178,6 +181,7 @@ def test_linux_edge_bundle_is_the_sources(tmp_path):
     assert json.load(open(os.path.join(out, "bundle.json")))["mpy"] is None
 
 
+@pytest.mark.slow
 def test_rebuild_replaces_only_a_bundle(tmp_path):
     out = tmp_path / "b"
     build.build(UNIX, str(out), log=lambda *a: None)
@@ -192,6 +196,7 @@ def test_rebuild_replaces_only_a_bundle(tmp_path):
     assert (precious / "notes.txt").read_text() == "keep me"
 
 
+@pytest.mark.slow
 def test_entry_stub_for_boards_only(tmp_path):
     esp = boards.load_board("esp32")
     rep = build.build(esp, str(tmp_path / "e"), entry="edgebus", log=lambda *a: None)
@@ -202,6 +207,7 @@ def test_entry_stub_for_boards_only(tmp_path):
         build.build(UNIX, str(tmp_path / "u"), entry="edgebus", log=lambda *a: None)
 
 
+@pytest.mark.slow
 def test_cli_build_default_out(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     assert cli.main(["build", "--board", "esp8266"]) == 0

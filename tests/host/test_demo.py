@@ -5,8 +5,13 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from bridge import tlog
 from tests.conftest import ROOT
+
+# The demo starts mosquitto and the firmware under micropython itself.
+pytestmark = [pytest.mark.mosquitto, pytest.mark.micropython]
 
 
 def test_demo_pipeline_without_spark(tmp_path):

@@ -186,7 +186,7 @@ def test_bundle_and_config_errors(sim, bundles, tmp_path):
         _deploy(sim, bundles / "linux-edge", board=boards.load_board("linux-edge"))
 
 
-def test_plan():
+def test_plan_writes_changed_files_and_removes_stale_ones_in_owned_folders():
     local = {"edgebus/a.mpy": "1", "edgebus/b.mpy": "2", "config.json": "3"}
     dev = {"edgebus/a.mpy": "1", "edgebus/b.mpy": "x", "edgebus/c.py": "4", "other/d": "5"}
     assert deploy.plan(local, dev, ["edgebus"]) == (["edgebus/b.mpy", "config.json"],

@@ -19,6 +19,9 @@ from tools import devheap
 
 BOARD = os.path.join(ROOT, "boards", "unix.json")
 
+# tools/devheap.py runs the runtime under micropython.
+pytestmark = pytest.mark.micropython
+
 
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory):

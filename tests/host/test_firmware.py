@@ -260,18 +260,20 @@ def test_uplink_that_cannot_open_backs_off_without_crashing(device, tmp_path):
     assert "READY" in out, out
 
 
+@pytest.mark.mosquitto
 def test_device_runtime_over_mqtt_through_the_bridge_survives_broker_restart(device, tmp_path):
     """The firmware's MQTT uplink against a real mosquitto and the real bridge."""
-    from bridge import config as C
+    from bridge import config as bridge_config
     from bridge.daemon import Bridge
     from tools.broker import Mosquitto
     with Mosquitto() as broker:
         dev = device(_config(tmp_path, None, uplink={
             "kind": "mqtt", "host": "127.0.0.1", "port": broker.port, "keepalive": 5,
             "backoff_min": 0.2, "backoff_max": 1}))
-        cfg = C.parse({"bridge": {"state_dir": str(tmp_path / "state"), "heartbeat": 0.5},
-                       "mqtt": {"url": "mqtt://127.0.0.1:%d" % broker.port,
-                                "devices": [{"node": NODE, "key": KEY}]}})
+        cfg = bridge_config.parse(
+            {"bridge": {"state_dir": str(tmp_path / "state"), "heartbeat": 0.5},
+             "mqtt": {"url": "mqtt://127.0.0.1:%d" % broker.port,
+                      "devices": [{"node": NODE, "key": KEY}]}})
 
         async def main():
             b = Bridge(cfg)

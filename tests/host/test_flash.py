@@ -131,6 +131,7 @@ def test_user_errors(tmp_path):
         flash.flash(boards.load_board("rp2-pico-w"), uf2_image(tmp_path / "p.uf2"), erase=True)
 
 
+@pytest.mark.slow   # the real esptool in a subprocess
 def test_real_esptool_stops_at_the_chip_check(tmp_path, monkeypatch):
     # esptool really runs (a subprocess) against a pty where no ESP answers: the
     # chip check fails with a clear message and nothing is written.

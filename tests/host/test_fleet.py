@@ -6,19 +6,26 @@ import signal
 import subprocess
 import sys
 
-from bridge import config as C
+import pytest
+
+from bridge import config as bridge_config
 from bridge.daemon import Bridge
 from tests.conftest import ROOT, until
 from tools.broker import Mosquitto
 from tools.fleet import Fleet
 
+# The fleet's devices are the firmware under micropython.
+pytestmark = pytest.mark.micropython
 
+
+@pytest.mark.mosquitto
 def test_five_devices_over_mqtt_come_up_answer_and_survive_a_broker_restart(tmp_path):
     with Mosquitto() as broker, Fleet(tmp_path / "fleet", mqtt=5,
                                       broker=("127.0.0.1", broker.port)) as fleet:
         fleet.start()
         parts = fleet.bridge_config(("127.0.0.1", broker.port))
-        cfg = C.parse(dict(parts, bridge={"state_dir": str(tmp_path / "state"), "heartbeat": 1.0}))
+        cfg = bridge_config.parse(
+            dict(parts, bridge={"state_dir": str(tmp_path / "state"), "heartbeat": 1.0}))
         nodes = [d["node"] for d in fleet.devices]
 
         async def main():
@@ -62,7 +69,7 @@ def test_fleet_command_prints_the_bridge_config(tmp_path):
         while "Ctrl-C" not in line:
             line = p.stdout.readline()
             assert line, "fleet exited early"
-        cfg = C.parse(__import__("tomllib").loads(frag.read_text()))
+        cfg = bridge_config.parse(__import__("tomllib").loads(frag.read_text()))
         assert [d.node for d in cfg.serial] == ["sim-1", "sim-2"]
         assert all(os.path.exists(d.port) for d in cfg.serial)
     finally:

@@ -6,6 +6,7 @@ arbitrary streams fed in arbitrary chunks.
 """
 import binascii
 
+import pytest
 from hypothesis import given, settings, strategies as st
 
 from edgebus.link.frame import (DELIM, crc16, crc16_py, encode, decode,
@@ -140,6 +141,7 @@ def test_crc_matches_binascii(data, start):
     assert crc16(data, start) == want
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(payloads(1024), CHUNKS)
 def test_round_trip_any_body_any_chunking(body, sizes):
@@ -191,6 +193,7 @@ def corrupted_streams(draw):
 # derandomize: a CRC-16 lets a corrupted frame through with probability
 # 2**-16, so "never a body that was not sent" is checked on a fixed set of
 # examples (the same every run) instead of a fresh draw that could flake.
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, derandomize=True)
 @given(corrupted_streams(), CHUNKS)
 def test_corruption_never_yields_a_body_not_sent(case, sizes):

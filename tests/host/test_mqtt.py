@@ -13,7 +13,7 @@ import aiomqtt
 import paho.mqtt.client as paho
 import pytest
 
-from bridge import config as C
+from bridge import config as bridge_config
 from bridge import mqtt_conn, mqtt_links
 from bridge.daemon import Bridge
 from tests.conftest import until
@@ -36,9 +36,10 @@ def device(link_device):
 
 
 def _bridge_cfg(tmp_path, port, mirror=()):
-    return C.parse({"bridge": {"node": "gw", "state_dir": str(tmp_path / "state"), "heartbeat": 0.5},
-                    "mqtt": {"url": "mqtt://127.0.0.1:%d" % port, "client_id": "bridge-test",
-                             "devices": [{"node": "d1", "key": "k1"}], "mirror": list(mirror)}})
+    return bridge_config.parse(
+        {"bridge": {"node": "gw", "state_dir": str(tmp_path / "state"), "heartbeat": 0.5},
+         "mqtt": {"url": "mqtt://127.0.0.1:%d" % port, "client_id": "bridge-test",
+                  "devices": [{"node": "d1", "key": "k1"}], "mirror": list(mirror)}})
 
 
 def test_device_over_mqtt_with_provenance_calls_and_presence(tmp_path, broker, device):
@@ -172,6 +173,7 @@ def test_reading_pauses_under_backpressure_and_nothing_is_lost(broker, monkeypat
     asyncio.run(main())
 
 
+@pytest.mark.mosquitto   # its own broker, with a password file
 def test_refused_credentials_are_logged_and_retried_then_accepted(tmp_path, caplog):
     b = Mosquitto()
     # Readable by mosquitto once it drops root for its own user.
@@ -186,11 +188,12 @@ def test_refused_credentials_are_logged_and_retried_then_accepted(tmp_path, capl
     b.start()
     try:
         def cfg(password):
-            return C.parse({"bridge": {"node": "gw", "state_dir": str(tmp_path / "state")},
-                            "mqtt": {"url": "mqtt://127.0.0.1:%d" % b.port,
-                                     "client_id": "bridge-auth", "username": "bridge",
-                                     "password": password,
-                                     "devices": [{"node": "d1", "key": "k1"}]}})
+            return bridge_config.parse(
+                {"bridge": {"node": "gw", "state_dir": str(tmp_path / "state")},
+                 "mqtt": {"url": "mqtt://127.0.0.1:%d" % b.port,
+                          "client_id": "bridge-auth", "username": "bridge",
+                          "password": password,
+                          "devices": [{"node": "d1", "key": "k1"}]}})
 
         async def run(password, cond):
             br = Bridge(cfg(password))

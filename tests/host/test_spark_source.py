@@ -160,7 +160,7 @@ def test_small_segments_are_packed_into_few_partitions(spark, tmp_path):
     """Many small segments (the bridge seals one a minute) are packed into
     about minPartitions partitions, by default the session's parallelism,
     each reading its segments in log order; every record is read once."""
-    from ingest import source as S
+    from ingest import source
     recs = mixed_records(2000)
     positions = write_log(tmp_path / "log", recs, segment_bytes=8192)
     nseg = len({p[0] for p in positions})
@@ -168,7 +168,7 @@ def test_small_segments_are_packed_into_few_partitions(spark, tmp_path):
     log = str(tmp_path / "log")
     plans = {}
     for k, opts in (("default", {}), ("four", {"minPartitions": "4"})):
-        parts = S.EdgebusDataSource(dict(opts, path=log)).reader(None).partitions()
+        parts = source.EdgebusDataSource(dict(opts, path=log)).reader(None).partitions()
         ranges = [(r.segment, r.start, r.end) for g in parts for r in g.ranges]
         assert ranges == sorted(ranges) and len({r[0] for r in ranges}) == nseg
         plans[k] = len(parts)
@@ -176,7 +176,7 @@ def test_small_segments_are_packed_into_few_partitions(spark, tmp_path):
     assert plans["default"] < plans["four"] < nseg / 4
     # register() passes the session's parallelism to the planning worker.
     from pyspark import cloudpickle
-    cls = pickle.loads(cloudpickle.dumps(S.with_parallelism(5)))
+    cls = pickle.loads(cloudpickle.dumps(source.with_parallelism(5)))
     assert cls({"path": log}).reader(None).opts.min_partitions == 5
     assert cls({"path": log, "minPartitions": "3"}).reader(None).opts.min_partitions == 3
     for opts, want in (({}, plans["default"]), ({"minPartitions": "4"}, plans["four"])):
@@ -408,9 +408,9 @@ def test_bulk_reader_yields_exactly_what_the_reference_reader_does(tmp_path):
     """ingest/fastread.py (msgspec, Arrow in bulk) against bridge.tlog record by
     record, on odd values, bodies only tlog accepts, bad bodies and bad bytes,
     cut into many ranges: the same rows, the same regions reported."""
-    from ingest import source as S
+    from ingest import source
 
-    assert S._fast is not None, "msgspec is missing: the bulk reader is not used"
+    assert source._fast is not None, "msgspec is missing: the bulk reader is not used"
     log = tmp_path / "log"
     recs = mixed_records(120)
     recs[3] = dict(recs[3], topic=("a", 3, "b"), payload=b"\x00\xffbytes")
@@ -431,23 +431,23 @@ def test_bulk_reader_yields_exactly_what_the_reference_reader_does(tmp_path):
         _hand_written(log, last, body)
     damage(log, positions[10][0], positions[10][1], "crc")
     damage(log, positions[40][0], positions[40][1], "magic")
-    end = S._off(*S._latest(str(log)))
+    end = source._off(*source._latest(str(log)))
     for split in ("1024", "1500", "100000"):
-        o = S._Options({"path": str(log), "splitBytes": split})
-        parts, _ = S.plan(o.path, S.BEGIN, end, o.split_bytes)
+        o = source._Options({"path": str(log), "splitBytes": split})
+        parts, _ = source.plan(o.path, source.BEGIN, end, o.split_bytes)
         got = {"fast": ([], []), "slow": ([], [])}
-        for name, fn in (("fast", S._read_range), ("slow", S._read_range_slow)):
+        for name, fn in (("fast", source._read_range), ("slow", source._read_range_slow)):
             reported = got[name][1]
-            real = S._report
-            S._report = lambda opts, part, fname, bad, missing: reported.extend(
+            real = source._report
+            source._report = lambda opts, part, fname, bad, missing: reported.extend(
                 (b["segment"], b["offset"], b["reason"], b["bytes"]) for b in bad)
             try:
                 for p in parts:
                     for batch in fn(o, p):
-                        assert batch.schema.names == S.SCHEMA.names
+                        assert batch.schema.names == source.SCHEMA.names
                         got[name][0].extend(batch.to_pylist())
             finally:
-                S._report = real
+                source._report = real
         assert got["fast"][0] == got["slow"][0], split
         assert sorted(got["fast"][1]) == sorted(got["slow"][1]), split
         assert len(got["fast"][0]) == len(recs) - 2 + 2

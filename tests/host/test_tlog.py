@@ -287,6 +287,7 @@ while True:
 """
 
 
+@pytest.mark.slow
 def test_crash_with_sigkill_recovers(tmp_path):
     """SIGKILL a writing child at random instants, ten times over the same
     directory.  Half the runs also simulate power loss after the kill: the

@@ -1,4 +1,5 @@
 """Property tests: the tries agree with a brute-force matcher (CPython, Hypothesis)."""
+import pytest
 from hypothesis import given, settings, strategies as st
 
 import edgebus
@@ -52,6 +53,7 @@ class Rec:
         return True
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.lists(patterns(), min_size=1, max_size=12), st.lists(topics, min_size=1, max_size=8),
        st.data())

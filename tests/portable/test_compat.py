@@ -1,7 +1,7 @@
 """compat.wait_for: the timeout every edgebus loop uses, on both runtimes."""
 import asyncio
 
-from edgebus import compat as C
+from edgebus import compat
 from tests.portable.support import run, araises, settle
 
 
@@ -10,15 +10,15 @@ def test_wait_for_returns_the_result():
         async def val():
             await asyncio.sleep(0)
             return 7
-        assert await C.wait_for(val(), 1) == 7
-        assert await C.wait_for(val(), None) == 7
+        assert await compat.wait_for(val(), 1) == 7
+        assert await compat.wait_for(val(), None) == 7
     run(main())
 
 
 def test_wait_for_times_out():
     async def main():
-        ev = C.Event()
-        await araises(C.TimeoutError, C.wait_for(ev.wait(), 0.01))
+        ev = compat.Event()
+        await araises(compat.TimeoutError, compat.wait_for(ev.wait(), 0.01))
     run(main())
 
 
@@ -26,15 +26,15 @@ def test_a_wait_for_loop_ends_when_cancelled_as_its_event_fires():
     # The race CPython 3.11's own wait_for loses: the awaited event is set
     # in the same turn as the task is cancelled. The loop must end.
     async def main():
-        ev = C.Event()
+        ev = compat.Event()
         turns = [0]
 
         async def loop():
             while True:
                 ev.clear()
                 try:
-                    await C.wait_for(ev.wait(), 1.0)
-                except C.TimeoutError:
+                    await compat.wait_for(ev.wait(), 1.0)
+                except compat.TimeoutError:
                     pass
                 turns[0] += 1
 
@@ -45,5 +45,5 @@ def test_a_wait_for_loop_ends_when_cancelled_as_its_event_fires():
             t.cancel()
             await settle(5)
             assert t.done(), "the cancelled loop is still running"
-            await araises(C.CancelledError, t)
+            await araises(compat.CancelledError, t)
     run(main())

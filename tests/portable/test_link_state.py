@@ -126,15 +126,16 @@ def test_replayed_hello_is_refused():
                 pass
         t = asyncio.create_task(hl.run(Capture()))
         await asyncio.sleep(0)
-        from edgebus.link import wire as W
-        hello = W.encode(W.HELLO, {"v": 1, "node": "d", "sid": "s1", "nonce": "n1", "auth": True})
+        from edgebus.link import wire
+        hello = wire.encode(wire.HELLO,
+                            {"v": 1, "node": "d", "sid": "s1", "nonce": "n1", "auth": True})
         hl.feed(hello)
         assert hl.status == "ack_sent"
         hl.feed(hello)                        # the same hello again: a replay
         assert hl.counters.get("replays") == 1 and hl.status == "down"
         await asyncio.sleep(0.05)
-        kinds = [W.decode(b)[0] for b in sent]
-        assert W.HELLO_ACK in kinds and W.ERROR in kinds
+        kinds = [wire.decode(b)[0] for b in sent]
+        assert wire.HELLO_ACK in kinds and wire.ERROR in kinds
         t.cancel()
         await hl.close()
     run(main())

@@ -1,4 +1,4 @@
-"""Publish fan-out to subscriptions (API.md: Connection, Feeds)."""
+"""Publish fan-out to subscriptions (docs/api.md: Connection, Feeds)."""
 import edgebus
 
 

@@ -1,4 +1,4 @@
-"""Topic forms, token types and literal tokens (API.md: Topics, Precise edge cases)."""
+"""Topic forms, token types and literal tokens (docs/api.md: Topics, Precise edge cases)."""
 import edgebus
 from tests.portable.support import raises
 

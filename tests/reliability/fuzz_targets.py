@@ -24,7 +24,7 @@ import json
 import sys
 
 import edgebus
-from edgebus.link import frame as F, wire as W
+from edgebus.link import frame, wire
 from edgebus.link.link import Link, _rules
 
 KEY = b"fuzz-key"
@@ -39,25 +39,25 @@ def frame_target(data):
     max_len = (16, 64, MAX_LEN, 1024)[data[0] & 3]
     step = (data[0] >> 2) + 1
     stream = data[1:]
-    r = F.FrameReader(max_len)
+    r = frame.FrameReader(max_len)
     cap = len(r._buf)
     got = []
     for i in range(0, len(stream), step):
         got.extend(r.feed(stream[i:i + step]))
-        assert r.pending <= F.max_encoded_len(max_len)
+        assert r.pending <= frame.max_encoded_len(max_len)
     assert len(r._buf) == cap
     for b in got:
         assert len(b) <= max_len
         # Delivered only if this exact body was framed with its CRC.
-        assert F.decode(F.encode(b, max_len), max_len) == b
+        assert frame.decode(frame.encode(b, max_len), max_len) == b
     assert r.frames == len(got)
     delivered = sum(1 for _ in got)
     assert delivered <= stream.count(0) + 1
-    one = F.decode(stream, max_len)
+    one = frame.decode(stream, max_len)
     if one is not None:
         assert len(one) <= max_len
         c = binascii.crc_hqx(bytes(one), 0xFFFF)
-        assert F.encode(one, max_len)[:-1].count(0) == 0 and c == F.crc16(one)
+        assert frame.encode(one, max_len)[:-1].count(0) == 0 and c == frame.crc16(one)
 
 
 # -- session -------------------------------------------------------------------
@@ -176,8 +176,8 @@ def _line():
         sent = {}
         for i in range(12):
             payload = {"i": i, "v": [i] * (i % 5), "s": "x" * (i * 7 % 40)}
-            body = W.encode(W.PUB, ["sensor/v", payload], i + 1)
-            frames.append(F.encode(body, MAX_LEN, True))
+            body = wire.encode(wire.PUB, ["sensor/v", payload], i + 1)
+            frames.append(frame.encode(body, MAX_LEN, True))
             sent[i] = payload
         _LINE = (frames, sent)
     return _LINE
@@ -207,7 +207,7 @@ def line_target(data):
     hl._imp = hl._conn.derive(origin_factory={"kind": "link", "link_id": "line"})
     hl._imports = _rules([("#", "dev/d")], host, None)
     sub = host.connect().subscribe("dev/d/#", queue_len=64)
-    r = F.FrameReader(MAX_LEN)
+    r = frame.FrameReader(MAX_LEN)
     step = (data[0] % 64 + 1) if data else 64
     for i in range(0, len(stream), step):
         for body in r.feed(stream[i:i + step]):
@@ -234,15 +234,16 @@ FORGED = {"link_id": "serial:other", "peer_node": "other", "peer_sid": "x", "gen
 
 def session_bodies():
     """Valid bodies of every type (the seeds the fuzzer mutates from)."""
-    E = W.encode
-    return [E(W.PUB, ["sensor/a", 1], 1), E(W.PUB, ["sensor/b", {"x": [1, 2]}, FORGED], 2),
-            E(W.RET, [["sys", 3, "x/y"], "v"], 3), E(W.UNRET, ["sys/x"], 4),
-            E(W.PUB, ["a/#", 1], 5), E(W.PUB, ["../../host/x", None], 6),
-            E(W.SYNCSTART, {"seq": 7, "n": 2}), E(W.SYNC, ["sys/s", 1, FORGED]),
-            E(W.SYNC, ["sys/t", [1]]), E(W.SYNCEND, {"seq": 7, "n": 2}),
-            E(W.CALL, [1, "sys/x", 1, 100, None]), E(W.ROUTES, ["sys/echo", "sys/#"]),
-            E(W.REPLY, [1, 2]), E(W.FAIL, [1, "failed", "r"]), E(W.PING, 5), E(W.PONG, 5),
-            E(W.PUB, ["sensor/raw", None], 8, b"\x00\xff"), E(W.BYE, {"reason": "x"})]
+    E = wire.encode
+    return [E(wire.PUB, ["sensor/a", 1], 1), E(wire.PUB, ["sensor/b", {"x": [1, 2]}, FORGED], 2),
+            E(wire.RET, [["sys", 3, "x/y"], "v"], 3), E(wire.UNRET, ["sys/x"], 4),
+            E(wire.PUB, ["a/#", 1], 5), E(wire.PUB, ["../../host/x", None], 6),
+            E(wire.SYNCSTART, {"seq": 7, "n": 2}), E(wire.SYNC, ["sys/s", 1, FORGED]),
+            E(wire.SYNC, ["sys/t", [1]]), E(wire.SYNCEND, {"seq": 7, "n": 2}),
+            E(wire.CALL, [1, "sys/x", 1, 100, None]), E(wire.ROUTES, ["sys/echo", "sys/#"]),
+            E(wire.REPLY, [1, 2]), E(wire.FAIL, [1, "failed", "r"]),
+            E(wire.PING, 5), E(wire.PONG, 5),
+            E(wire.PUB, ["sensor/raw", None], 8, b"\x00\xff"), E(wire.BYE, {"reason": "x"})]
 
 
 def session_input(bodies):
@@ -260,7 +261,7 @@ def session_input(bodies):
 def seeds():
     b = session_bodies()
     return {"session": [session_input(b[i:i + 4]) for i in range(0, len(b), 2)],
-            "frame": [b"\x05" + b"".join(F.encode(x, 1024, True) for x in b[:6])],
+            "frame": [b"\x05" + b"".join(frame.encode(x, 1024, True) for x in b[:6])],
             "line": [bytes(range(64))]}
 
 

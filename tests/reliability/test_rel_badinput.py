@@ -5,7 +5,7 @@ FrameReader, Link.run) of a host link joined to a device link.
 
 Related coverage elsewhere: tests/portable/test_frame.py (oversize, CRC and
 COBS errors at the framing level), tests/host/test_frame_fuzz.py and
-test_link_props.py (properties of the reader and the session), and
+test_link_properties.py (properties of the reader and the session), and
 test_rel_fuzz.py here (generated inputs)."""
 import asyncio
 import json
@@ -13,14 +13,14 @@ import json
 import pytest
 
 import edgebus
-from edgebus.link import frame as F, wire as W
+from edgebus.link import frame, wire
 from edgebus.link.link import Link
 from tests.portable.linkkit import Joined, synced, until
 
 
-def inject(j, body, max_len=F.MAX_LEN):
+def inject(j, body, max_len=frame.MAX_LEN):
     """Put one frame body on the device -> host line, as the device would."""
-    j.ta.writer.write(F.encode(bytes(body), max_len, True))
+    j.ta.writer.write(frame.encode(bytes(body), max_len, True))
 
 
 def seq_of(j):
@@ -32,7 +32,7 @@ def seq_of(j):
 
 
 def data(t, s, obj, blob=None):
-    return W.encode(t, obj, s, blob)
+    return wire.encode(t, obj, s, blob)
 
 
 async def joined(**kw):
@@ -56,40 +56,47 @@ def deep(n):
 
 # (case, body factory(j), counter on the host link or its transport, error text)
 CASES = [
-    ("invalid UTF-8 in JSON", lambda j: bytes([W.PUB | W.F_SEQ]) + seq_of(j).to_bytes(2, "big")
+    ("invalid UTF-8 in JSON",
+     lambda j: bytes([wire.PUB | wire.F_SEQ]) + seq_of(j).to_bytes(2, "big")
      + b'["sensor/x","\xff\xfe"]', "bad_frames", "bad JSON"),
-    ("JSON that is not JSON", lambda j: bytes([W.PUB | W.F_SEQ, 0, 1]) + b"{nope", "bad_frames",
-     "bad JSON"),
-    ("deeply nested JSON (unbalanced)", lambda j: bytes([W.PUB | W.F_SEQ, 0, 1]) + b"[" * 1000,
+    ("JSON that is not JSON", lambda j: bytes([wire.PUB | wire.F_SEQ, 0, 1]) + b"{nope",
+     "bad_frames", "bad JSON"),
+    ("deeply nested JSON (unbalanced)",
+     lambda j: bytes([wire.PUB | wire.F_SEQ, 0, 1]) + b"[" * 1000,
      "bad_frames", "nested too deeply"),
     ("deeply nested JSON (balanced, 500 deep, fits 1 KB)",
-     lambda j: data(W.PUB, seq_of(j), ["sensor/deep", None])[:-5] + deep(500) + b"]", None, None),
-    ("unknown message type", lambda j: W.encode(42, {"future": 1}), "unknown_type", None),
-    ("data frame without a sequence number", lambda j: W.encode(W.PUB, ["sensor/x", 1]),
+     lambda j: data(wire.PUB, seq_of(j), ["sensor/deep", None])[:-5] + deep(500) + b"]",
+     None, None),
+    ("unknown message type", lambda j: wire.encode(42, {"future": 1}), "unknown_type", None),
+    ("data frame without a sequence number", lambda j: wire.encode(wire.PUB, ["sensor/x", 1]),
      "bad_frames", None),
-    ("wrong shape (PUB with an object)", lambda j: data(W.PUB, seq_of(j), {"t": "sensor/x"}),
+    ("wrong shape (PUB with an object)", lambda j: data(wire.PUB, seq_of(j), {"t": "sensor/x"}),
      "bad_frames", "bad PUB"),
-    ("wildcard '#' in a data topic", lambda j: data(W.PUB, seq_of(j), ["sensor/#", 1]), "refused",
-     None),
-    ("wildcard '+' in a retained topic", lambda j: data(W.RET, seq_of(j), ["sensor/+/t", 1]),
+    ("wildcard '#' in a data topic", lambda j: data(wire.PUB, seq_of(j), ["sensor/#", 1]),
      "refused", None),
-    ("wildcard token in a list topic", lambda j: data(W.PUB, seq_of(j), [["sensor", "#"], 1]),
+    ("wildcard '+' in a retained topic", lambda j: data(wire.RET, seq_of(j), ["sensor/+/t", 1]),
      "refused", None),
-    ("empty topic", lambda j: data(W.PUB, seq_of(j), ["", 1]), "bad_frames", "bad topic"),
-    ("boolean topic token", lambda j: data(W.PUB, seq_of(j), [["sensor", True], 1]),
+    ("wildcard token in a list topic", lambda j: data(wire.PUB, seq_of(j), [["sensor", "#"], 1]),
+     "refused", None),
+    ("empty topic", lambda j: data(wire.PUB, seq_of(j), ["", 1]), "bad_frames", "bad topic"),
+    ("boolean topic token", lambda j: data(wire.PUB, seq_of(j), [["sensor", True], 1]),
      "bad_frames", "bad topic token"),
     ("truncated body", lambda j: b"\x4b", "bad_frames", "too short"),
-    ("JSON length past the end", lambda j: bytes([W.PUB | W.F_SEQ | W.F_BIN, 0, 1, 0x7F]) + b"[]",
+    ("JSON length past the end",
+     lambda j: bytes([wire.PUB | wire.F_SEQ | wire.F_BIN, 0, 1, 0x7F]) + b"[]",
      "bad_frames", "past the end"),
     ("oversized frame (4 KB on a 1 KB link)", None, "t:oversize", None),
-    ("wildcard route in ROUTES", lambda j: W.encode(W.ROUTES, ["sys/#", "sys/+/x"]), "refused",
-     None),
-    ("CALL with a wildcard topic", lambda j: W.encode(W.CALL, [7, "host/#", 1, 100, None]),
+    ("wildcard route in ROUTES", lambda j: wire.encode(wire.ROUTES, ["sys/#", "sys/+/x"]),
      "refused", None),
-    ("REPLY for a call never made", lambda j: W.encode(W.REPLY, [99999, 1]), "late_replies", None),
-    ("REPLY with an unhashable id", lambda j: W.encode(W.REPLY, [[1], 1]), "late_replies", None),
-    ("SYNC outside a snapshot", lambda j: W.encode(W.SYNC, ["sensor/x", 1]), "unexpected", None),
-    ("AUTH while up", lambda j: W.encode(W.AUTH, {"proof": "00"}), "unexpected", None),
+    ("CALL with a wildcard topic", lambda j: wire.encode(wire.CALL, [7, "host/#", 1, 100, None]),
+     "refused", None),
+    ("REPLY for a call never made", lambda j: wire.encode(wire.REPLY, [99999, 1]),
+     "late_replies", None),
+    ("REPLY with an unhashable id", lambda j: wire.encode(wire.REPLY, [[1], 1]),
+     "late_replies", None),
+    ("SYNC outside a snapshot", lambda j: wire.encode(wire.SYNC, ["sensor/x", 1]),
+     "unexpected", None),
+    ("AUTH while up", lambda j: wire.encode(wire.AUTH, {"proof": "00"}), "unexpected", None),
 ]
 
 
@@ -101,7 +108,7 @@ def test_bad_input_is_counted_with_a_clear_error_and_nothing_breaks(case, make, 
         before = dict(j.hl.counters)
         tb = dict(j.tb.frames.stats())
         if make is None:                       # oversized: a frame the 1 KB reader must skip
-            body = data(W.PUB, seq_of(j), ["sensor/big", "x" * 4000])
+            body = data(wire.PUB, seq_of(j), ["sensor/big", "x" * 4000])
             inject(j, body, max_len=8192)
         else:
             inject(j, make(j))
@@ -149,12 +156,12 @@ def test_wrong_protocol_version_gets_error_version_and_no_session():
         host = edgebus.Bus()
         hl = Link(host, "host", key=b"k", role="responder", imports=[("#", "dev")])
         for v in (2, 0, "1", None):
-            hl.feed(W.encode(W.HELLO, {"v": v, "node": "d", "sid": "s", "nonce": "n%r" % v,
-                                       "hb": 1000, "auth": True}))
+            hl.feed(wire.encode(wire.HELLO, {"v": v, "node": "d", "sid": "s", "nonce": "n%r" % v,
+                                             "hb": 1000, "auth": True}))
             assert hl.status == "down"
             assert hl.last_error.startswith("version: protocol version")
-            err = W.decode(hl._ctl.pop())
-            assert err[0] == W.ERROR and err[2]["code"] == "version"
+            err = wire.decode(hl._ctl.pop())
+            assert err[0] == wire.ERROR and err[2]["code"] == "version"
         assert hl.counters["errors"] == 4 and hl.counters.get("sessions", 0) == 0
     asyncio.run(main())
 
@@ -171,7 +178,7 @@ def test_deep_json_on_a_local_socket_link_does_not_kill_it():
         await until(lambda: synced(j2))
         sub = j2.host.connect().subscribe("dev/dev1/sensor/#", queue_len=8)
         for n in (1000, 5000, 30000):
-            inject(j2, bytes([W.PUB | W.F_SEQ, 0, 1]) + deep(n), 65536)
+            inject(j2, bytes([wire.PUB | wire.F_SEQ, 0, 1]) + deep(n), 65536)
             await until(lambda: "nested too deeply" in (j2.hl.last_error or ""))
             j2.hl.last_error = None
         assert j2.hl.counters["bad_frames"] == 3
@@ -182,9 +189,9 @@ def test_deep_json_on_a_local_socket_link_does_not_kill_it():
 
 def test_wire_decode_refuses_deep_json_with_a_wire_error():
     for n in (2000, 100000):
-        with pytest.raises(W.WireError, match="nested too deeply"):
-            W.decode(bytes([W.PUB]) + b"[" * n)
-    assert W.decode(bytes([W.PUB]) + deep(200))[2] is not None
+        with pytest.raises(wire.WireError, match="nested too deeply"):
+            wire.decode(bytes([wire.PUB]) + b"[" * n)
+    assert wire.decode(bytes([wire.PUB]) + deep(200))[2] is not None
 
 
 def test_out_of_memory_while_handling_a_frame_loses_the_frame_not_the_link(monkeypatch):
@@ -194,7 +201,7 @@ def test_out_of_memory_while_handling_a_frame_loses_the_frame_not_the_link(monke
     the link's run(); a device script without a catch-all never reconnected.
     Now the frame is counted (memory_errors) and the handshake retries."""
     async def main():
-        real = W.proof
+        real = wire.proof
         calls = [0]
 
         def failing(*a):
@@ -202,7 +209,7 @@ def test_out_of_memory_while_handling_a_frame_loses_the_frame_not_the_link(monke
             if calls[0] == 1:
                 raise MemoryError("memory allocation failed")
             return real(*a)
-        monkeypatch.setattr(W, "proof", failing)
+        monkeypatch.setattr(wire, "proof", failing)
         j = Joined(dev_kw={"handshake_timeout": 0.3}).start()
         await until(lambda: synced(j), 5)
         assert j.hl.counters.get("memory_errors", 0) + j.dl.counters.get("memory_errors", 0) == 1

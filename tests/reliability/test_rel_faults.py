@@ -7,7 +7,7 @@ Real parts: mosquitto on a free loopback port, MicroPython device processes
 (rel_device.py), ptys (tools/ptycable.py), the bridge in-process or as its
 own process. Related: tests/host/test_mqtt.py (one broker restart),
 test_bridge.py (one unplug, one device restart), test_tlog.py (SIGKILLed log
-writer), test_spark_ingest.py (SIGKILLed Spark job), test_link_props.py."""
+writer), test_spark_ingest.py (SIGKILLed Spark job), test_link_properties.py."""
 import asyncio
 import json
 import os
@@ -17,10 +17,12 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 import edgebus
-from bridge import config as C, tlog
+from bridge import config as bridge_config, tlog
 from bridge.daemon import Bridge
-from edgebus import errors as E
+from edgebus import errors
 from tests.conftest import ROOT, until
 from tools.broker import Mosquitto
 from tools.ptycable import PtyCable
@@ -46,15 +48,17 @@ async def drain_until(sub, last, timeout):
             return got
 
 
+@pytest.mark.mosquitto
 def test_broker_killed_and_restarted_repeatedly(tmp_path, rel, rel_device):
     restarts = rel.n(2, 8)
     rate = 100
     count = (restarts + 1) * 300
 
     with Mosquitto() as broker:
-        cfg = C.parse({"bridge": {"state_dir": str(tmp_path / "state"), "heartbeat": 0.5},
-                       "mqtt": {"url": "mqtt://127.0.0.1:%d" % broker.port,
-                                "devices": [{"node": "d1", "key": "k1"}]}})
+        cfg = bridge_config.parse(
+            {"bridge": {"state_dir": str(tmp_path / "state"), "heartbeat": 0.5},
+             "mqtt": {"url": "mqtt://127.0.0.1:%d" % broker.port,
+                      "devices": [{"node": "d1", "key": "k1"}]}})
 
         async def main():
             b = Bridge(cfg)
@@ -95,7 +99,7 @@ def _serial_cfg(tmp_path, port, hb=0.3, log=False):
          "serial": [{"node": "d1", "port": port, "key": "k1"}]}
     if log:
         d["log"] = {"dir": str(tmp_path / "log"), "segment_seconds": 0.5}
-    return C.parse(d)
+    return bridge_config.parse(d)
 
 
 def test_serial_line_cut_and_restored_and_unplugged(tmp_path, rel, rel_device):
@@ -226,7 +230,7 @@ def test_device_killed_and_restarted(tmp_path, rel, rel_device):
                     asyncio.gather(*calls, return_exceptions=True), 20)   # none hangs
                 failed_after = time.monotonic() - t0
                 for o in outcomes:
-                    assert isinstance(o, E.Closed) and "session_reset" in str(o), outcomes
+                    assert isinstance(o, errors.Closed) and "session_reset" in str(o), outcomes
                 await until(lambda: view.get("dev/d1/sys/boot/" + boot) is not None, 20)
                 assert link.peer_sid != sid and link.generation == gen + 1
                 # The old boot's facts are gone; the new boot's are there.

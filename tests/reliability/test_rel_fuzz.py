@@ -2,7 +2,7 @@
 fuzz_targets.py under Hypothesis, and under atheris (coverage guided) when it
 is installed. Short in CI; with --soak well over 100,000 generated inputs.
 Properties of the reader against a reference, and of a damaged line between
-two live links, are in tests/host/test_frame_fuzz.py and test_link_props.py."""
+two live links, are in tests/host/test_frame_fuzz.py and test_link_properties.py."""
 import json
 import os
 import subprocess
@@ -11,9 +11,9 @@ import sys
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from edgebus.link import wire as W
+from edgebus.link import wire
 from tests.conftest import ROOT
-from tests.reliability import fuzz_targets as FT
+from tests.reliability import fuzz_targets
 
 SOAK = os.environ.get("EDGEBUS_SOAK") == "1" or "--soak" in sys.argv
 
@@ -42,7 +42,7 @@ def bodies(draw):
     seq = draw(st.none() | st.integers(0, 0xFFFF))
     blob = draw(st.none() | st.binary(max_size=8))
     try:
-        return bytes(W.encode(t, obj, seq, blob))[:256]
+        return bytes(wire.encode(t, obj, seq, blob))[:256]
     except ValueError:
         return b"\x00"
 
@@ -50,19 +50,19 @@ def bodies(draw):
 @_settings(300, 20000)
 @given(st.binary(max_size=1500))
 def test_frame_decoder_on_arbitrary_bytes(data):
-    FT.frame_target(data)
+    fuzz_targets.frame_target(data)
 
 
 @_settings(300, 15000)
 @given(st.lists(bodies(), max_size=12))
 def test_session_on_generated_bodies(bs):
-    FT.session_target(FT.session_input(bs))
+    fuzz_targets.session_target(fuzz_targets.session_input(bs))
 
 
 @_settings(200, 10000)
 @given(st.binary(max_size=80))
 def test_damaged_line_delivers_only_what_was_sent(data):
-    FT.line_target(data)
+    fuzz_targets.line_target(data)
 
 
 def test_session_memory_stays_bounded(rel):
@@ -71,15 +71,15 @@ def test_session_memory_stays_bounded(rel):
     import random
     import tracemalloc
     rng = random.Random(7)
-    seeds = FT.session_bodies()
-    s = FT.Session(fresh=10 ** 9)        # never rebuilt: what a long session accumulates
+    seeds = fuzz_targets.session_bodies()
+    s = fuzz_targets.Session(fresh=10 ** 9)        # never rebuilt: what a long session accumulates
     n = rel.n(3000, 30000)
 
     def one():
         bs = [bytes(b) for b in rng.sample(seeds, 4)]
         bs = [b if rng.random() < 0.5 else bytes(x ^ (rng.random() < 0.05) * rng.randrange(256)
                                                     for x in b) for b in bs]
-        s.feed(FT.session_input(bs))
+        s.feed(fuzz_targets.session_input(bs))
     import gc
     for _ in range(500):
         one()

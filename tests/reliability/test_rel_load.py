@@ -13,11 +13,16 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from bridge import tlog
 from bridge.status import fetch
 from tests.conftest import ROOT
 from tools.broker import Mosquitto
 from tools.fleet import Fleet, _toml
+
+# mosquitto and the fleet's micropython devices start in the test body.
+pytestmark = [pytest.mark.mosquitto, pytest.mark.micropython]
 
 DEVICES = 50
 RATE = 20

@@ -2,7 +2,8 @@
 
 Slow consumers: publishers never block, every loss is counted on the feed
 that lost it, memory stays bounded (tracemalloc, generous bound). Ring
-semantics themselves: tests/portable/test_queue_a.py, test_queue_b.py.
+semantics themselves: tests/portable/test_queue_policies.py and
+test_queue_rendezvous.py.
 Clock jumps: a device's wall clock set back an hour and forward a day
 mid-stream; ordering and loss detection rest on sequence numbers, so
 nothing changes on the host."""
@@ -11,7 +12,7 @@ import time
 import tracemalloc
 
 import edgebus
-from bridge import config as C, tlog
+from bridge import config as bridge_config, tlog
 from bridge.daemon import Bridge
 from tests.conftest import until
 from tests.portable.linkkit import Joined, synced
@@ -97,9 +98,10 @@ def test_device_clock_jumps_do_not_break_ordering(tmp_path, rel, rel_device):
     rate = 100
     count = rel.n(600, 3000)
     with PtyCable() as cable:
-        cfg = C.parse({"bridge": {"state_dir": str(tmp_path / "state"), "heartbeat": 0.5},
-                       "log": {"dir": str(tmp_path / "log"), "segment_seconds": 1},
-                       "serial": [{"node": "d1", "port": cable.b, "key": "k1"}]})
+        cfg = bridge_config.parse(
+            {"bridge": {"state_dir": str(tmp_path / "state"), "heartbeat": 0.5},
+             "log": {"dir": str(tmp_path / "log"), "segment_seconds": 1},
+             "serial": [{"node": "d1", "port": cable.b, "key": "k1"}]})
 
         async def main():
             b = Bridge(cfg)

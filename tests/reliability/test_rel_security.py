@@ -20,9 +20,9 @@ import pytest
 import serial_asyncio
 
 import edgebus
-from bridge import config as C
+from bridge import config as bridge_config
 from bridge.daemon import Bridge
-from edgebus.link import wire as W
+from edgebus.link import wire
 from edgebus.link.stream import StreamTransport
 from tests.conftest import ROOT, until
 from tests.portable.linkkit import Joined, synced
@@ -40,7 +40,7 @@ class Rogue:
         self.inbox = []
 
     async def send(self, t, obj, seq=None):
-        body = W.encode(t, obj, seq)
+        body = wire.encode(t, obj, seq)
         await self.t.send(body)
         return bytes(body)
 
@@ -53,23 +53,24 @@ class Rogue:
                 bodies = await self.t.recv()
                 assert bodies is not None, "line closed"
                 for b in bodies:
-                    self.inbox.append(W.decode(b))
+                    self.inbox.append(wire.decode(b))
         return await asyncio.wait_for(go(), timeout)
 
     async def handshake(self, key=KEY, node="dev1", sid="rogue-sid-1", nonce=None):
-        hello = {"v": 1, "node": node, "sid": sid, "nonce": nonce or W.nonce(), "hb": 1000,
+        hello = {"v": 1, "node": node, "sid": sid, "nonce": nonce or wire.nonce(), "hb": 1000,
                  "auth": True}
-        raw_hello = await self.send(W.HELLO, hello)
-        t, _, ack, _ = await self.expect((W.HELLO_ACK, W.ERROR))
-        if t == W.ERROR:
+        raw_hello = await self.send(wire.HELLO, hello)
+        t, _, ack, _ = await self.expect((wire.HELLO_ACK, wire.ERROR))
+        if t == wire.ERROR:
             return ack, raw_hello, None
-        raw_auth = await self.send(W.AUTH, {"proof": W.proof(key, "I", hello, ack)})
+        raw_auth = await self.send(wire.AUTH, {"proof": wire.proof(key, "I", hello, ack)})
         return ack, raw_hello, raw_auth
 
 
 def _cfg(tmp_path, port):
-    return C.parse({"bridge": {"state_dir": str(tmp_path / "state"), "heartbeat": 1.0},
-                    "serial": [{"node": "dev1", "port": port, "key": KEY.decode()}]})
+    return bridge_config.parse(
+        {"bridge": {"state_dir": str(tmp_path / "state"), "heartbeat": 1.0},
+         "serial": [{"node": "dev1", "port": port, "key": KEY.decode()}]})
 
 
 async def _rogue_on(cable):
@@ -88,30 +89,30 @@ def test_replayed_handshake_is_refused_by_the_bridge(tmp_path):
             ack, raw_hello, raw_auth = await rogue.handshake()
             await until(lambda: link.status == "up", 5)
             sessions = link.counters["sessions"]
-            await rogue.t.send(W.encode(W.BYE, {"reason": "x"}))
+            await rogue.t.send(wire.encode(wire.BYE, {"reason": "x"}))
             await until(lambda: link.status != "up")
             # 1. The recorded HELLO and AUTH, byte for byte: the nonce was seen.
             await rogue.t.send(raw_hello)
-            t, _, err, _ = await rogue.expect((W.ERROR,))
+            t, _, err, _ = await rogue.expect((wire.ERROR,))
             assert err["code"] == "replay"
             await rogue.t.send(raw_auth)
             # 2. A fresh HELLO, then the old AUTH proof: bound to the old nonces.
-            h2 = {"v": 1, "node": "dev1", "sid": "rogue-sid-1", "nonce": W.nonce(), "hb": 1000,
+            h2 = {"v": 1, "node": "dev1", "sid": "rogue-sid-1", "nonce": wire.nonce(), "hb": 1000,
                   "auth": True}
-            await rogue.send(W.HELLO, h2)
-            await rogue.expect((W.HELLO_ACK,))
+            await rogue.send(wire.HELLO, h2)
+            await rogue.expect((wire.HELLO_ACK,))
             await rogue.t.send(raw_auth)
-            t, _, err, _ = await rogue.expect((W.ERROR,))
+            t, _, err, _ = await rogue.expect((wire.ERROR,))
             assert err["code"] == "auth_failed"
             # 3. A wrong key from the start.
             ack, _, _ = await rogue.handshake(key=b"not-the-key")
-            t, _, err, _ = await rogue.expect((W.ERROR,))
+            t, _, err, _ = await rogue.expect((wire.ERROR,))
             assert err["code"] == "auth_failed"
             await asyncio.sleep(0.3)
             assert link.status != "up" and link.counters["sessions"] == sessions
             assert link.counters["replays"] == 1 and link.counters["auth_failures"] >= 2
             # Data sent without a session never lands.
-            await rogue.send(W.PUB, ["sensor/x", 1], 1)
+            await rogue.send(wire.PUB, ["sensor/x", 1], 1)
             await asyncio.sleep(0.3)
             assert b.bus.connect().retained_view("dev/#").snapshot() == []
             assert link.counters.get("imported", 0) == 0
@@ -135,14 +136,14 @@ def test_device_cannot_forge_provenance_or_leave_its_prefix(tmp_path):
             forged = {"link_id": "serial:other", "peer_node": "other", "peer_sid": "x",
                       "generation": 99, "kind": "local", "conn_id": "c", "principal": "root",
                       "seq": 424242}
-            await rogue.send(W.SYNCSTART, {"seq": 1, "n": 1})
-            await rogue.send(W.SYNC, ["sys/info", {"fw": "evil"}, forged])
-            await rogue.send(W.SYNCEND, {"seq": 1, "n": 1})
+            await rogue.send(wire.SYNCSTART, {"seq": 1, "n": 1})
+            await rogue.send(wire.SYNC, ["sys/info", {"fw": "evil"}, forged])
+            await rogue.send(wire.SYNCEND, {"seq": 1, "n": 1})
             for i, topic in enumerate(["sensor/a", "../../host/x", ["..", "bridge", "status"],
                                        "link/serial:dev1", "sensor/#", "+/x"]):
-                await rogue.send(W.PUB, [topic, i, forged], i + 1)
-            await rogue.send(W.RET, ["sys/x", 1, forged], 7)
-            await rogue.send(W.ROUTES, ["sys/#", "sys/echo"])
+                await rogue.send(wire.PUB, [topic, i, forged], i + 1)
+            await rogue.send(wire.RET, ["sys/x", 1, forged], 7)
+            await rogue.send(wire.ROUTES, ["sys/#", "sys/echo"])
             await until(lambda: link.counters.get("imported", 0) >= 5, 5)
             await until(lambda: link.counters.get("refused", 0) >= 3, 5)
             msgs = []
@@ -177,22 +178,24 @@ def test_sync_cannot_smuggle_a_sequence_number():
         j = Joined().start()
         await until(lambda: synced(j))
         view = j.host.connect().retained_view("dev/#")
-        from edgebus.link import frame as F
-        for body in (W.encode(W.SYNCSTART, {"seq": j.dl._tx_seq, "n": 1}),
-                     W.encode(W.SYNC, ["sensor/s", 1, {"seq": 5, "ts": 9}]),
-                     W.encode(W.SYNCEND, {"seq": j.dl._tx_seq, "n": 1})):
-            j.ta.writer.write(F.encode(body, F.MAX_LEN, True))
+        from edgebus.link import frame
+        for body in (wire.encode(wire.SYNCSTART, {"seq": j.dl._tx_seq, "n": 1}),
+                     wire.encode(wire.SYNC, ["sensor/s", 1, {"seq": 5, "ts": 9}]),
+                     wire.encode(wire.SYNCEND, {"seq": j.dl._tx_seq, "n": 1})):
+            j.ta.writer.write(frame.encode(body, frame.MAX_LEN, True))
         await until(lambda: view.get("dev/dev1/sensor/s") is not None)
         assert view.get("dev/dev1/sensor/s").origin.extra == {"ts": 9}
         await j.stop()
     asyncio.run(main())
 
 
+@pytest.mark.mosquitto
 def test_wrong_key_over_mqtt_never_gets_a_session(tmp_path, link_device):
     with Mosquitto() as broker:
-        cfg = C.parse({"bridge": {"state_dir": str(tmp_path / "state"), "heartbeat": 0.5},
-                       "mqtt": {"url": "mqtt://127.0.0.1:%d" % broker.port,
-                                "devices": [{"node": "d1", "key": "right"}]}})
+        cfg = bridge_config.parse(
+            {"bridge": {"state_dir": str(tmp_path / "state"), "heartbeat": 0.5},
+             "mqtt": {"url": "mqtt://127.0.0.1:%d" % broker.port,
+                      "devices": [{"node": "d1", "key": "right"}]}})
 
         async def main():
             b = Bridge(cfg)

@@ -1,4 +1,4 @@
-"""Rules for a disconnected connection (API.md: Precise edge cases: Connections)."""
+"""Rules for a disconnected connection (docs/api.md: Precise edge cases: Connections)."""
 import edgebus
 from tests.portable.support import run, raises, araises
 

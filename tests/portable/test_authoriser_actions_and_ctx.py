@@ -1,4 +1,4 @@
-"""Authoriser actions and ctx contents (API.md: Authoriser, Precise edge cases)."""
+"""Authoriser actions and ctx contents (docs/api.md: Authoriser, Precise edge cases)."""
 import asyncio
 import edgebus
 from tests.portable.support import run, settle

@@ -1,4 +1,4 @@
-"""Custom wildcard symbols, feed.topic, and wildcards in bind/call (API.md: Topics)."""
+"""Custom wildcard symbols, feed.topic, and wildcards in bind/call (docs/api.md: Topics)."""
 import asyncio
 import edgebus
 from tests.portable.support import run, raises, araises

@@ -1,4 +1,4 @@
-"""Feed close methods and reasons (API.md: Feeds)."""
+"""Feed close methods and reasons (docs/api.md: Feeds)."""
 import edgebus
 
 

@@ -1,4 +1,4 @@
-"""Rendezvous queues (length 0) and endpoint drop accounting (API.md: Feeds)."""
+"""Rendezvous queues (length 0) and endpoint drop accounting (docs/api.md: Feeds)."""
 import asyncio
 import edgebus
 from tests.portable.support import run, settle, araises

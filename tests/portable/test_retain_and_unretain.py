@@ -1,4 +1,4 @@
-"""retain/unretain: publish, store, notify (API.md: Connection; seed: retained write)."""
+"""retain/unretain: publish, store, notify (docs/api.md: Connection; seed: retained write)."""
 import edgebus
 
 

@@ -1,4 +1,5 @@
-"""origin_factory, origin sharing and derive (API.md: Connection, Precise edge cases: Origins)."""
+"""origin_factory, origin sharing and derive
+(docs/api.md: Connection, Precise edge cases: Origins)."""
 import edgebus
 
 TRUSTED = {"kind": "fabric_import", "link_id": "link-1", "peer_node": "peer-a",

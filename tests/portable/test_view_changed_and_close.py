@@ -1,4 +1,4 @@
-"""RetainedView changed()/close (API.md: RetainedView, Precise edge cases: Views)."""
+"""RetainedView changed()/close (docs/api.md: RetainedView, Precise edge cases: Views)."""
 import asyncio
 import edgebus
 from tests.portable.support import run, settle

@@ -1,4 +1,4 @@
-"""Retained watches: lifecycle events and replay (API.md: Delivered values, Feeds)."""
+"""Retained watches: lifecycle events and replay (docs/api.md: Delivered values, Feeds)."""
 import edgebus
 
 

@@ -1,4 +1,5 @@
-"""Requests whose caller gave up do not take endpoint queue space (API.md: Precise edge cases: Calls)."""
+"""Requests whose caller gave up do not take endpoint queue space
+(docs/api.md: Precise edge cases: Calls)."""
 import asyncio
 import edgebus
 from tests.portable.support import run, settle, araises

@@ -1,4 +1,5 @@
-"""Receiving: recv, recv_nowait, async for, drain after close, cancellation (API.md: Feeds)."""
+"""Receiving: recv, recv_nowait, async for, drain after close, cancellation
+(docs/api.md: Feeds)."""
 import asyncio
 import edgebus
 from tests.portable.support import run, settle, araises

@@ -2,10 +2,11 @@
 sections 1-3 (bad input is counted, never delivered) and 9 (state re-sync)."""
 import asyncio
 
+import pytest
 from hypothesis import given, settings, strategies as st, HealthCheck
 
 import edgebus
-from edgebus.link import wire as W
+from edgebus.link import wire
 from edgebus.link.link import Link
 from tests.portable.linkkit import Joined, until, synced
 
@@ -42,6 +43,7 @@ def _damage(data, op, rng):
     return data
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.sampled_from(["ok", "flip", "cut", "dup", "garbage", "hold"]),
                 min_size=5, max_size=40), st.randoms(use_true_random=False))
@@ -104,6 +106,7 @@ ACTIONS = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(ACTIONS, max_size=14))
 def test_host_view_converges_to_device_exported_state(actions):

@@ -1,4 +1,4 @@
-"""A refused operation leaves nothing behind (API.md: Precise edge cases: Authoriser)."""
+"""A refused operation leaves nothing behind (docs/api.md: Precise edge cases: Authoriser)."""
 import edgebus
 from tests.portable.support import run, raises, araises
 

@@ -1,4 +1,4 @@
-"""Cancellation safety when an item arrives as the receiver is cancelled (API.md: Feeds)."""
+"""Cancellation safety when an item arrives as the receiver is cancelled (docs/api.md: Feeds)."""
 import asyncio
 import edgebus
 from tests.portable.support import run, settle, araises

@@ -1,4 +1,4 @@
-"""Single- and multi-level wildcards (API.md: Topics)."""
+"""Single- and multi-level wildcards (docs/api.md: Topics)."""
 import edgebus
 from tests.portable.support import raises
 

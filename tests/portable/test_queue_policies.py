@@ -1,4 +1,4 @@
-"""Queue policies and drop accounting (API.md: Feeds, Precise edge cases: Feeds)."""
+"""Queue policies and drop accounting (docs/api.md: Feeds, Precise edge cases: Feeds)."""
 import edgebus
 from tests.portable.support import raises
 

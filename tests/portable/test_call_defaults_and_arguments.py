@@ -1,4 +1,4 @@
-"""Calls: default timeout, argument errors, a raising authoriser (API.md: Connection)."""
+"""Calls: default timeout, argument errors, a raising authoriser (docs/api.md: Connection)."""
 import asyncio
 import edgebus
 from tests.portable.support import run, settle, araises

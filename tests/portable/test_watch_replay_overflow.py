@@ -1,4 +1,5 @@
-"""Replay overflow and replay_done under the watch's own policy (API.md: Precise edge cases)."""
+"""Replay overflow and replay_done under the watch's own policy
+(docs/api.md: Precise edge cases)."""
 import edgebus
 
 

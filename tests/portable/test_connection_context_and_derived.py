@@ -1,4 +1,4 @@
-"""Connections as context managers; derived connections (API.md: Connection)."""
+"""Connections as context managers; derived connections (docs/api.md: Connection)."""
 import edgebus
 from tests.portable.support import run, raises
 

@@ -1,4 +1,4 @@
-"""Calls: deadline vs timeout, and abandonment by a caller that gave up (API.md: Calls)."""
+"""Calls: deadline vs timeout, and abandonment by a caller that gave up (docs/api.md: Calls)."""
 import asyncio
 import edgebus
 from tests.portable.support import run, settle, araises

@@ -1,4 +1,5 @@
-"""Origin fields, immutability and extra (API.md: Delivered values, Precise edge cases: Origins)."""
+"""Origin fields, immutability and extra
+(docs/api.md: Delivered values, Precise edge cases: Origins)."""
 import edgebus
 from tests.portable.support import raises
 

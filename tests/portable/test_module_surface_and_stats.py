@@ -1,4 +1,4 @@
-"""Module surface, bus.stats() and the clock (API.md: Module surface, Bus, Time)."""
+"""Module surface, bus.stats() and the clock (docs/api.md: Module surface, Bus, Time)."""
 import asyncio
 import edgebus
 from tests.portable.support import run

@@ -1,4 +1,5 @@
-"""Calls: Closed reasons when the endpoint goes away (API.md: Precise edge cases: Calls, Feeds)."""
+"""Calls: Closed reasons when the endpoint goes away
+(docs/api.md: Precise edge cases: Calls, Feeds)."""
 import asyncio
 import edgebus
 from tests.portable.support import run, settle, araises

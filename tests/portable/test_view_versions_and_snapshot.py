@@ -1,4 +1,4 @@
-"""RetainedView versions, get, snapshot (API.md: RetainedView, Precise edge cases: Views)."""
+"""RetainedView versions, get, snapshot (docs/api.md: RetainedView, Precise edge cases: Views)."""
 import edgebus
 
 

@@ -1,4 +1,5 @@
-"""Calls: reply, fail, NoRoute, Full, Timeout (API.md: Connection, Precise edge cases: Calls)."""
+"""Calls: reply, fail, NoRoute, Full, Timeout
+(docs/api.md: Connection, Precise edge cases: Calls)."""
 import asyncio
 import edgebus
 from tests.portable.support import run, settle, araises

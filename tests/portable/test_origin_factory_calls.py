@@ -1,4 +1,4 @@
-"""origin_factory calls and a raising factory (API.md: Precise edge cases: Origins)."""
+"""origin_factory calls and a raising factory (docs/api.md: Precise edge cases: Origins)."""
 import asyncio
 import edgebus
 from tests.portable.support import run, raises, araises

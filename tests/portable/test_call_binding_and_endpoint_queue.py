@@ -1,4 +1,4 @@
-"""Binding rules and endpoint queues (API.md: Connection, Precise edge cases: Calls)."""
+"""Binding rules and endpoint queues (docs/api.md: Connection, Precise edge cases: Calls)."""
 import asyncio
 import edgebus
 from tests.portable.support import run, settle, raises, araises
