@@ -1,7 +1,7 @@
 """edgebus: a bounded, non-blocking message bus for CPython and MicroPython.
 
 Publish facts, retain current truth, observe retained truth, call owned
-actions. The contract is ``shared/spec/API.md``.
+actions. The contract is ``docs/api.md``.
 """
 from .compat import now
 from .errors import (BusError, Denied, Disconnected, CallError, NoRoute, Full,
