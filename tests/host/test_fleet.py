@@ -9,7 +9,7 @@ import sys
 from bridge import config as C
 from bridge.daemon import Bridge
 from tests.conftest import ROOT, until
-from tools.broker import Mosquitto
+from dev.broker import Mosquitto
 from tools.fleet import Fleet
 
 

@@ -22,7 +22,7 @@ from bridge import config as C, tlog
 from bridge.daemon import Bridge
 from edgebus import errors as E
 from tests.conftest import ROOT, until
-from tools.broker import Mosquitto
+from dev.broker import Mosquitto
 from tools.ptycable import PtyCable
 
 

@@ -16,7 +16,7 @@ import time
 from bridge import tlog
 from bridge.status import fetch
 from tests.conftest import ROOT
-from tools.broker import Mosquitto
+from dev.broker import Mosquitto
 from tools.fleet import Fleet, _toml
 
 DEVICES = 50
