@@ -42,8 +42,11 @@ class Installed:
                               env=self.env, capture_output=True, text=True, timeout=timeout)
 
     def start(self, *argv, log):
+        # A session of its own, so a failed test can end its children too (the
+        # fleet's devices are processes it starts).
         return subprocess.Popen([str(self.bin / argv[0])] + list(argv[1:]), cwd=self.cwd,
-                                env=self.env, stdout=log, stderr=subprocess.STDOUT, text=True)
+                                env=self.env, stdout=log, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
 
 
 @pytest.fixture(scope="module")
@@ -145,9 +148,11 @@ def test_a_fleet_joined_by_the_bridge_and_stopped(installed, tmp_path):
         raise
     finally:
         for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass            # the group ended with a clean stop
+            p.wait()
 
 
 def test_the_bridge_without_a_configuration_names_the_example(installed):
