@@ -37,20 +37,20 @@ case "$cmd" in
     setup) setup ;;
     demo)
         setup
-        "$PY" -m bridge.demo "$@"
+        "$PY" -m dev.demo "$@"
         ;;
     test)
         setup
         "$PY" -m pytest "$@"
-        "$PY" -m tools.bench --smoke
+        "$PY" -m dev.bench --smoke
         ;;
     bench)
         setup
-        "$PY" -m tools.bench "$@"
+        "$PY" -m dev.bench "$@"
         ;;
     soak)
         setup
-        "$PY" -m tools.soak "$@"
+        "$PY" -m dev.soak "$@"
         ;;
     *)
         echo "usage: ./do setup | demo [--seconds N] | test [pytest args] | bench [--smoke] | soak [--short]"

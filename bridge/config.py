@@ -3,9 +3,13 @@
 Every section is optional; what is missing takes the default below, so an
 empty file (or none) is a valid configuration of a bridge with no links.
 """
+import importlib.resources
 import os
 import tomllib
 from dataclasses import dataclass, field
+
+# The annotated example configuration, installed with the package.
+EXAMPLE = os.fspath(importlib.resources.files("bridge") / "example.toml")
 
 
 class ConfigError(ValueError):

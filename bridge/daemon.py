@@ -2,7 +2,7 @@
 buses to it (serial ports, MQTT, local unix socket), with a telemetry log.
 
 usage: edgebus-bridge --config bridge.toml
-       edgebus-bridge              (no config: the embedded demo, bridge/demo.py)
+(an annotated example configuration is bridge/example.toml, installed with the package)
 """
 import argparse
 import asyncio
@@ -14,7 +14,7 @@ import sys
 import time
 
 import edgebus
-from bridge import acl, config as C, links
+from bridge import acl, config as bridge_config, links
 from edgebus.compat import wait_for
 
 log = logging.getLogger("edgebus.bridge")
@@ -169,14 +169,13 @@ def main(argv=None):
                    else logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[h])
     if not args.config:
-        # The embedded default: the whole pipeline on this machine, no hardware.
-        print("edgebus-bridge: no --config given: running the embedded demo "
-              "(bridge/demo.py; a real deployment uses --config, see bridge/example.toml)")
-        from bridge import demo
-        return demo.main([])
+        print("edgebus-bridge: error: --config is required; start from the example "
+              "configuration %s (the demo, with simulated devices, is `./do demo` in a "
+              "checkout)" % bridge_config.EXAMPLE, file=sys.stderr)
+        return 2
     try:
-        cfg = C.load(args.config)
-    except C.ConfigError as e:
+        cfg = bridge_config.load(args.config)
+    except bridge_config.ConfigError as e:
         print("edgebus-bridge: %s" % e, file=sys.stderr)
         return 2
 

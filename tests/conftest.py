@@ -135,4 +135,4 @@ def pytest_collection_modifyitems(config, items):
 def pytest_addoption(parser):
     parser.addoption("--soak", action="store_true", default=False,
                      help="run tests/reliability in its long form (also: EDGEBUS_SOAK=1); "
-                          "python -m tools.soak runs it and writes RELIABILITY.md")
+                          "python -m dev.soak runs it and writes RELIABILITY.md")

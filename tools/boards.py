@@ -5,12 +5,13 @@ turned into ints; every problem a user can make in a manifest raises
 ``BoardError`` naming the file, the field and what was expected.
 """
 import difflib
+import importlib.resources
 import json
 import os
 import re
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BOARDS_DIR = os.path.join(ROOT, "boards")
+# The manifests install as the package `boards` (from a checkout: boards/).
+BOARDS_DIR = os.fspath(importlib.resources.files("boards"))
 
 # mpy-cross -march values (py/persistentcode.h order: the index is the arch
 # number stored in .mpy headers and in sys.implementation._mpy).

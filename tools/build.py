@@ -20,7 +20,6 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tools import boards, mpybuild
 
-ROOT = boards.ROOT
 SKIP_DIRS = ("__pycache__",)
 
 
@@ -56,10 +55,10 @@ def run(args):
 
 # -- sources
 
-def default_sources(root=ROOT):
-    """edgebus, plus firmware when it holds .py files (it is optional)."""
-    srcs = [os.path.join(root, "edgebus")]
-    fw = os.path.join(root, "firmware")
+def default_sources():
+    """The installed edgebus, plus firmware when it holds .py files (it is optional)."""
+    srcs = [mpybuild.package_dir("edgebus")]
+    fw = mpybuild.package_dir("firmware")
     if any(f.endswith(".py") for _d, _s, fs in os.walk(fw) for f in fs):
         srcs.append(fw)
     return srcs
@@ -87,10 +86,10 @@ def collect(sources):
     return sorted((p, rel) for rel, p in files.items())
 
 
-def package_version(root=ROOT):
+def package_version():
     """edgebus.__version__, read without importing the package."""
     try:
-        with open(os.path.join(root, "edgebus", "__init__.py")) as f:
+        with open(os.path.join(mpybuild.package_dir("edgebus"), "__init__.py")) as f:
             m = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)", f.read(), re.M)
         return m.group(1) if m else "0"
     except OSError:

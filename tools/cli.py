@@ -8,32 +8,35 @@ import argparse
 import importlib
 import sys
 
-# name -> (module, help). The module provides add_arguments(parser) and run(args) -> int.
+# name -> (module, help, the extra its dependencies come with). The module
+# provides add_arguments(parser) and run(args) -> int.
 COMMANDS = {
-    "build": ("tools.build", "compile edgebus + firmware to a .mpy bundle for a board"),
-    "deploy": ("tools.deploy", "copy a built bundle and config to a board with mpremote"),
-    "flash": ("tools.flash", "write a MicroPython firmware image to a board"),
-    "fleet": ("tools.fleet", "run N simulated devices (the real firmware on the MicroPython unix port)"),
-    "status": ("bridge.status", "a snapshot of a running bridge: links, peers, counters"),
-    "ingest": ("ingest.job", "stream the telemetry log into a Parquet table with Spark"),
-    "report": ("ingest.report", "per-device counts, gaps and rates from the ingested table"),
+    "build": ("tools.build", "compile edgebus + firmware to a .mpy bundle for a board",
+              "micropython"),
+    "deploy": ("tools.deploy", "copy a built bundle and config to a board with mpremote", "boards"),
+    "flash": ("tools.flash", "write a MicroPython firmware image to a board", "boards"),
+    "fleet": ("tools.fleet", "run N simulated devices (the real firmware on the MicroPython unix port)",
+              "micropython"),
+    "status": ("bridge.status", "a snapshot of a running bridge: links, peers, counters", "bridge"),
+    "ingest": ("ingest.job", "stream the telemetry log into a Parquet table with Spark", "spark"),
+    "report": ("ingest.report", "per-device counts, gaps and rates from the ingested table", "spark"),
 }
 
 
 def _load(name):
-    mod, _ = COMMANDS[name]
+    mod, _, extra = COMMANDS[name]
     try:
         return importlib.import_module(mod)
     except ImportError as e:
         sys.exit("edgebus %s: cannot load %s (%s); install the project with its extras: "
-                 "pip install -e '.[dev]'" % (name, mod, e))
+                 "pip install 'edgebus[%s]'" % (name, mod, e, extra))
 
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(prog="edgebus", description="edgebus host tools")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
-    for name, (_, help_) in COMMANDS.items():
+    for name, (_, help_, _) in COMMANDS.items():
         sub.add_parser(name, help=help_, add_help=False)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         ap.print_help() if not argv or argv[0] in ("-h", "--help") else ap.error(

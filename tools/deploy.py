@@ -17,7 +17,7 @@ import os
 import re
 import sys
 
-from tools import boards
+from tools import boards, executables
 from tools.build import decode_mpy
 
 CHUNK = 256  # bytes per write exec: what mpremote uses, safe for small heaps
@@ -195,7 +195,8 @@ def open_board(port, baud, timeout):
         from mpremote.transport_serial import SerialTransport
         from mpremote.transport import TransportError
     except ImportError:
-        raise DeployError("mpremote is not installed: pip install -e '.[boards]'") from None
+        raise DeployError("mpremote is not installed: "
+                          + executables.install_hint("mpremote")) from None
     if port.startswith("/") and not os.path.exists(port):
         raise DeployError("port %s does not exist: is the board plugged in? (`mpremote "
                           "connect list` lists serial ports)" % port)

@@ -7,14 +7,13 @@ their USB drive (RPI-RP2, mounted when BOOTSEL is held at power-up).
 ``--dry-run`` prints the exact commands and runs nothing.
 """
 import glob
-import importlib.util
 import os
 import re
 import shlex
 import subprocess
 import sys
 
-from tools import boards
+from tools import boards, executables
 
 UF2_MAGIC0, UF2_MAGIC1, UF2_MAGIC_END = 0x0A324655, 0x9E5D5157, 0x0AB16F30
 UF2_FLAG_FAMILY = 0x2000
@@ -22,7 +21,6 @@ UF2_FLAG_FAMILY = 0x2000
 ESP_IMAGE_CHIPS = {0: "ESP32", 2: "ESP32-S2", 5: "ESP32-C3", 9: "ESP32-S3", 12: "ESP32-C2",
                    13: "ESP32-C6", 16: "ESP32-H2", 18: "ESP32-P4", 20: "ESP32-C61",
                    23: "ESP32-C5"}
-ESPTOOL = [sys.executable, "-m", "esptool"]
 
 
 class FlashError(Exception):
@@ -73,15 +71,16 @@ def flash(board, firmware, port=None, baud=None, erase=False, dry_run=False, dri
 
 # -- ESP through esptool
 
-def esptool_commands(board, port, firmware, baud=None, erase=False):
-    """[(step, argv)]: chip check, optional erase, write."""
+def esptool_commands(board, port, firmware, esptool, baud=None, erase=False):
+    """[(step, argv)]: chip check, optional erase, write; esptool is the argv
+    prefix that runs it (executables.command)."""
     fl = board["flash"]
     common = ["--chip", fl["chip"], "--port", port]
     fast = common + ["--baud", str(baud or fl["baud"])]
-    cmds = [("chip check", ESPTOOL + common + ["--after", "no-reset", "read-mac"])]
+    cmds = [("chip check", esptool + common + ["--after", "no-reset", "read-mac"])]
     if erase:
-        cmds.append(("erase", ESPTOOL + fast + ["erase-flash"]))
-    cmds.append(("write", ESPTOOL + fast + ["write-flash"] + fl["write_args"]
+        cmds.append(("erase", esptool + fast + ["erase-flash"]))
+    cmds.append(("write", esptool + fast + ["write-flash"] + fl["write_args"]
                  + ["0x%x" % fl["firmware_offset"], firmware]))
     return cmds
 
@@ -118,13 +117,15 @@ def flash_esp(board, firmware, port, baud, erase, dry_run, log):
         raise FlashError("--port is required for %s (esptool talks to its ROM bootloader "
                          "over the USB serial port, e.g. /dev/ttyUSB0)" % board["name"])
     check_esp_image(board, firmware)
-    cmds = esptool_commands(board, port, firmware, baud, erase)
+    try:
+        esptool = executables.command("esptool")
+    except executables.ToolNotFound as e:
+        raise FlashError(str(e)) from None
+    cmds = esptool_commands(board, port, firmware, esptool, baud, erase)
     if dry_run:
         for step, argv in cmds:
             log("# %s\n%s" % (step, shlex.join(argv)))
         return cmds
-    if importlib.util.find_spec("esptool") is None:
-        raise FlashError("esptool is not installed: pip install -e '.[boards]'")
     if port.startswith("/") and not os.path.exists(port):
         raise FlashError("port %s does not exist: is the board plugged in?" % port)
     for step, argv in cmds:

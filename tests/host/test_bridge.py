@@ -248,7 +248,7 @@ key = "k1"
 
 def test_prometheus_metrics(tmp_path):
     import urllib.request
-    from tools.broker import free_port
+    from dev.broker import free_port
     port = free_port()
     cfg = bridge_config.load(_cfg(tmp_path, f"""
 [bridge]

@@ -6,6 +6,7 @@ import subprocess
 
 import pytest
 
+from tests.conftest import ROOT
 from tools import boards, build, cli, mpybuild
 
 UNIX = boards.load_board("unix")
@@ -177,7 +178,7 @@ def test_linux_edge_bundle_is_the_sources(tmp_path):
     assert "edgebus/bus.py" in files
     for p in rep["files"]:
         assert open(os.path.join(out, p), "rb").read() == \
-            open(os.path.join(build.ROOT, p), "rb").read()
+            open(os.path.join(ROOT, p), "rb").read()
     assert json.load(open(os.path.join(out, "bundle.json")))["mpy"] is None
 
 

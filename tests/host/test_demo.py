@@ -1,4 +1,4 @@
-"""The embedded default (bridge/demo.py) runs: real mosquitto, the real firmware
+"""The embedded default (dev/demo.py) runs: real mosquitto, the real firmware
 under the real MicroPython port on ptys and MQTT, the bridge and its log.
 The Spark half has its own tests (tests/host/test_spark_*.py)."""
 import os
@@ -15,7 +15,7 @@ pytestmark = [pytest.mark.mosquitto, pytest.mark.micropython]
 
 
 def test_demo_pipeline_without_spark(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "bridge.demo", "--seconds", "6", "--no-spark",
+    r = subprocess.run([sys.executable, "-m", "dev.demo", "--seconds", "6", "--no-spark",
                         "--serial-devices", "2", "--out", str(tmp_path / "demo")], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr

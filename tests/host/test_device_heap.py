@@ -1,4 +1,4 @@
-"""The device runtime's heap, on the real MicroPython unix port (tools/devheap.py).
+"""The device runtime's heap, on the real MicroPython unix port (dev/devheap.py).
 
 Full runtime: bus + link + UART uplink over a pty + the built-in services +
 the example sensor, from the .mpy bundle, driven through a session, telemetry,
@@ -15,7 +15,7 @@ import os
 import pytest
 
 from tests.conftest import ROOT
-from tools import devheap
+from dev import devheap
 
 BOARD = os.path.join(ROOT, "boards", "unix.json")
 

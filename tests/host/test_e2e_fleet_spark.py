@@ -2,7 +2,7 @@
 -> `edgebus ingest --once` -> table -> `edgebus report`, with the broker
 killed mid-stream and started again.
 
-Real parts only: mosquitto (tools/broker.py), the real firmware on the real
+Real parts only: mosquitto (dev/broker.py), the real firmware on the real
 MicroPython unix port over MQTT (tools/fleet.py), the real bridge (its MQTT
 links and telemetry appender), the ingest job and the report on a local Spark.
 
@@ -31,7 +31,7 @@ from bridge import tlog  # noqa: E402
 from bridge.daemon import Bridge  # noqa: E402
 from tests.conftest import until  # noqa: E402
 from tests.host.sparkkit import make_session  # noqa: E402
-from tools.broker import Mosquitto  # noqa: E402
+from dev.broker import Mosquitto  # noqa: E402
 from tools.fleet import Fleet  # noqa: E402
 
 # Spark, mosquitto and the fleet's micropython devices start in the test body.

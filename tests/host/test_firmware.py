@@ -265,7 +265,7 @@ def test_device_runtime_over_mqtt_through_the_bridge_survives_broker_restart(dev
     """The firmware's MQTT uplink against a real mosquitto and the real bridge."""
     from bridge import config as bridge_config
     from bridge.daemon import Bridge
-    from tools.broker import Mosquitto
+    from dev.broker import Mosquitto
     with Mosquitto() as broker:
         dev = device(_config(tmp_path, None, uplink={
             "kind": "mqtt", "host": "127.0.0.1", "port": broker.port, "keepalive": 5,

@@ -9,7 +9,7 @@ import tty
 
 import pytest
 
-from tools import boards, cli, flash
+from tools import boards, cli, executables, flash
 
 ESP = ["esp32", "esp32-s3", "esp8266"]
 
@@ -67,7 +67,7 @@ def test_dry_run_commands_are_accepted_by_esptool(name, tmp_path, capsys):
     assert len(cmds) == 3                                     # chip check, erase, write
     b = boards.load_board(name)
     for argv in cmds:
-        assert argv[:3] == flash.ESPTOOL
+        assert argv[:3] == executables.command("esptool")
         assert argv[3:7] == ["--chip", b["flash"]["chip"], "--port", "/dev/ttyUSB0"]
         assert esptool_accepts(argv[3:]), argv
     assert cmds[0][-1] == "read-mac" and cmds[1][-1] == "erase-flash"

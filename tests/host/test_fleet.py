@@ -11,7 +11,7 @@ import pytest
 from bridge import config as bridge_config
 from bridge.daemon import Bridge
 from tests.conftest import ROOT, until
-from tools.broker import Mosquitto
+from dev.broker import Mosquitto
 from tools.fleet import Fleet
 
 # The fleet's devices are the firmware under micropython.

@@ -18,7 +18,7 @@ from bridge import mqtt_conn, mqtt_links
 from bridge.daemon import Bridge
 from tests.conftest import until
 from edgebus.link import frame
-from tools.broker import Mosquitto
+from dev.broker import Mosquitto
 
 DEVICE_HEAP = "160K"   # core + link + MQTT transport on the 64-bit unix port
 

@@ -1,7 +1,7 @@
 """The reliability suite (issue #7): faults, bad input, security, load.
 
 Short by default (CI runs it with the rest of pytest); long with ``--soak``
-or ``EDGEBUS_SOAK=1``. ``python -m tools.soak`` runs the long form and writes
+or ``EDGEBUS_SOAK=1``. ``python -m dev.soak`` runs the long form and writes
 RELIABILITY.md from what the tests record here: each test calls
 ``rel.record(case, tried=N, **figures)`` once its assertions have held;
 outcomes come from pytest's junit XML."""
@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-RESULTS = os.environ.get("EDGEBUS_REL_OUT")     # a JSON-lines file, set by tools.soak
+RESULTS = os.environ.get("EDGEBUS_REL_OUT")     # a JSON-lines file, set by dev.soak
 
 
 def _write(row):

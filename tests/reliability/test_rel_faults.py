@@ -24,7 +24,7 @@ from bridge import config as bridge_config, tlog
 from bridge.daemon import Bridge
 from edgebus import errors
 from tests.conftest import ROOT, until
-from tools.broker import Mosquitto
+from dev.broker import Mosquitto
 from tools.ptycable import PtyCable
 
 

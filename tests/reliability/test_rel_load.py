@@ -18,7 +18,7 @@ import pytest
 from bridge import tlog
 from bridge.status import fetch
 from tests.conftest import ROOT
-from tools.broker import Mosquitto
+from dev.broker import Mosquitto
 from tools.fleet import Fleet, _toml
 
 # mosquitto and the fleet's micropython devices start in the test body.

@@ -26,7 +26,7 @@ from edgebus.link import wire
 from edgebus.link.stream import StreamTransport
 from tests.conftest import ROOT, until
 from tests.portable.linkkit import Joined, synced
-from tools.broker import Mosquitto, free_port
+from dev.broker import Mosquitto, free_port
 from tools.ptycable import PtyCable
 
 KEY = b"k-rogue"

@@ -5,12 +5,12 @@ same log, but each Python worker reads the log once (the warm-up run) and from
 then on yields the Arrow batches it kept. What is left of a run is what every
 Python data source pays whatever its reader does: a Python worker per task,
 the Arrow batches' trip to the JVM, and their conversion to Spark rows. The
-Spark benchmark (tools/bench/spark_bench.py) prints it beside the edgebus source
+Spark benchmark (dev/bench/spark_bench.py) prints it beside the edgebus source
 and Spark's JSON source; it is a benchmark aid, not part of the product.
 """
 from pyspark.sql.datasource import DataSource, DataSourceReader
 
-from ingest import source as S
+from ingest import source
 
 _KEPT = {}     # (log path, partition's ranges) -> [pyarrow.RecordBatch], per worker
 
@@ -23,10 +23,10 @@ class CeilingSource(DataSource):
         return "edgebus-ceiling"
 
     def schema(self):
-        return S.SCHEMA
+        return source.SCHEMA
 
     def reader(self, schema):
-        return _Reader(S.EdgebusDataSource(self.options).reader(schema))
+        return _Reader(source.EdgebusDataSource(self.options).reader(schema))
 
 
 class _Reader(DataSourceReader):

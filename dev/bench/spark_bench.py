@@ -1,12 +1,12 @@
 """Spark ingestion benchmark (ingest/source.py) on local[2].
 
-    python -m tools.bench.spark_bench [--smoke]
+    python -m dev.bench.spark_bench [--smoke]
 
 throughput: rows/s reading the same N telemetry records (a) from the bridge's
 log through the `edgebus` data source, (b) with Spark's own JSON file source
 from the same record bodies written as JSON lines, read with an explicit
 schema and projected to the same columns, and (c) through a Python data source
-that does no reading (tools/bench/spark_ceiling.py: the same partitions, the
+that does no reading (dev/bench/spark_ceiling.py: the same partitions, the
 batches kept in memory), the ceiling of any Python data source here.  All are
 forced through every column with the `noop` sink; each is run `repeats` times,
 alternating, after one warm-up run each (Python worker start-up, JIT);
@@ -100,7 +100,7 @@ def _time_noop(df):
 
 
 def throughput(spark, log, jdir, n, repeats):
-    from tools.bench.spark_ceiling import CeilingSource
+    from dev.bench.spark_ceiling import CeilingSource
     spark.dataSource.register(CeilingSource)
     frames = {"edgebus": lambda: spark.read.format("edgebus").load(log),
               "spark_json": lambda: _json_frame(spark, jdir),

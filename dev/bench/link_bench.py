@@ -4,10 +4,10 @@ import asyncio
 import os
 
 import edgebus
-from edgebus.link import frame, wire as W
+from edgebus.link import frame, wire
 from edgebus.link.link import Link
 from edgebus.link.stream import PolledTransport, StreamTransport, pair
-from tools.bench.stats import clock, repeat
+from dev.bench.stats import clock, repeat
 from tools.ptycable import PtyCable
 
 TOPIC = "sensor/temp"
@@ -17,7 +17,7 @@ def wire_bytes():
     """Bytes on a stream for one PUB of a binary payload of 8, 64, 512 bytes."""
     out = []
     for n in (8, 64, 512):
-        body = W.encode(W.PUB, [TOPIC, None], seq=1234, blob=os.urandom(n))
+        body = wire.encode(wire.PUB, [TOPIC, None], seq=1234, blob=os.urandom(n))
         on_line = len(frame.encode(body, lead=True))
         topic_json = len(('["%s",null]' % TOPIC).encode())
         out.append({"payload": n, "on_line": on_line,

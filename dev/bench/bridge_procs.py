@@ -1,9 +1,9 @@
 """The processes of the bridge benchmark other than the device
-(tools/bench/bridge_device.py): each runs alone, as in a deployment.
+(dev/bench/bridge_device.py): each runs alone, as in a deployment.
 
-usage: python -m tools.bench.bridge_procs bridge CONFIG_JSON PATTERN [--profile FILE]
-       python -m tools.bench.bridge_procs paho-sub PORT TOPIC
-       python -m tools.bench.bridge_procs paho-pub PORT TOPIC N PACE_MS
+usage: python -m dev.bench.bridge_procs bridge CONFIG_JSON PATTERN [--profile FILE]
+       python -m dev.bench.bridge_procs paho-sub PORT TOPIC
+       python -m dev.bench.bridge_procs paho-pub PORT TOPIC N PACE_MS
 
 Receivers (`bridge`: the real bridge daemon's Bridge with its MQTT links,
 subscribed on its host bus; `paho-sub`: a raw paho subscriber) print "ready",
@@ -82,10 +82,10 @@ def _say(obj):
 # -- the bridge ----------------------------------------------------------------
 
 async def _bridge(cfg_path, pattern, profile):
-    from bridge import config as C
+    from bridge import config as bridge_config
     from bridge.daemon import Bridge
     with open(cfg_path) as f:
-        b = Bridge(C.parse(json.load(f)))
+        b = Bridge(bridge_config.parse(json.load(f)))
     bt = asyncio.create_task(b.run())
     sub = b.bus.connect().subscribe(pattern, queue_len=65536)
     while not b.mqtt.connected:

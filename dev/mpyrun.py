@@ -1,6 +1,6 @@
 """Run a script under the real MicroPython unix port with edgebus as .mpy.
 
-usage: python -m tools.mpyrun [--heap 64K] script.py [args]
+usage: python -m dev.mpyrun [--heap 64K] script.py [args]
 Compiles edgebus/ with mpy-cross into a temporary directory (as a board
 would hold it), copies the script there and runs `micropython` on it.
 """

@@ -36,7 +36,7 @@ def _plot(res, out):
     path = os.path.join(out, "bench_publish_curve.png")
     fig.savefig(path, dpi=100)
     plt.close(fig)
-    return os.path.basename(path)
+    return path
 
 
 # Why the edgebus source is still behind Spark's JSON source (BENCHMARKS.md section 5).
@@ -58,7 +58,7 @@ BEHIND_SPARK = (
     "60 s by default).")
 
 
-# Measured once with `python -m tools.bench.bridge_bench --profile FILE` (cProfile
+# Measured once with `python -m dev.bench.bridge_bench --profile FILE` (cProfile
 # of the bridge process over 20,000-message bursts); shares of its busy time.
 PROFILE = (
     "**Where the bridge's time goes** (cProfile of the bridge process in bursts, share of its "
@@ -106,10 +106,10 @@ def _plot_latency(br, out):
     path = os.path.join(out, "bench_bridge_latency.png")
     fig.savefig(path, dpi=100)
     plt.close(fig)
-    return os.path.basename(path)
+    return path
 
 
-def _bridge_section(res, out):
+def _bridge_section(res, out, md_dir):
     br = res.get("bridge")
     fl = res.get("fleet")
     if not br and not fl:
@@ -118,7 +118,7 @@ def _bridge_section(res, out):
     if br:
         pl, bl, cpu = br["paced_latency"], br["burst_latency"], br["rx_cpu_us_per_msg"]
         L += ["Every party is a process of its own, as in a deployment: an edgebus device "
-              "(`tools/bench/bridge_device.py`: a bus and `edgebus.link.mqtt`) → mosquitto → the "
+              "(`dev/bench/bridge_device.py`: a bus and `edgebus.link.mqtt`) → mosquitto → the "
               "bridge (`bridge.daemon.Bridge`, its MQTT links) → a subscriber on the host bus; "
               "against a raw paho-mqtt publisher process → a raw paho subscriber process through "
               "the same broker. Runs interleaved, %d burst(s) of %s messages of ~60 bytes each; "
@@ -144,7 +144,7 @@ def _bridge_section(res, out):
               "", "Gaps counted by the bridge over all runs: %d." % br["gaps"]]
         png = _plot_latency(br, out)
         if png:
-            L += ["", "![bridge latency distribution](%s)" % png]
+            L += ["", "![bridge latency distribution](%s)" % os.path.relpath(png, md_dir)]
         L += ["", PROFILE]
         if pl["edgebus"]["p50_ms"] > pl["paho"]["p50_ms"]:
             L += ["", "**Still behind raw paho on latency**: paced, a message takes %.1f× paho's "
@@ -183,7 +183,7 @@ def _bridge_section(res, out):
     return L
 
 
-def _core_cpython(res, out):
+def _core_cpython(res, out, md_dir):
     if "core_throughput" not in res:
         return []
     L = ["## 1. Core on CPython: publish → recv", "",
@@ -210,7 +210,7 @@ def _core_cpython(res, out):
                            c["ratio_last_first"], _f(c["points"][0]["patterns"]))]
     png = _plot(res, out)
     if png:
-        L += ["", "![publish cost curve](%s)" % png]
+        L += ["", "![publish cost curve](%s)" % os.path.relpath(png, md_dir)]
     return L
 
 
@@ -241,7 +241,7 @@ def _core_mpy(res):
     dv = mp.get("device")
     if dv:
         L += ["", "The full device runtime (bus + link + UART uplink over a pty + built-in services + "
-              "the example sensor; `tools/devheap.py`): a session, telemetry, `sys/config/get` and a "
+              "the example sensor; `dev/devheap.py`): a session, telemetry, `sys/config/get` and a "
               "`sys/config/set`, in the smallest `-X heapsize` that runs it (bisected, 4 KB steps). "
               "On the unix port module code lives on the heap; boards freeze it into flash "
               "(with the `manifest.py` that `edgebus build` writes), leaving the data.", "",
@@ -260,10 +260,13 @@ def _core_mpy(res):
     return L
 
 
-def markdown(res, out):
+def markdown(res, out, md_dir=None):
+    """BENCHMARKS.md for results res; plots go to out, linked relative to md_dir
+    (the markdown's directory; default out)."""
+    md_dir = md_dir or out
     m = res["meta"]
     L = ["# Benchmarks", "",
-         "Measured by `./do bench` (`python -m tools.bench`) on %s, Python %s, %s, %s CPUs, "
+         "Measured by `./do bench` (`python -m dev.bench`) on %s, Python %s, %s, %s CPUs, "
          "in %s s. Medians of repeated runs with (min–max); ratios compare medians from the "
          "same run. Re-run to refresh; numbers vary by machine, ratios much less."
          % (m["date"], m["python"], m["machine"], m["cpus"], m.get("seconds", "?")), ""]
@@ -271,7 +274,7 @@ def markdown(res, out):
         L += ["Refreshed since: %s." % m["refreshed"], ""]
     if m["smoke"]:
         L += ["**Smoke run**: counts are tiny; these figures only show the suite works.", ""]
-    L += _core_cpython(res, out) + _core_mpy(res)
+    L += _core_cpython(res, out, md_dir) + _core_mpy(res)
     lk = res.get("link")
     if lk:
         L += ["", "## 3. Link", "",
@@ -293,7 +296,7 @@ def markdown(res, out):
                                                     _f(p["line_limit_msgs_per_s"]), p["of_limit"]),
               "", "Request/reply round trips over the link (in-memory byte pipe, CPython, one "
               "caller at a time): %s per second." % _mmm(lk["roundtrips_per_s"])]
-    L += _bridge_section(res, out)
+    L += _bridge_section(res, out, md_dir)
     sp = res.get("spark")
     if sp:
         e, j = sp["edgebus_rows_per_s"], sp["spark_json_rows_per_s"]

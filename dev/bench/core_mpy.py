@@ -2,7 +2,7 @@
 import json
 import os
 
-from tools import devheap, mpyrun
+from dev import devheap, mpyrun
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "core_mpy_script.py")
 
@@ -28,7 +28,7 @@ def figures(smoke=False):
 
 
 def device_runtime(smoke=False):
-    """The full device runtime's heap (tools/devheap.py): code share, data at
+    """The full device runtime's heap (dev/devheap.py): code share, data at
     READY, and (full run) the smallest -X heapsize it runs its workload in."""
     tree = devheap.bundle()
     code = devheap.code_heap(tree)

@@ -1,4 +1,4 @@
-"""The embedded default: the whole pipeline on one machine, no hardware.
+"""The demo: the whole pipeline on one machine, no hardware.
 
 - a real mosquitto on a free loopback port (started here, stopped at the end);
 - simulated devices (tools/fleet.py): the real firmware running under the real
@@ -6,8 +6,8 @@
 - the bridge daemon joining them to the host bus and writing the telemetry log;
 - then Spark: `edgebus ingest --once` into a Parquet table, and `edgebus report`.
 
-usage: python -m bridge.demo [--seconds N] [--out DIR] [--no-spark]
-(`edgebus-bridge` with no --config runs this too.)
+usage: python -m dev.demo [--seconds N] [--out DIR] [--no-spark]   (or ./do demo)
+Output goes to out/demo/ under the current directory.
 """
 import argparse
 import asyncio
@@ -17,12 +17,13 @@ import subprocess
 import sys
 import time
 
-from bridge import config as C
+from bridge import config as bridge_config
 from bridge.daemon import Bridge
 from bridge.status import render
-from tools.broker import Mosquitto
+from dev.broker import Mosquitto
 from tools.fleet import Fleet
 
+# The checkout, so the `edgebus` commands run from it (dev/ is never installed).
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -47,9 +48,9 @@ def _cli(*args):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m bridge.demo", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m dev.demo", description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=20.0, help="how long the devices run")
-    ap.add_argument("--out", default=os.path.join(ROOT, "out", "demo"),
+    ap.add_argument("--out", default=os.path.join("out", "demo"),
                     help="where the log, table, report and device logs go")
     ap.add_argument("--serial-devices", type=int, default=3)
     ap.add_argument("--no-spark", action="store_true", help="stop after the telemetry log")
@@ -68,7 +69,7 @@ def main(argv=None):
         fleet.start()
         parts = fleet.bridge_config(("127.0.0.1", broker.port))
         parts["mqtt"].update({"client_id": "demo-bridge", "mirror": ["dev/+/sys/#"]})
-        cfg = C.parse(dict(parts, **{
+        cfg = bridge_config.parse(dict(parts, **{
             "bridge": {"node": "demo-gateway", "state_dir": os.path.join(out, "state"),
                        "socket": os.path.join(out, "state", "bridge.sock"), "heartbeat": 1.0},
             "log": {"dir": os.path.join(out, "telemetry"), "patterns": ["dev/#"],

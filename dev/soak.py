@@ -1,4 +1,4 @@
-"""python -m tools.soak [--short] [--out RELIABILITY.md]
+"""python -m dev.soak [--short] [--out RELIABILITY.md]
 
 Runs the reliability suite (tests/reliability) in its long form (--soak),
 plus the existing tests that cover the other cases of issue #7, then writes
@@ -155,7 +155,7 @@ def render(outcomes, figures, soak, wall, cmd, when=None):
     L = ["# Reliability", "",
          "Issue #7: faults, bad input, security and load, with real parts (mosquitto on a free "
          "loopback port, MicroPython device processes, ptys, the bridge as its own process). "
-         "Written by `python -m tools.soak` from the %s run of %s (%s, %.0f s wall on %d cores); "
+         "Written by `python -m dev.soak` from the %s run of %s (%s, %.0f s wall on %d cores); "
          "`pytest` runs the same suite in its short CI form (`tests/reliability/`)."
          % ("long (--soak)" if soak else "short (CI)", time.strftime("%Y-%m-%d %H:%M UTC",
                                                                     time.gmtime(when)),
@@ -212,7 +212,7 @@ def render(outcomes, figures, soak, wall, cmd, when=None):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m tools.soak", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m dev.soak", description=__doc__.splitlines()[0])
     ap.add_argument("--short", action="store_true", help="the CI form instead of the long one")
     ap.add_argument("--out", default=os.path.join(ROOT, "RELIABILITY.md"))
     ap.add_argument("--no-existing", action="store_true",
@@ -241,7 +241,7 @@ def write(tmp, results, junit, wall, args):
             figures = [json.loads(x) for x in f if x.strip()]
     figures = [f for f in figures if f.get("kind") == "figures"]
     text = render(_outcomes(junit), figures, not args.short, wall,
-                  "python -m tools.soak" + (" --short" if args.short else ""),
+                  "python -m dev.soak" + (" --short" if args.short else ""),
                   os.path.getmtime(junit))
     with open(args.out, "w") as f:
         f.write(text)

@@ -1,10 +1,12 @@
 """Run every benchmark and write BENCHMARKS.md and benchmarks.json.
 
-usage: python -m tools.bench [--smoke] [--out DIR] [--only PART,...]
+usage: python -m dev.bench [--smoke] [--out DIR] [--only PART,...]
+The results (benchmarks.json and the plots) go to dev/bench/results/ and the
+report to BENCHMARKS.md at the repository root, linking the plots there.
 --smoke runs each benchmark briefly (CI keeps the suite working with it) and
-writes to out/bench-smoke/ instead of the repository root. --only runs some
-parts (core, mpy, link, bridge, fleet, spark) and keeps the other figures
-from the benchmarks.json already there.
+writes everything to out/bench-smoke/ instead; --out DIR writes everything to
+DIR. --only runs some parts (core, mpy, link, bridge, fleet, spark) and keeps
+the other figures from the benchmarks.json already there.
 """
 import argparse
 import json
@@ -13,10 +15,11 @@ import platform
 import sys
 import time
 
-from tools.bench import (bridge_bench, core_cpython, core_mpy, fleet_bench, link_bench, report,
-                         spark_bench)
+from dev.bench import (bridge_bench, core_cpython, core_mpy, fleet_bench, link_bench, report,
+                       spark_bench)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+RESULTS = os.path.join(ROOT, "dev", "bench", "results")
 
 
 # name -> (what it prints, the result key, the function)
@@ -44,9 +47,10 @@ def _run_part(name, res, smoke):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m tools.bench", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m dev.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="a short run that checks the benchmarks work")
-    ap.add_argument("--out", help="where to write the results (default: repo root, or out/bench-smoke with --smoke)")
+    ap.add_argument("--out", help="where to write the results and the report (default: dev/bench/results and "
+                    "BENCHMARKS.md at the root, or out/bench-smoke with --smoke)")
     ap.add_argument("--only", help="comma-separated parts to run (%s); the others keep their "
                     "figures from the benchmarks.json already in --out" % ",".join(PARTS))
     args = ap.parse_args(argv)
@@ -54,7 +58,8 @@ def main(argv=None):
     bad = [p for p in only if p not in PARTS]
     if bad:
         ap.error("unknown part(s) %s; choose from %s" % (", ".join(bad), ", ".join(PARTS)))
-    out = args.out or (os.path.join(ROOT, "out", "bench-smoke") if args.smoke else ROOT)
+    out = args.out or (os.path.join(ROOT, "out", "bench-smoke") if args.smoke else RESULTS)
+    md_dir = ROOT if os.path.abspath(out) == RESULTS else out
     os.makedirs(out, exist_ok=True)
     t0 = time.time()
     meta = {"smoke": args.smoke, "python": sys.version.split()[0],
@@ -78,11 +83,11 @@ def main(argv=None):
         meta["seconds"] = seconds
     with open(jpath, "w") as f:
         json.dump(res, f, indent=1)
-    md = report.markdown(res, out)
-    with open(os.path.join(out, "BENCHMARKS.md"), "w") as f:
+    md = report.markdown(res, out, md_dir)
+    with open(os.path.join(md_dir, "BENCHMARKS.md"), "w") as f:
         f.write(md)
     print(md)
-    print("wrote", os.path.join(out, "BENCHMARKS.md"))
+    print("wrote", os.path.join(md_dir, "BENCHMARKS.md"))
     return 0
 
 

@@ -14,7 +14,7 @@ need, the figure the benchmark prints and the test holds against the board
 budget. ``live`` is gc.mem_alloc() after a collection at the end (steady
 state), ``code`` the heap the imports alone take.
 
-usage: python -m tools.devheap [--heap 96K | --bisect] [--seconds S]
+usage: python -m dev.devheap [--heap 96K | --bisect] [--seconds S]
 """
 import argparse
 import asyncio
@@ -163,7 +163,7 @@ def smallest_heap(tree, lo=32, hi=256, step=4, seconds=2.0):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m tools.devheap", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m dev.devheap", description=__doc__.splitlines()[0])
     ap.add_argument("--heap", default="160K", help="heap for a single run (default 160K)")
     ap.add_argument("--bisect", action="store_true", help="find the smallest heap that works")
     ap.add_argument("--seconds", type=float, default=2.0, help="steady-state time per run")

@@ -2,9 +2,9 @@
 # stream-decode throughput for 8, 64 and 512-byte bodies.
 #
 # Runs as it is on both runtimes, from anywhere:
-#   python3 tools/bench/frame_bench.py [seconds per figure, default 0.5]
-#   micropython tools/bench/frame_bench.py [seconds]
-# (or with edgebus as .mpy: python3 -m tools.mpyrun --heap 256K tools/bench/frame_bench.py)
+#   python3 dev/bench/frame_bench.py [seconds per figure, default 0.5]
+#   micropython dev/bench/frame_bench.py [seconds]
+# (or with edgebus as .mpy: python3 -m dev.mpyrun --heap 256K dev/bench/frame_bench.py)
 #
 # encode  - encode(body), frames/s
 # decode  - FrameReader.feed() on the encoded stream in 512-byte chunks

@@ -1,7 +1,7 @@
 """A fleet into the bridge: N simulated devices (tools/fleet.py: the real
 firmware on the real MicroPython unix port, one process each) publishing
 sensor/temp over MQTT through mosquitto into the bridge, itself a process of
-its own (tools/bench/bridge_procs.py). Measures the aggregate device -> host
+its own (dev/bench/bridge_procs.py). Measures the aggregate device -> host
 messages/s on the host bus, what the devices sent (from the readings'
 counters), the loss between the two and the bridge's share of a core."""
 import json
@@ -10,9 +10,9 @@ import shutil
 import statistics
 import tempfile
 
-from tools.bench.procs import Child, python
-from tools.bench.stats import summary
-from tools.broker import Mosquitto
+from dev.bench.procs import Child, python
+from dev.bench.stats import summary
+from dev.broker import Mosquitto
 from tools.fleet import DEVICE_HEAP, Fleet
 
 
@@ -32,7 +32,7 @@ def run(smoke=False, devices=None, period=0.01):
             path = os.path.join(tmp, "bridge.json")
             with open(path, "w") as f:
                 json.dump(cfg, f)
-            rx = Child(python("tools.bench.bridge_procs", "bridge", path, "dev/+/sensor/temp"),
+            rx = Child(python("dev.bench.bridge_procs", "bridge", path, "dev/+/sensor/temp"),
                        log=os.path.join(tmp, "bridge.log"))
             try:
                 rx.expect("ready")

@@ -1,6 +1,6 @@
 """Device -> host through mosquitto, every party a process of its own as in a
-deployment: an edgebus device (tools/bench/bridge_device.py, CPython and
-MicroPython) to the bridge (the daemon's Bridge, tools/bench/bridge_procs.py)
+deployment: an edgebus device (dev/bench/bridge_device.py, CPython and
+MicroPython) to the bridge (the daemon's Bridge, dev/bench/bridge_procs.py)
 and onto its host bus, against a raw paho publisher process -> a raw paho
 subscriber process through the same broker, runs interleaved in one session.
 
@@ -14,9 +14,9 @@ import statistics
 import tempfile
 
 from tools import mpybuild
-from tools.bench.procs import ROOT, Child, python
-from tools.bench.stats import summary
-from tools.broker import Mosquitto
+from dev.bench.procs import ROOT, Child, python
+from dev.bench.stats import summary
+from dev.broker import Mosquitto
 
 NODE, KEY = "b1", "k"
 RAW_TOPIC = "raw/sensor/v"
@@ -51,9 +51,9 @@ class Bench:
                                 "devices": [{"node": NODE, "key": KEY}]}}, f)
         log = os.path.join(tmp, "procs.log")
         self.log = log
-        self.bridge = Child(python("tools.bench.bridge_procs", "bridge", cfg, "dev/%s/sensor/#" % NODE)
+        self.bridge = Child(python("dev.bench.bridge_procs", "bridge", cfg, "dev/%s/sensor/#" % NODE)
                             + (["--profile", profile] if profile else []), log=log)
-        self.sub = Child(python("tools.bench.bridge_procs", "paho-sub", port, RAW_TOPIC), log=log)
+        self.sub = Child(python("dev.bench.bridge_procs", "paho-sub", port, RAW_TOPIC), log=log)
         self.bridge.expect("ready")
         self.sub.expect("ready")
         self.mpy_dir = None
@@ -74,7 +74,7 @@ class Bench:
         return res
 
     def edgebus(self, n, pace=0, timeout=60):
-        dev = python("tools.bench.bridge_device", "127.0.0.1", self.port, NODE, KEY, n, pace,
+        dev = python("dev.bench.bridge_device", "127.0.0.1", self.port, NODE, KEY, n, pace,
                      n + 16, 0)
         return self._run(self.bridge, dev, n, timeout)
 
@@ -89,7 +89,7 @@ class Bench:
         return self._run(self.bridge, dev, n, timeout)
 
     def paho(self, n, pace=0, timeout=60):
-        pub = python("tools.bench.bridge_procs", "paho-pub", self.port, RAW_TOPIC, n, pace)
+        pub = python("dev.bench.bridge_procs", "paho-pub", self.port, RAW_TOPIC, n, pace)
         return self._run(self.sub, pub, n, timeout)
 
     def close(self):

@@ -1,0 +1,1 @@
+"""edgebus benchmarks: `python -m dev.bench [--smoke]` runs them all."""

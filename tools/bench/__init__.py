@@ -1,1 +1,0 @@
-"""edgebus benchmarks: `python -m tools.bench [--smoke]` runs them all."""
