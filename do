@@ -41,8 +41,10 @@ case "$cmd" in
         ;;
     test)
         setup
+        # With pytest arguments (e.g. -m "not slow", the fast loop) only those
+        # tests run; the full run (CI) also smoke-tests every benchmark.
         "$PY" -m pytest "$@"
-        "$PY" -m dev.bench --smoke
+        if [ $# -eq 0 ]; then "$PY" -m dev.bench --smoke; fi
         ;;
     bench)
         setup
@@ -53,7 +55,7 @@ case "$cmd" in
         "$PY" -m dev.soak "$@"
         ;;
     *)
-        echo "usage: ./do setup | demo [--seconds N] | test [pytest args] | bench [--smoke] | soak [--short]"
+        echo "usage: ./do setup | demo [--seconds N] | test [pytest args, e.g. -m "not slow"] | bench [--smoke] | soak [--short]"
         exit 2
         ;;
 esac

@@ -19,7 +19,7 @@ from dev import devheap
 
 BOARD = os.path.join(ROOT, "boards", "unix.json")
 
-# tools/devheap.py runs the runtime under micropython.
+# dev/devheap.py runs the runtime under micropython.
 pytestmark = pytest.mark.micropython
 
 
