@@ -1,7 +1,7 @@
 """The edgebus data source's fast reader: a segment range to Arrow batches in bulk.
 
 Used by ingest.source._read_range when msgspec is installed.  It reads the same
-records as bridge.tlog.read_segment, with the same rules (docs/telemetry-log.md
+records as tlog.read_segment, with the same rules (docs/telemetry-log.md
 sections 2, 3 and 7), but not one Python dict per record:
 
 - frames are split and CRC-checked in one tight loop over the mapped file;
@@ -13,7 +13,7 @@ sections 2, 3 and 7), but not one Python dict per record:
   contain ``"$``;
 - columns are built with pyarrow from the raw text and a few lists.
 
-Whatever the fast path does not take as is goes to bridge.tlog: a body msgspec
+Whatever the fast path does not take as is goes to tlog: a body msgspec
 refuses is decoded alone by tlog (valid there, e.g. an integer beyond 64 bits:
 a row; invalid: corrupt), and bad bytes are skipped by tlog's resynchronising
 reader, which reports them; reading then resumes here at the next valid record.
@@ -26,7 +26,7 @@ from itertools import accumulate, chain
 
 import msgspec
 
-from bridge import tlog
+import tlog
 
 _REC = struct.Struct(">4sHII")
 _HDR = tlog.RECORD_HEADER_SIZE
@@ -89,7 +89,7 @@ def _decode_one(body, dumps):
     if rec is not None and rec.topic and _extra_ok(rec.extra) and _tags_ok(rec):
         return rec, None
     try:            # the reference decoder: its verdict, and the values it accepts
-        return _from_dict(tlog._decode_body(bytes(body), False), dumps), None
+        return _from_dict(tlog.decode_body(bytes(body), False), dumps), None
     except Exception as e:
         return None, "invalid body: %s" % e
 

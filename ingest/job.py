@@ -120,12 +120,12 @@ def small_session(app):
 
 
 def _ship_code(spark):
-    """Send bridge/ and ingest/ to the executors (spark-submit on a cluster needs
-    no --py-files then)."""
+    """Send tlog/ and ingest/, all the data source imports, to the executors
+    (spark-submit on a cluster needs no --py-files then)."""
     fd, zpath = tempfile.mkstemp(prefix="edgebus-", suffix=".zip")
     os.close(fd)
     with zipfile.ZipFile(zpath, "w") as z:
-        for pkg in ("bridge", "ingest"):
+        for pkg in ("tlog", "ingest"):
             for dirpath, dirnames, files in os.walk(os.path.join(ROOT, pkg)):
                 dirnames[:] = [d for d in dirnames if d != "__pycache__"]
                 for f in files:

@@ -9,7 +9,7 @@ Offsets are log positions ``{"segment": id, "offset": byte}`` (JSON, replayable,
 like Kafka's partition/offset), so Structured Streaming with a checkpoint and a
 file sink is exactly once.  Only sealed segments are read (docs/telemetry-log.md
 section 7); a range is decoded in bulk by ``ingest.fastread`` (msgspec, Arrow
-batches), which hands anything irregular to ``bridge.tlog.read_segment``, the
+batches), which hands anything irregular to ``tlog.read_segment``, the
 reference reader (used alone without msgspec).  Columns and options are
 documented in docs/spark.md.
 
@@ -30,7 +30,7 @@ import operator
 import os
 import tempfile
 
-from bridge import tlog
+import tlog
 from pyspark.sql.datasource import (DataSource, DataSourceReader, DataSourceStreamReader,
                                     InputPartition)
 from pyspark.sql.types import (ArrayType, DoubleType, LongType, StringType, StructField,
@@ -88,7 +88,7 @@ _dumps = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", 
 
 try:
     from ingest import fastread as _fast
-except ImportError:                      # no msgspec: every range is read by bridge.tlog
+except ImportError:                      # no msgspec: every range is read by tlog
     _fast = None
 
 
@@ -421,7 +421,7 @@ def _read_range(opts, part):
     The fast path: the range is mapped, frames are split and CRC-checked in a
     tight loop, each chunk of bodies is decoded by one msgspec call (payload and
     extra kept as their raw JSON text), and the columns are built in bulk.  Any
-    frame or body it cannot take as is goes to bridge.tlog: a body that only
+    frame or body it cannot take as is goes to tlog: a body that only
     msgspec refuses (e.g. an integer beyond 64 bits) is decoded there alone; bad
     bytes are reported and skipped by tlog's resynchronising reader, and the
     fast path resumes at the next valid record.  Without msgspec, or when the
@@ -440,7 +440,7 @@ def _read_range(opts, part):
         return
     with f:
         size = os.fstat(f.fileno()).st_size
-        if size < _HEADER or tlog._check_file_header(f.read(_HEADER), sid) is not None:
+        if size < _HEADER or tlog.check_file_header(f.read(_HEADER), sid) is not None:
             yield from _read_range_slow(opts, part)
             return
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
@@ -455,7 +455,7 @@ def _read_range(opts, part):
 
 def _read_range_slow(opts, part):
     """Arrow record batches for one SegmentRange, record by record through
-    bridge.tlog (see _owned for bad regions): the fallback of _read_range."""
+    tlog (see _owned for bad regions): the fallback of _read_range."""
     import pyarrow as pa
     import pyarrow.compute as pc
     from pyspark.sql.pandas.types import to_arrow_schema

@@ -10,7 +10,8 @@ import sys
 import pytest
 
 import edgebus
-from bridge import config as C, tlog
+import tlog
+from bridge import config as bridge_config
 from bridge.daemon import Bridge
 from bridge.links import attach_local
 from bridge.status import fetch, render
@@ -38,7 +39,7 @@ def _records(log_dir):
 def test_serial_device_to_telemetry_log_with_provenance(tmp_path, device):
     count = 60
     with PtyCable() as cable:
-        cfg = C.load(_cfg(tmp_path, f"""
+        cfg = bridge_config.load(_cfg(tmp_path, f"""
 [bridge]
 node = "gw"
 state_dir = "state"
@@ -83,7 +84,7 @@ key = "k1"
 
 def test_unix_socket_credentials_reach_the_authoriser(tmp_path):
     uid = os.getuid()
-    cfg = C.load(_cfg(tmp_path, f"""
+    cfg = bridge_config.load(_cfg(tmp_path, f"""
 [bridge]
 socket = "s/bridge.sock"
 state_dir = "s"
@@ -180,7 +181,7 @@ def test_serial_port_vanishing_and_returning(tmp_path, device):
     with PtyCable() as cable:
         port = tmp_path / "ttyDEV"            # a stable name, like /dev/serial/by-id/...
         os.symlink(cable.b, port)
-        cfg = C.load(_cfg(tmp_path, f"""
+        cfg = bridge_config.load(_cfg(tmp_path, f"""
 [bridge]
 state_dir = "state"
 heartbeat = 0.3
@@ -214,7 +215,7 @@ key = "k1"
 
 def test_device_restart_bumps_generation_persisted_across_bridge_restart(tmp_path, device):
     with PtyCable() as cable:
-        cfg = C.load(_cfg(tmp_path, f"""
+        cfg = bridge_config.load(_cfg(tmp_path, f"""
 [bridge]
 state_dir = "state"
 heartbeat = 0.3
@@ -250,7 +251,7 @@ def test_prometheus_metrics(tmp_path):
     import urllib.request
     from tools.broker import free_port
     port = free_port()
-    cfg = C.load(_cfg(tmp_path, f"""
+    cfg = bridge_config.load(_cfg(tmp_path, f"""
 [bridge]
 state_dir = "state"
 metrics = "127.0.0.1:{port}"

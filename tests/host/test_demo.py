@@ -5,7 +5,7 @@ import os
 import subprocess
 import sys
 
-from bridge import tlog
+import tlog
 from tests.conftest import ROOT
 
 

@@ -26,8 +26,8 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-from bridge import config as C  # noqa: E402
-from bridge import tlog  # noqa: E402
+from bridge import config as bridge_config  # noqa: E402
+import tlog  # noqa: E402
 from bridge.daemon import Bridge  # noqa: E402
 from tests.conftest import until  # noqa: E402
 from tests.host.sparkkit import make_session  # noqa: E402
@@ -102,7 +102,7 @@ def test_fleet_to_table_counts_match_devices_and_broker_outage_shows_as_gaps(tmp
         nodes = [d["node"] for d in fleet.devices]
         fleet.start()
         parts = fleet.bridge_config(("127.0.0.1", broker.port))
-        cfg = C.parse(dict(parts, **{
+        cfg = bridge_config.parse(dict(parts, **{
             "bridge": {"node": "e2e-gateway", "state_dir": str(out / "state"),
                        "heartbeat": 1.0},
             "log": {"dir": log_dir, "patterns": ["dev/#"], "segment_seconds": 2}}))

@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-from bridge.tlog import RECORD_HEADER_SIZE, LogWriter, segment_name  # noqa: E402
+from tlog import RECORD_HEADER_SIZE, LogWriter, segment_name  # noqa: E402
 from tests.host.sparkkit import (ROOT, device_record, expected_row,  # noqa: E402
                                  local_record, make_session)
 

@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-from bridge.tlog import RECORD_HEADER_SIZE, LogWriter, segment_name  # noqa: E402
+from tlog import RECORD_HEADER_SIZE, LogWriter, segment_name  # noqa: E402
 from tests.host.sparkkit import (device_record, expected_row, local_record,  # noqa: E402
                                  make_session)
 
@@ -328,7 +328,7 @@ def test_region_ownership_random_cuts_and_damage(tmp_path):
     exactly its bad regions, each once (docs/spark.md, corrupt data)."""
     import random
 
-    from bridge.tlog import list_segments, read_segment
+    from tlog import list_segments, read_segment
     from ingest.source import SegmentRange, _Options, _read_range
 
     rnd = random.Random(6)
@@ -374,7 +374,7 @@ def test_region_ownership_random_cuts_and_damage(tmp_path):
 
 
 def test_retention_reports_only_unread_segments_as_missing(spark, tmp_path):
-    from bridge.tlog import list_segments
+    from tlog import list_segments
     from ingest.source import SCHEMA, corrupt_report
 
     log, cdir = tmp_path / "log", tmp_path / "corrupt"
@@ -405,7 +405,7 @@ def _hand_written(path, sid, body):
 
 
 def test_bulk_reader_yields_exactly_what_the_reference_reader_does(tmp_path):
-    """ingest/fastread.py (msgspec, Arrow in bulk) against bridge.tlog record by
+    """ingest/fastread.py (msgspec, Arrow in bulk) against tlog record by
     record, on odd values, bodies only tlog accepts, bad bodies and bad bytes,
     cut into many ranges: the same rows, the same regions reported."""
     from ingest import source as S

@@ -18,9 +18,10 @@ import sys
 import time
 
 import edgebus
-from bridge import config as C, tlog
+import tlog
+from bridge import config as bridge_config
 from bridge.daemon import Bridge
-from edgebus import errors as E
+from edgebus import errors
 from tests.conftest import ROOT, until
 from tools.broker import Mosquitto
 from tools.ptycable import PtyCable
@@ -52,7 +53,7 @@ def test_broker_killed_and_restarted_repeatedly(tmp_path, rel, rel_device):
     count = (restarts + 1) * 300
 
     with Mosquitto() as broker:
-        cfg = C.parse({"bridge": {"state_dir": str(tmp_path / "state"), "heartbeat": 0.5},
+        cfg = bridge_config.parse({"bridge": {"state_dir": str(tmp_path / "state"), "heartbeat": 0.5},
                        "mqtt": {"url": "mqtt://127.0.0.1:%d" % broker.port,
                                 "devices": [{"node": "d1", "key": "k1"}]}})
 
@@ -95,7 +96,7 @@ def _serial_cfg(tmp_path, port, hb=0.3, log=False):
          "serial": [{"node": "d1", "port": port, "key": "k1"}]}
     if log:
         d["log"] = {"dir": str(tmp_path / "log"), "segment_seconds": 0.5}
-    return C.parse(d)
+    return bridge_config.parse(d)
 
 
 def test_serial_line_cut_and_restored_and_unplugged(tmp_path, rel, rel_device):
@@ -226,7 +227,7 @@ def test_device_killed_and_restarted(tmp_path, rel, rel_device):
                     asyncio.gather(*calls, return_exceptions=True), 20)   # none hangs
                 failed_after = time.monotonic() - t0
                 for o in outcomes:
-                    assert isinstance(o, E.Closed) and "session_reset" in str(o), outcomes
+                    assert isinstance(o, errors.Closed) and "session_reset" in str(o), outcomes
                 await until(lambda: view.get("dev/d1/sys/boot/" + boot) is not None, 20)
                 assert link.peer_sid != sid and link.generation == gen + 1
                 # The old boot's facts are gone; the new boot's are there.

@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 
-from bridge import tlog
+import tlog
 from bridge.status import fetch
 from tests.conftest import ROOT
 from tools.broker import Mosquitto

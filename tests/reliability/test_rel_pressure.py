@@ -11,7 +11,8 @@ import time
 import tracemalloc
 
 import edgebus
-from bridge import config as C, tlog
+import tlog
+from bridge import config as bridge_config
 from bridge.daemon import Bridge
 from tests.conftest import until
 from tests.portable.linkkit import Joined, synced
@@ -97,7 +98,7 @@ def test_device_clock_jumps_do_not_break_ordering(tmp_path, rel, rel_device):
     rate = 100
     count = rel.n(600, 3000)
     with PtyCable() as cable:
-        cfg = C.parse({"bridge": {"state_dir": str(tmp_path / "state"), "heartbeat": 0.5},
+        cfg = bridge_config.parse({"bridge": {"state_dir": str(tmp_path / "state"), "heartbeat": 0.5},
                        "log": {"dir": str(tmp_path / "log"), "segment_seconds": 1},
                        "serial": [{"node": "d1", "port": cable.b, "key": "k1"}]})
 
