@@ -31,7 +31,7 @@ DEFAULT_WATERMARK = 600.0
 def _table_schema():
     from pyspark.sql.types import DateType, StructField, StructType
 
-    from ingest.source import SCHEMA
+    from ingest.schema import SCHEMA
 
     # The file sink writes the data columns, then the partition columns.
     fields = [f for f in SCHEMA.fields if f.name != "peer_node"]
@@ -196,7 +196,7 @@ def run(args):
         return 2
     spark = session(args.master)
     spark.sparkContext.setLogLevel("ERROR")
-    from ingest.source import corrupt_report
+    from ingest.corruption import corrupt_report
 
     from pyspark.errors import StreamingQueryException
 

@@ -135,7 +135,7 @@ def check_table(spark, table, fleet, lost_pos):
 
 
 def test_exactly_once_across_sigkill_with_duplicates_and_corruption(spark, tmp_path):
-    from ingest.source import corrupt_report
+    from ingest.corruption import corrupt_report
 
     log, table, ckpt = tmp_path / "log", tmp_path / "table", tmp_path / "ckpt"
     fleet = Fleet(log)

@@ -1,4 +1,4 @@
-"""Spark ingestion benchmark (ingest/source.py) on local[2].
+"""Spark ingestion benchmark (the `edgebus` data source, ingest/) on local[2].
 
     python -m tools.bench.spark_bench [--smoke]
 
