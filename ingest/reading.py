@@ -123,8 +123,8 @@ def _frames(mm, size, pos, stop, limit):
     offs, chunk = [], []
     unpack = tlog.RECORD_HEADER.unpack_from
     crc32 = zlib.crc32
-    hdr, magic_ok, version_ok, max_len = (tlog.RECORD_HEADER_SIZE, tlog.RECORD_MAGIC,
-                                          tlog.FORMAT_VERSION, tlog.MAX_BODY_BYTES)
+    hdr, want_magic, want_version, max_len = (tlog.RECORD_HEADER_SIZE, tlog.RECORD_MAGIC,
+                                              tlog.FORMAT_VERSION, tlog.MAX_BODY_BYTES)
     mv = memoryview(mm)
     while pos < stop and len(offs) < limit:
         if pos + hdr > size:
@@ -132,7 +132,8 @@ def _frames(mm, size, pos, stop, limit):
         magic, version, length, crc = unpack(mm, pos)
         b0 = pos + hdr
         b1 = b0 + length
-        if magic != magic_ok or version != version_ok or not 0 < length <= max_len or b1 > size:
+        if (magic != want_magic or version != want_version or not 0 < length <= max_len
+                or b1 > size):
             return offs, chunk, pos, False
         body = mv[b0:b1]
         if crc32(body, crc32(mv[pos:pos + 10])) != crc:

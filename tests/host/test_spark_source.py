@@ -1,4 +1,4 @@
-"""The `edgebus` PySpark data source (ingest/source.py) on real local Spark:
+"""The `edgebus` PySpark data source (ingest/) on real local Spark:
 schema and values, batch and streaming, offsets, byte-range splits, corruption."""
 import datetime
 import json
