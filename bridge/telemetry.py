@@ -1,10 +1,10 @@
-"""Appends chosen host-bus traffic to the telemetry log (bridge/tlog.py)."""
+"""Appends chosen host-bus traffic to the telemetry log (tlog/)."""
 import asyncio
 import logging
 import time
 
 from edgebus.compat import wait_for
-from bridge.tlog import LogWriter, record_from_message
+from tlog import LogWriter, record_from_message
 
 log = logging.getLogger("edgebus.bridge")
 

@@ -31,7 +31,7 @@ DEFAULT_WATERMARK = 600.0
 def _table_schema():
     from pyspark.sql.types import DateType, StructField, StructType
 
-    from ingest.source import SCHEMA
+    from ingest.schema import SCHEMA
 
     # The file sink writes the data columns, then the partition columns.
     fields = [f for f in SCHEMA.fields if f.name != "peer_node"]
@@ -120,12 +120,12 @@ def small_session(app):
 
 
 def _ship_code(spark):
-    """Send bridge/ and ingest/ to the executors (spark-submit on a cluster needs
-    no --py-files then)."""
+    """Send tlog/ and ingest/, all the data source imports, to the executors
+    (spark-submit on a cluster needs no --py-files then)."""
     fd, zpath = tempfile.mkstemp(prefix="edgebus-", suffix=".zip")
     os.close(fd)
     with zipfile.ZipFile(zpath, "w") as z:
-        for pkg in ("bridge", "ingest"):
+        for pkg in ("tlog", "ingest"):
             for dirpath, dirnames, files in os.walk(os.path.join(ROOT, pkg)):
                 dirnames[:] = [d for d in dirnames if d != "__pycache__"]
                 for f in files:
@@ -196,7 +196,7 @@ def run(args):
         return 2
     spark = session(args.master)
     spark.sparkContext.setLogLevel("ERROR")
-    from ingest.source import corrupt_report
+    from ingest.corruption import corrupt_report
 
     from pyspark.errors import StreamingQueryException
 

@@ -46,7 +46,7 @@ def summarize(spark, table):
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from ingest.source import corrupt_report
+    from ingest.corruption import corrupt_report
 
     df = read_table(spark, table)
     tot = df.agg(F.count(F.lit(1)).alias("n"), F.min("ts_host").alias("lo"),

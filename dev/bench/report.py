@@ -47,7 +47,7 @@ BEHIND_SPARK = (
     "rows. It is well above Spark's JSON source, so that hop is not what holds us back "
     "(it was, at about 40 ms a task over TCP loopback, until the session put the "
     "workers on unix sockets and packed segments into partitions). What is left is the "
-    "reader's own work in Python, about 2.8 µs a row (`ingest/fastread.py`): the frame "
+    "reader's own work in Python, about 2.8 µs a row (`ingest/reading.py`): the frame "
     "walk and CRC-32 (~1.2 µs: records are length-prefixed, so the walk is sequential "
     "and per record), one msgspec decode per 16,384 bodies (~0.5 µs) and building the "
     "Arrow columns (~1 µs), on the same two cores the JVM uses. Spark's JSON source "

@@ -1,4 +1,4 @@
-"""Spark ingestion benchmark (ingest/source.py) on local[2].
+"""Spark ingestion benchmark (the `edgebus` data source, ingest/) on local[2].
 
     python -m dev.bench.spark_bench [--smoke]
 
@@ -31,7 +31,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from bridge import tlog  # noqa: E402
+import tlog  # noqa: E402
 
 T0 = 1_712_000_000.0
 

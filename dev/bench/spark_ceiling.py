@@ -10,7 +10,8 @@ and Spark's JSON source; it is a benchmark aid, not part of the product.
 """
 from pyspark.sql.datasource import DataSource, DataSourceReader
 
-from ingest import source
+from ingest.schema import SCHEMA
+from ingest.source import EdgebusDataSource
 
 _KEPT = {}     # (log path, partition's ranges) -> [pyarrow.RecordBatch], per worker
 
@@ -23,10 +24,10 @@ class CeilingSource(DataSource):
         return "edgebus-ceiling"
 
     def schema(self):
-        return source.SCHEMA
+        return SCHEMA
 
     def reader(self, schema):
-        return _Reader(source.EdgebusDataSource(self.options).reader(schema))
+        return _Reader(EdgebusDataSource(self.options).reader(schema))
 
 
 class _Reader(DataSourceReader):

@@ -33,7 +33,7 @@ def local_record(i, t):
 
 def expected_row(rec, pos):
     """The row the data source must produce for a record dict logged at pos."""
-    from bridge.tlog import encode_value
+    from tlog import encode_value
 
     def js(v):
         return json.dumps(encode_value(v), ensure_ascii=False, separators=(",", ":"))

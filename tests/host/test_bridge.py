@@ -10,7 +10,8 @@ import sys
 import pytest
 
 import edgebus
-from bridge import config as bridge_config, tlog
+import tlog
+from bridge import config as bridge_config
 from bridge.daemon import Bridge
 from bridge.links import attach_local
 from bridge.status import fetch, render

@@ -27,7 +27,7 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 from bridge import config as bridge_config  # noqa: E402
-from bridge import tlog  # noqa: E402
+import tlog  # noqa: E402
 from bridge.daemon import Bridge  # noqa: E402
 from tests.conftest import until  # noqa: E402
 from tests.host.sparkkit import make_session  # noqa: E402

@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-from bridge.tlog import RECORD_HEADER_SIZE, LogWriter, segment_name  # noqa: E402
+from tlog import RECORD_HEADER_SIZE, LogWriter, segment_name  # noqa: E402
 from tests.host.sparkkit import (ROOT, device_record, expected_row,  # noqa: E402
                                  local_record, make_session)
 
@@ -135,7 +135,7 @@ def check_table(spark, table, fleet, lost_pos):
 
 
 def test_exactly_once_across_sigkill_with_duplicates_and_corruption(spark, tmp_path):
-    from ingest.source import corrupt_report
+    from ingest.corruption import corrupt_report
 
     log, table, ckpt = tmp_path / "log", tmp_path / "table", tmp_path / "ckpt"
     fleet = Fleet(log)

@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-from bridge.tlog import LogWriter  # noqa: E402
+from tlog import LogWriter  # noqa: E402
 from tests.host.sparkkit import ROOT, device_record, local_record, make_session  # noqa: E402
 
 T0 = 1_712_000_000.0

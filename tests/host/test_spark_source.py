@@ -1,4 +1,4 @@
-"""The `edgebus` PySpark data source (ingest/source.py) on real local Spark:
+"""The `edgebus` PySpark data source (ingest/) on real local Spark:
 schema and values, batch and streaming, offsets, byte-range splits, corruption."""
 import datetime
 import json
@@ -11,9 +11,9 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-from bridge.tlog import RECORD_HEADER_SIZE, LogWriter, segment_name  # noqa: E402
 from tests.host.sparkkit import (device_record, expected_row, local_record,  # noqa: E402
                                  make_session)
+from tlog import RECORD_HEADER_SIZE, LogWriter, segment_name  # noqa: E402
 
 T0 = 1_712_000_000.0
 
@@ -74,7 +74,7 @@ def check_rows(got, recs, positions):
 
 
 def test_batch_schema_and_values(spark, tmp_path):
-    from ingest.source import SCHEMA
+    from ingest.schema import SCHEMA
 
     recs = mixed_records()
     positions = write_log(tmp_path / "log", recs)
@@ -149,7 +149,8 @@ def test_byte_range_splits_give_the_same_rows(spark, tmp_path):
         assert len(rows) == len(recs)
         check_rows(rows_by_pos(df), recs, positions)
     assert not corrupt.exists()
-    from ingest.source import EdgebusDataSource, RangeGroup
+    from ingest.planning import RangeGroup
+    from ingest.source import EdgebusDataSource
     parts = EdgebusDataSource({"path": str(tmp_path / "log"), "splitBytes": "1000"}) \
         .reader(None).partitions()
     assert all(isinstance(p, RangeGroup) for p in parts)
@@ -160,7 +161,7 @@ def test_small_segments_are_packed_into_few_partitions(spark, tmp_path):
     """Many small segments (the bridge seals one a minute) are packed into
     about minPartitions partitions, by default the session's parallelism,
     each reading its segments in log order; every record is read once."""
-    from ingest import source
+    from ingest.source import EdgebusDataSource, with_parallelism
     recs = mixed_records(2000)
     positions = write_log(tmp_path / "log", recs, segment_bytes=8192)
     nseg = len({p[0] for p in positions})
@@ -168,7 +169,7 @@ def test_small_segments_are_packed_into_few_partitions(spark, tmp_path):
     log = str(tmp_path / "log")
     plans = {}
     for k, opts in (("default", {}), ("four", {"minPartitions": "4"})):
-        parts = source.EdgebusDataSource(dict(opts, path=log)).reader(None).partitions()
+        parts = EdgebusDataSource(dict(opts, path=log)).reader(None).partitions()
         ranges = [(r.segment, r.start, r.end) for g in parts for r in g.ranges]
         assert ranges == sorted(ranges) and len({r[0] for r in ranges}) == nseg
         plans[k] = len(parts)
@@ -176,7 +177,7 @@ def test_small_segments_are_packed_into_few_partitions(spark, tmp_path):
     assert plans["default"] < plans["four"] < nseg / 4
     # register() passes the session's parallelism to the planning worker.
     from pyspark import cloudpickle
-    cls = pickle.loads(cloudpickle.dumps(source.with_parallelism(5)))
+    cls = pickle.loads(cloudpickle.dumps(with_parallelism(5)))
     assert cls({"path": log}).reader(None).opts.min_partitions == 5
     assert cls({"path": log, "minPartitions": "3"}).reader(None).opts.min_partitions == 3
     for opts, want in (({}, plans["default"]), ({"minPartitions": "4"}, plans["four"])):
@@ -205,7 +206,7 @@ def stream_to_table(spark, log, out, ckpt, **opts):
 
 
 def test_streaming_offsets_rate_limits_and_restart(spark, tmp_path):
-    from ingest.source import SCHEMA
+    from ingest.schema import SCHEMA
 
     log, out, ckpt = tmp_path / "log", tmp_path / "out", tmp_path / "ckpt"
     recs = mixed_records(120)
@@ -245,7 +246,7 @@ def damage(path, sid, offset, how):
 
 
 def test_corrupt_and_truncated_records_are_skipped_and_reported(spark, tmp_path):
-    from ingest.source import corrupt_report
+    from ingest.corruption import corrupt_report
 
     log = tmp_path / "log"
     recs = [device_record("n", "s", i, T0 + i) for i in range(150)]
@@ -293,7 +294,8 @@ def test_corrupt_and_truncated_records_are_skipped_and_reported(spark, tmp_path)
 
 
 def test_streaming_skips_corruption_and_missing_segments(spark, tmp_path):
-    from ingest.source import SCHEMA, corrupt_report
+    from ingest.corruption import corrupt_report
+    from ingest.schema import SCHEMA
 
     log, cdir = tmp_path / "log", tmp_path / "corrupt"
     recs = [device_record("n", "s", i, T0 + i) for i in range(80)]
@@ -328,8 +330,10 @@ def test_region_ownership_random_cuts_and_damage(tmp_path):
     exactly its bad regions, each once (docs/spark.md, corrupt data)."""
     import random
 
-    from bridge.tlog import list_segments, read_segment
-    from ingest.source import SegmentRange, _Options, _read_range
+    from tlog import list_segments, read_segment
+    from ingest.offsets import Options
+    from ingest.planning import SegmentRange
+    from ingest.reading import read_range
 
     rnd = random.Random(6)
     trials = int(os.environ.get("EDGEBUS_OWNERSHIP_TRIALS", "60"))
@@ -360,10 +364,10 @@ def test_region_ownership_random_cuts_and_damage(tmp_path):
         inner = {rnd.randrange(21, size) for _ in range(rnd.randrange(0, 6)) if size > 21}
         cuts = sorted({0, size} | inner)
         cdir = tmp_path / ("bad%d" % trial)
-        opts = _Options({"path": str(d), "corruptDir": str(cdir)})
+        opts = Options({"path": str(d), "corruptDir": str(cdir)})
         rows = []
         for a, b in zip(cuts, cuts[1:]):
-            for rb in _read_range(opts, SegmentRange(0, a, b)):
+            for rb in read_range(opts, SegmentRange(0, a, b)):
                 rows += rb.column("offset").to_pylist()
         reported = []
         for name in sorted(os.listdir(cdir)) if cdir.exists() else []:
@@ -374,8 +378,9 @@ def test_region_ownership_random_cuts_and_damage(tmp_path):
 
 
 def test_retention_reports_only_unread_segments_as_missing(spark, tmp_path):
-    from bridge.tlog import list_segments
-    from ingest.source import SCHEMA, corrupt_report
+    from tlog import list_segments
+    from ingest.corruption import corrupt_report
+    from ingest.schema import SCHEMA
 
     log, cdir = tmp_path / "log", tmp_path / "corrupt"
     first = write_log(log, [device_record("n", "s", i, T0 + i) for i in range(40)])
@@ -405,12 +410,15 @@ def _hand_written(path, sid, body):
 
 
 def test_bulk_reader_yields_exactly_what_the_reference_reader_does(tmp_path):
-    """ingest/fastread.py (msgspec, Arrow in bulk) against bridge.tlog record by
+    """ingest/reading.py in bulk (msgspec, Arrow) against tlog record by
     record, on odd values, bodies only tlog accepts, bad bodies and bad bytes,
     cut into many ranges: the same rows, the same regions reported."""
-    from ingest import source
+    from ingest import corruption, reading
+    from ingest.offsets import BEGIN, Options, latest, offset_dict
+    from ingest.planning import plan
+    from ingest.schema import SCHEMA
 
-    assert source._fast is not None, "msgspec is missing: the bulk reader is not used"
+    assert reading.BULK, "msgspec is missing: the bulk reader is not used"
     log = tmp_path / "log"
     recs = mixed_records(120)
     recs[3] = dict(recs[3], topic=("a", 3, "b"), payload=b"\x00\xffbytes")
@@ -431,23 +439,23 @@ def test_bulk_reader_yields_exactly_what_the_reference_reader_does(tmp_path):
         _hand_written(log, last, body)
     damage(log, positions[10][0], positions[10][1], "crc")
     damage(log, positions[40][0], positions[40][1], "magic")
-    end = source._off(*source._latest(str(log)))
+    end = offset_dict(*latest(str(log)))
     for split in ("1024", "1500", "100000"):
-        o = source._Options({"path": str(log), "splitBytes": split})
-        parts, _ = source.plan(o.path, source.BEGIN, end, o.split_bytes)
+        o = Options({"path": str(log), "splitBytes": split})
+        parts, _ = plan(o.path, BEGIN, end, o.split_bytes)
         got = {"fast": ([], []), "slow": ([], [])}
-        for name, fn in (("fast", source._read_range), ("slow", source._read_range_slow)):
+        for name, fn in (("fast", reading.read_range), ("slow", reading.read_range_slow)):
             reported = got[name][1]
-            real = source._report
-            source._report = lambda opts, part, fname, bad, missing: reported.extend(
+            real = corruption.report
+            corruption.report = lambda opts, part, fname, bad, missing: reported.extend(
                 (b["segment"], b["offset"], b["reason"], b["bytes"]) for b in bad)
             try:
                 for p in parts:
                     for batch in fn(o, p):
-                        assert batch.schema.names == source.SCHEMA.names
+                        assert batch.schema.names == SCHEMA.names
                         got[name][0].extend(batch.to_pylist())
             finally:
-                source._report = real
+                corruption.report = real
         assert got["fast"][0] == got["slow"][0], split
         assert sorted(got["fast"][1]) == sorted(got["slow"][1]), split
         assert len(got["fast"][0]) == len(recs) - 2 + 2

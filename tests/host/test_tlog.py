@@ -1,4 +1,4 @@
-"""The bridge's telemetry log (bridge/tlog.py, docs/telemetry-log.md): round
+"""The bridge's telemetry log (tlog/, docs/telemetry-log.md): round
 trip, rolling, real SIGKILL crashes, corruption, retention.  Real files only."""
 import json
 import os
@@ -12,11 +12,11 @@ import zlib
 
 import pytest
 
-from bridge import tlog
-from bridge.tlog import (FILE_HEADER_SIZE, RECORD_HEADER_SIZE, LogLocked, LogWriter,
-                         ReadStats, earliest_offset, latest_offset, list_segments,
-                         read_log, read_segment, record_from_message, segment_name)
+import tlog
 from edgebus.values import FrozenDict, Message, Origin
+from tlog import (FILE_HEADER_SIZE, RECORD_HEADER_SIZE, LogLocked, LogWriter, ReadStats,
+                  earliest_offset, latest_offset, list_segments, read_log, read_segment,
+                  record_from_message, segment_name)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -267,7 +267,7 @@ def test_one_writer_per_directory(tmp_path):
 CHILD = r"""
 import os, random, sys, time
 sys.path.insert(0, sys.argv[1])
-from bridge.tlog import LogWriter
+from tlog import LogWriter
 d, base, mode, seg = sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
 rng = random.Random(base)
 w = LogWriter(d, segment_bytes=seg, segment_seconds=None, fsync=mode, fsync_interval=0.002)
@@ -364,7 +364,7 @@ def test_crash_with_sigkill_recovers(tmp_path):
 
 def _write_open(d, sid, frames, tail=b""):
     with open(seg_path(d, sid, sealed=False), "wb") as f:
-        f.write(tlog._file_header(sid))
+        f.write(tlog.file_header(sid))
         for fr in frames:
             f.write(fr)
         f.write(tail)
@@ -374,7 +374,7 @@ def test_recovery_of_crash_leftovers(tmp_path):
     d = str(tmp_path)
     with LogWriter(d) as w:
         w.append(rec(0))
-    frames = [tlog._frame(tlog._encode_body(rec(i))) for i in (1, 2, 3)]
+    frames = [tlog.frame(tlog.encode_body(rec(i))) for i in (1, 2, 3)]
     _write_open(d, 1, frames[:2], tail=frames[2][:-5])       # torn last record
     with LogWriter(d) as w:
         assert [a for _, a, _ in w.recovered] == ["sealed"]
@@ -386,7 +386,7 @@ def test_recovery_of_crash_leftovers(tmp_path):
     _write_open(d, 3, [])
     with LogWriter(d) as w:
         assert [a for _, a, _ in w.recovered] == ["removed"]
-    for content in (b"", tlog._file_header(3)[:7]):
+    for content in (b"", tlog.file_header(3)[:7]):
         with open(seg_path(d, 3, sealed=False), "wb") as f:
             f.write(content)
         with LogWriter(d) as w:

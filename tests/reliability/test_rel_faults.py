@@ -20,7 +20,8 @@ import time
 import pytest
 
 import edgebus
-from bridge import config as bridge_config, tlog
+import tlog
+from bridge import config as bridge_config
 from bridge.daemon import Bridge
 from edgebus import errors
 from tests.conftest import ROOT, until

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from bridge import tlog
+import tlog
 from bridge.status import fetch
 from tests.conftest import ROOT
 from dev.broker import Mosquitto

@@ -12,7 +12,8 @@ import time
 import tracemalloc
 
 import edgebus
-from bridge import config as bridge_config, tlog
+import tlog
+from bridge import config as bridge_config
 from bridge.daemon import Bridge
 from tests.conftest import until
 from tests.portable.linkkit import Joined, synced

@@ -1,0 +1,141 @@
+"""Corrupt data: which range reports a bad region, the warnings, and the
+``corruptDir`` files with what readers skipped (docs/spark.md, corrupt data)."""
+import json
+import logging
+import os
+import tempfile
+
+import tlog
+
+log = logging.getLogger("edgebus.ingest")
+
+
+def region_bytes(reason, offset, nxt, size):
+    """The length of a bad region of a segment of size bytes that starts at
+    offset and ends at nxt (the next valid record; None: the file's end)."""
+    if offset == 0 and reason.endswith("segment skipped"):
+        return size
+    if offset == 0:
+        return min(tlog.FILE_HEADER_SIZE, size)
+    return max(0, (size if nxt is None else nxt) - offset)
+
+
+def owned(region, start):
+    """Whether the range starting at start reports this bad region.
+
+    A range reads on past its end to the first valid record at or after it, so
+    it sees every bad region that begins before that record, including one that
+    begins at or just after its end.  The range after the cut starts reading at
+    the cut: its first region, at exactly the cut, is either the tail of a
+    record that began before the cut or bytes the range before has reported,
+    so it is dropped.  Position 0 (the file header) belongs to the range at 0."""
+    _file, off, reason = region
+    if reason.startswith(("cannot open", "read error")):
+        return True
+    if off == 0:
+        return start == 0
+    return off != start
+
+
+class RangeDamage:
+    """What one SegmentRange of file fname (size bytes) skipped: the regions
+    of ``stats`` (a tlog.ReadStats its reads share) that it owns, and the
+    records Spark cannot represent.  ``bad`` holds them as report dicts."""
+
+    def __init__(self, part, fname, size):
+        self.part = part
+        self.fname = fname
+        self.size = size
+        self.stats = tlog.ReadStats()
+        self.bad = []
+        self.seen = 0               # entries of stats.corrupt already looked at
+
+    def collect(self, nxt):
+        """Take the regions stats gained since the last call; nxt is the
+        offset of the valid record after them (None: none before the end)."""
+        corrupt = self.stats.corrupt
+        sid, start, size = self.part.segment, self.part.start, self.size
+        for region in corrupt[self.seen:]:
+            if owned(region, start):
+                self.bad.append({"file": region[0], "segment": sid, "offset": region[1],
+                                 "reason": region[2],
+                                 "bytes": region_bytes(region[2], region[1], nxt, size)})
+        self.seen = len(corrupt)
+
+    def unrepresentable(self, off, ts_host):
+        """Count the record at off as skipped: its ts_host is outside Spark's
+        timestamp range."""
+        self.bad.append({"file": self.fname, "segment": self.part.segment, "offset": off,
+                         "bytes": None,
+                         "reason": "unrepresentable record: ts_host %r is outside Spark's "
+                                   "timestamp range" % (ts_host,)})
+
+    def report(self, opts):
+        """Warn of what was skipped and write it to opts.corrupt_dir, if anything."""
+        if self.bad or self.stats.missing:
+            report(opts, self.part, self.fname, self.bad, list(self.stats.missing))
+
+
+def report(opts, part, fname, bad, missing):
+    """Log each bad region and vanished segment of a range as a warning and,
+    with the corruptDir option, write them to a file named by the range."""
+    for r in bad:
+        log.warning("edgebus: skipped corrupt log data in %s at offset %d (%s bytes): %s",
+                    r["file"], r["offset"], r["bytes"], r["reason"])
+    for first, last in missing:
+        log.warning("edgebus: segment %d of %s vanished before it was read", first, opts.path)
+    if not opts.corrupt_dir:
+        return
+    # One file per range, named by the range: a replayed batch rewrites the same file.
+    doc = {"log": opts.path, "segment": part.segment, "start": part.start, "end": part.end,
+           "regions": bad, "missing": [list(m) for m in missing]}
+    _write_json(opts.corrupt_dir, "seg%020d-%d-%d.json" % (part.segment, part.start, part.end),
+                doc)
+
+
+def report_missing(opts, missing):
+    """Write the segment id ranges a plan found missing to opts.corrupt_dir."""
+    for first, last in missing:
+        _write_json(opts.corrupt_dir, "missing-%020d-%020d.json" % (first, last),
+                    {"log": opts.path, "regions": [], "missing": [[first, last]]})
+
+
+def _write_json(directory, name, doc):
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f, indent=1)
+        os.replace(tmp, os.path.join(directory, name))
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+
+
+def corrupt_report(directory):
+    """What readers skipped, from a corruptDir: {"regions": [...], "missing": [...]}.
+
+    regions: dicts (file, segment, offset, reason, bytes), one per bad region,
+    sorted by (segment, offset); missing: sorted [first, last] segment id ranges
+    that were planned but not on disk."""
+    regions, missing = {}, set()
+    try:
+        names = sorted(os.listdir(directory))
+    except FileNotFoundError:
+        return {"regions": [], "missing": []}
+    for name in names:
+        if not name.endswith(".json") or name.startswith("."):
+            continue
+        try:
+            with open(os.path.join(directory, name)) as f:
+                doc = json.load(f)
+        except (OSError, ValueError):
+            continue
+        for r in doc.get("regions", []):
+            regions[(r["segment"], r["offset"])] = r
+        missing.update(tuple(m) for m in doc.get("missing", []))
+    return {"regions": [regions[k] for k in sorted(regions)],
+            "missing": [list(m) for m in sorted(missing)]}

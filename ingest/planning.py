@@ -1,0 +1,156 @@
+"""Planning: the sealed segments between two positions cut into ranges and
+packed into Spark partitions, and how far a bounded micro-batch reaches.
+
+A range [a, b) yields the records whose *start* offset is in [a, b).  Cuts
+need not fall on record boundaries: reading from a cut resynchronises on the
+next valid record (the record spanning the cut belongs to the range before it).
+"""
+import logging
+import os
+
+from pyspark.sql.datasource import InputPartition
+
+import tlog
+from ingest import corruption
+from ingest.offsets import DEFAULT_SPLIT_BYTES, MIN_SPLIT_BYTES, canonical, position
+
+log = logging.getLogger("edgebus.ingest")
+
+# What opening a range costs, in bytes of reading (Spark's openCostInBytes):
+# it stops thousands of tiny segments from crowding into one partition.
+_OPEN_COST = 8 * 1024
+
+
+class SegmentRange(InputPartition):
+    """Records of one sealed segment whose start offset is in [start, end):
+    the unit of reading and of corruption reports."""
+
+    def __init__(self, segment, start, end):
+        self.segment = segment
+        self.start = start
+        self.end = end
+
+
+class RangeGroup(InputPartition):
+    """One Spark partition: SegmentRanges read one after the other, in log order."""
+
+    def __init__(self, ranges):
+        self.ranges = ranges
+
+
+def spans(path, start, end):
+    """[(segment, lo, hi)] for the sealed segments between positions start
+    (inclusive) and end (exclusive), and the ids missing from that range."""
+    s0, o0 = start
+    s1, o1 = end
+    out, missing = [], []
+    want = s0 if s0 >= 0 else None
+    for sid in tlog.list_segments(path):
+        if sid < s0 or sid > s1:
+            continue
+        if want is not None and sid > want:
+            missing.append((want, sid - 1))
+        want = sid + 1
+        try:
+            size = os.path.getsize(os.path.join(path, tlog.segment_name(sid)))
+        except FileNotFoundError:        # removed by retention meanwhile
+            missing.append((sid, sid))
+            continue
+        lo = o0 if sid == s0 else 0
+        hi = min(o1, size) if sid == s1 else size
+        if lo < hi:
+            out.append((sid, lo, hi))
+    return out, missing
+
+
+def plan(path, start, end, split_bytes=DEFAULT_SPLIT_BYTES, min_partitions=None):
+    """The SegmentRanges covering offsets [start, end), of about the target
+    size: split_bytes, or less when min_partitions asks for more (at least
+    64 KiB). Larger segments are cut; pack() groups the small ones."""
+    found, missing = spans(path, position(start), position(end))
+    for first, last in missing:
+        log.warning("edgebus: log %s: segments %d..%d are missing (removed by retention "
+                    "before they were read, or quarantined); their records are lost",
+                    path, first, last)
+    target = _target(sum(hi - lo for _, lo, hi in found), split_bytes, min_partitions)
+    parts = []
+    for sid, lo, hi in found:
+        n = max(1, -(-(hi - lo) // target))
+        cuts = [lo]
+        for k in range(1, n):
+            # A record never starts inside the file header.
+            c = max(lo + (hi - lo) * k // n, tlog.FILE_HEADER_SIZE + 1)
+            if c > cuts[-1]:
+                cuts.append(c)
+        cuts.append(hi)
+        parts.extend(SegmentRange(sid, a, b) for a, b in zip(cuts, cuts[1:]))
+    return parts, missing
+
+
+def pack(ranges, split_bytes=DEFAULT_SPLIT_BYTES, min_partitions=None):
+    """The partitions for plan()'s ranges: consecutive ranges grouped up to the
+    same target size, each range counted with _OPEN_COST (Spark's file
+    sources pack small files so; a task per one-minute segment would cost more
+    in Python worker round trips than reading it)."""
+    total = sum(r.end - r.start for r in ranges)
+    target = _target(total, split_bytes, min_partitions)
+    groups, cur, size = [], [], 0
+    for r in ranges:
+        n = r.end - r.start + _OPEN_COST
+        if cur and size + n > target:
+            groups.append(RangeGroup(cur))
+            cur, size = [], 0
+        cur.append(r)
+        size += n
+    if cur:
+        groups.append(RangeGroup(cur))
+    return groups
+
+
+def partitions(opts, start, end):
+    """The RangeGroups of offsets [start, end) under the options opts; the
+    segments missing from the range are written to its corruptDir."""
+    ranges, missing = plan(opts.path, start, end, opts.split_bytes, opts.min_partitions)
+    if missing and opts.corrupt_dir:
+        corruption.report_missing(opts, missing)
+    return pack(ranges, opts.split_bytes, opts.min_partitions)
+
+
+def _target(total, split_bytes, min_partitions):
+    if min_partitions and total:
+        # Ranges made for parallelism stay >= 64 KiB; splitBytes is obeyed.
+        return min(split_bytes, max(-(-total // min_partitions), 64 * MIN_SPLIT_BYTES))
+    return split_bytes
+
+
+def advance_bytes(path, start, end, max_bytes):
+    """The position at most max_bytes of segment data after start (>= 1 record)."""
+    found, _ = spans(path, start, end)
+    budget, last = max_bytes, start
+    for sid, lo, hi in found:
+        if budget <= 0:
+            break
+        if hi - lo <= budget:
+            budget -= hi - lo
+            last = (sid, hi)
+            continue
+        return canonical(path, (sid, min(max(lo + budget, tlog.FILE_HEADER_SIZE + 1), hi)))
+    return canonical(path, last)
+
+
+def advance_rows(path, start, end, max_rows):
+    """The position of the (max_rows + 1)-th record after start, or end."""
+    found, _ = spans(path, start, end)
+    n = 0
+    for sid, lo, hi in found:
+        it = tlog.read_segment(path, sid, lo, None, decode_payload=False)
+        try:
+            for off, _rec in it:
+                if off >= hi:
+                    break
+                if n == max_rows:
+                    return (sid, off)
+                n += 1
+        finally:
+            it.close()
+    return end

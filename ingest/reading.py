@@ -1,0 +1,212 @@
+"""Reading: one SegmentRange of the log to Arrow record batches of SCHEMA.
+
+With msgspec (the ``spark`` extra) a range is read in bulk, not one Python dict
+per record: the segment is mapped, frames are split and CRC-checked in one
+tight loop, the bodies of each chunk are decoded by one msgspec call
+(ingest.bodies) and the columns are built from their raw text
+(ingest.columns).  It reads the same records as tlog.read_segment, by the same
+rules (docs/telemetry-log.md sections 2, 3 and 7): whatever the bulk path does
+not take as is goes to tlog, whose resynchronising reader reports and skips
+bad bytes; bulk reading then resumes at the next valid record.  Without
+msgspec, or when the file header is not clean, the whole range is read record
+by record through tlog.  Bad regions are reported by the range that owns them
+(ingest.corruption.owned).
+"""
+import gc
+import os
+import zlib
+
+import tlog
+from ingest import columns
+from ingest.corruption import RangeDamage
+from ingest.schema import TS_MAX, TS_MIN, arrow_schema, fits_timestamp
+
+try:
+    from ingest import bodies
+except ImportError:                      # no msgspec: every range is read by tlog
+    bodies = None
+
+# Whether ranges are read in bulk (msgspec is installed).
+BULK = bodies is not None
+
+_ARROW_ROWS = 8192                       # records per batch, read through tlog
+_CHUNK_ROWS = 16384                      # bodies per msgspec call
+
+
+def read_group(opts, group):
+    """Arrow record batches for the ranges of one RangeGroup, in log order."""
+    for r in group.ranges:
+        yield from read_range(opts, r)
+
+
+def read_range(opts, part):
+    """Arrow record batches for one SegmentRange: in bulk when msgspec is
+    there and the file header is clean, else by read_range_slow."""
+    if not BULK or part.segment < 0:
+        yield from read_range_slow(opts, part)
+        return
+    import mmap
+
+    path, sid = opts.path, part.segment
+    fname = os.path.join(path, tlog.segment_name(sid))
+    try:
+        f = open(fname, "rb")
+    except OSError:
+        yield from read_range_slow(opts, part)      # reports missing / cannot open
+        return
+    with f:
+        size = os.fstat(f.fileno()).st_size
+        if (size < tlog.FILE_HEADER_SIZE
+                or tlog.check_file_header(f.read(tlog.FILE_HEADER_SIZE), sid) is not None):
+            yield from read_range_slow(opts, part)
+            return
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    try:
+        yield from _read_bulk(opts, part, fname, mm, size)
+    finally:
+        try:
+            mm.close()
+        except BufferError:     # a view of it is still alive: the GC closes it
+            pass
+
+
+def read_range_slow(opts, part):
+    """Arrow record batches for one SegmentRange, record by record through
+    tlog: the fallback of read_range."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    schema = arrow_schema()
+    path, sid, start, end = opts.path, part.segment, part.start, part.end
+    fname = os.path.join(path, tlog.segment_name(sid))
+    try:
+        size = os.path.getsize(fname)
+    except OSError:
+        size = 0
+    damage = RangeDamage(part, fname, size)
+    corrupt = damage.stats.corrupt
+    it = tlog.read_segment(path, sid, start, None, damage.stats, decode_payload=False)
+    offs, recs = [], []
+    # The records are acyclic dicts freed by reference counting; with thousands of
+    # them alive per batch the cyclic GC's scans cost a third of the read time.
+    gc_was_on = gc.isenabled()
+    gc.disable()
+    try:
+        for off, rec in it:
+            if len(corrupt) > damage.seen:
+                damage.collect(off)
+            if off >= end:
+                break
+            if not fits_timestamp(rec["ts_host"]):
+                damage.unrepresentable(off, rec["ts_host"])
+                continue
+            offs.append(off)
+            recs.append(rec)
+            if len(offs) >= _ARROW_ROWS:
+                yield columns.from_dicts(pa, pc, schema, sid, offs, recs)
+                offs, recs = [], []
+        else:
+            damage.collect(None)
+        if offs:
+            yield columns.from_dicts(pa, pc, schema, sid, offs, recs)
+    finally:
+        it.close()
+        if gc_was_on:
+            gc.enable()
+    damage.report(opts)
+
+
+def _frames(mm, size, pos, stop, limit):
+    """Walk whole, CRC-valid frames from pos: (offsets, bodies, next_pos, ok).
+    Stops before a record starting at or after stop, after limit frames, or at
+    the first frame that is not valid (ok False: next_pos is its offset)."""
+    offs, chunk = [], []
+    unpack = tlog.RECORD_HEADER.unpack_from
+    crc32 = zlib.crc32
+    hdr, want_magic, want_version, max_len = (tlog.RECORD_HEADER_SIZE, tlog.RECORD_MAGIC,
+                                              tlog.FORMAT_VERSION, tlog.MAX_BODY_BYTES)
+    mv = memoryview(mm)
+    while pos < stop and len(offs) < limit:
+        if pos + hdr > size:
+            return offs, chunk, pos, False
+        magic, version, length, crc = unpack(mm, pos)
+        b0 = pos + hdr
+        b1 = b0 + length
+        if (magic != want_magic or version != want_version or not 0 < length <= max_len
+                or b1 > size):
+            return offs, chunk, pos, False
+        body = mv[b0:b1]
+        if crc32(body, crc32(mv[pos:pos + 10])) != crc:
+            return offs, chunk, pos, False
+        offs.append(pos)
+        chunk.append(body)
+        pos = b1
+    return offs, chunk, pos, True
+
+
+def _read_bulk(opts, part, fname, mm, size):
+    """Arrow record batches for one SegmentRange of a mapped segment whose file
+    header is valid."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    schema = arrow_schema()
+    path, sid, start, end = opts.path, part.segment, part.start, part.end
+    damage = RangeDamage(part, fname, size)
+
+    def emit(offs, recs):
+        ts = pa.array([r.ts_host for r in recs], pa.float64())
+        fits = pc.all(pc.and_(pc.greater_equal(ts, TS_MIN),
+                              pc.less_equal(ts, TS_MAX))).as_py()
+        if not fits:
+            keep = []
+            for off, r in zip(offs, recs):
+                if fits_timestamp(r.ts_host):
+                    keep.append((off, r))
+                else:
+                    damage.unrepresentable(off, r.ts_host)
+            offs, recs = [x[0] for x in keep], [x[1] for x in keep]
+        if recs:
+            return columns.from_recs(pa, pc, schema, sid, offs, recs)
+        return None
+
+    gc_was_on = gc.isenabled()
+    gc.disable()
+    try:
+        pos = max(start, tlog.FILE_HEADER_SIZE)
+        while pos < size:
+            if pos >= end:
+                # Past the range: only a bad region starting here is still ours
+                # (the range before a cut reports it; see corruption.owned).
+                offs, chunk, _nxt, ok = _frames(mm, size, pos, pos + 1, 1)
+                if ok and bodies.decode_chunk(chunk)[1] is None:
+                    break
+            else:
+                offs, chunk, nxt, ok = _frames(mm, size, pos, end, _CHUNK_ROWS)
+                recs, invalid = bodies.decode_chunk(chunk) if chunk else ([], None)
+                if invalid is not None:
+                    i, _why = invalid
+                    offs, nxt, ok = offs[:i], offs[i], False
+                del chunk
+                if recs:
+                    b = emit(offs[:len(recs)], recs)
+                    if b is not None:
+                        yield b
+                pos = nxt
+                if ok:
+                    continue
+            # Bad bytes at pos: tlog reports them and finds the next valid record.
+            it = tlog.read_segment(path, sid, pos, None, damage.stats, decode_payload=False)
+            try:
+                q = next(it, None)
+            finally:
+                it.close()
+            if q is None:
+                damage.collect(None)
+                break
+            damage.collect(q[0])
+            pos = q[0]
+    finally:
+        if gc_was_on:
+            gc.enable()
+    damage.report(opts)

@@ -1,0 +1,37 @@
+"""The bridge's durable telemetry log: segmented, append-only, checksummed.
+
+The bridge appends chosen host-bus messages with :class:`LogWriter`; readers
+(the PySpark data source, tools, tests) use :func:`list_segments`,
+:func:`read_segment`, :func:`read_log` and :func:`latest_offset`.  The on-disk
+format and every promise made to readers are specified in
+``docs/telemetry-log.md``; this package is its reference implementation:
+
+- ``tlog.format``: file and record headers, framing;
+- ``tlog.records``: record bodies and their values;
+- ``tlog.segments``: the log directory's segment files;
+- ``tlog.reader``: reading sealed segments, resynchronising past bad bytes;
+- ``tlog.writer``: the one writer, with ``tlog.recovery`` and ``tlog.retention``.
+
+Host only (CPython >= 3.11, POSIX: ``fcntl``, ``fsync`` of directories).
+Standard library only; nothing here ever unpickles or evaluates data.
+"""
+from tlog.errors import LogError, LogLocked
+from tlog.format import (FILE_HEADER_SIZE, FILE_MAGIC, FORMAT_VERSION, MAX_BODY_BYTES,
+                         RECORD_HEADER, RECORD_HEADER_SIZE, RECORD_MAGIC, check_file_header,
+                         file_header, frame)
+from tlog.reader import ReadStats, read_log, read_segment
+from tlog.records import (FIELDS, decode_body, decode_value, encode_body, encode_value,
+                          record_from_message, topic_text)
+from tlog.segments import (LOCK_NAME, earliest_offset, latest_offset, list_segments,
+                           segment_name)
+from tlog.writer import LogWriter
+
+__all__ = [
+    "FORMAT_VERSION", "FILE_MAGIC", "FILE_HEADER_SIZE", "RECORD_MAGIC", "RECORD_HEADER",
+    "RECORD_HEADER_SIZE", "MAX_BODY_BYTES", "LOCK_NAME", "FIELDS",
+    "LogError", "LogLocked", "LogWriter", "ReadStats",
+    "record_from_message", "encode_value", "decode_value", "topic_text",
+    "encode_body", "decode_body", "file_header", "frame", "check_file_header",
+    "segment_name", "list_segments", "read_segment", "read_log",
+    "latest_offset", "earliest_offset",
+]

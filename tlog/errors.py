@@ -1,0 +1,10 @@
+"""The errors the log writer raises."""
+
+
+class LogError(Exception):
+    """The log directory is in a state the writer will not touch, or the
+    writer failed an I/O operation earlier and must be reopened."""
+
+
+class LogLocked(LogError):
+    """Another writer holds the directory's lock."""

@@ -1,0 +1,237 @@
+"""Record bodies: the thirteen members, their values (JSON with two tags), and
+the record of an edgebus Message (docs/telemetry-log.md section 3)."""
+import base64
+import binascii
+import json
+import math
+import time
+
+from tlog.format import MAX_BODY_BYTES
+
+# The body's members, in the order the writer emits them.
+FIELDS = ("ts_host", "topic", "payload", "ts_device", "seq", "origin_kind", "conn_id",
+          "principal", "link_id", "peer_node", "peer_sid", "generation", "extra")
+_REQUIRED = ("ts_host", "topic", "payload")
+_STR_FIELDS = ("origin_kind", "conn_id", "principal", "link_id", "peer_node", "peer_sid")
+_INT_FIELDS = ("seq", "generation")
+
+
+# ---------------------------------------------------------------------------
+# Values: JSON with two tags ($b64 for bytes, $lit to escape)
+
+def _is_int(v):
+    return type(v) is int
+
+
+def _is_num(v):
+    return (type(v) is int) or (type(v) is float and math.isfinite(v))
+
+
+def encode_value(v):
+    """A payload/extra value as a JSON-model value (see the doc, "Values").
+
+    bytes-like values become ``{"$b64": "..."}``; a one-member object whose
+    key starts with ``$`` is escaped as ``{"$lit": {...}}``; tuples become
+    arrays.  Anything else JSON cannot hold exactly raises TypeError or
+    ValueError."""
+    t = type(v)
+    if v is None or t is bool or t is int or t is str:
+        return v
+    if t is float:
+        if not math.isfinite(v):
+            raise ValueError("non-finite float %r cannot be logged" % (v,))
+        return v
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return {"$b64": base64.b64encode(bytes(v)).decode("ascii")}
+    if isinstance(v, dict):
+        out = {}
+        for k, x in v.items():
+            if type(k) is not str:
+                raise TypeError("object keys must be str, not %s" % type(k).__name__)
+            out[k] = encode_value(x)
+        if len(out) == 1:
+            (k,) = out
+            if k.startswith("$"):
+                return {"$lit": out}
+        return out
+    if isinstance(v, (list, tuple)):
+        return [encode_value(x) for x in v]
+    # Subclasses (IntEnum, str enums, ...) are logged as their base value.
+    for base in (bool, int, float, str):
+        if isinstance(v, base):
+            return encode_value(base(v))
+    raise TypeError("cannot log a value of type %s" % t.__name__)
+
+
+def decode_value(v):
+    """Inverse of :func:`encode_value` on a value parsed from JSON."""
+    t = type(v)
+    if t is list:
+        return [decode_value(x) for x in v]
+    if t is dict:
+        if len(v) == 1:
+            (k,) = v
+            if k.startswith("$"):
+                x = v[k]
+                if k == "$b64":
+                    if type(x) is not str:
+                        raise ValueError("$b64 value must be a string")
+                    return base64.b64decode(x.encode("ascii"), validate=True)
+                if k == "$lit":
+                    if type(x) is not dict:
+                        raise ValueError("$lit value must be an object")
+                    return {kk: decode_value(xx) for kk, xx in x.items()}
+                raise ValueError("unknown tag %r" % k)
+        return {k: decode_value(x) for k, x in v.items()}
+    return v
+
+
+def topic_text(tokens):
+    """The 'a/b/c' form of a topic token sequence (ints as decimal text)."""
+    return "/".join([str(t) for t in tokens])
+
+
+# ---------------------------------------------------------------------------
+# Bodies
+
+def _check_record(record):
+    if not isinstance(record, dict):
+        raise TypeError("record must be a dict, not %s" % type(record).__name__)
+    unknown = [k for k in record if k not in FIELDS]
+    if unknown:
+        raise ValueError("unknown record field(s): %s" % ", ".join(sorted(map(str, unknown))))
+    for k in _REQUIRED:
+        if k not in record:
+            raise ValueError("record lacks required field %r" % k)
+
+
+def _encode_nested(v):
+    try:
+        return encode_value(v)
+    except RecursionError:    # a value nested deeper than Python can recurse
+        raise ValueError("record nests too deeply") from None
+
+
+def encode_body(record):
+    """Validated, compact UTF-8 JSON body bytes for a record dict."""
+    _check_record(record)
+    get = record.get
+    ts_host = record["ts_host"]
+    if not _is_num(ts_host):
+        raise TypeError("ts_host must be a finite int or float, not %r" % (ts_host,))
+    topic = record["topic"]
+    if type(topic) is str:
+        topic = topic.split("/")
+    if not isinstance(topic, (tuple, list)) or not topic:
+        raise TypeError("topic must be a non-empty tuple/list of str/int tokens")
+    for tok in topic:
+        if type(tok) is not str and type(tok) is not int:
+            raise TypeError("topic token must be str or int, not %s" % type(tok).__name__)
+    ts_device = get("ts_device")
+    if ts_device is not None and not _is_num(ts_device):
+        raise TypeError("ts_device must be a finite number or None, not %r" % (ts_device,))
+    body = {"ts_host": ts_host, "topic": list(topic),
+            "payload": _encode_nested(record["payload"]), "ts_device": ts_device}
+    for k in FIELDS[4:-1]:
+        v = get(k)
+        if v is not None:
+            if k in _INT_FIELDS and not _is_int(v):
+                raise TypeError("%s must be an int or None, not %r" % (k, v))
+            if k in _STR_FIELDS and type(v) is not str:
+                raise TypeError("%s must be a str or None, not %r" % (k, v))
+        body[k] = v
+    extra = get("extra")
+    if extra is not None:
+        if not isinstance(extra, dict):
+            raise TypeError("extra must be a dict or None, not %s" % type(extra).__name__)
+        extra = _encode_nested(extra) if extra else None
+    body["extra"] = extra
+    try:
+        text = json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        data = text.encode("utf-8")
+    except RecursionError:
+        raise ValueError("record nests too deeply") from None
+    if len(data) > MAX_BODY_BYTES:
+        raise ValueError("record body of %d bytes exceeds MAX_BODY_BYTES (%d)"
+                         % (len(data), MAX_BODY_BYTES))
+    return data
+
+
+def _no_constants(name):
+    raise ValueError("non-finite number %s" % name)
+
+
+def decode_body(data, decode_payload):
+    """The record dict of a body whose CRC matched; raises ValueError if the
+    body does not follow the schema."""
+    try:
+        obj = json.loads(data.decode("utf-8"), parse_constant=_no_constants)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:
+        raise ValueError("body is not UTF-8 JSON (%s)" % e) from None
+    if type(obj) is not dict:
+        raise ValueError("body is not a JSON object")
+    for k in FIELDS:
+        if k not in obj:
+            raise ValueError("body lacks %r" % k)
+    if not _is_num(obj["ts_host"]):
+        raise ValueError("bad ts_host")
+    topic = obj["topic"]
+    if type(topic) is not list or not topic or not all(
+            type(t) is str or type(t) is int for t in topic):
+        raise ValueError("bad topic")
+    if obj["ts_device"] is not None and not _is_num(obj["ts_device"]):
+        raise ValueError("bad ts_device")
+    for k in _INT_FIELDS:
+        if obj[k] is not None and not _is_int(obj[k]):
+            raise ValueError("bad %s" % k)
+    for k in _STR_FIELDS:
+        if obj[k] is not None and type(obj[k]) is not str:
+            raise ValueError("bad %s" % k)
+    extra = obj["extra"]
+    if extra is not None and type(extra) is not dict:
+        raise ValueError("bad extra")
+    try:
+        payload = decode_value(obj["payload"])
+        extra = decode_value(extra) if extra is not None else None
+    except (ValueError, binascii.Error, UnicodeEncodeError, RecursionError) as e:
+        raise ValueError("bad tagged value (%s)" % e) from None
+    rec = {k: obj[k] for k in FIELDS}     # known members only, schema order
+    rec["topic"] = tuple(topic)
+    if decode_payload:
+        rec["payload"] = payload
+        rec["extra"] = extra
+    return rec
+
+
+def record_from_message(msg, ts_host=None):
+    """The record dict for an edgebus Message received now (or at ts_host).
+
+    The sender's sequence number and device timestamp are taken from
+    ``origin.extra["seq"]`` (an int) and ``origin.extra["ts"]`` (a finite
+    number) when present and well-typed, else null; ``extra`` itself is kept
+    whole.  Non-str provenance strings (e.g. a principal object) are logged
+    as ``str(value)``."""
+    o = msg.origin
+    extra = getattr(o, "extra", None) or None
+    seq = extra.get("seq") if extra else None
+    ts = extra.get("ts") if extra else None
+
+    def s(name):
+        v = getattr(o, name, None)
+        return v if v is None or type(v) is str else str(v)
+
+    return {
+        "ts_host": time.time() if ts_host is None else ts_host,
+        "topic": tuple(msg.topic),
+        "payload": msg.payload,
+        "ts_device": ts if _is_num(ts) else None,
+        "seq": seq if _is_int(seq) else None,
+        "origin_kind": s("kind"),
+        "conn_id": s("conn_id"),
+        "principal": s("principal"),
+        "link_id": s("link_id"),
+        "peer_node": s("peer_node"),
+        "peer_sid": s("peer_sid"),
+        "generation": getattr(o, "generation", None),
+        "extra": dict(extra) if extra else None,
+    }

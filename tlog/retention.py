@@ -1,0 +1,39 @@
+"""Retention: the oldest sealed segments deleted by total size or age
+(docs/telemetry-log.md section 6)."""
+import os
+
+from tlog.segments import fsync_dir, list_segments, segment_name
+
+
+def retain(path, retention_bytes, retention_seconds, clock):
+    """Delete the oldest sealed segments beyond retention_bytes (total of
+    sealed segments) or older than retention_seconds (since sealing, by
+    mtime, against clock()).  Only a prefix is deleted, and the newest sealed
+    segment is always kept so that segment ids are never reused.  Returns
+    the deleted ids."""
+    if retention_bytes is None and retention_seconds is None:
+        return []
+    info = []
+    for sid in list_segments(path):
+        try:
+            st = os.stat(os.path.join(path, segment_name(sid)))
+        except FileNotFoundError:
+            continue
+        info.append((sid, st.st_size, st.st_mtime))
+    total = sum(i[1] for i in info)
+    cutoff = None if retention_seconds is None else clock() - retention_seconds
+    deleted = []
+    for sid, size, mtime in info[:-1]:
+        over = retention_bytes is not None and total > retention_bytes
+        old = cutoff is not None and mtime < cutoff
+        if not (over or old):
+            break
+        try:
+            os.unlink(os.path.join(path, segment_name(sid)))
+        except FileNotFoundError:
+            pass
+        total -= size
+        deleted.append(sid)
+    if deleted:
+        fsync_dir(path)
+    return deleted

@@ -1,0 +1,255 @@
+"""The log's one writer: appends records, rolls and seals segments, syncs,
+and applies retention (docs/telemetry-log.md section 4)."""
+import fcntl
+import os
+import time
+
+from tlog.errors import LogError, LogLocked
+from tlog.format import FILE_HEADER_SIZE, RECORD_HEADER_SIZE, file_header, frame
+from tlog.records import encode_body
+from tlog.recovery import recover
+from tlog.retention import retain
+from tlog.segments import LOCK_NAME, MAX_SEGMENT_ID, fsync_dir, next_segment_id, segment_name
+
+_WRITE_BUFFER = 64 * 1024
+_FSYNC_MODES = ("segment", "always", "interval")
+
+
+class LogWriter:
+    """Appends records to the log in directory ``path`` (created if needed).
+
+    One writer per directory (an exclusive ``flock`` on ``path/LOCK``).
+    Opening recovers what a crashed writer left: its ``.open`` segment is cut
+    back to the last whole valid record and sealed, or removed when it holds
+    none.  ``self.recovered`` lists what was done as (file, action, detail).
+
+    fsync: "segment" (only when sealing and on flush()), "always" (every
+    append is durable when it returns), "interval" (at most fsync_interval
+    seconds of appends at risk, checked on append and tick()).
+    clock: wall-clock seconds (default time.time), for segment age, seal
+    times (file mtime) and retention.  Not thread-safe: one caller at a time.
+    """
+
+    def __init__(self, path, segment_bytes=64 * 1024 * 1024, segment_seconds=60,
+                 retention_bytes=None, retention_seconds=None, fsync="segment",
+                 fsync_interval=1.0, clock=time.time):
+        if fsync not in _FSYNC_MODES:
+            raise ValueError("fsync must be one of %s" % (_FSYNC_MODES,))
+        if segment_bytes < FILE_HEADER_SIZE + RECORD_HEADER_SIZE + 2:
+            raise ValueError("segment_bytes too small")
+        for name, v in (("segment_seconds", segment_seconds),
+                        ("retention_bytes", retention_bytes),
+                        ("retention_seconds", retention_seconds)):
+            if v is not None and v < 0:
+                raise ValueError("%s must be >= 0 or None" % name)
+        self.path = os.path.abspath(path)
+        self.segment_bytes = segment_bytes
+        self.segment_seconds = segment_seconds
+        self.retention_bytes = retention_bytes
+        self.retention_seconds = retention_seconds
+        self.fsync = fsync
+        self.fsync_interval = fsync_interval
+        self._clock = clock
+        self._fd = None              # active segment's fd
+        self._active = None          # active segment id
+        self._size = 0               # logical size of the active segment
+        self._buf = bytearray()      # appended bytes not yet written
+        self._opened_at = 0.0
+        self._last_sync = 0.0
+        self._unsynced = False
+        self._failed = None
+        self._closed = False
+        self.recovered = []          # (file, action, detail) of the recovery on opening
+        if not os.path.isdir(self.path):
+            os.makedirs(self.path, exist_ok=True)
+            fsync_dir(os.path.dirname(self.path))   # make the new directory durable
+        self._lock_fd = os.open(os.path.join(self.path, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                raise LogLocked("another writer holds %s" % self.path) from None
+            self.recovered = recover(self.path, clock)
+            self._next_id = next_segment_id(self.path)
+            if self._next_id > MAX_SEGMENT_ID:
+                raise LogError("segment ids exhausted")
+            self._retain()
+        except BaseException:
+            os.close(self._lock_fd)
+            raise
+
+    # -- state ------------------------------------------------------------
+
+    def _check(self):
+        if self._closed:
+            raise LogError("writer is closed")
+        if self._failed is not None:
+            raise LogError("writer failed earlier (%r); reopen the log" % (self._failed,))
+
+    @property
+    def active_segment(self):
+        """Id of the segment being written (its file ends in .open), or None."""
+        return self._active
+
+    def position(self):
+        """(segment id, offset) the next append will get if no roll happens
+        first; (next segment id, FILE_HEADER_SIZE) when no segment is active."""
+        if self._active is None:
+            return self._next_id, FILE_HEADER_SIZE
+        return self._active, self._size
+
+    def _io(self, fn, *args):
+        try:
+            return fn(*args)
+        except BaseException as e:
+            self._failed = e
+            raise
+
+    # -- writing ----------------------------------------------------------
+
+    def append(self, record):
+        """Append one record (a dict with the FIELDS keys; ts_host, topic and
+        payload required) and return its position (segment_id, offset).
+
+        Validation errors raise TypeError/ValueError before anything is
+        written.  The record is durable once a sync point covering it has
+        completed: flush(), a seal (roll(), close(), size/time roll), or per
+        the fsync mode."""
+        self._check()
+        return self._io(self._append, frame(encode_body(record)))
+
+    def _too_old(self, now):
+        return self.segment_seconds is not None and now - self._opened_at >= self.segment_seconds
+
+    def _append(self, data):
+        now = self._clock()
+        if self._active is not None:
+            if self._too_old(now) or self._size + len(data) > self.segment_bytes:
+                self._seal()
+        if self._active is None:
+            self._create(now)
+        pos = (self._active, self._size)
+        self._buf += data
+        self._size += len(data)
+        self._unsynced = True
+        if self.fsync == "always":
+            self._sync(now)
+        elif self.fsync == "interval" and now - self._last_sync >= self.fsync_interval:
+            self._sync(now)
+        elif len(self._buf) >= _WRITE_BUFFER:
+            self._write_out()
+        return pos
+
+    def _create(self, now):
+        sid = self._next_id
+        if sid > MAX_SEGMENT_ID:
+            raise LogError("segment ids exhausted")
+        fname = os.path.join(self.path, segment_name(sid, sealed=False))
+        fd = os.open(fname, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        try:
+            head = file_header(sid)
+            os.write(fd, head)
+            os.fsync(fd)
+            fsync_dir(self.path)
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd, self._active, self._size = fd, sid, len(head)
+        self._opened_at = self._last_sync = now
+
+    def _write_out(self):
+        view = memoryview(self._buf)
+        done = 0
+        try:
+            while done < len(view):
+                done += os.write(self._fd, view[done:])
+        finally:
+            view.release()
+            del self._buf[:done]
+
+    def _sync(self, now=None):
+        self._write_out()
+        os.fsync(self._fd)
+        self._unsynced = False
+        self._last_sync = self._clock() if now is None else now
+
+    def _seal(self):
+        sid, fd = self._active, self._fd
+        self._write_out()
+        t = self._clock()
+        os.utime(fd, (t, t))
+        os.fsync(fd)
+        os.close(fd)
+        self._unsynced = False
+        self._fd = self._active = None
+        self._size = 0
+        os.rename(os.path.join(self.path, segment_name(sid, sealed=False)),
+                  os.path.join(self.path, segment_name(sid)))
+        fsync_dir(self.path)
+        self._next_id = sid + 1
+        self._retain()
+        return sid
+
+    def flush(self):
+        """Sync point: write and fsync the active segment.  When it returns,
+        every record appended before survives a crash (recovery seals it).
+        Returns position()."""
+        self._check()
+        if self._active is not None:
+            self._io(self._sync)
+        return self.position()
+
+    def roll(self):
+        """Seal the active segment now (if any); returns its id or None."""
+        self._check()
+        if self._active is None:
+            return None
+        return self._io(self._seal)
+
+    def tick(self):
+        """Housekeeping for a periodic timer: seal an active segment older
+        than segment_seconds, sync under fsync="interval", apply age
+        retention.  Cheap when there is nothing to do."""
+        self._check()
+
+        def run():
+            now = self._clock()
+            if self._active is not None:
+                if self._too_old(now):
+                    self._seal()
+                    return
+                if (self.fsync == "interval" and self._unsynced
+                        and now - self._last_sync >= self.fsync_interval):
+                    self._sync(now)
+            if self.retention_seconds is not None:
+                self._retain()
+        self._io(run)
+
+    def close(self):
+        """Seal the active segment and release the lock.  Idempotent.  After a
+        failure nothing more is written: the next writer's recovery seals what
+        is valid on disk."""
+        if self._closed:
+            return
+        try:
+            if self._failed is None and self._active is not None:
+                self._io(self._seal)
+        finally:
+            self._closed = True
+            if self._fd is not None:
+                try:
+                    os.close(self._fd)
+                except OSError:
+                    pass
+                self._fd = None
+            os.close(self._lock_fd)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def _retain(self):
+        return retain(self.path, self.retention_bytes, self.retention_seconds, self._clock)
