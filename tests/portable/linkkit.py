@@ -3,7 +3,7 @@ in-process byte pipe (real frames), the same way on CPython and MicroPython."""
 import asyncio
 import edgebus
 from edgebus.link.link import Link
-from edgebus.link.stream import pair
+from edgebus.link.pipe import pair
 
 KEY = b"device-key-1"
 

@@ -6,7 +6,8 @@ import os
 import edgebus
 from edgebus.link import frame, wire as W
 from edgebus.link.link import Link
-from edgebus.link.stream import PolledTransport, StreamTransport, pair
+from edgebus.link.pipe import pair
+from edgebus.link.stream import PolledTransport, StreamTransport
 from tools.bench.stats import clock, repeat
 from tools.ptycable import PtyCable
 
