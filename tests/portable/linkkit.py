@@ -67,5 +67,5 @@ async def joined_with(handler_topic, handler, **kw):
     ep = j.dev.connect().bind(handler_topic, queue_len=4)
     task = asyncio.create_task(handler(ep))
     j.start()
-    await until(lambda: synced(j) and ("dev", "dev1") + tuple(handler_topic.split("/")) in j.host._eps)
+    await until(lambda: synced(j) and ("dev", "dev1") + tuple(handler_topic.split("/")) in j.host.endpoints())
     return j, ep, task

@@ -83,7 +83,7 @@ async def _roundtrips(n):
         async for req in ep:
             req.reply(req.payload)
     tasks.append(asyncio.create_task(echo()))
-    while ("dev", "rpc", "echo") not in host._eps:
+    while ("dev", "rpc", "echo") not in host.endpoints():
         await asyncio.sleep(0.01)
     c = host.connect()
     t0 = clock()
