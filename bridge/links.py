@@ -87,7 +87,7 @@ async def run_serial(bridge, dev):
         except (serial.SerialException, OSError) as e:
             link.last_error = "port %s: %s" % (dev.port, e)
             link.count("port_errors")
-            link._publish_status()
+            link.publish_status()
             d = backoff.next()
             log.warning("serial %s: cannot open %s (%s); retry in %.1fs", dev.node, dev.port, e, d)
             await bridge.sleep(d)

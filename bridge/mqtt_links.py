@@ -206,7 +206,7 @@ class MqttLinks:
             if not online and link.status == "up":
                 # The broker delivered the device's last will: no need to wait
                 # for the liveness timeout.
-                link._session_down("device offline (MQTT last will)")
+                link.end_session("device offline (MQTT last will)")
 
     async def _mirror_forever(self):
         """The mirror on a connection of its own (aiomqtt, MQTT 5 for the user

@@ -20,7 +20,7 @@ async def fetch(path, timeout=3.0):
                                     export_calls=(), import_calls=[("bridge/#", "")])
     try:
         for _ in range(int(timeout / 0.02)):
-            if ("bridge", "status") in bus._eps:
+            if ("bridge", "status") in bus.endpoints():
                 break
             await asyncio.sleep(0.02)
         return await bus.connect().call("bridge/status", None, timeout=timeout)

@@ -79,7 +79,7 @@ async def _workload(port, seconds, alive):
         temp = c.subscribe(("dev", NODE, "sensor", "temp"), queue_len=16)
         loop = asyncio.get_event_loop()
         t_end = loop.time() + 20
-        while link.status != "up" or ("dev", NODE, "sys", "config", "set") not in bus._eps:
+        while link.status != "up" or ("dev", NODE, "sys", "config", "set") not in bus.endpoints():
             if loop.time() > t_end or not alive():
                 return done
             await asyncio.sleep(0.05)

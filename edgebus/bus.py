@@ -108,6 +108,10 @@ class Bus:
                 msg += " (%s)" % (reason,)
             raise Denied(msg)
 
+    def endpoints(self):
+        """The topic keys (tuples) of the endpoints bound now, a new list."""
+        return list(self._eps)
+
     def stats(self):
         """Counts of connections, open feeds by kind, and total drops."""
         return {"connections": self._conns, "dropped": self._dropped,

@@ -3,7 +3,7 @@
 # is a globals entry paid for in heap, and this module would import ~25.
 from .compat import type_name
 from .values import Origin, Message, RetainedEvent
-from . import compat as C, errors as E, feed as F, request as R, topic as T, values as V, view as W
+from . import compat, errors, feed as feeds, request, topic as topics, values, view
 
 _INHERIT = object()
 _NO_FACTORY = {}
@@ -23,7 +23,7 @@ def _extra(extra):
         raise TypeError("extra must be a dict, not " + type_name(extra))
     # .items(): MicroPython's dict() misreads a dict subclass (an extra taken
     # from another origin) as a sequence of pairs.
-    return V.FrozenDict(extra.items()) if extra else None
+    return values.FrozenDict(extra.items()) if extra else None
 
 
 class Connection:
@@ -63,14 +63,14 @@ class Connection:
 
     def _live(self):
         if self._closed:
-            raise E.Disconnected("connection %s is disconnected" % self.conn_id)
+            raise errors.Disconnected("connection %s is disconnected" % self.conn_id)
 
     def _stamp(self, action, topic, extra, payload=None):
         """Validate extra, authorise the operation, and return its origin."""
         x = None if extra is None else _extra(extra)
         bus = self._bus
         if bus._auth is not None:
-            bus._authorise(self, action, T.norm(topic), extra, payload)
+            bus._authorise(self, action, topics.norm(topic), extra, payload)
         o = self._origin
         if o is None or x is not None or self._dynamic:
             o = self._make_origin(x)
@@ -86,7 +86,7 @@ class Connection:
         """Deliver a Message to every matching subscription (never blocks)."""
         if self._closed:
             self._live()
-        k = T.key(topic)
+        k = topics.key(topic)
         bus = self._bus
         o = self._origin
         # Fast path: no extra, no authoriser, a cached static origin.
@@ -101,7 +101,7 @@ class Connection:
     def retain(self, topic, payload, extra=None):
         """Publish, store as current truth, and notify watches and views."""
         self._live()
-        k = T.key(topic)
+        k = topics.key(topic)
         origin = self._stamp("retain", topic, extra, payload)
         bus = self._bus
         msg = Message(k, payload, origin)
@@ -117,7 +117,7 @@ class Connection:
     def unretain(self, topic, extra=None):
         """Remove a retained topic and notify watches and views (no publish)."""
         self._live()
-        k = T.key(topic)
+        k = topics.key(topic)
         ev = RetainedEvent("unretain", k, None, self._stamp("unretain", topic, extra))
         bus = self._bus
         bus._store.pop(k)
@@ -131,10 +131,10 @@ class Connection:
         the matching retained messages (as many as its queue holds)."""
         self._live()
         bus = self._bus
-        n, k = T.pattern(pattern, bus.s_wild, bus.m_wild)
+        n, k = topics.pattern(pattern, bus.s_wild, bus.m_wild)
         q, p = bus._queue_opts(queue_len, full)
         self._check("subscribe", n)
-        sub = F.Subscription(self, n, q, p)
+        sub = feeds.Subscription(self, n, q, p)
         bus._subs.insert(k, sub)
         self._feeds.append(sub)
         for msg in bus._store.query(k, []):
@@ -149,10 +149,10 @@ class Connection:
         receives the current values, then one ``replay_done`` event."""
         self._live()
         bus = self._bus
-        n, k = T.pattern(pattern, bus.s_wild, bus.m_wild)
+        n, k = topics.pattern(pattern, bus.s_wild, bus.m_wild)
         q, p = bus._queue_opts(queue_len, full)
         self._check("watch_retained", n)
-        w = F.RetainedWatch(self, n, q, p)
+        w = feeds.RetainedWatch(self, n, q, p)
         bus._watches.insert(k, w)
         self._feeds.append(w)
         if replay:
@@ -171,11 +171,11 @@ class Connection:
         Authorised as both 'subscribe' and 'watch_retained'."""
         self._live()
         bus = self._bus
-        n, k = T.pattern(pattern, bus.s_wild, bus.m_wild)
+        n, k = topics.pattern(pattern, bus.s_wild, bus.m_wild)
         q, p = bus._queue_opts(queue_len, full)
         self._check("subscribe", n)
         self._check("watch_retained", n)
-        o = F.Observer(self, n, q, p)
+        o = feeds.Observer(self, n, q, p)
         bus._observers.insert(k, o)
         self._feeds.append(o)
         return o
@@ -187,9 +187,9 @@ class Connection:
         """A RetainedView of the retained state matching pattern."""
         self._live()
         bus = self._bus
-        n, k = T.pattern(pattern, bus.s_wild, bus.m_wild)
+        n, k = topics.pattern(pattern, bus.s_wild, bus.m_wild)
         self._check("watch_retained", n)
-        v = W.RetainedView(self, n)
+        v = view.RetainedView(self, n)
         for m in bus._store.query(k, []):
             v._msgs[m.topic] = m
         bus._views.insert(k, v)
@@ -201,12 +201,12 @@ class Connection:
         """An Endpoint receiving Requests for one concrete topic."""
         self._live()
         bus = self._bus
-        n, k = T.concrete(topic, bus.s_wild, bus.m_wild)
+        n, k = topics.concrete(topic, bus.s_wild, bus.m_wild)
         q, _ = bus._queue_opts(queue_len, None)
         self._check("bind", n)
         if k in bus._eps:
-            raise ValueError("topic %s is already bound" % T.render(k))
-        ep = F.Endpoint(self, n, q)
+            raise ValueError("topic %s is already bound" % topics.render(k))
+        ep = feeds.Endpoint(self, n, q)
         bus._eps[k] = ep
         self._feeds.append(ep)
         return ep
@@ -222,39 +222,39 @@ class Connection:
         """
         self._live()
         bus = self._bus
-        n, k = T.concrete(topic, bus.s_wild, bus.m_wild)
+        n, k = topics.concrete(topic, bus.s_wild, bus.m_wild)
         origin = self._stamp("call", n, extra, payload)
         ep = bus._eps.get(k)
         if ep is None:
-            raise E.NoRoute("no_route")
+            raise errors.NoRoute("no_route")
         if timeout is not None:
-            t = C.now() + timeout
+            t = compat.now() + timeout
             if deadline is None or t < deadline:
                 deadline = t
-        ev = C.Event()
-        req = R.Request(k, payload, origin, deadline, ev)
+        ev = compat.Event()
+        req = request.Request(k, payload, origin, deadline, ev)
         if not ep.offer(req):
-            raise E.Full("full")
+            raise errors.Full("full")
         try:
             if deadline is None:
                 await ev.wait()
             else:
-                left = deadline - C.now()
+                left = deadline - compat.now()
                 if left <= 0:
-                    raise C.TimeoutError()
-                await C.wait_for(ev.wait(), left)
-        except C.TimeoutError:
+                    raise compat.TimeoutError()
+                await compat.wait_for(ev.wait(), left)
+        except compat.TimeoutError:
             if req.abandon("timeout"):
-                raise E.Timeout("timeout")
-        except C.CancelledError:
+                raise errors.Timeout("timeout")
+        except compat.CancelledError:
             req.abandon("cancelled")
             raise
         s = req._state
-        if s == R.REPLIED:
+        if s == request.REPLIED:
             return req._value
-        if s == R.FAILED:
-            raise E.Failed(req._value)
-        raise E.Closed(req._value)
+        if s == request.FAILED:
+            raise errors.Failed(req._value)
+        raise errors.Closed(req._value)
 
     # -- lifecycle -----------------------------------------------------
     def derive(self, principal=_INHERIT, origin_factory=None, origin_base=None):

@@ -7,7 +7,7 @@ the bus. A queue length of 0 is a rendezvous: an item is admitted only while
 a receiver is waiting for it.
 """
 from .compat import Event, const
-from . import topic as T
+from . import topic as topics
 
 DROP_OLDEST = const(0)
 REJECT_NEWEST = const(1)
@@ -164,7 +164,7 @@ class Feed:
 
     def _pattern_key(self):
         bus = self._conn._bus
-        return T.pattern(self.topic, bus.s_wild, bus.m_wild)[1]
+        return topics.pattern(self.topic, bus.s_wild, bus.m_wild)[1]
 
     def stats(self):
         p = self._policy
@@ -247,7 +247,7 @@ class Endpoint(Feed):
 
     def _detach(self):
         eps = self._conn._bus._eps
-        k = T.key(self.topic)
+        k = topics.key(self.topic)
         if eps.get(k) is self:
             del eps[k]
         # Queued requests fail at once with the close reason.

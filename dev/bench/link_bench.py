@@ -6,7 +6,8 @@ import os
 import edgebus
 from edgebus.link import frame, wire
 from edgebus.link.link import Link
-from edgebus.link.stream import PolledTransport, StreamTransport, pair
+from edgebus.link.pipe import pair
+from edgebus.link.stream import PolledTransport, StreamTransport
 from dev.bench.stats import clock, repeat
 from tools.ptycable import PtyCable
 
@@ -82,7 +83,7 @@ async def _roundtrips(n):
         async for req in ep:
             req.reply(req.payload)
     tasks.append(asyncio.create_task(echo()))
-    while ("dev", "rpc", "echo") not in host._eps:
+    while ("dev", "rpc", "echo") not in host.endpoints():
         await asyncio.sleep(0.01)
     c = host.connect()
     t0 = clock()

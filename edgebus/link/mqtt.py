@@ -13,7 +13,7 @@ and PINGREQ, in ~150 lines that never block the scheduler (asyncio streams).
 umqtt.simple blocks; the asyncio clients on PyPI are 1,300+ lines, a heap
 cost a board running the bus and the link cannot spare.
 """
-from .. import compat as C
+from .. import compat
 from .frame import MAX_LEN, encode, decode
 
 
@@ -65,7 +65,7 @@ class MqttTransport:
 
     async def open(self):
         """Connect, announce presence, subscribe to the down topic."""
-        self.r, self.w = await C.asyncio.open_connection(self.host, self.port)
+        self.r, self.w = await compat.asyncio.open_connection(self.host, self.port)
         flags = 0x02 | 0x04 | 0x20          # clean session, will, will retain (QoS 0)
         payload = _str(self.client_id) + _str(self.state) + _str(b"offline")
         if self.user is not None:
@@ -111,8 +111,8 @@ class MqttTransport:
         """The next frame bodies from the down topic; None when the connection ends."""
         while not self.closed:
             try:
-                kind, body = await C.wait_for(self._read_packet(), self.keepalive / 2)
-            except C.TimeoutError:
+                kind, body = await compat.wait_for(self._read_packet(), self.keepalive / 2)
+            except compat.TimeoutError:
                 try:
                     await self._write(b"\xc0\x00")      # PINGREQ keeps the broker from dropping us
                 except OSError:

@@ -3,8 +3,9 @@
 A transport has ``async recv()`` -> list of frame bodies (None at the end),
 ``async send(body)``, ``close()`` and ``stats()``. Message transports (MQTT)
 implement the same four with one frame per message (see frame.decode).
+An in-process pair for tests is in ``pipe`` (a device never loads it).
 """
-from .. import compat as C
+from .. import compat
 from .frame import FrameReader, encode, MAX_LEN
 
 
@@ -61,54 +62,9 @@ class StreamTransport:
         return self.frames.stats()
 
 
-class _PipeEnd:
-    """One end of an in-process byte pipe with the asyncio stream interface."""
-
-    def __init__(self):
-        self.buf = bytearray()
-        self.ev = C.Event()
-        self.eof = False
-        self.peer = None
-        self.filter = None   # callable(bytes) -> bytes: lets tests damage the line
-
-    async def read(self, n):
-        while not self.buf and not self.eof:
-            self.ev.clear()
-            await self.ev.wait()
-        data = bytes(self.buf[:n])
-        self.buf = self.buf[n:]
-        return data
-
-    def write(self, data):
-        p = self.peer
-        if p.eof:
-            raise OSError("pipe closed")
-        if self.filter is not None:
-            data = self.filter(bytes(data))
-        p.buf += data
-        p.ev.set()
-
-    async def drain(self):
-        await C.asyncio.sleep(0)
-
-    def close(self):
-        for e in (self, self.peer):
-            e.eof = True
-            e.ev.set()
-
-
-def pair(max_len=MAX_LEN):
-    """Two StreamTransports joined in memory through real frame bytes."""
-    a = _PipeEnd()
-    b = _PipeEnd()
-    a.peer = b
-    b.peer = a
-    return StreamTransport(a, a, max_len), StreamTransport(b, b, max_len)
-
-
 async def open_tcp(host, port, max_len=MAX_LEN):
     """A StreamTransport over a TCP connection."""
-    r, w = await C.asyncio.open_connection(host, port)
+    r, w = await compat.asyncio.open_connection(host, port)
     return StreamTransport(r, w, max_len)
 
 
@@ -134,7 +90,7 @@ class PolledTransport:
                 data = None
             if data:
                 return self.frames.feed(data)
-            await C.asyncio.sleep(self.poll_ms / 1000)
+            await compat.asyncio.sleep(self.poll_ms / 1000)
         return None
 
     async def send(self, body):
@@ -151,7 +107,7 @@ class PolledTransport:
                 else:
                     raise
             if not w:
-                await C.asyncio.sleep(self.poll_ms / 1000)
+                await compat.asyncio.sleep(self.poll_ms / 1000)
                 continue
             n += w
 

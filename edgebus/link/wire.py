@@ -30,6 +30,12 @@ REPLY = 15
 FAIL = 16
 ROUTES = 17     # the endpoints the sender offers, complete list
 
+# Session states: a link's public ``status``.
+DOWN = "down"
+HELLO_SENT = "hello_sent"
+ACK_SENT = "ack_sent"
+UP = "up"
+
 F_SEQ = 0x40    # a 16-bit sequence number follows the type byte
 F_BIN = 0x80    # a varint JSON length follows; the payload is the raw tail
 TYPE_MASK = 0x3F

@@ -17,7 +17,7 @@ def health(ctx):
     for k in _LINK:
         lk[k] = lc.get(k, 0)
     return {"uptime": int(ctx.uptime()), "mem_alloc": a, "mem_free": f,
-            "bus_dropped": ctx.bus._dropped, "link": lk, "uplink": ctx.uplink.stats(),
+            "bus_dropped": ctx.bus.stats()["dropped"], "link": lk, "uplink": ctx.uplink.stats(),
             "service_errors": ctx.counters.get("service_errors", 0)}
 
 

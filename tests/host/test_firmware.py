@@ -79,7 +79,7 @@ def _ep(node, *path):
 
 
 async def _call(bus, c, topic, payload, timeout=5.0):
-    await until(lambda: topic in bus._eps, timeout)     # the proxy is bound
+    await until(lambda: topic in bus.endpoints(), timeout)     # the proxy is bound
     return await c.call(topic, payload, timeout=timeout)
 
 

@@ -38,7 +38,7 @@ def test_five_devices_over_mqtt_come_up_answer_and_survive_a_broker_restart(tmp_
 
             async def config_of(n):
                 topic = ("dev", n, "sys", "config", "get")
-                await until(lambda: topic in b.bus._eps)
+                await until(lambda: topic in b.bus.endpoints())
                 return await c.call(topic, "node", timeout=5)
             assert await asyncio.gather(*[config_of(n) for n in nodes]) == nodes
             links = [b.links["mqtt:" + n] for n in nodes]

@@ -42,7 +42,7 @@ async def main(spec, key, count, node):
             await asyncio.sleep(0.01)   # let the writer drain the observer queue
     print("SENT", count)
     for _ in range(100):
-        if ("host", "add") in bus._eps:
+        if ("host", "add") in bus.endpoints():
             r = await c.call("host/add", [2, 3], timeout=2)
             c.retain("sys/result", r)
             print("CALLED", r)

@@ -3,7 +3,7 @@ in-process byte pipe (real frames), the same way on CPython and MicroPython."""
 import asyncio
 import edgebus
 from edgebus.link.link import Link
-from edgebus.link.stream import pair
+from edgebus.link.pipe import pair
 
 KEY = b"device-key-1"
 
@@ -67,5 +67,5 @@ async def joined_with(handler_topic, handler, **kw):
     ep = j.dev.connect().bind(handler_topic, queue_len=4)
     task = asyncio.create_task(handler(ep))
     j.start()
-    await until(lambda: synced(j) and ("dev", "dev1") + tuple(handler_topic.split("/")) in j.host._eps)
+    await until(lambda: synced(j) and ("dev", "dev1") + tuple(handler_topic.split("/")) in j.host.endpoints())
     return j, ep, task

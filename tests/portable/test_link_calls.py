@@ -37,7 +37,7 @@ def test_call_device_to_host():
                 req.reply(["t", req.payload, req.origin.peer_node])
         task = asyncio.create_task(handler())
         j.start()
-        await until(lambda: synced(j) and ("host", "time") in j.dev._eps)
+        await until(lambda: synced(j) and ("host", "time") in j.dev.endpoints())
         assert await j.dev.connect().call("host/time", 1) == ["t", 1, "dev1"]
         ep.unbind()
         await j.stop()
@@ -54,7 +54,7 @@ def test_remote_unbound_endpoint_is_closed_no_route_and_routes_update():
         # Until the next ROUTES, the proxy is still bound: the device answers no_route.
         e = await araises(edgebus.CallError, hc.call("dev/dev1/sys/gone", 1))
         assert e.reason in ("no_route",) or isinstance(e, edgebus.NoRoute)
-        await until(lambda: ("dev", "dev1", "sys", "gone") not in j.host._eps)
+        await until(lambda: ("dev", "dev1", "sys", "gone") not in j.host.endpoints())
         await araises(edgebus.NoRoute, hc.call("dev/dev1/sys/gone", 1))
         await j.stop()
     run(main())

@@ -45,3 +45,19 @@ def test_now_is_monotonic_seconds():
         d = edgebus.now() - b
         assert 0.08 <= d < 1.0
     run(main())
+
+
+def test_endpoints_lists_the_bound_topic_keys():
+    bus = edgebus.Bus()
+    assert bus.endpoints() == []
+    c = bus.connect()
+    a = c.bind("dev/a")
+    c.bind(("dev", 2))
+    assert sorted(bus.endpoints(), key=str) == [("dev", "a"), ("dev", 2)]
+    assert ("dev", "a") in bus.endpoints() and ("dev", "b") not in bus.endpoints()
+    bus.endpoints().clear()                # a new list: the registry is not touched
+    assert len(bus.endpoints()) == 2 == bus.stats()["endpoints"]
+    a.unbind()
+    assert bus.endpoints() == [("dev", 2)]
+    c.disconnect()
+    assert bus.endpoints() == []

@@ -24,8 +24,8 @@ import json
 import sys
 
 import edgebus
-from edgebus.link import frame, wire
-from edgebus.link.link import Link, _rules
+from edgebus.link import frame, handshake, rules, wire
+from edgebus.link.link import Link
 
 KEY = b"fuzz-key"
 MAX_LEN = 256
@@ -90,7 +90,7 @@ class Session:
                        heartbeat=1.0, max_len=MAX_LEN)
         self.watch = self.host.connect().observe("#", queue_len=4096)
         # The handshake, frame by frame, without a transport.
-        self.dl._hello()
+        handshake.hello(self.dl)
         for _ in range(4):
             for a, b in ((self.dl, self.hl), (self.hl, self.dl)):
                 while a._ctl:
@@ -205,7 +205,7 @@ def line_target(data):
               imports=[("#", "dev/{node}")], max_len=MAX_LEN)
     hl.status = "up"                   # data path only: the session is not under test here
     hl._imp = hl._conn.derive(origin_factory={"kind": "link", "link_id": "line"})
-    hl._imports = _rules([("#", "dev/d")], host, None)
+    hl._imports = rules.resolve([("#", "dev/d")], host, None)
     sub = host.connect().subscribe("dev/d/#", queue_len=64)
     r = frame.FrameReader(MAX_LEN)
     step = (data[0] % 64 + 1) if data else 64

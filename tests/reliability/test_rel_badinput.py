@@ -171,7 +171,7 @@ def test_deep_json_on_a_local_socket_link_does_not_kill_it():
     deeper than Python's recursion limit fitted in one frame and json.loads'
     RecursionError escaped Link.feed, ending the client's link task."""
     async def main():
-        from edgebus.link.stream import pair
+        from edgebus.link.pipe import pair
         j2 = Joined(dev_kw={"max_len": 65536}, host_kw={"max_len": 65536})
         j2.ta, j2.tb = pair(65536)
         j2.tasks = [asyncio.create_task(j2.dl.run(j2.ta)), asyncio.create_task(j2.hl.run(j2.tb))]

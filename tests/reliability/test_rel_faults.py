@@ -219,7 +219,7 @@ def test_device_killed_and_restarted(tmp_path, rel, rel_device):
                 sid = link.peer_sid
                 gen = link.generation
                 slow = ("dev", "d1", "sys", "slow")
-                await until(lambda: slow in b.bus._eps, 10)
+                await until(lambda: slow in b.bus.endpoints(), 10)
                 calls = [asyncio.create_task(c.call(slow, i, timeout=60)) for i in range(3)]
                 await until(lambda: link.stats()["pending_calls"] == 3, 5)
                 dev.kill()                                  # a power cut

@@ -162,8 +162,8 @@ def test_device_cannot_forge_provenance_or_leave_its_prefix(tmp_path):
             synced_fact = [m for m in msgs if m.topic == ("dev", "dev1", "sys", "info")]
             assert synced_fact and "seq" not in (synced_fact[0].origin.extra or {})
             # Only the concrete route got a proxy.
-            assert ("dev", "dev1", "sys", "echo") in b.bus._eps
-            assert not any("#" in k for k in b.bus._eps)
+            assert ("dev", "dev1", "sys", "echo") in b.bus.endpoints()
+            assert not any("#" in k for k in b.bus.endpoints())
             b.stop()
             await task
         asyncio.run(main())
@@ -179,9 +179,9 @@ def test_sync_cannot_smuggle_a_sequence_number():
         await until(lambda: synced(j))
         view = j.host.connect().retained_view("dev/#")
         from edgebus.link import frame
-        for body in (wire.encode(wire.SYNCSTART, {"seq": j.dl._tx_seq, "n": 1}),
+        for body in (wire.encode(wire.SYNCSTART, {"seq": j.dl.tx_seq, "n": 1}),
                      wire.encode(wire.SYNC, ["sensor/s", 1, {"seq": 5, "ts": 9}]),
-                     wire.encode(wire.SYNCEND, {"seq": j.dl._tx_seq, "n": 1})):
+                     wire.encode(wire.SYNCEND, {"seq": j.dl.tx_seq, "n": 1})):
             j.ta.writer.write(frame.encode(body, frame.MAX_LEN, True))
         await until(lambda: view.get("dev/dev1/sensor/s") is not None)
         assert view.get("dev/dev1/sensor/s").origin.extra == {"ts": 9}

@@ -1,0 +1,159 @@
+"""The link's calls: routes offered and proxied, forwarding calls to the
+peer, serving the peer's calls here, and their results."""
+from .. import compat, errors, topic
+from . import rules, tx, wire
+
+
+def send_routes(link):
+    """Send ROUTES, the sorted wire topics of the endpoints this side offers
+    the peer, if they changed since last sent."""
+    out = []
+    for k, ep in link.bus._eps.items():
+        if ep._conn is link._conn:   # our own proxies: never offered back
+            continue
+        r = rules.first(link._export_calls, k)
+        if r is not None and not rules.local(link, k):
+            out.append(wire.topic_out(k[len(r[1]):]))
+    out.sort(key=str)
+    if out != link._routes_sent:
+        link._routes_sent = out
+        tx.control(link, wire.ROUTES, out)
+
+
+def on_routes(link, obj):
+    want = {}
+    for wt in obj:
+        k = rules.map_in(link, wt, link._import_calls)
+        if k is not None:
+            want[k] = wt
+    proxies = link._proxies
+    for k in list(proxies):
+        if k not in want:
+            proxies.pop(k).unbind()
+    for k, wt in want.items():
+        if k in proxies:
+            continue
+        try:
+            ep = link._conn.bind(k, queue_len=link.max_pending)
+        except ValueError:   # bound locally already: the local owner wins
+            link.count("route_conflicts")
+            continue
+        proxies[k] = ep
+        spawn(link, proxy(link, ep, wt))
+
+
+def spawn(link, coro):
+    t = compat.asyncio.create_task(coro)
+    keep = []          # a loop, not a comprehension: one function less on the heap
+    for x in link._tasks:
+        if not x.done():
+            keep.append(x)
+    keep.append(t)
+    link._tasks = keep
+    return t
+
+
+async def proxy(link, ep, wt):
+    """Forward requests on a proxy endpoint to the peer."""
+    while True:
+        while len(link._pending) >= link.max_pending and ep.why() is None:
+            # Leaving requests queued makes further callers see Full at once.
+            link._freed.clear()
+            await link._freed.wait()
+        req = await ep.recv()
+        if req is None:
+            return
+        if link.status != wire.UP:
+            req.abandon("link_down")
+            continue
+        ttl = None
+        if req.deadline is not None:
+            ttl = int((req.deadline - compat.now()) * 1000)
+            if ttl <= 0:
+                req.abandon("timeout")
+                continue
+        cid = link._next_cid
+        link._next_cid = cid + 1
+        p = req.payload
+        blob = None
+        if isinstance(p, (bytes, bytearray)):
+            blob, p = p, None
+        x = req.origin.extra
+        try:
+            tx.call_frame(link, wire.CALL, [cid, wt, p, ttl, x or None], blob)
+        except (TypeError, ValueError) as e:
+            req.fail("unencodable: %s" % e)
+            continue
+        link._pending[cid] = req
+        link.count("calls_out")
+
+
+def on_result(link, t, obj, blob):
+    req = link._pending.pop(obj[0], None)
+    link._freed.set()
+    if req is None:
+        return link.count("late_replies")
+    if t == wire.REPLY:
+        req.reply(blob if blob is not None else obj[1])
+    elif obj[1] == "timeout" and req.deadline is not None:
+        pass  # the peer ran out of our own deadline: the caller sees Timeout itself
+    elif obj[1] == "failed":
+        req.fail(obj[2])
+    else:
+        req.abandon(obj[2] if obj[1] == "closed" else obj[1])
+
+
+def on_call(link, obj, blob):
+    cid = obj[0]
+    if link._served >= link.max_pending:
+        link.count("busy")
+        return tx.call_frame(link, wire.FAIL, [cid, "busy", None])
+    k = wire.topic_in(obj[1])
+    r = None
+    if not rules.wild(link.bus, k):   # a call names one concrete endpoint
+        for ec in link._export_calls:
+            if topic.matches(ec[0], ec[1] + k):
+                r = ec
+                break
+    if r is None:
+        link.count("refused")
+        return tx.call_frame(link, wire.FAIL, [cid, "no_route", None])
+    link._served += 1
+    link.count("calls_in")
+    ttl = obj[3]
+    x = obj[4] if len(obj) > 4 and type(obj[4]) is dict else None
+    spawn(link, serve(link, link._session, cid, r[1] + k,
+                      blob if blob is not None else obj[2], ttl, x))
+
+
+async def serve(link, session, cid, k, payload, ttl, x):
+    """Call endpoint ``k`` here for the peer and send the result back."""
+    res = None
+    try:
+        v = await link._imp.call(k, payload, timeout=None if ttl is None else ttl / 1000,
+                                 extra=x)
+        blob = None
+        if isinstance(v, (bytes, bytearray)):
+            blob, v = v, None
+        res = (wire.REPLY, [cid, v], blob)
+    except errors.Failed as e:
+        res = (wire.FAIL, [cid, "failed", e.reason], None)
+    except errors.Closed as e:
+        res = (wire.FAIL, [cid, "closed", e.reason], None)
+    except errors.Disconnected:
+        res = (wire.FAIL, [cid, "session_reset", None], None)
+    except errors.CallError as e:
+        res = (wire.FAIL, [cid, e.reason, None], None)
+    except errors.BusError as e:
+        res = (wire.FAIL, [cid, "denied", str(e)], None)
+    except ValueError as e:   # a topic the bus refuses: answer, never leave the caller waiting
+        res = (wire.FAIL, [cid, "failed", str(e)], None)
+    except MemoryError:     # a small board: answer rather than leave the caller waiting
+        res = (wire.FAIL, [cid, "failed", "out of memory on %s" % link.node], None)
+    finally:
+        link._served -= 1
+    if session == link._session and link.status == wire.UP:  # replies to a dead session go nowhere
+        try:
+            tx.call_frame(link, *res)
+        except (TypeError, ValueError, MemoryError) as e:
+            tx.call_frame(link, wire.FAIL, [cid, "failed", "unencodable reply: %s" % e])

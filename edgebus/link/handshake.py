@@ -1,0 +1,146 @@
+"""The link's handshake: HELLO, HELLO_ACK and AUTH, keys and proofs, and
+the start of a session (the end is Link.end_session)."""
+from . import calls, rules, tx, wire
+
+
+def key_for(link, node):
+    """The key (bytes) for peer ``node``, or None for no authentication."""
+    k = link._key
+    if callable(k):
+        k = k(node)
+    if type(k) is str:
+        k = k.encode()
+    return k
+
+
+def error(link, code, msg):
+    """Record an error and tell the peer with an ERROR frame (unless down)."""
+    link.last_error = "%s: %s" % (code, msg)
+    link.count("errors")
+    if link.status != wire.DOWN:
+        tx.control(link, wire.ERROR, {"code": code, "msg": msg})
+
+
+def _side(link, auth):
+    return {"v": wire.VERSION, "node": link.node, "sid": link.sid, "nonce": wire.nonce(),
+            "hb": int(link.heartbeat * 1000), "auth": auth}
+
+
+def hello(link):
+    """Open a session (initiator): send HELLO."""
+    link._mine = _side(link, link._key is not None)
+    tx.control(link, wire.HELLO, link._mine)
+    link._set_state(wire.HELLO_SENT)
+
+
+def _check(link, h):
+    if h.get("v") != wire.VERSION:
+        error(link, "version", "protocol version %r not supported (want %d)"
+              % (h.get("v"), wire.VERSION))
+        return None
+    for f in ("node", "sid", "nonce"):
+        if type(h.get(f)) is not str or not h[f] or len(h[f]) > 64:
+            error(link, "protocol", "bad %s in hello" % f)
+            return None
+    return h
+
+
+def _refuse(link, code, msg, why):
+    link.count("auth_failures")
+    error(link, code, msg)
+    link.end_session(why)
+
+
+def on_hello(link, h):
+    if link.role != "responder":
+        return link.count("unexpected")
+    if link.status == wire.UP:
+        link.end_session("new hello")
+    # Reply on the control queue even though we are 'down'.
+    link._set_state(wire.ACK_SENT)
+    if _check(link, h) is None:
+        return link.end_session("bad hello")
+    if link.peer is not None and h["node"] != link.peer:
+        return _refuse(link, "unknown_node", "this link serves node %r, not %r"
+                       % (link.peer, h["node"]), "unknown node")
+    if h["nonce"] in link._recent:
+        link.count("replays")
+        error(link, "replay", "hello nonce already used")
+        return link.end_session("replayed hello")
+    link._recent = (link._recent + [h["nonce"]])[-16:]
+    key = key_for(link, h["node"])
+    if (key is None) != (not h.get("auth")):
+        return _refuse(link, "auth_failed", "authentication required on one side only",
+                       "auth mismatch")
+    link._theirs = h
+    link._mine = _side(link, key is not None)
+    ack = dict(link._mine)
+    if key is not None:
+        ack["proof"] = wire.proof(key, "R", h, link._mine)
+    tx.control(link, wire.HELLO_ACK, ack)
+
+
+def on_ack(link, a):
+    if link.role != "initiator" or link.status != wire.HELLO_SENT:
+        return link.count("unexpected")
+    if _check(link, a) is None:
+        return link.end_session("bad hello_ack")
+    key = key_for(link, a["node"])
+    if key is not None:
+        p = a.get("proof")
+        if type(p) is not str or not wire.same(p.encode(), wire.proof(key, "R", link._mine, a).encode()):
+            _refuse(link, "auth_failed", "the peer does not know this link's key", "auth failed")
+            link._backoff = min(link._backoff * 2, 60)
+            return
+        tx.control(link, wire.AUTH, {"proof": wire.proof(key, "I", link._mine, a)})
+    elif a.get("auth"):
+        return _refuse(link, "auth_failed", "authentication required on one side only",
+                       "auth mismatch")
+    else:
+        tx.control(link, wire.AUTH, {})
+    session_up(link, link._mine, a)
+
+
+def on_auth(link, a):
+    if link.role != "responder" or link.status != wire.ACK_SENT:
+        return link.count("unexpected")
+    h = link._theirs
+    key = key_for(link, h["node"])
+    if key is not None:
+        p = a.get("proof")
+        if type(p) is not str or not wire.same(p.encode(), wire.proof(key, "I", h, link._mine).encode()):
+            return _refuse(link, "auth_failed", "the peer does not know this link's key",
+                           "auth failed")
+    session_up(link, h, link._mine)
+
+
+def session_up(link, hello, ack):
+    """Both sides proved the key: start the session."""
+    peer = ack if link.role == "initiator" else hello
+    sid = peer["sid"]
+    st = link.state
+    if st.get("peer_sid") != sid:
+        st["generation"] = st.get("generation", 0) + 1
+        st["peer_sid"] = sid
+        st["rx_next"] = None
+    link.peer_node = node = peer["node"]
+    link.peer_sid = sid
+    link.generation = st["generation"]
+    link._session += 1
+    link.count("sessions")
+    link.last_error = None
+    imp = link._imp
+    if imp is not None:
+        imp.disconnect()
+    link._imp = link._conn.derive(origin_factory={
+        "kind": "link", "link_id": link.link_id, "peer_node": node,
+        "peer_sid": sid, "generation": link.generation})
+    rs = link._rule_src
+    link._imports = rules.resolve(rs[1], link.bus, node)
+    link._export_calls = rules.resolve(rs[2], link.bus, node)
+    link._import_calls = rules.resolve(rs[3], link.bus, node)
+    tx.start(link, node)
+    link._set_state(wire.UP)
+    link._backoff = link.handshake_timeout
+    link._routes_sent = None
+    calls.send_routes(link)

@@ -1,0 +1,147 @@
+"""The link's receiving side: frames dispatched by type, data in with
+sequence numbers and gaps, and the retained snapshot (SYNCSTART/SYNC/SYNCEND)."""
+from .. import compat, errors
+from . import calls, handshake, rules, tx, wire
+
+
+def handle(link, t, seq, obj, blob):
+    """Act on one decoded frame."""
+    if t == wire.HELLO:
+        return handshake.on_hello(link, obj)
+    if t == wire.HELLO_ACK:
+        return handshake.on_ack(link, obj)
+    if t == wire.AUTH:
+        return handshake.on_auth(link, obj)
+    if t == wire.ERROR:
+        link.count("errors_in")
+        code = obj.get("code")
+        link.last_error = "peer: %s: %s" % (code, obj.get("msg"))
+        if code == "auth_failed":
+            link.count("auth_failures")
+        link.end_session("peer error")
+        if link.role == "initiator":
+            link._backoff = min(link._backoff * 2, 60)
+        return
+    if t == wire.BYE:
+        link.end_session("peer closed")
+        return
+    if link.status != wire.UP:
+        link.count("unauthenticated")
+        return
+    if t == wire.PING:
+        return tx.control(link, wire.PONG, obj)
+    if t == wire.PONG:
+        link.rtt = compat.now() - obj / 1000 if type(obj) in (int, float) else None
+        return
+    if t == wire.PUB or t == wire.RET or t == wire.UNRET:
+        return on_data(link, t, seq, obj, blob)
+    if t == wire.SYNCSTART or t == wire.SYNC or t == wire.SYNCEND:
+        return on_snapshot(link, t, obj, blob)
+    if t == wire.CALL:
+        return calls.on_call(link, obj, blob)
+    if t == wire.REPLY or t == wire.FAIL:
+        return calls.on_result(link, t, obj, blob)
+    if t == wire.ROUTES:
+        return calls.on_routes(link, obj)
+    link.count("unknown_type")
+
+
+def _gap(link, first, last):
+    link.count("gaps", last - first + 1)
+    link.count("gap_events")
+    link.last_gap = (first, last)
+
+
+def extra_in(obj, i, seq):
+    """The extra dict at obj[i] with our own ``seq`` in it, or None."""
+    x = obj[i] if len(obj) > i and type(obj[i]) is dict else {}
+    if seq is not None:
+        x["seq"] = seq   # ours: the sender cannot choose what is recorded here
+    elif "seq" in x:
+        del x["seq"]     # an unsequenced frame (SYNC) has none: never the sender's
+    return x or None
+
+
+def on_data(link, t, s16, obj, blob):
+    """PUB, RET or UNRET: its full sequence number (gaps counted,
+    duplicates dropped), then published here under the import rules."""
+    if s16 is None:
+        return link.count("bad_frames")
+    st = link.state
+    exp = st.get("rx_next")
+    if exp is None:       # first sequenced frame of this peer boot
+        exp = s16
+    d = (s16 - exp) & 0xFFFF
+    if d >= 0x8000:
+        return link.count("duplicates")
+    if d:
+        _gap(link, exp, exp + d - 1)
+    full = exp + d
+    st["rx_next"] = full + 1
+    k = rules.map_in(link, obj[0], link._imports)
+    if k is None:
+        return
+    imp = link._imp
+    try:
+        if t == wire.UNRET:
+            imp.unretain(k, extra_in(obj, 1, full))
+        else:
+            p = blob if blob is not None else obj[1]
+            x = extra_in(obj, 2, full)
+            if t == wire.PUB:
+                imp.publish(k, p, x)
+            else:
+                imp.retain(k, p, x)
+        link.count("imported")
+    except errors.Denied as e:
+        link.count("denied")
+        link.last_error = str(e)
+
+
+def on_snapshot(link, t, obj, blob):
+    """SYNCSTART, SYNC or SYNCEND: the peer's retained facts, collected,
+    then applied at once."""
+    buf = link._rx_sync
+    if t == wire.SYNCSTART:
+        st = link.state
+        nxt = obj.get("seq")
+        if type(nxt) is int:
+            exp = st.get("rx_next")
+            if exp is not None and nxt > exp:   # lost while the link was down
+                _gap(link, exp, nxt - 1)
+            st["rx_next"] = nxt
+        link._rx_sync = {}
+        link._rx_overflow = False
+        return
+    if buf is None:
+        return link.count("unexpected")
+    if t == wire.SYNC:
+        if len(buf) >= link.max_sync:
+            link._rx_overflow = True
+            return link.count("sync_overflow")
+        k = rules.map_in(link, obj[0], link._imports)
+        if k is not None:
+            buf[k] = (blob if blob is not None else obj[1], extra_in(obj, 2, None))
+        return
+    link._rx_sync = None
+    store = link.bus._store
+    imp = link._imp
+    # Replace, then remove: a view never sees a fact missing between its
+    # old and new value, and facts the peer no longer has go away.
+    for k, (p, x) in buf.items():
+        cur = store.get(k)
+        o = cur.origin if cur is not None else None
+        if o is not None and o.link_id == link.link_id and o.peer_sid == link.peer_sid \
+                and cur.payload == p:
+            continue
+        try:
+            imp.retain(k, p, x)
+        except errors.Denied as e:
+            link.count("denied")
+            link.last_error = str(e)
+    if not link._rx_overflow:  # only a complete snapshot says what vanished
+        for pk, prefix in link._imports:
+            for m in store.query(prefix + pk, []):
+                if m.origin.link_id == link.link_id and m.topic not in buf:
+                    imp.unretain(m.topic)
+    link.count("syncs")

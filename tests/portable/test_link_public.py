@@ -1,0 +1,63 @@
+"""The Link's public names other packages use: publish_status() and
+end_session(why); and a session's proxies seen through bus.endpoints()."""
+import asyncio
+import edgebus
+from edgebus.link.link import Link
+from tests.portable.support import run
+from tests.portable.linkkit import Joined, until, synced
+
+# Two buses and two links in one interpreter (64-bit unix port).
+MPY_HEAP = "160K"
+
+
+def test_publish_status_retains_the_stats_at_once():
+    bus = edgebus.Bus()
+    link = Link(bus, "d1", link_id="line")
+    view = bus.connect().retained_view("link/#")
+    assert link.status_topic() == ("link", "line")
+    link.count("port_errors")
+    link.publish_status()
+    st = view.get(("link", "line")).payload
+    assert st["state"] == "down" and st["node"] == "d1"
+    assert st["counters"] == {"port_errors": 1}
+    quiet = Link(bus, "d2", link_id="quiet", status=False)
+    quiet.publish_status()
+    assert view.get(("link", "quiet")) is None
+
+
+def test_end_session_drops_the_session_keeps_the_state():
+    async def main():
+        async def serve(ep):
+            while True:
+                req = await ep.recv()
+                if req is None:
+                    return
+                # Held: the call stays pending until the session ends.
+        j = Joined()
+        ep = j.dev.connect().bind("sys/hold", queue_len=4)
+        task = asyncio.create_task(serve(ep))
+        j.start()
+        hold = ("dev", "dev1", "sys", "hold")
+        await until(lambda: synced(j) and hold in j.host.endpoints())
+        assert not any("#" in k for k in j.host.endpoints())
+        call = asyncio.create_task(j.host.connect().call("dev/dev1/sys/hold", 1, timeout=5))
+        await until(lambda: j.hl.stats()["pending_calls"] == 1)
+        gen = j.hl.generation
+        ends = j.hl.counters.get("session_ends", 0)
+        j.hl.end_session("ended by test")
+        assert j.hl.status == "down"
+        assert j.hl.counters["session_ends"] == ends + 1
+        assert j.hl.last_error == "ended by test"
+        assert j.hl.stats()["pending_calls"] == 0 and j.hl.stats()["proxies"] == 0
+        assert hold not in j.host.endpoints()
+        try:
+            await call
+            raise AssertionError("the held call did not end with the session")
+        except edgebus.Closed as e:
+            assert "session_reset" in str(e)
+        assert j.hl.state["generation"] == gen     # the peer's continuity is kept
+        j.hl.end_session("again")                  # already down: nothing more to count
+        assert j.hl.counters["session_ends"] == ends + 1
+        await j.stop()
+        task.cancel()
+    run(main())
