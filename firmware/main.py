@@ -18,7 +18,7 @@ except ImportError:       # unix port, CPython
 BUILTIN = ("info", "health", "reboot", "sysconfig")
 # Heap kept free for transients (JSON, calls, sys/config/set loading the
 # validator) unless the board manifest sets budget.reserve: the measured
-# transient peak of the full runtime on the unix port is ~15 KB (tools/devheap).
+# transient peak of the full runtime on the unix port is ~15 KB (dev/devheap.py).
 RESERVE = 16384
 # Defaults when no board manifest is given (the unix board's values).
 BOARD = {"name": "unix", "queues": {"bus": 8, "full": "drop_oldest", "uplink_tx": 16},

@@ -74,7 +74,7 @@ PROFILE = (
     "its device's queue, which the link takes in batches: ~18 µs of bridge CPU per frame. "
     "paho's reader is 40% of the busy time (three `recv` calls, an `MQTTMessage` and a topic "
     "match per message), the bridge's glue around it 3%; the rest is `edgebus/link`: "
-    "`Link._on_data` 26% (of it `Connection.publish` 18%), `wire.decode` 10% and "
+    "`link.rx.on_data` 26% (of it `Connection.publish` 18%), `wire.decode` 10% and "
     "`frame.decode` (COBS + CRC-16, redundant over MQTT) 8%. A hand-written MQTT reader that "
     "split whole socket reads took the bridge to ~9 µs per frame (0.94× of raw paho); the "
     "bridge keeps a maintained MQTT library on this path instead and stays above the goal.")
