@@ -1,0 +1,127 @@
+"""The layout holds: no import circle, no private reach across packages, no
+one-letter module alias but pyspark's ``F``, nothing installed imports dev/,
+and no module in the product's big parts grows past ~450 lines (ARCHITECTURE.md)."""
+import ast
+import os
+
+import pytest
+
+from tests.conftest import ROOT
+
+PACKAGES = ("edgebus", "firmware", "bridge", "tlog", "ingest", "tools", "boards", "dev")
+INSTALLED = PACKAGES[:-1]
+SIZE_CAPPED = ("edgebus", "bridge", "tlog", "ingest")
+MAX_LINES = 450
+
+
+def _modules():
+    """{dotted module name: (path, is_package)} for every module of PACKAGES."""
+    out = {}
+    for top in PACKAGES:
+        for d, _, files in os.walk(os.path.join(ROOT, top)):
+            for f in files:
+                if f.endswith(".py"):
+                    rel = os.path.relpath(os.path.join(d, f), ROOT)[:-3].split(os.sep)
+                    pkg = rel[-1] == "__init__"
+                    out[".".join(rel[:-1] if pkg else rel)] = (os.path.join(d, f), pkg)
+    return out
+
+
+MODULES = _modules()
+
+
+def _package(name):
+    """The package a module belongs to: itself for an __init__, else its parent."""
+    return name if MODULES[name][1] else name.rpartition(".")[0]
+
+
+def _imports(name):
+    """(imported module, names taken from it, alias -> module) for one module."""
+    path, is_pkg = MODULES[name]
+    tree = ast.parse(open(path).read(), path)
+    found, aliases = [], {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] in PACKAGES:
+                    found.append((a.name, ()))
+                    aliases[a.asname or a.name.split(".")[0]] = a.name
+                elif a.asname and len(a.asname) == 1:
+                    aliases[a.asname] = a.name
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = name.split(".") if is_pkg else name.split(".")[:-1]
+                base = base[:len(base) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            for a in node.names:
+                sub = mod + "." + a.name
+                if sub in MODULES:
+                    found.append((sub, ()))
+                    aliases[a.asname or a.name] = sub
+                else:
+                    found.append((mod, (a.name,)))
+                    if a.asname and len(a.asname) == 1:
+                        aliases[a.asname] = sub
+    return tree, found, aliases
+
+
+def test_no_import_circle():
+    graph = {m: sorted({i for i, _ in _imports(m)[1] if i in MODULES} - {m}) for m in MODULES}
+    state, stack, circles = {}, [], []
+
+    def visit(m):
+        state[m] = "open"
+        stack.append(m)
+        for d in graph[m]:
+            if state.get(d) == "open":
+                circles.append(stack[stack.index(d):] + [d])
+            elif d not in state:
+                visit(d)
+        stack.pop()
+        state[m] = "done"
+    for m in sorted(graph):
+        if m not in state:
+            visit(m)
+    assert circles == []
+
+
+def test_no_private_name_of_another_package():
+    reaches = []
+    for m in MODULES:
+        tree, found, aliases = _imports(m)
+        for mod, names in found:
+            for n in names:
+                if n.startswith("_") and not n.startswith("__") and mod in MODULES \
+                        and _package(mod) != _package(m):
+                    reaches.append("%s: from %s import %s" % (m, mod, n))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+                target = aliases.get(node.value.id)
+                if target in MODULES and node.attr.startswith("_") \
+                        and not node.attr.startswith("__") and _package(target) != _package(m):
+                    reaches.append("%s: %s.%s" % (m, target, node.attr))
+    assert reaches == []
+
+
+def test_one_letter_aliases_mean_one_thing():
+    seen = {}
+    for m in MODULES:
+        for alias, target in _imports(m)[2].items():
+            if len(alias) == 1:
+                seen.setdefault(alias, set()).add(target)
+    assert seen in ({}, {"F": {"pyspark.sql.functions"}})
+
+
+def test_nothing_installed_imports_dev():
+    reach = [(m, i) for m in MODULES if m.split(".")[0] in INSTALLED
+             for i, _ in _imports(m)[1] if i.split(".")[0] == "dev"]
+    assert reach == []
+
+
+@pytest.mark.parametrize("top", SIZE_CAPPED)
+def test_modules_stay_small(top):
+    big = {m: n for m, (path, _) in MODULES.items() if m.split(".")[0] == top
+           for n in [sum(1 for _ in open(path))] if n > MAX_LINES}
+    assert big == {}
