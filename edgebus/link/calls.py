@@ -8,8 +8,8 @@ def send_routes(link):
     """Send ROUTES, the sorted wire topics of the endpoints this side offers
     the peer, if they changed since last sent."""
     out = []
-    for k, ep in link.bus._eps.items():
-        if ep._conn is link._conn:   # our own proxies: never offered back
+    for k in link.bus.endpoints():
+        if k in link._proxies:   # our own proxies: never offered back
             continue
         r = rules.first(link._export_calls, k)
         if r is not None and not rules.local(link, k):

@@ -89,7 +89,7 @@ def exportable(link, k, rule, origin):
 
 
 def account_drops(link, i):
-    d = link._obs[i][0]._dropped
+    d = link._obs[i][0].dropped()
     lost = d - link._obs_drops[i]
     if lost:
         # Overflowed messages still consume sequence numbers, so the peer
