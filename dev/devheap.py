@@ -164,7 +164,7 @@ def smallest_heap(tree, lo=32, hi=256, step=4, seconds=2.0):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m dev.devheap", description=__doc__.splitlines()[0])
-    ap.add_argument("--heap", default="160K", help="heap for a single run (default 160K)")
+    ap.add_argument("--heap", default="192K", help="heap for a single run (default 192K)")
     ap.add_argument("--bisect", action="store_true", help="find the smallest heap that works")
     ap.add_argument("--seconds", type=float, default=2.0, help="steady-state time per run")
     ap.add_argument("-v", action="store_true", help="print the device output")

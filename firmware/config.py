@@ -32,6 +32,7 @@ SECTIONS = {
                "password": ((str,), False), "keepalive": ((int,), False)},
     "link": {"heartbeat": (_NUM, False), "handshake_timeout": (_NUM, False),
              "out_queue": ((int,), False), "max_pending": ((int,), False),
+             "spool": ((int,), False), "spool_policy": ((str,), False),
              "exports": ((list,), False), "imports": ((list,), False),
              "export_calls": ((list,), False), "import_calls": ((list,), False)},
     "queues": {"bus": ((int,), False), "full": ((str,), False)},
@@ -84,11 +85,22 @@ def validate(cfg):
         v = cfg.get(sec, {}).get(k)
         if v is not None and not 1 <= v <= 1024:
             raise ConfigError("%s.%s must be between 1 and 1024, not %d" % (sec, k, v))
+    lk = cfg.get("link", {})
+    if lk.get("spool_policy", "drop_oldest") not in ("drop_oldest", "drop_newest"):
+        raise ConfigError("link.spool_policy must be 'drop_oldest' or 'drop_newest'")
+    if not 1024 <= lk.get("spool", 1024) <= 1048576:
+        raise ConfigError("link.spool (bytes) must be between 1024 and 1048576, not %d"
+                          % lk["spool"])
     for k in ("exports", "imports", "export_calls", "import_calls"):
-        for r in cfg.get("link", {}).get(k, ()):
-            if type(r) is not list or len(r) != 2 or type(r[0]) is not str \
+        n = 3 if k == "exports" else 2
+        for r in lk.get(k, ()):
+            if type(r) is not list or not 2 <= len(r) <= n or type(r[0]) is not str \
                     or type(r[1]) is not str:
-                raise ConfigError("link.%s entries must be [pattern, prefix] strings" % k)
+                raise ConfigError("link.%s entries must be [pattern, prefix%s] strings"
+                                  % (k, ", class" if n == 3 else ""))
+            if len(r) == 3 and r[2] not in ("reliable", "latest"):
+                raise ConfigError("link.exports class must be 'reliable' or 'latest', not %r"
+                                  % (r[2],))
     for s in cfg.get("services", ()):
         if type(s) is dict:
             if type(s.get("module")) is not str:

@@ -21,8 +21,8 @@ BUILTIN = ("info", "health", "reboot", "sysconfig")
 # transient peak of the full runtime on the unix port is ~15 KB (dev/devheap.py).
 RESERVE = 16384
 # Defaults when no board manifest is given (the unix board's values).
-BOARD = {"name": "unix", "queues": {"bus": 8, "full": "drop_oldest", "uplink_tx": 16},
-         "uart": {"baud": 115200}}
+BOARD = {"name": "unix", "queues": {"bus": 8, "full": "drop_oldest", "uplink_tx": 16,
+                                    "spool": 16384}, "uart": {"baud": 115200}}
 
 
 def _import(name):
@@ -72,6 +72,7 @@ class Ctx:
         self.t0 = now()
         self.link = None
         self.uplink = None
+        self.spool = None      # the link spool's buffer, allocated first
         self.counters = {}
         self.exit_code = None
         self._stop = asyncio.Event()
@@ -155,15 +156,25 @@ def check_budget(board, data, session):
 
 
 async def run(cfg, path, board):
+    q = dict(board.get("queues", {}))
+    q.update(cfg.get("queues", {}))
+    try:
+        # The link's spool first: its one large block is found easily before
+        # the code is loaded around the heap (later, 46 KB free can hold no 20 KB).
+        spool = bytearray(cfg.get("link", {}).get("spool", q.get("spool", 16384)))
+    except MemoryError:
+        raise ConfigError("no room for a link.spool of %d bytes: lower it"
+                          % cfg.get("link", {}).get("spool", q.get("spool", 16384)))
     from firmware.uplink import Uplink
     svcs = load_services(cfg)
     gc.collect()   # code loaded: collect before the long-lived objects, less fragmentation
     code = mem()[0]
-    q = dict(board.get("queues", {}))
-    q.update(cfg.get("queues", {}))
+    if code is not None:
+        code -= len(spool)    # data, not code
     try:
         bus = edgebus.Bus(q_length=q.get("bus", 8), full=q.get("full", "drop_oldest"))
         ctx = Ctx(bus, cfg, path, board)
+        ctx.spool = spool
         ctx.uplink = up = Uplink(ctx)
         ctx.link = up.link
         names = start_services(ctx, svcs)

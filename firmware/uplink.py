@@ -20,7 +20,7 @@ IMPORT_CALLS = [["host/#", ""]]
 
 
 def _pairs(rules):
-    return [(r[0], r[1]) for r in rules]
+    return [tuple(r) for r in rules]
 
 
 class Uplink:
@@ -51,7 +51,9 @@ class Uplink:
                          handshake_timeout=lc.get("handshake_timeout", 5.0),
                          out_queue=lc.get("out_queue",
                                           ctx.board.get("queues", {}).get("uplink_tx", 16)),
-                         max_pending=lc.get("max_pending", 4))
+                         max_pending=lc.get("max_pending", 4),
+                         spool=ctx.spool,
+                         spool_policy=lc.get("spool_policy", "drop_oldest"))
         ctx.link = self.link
         prep = getattr(self.mod, "prepare", None)
         if prep is not None:
@@ -135,6 +137,7 @@ class Uplink:
 
     async def run(self):
         log = self.ctx.log
+        self.link.start()   # spool from now on: nothing before the first session is lost
         delay = self.bmin
         while True:
             sessions = self.link.counters.get("sessions", 0)

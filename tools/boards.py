@@ -223,6 +223,7 @@ SCHEMA = _obj({
         "full": _enum(*FULL_POLICIES),
         "uplink_tx": _int(1, 65535),
         "uplink_rx": _int(1, 65535),
+        "spool": _int(1024, 1 << 24),     # bytes for readings awaiting acknowledgement
     }),
     "budget": _obj({
         "heap": _int(8192),

@@ -168,12 +168,16 @@ class Link:
              "generation": self.generation, "tx_seq": self._tx_seq,
              "rx_next": self.state.get("rx_next"), "pending_calls": len(self._pending),
              "proxies": len(self._proxies), "last_error": self.last_error,
-             "acking": self._acking, "spool": self._spool.stats(),
+             "acking": self._acking, "spool": self.spool_stats(),
              "counters": dict(self.counters)}
         t = self._transport
         if t is not None and hasattr(t, "stats"):
             s["transport"] = t.stats()
         return s
+
+    def spool_stats(self):
+        """The spool's depth, bytes, oldest entry's age and losses."""
+        return self._spool.stats()
 
     def publish_status(self):
         """Retain stats() at status_topic() now (if status publication is on)."""

@@ -19,15 +19,18 @@ _H = const(8)
 
 
 class Spool:
-    """A ring of ``size`` bytes. ``policy`` when full: "drop_oldest" evicts
-    the oldest entries, "drop_newest" refuses the new one."""
+    """A ring of ``size`` bytes (or the given bytearray: a board allocates it
+    first, while one large block is still easy to find). ``policy`` when
+    full: "drop_oldest" evicts the oldest entries, "drop_newest" refuses the
+    new one."""
 
     def __init__(self, size, policy="drop_oldest"):
         if policy not in ("drop_oldest", "drop_newest"):
             raise ValueError("spool policy must be 'drop_oldest' or 'drop_newest'")
-        if size < 64:
-            raise ValueError("spool of %d bytes is too small" % size)
-        self.buf = bytearray(size)
+        buf = size if type(size) is bytearray else bytearray(size)
+        if len(buf) < 64:
+            raise ValueError("spool of %d bytes is too small" % len(buf))
+        self.buf = buf
         self.mv = memoryview(self.buf)
         self.policy = policy
         self.head = 0        # oldest entry

@@ -5,7 +5,8 @@ import asyncio
 from firmware import mem
 
 _LINK = ("sessions", "session_ends", "frames_in", "frames_out", "gaps", "dropped_out",
-         "liveness_timeouts", "auth_failures", "bad_frames")
+         "liveness_timeouts", "auth_failures", "bad_frames", "acked", "retransmitted",
+         "spool_dropped")
 
 
 def health(ctx):
@@ -16,6 +17,7 @@ def health(ctx):
     lk = {"state": link.status, "sid": link.sid, "last_error": link.last_error}
     for k in _LINK:
         lk[k] = lc.get(k, 0)
+    lk["spool"] = link.spool_stats()
     return {"uptime": int(ctx.uptime()), "mem_alloc": a, "mem_free": f,
             "bus_dropped": ctx.bus.stats()["dropped"], "link": lk, "uplink": ctx.uplink.stats(),
             "service_errors": ctx.counters.get("service_errors", 0)}

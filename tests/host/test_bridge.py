@@ -18,7 +18,7 @@ from bridge.status import fetch, render
 from tests.conftest import ROOT, until
 from tools.ptycable import PtyCable
 
-DEVICE_HEAP = "128K"   # core + link on the 64-bit unix port
+DEVICE_HEAP = "160K"   # core + link on the 64-bit unix port
 
 
 @pytest.fixture

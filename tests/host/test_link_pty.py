@@ -11,7 +11,7 @@ from edgebus.link.stream import StreamTransport
 from tests.conftest import until
 from tools.ptycable import PtyCable
 
-DEVICE_HEAP = "128K"   # core + link on the 64-bit unix port, plus the script
+DEVICE_HEAP = "160K"   # core + link on the 64-bit unix port, plus the script
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from tests.conftest import until
 from edgebus.link import frame
 from dev.broker import Mosquitto
 
-DEVICE_HEAP = "160K"   # core + link + MQTT transport on the 64-bit unix port
+DEVICE_HEAP = "192K"   # core + link + MQTT transport on the 64-bit unix port
 
 
 @pytest.fixture

@@ -200,7 +200,7 @@ def test_wrong_key_over_mqtt_never_gets_a_session(tmp_path, link_device):
         async def main():
             b = Bridge(cfg)
             task = asyncio.create_task(b.run())
-            dev = link_device("mqtt:127.0.0.1:%d" % broker.port, "wrong", 5, "d1", heap="160K")
+            dev = link_device("mqtt:127.0.0.1:%d" % broker.port, "wrong", 5, "d1", heap="192K")
             link = b.links["mqtt:d1"]
             await until(lambda: link.counters.get("auth_failures", 0) >= 2, 20)
             assert link.counters.get("sessions", 0) == 0
