@@ -248,6 +248,9 @@ class Link:
         except wire.WireError as e:
             self.count("bad_frames")
             self.last_error = "bad frame: %s" % e
+            if len(body) > 2 and body[0] & wire.F_SEQ and self.status == wire.UP:
+                # Its number is spent (a gap), or it would be asked for again forever.
+                rx.seq_of(self, (body[1] << 8) | body[2])
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
             self.count("bad_frames")
             self.last_error = "bad %s: %s" % (wire.NAMES[t] if 0 < t < len(wire.NAMES) else t, e)

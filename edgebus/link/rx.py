@@ -92,7 +92,7 @@ def extra_in(link, obj, i, seq):
     return x or None
 
 
-def _seq(link, s16):
+def seq_of(link, s16):
     """The full number of a data frame, or None (duplicate, or ahead of a
     loss in flight on an acknowledged session: asked for again, dropped)."""
     st = link.state
@@ -143,7 +143,7 @@ def on_data(link, t, s16, obj, blob):
     duplicates dropped), then published here under the import rules."""
     if s16 is None:
         return link.count("bad_frames")
-    full = _seq(link, s16)
+    full = seq_of(link, s16)
     if full is None:
         return
     k = rules.map_in(link, obj[0], link._imports)
