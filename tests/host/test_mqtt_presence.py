@@ -4,13 +4,16 @@ its own process (python -m bridge.daemon), the device's MQTT transport under
 the real micropython binary (tests/mpy/presence_device.py) and the real
 firmware on the unix port (tools/fleet.py)."""
 import asyncio
+import json
 import os
 import threading
+import time
 
 import pytest
 
 from dev.broker import Mosquitto
-from dev.presence import BridgeProcess, Watcher, retained
+from dev.presence import BridgeProcess, Watcher, device_fleet, retained, wait
+from edgebus.link.link import Link
 from tests.conftest import ROOT, mpy_script, until
 
 PRESENCE = "edgebus/_bridge"
@@ -90,3 +93,52 @@ def test_device_reconnecting_gets_the_retained_presence(tmp_path, broker, presen
         asyncio.run(main())
     finally:
         bridge.close()
+
+
+@pytest.mark.mosquitto
+@pytest.mark.micropython
+@pytest.mark.skipif(not hasattr(Link, "peer_presence"), reason="needs Link.peer_presence")
+def test_firmware_device_follows_a_bridge_restart_by_presence(tmp_path):
+    """The real firmware (5 s heartbeat: a 15 s liveness timeout) notices a
+    bridge SIGKILL by the bridge's last will, says HELLO again, and has its
+    session back once the bridge is up again: its own counters (sys/health,
+    mirrored as plain MQTT) show a session ended and none by liveness."""
+    with Mosquitto() as broker:
+        fleet = device_fleet(str(tmp_path / "fleet"), broker.port, health_period=0.5)
+        d = fleet.devices[0]
+        node = d["node"]
+        up, health = "edgebus/%s/up" % node, "dev/%s/sys/health" % node
+        bridge = BridgeProcess(str(tmp_path), broker.port, {node: d["key"]},
+                               mirror=["dev/+/sys/health"])
+        watcher = Watcher(broker.port, [up, health])
+
+        def device_link(since=0.0):
+            """The device's link counters from its latest health since `since`."""
+            ms = watcher.messages(health, since)
+            return json.loads(ms[-1][2])["link"] if ms else None
+        try:
+            bridge.start()
+            fleet.start()
+            assert wait(lambda: (bridge.link(node) or {}).get("state") == "up", 60)
+            before = wait(lambda: (lambda k: k if k and k["state"] == "up" else None)(
+                device_link()), 20)
+            assert before, watcher.messages(health)
+            t0 = time.monotonic()
+            bridge.kill()
+            assert wait(lambda: watcher.first_hello(up, t0), 30)   # the device noticed
+            noticed = watcher.first_hello(up, t0) - t0
+            bridge.start()
+            assert wait(lambda: (bridge.link(node) or {}).get("state") == "up", 60)
+            t1 = time.monotonic()
+            after = wait(lambda: (lambda k: k if k and k["state"] == "up" else None)(
+                device_link(t1)), 20)
+            assert after, watcher.messages(health, t1)
+            assert after["session_ends"] > before["session_ends"]         # it ended one...
+            assert after["liveness_timeouts"] == before["liveness_timeouts"]   # ...not by silence
+            assert after["sessions"] > before["sessions"]
+            print("bridge SIGKILL -> device HELLO %.2f s; -> session up %.2f s"
+                  % (noticed, t1 - t0))
+        finally:
+            watcher.close()
+            bridge.close()
+            fleet.stop()
