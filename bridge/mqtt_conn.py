@@ -40,7 +40,7 @@ class Connection:
     """One broker connection; open it with :func:`connect`. Subscriptions are
     made in paho's on_connect, so a connection is only handed out subscribed."""
 
-    def __init__(self, client_id, on_message, topics, keepalive):
+    def __init__(self, client_id, on_message, topics, keepalive, will=None):
         self.loop = asyncio.get_running_loop()
         self.on_message = on_message
         self.topics = list(topics)
@@ -62,6 +62,8 @@ class Connection:
         c.on_subscribe = self._on_subscribe
         c.on_message = self._on_message
         c.on_disconnect = self._on_disconnect
+        if will is not None:             # (topic, payload): retained, QoS 0
+            c.will_set(will[0], will[1], 0, retain=True)
 
     # -- paho callbacks (all run on the event loop) ----------------------------
     def _on_connect(self, client, userdata, flags, reason, properties):
@@ -172,11 +174,11 @@ class Connection:
             self._misc.cancel()
 
     # -- using it --------------------------------------------------------------
-    async def publish(self, topic, payload):
+    async def publish(self, topic, payload, retain=False):
         """Publish at QoS 0; waits only while the socket's buffer is full."""
         if self.closed.done():
             raise MqttError("MQTT connection closed")
-        info = self.client.publish(topic, payload, 0)
+        info = self.client.publish(topic, payload, 0, retain)
         if info.rc != paho.MQTT_ERR_SUCCESS:
             raise MqttError("publish failed: %s" % paho.error_string(info.rc))
         if self.writing:
@@ -194,11 +196,15 @@ class Connection:
             # TLS may hold decrypted bytes the selector cannot see.
             self.loop.call_soon(self._readable)
 
-    def close(self):
-        """DISCONNECT and close (no last will of ours to suppress)."""
+    def close(self, goodbye=None):
+        """DISCONNECT and close (the broker then drops our last will).
+        ``goodbye`` (topic, payload): published retained just before, if the
+        connection is still up, to say what the will would have said."""
         self._end(None)
         c = self.client
         if self.sock is not None:
+            if goodbye is not None:
+                c.publish(goodbye[0], goodbye[1], 0, True)
             c.disconnect()               # queued; written and closed right here
             if self.sock is not None:
                 c.loop_write()
@@ -209,12 +215,13 @@ class Connection:
 
 
 async def connect(host, port, client_id, on_message, topics, username=None, password=None,
-                  ssl=None, keepalive=30, timeout=10):
+                  ssl=None, keepalive=30, timeout=10, will=None):
     """A Connection subscribed to ``topics`` (QoS 0), its reading paused:
     call ``resume_reading()`` once ``on_message`` can take messages.
+    ``will`` (topic, payload): the last will, retained, QoS 0.
     MqttError or OSError if the broker cannot be reached, refuses the client
     or a subscription."""
-    conn = Connection(client_id, on_message, topics, keepalive)
+    conn = Connection(client_id, on_message, topics, keepalive, will)
     c = conn.client
     if username is not None:
         c.username_pw_set(username, password)

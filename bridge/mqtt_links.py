@@ -1,7 +1,11 @@
 """MQTT device links of the bridge: one broker connection carries every
 device's link frames on <prefix>/<node>/up and /down; presence comes from the
 retained <prefix>/<node>/state that each device's last will sets to
-"offline". Optionally mirrors chosen host-bus topics as plain MQTT JSON.
+"offline". The bridge's own presence is the retained <prefix>/_bridge:
+"online" once the connection is subscribed (it can take frames), "offline"
+by its last will or, on a clean stop, published just before DISCONNECT; the
+devices subscribe to it (docs/protocol.md, "MQTT presence"). Optionally
+mirrors chosen host-bus topics as plain MQTT JSON.
 
 The frames' connection is paho-mqtt driven by the event loop
 (bridge/mqtt_conn.py): paho hands each frame to its device's
@@ -112,6 +116,8 @@ class MqttLinks:
         self.host = u.hostname or "127.0.0.1"
         self.port = u.port or (8883 if u.scheme == "mqtts" else 1883)
         self.tls = u.scheme == "mqtts"
+        # Two levels: never one of a device's <prefix>/<node>/<kind> topics.
+        self.presence = mq.prefix + "/_bridge"
         self.links = {}
         self.transports = {}
         self._up = {}            # "<prefix>/<node>/up" -> that device's transport
@@ -151,7 +157,7 @@ class MqttLinks:
                 conn = await mqtt_conn.connect(self.host, self.port, self.mq.client_id,
                                                self._on_message, (p + "/+/up", p + "/+/state"),
                                                self.mq.username, self.mq.password, self._tls(),
-                                               keepalive=30)
+                                               keepalive=30, will=(self.presence, b"offline"))
                 tasks = []
                 try:
                     self.connected = True
@@ -165,6 +171,8 @@ class MqttLinks:
                         self._up["%s/%s/up" % (p, node)] = t
                         tasks.append(asyncio.create_task(link.run(t)))
                     conn.resume_reading()        # paused by connect() until now
+                    # Subscribed and reading: the devices may come (back) now.
+                    await conn.publish(self.presence, b"online", retain=True)
                     why = await conn.closed
                     if why is not None:
                         raise why
@@ -182,7 +190,9 @@ class MqttLinks:
                             e or type(e).__name__)
             finally:
                 if conn is not None:
-                    conn.close()
+                    # Leaving with the connection up (a stop): say "offline"
+                    # ourselves, as a clean DISCONNECT drops the last will.
+                    conn.close(goodbye=(self.presence, b"offline"))
             self.connected = False
             self.bridge.state.save()
             await self.bridge.sleep(backoff.next())

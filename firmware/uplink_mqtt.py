@@ -1,6 +1,9 @@
 """MQTT uplink: the link's frames over MQTT (edgebus.link.mqtt), reaching the
 bridge through a broker over WiFi or Ethernet. On boards the network must be
-up first (connect WiFi in boot.py); this module only opens the MQTT session."""
+up first (connect WiFi in boot.py); this module only opens the MQTT session.
+The bridge's presence (retained <prefix>/_bridge, its last will "offline")
+goes to the link: gone ends the session at once instead of after the
+liveness timeout, back makes it say HELLO at once."""
 from edgebus.link.mqtt import MqttTransport
 
 
@@ -15,4 +18,6 @@ async def open(ctx):
     t = MqttTransport(host, port, node=ctx.config["node"], prefix=u.get("prefix", "edgebus"),
                       keepalive=u.get("keepalive", 30), user=u.get("user"),
                       password=u.get("password"))
-    return await t.open()
+    await t.open()
+    t.on_peer = ctx.link.peer_presence
+    return t

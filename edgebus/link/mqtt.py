@@ -3,14 +3,17 @@
 Frames travel one per MQTT message: the device publishes on
 ``<prefix>/<node>/up`` and receives on ``<prefix>/<node>/down``; its presence
 is the retained ``<prefix>/<node>/state`` ("online", and "offline" as its last
-will, so the broker announces a device that vanishes).
+will, so the broker announces a device that vanishes). The bridge's presence
+is the retained ``<prefix>/_bridge``, the same way: each message there is
+handed to ``on_peer(online)`` if the owner set it (``Link.peer_presence``), so
+the link learns at once that the bridge is gone or back.
 
 Why a small client of ours rather than umqtt or a PyPI client: the link
 already provides ordering, sequence numbers, gap detection, liveness and
 re-sync, so MQTT 3.1.1 with QoS 0 is all it needs: CONNECT with a will, one
-SUBSCRIBE (sent again on every connect, which umqtt.robust forgets), PUBLISH
-and PINGREQ, in ~150 lines that never block the scheduler (asyncio streams).
-umqtt.simple blocks; the asyncio clients on PyPI are 1,300+ lines, a heap
+SUBSCRIBE of two topics (sent again on every connect, which umqtt.robust
+forgets), PUBLISH and PINGREQ, in ~150 lines that never block the scheduler
+(asyncio streams). umqtt.simple blocks; the asyncio clients on PyPI are 1,300+ lines, a heap
 cost a board running the bus and the link cannot spare.
 """
 from .. import compat
@@ -50,8 +53,15 @@ class MqttTransport:
         self.host = host
         self.port = port
         self.up = "%s/%s/up" % (prefix, node)
-        self.down = "%s/%s/down" % (prefix, node)
+        # Topics compared with a received one are bytes: one slice per
+        # message to compare, no decode.
+        self.down = ("%s/%s/down" % (prefix, node)).encode()
+        self.bridge = ("%s/_bridge" % prefix).encode()
         self.state = "%s/%s/state" % (prefix, node)
+        # on_peer(online): called for each message on the bridge's presence
+        # topic (retained, so once on every connect too); set after open(),
+        # before recv(). None: presence is ignored.
+        self.on_peer = None
         self.client_id = client_id or ("edgebus-" + node)
         self.keepalive = keepalive
         self.user = user
@@ -64,7 +74,8 @@ class MqttTransport:
         self.r = self.w = None
 
     async def open(self):
-        """Connect, announce presence, subscribe to the down topic."""
+        """Connect, announce presence, subscribe to the down and the bridge's
+        presence topics."""
         self.r, self.w = await compat.asyncio.open_connection(self.host, self.port)
         flags = 0x02 | 0x04 | 0x20          # clean session, will, will retain (QoS 0)
         payload = _str(self.client_id) + _str(self.state) + _str(b"offline")
@@ -82,7 +93,8 @@ class MqttTransport:
         if body[1]:
             raise MqttError("broker refused the connection: %s" % CONNACK_CODES.get(body[1], body[1]))
         self.closed = False
-        await self._write(_packet(0x82, (1).to_bytes(2, "big") + _str(self.down) + b"\x00"))
+        await self._write(_packet(0x82, b"\x00\x01" + _str(self.down) + b"\x00"
+                                  + _str(self.bridge) + b"\x00"))
         await self._publish(self.state, b"online", retain=True)
         return self
 
@@ -122,7 +134,10 @@ class MqttTransport:
                 break
             if kind == 0x30:                           # PUBLISH (QoS 0: no packet id)
                 n = (body[0] << 8) | body[1]
-                if bytes(body[2:2 + n]).decode() != self.down:
+                t = body[2:2 + n]
+                if t != self.down:
+                    if t == self.bridge and self.on_peer is not None:
+                        self.on_peer(body[2 + n:] == b"online")
                     continue
                 b = decode(body[2 + n:], self.max_len)
                 if b is None:
