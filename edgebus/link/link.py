@@ -216,7 +216,9 @@ class Link:
             self.count("peer_offline")
             if self.status == wire.UP:
                 self.end_session("peer offline")
-        elif self.status != wire.UP and self.role == "initiator" and self._transport is not None:
+        elif self.role == "initiator" and self._transport is not None and (
+                self.status == wire.DOWN or self.status == wire.HELLO_SENT
+                and compat.now() - self._t_state > 0.5):   # a HELLO just sent is not redone
             self.count("peer_online")
             self._hello_wait = 0
             self._retry_at = 0.0
