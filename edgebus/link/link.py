@@ -105,6 +105,7 @@ class Link:
         self._rx_acked = 0          # the last ACK sent
         self._stuck = False         # a loss in flight: RESEND asked
         self._t_resend = 0.0
+        self._t_acked = 0.0         # the last ACK that freed entries (or resend for want of one)
         # Sending: control and call queues, export observers, the snapshot.
         self._ctl = []
         self._calls = []
@@ -290,6 +291,16 @@ class Link:
                     self.acknowledge(self.rx_mark())
                 if self._stuck and now - self._t_resend >= 1.0:
                     rx.resend(self, self.state.get("rx_next"))
+                sp = self._spool
+                if self._acking and sp.n > sp.unsent and not sp.unsent \
+                        and now - self._t_acked > 2.0:
+                    # Sent, never acknowledged, nothing after it to reveal a
+                    # loss (the last frames before a pause): send them again.
+                    self._t_acked = now
+                    self.count("ack_timeouts")
+                    sp.rewind()
+                    self._tx_next = sp.seq_at(sp.cur)
+                    self._wake.set()
         # Status goes out on a state change at once, else at most once a second.
         if self._dirty and (self.status != self._status_seen or now - self._t_status >= 1.0):
             self._status_seen = self.status

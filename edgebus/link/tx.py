@@ -235,6 +235,7 @@ def on_ack(link, n):
     k = link._spool.ack(n)
     if k:
         link.count("acked", k)
+        link._t_acked = compat.now()
     if link._tx_next < n:
         link._tx_next = n
 

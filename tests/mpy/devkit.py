@@ -16,12 +16,14 @@ async def uplink(link, spec, node):
     """Keep link running over spec (a tty path or mqtt:HOST:PORT), reopened
     with backoff whenever it ends, as firmware/uplink.py does."""
     delay = 0.2
+    link.start()            # spooled from now on, as the firmware's uplink does
     while True:
         try:
             if spec.startswith("mqtt:"):
                 from edgebus.link.mqtt import MqttTransport
                 _, host, port = spec.split(":")
                 t = await MqttTransport(host, int(port), node=node, keepalive=10).open()
+                t.on_peer = link.peer_presence
             else:
                 t = PolledTransport(open_tty(spec))
             delay = 0.2

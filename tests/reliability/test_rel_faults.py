@@ -1,7 +1,8 @@
-"""Faults (issue #7): inject, recover, then check that nothing was lost or
-duplicated unseen: every message the device sent is delivered exactly once,
-in order, or counted as a gap on the link (an outage's loss is visible, never
-silent); generations, stale facts and pending calls behave as specified.
+"""Faults (issues #7, #13): inject, recover, then check that nothing was lost
+or duplicated: within the device's spool every message it sent is delivered
+exactly once, in order (acknowledged delivery, docs/protocol.md section 14);
+what a fault still costs (line noise) is counted as a gap, never silent;
+generations, stale facts and pending calls behave as specified.
 
 Real parts: mosquitto on a free loopback port, MicroPython device processes
 (rel_device.py), ptys (tools/ptycable.py), the bridge in-process or as its
@@ -29,14 +30,17 @@ from dev.broker import Mosquitto
 from tools.ptycable import PtyCable
 
 
-def check_stream(got, sent, gaps):
+def check_stream(got, sent, gaps, lossless=True):
     """got: delivered messages of one device boot (payload {"i"}); sent: how
-    many it published; every one is delivered once in order or is a gap."""
+    many it published; every one is delivered once in order (lossless) or,
+    where the fault may destroy frames for good, is a counted gap."""
     idx = [m.payload["i"] for m in got]
     seqs = [m.origin.extra["seq"] for m in got]
     assert len(set(idx)) == len(idx), "duplicate delivered"
     assert idx == sorted(idx) and seqs == sorted(seqs), "out of order"
     assert len(got) + gaps == sent, (len(got), gaps, sent)
+    if lossless:
+        assert idx == list(range(sent)) and gaps == 0, (len(got), gaps, sent)
     return {"sent": sent, "delivered": len(got), "gaps": gaps}
 
 
@@ -85,7 +89,7 @@ def test_broker_killed_and_restarted_repeatedly(tmp_path, rel, rel_device):
             got = await drain_until(sub, count - 1, 30)
             res = check_stream(got, count, link.counters.get("gaps", 0))
             assert link.generation == 1 and b.mqtt.connects == restarts + 1
-            assert link.counters.get("duplicates", 0) == 0
+            res["retransmitted_dropped_as_duplicates"] = link.counters.get("duplicates", 0)
             b.stop()
             await task
             dev.kill()
@@ -143,7 +147,7 @@ def test_serial_line_cut_and_restored_and_unplugged(tmp_path, rel, rel_device):
                     raise AssertionError((link.stats(), cable.bytes, dev.communicate()[0]))
             got = await drain_until(sub, count - 1, 30)
             res = check_stream(got, count, link.counters.get("gaps", 0))
-            assert link.generation == 1 and link.counters.get("duplicates", 0) == 0
+            assert link.generation == 1
             res["lost_bytes"] = cable.bytes["lost"]
             res["sessions"] = link.counters["sessions"]
             b.stop()
@@ -170,7 +174,7 @@ def test_serial_line_with_noise(tmp_path, rel, rel_device):
                         30)
             link = b.links["serial:d1"]
             # The last message may itself be hit: stop at the last index seen
-            # once the device is done, then account for the tail too.
+            # once the device is done.
             got = []
             deadline = time.monotonic() + count / rate + 30
             while time.monotonic() < deadline:
@@ -181,17 +185,18 @@ def test_serial_line_with_noise(tmp_path, rel, rel_device):
                 got.append(m)
                 if m.payload["i"] == count - 1:
                     break
-            last = got[-1].payload["i"]
-            tail = count - 1 - last        # lost after the last delivered: no later seq shows them
             st = link.stats()
-            res = check_stream(got, count - tail, link.counters.get("gaps", 0))
+            # frames hit by noise are asked for again (RESEND), the last ones
+            # sent again for want of an ACK: nothing is lost
+            res = check_stream(got, count, link.counters.get("gaps", 0))
             corrupted = cable.bytes["corrupted"]
             assert corrupted > 0
             errs = sum(st["transport"][k] for k in ("crc_errors", "cobs_errors", "oversize"))
-            assert errs > 0 and link.counters.get("duplicates", 0) == 0
+            assert errs > 0
             for m in got:                    # never a damaged payload
                 assert set(m.payload) == {"i", "t"} and type(m.payload["t"]) is int
-            res.update(corrupted_bytes=corrupted, frame_errors=errs, tail_lost=tail,
+            res.update(corrupted_bytes=corrupted, frame_errors=errs,
+                       resends_asked=link.counters.get("resends_asked", 0),
                        sessions=link.counters["sessions"])
             b.stop()
             await task
