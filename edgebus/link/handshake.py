@@ -100,7 +100,7 @@ def on_hello(link, h):
     _clock(link, h)
     link._mine = _side(link, key is not None)
     ack = dict(link._mine)
-    ack["to"] = h["nonce"]   # which HELLO this answers: a retried HELLO's stale answer is ignored
+    ack["to"] = h["nonce"][:8]   # which HELLO this answers: a retried HELLO's stale answer is ignored
     if key is not None:
         ack["proof"] = wire.proof(key, "R", h, link._mine)
     tx.control(link, wire.HELLO_ACK, ack)
@@ -110,7 +110,7 @@ def on_ack(link, a):
     if link.role != "initiator" or link.status != wire.HELLO_SENT:
         return link.count("unexpected")
     to = a.get("to")
-    if to is not None and to != link._mine["nonce"]:
+    if to is not None and to != link._mine["nonce"][:8]:
         return link.count("stale_acks")
     if _check(link, a) is None:
         return link.end_session("bad hello_ack")

@@ -245,15 +245,19 @@ class Link:
         """Handle one received frame body (never raises)."""
         self._t_rx = compat.now()
         self.count("frames_in")
+        t = None
         try:
             t, seq, obj, blob = wire.decode(body)
             rx.handle(self, t, seq, obj, blob)
         except wire.WireError as e:
             self.count("bad_frames")
             self.last_error = "bad frame: %s" % e
-            if len(body) > 2 and body[0] & wire.F_SEQ and self.status == wire.UP:
-                # Its number is spent (a gap), or it would be asked for again forever.
-                rx.seq_of(self, (body[1] << 8) | body[2])
+            if t is None and len(body) > 2 and body[0] & wire.F_SEQ and self.status == wire.UP:
+                # Undecodable: its number is spent here, or it would be asked
+                # for again forever.
+                s16 = (body[1] << 8) | body[2]
+                if s16 == (self.state.get("rx_next") or 0) & 0xFFFF:   # the one expected
+                    rx.seq_of(self, s16)
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
             self.count("bad_frames")
             self.last_error = "bad %s: %s" % (wire.NAMES[t] if 0 < t < len(wire.NAMES) else t, e)

@@ -107,10 +107,13 @@ def pump(link):
             latest = type(item) is not Message or rule[2] == "latest"
             sp = link._spool
             ev = sp.evicted
+            du = sp.dropped_unsent
             if not sp.put(seq, b, spool.LATEST if latest else 0):
                 link.count("spool_refused")
             elif sp.evicted != ev:
-                link.count("spool_dropped", sp.evicted - ev)
+                # never sent: lost for sure; sent, not yet acknowledged: maybe
+                link.count("spool_dropped", sp.dropped_unsent - du)
+                link.count("spool_evicted", sp.evicted - ev)
 
 
 def exportable(link, k, rule, origin):

@@ -59,10 +59,10 @@ CASES = [
     ("invalid UTF-8 in JSON",
      lambda j: bytes([wire.PUB | wire.F_SEQ]) + seq_of(j).to_bytes(2, "big")
      + b'["sensor/x","\xff\xfe"]', "bad_frames", "bad JSON"),
-    ("JSON that is not JSON", lambda j: bytes([wire.PUB | wire.F_SEQ, 0, 1]) + b"{nope",
+    ("JSON that is not JSON", lambda j: bytes([wire.PUB | wire.F_SEQ]) + seq_of(j).to_bytes(2, "big") + b"{nope",
      "bad_frames", "bad JSON"),
     ("deeply nested JSON (unbalanced)",
-     lambda j: bytes([wire.PUB | wire.F_SEQ, 0, 1]) + b"[" * 1000,
+     lambda j: bytes([wire.PUB | wire.F_SEQ]) + seq_of(j).to_bytes(2, "big") + b"[" * 1000,
      "bad_frames", "nested too deeply"),
     ("deeply nested JSON (balanced, 500 deep, fits 1 KB)",
      lambda j: data(wire.PUB, seq_of(j), ["sensor/deep", None])[:-5] + deep(500) + b"]",
@@ -83,7 +83,8 @@ CASES = [
      "bad_frames", "bad topic token"),
     ("truncated body", lambda j: b"\x4b", "bad_frames", "too short"),
     ("JSON length past the end",
-     lambda j: bytes([wire.PUB | wire.F_SEQ | wire.F_BIN, 0, 1, 0x7F]) + b"[]",
+     lambda j: bytes([wire.PUB | wire.F_SEQ | wire.F_BIN]) + seq_of(j).to_bytes(2, "big")
+     + b"\x7f[]",
      "bad_frames", "past the end"),
     ("oversized frame (4 KB on a 1 KB link)", None, "t:oversize", None),
     ("wildcard route in ROUTES", lambda j: wire.encode(wire.ROUTES, ["sys/#", "sys/+/x"]),
@@ -178,7 +179,8 @@ def test_deep_json_on_a_local_socket_link_does_not_kill_it():
         await until(lambda: synced(j2))
         sub = j2.host.connect().subscribe("dev/dev1/sensor/#", queue_len=8)
         for n in (1000, 5000, 30000):
-            inject(j2, bytes([wire.PUB | wire.F_SEQ, 0, 1]) + deep(n), 65536)
+            inject(j2, bytes([wire.PUB | wire.F_SEQ]) + seq_of(j2).to_bytes(2, "big") + deep(n),
+                   65536)
             await until(lambda: "nested too deeply" in (j2.hl.last_error or ""))
             j2.hl.last_error = None
         assert j2.hl.counters["bad_frames"] == 3
