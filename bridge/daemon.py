@@ -98,8 +98,9 @@ class Bridge:
         cfg = self.cfg
         self.tasks.append(asyncio.create_task(self._persist_state()))
         if cfg.log_dir:
-            from bridge.telemetry import Appender
+            from bridge.telemetry import Appender, resume_links
             self.appender = Appender(self.bus, cfg)
+            resume_links(self.state.data, cfg.log_dir)     # the writer has recovered the log
             self.tasks.append(asyncio.create_task(self.appender.run()))
         self.tasks.append(asyncio.create_task(self._status_endpoint()))
         for dev in cfg.serial:

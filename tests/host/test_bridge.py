@@ -164,6 +164,85 @@ key = "k1"
         dev.kill()
 
 
+def test_group_commit_survives_sigkill_and_restart_resumes_from_the_log(tmp_path, device):
+    """Records the bridge has synced (group commit, hour-long segments, so no
+    seal) survive a SIGKILL of the bridge; the restarted bridge reads the last
+    logged seq of the device's boot back from the log and expects the next."""
+    count = 40
+    with PtyCable() as cable:
+        path = _cfg(tmp_path, f"""
+[bridge]
+state_dir = "state"
+socket = "state/bridge.sock"
+heartbeat = 0.5
+[log]
+dir = "log"
+segment_seconds = 3600
+commit_ms = 20
+[[serial]]
+node = "dev-micropython"
+port = "{cable.b}"
+key = "k1"
+""")
+        sock = str(tmp_path / "state" / "bridge.sock")
+
+        def start():
+            return subprocess.Popen([sys.executable, "-m", "bridge.daemon", "--config",
+                                     str(path)], cwd=ROOT, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True)
+
+        async def synced():
+            await until(lambda: os.path.exists(sock), 10)
+            st = {}
+
+            async def poll():
+                st.update(await fetch(sock))
+                lg = st["log"]
+                return lg["appended"] >= count + 1 and lg["unsynced"] == 0 and lg["syncs"] >= 1
+            for _ in range(200):
+                if await poll():
+                    return st
+                await asyncio.sleep(0.05)
+            raise AssertionError(st)
+
+        br = start()
+        dev = device(cable.a, "k1", count)
+        try:
+            st = asyncio.run(synced())
+            sid = st["links"]["serial:dev-micropython"]["peer_sid"]
+            # The state file learns a new peer boot within 0.2 s (Bridge._persist_state).
+            asyncio.run(until(lambda: sid in (tmp_path / "state" / "links.json").read_text(), 5))
+            br.send_signal(signal.SIGKILL)
+            br.wait()
+        finally:
+            if br.poll() is None:
+                br.kill()
+        assert st["log"]["commit_ms"] == 20 and st["log"]["last_sync_ms"] is not None
+        link = st["links"]["serial:dev-micropython"]
+        os.unlink(sock)
+        br = start()
+        try:
+            lines = []
+            for line in br.stdout:
+                lines.append(line)
+                if "bridge gateway running" in line:
+                    break
+            br.send_signal(signal.SIGTERM)
+            out = "".join(lines) + br.communicate(timeout=15)[0]
+        finally:
+            if br.poll() is None:
+                br.kill()
+        assert br.returncode == 0, out
+        recs = _records(tmp_path / "log")
+        counts = [r for r in recs if r["topic"][-1] == "count"]
+        assert [r["payload"] for r in counts] == list(range(count))    # all survived the kill
+        last = max(r["seq"] for r in recs
+                   if r["peer_sid"] == link["peer_sid"] and r["seq"] is not None)
+        assert ("serial:dev-micropython resumes peer boot %s after seq %d in the log "
+                "(rx_next %d)" % (link["peer_sid"], last, last + 1)) in out, out
+        dev.kill()
+
+
 def test_bad_config_is_a_clear_error(tmp_path):
     p = _cfg(tmp_path, '[[serial]]\nnode = "d"\nport = "/dev/x"\n')
     r = subprocess.run([sys.executable, "-m", "bridge.daemon", "--config", str(p)], cwd=ROOT,
@@ -173,6 +252,14 @@ def test_bad_config_is_a_clear_error(tmp_path):
     r = subprocess.run([sys.executable, "-m", "bridge.daemon", "--config", str(p)], cwd=ROOT,
                        capture_output=True, text=True)
     assert r.returncode == 2 and "unknown key 'nodes'" in r.stderr
+    for bad, why in (("-1", "commit_ms must be between 0"), ("20000", "and 10000 milliseconds"),
+                     ("nan", "got nan"), ('"20"', "commit_ms has the wrong type")):
+        p.write_text('[log]\ndir = "log"\ncommit_ms = %s\n' % bad)
+        r = subprocess.run([sys.executable, "-m", "bridge.daemon", "--config", str(p)],
+                           cwd=ROOT, capture_output=True, text=True)
+        assert r.returncode == 2 and why in r.stderr, r.stderr
+    assert bridge_config.parse({"log": {"commit_ms": 0}}).commit_ms == 0
+    assert bridge_config.parse({}).commit_ms == bridge_config.DEFAULT_COMMIT_MS
 
 
 def test_serial_port_vanishing_and_returning(tmp_path, device):
