@@ -4,6 +4,7 @@ Everything else in ``edgebus`` imports these names instead of probing the
 runtime itself, so the rest of the package is one source for both.
 """
 import sys
+import time
 
 MICROPYTHON = sys.implementation.name == "micropython"
 
@@ -30,15 +31,37 @@ if MICROPYTHON:
     # now() stays monotonic for as long as it is called more often than that.
     _clock = [ticks_ms(), 0]
 
-    def now():
-        """Bus clock: monotonic seconds (float)."""
+    def ms():
+        """Bus clock: monotonic milliseconds (int, a small int for 12 days)."""
         t = ticks_ms()
         c = _clock
         c[1] += ticks_diff(t, c[0])
         c[0] = t
-        return c[1] / 1000
+        return c[1]
+
+    def now():
+        """Bus clock: monotonic seconds (float)."""
+        return ms() / 1000
 else:
     from time import monotonic as now
+
+    def ms():
+        """Bus clock: monotonic milliseconds (int)."""
+        return int(now() * 1000)
+
+# Boards whose epoch is 2000 count from there; wall_ms() is Unix time either way.
+_EPOCH = 946684800 if time.gmtime(0)[0] == 2000 else 0
+
+
+def wall_ms():
+    """Unix time in ms if this node's clock looks set (after 2020), else None:
+    a board without an RTC or NTP counts from its epoch at boot."""
+    try:
+        t = time.time_ns() // 1000000
+    except AttributeError:
+        t = int(time.time() * 1000)
+    t += _EPOCH * 1000
+    return t if t > 1577836800000 else None
 
 
 def type_name(x):

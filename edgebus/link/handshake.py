@@ -1,5 +1,6 @@
 """The link's handshake: HELLO, HELLO_ACK and AUTH, keys and proofs, and
 the start of a session (the end is Link.end_session)."""
+from .. import compat
 from . import calls, rules, tx, wire
 
 
@@ -22,15 +23,38 @@ def error(link, code, msg):
 
 
 def _side(link, auth):
-    return {"v": wire.VERSION, "node": link.node, "sid": link.sid, "nonce": wire.nonce(),
-            "hb": int(link.heartbeat * 1000), "auth": auth}
+    s = {"v": wire.VERSION, "node": link.node, "sid": link.sid, "nonce": wire.nonce(),
+         "hb": int(link.heartbeat * 1000), "auth": auth, "ms": compat.ms()}
+    w = compat.wall_ms()
+    if w is not None:
+        s["wall"] = w - s["ms"]   # this side's Unix time at ms 0 of its clock
+    if link.ack:
+        s["caps"] = [wire.CAP_ACK]
+    return s
 
 
 def hello(link):
-    """Open a session (initiator): send HELLO."""
+    """Open a session (initiator): send HELLO, and again after a short wait
+    (doubling, with jitter, up to handshake_timeout) until an answer."""
     link._mine = _side(link, link._key is not None)
     tx.control(link, wire.HELLO, link._mine)
     link._set_state(wire.HELLO_SENT)
+    link._hello_wait = wire.jitter(min(max(link._hello_wait * 2, 0.5), link.handshake_timeout))
+
+
+def _clock(link, h):
+    """How to read the peer's clock (its "ms" field): the Unix ms offset,
+    from its own wall clock if it has one, else from ours now."""
+    ms = h.get("ms")
+    if type(ms) is not int:
+        link._peer_ms0 = link._clock_off = None
+        return
+    w = h.get("wall")
+    if type(w) is not int:
+        w = compat.wall_ms()
+        w = None if w is None else w - ms
+    link._peer_ms0 = ms
+    link._clock_off = w
 
 
 def _check(link, h):
@@ -73,8 +97,10 @@ def on_hello(link, h):
         return _refuse(link, "auth_failed", "authentication required on one side only",
                        "auth mismatch")
     link._theirs = h
+    _clock(link, h)
     link._mine = _side(link, key is not None)
     ack = dict(link._mine)
+    ack["to"] = h["nonce"]   # which HELLO this answers: a retried HELLO's stale answer is ignored
     if key is not None:
         ack["proof"] = wire.proof(key, "R", h, link._mine)
     tx.control(link, wire.HELLO_ACK, ack)
@@ -83,6 +109,9 @@ def on_hello(link, h):
 def on_ack(link, a):
     if link.role != "initiator" or link.status != wire.HELLO_SENT:
         return link.count("unexpected")
+    to = a.get("to")
+    if to is not None and to != link._mine["nonce"]:
+        return link.count("stale_acks")
     if _check(link, a) is None:
         return link.end_session("bad hello_ack")
     key = key_for(link, a["node"])
@@ -90,7 +119,7 @@ def on_ack(link, a):
         p = a.get("proof")
         if type(p) is not str or not wire.same(p.encode(), wire.proof(key, "R", link._mine, a).encode()):
             _refuse(link, "auth_failed", "the peer does not know this link's key", "auth failed")
-            link._backoff = min(link._backoff * 2, 60)
+            link.retry_later()
             return
         tx.control(link, wire.AUTH, {"proof": wire.proof(key, "I", link._mine, a)})
     elif a.get("auth"):
@@ -98,6 +127,7 @@ def on_ack(link, a):
                        "auth mismatch")
     else:
         tx.control(link, wire.AUTH, {})
+    _clock(link, a)
     session_up(link, link._mine, a)
 
 
@@ -125,6 +155,10 @@ def session_up(link, hello, ack):
         st["rx_next"] = None
     link.peer_node = node = peer["node"]
     link.peer_sid = sid
+    caps = peer.get("caps")
+    link._acking = link.ack and type(caps) is list and wire.CAP_ACK in caps
+    link._rx_acked = 0
+    link._stuck = False
     link.generation = st["generation"]
     link._session += 1
     link.count("sessions")
@@ -142,5 +176,6 @@ def session_up(link, hello, ack):
     tx.start(link, node)
     link._set_state(wire.UP)
     link._backoff = link.handshake_timeout
+    link._hello_wait = 0
     link._routes_sent = None
     calls.send_routes(link)

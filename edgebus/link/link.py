@@ -11,7 +11,8 @@ over it, one module per concern (cheaper on MicroPython than mixins):
 ``rx`` (receiving) and ``calls`` (routes, proxies, served calls).
 """
 from .. import compat, topic
-from . import calls, handshake, rx, tx, wire
+from . import calls, handshake, rules, rx, tx, wire
+from .spool import Spool
 
 
 class Link:
@@ -25,13 +26,21 @@ class Link:
     or None for an unauthenticated link (both sides must agree).
     ``principal`` is who the link acts as on this bus (for the authoriser);
     ``state`` holds the peer's generation and may be persisted by the owner.
+    An export rule may name a delivery class third: "reliable" (the default
+    for publishes: spooled until the peer acknowledges it) or "latest"
+    (sent once; retained changes always are, the snapshot repairs them).
+    ``spool``: bytes for what waits to be sent or acknowledged, and its
+    ``spool_policy`` when full. ``ack``: offer acknowledgements (the "ack"
+    capability). ``durable``: acknowledge only what the owner confirms with
+    acknowledge(), not what reached this bus.
     """
 
     def __init__(self, bus, node, key=None, role="initiator", link_id=None, peer=None,
                  exports=(), imports=(), export_calls=(), import_calls=(),
                  local_only=("link/#", "local/#"), heartbeat=5.0, handshake_timeout=5.0,
                  max_pending=8, max_sync=512, out_queue=32, status=True, sid=None,
-                 state=None, principal=None, max_len=1024):
+                 state=None, principal=None, max_len=1024, spool=2048,
+                 spool_policy="drop_oldest", ack=True, durable=False):
         if role not in ("initiator", "responder"):
             raise ValueError("role must be 'initiator' or 'responder'")
         self.bus = bus
@@ -63,6 +72,12 @@ class Link:
         self._local_only = []
         for p in local_only:
             self._local_only.append(topic.pattern(p, bus.s_wild, bus.m_wild)[1])
+        self._node_rules = False  # do the export rules name {node}?
+        for r in exports:
+            for x in r[:2]:
+                if type(x) is str and "{node}" in x:
+                    self._node_rules = True
+        rules.resolve(exports, bus, None)   # a bad rule or class fails here, not at a session
         self._exports = []
         self._imports = []
         self._export_calls = []
@@ -78,6 +93,18 @@ class Link:
         self._recent = []
         self._session = 0
         self._backoff = 5.0         # the retry delay after an error; handshake_timeout once up
+        self._retry_at = 0.0        # no HELLO before (after an error)
+        self._hello_wait = 0        # the current HELLO retry interval
+        self._t_nosess = 0.0        # last ERROR no_session sent
+        self._peer_ms0 = None       # the peer's clock (ms) at its HELLO / HELLO_ACK
+        self._clock_off = None      # ms to add to the peer's clock for Unix time
+        # Acknowledgements: offered, negotiated this session, owner-gated.
+        self.ack = ack
+        self.durable = durable
+        self._acking = False
+        self._rx_acked = 0          # the last ACK sent
+        self._stuck = False         # a loss in flight: RESEND asked
+        self._t_resend = 0.0
         # Sending: control and call queues, export observers, the snapshot.
         self._ctl = []
         self._calls = []
@@ -85,8 +112,10 @@ class Link:
         self._obs = []            # [(observer, rule)] for exports, per peer node
         self._obs_node = False
         self._obs_drops = []
-        self._rr = 0
         self._tx_seq = 1
+        self._tx_next = 1         # the number the peer is told comes next
+        self._spool = Spool(spool, spool_policy)
+        self._pump = None         # the task spooling exports between transports
         self._snap = None         # messages of the snapshot being sent
         self._snap_i = -1
         # Receiving: the snapshot being received.
@@ -139,6 +168,7 @@ class Link:
              "generation": self.generation, "tx_seq": self._tx_seq,
              "rx_next": self.state.get("rx_next"), "pending_calls": len(self._pending),
              "proxies": len(self._proxies), "last_error": self.last_error,
+             "acking": self._acking, "spool": self._spool.stats(),
              "counters": dict(self.counters)}
         t = self._transport
         if t is not None and hasattr(t, "stats"):
@@ -155,6 +185,7 @@ class Link:
         """End the session: pending calls fail, proxies go, state is kept."""
         was = self.status
         self._set_state(wire.DOWN)
+        self._stuck = False
         self._snap = None
         self._rx_sync = None
         self._calls = []
@@ -168,6 +199,37 @@ class Link:
         if was == wire.UP:
             self.count("session_ends")
             self.last_error = self.last_error or why
+
+    def retry_later(self):
+        """After a refusal: the next HELLO waits (doubling up to 60 s)."""
+        self._backoff = min(self._backoff * 2, 60)
+        self._retry_at = compat.now() + wire.jitter(self._backoff)
+
+    def peer_presence(self, online):
+        """The transport's word on the peer (e.g. its MQTT presence): gone
+        ends the session now; back makes an initiator say HELLO now."""
+        if not online:
+            self.count("peer_offline")
+            if self.status == wire.UP:
+                self.end_session("peer offline")
+        elif self.status != wire.UP and self.role == "initiator" and self._transport is not None:
+            self.count("peer_online")
+            self._hello_wait = 0
+            self._retry_at = 0.0
+            handshake.hello(self)
+
+    # -- acknowledgements (what this side received) -----------------------
+    def rx_mark(self):
+        """A mark of everything received from the peer boot so far, or None."""
+        n = self.state.get("rx_next")
+        return None if n is None or self.peer_sid is None else (self.peer_sid, n)
+
+    def acknowledge(self, mark):
+        """The owner made everything under ``mark`` durable: tell the peer."""
+        if mark is not None and mark[0] == self.peer_sid and self.status == wire.UP \
+                and self._acking and mark[1] > self._rx_acked:
+            self._rx_acked = mark[1]
+            tx.control(self, wire.ACK, mark[1])
 
     # -- frames ----------------------------------------------------------
     next_body = tx.next_body    # a function over the link: the method, no wrapper
@@ -191,16 +253,17 @@ class Link:
 
     # -- timers ----------------------------------------------------------
     def tick(self):
-        """Timers: handshake retry, heartbeats, liveness, routes, status."""
+        """Timers: handshake retry, heartbeats, liveness, routes, acks, status."""
         now = compat.now()
         s = self.status
-        if s == wire.HELLO_SENT or s == wire.ACK_SENT:
-            if now - self._t_state > self.handshake_timeout:
-                self.count("handshake_timeouts")
-                self.end_session("handshake timeout")
-                s = wire.DOWN
-        if s == wire.DOWN and self.role == "initiator" and self._transport is not None \
-                and now - self._t_state >= (self._backoff if self.last_error else 0):
+        if s == wire.ACK_SENT and now - self._t_state > self.handshake_timeout:
+            self.count("handshake_timeouts")
+            self.end_session("handshake timeout")
+        elif s == wire.HELLO_SENT and now - self._t_state > self._hello_wait:
+            self.count("hello_retries")
+            handshake.hello(self)
+        elif s == wire.DOWN and self.role == "initiator" and self._transport is not None \
+                and now >= self._retry_at:
             handshake.hello(self)
         elif s == wire.UP:
             if now - self._t_rx > 3 * self.heartbeat:
@@ -214,21 +277,45 @@ class Link:
                     if req.done():       # the caller gave up; the peer times out too
                         del self._pending[cid]
                         self._freed.set()
+                if not self.durable:
+                    self.acknowledge(self.rx_mark())
+                if self._stuck and now - self._t_resend >= 1.0:
+                    rx.resend(self, self.state.get("rx_next"))
         # Status goes out on a state change at once, else at most once a second.
         if self._dirty and (self.status != self._status_seen or now - self._t_status >= 1.0):
             self._status_seen = self.status
             self._t_status = now
             self.publish_status()
 
+    def start(self):
+        """Spool exports from now on, with or without a transport (run()
+        calls it; call it earlier so nothing published before the first
+        session is lost). Needs a running event loop."""
+        if not self._obs and (self.peer is not None or not self._node_rules):
+            tx.observe(self, self.peer if self._node_rules else None)
+        if self._pump is None:
+            self._pump = compat.asyncio.create_task(self._pumping())
+
+    async def _pumping(self):
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            try:
+                tx.pump(self)
+            except MemoryError:
+                self.count("memory_errors")
+
     # -- driving a transport -------------------------------------------
     async def run(self, transport):
         """Run the link over one transport until it ends (EOF or close())."""
+        self.start()
         self._transport = transport
         self._t_rx = compat.now()
         self._ctl = []
         self.end_session("new transport")
         self._dirty = True
         if self.role == "initiator":
+            self._hello_wait = 0
             handshake.hello(self)
         writer = compat.asyncio.create_task(self._writer(transport))
         ticker = compat.asyncio.create_task(self._ticker())
@@ -239,6 +326,8 @@ class Link:
                     break
                 for b in bodies:
                     self.feed(b)
+                if not self.durable:
+                    self.acknowledge(self.rx_mark())
                 if self._ctl or self._calls or self._snap is not None:
                     self._wake.set()
         finally:
@@ -301,5 +390,8 @@ class Link:
             t.close()
         for x in self._tasks:
             x.cancel()
+        if self._pump is not None:
+            self._pump.cancel()
+            self._pump = None
         self.publish_status()
         self._conn.disconnect()

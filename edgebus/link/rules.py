@@ -8,14 +8,21 @@ def subst(x, node):
     return x.replace("{node}", node) if node is not None and type(x) is str else x
 
 
+CLASSES = (None, "reliable", "latest")
+
+
 def resolve(rules, bus, node):
-    """[(pattern key, prefix key)] of (pattern, prefix) rules for peer ``node``."""
+    """[(pattern key, prefix key, class)] of (pattern, prefix[, class])
+    rules for peer ``node``; class is a delivery class (exports) or None."""
     out = []
-    for pat, prefix in rules:
-        pat = subst(pat, node)
-        prefix = subst(prefix, node)
+    for r in rules:
+        pat = subst(r[0], node)
+        prefix = subst(r[1], node)
+        c = r[2] if len(r) > 2 else None
+        if c not in CLASSES:
+            raise ValueError("delivery class %r: must be 'reliable' or 'latest'" % (c,))
         pk = topic.pattern(pat, bus.s_wild, bus.m_wild)[1]
-        out.append((pk, topic.key(prefix) if prefix else ()))
+        out.append((pk, topic.key(prefix) if prefix else (), c))
     return out
 
 

@@ -18,15 +18,28 @@ def handle(link, t, seq, obj, blob):
         link.last_error = "peer: %s: %s" % (code, obj.get("msg"))
         if code == "auth_failed":
             link.count("auth_failures")
+        if code == "no_session":
+            # The peer restarted and lost our session: a new one at once,
+            # unless one is already being made (the answer may be stale).
+            if link.status == wire.UP:
+                link.end_session("peer has no session")
+            return
         link.end_session("peer error")
         if link.role == "initiator":
-            link._backoff = min(link._backoff * 2, 60)
+            link.retry_later()
         return
     if t == wire.BYE:
         link.end_session("peer closed")
         return
     if link.status != wire.UP:
         link.count("unauthenticated")
+        if link.role == "responder" and link.status == wire.DOWN and t >= wire.PING \
+                and compat.now() - link._t_nosess >= 1.0:
+            # Data from a peer that believes in a session we lost (we
+            # restarted): tell it, at most once a second, instead of letting
+            # it talk into the void until its liveness timeout.
+            link._t_nosess = compat.now()
+            tx.control(link, wire.ERROR, {"code": "no_session", "msg": "no session: say HELLO"})
         return
     if t == wire.PING:
         return tx.control(link, wire.PONG, obj)
@@ -43,6 +56,12 @@ def handle(link, t, seq, obj, blob):
         return calls.on_result(link, t, obj, blob)
     if t == wire.ROUTES:
         return calls.on_routes(link, obj)
+    if t == wire.ACK:
+        return tx.on_ack(link, obj)
+    if t == wire.RESEND:
+        return tx.on_resend(link, obj)
+    if t == wire.SKIP:
+        return on_skip(link, obj)
     link.count("unknown_type")
 
 
@@ -52,14 +71,71 @@ def _gap(link, first, last):
     link.last_gap = (first, last)
 
 
-def extra_in(obj, i, seq):
-    """The extra dict at obj[i] with our own ``seq`` in it, or None."""
+def extra_in(link, obj, i, seq):
+    """The extra dict at obj[i] with our own ``seq`` in it, and, when the
+    sender stamped its clock after it, ``ts`` (Unix seconds, unless the
+    publisher gave its own) and ``late`` (spooled before this session
+    began); or None."""
     x = obj[i] if len(obj) > i and type(obj[i]) is dict else {}
     if seq is not None:
         x["seq"] = seq   # ours: the sender cannot choose what is recorded here
     elif "seq" in x:
         del x["seq"]     # an unsequenced frame (SYNC) has none: never the sender's
+    ms = obj[i + 1] if len(obj) > i + 1 else None
+    if type(ms) is int and link._peer_ms0 is not None:
+        if link._clock_off is not None and "ts" not in x:   # a publisher's own ts wins
+            x["ts"] = (ms + link._clock_off) / 1000
+        if ms <= link._peer_ms0:
+            x["late"] = True
+        elif "late" in x:
+            del x["late"]
     return x or None
+
+
+def _seq(link, s16):
+    """The full number of a data frame, or None (duplicate, or ahead of a
+    loss in flight on an acknowledged session: asked for again, dropped)."""
+    st = link.state
+    exp = st.get("rx_next")
+    if exp is None:       # first sequenced frame of this peer boot
+        exp = s16
+    d = (s16 - exp) & 0xFFFF
+    if d >= 0x8000:
+        link.count("duplicates")
+        return None
+    if d:
+        if link._acking:
+            link.count("out_of_order")
+            resend(link, exp)
+            return None
+        _gap(link, exp, exp + d - 1)
+    full = exp + d
+    st["rx_next"] = full + 1
+    link._stuck = False
+    return full
+
+
+def resend(link, n):
+    """Ask the peer to send again from ``n`` (once a second while stuck)."""
+    now = compat.now()
+    if not link._stuck or now - link._t_resend >= 1.0:
+        link._stuck = True
+        link._t_resend = now
+        link.count("resends_asked")
+        tx.control(link, wire.RESEND, n)
+
+
+def on_skip(link, n):
+    """SKIP: the peer's next number is ``n``; ours below it are lost."""
+    if type(n) is not int:
+        return link.count("bad_frames")
+    st = link.state
+    exp = st.get("rx_next")
+    if exp is not None and n > exp:
+        _gap(link, exp, n - 1)
+    if exp is None or n > exp:
+        st["rx_next"] = n
+        link._stuck = False
 
 
 def on_data(link, t, s16, obj, blob):
@@ -67,27 +143,19 @@ def on_data(link, t, s16, obj, blob):
     duplicates dropped), then published here under the import rules."""
     if s16 is None:
         return link.count("bad_frames")
-    st = link.state
-    exp = st.get("rx_next")
-    if exp is None:       # first sequenced frame of this peer boot
-        exp = s16
-    d = (s16 - exp) & 0xFFFF
-    if d >= 0x8000:
-        return link.count("duplicates")
-    if d:
-        _gap(link, exp, exp + d - 1)
-    full = exp + d
-    st["rx_next"] = full + 1
+    full = _seq(link, s16)
+    if full is None:
+        return
     k = rules.map_in(link, obj[0], link._imports)
     if k is None:
         return
     imp = link._imp
     try:
         if t == wire.UNRET:
-            imp.unretain(k, extra_in(obj, 1, full))
+            imp.unretain(k, extra_in(link, obj, 1, full))
         else:
             p = blob if blob is not None else obj[1]
-            x = extra_in(obj, 2, full)
+            x = extra_in(link, obj, 2, full)
             if t == wire.PUB:
                 imp.publish(k, p, x)
             else:
@@ -109,7 +177,8 @@ def on_snapshot(link, t, obj, blob):
             exp = st.get("rx_next")
             if exp is not None and nxt > exp:   # lost while the link was down
                 _gap(link, exp, nxt - 1)
-            st["rx_next"] = nxt
+            if exp is None or nxt > exp:        # never back: what we have stays had
+                st["rx_next"] = nxt
         link._rx_sync = {}
         link._rx_overflow = False
         return
@@ -121,7 +190,7 @@ def on_snapshot(link, t, obj, blob):
             return link.count("sync_overflow")
         k = rules.map_in(link, obj[0], link._imports)
         if k is not None:
-            buf[k] = (blob if blob is not None else obj[1], extra_in(obj, 2, None))
+            buf[k] = (blob if blob is not None else obj[1], extra_in(link, obj, 2, None))
         return
     link._rx_sync = None
     store = link.bus._store
@@ -140,8 +209,8 @@ def on_snapshot(link, t, obj, blob):
             link.count("denied")
             link.last_error = str(e)
     if not link._rx_overflow:  # only a complete snapshot says what vanished
-        for pk, prefix in link._imports:
-            for m in store.query(prefix + pk, []):
+        for r in link._imports:
+            for m in store.query(r[1] + r[0], []):
                 if m.origin.link_id == link.link_id and m.topic not in buf:
                     imp.unretain(m.topic)
     link.count("syncs")

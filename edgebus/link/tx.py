@@ -1,8 +1,8 @@
 """The link's sending side: control and call queues, export observers,
 encoding, sequence numbers spent on losses, and the retained snapshot."""
-from .. import topic
+from .. import compat, topic
 from ..values import Message
-from . import rules, wire
+from . import rules, spool, wire
 
 
 def too_big(link, b, what):
@@ -44,23 +44,51 @@ def next_body(link):
         return None
     if link._snap is not None:
         return snap_next(link)
-    obs = link._obs
-    if link._calls:
-        ready = False    # data waiting: only asked once the credit is spent
-        if link._credit <= 0:
-            for o, _ in obs:
-                if o._n:
-                    ready = True
-                    break
-        if not ready:
-            link._credit -= 1
-            return link._calls.pop(0)
+    pump(link)
+    if link._calls and (link._credit > 0 or not link._spool.unsent):
+        link._credit -= 1
+        return link._calls.pop(0)
     link._credit = 4  # up to 4 call frames per data frame under load
-    # The next exportable item, the observers served in turn.
-    n = len(obs)
-    for _ in range(n):
-        i = link._rr
-        link._rr = (i + 1) % n
+    b = data_next(link)
+    if b is None and link._calls:
+        return link._calls.pop(0)
+    return b
+
+
+def data_next(link):
+    """The next sequenced frame from the spool (a view into it), or a SKIP
+    saying which numbers are gone for good, or None."""
+    sp = link._spool
+    acking = link._acking
+    while True:
+        o = sp.peek()
+        if o < 0:
+            return None
+        f = sp.flags_at(o)
+        if f & spool.DEAD:
+            sp.advance(not acking)
+            continue
+        seq = sp.seq_at(o)
+        if acking and seq != link._tx_next:
+            # Numbers spent on losses (or sent and gone, for latest data):
+            # said out loud, so the receiver does not ask for them again.
+            link._tx_next = seq
+            return wire.encode(wire.SKIP, seq)
+        link._tx_next = seq + 1
+        if f & spool.SENT:
+            link.count("retransmitted")
+        b = sp.body(o)
+        sp.advance(not acking, f & spool.LATEST)
+        return b
+
+
+def pump(link):
+    """Move what the export observers hold into the spool, numbered and
+    encoded now (so an item waits as bytes, not as an object, and its time
+    is the time it left the bus)."""
+    obs = link._obs
+    t = None
+    for i in range(len(obs)):
         o, rule = obs[i]
         while True:
             account_drops(link, i)
@@ -69,14 +97,20 @@ def next_body(link):
                 break
             if not exportable(link, item.topic, rule, item.origin):
                 continue
+            if t is None:
+                t = compat.ms()
             seq = link._tx_seq
             link._tx_seq = seq + 1
-            b = encode_item(link, item, rule, seq)
-            if b is not None:
-                return b
-    if link._calls:
-        return link._calls.pop(0)
-    return None
+            b = encode_item(link, item, rule, seq, None, t)
+            if b is None:
+                continue
+            latest = type(item) is not Message or rule[2] == "latest"
+            sp = link._spool
+            ev = sp.evicted
+            if not sp.put(seq, b, spool.LATEST if latest else 0):
+                link.count("spool_refused")
+            elif sp.evicted != ev:
+                link.count("spool_dropped", sp.evicted - ev)
 
 
 def exportable(link, k, rule, origin):
@@ -99,8 +133,9 @@ def account_drops(link, i):
         link.count("dropped_out", lost)
 
 
-def encode_item(link, item, rule, seq, t=None):
-    """The body for a message or retained item under ``rule``, or None."""
+def encode_item(link, item, rule, seq, t=None, ms=None):
+    """The body for a message or retained item under ``rule``, or None.
+    ``ms``, the link clock when the item left the bus, travels last."""
     wt = wire.topic_out(item.topic[len(rule[1]):])
     if type(item) is Message:
         t = t or wire.PUB
@@ -115,8 +150,10 @@ def encode_item(link, item, rule, seq, t=None):
             blob = p
             p = None
         obj.append(p)
-    if x:
-        obj.append(x)   # a dict subclass: json encodes it as it is
+    if x or ms is not None:
+        obj.append(x or None)   # a dict subclass: json encodes it as it is
+    if ms is not None:
+        obj.append(ms)
     try:
         b = wire.encode(t, obj, seq if t != wire.SYNC else None, blob)
     except (TypeError, ValueError) as e:
@@ -128,34 +165,48 @@ def encode_item(link, item, rule, seq, t=None):
     return None if too_big(link, b, topic.render(item.topic)) else b
 
 
+def observe(link, node):
+    """Export observers for peer ``node`` (kept while the node is the same):
+    from now on what the bus exports is numbered and spooled."""
+    if link._obs_node == node:
+        return
+    for o, _ in link._obs:
+        o.close()
+    src = link._rule_src[0]
+    exports = rules.resolve(src, link.bus, node)
+    link._obs = []
+    for r, rule in zip(src, exports):
+        o = link._conn.observe(rules.subst(r[0], node), queue_len=link.out_queue)
+        o.wake_on(link._wake)   # the writer (or the idle pump) serves every observer
+        link._obs.append((o, rule))
+    link._obs_drops = [0] * len(link._obs)
+    link._exports = exports
+    link._obs_node = node
+    sp = link._spool
+    if sp.n:   # spooled for another node: its topics mean nothing to this one
+        link.count("dropped_down", sp.kill_unsent(0))
+        sp.ack(link._tx_seq)
+
+
 def start(link, node):
-    """The sending side of a new session with peer ``node``: observers on
-    the export patterns (kept if the node is unchanged), then the snapshot
-    of the retained facts the peer gets first."""
-    if link._obs_node != node:
-        for o, _ in link._obs:
-            o.close()
-        src = link._rule_src[0]
-        exports = rules.resolve(src, link.bus, node)
-        link._obs = []
-        for r, rule in zip(src, exports):
-            o = link._conn.observe(rules.subst(r[0], node), queue_len=link.out_queue)
-            o.wake_on(link._wake)   # the writer serves every observer
-            link._obs.append((o, rule))
-        link._obs_drops = [0] * len(link._obs)
-        link._exports = exports
-        link._obs_node = node
-    # Events queued before the snapshot are older than it: drop them
-    # (they still consume sequence numbers, so the loss stays visible).
-    for i, (o, rule) in enumerate(link._obs):
-        account_drops(link, i)
-        while True:
-            item = o.recv_nowait()
-            if item is None:
-                break
-            if exportable(link, item.topic, rule, item.origin):
-                link._tx_seq += 1
-                link.count("dropped_down")
+    """The sending side of a new session with peer ``node``: what waits is
+    spooled, then either kept for sending again (acknowledged sessions:
+    reliable data from the oldest unacknowledged on; latest data, which the
+    snapshot replaces, dropped) or dropped (the peer does not acknowledge, as
+    in protocol version 1 without the capability); then the snapshot of the
+    retained facts, which the peer gets first."""
+    observe(link, node if link._node_rules else None)
+    pump(link)
+    sp = link._spool
+    if link._acking:
+        link.count("dropped_down", sp.kill_unsent(spool.LATEST))
+        sp.rewind()
+        nxt = sp.first_live()
+        link._tx_next = link._tx_seq if nxt is None else nxt
+    else:
+        link.count("dropped_down", sp.kill_unsent(0))
+        sp.ack(link._tx_seq)
+        link._tx_next = link._tx_seq
     snap = []
     for o, rule in link._obs:
         for m in link.bus._store.query(rule[0], []):
@@ -169,9 +220,30 @@ def snap_next(link):
     i = link._snap_i
     link._snap_i = i + 1
     if i < 0:
-        return wire.encode(wire.SYNCSTART, {"seq": link._tx_seq, "n": len(link._snap)})
+        return wire.encode(wire.SYNCSTART, {"seq": link._tx_next, "n": len(link._snap)})
     if i < len(link._snap):
         m, rule = link._snap[i]
         return encode_item(link, m, rule, None, wire.SYNC) or snap_next(link)
     link._snap = None
-    return wire.encode(wire.SYNCEND, {"seq": link._tx_seq, "n": i})
+    return wire.encode(wire.SYNCEND, {"seq": link._tx_next, "n": i})
+
+
+def on_ack(link, n):
+    """ACK: every number below ``n`` is durable at the peer; free it."""
+    if type(n) is not int:
+        return link.count("bad_frames")
+    k = link._spool.ack(n)
+    if k:
+        link.count("acked", k)
+    if link._tx_next < n:
+        link._tx_next = n
+
+
+def on_resend(link, n):
+    """RESEND: the peer lacks ``n``; send again from there."""
+    if type(n) is not int:
+        return link.count("bad_frames")
+    link.count("resends")
+    link._spool.rewind(n)
+    link._tx_next = n
+    link._wake.set()

@@ -29,6 +29,12 @@ CALL = 14
 REPLY = 15
 FAIL = 16
 ROUTES = 17     # the endpoints the sender offers, complete list
+ACK = 18        # receiver: every sequence number below N is durable here  ("ack" capability)
+RESEND = 19     # receiver: N is missing (lost in flight); send again from N  ("ack")
+SKIP = 20       # sender: N is next; what you lack below N is lost for good  ("ack")
+
+# Capabilities this side can offer in HELLO / HELLO_ACK ("caps").
+CAP_ACK = "ack"
 
 # Session states: a link's public ``status``.
 DOWN = "down"
@@ -41,7 +47,8 @@ F_BIN = 0x80    # a varint JSON length follows; the payload is the raw tail
 TYPE_MASK = 0x3F
 
 NAMES = ("", "HELLO", "HELLO_ACK", "AUTH", "ERROR", "BYE", "PING", "PONG", "SYNCSTART",
-         "SYNC", "SYNCEND", "PUB", "RET", "UNRET", "CALL", "REPLY", "FAIL", "ROUTES")
+         "SYNC", "SYNCEND", "PUB", "RET", "UNRET", "CALL", "REPLY", "FAIL", "ROUTES", "ACK",
+         "RESEND", "SKIP")
 
 
 class WireError(ValueError):
@@ -128,6 +135,11 @@ def topic_in(x):
 
 def nonce():
     return hexlify(urandom(12)).decode()
+
+
+def jitter(x):
+    """x spread over 0.75x .. 1.25x: a fleet's retries do not come in step."""
+    return x * (0.75 + urandom(1)[0] / 512)
 
 
 try:

@@ -22,7 +22,7 @@ class Joined:
         self.dl = Link(self.dev, "dev1", key=dev_key, role="initiator", **kw)
         hk = {"exports": [("dev/{node}/cmd/#", "dev/{node}"), ("host/#", "")],
               "imports": [("#", "dev/{node}")], "import_calls": [("#", "dev/{node}")],
-              "export_calls": [("host/#", "")], "heartbeat": hb}
+              "export_calls": [("host/#", "")], "heartbeat": hb, "spool": 1024}
         hk.update(host_kw or {})
         self.hl = host_link or Link(self.host, "host", key=host_key, role="responder", **hk)
         self.tasks = []

@@ -5,7 +5,7 @@ from tests.portable.support import run, araises
 from tests.portable.linkkit import Joined, until, synced, joined_with
 
 # Two buses and two links in one interpreter (64-bit unix port).
-MPY_HEAP = "160K"
+MPY_HEAP = "192K"
 
 
 def test_call_host_to_device_reply_and_fail():
