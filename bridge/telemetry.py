@@ -74,13 +74,18 @@ class Appender:
         self.unsynced += n
         return n
 
+    def _marks(self):
+        """link_id -> (rx_mark, sessions): a link acknowledges again after a
+        reconnect, even what it acknowledged in its previous session."""
+        return {k: (l.rx_mark(), l.counters.get("sessions")) for k, l in list(self.links.items())}
+
     def _marks_moved(self):
-        return any(l.rx_mark() != self._acked.get(k) for k, l in list(self.links.items()))
+        return any(v != self._acked.get(k) for k, v in self._marks().items())
 
     async def commit(self):
         """One group commit: marks, last drain, sync point, acknowledgements."""
         self._t_commit = time.monotonic()
-        marks = {k: l.rx_mark() for k, l in list(self.links.items())}
+        marks = self._marks()
         self.drain()
         if self.unsynced:
             n = self.unsynced
@@ -89,10 +94,10 @@ class Appender:
             self.last_sync_ms = round(1000 * (time.monotonic() - t0), 3)
             self.syncs += 1
             self.unsynced -= n
-        for k, mark in marks.items():
+        for k, m in marks.items():
             link = self.links.get(k)
-            if mark is not None and link is not None and mark != self._acked.get(k):
-                link.acknowledge(mark)
+            if m[0] is not None and link is not None and m != self._acked.get(k):
+                link.acknowledge(m[0])
         self._acked = marks
 
     async def _sync(self):
@@ -154,15 +159,21 @@ def resume_links(states, log_dir):
     -> state dict) whose peer boot has records in the log expects the next
     sequence number after the last one logged, so that frames the device
     retransmits (logged, but not acknowledged before the bridge died) are
-    dropped as duplicates instead of logged twice. Returns how many links."""
+    dropped as duplicates instead of logged twice. Returns how many links.
+
+    The log decides, also when the state file says more: the file is saved
+    while frames flow, so its rx_next can be past what was made durable, and
+    keeping it would drop the retransmitted frames that were never logged.
+    Nothing past the log's last seq was acknowledged (an acknowledgement
+    follows the sync point), so the device still holds it."""
     last = last_seqs(log_dir)
     n = 0
     for link_id, st in sorted(states.items()):
         seq = last.get((link_id, st.get("peer_sid")))
         if seq is None:
             continue
-        st["rx_next"] = max(st.get("rx_next") or 0, seq + 1)
-        log.info("log: %s resumes peer boot %s after seq %d in the log (rx_next %d)",
-                 link_id, st["peer_sid"], seq, st["rx_next"])
+        was, st["rx_next"] = st.get("rx_next"), seq + 1
+        log.info("log: %s resumes peer boot %s after seq %d in the log (rx_next %d, the state "
+                 "file had %s)", link_id, st["peer_sid"], seq, st["rx_next"], was)
         n += 1
     return n

@@ -31,6 +31,7 @@ class CountingLink:
     acknowledge(mark), which notes the time each delivered message became durable."""
 
     def __init__(self):
+        self.counters = {"sessions": 1}
         self.delivered = 0
         self.acked = 0
         self.t_ack = []          # per message: when its ack came
