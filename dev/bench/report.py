@@ -285,6 +285,15 @@ def _log_section(res):
         L.append("| %d | %s | %.2f× | %s ms | %s ms | %.0f |" % (
             r["commit_ms"], _mmm(r["records_per_s"]), r["records_per_s"]["median"] / base,
             _mmm(r["latency_p50_ms"]), _mmm(r["latency_p99_ms"]), r["syncs_per_s_paced"]))
+    L += ["", "Durable records/s is bounded by the appender's CPU (encoding and framing each "
+          "record), not by the sync points: with an fsync of %.2f ms on this disk every "
+          "setting stays within the run-to-run spread of no sync at all. The latency is the "
+          "commit period (about half of it at p50, all of it at p99) plus the fsync. The "
+          "default, 20 ms, keeps a reading's acknowledgement within ~22 ms at p99 while "
+          "bounding sync points to 50/s whatever the message rate; 0 cuts the latency to the "
+          "fsync but syncs after every drain (%.0f/s at %d msgs/s), which on a gateway's SD "
+          "card or eMMC (fsyncs of 5-50 ms, wear) costs far more than here." % (
+              f["p50"], lg["by_commit_ms"][0]["syncs_per_s_paced"], lg["rate_paced"])]
     return L
 
 
