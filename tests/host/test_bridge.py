@@ -78,6 +78,7 @@ key = "k1"
     link = st["links"]["serial:dev-micropython"]
     assert link["state"] == "up" and link["peer"] == "dev-micropython" and link["generation"] == 1
     assert "serial:dev-micropython" in text and "up" in text
+    assert "syncs (every 20 ms at most, last " in text
     recs = _records(cfg.log_dir)
     counts = [r for r in recs if tuple(r["topic"]) == ("dev", "dev-micropython", "sensor", "count")]
     assert [r["payload"] for r in counts] == list(range(count))
@@ -437,6 +438,8 @@ def test_prometheus_metrics(tmp_path):
 [bridge]
 state_dir = "state"
 metrics = "127.0.0.1:{port}"
+[log]
+dir = "log"
 [[serial]]
 node = "nowhere"
 port = "{tmp_path}/no-such-tty"
@@ -457,3 +460,4 @@ key = "k"
     assert 'edgebus_link_up{link="serial:nowhere",peer=""} 0.0' in text
     assert 'edgebus_link_events_total{counter="port_errors",link="serial:nowhere"}' in text
     assert "edgebus_bus_connections" in text
+    assert "edgebus_log_syncs_total 0.0" in text and "edgebus_log_unsynced 0.0" in text
