@@ -12,6 +12,11 @@ from dataclasses import dataclass, field
 EXAMPLE = os.fspath(importlib.resources.files("bridge") / "example.toml")
 
 
+# The log's group commit period (dev/bench/log_bench.py measured it: BENCHMARKS.md).
+DEFAULT_COMMIT_MS = 20
+MAX_COMMIT_MS = 10000
+
+
 class ConfigError(ValueError):
     """A configuration that cannot run; the message says which key and why."""
 
@@ -60,6 +65,7 @@ class Config:
     segment_seconds: float = 60.0
     retention_bytes: int | None = None
     retention_seconds: float | None = None
+    commit_ms: float = DEFAULT_COMMIT_MS    # group commit: a sync point at most this often
     heartbeat: float = 5.0
     queue_len: int = 64
     serial: list = field(default_factory=list)   # [Device]
@@ -112,9 +118,14 @@ def parse(data, base_dir="."):
     if "log" in top:
         lg = _take(top["log"], "[log]", {
             "dir": str, "patterns": list, "segment_bytes": int, "segment_seconds": NUM,
-            "retention_bytes": int, "retention_seconds": NUM})
+            "retention_bytes": int, "retention_seconds": NUM, "commit_ms": NUM})
         cfg.log_dir = lg.get("dir")
-        for k in ("segment_bytes", "segment_seconds", "retention_bytes", "retention_seconds"):
+        c = lg.get("commit_ms", cfg.commit_ms)
+        if not 0 <= c <= MAX_COMMIT_MS:
+            raise ConfigError("[log]: commit_ms must be between 0 (a sync point after every "
+                              "write) and %d milliseconds, got %r" % (MAX_COMMIT_MS, c))
+        for k in ("segment_bytes", "segment_seconds", "retention_bytes", "retention_seconds",
+                  "commit_ms"):
             if k in lg:
                 setattr(cfg, k, lg[k])
         if "patterns" in lg:

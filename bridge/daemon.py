@@ -45,6 +45,9 @@ class Bridge:
         self.links = {}
         self.transports = {}
         self.stopping = False
+        # With a log, device links acknowledge only what the log made durable
+        # (the appender's group commits); without one, what reached the bus.
+        self.durable = cfg.log_dir is not None
         self._stop = asyncio.Event()
         self.appender = None
         self.mqtt = None
@@ -98,8 +101,9 @@ class Bridge:
         cfg = self.cfg
         self.tasks.append(asyncio.create_task(self._persist_state()))
         if cfg.log_dir:
-            from bridge.telemetry import Appender
-            self.appender = Appender(self.bus, cfg)
+            from bridge.telemetry import Appender, resume_links
+            self.appender = Appender(self.bus, cfg, links=self.links)
+            resume_links(self.state.data, cfg.log_dir)     # the writer has recovered the log
             self.tasks.append(asyncio.create_task(self.appender.run()))
         self.tasks.append(asyncio.create_task(self._status_endpoint()))
         for dev in cfg.serial:

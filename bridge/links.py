@@ -78,7 +78,7 @@ async def run_serial(bridge, dev):
     link_id = "serial:" + dev.node
     link = Link(bridge.bus, bridge.cfg.node, key=dev.key, role="responder", link_id=link_id,
                 peer=dev.node, heartbeat=bridge.cfg.heartbeat,
-                state=bridge.state.for_link(link_id), **device_rules())
+                state=bridge.state.for_link(link_id), durable=bridge.durable, **device_rules())
     bridge.links[link_id] = link
     backoff = Backoff()
     while not bridge.stopping:
@@ -135,7 +135,8 @@ async def serve_local(bridge, path):
         link = Link(bridge.bus, bridge.cfg.node, key=None, role="responder", link_id=link_id,
                     principal=principal, heartbeat=bridge.cfg.heartbeat, status=False,
                     exports=[(p, "") for p in reads], imports=[("#", "")],
-                    export_calls=[("#", "")], import_calls=[("#", "")], max_len=LOCAL_MAX_LEN)
+                    export_calls=[("#", "")], import_calls=[("#", "")], max_len=LOCAL_MAX_LEN,
+                    durable=bridge.durable)
         bridge.links[link_id] = link
         log.info("local client %s (uid %d pid %d) connected", link_id, uid, pid)
         try:

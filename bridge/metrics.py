@@ -44,6 +44,11 @@ class BridgeCollector:
                                       value=lg["appended"])
             yield CounterMetricFamily("edgebus_log_dropped", "records lost before the log",
                                       value=lg["dropped"])
+            yield CounterMetricFamily("edgebus_log_syncs", "group commits (sync points) made",
+                                      value=lg["syncs"])
+            yield GaugeMetricFamily("edgebus_log_unsynced",
+                                    "records appended since the last sync point",
+                                    value=lg["unsynced"])
 
 
 def serve(bridge, addr):

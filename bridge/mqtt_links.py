@@ -129,7 +129,8 @@ class MqttLinks:
             self.links[node] = Link(bridge.bus, bridge.cfg.node, key=key, role="responder",
                                     link_id=link_id, peer=node,
                                     heartbeat=bridge.cfg.heartbeat,
-                                    state=bridge.state.for_link(link_id), **device_rules())
+                                    state=bridge.state.for_link(link_id),
+                                    durable=bridge.durable, **device_rules())
             bridge.links[link_id] = self.links[node]
 
     def _tls(self):

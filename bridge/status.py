@@ -35,8 +35,10 @@ def render(st):
         st["bus"]["dropped"])]
     lg = st.get("log")
     if lg:
-        L.append("log %s: %d appended, %d dropped, %d errors, at segment %s offset %s" % (
-            lg["dir"], lg["appended"], lg["dropped"], lg["errors"], *lg["position"]))
+        L.append("log %s: %d appended, %d dropped, %d errors, at segment %s offset %s; "
+                 "%d syncs (every %g ms at most, last %s ms), %d unsynced" % (
+                     lg["dir"], lg["appended"], lg["dropped"], lg["errors"], *lg["position"],
+                     lg["syncs"], lg["commit_ms"], lg["last_sync_ms"], lg["unsynced"]))
     L.append("")
     L.append("%-22s %-10s %-14s %4s %7s %7s %6s %6s %6s %s" % (
         "LINK", "STATE", "PEER", "GEN", "IN", "OUT", "GAPS", "DROPS", "ERRS", "LAST ERROR"))

@@ -196,8 +196,9 @@ def render(outcomes, figures, soak, wall, cmd, when=None):
           "a gap. The fault cases assert delivered + gaps = sent, no duplicate, in order; the "
           "high gap counts above are the outages' cost, made visible, not silent loss.",
           "- *Acknowledged* in the telemetry log means covered by a completed sync point (a "
-          "sealed segment, docs/telemetry-log.md section 4): every record sealed before a "
-          "SIGKILL is checked to be there, at the same position, after recovery.",
+          "seal, or one of the bridge's group commits every `commit_ms`, docs/telemetry-log.md "
+          "section 4): every record sealed before a SIGKILL is checked to be there, at the "
+          "same position, after recovery.",
           "- CI runs the short form with `pytest` (load: 50 devices for a 20 s window instead of "
           "the long run's 90 s; fewer repetitions and fuzz inputs); about 2 minutes on 2 cores.",
           "- Known limits, left as they are: a device may retain any number of facts under its "

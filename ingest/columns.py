@@ -1,10 +1,11 @@
 """Arrow record batches of SCHEMA, built column by column from the records
 of one segment: record dicts of tlog, or the bulk decoder's Recs."""
+import json
 import operator
 from itertools import accumulate, chain
 
 import tlog
-from ingest.schema import json_text, to_double, to_long
+from ingest.schema import LATE_TEXT, is_late, json_text, to_double, to_long
 
 _NULL = b"null"
 _NULL_LEN = len(_NULL)
@@ -43,6 +44,7 @@ def from_dicts(pa, pc, schema, sid, offs, recs):
         pa.array(prov[5], st), pa.array(prov[6], st), pa.array(prov[7], st),
         pa.array([None if x is None else json_text(x)
                   for x in map(operator.itemgetter("extra"), recs)], st),
+        pa.array([is_late(x) for x in map(operator.itemgetter("extra"), recs)], pa.bool_()),
         pa.array([sid] * n, pa.int64()), pa.array(offs, pa.int64()),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)
@@ -58,6 +60,15 @@ def _raw_column(pa, raws, n):
         import pyarrow.compute as pc
         arr = pc.if_else(pa.array(nulls, pa.bool_()), pa.scalar(None, pa.string()), arr)
     return arr
+
+
+def _late_column(pa, raws, n):
+    """The late column from the extras' raw JSON texts: only texts that hold
+    '"late":true' somewhere are decoded, to see it is the top-level member."""
+    if LATE_TEXT not in b"".join(raws):
+        return pa.array([False] * n, pa.bool_())
+    return pa.array([LATE_TEXT in b and is_late(json.loads(b)) for b in map(bytes, raws)],
+                    pa.bool_())
 
 
 def _longs(pa, vals):
@@ -92,6 +103,7 @@ def from_recs(pa, pc, schema, sid, offs, recs):
 
     def strs(k):
         return pa.array(list(map(_G[k], recs)), st)
+    extras = list(map(_G["extra"], recs))
     arrays = [
         topic, tokens,
         _raw_column(pa, list(map(_G["payload"], recs)), n),
@@ -99,7 +111,7 @@ def from_recs(pa, pc, schema, sid, offs, recs):
         strs("link_id"), strs("peer_node"), strs("peer_sid"),
         _longs(pa, list(map(_G["generation"], recs))), _longs(pa, list(map(_G["seq"], recs))),
         strs("origin_kind"), strs("conn_id"), strs("principal"),
-        _raw_column(pa, list(map(_G["extra"], recs)), n),
+        _raw_column(pa, extras, n), _late_column(pa, extras, n),
         pa.array([sid] * n, pa.int64()), pa.array(offs, pa.int64()),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)

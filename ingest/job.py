@@ -220,11 +220,11 @@ def run(args):
         time.sleep(0.05)
     print("edgebus ingest: read %d log records in %d micro-batches"
           % (counter.rows, counter.batches), flush=True)
-    if counter.late:
+    if counter.too_old:
         # Only when the bridge's clock went back by more than the watermark.
         print("edgebus ingest: WARNING: %d records were older than the watermark (%g s "
               "before the newest ts_host seen) and were dropped; see docs/spark.md"
-              % (counter.late, args.watermark), flush=True)
+              % (counter.too_old, args.watermark), flush=True)
     bad = corrupt_report(os.path.join(os.path.abspath(args.table), "_corrupt"))
     if bad["regions"] or bad["missing"]:
         print("edgebus ingest: the log has %d corrupt region(s) and %d missing segment "
@@ -242,7 +242,7 @@ def _progress_listener():
         """Counts what the query read (recentProgress keeps only the last batches)."""
 
         def __init__(self):
-            self.rows = self.batches = self.late = 0
+            self.rows = self.batches = self.too_old = 0
             self.last_batch = -1
 
         def onQueryStarted(self, event):
@@ -251,7 +251,7 @@ def _progress_listener():
         def onQueryProgress(self, event):
             self.batches += 1
             self.rows += event.progress.numInputRows
-            self.late += sum(op.numRowsDroppedByWatermark for op in event.progress.stateOperators)
+            self.too_old += sum(op.numRowsDroppedByWatermark for op in event.progress.stateOperators)
             self.last_batch = max(self.last_batch, event.progress.batchId)
 
         def onQueryIdle(self, event):

@@ -2,7 +2,7 @@
 conversions of record values into its column types."""
 import json
 
-from pyspark.sql.types import (ArrayType, DoubleType, LongType, StringType, StructField,
+from pyspark.sql.types import (ArrayType, BooleanType, DoubleType, LongType, StringType, StructField,
                                StructType, TimestampType)
 
 SCHEMA = StructType([
@@ -21,6 +21,7 @@ SCHEMA = StructType([
     StructField("conn_id", StringType(), True),
     StructField("principal", StringType(), True),
     StructField("extra", StringType(), True),
+    StructField("late", BooleanType(), False),
     StructField("segment", LongType(), False),
     StructField("offset", LongType(), False),
 ])
@@ -39,6 +40,17 @@ def arrow_schema():
     from pyspark.sql.pandas.types import to_arrow_schema
 
     return to_arrow_schema(SCHEMA, timezone="UTC")
+
+
+# A record's extra as JSON text says late when it holds this (compact JSON);
+# the text is then decoded to be sure it is the top-level member.
+LATE_TEXT = b'"late":true'
+
+
+def is_late(extra):
+    """The late column for a record's extra (a dict, or None): True only when
+    its member ``late`` is JSON true (a reading delivered out of a spool)."""
+    return type(extra) is dict and extra.get("late") is True
 
 
 def fits_timestamp(ts_host):

@@ -10,7 +10,8 @@ format and every promise made to readers are specified in
 - ``tlog.records``: record bodies and their values;
 - ``tlog.segments``: the log directory's segment files;
 - ``tlog.reader``: reading sealed segments, resynchronising past bad bytes;
-- ``tlog.writer``: the one writer, with ``tlog.recovery`` and ``tlog.retention``.
+- ``tlog.writer``: the one writer, with ``tlog.recovery`` and ``tlog.retention``;
+- ``tlog.tail``: the newest sequence number per sender boot, for a restart.
 
 Host only (CPython >= 3.11, POSIX: ``fcntl``, ``fsync`` of directories).
 Standard library only; nothing here ever unpickles or evaluates data.
@@ -24,6 +25,7 @@ from tlog.records import (FIELDS, decode_body, decode_value, encode_body, encode
                           record_from_message, topic_text)
 from tlog.segments import (LOCK_NAME, earliest_offset, latest_offset, list_segments,
                            segment_name)
+from tlog.tail import TAIL_BYTES, last_seqs
 from tlog.writer import LogWriter
 
 __all__ = [
@@ -33,5 +35,5 @@ __all__ = [
     "record_from_message", "encode_value", "decode_value", "topic_text",
     "encode_body", "decode_body", "file_header", "frame", "check_file_header",
     "segment_name", "list_segments", "read_segment", "read_log",
-    "latest_offset", "earliest_offset",
+    "latest_offset", "earliest_offset", "last_seqs", "TAIL_BYTES",
 ]

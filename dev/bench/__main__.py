@@ -5,7 +5,7 @@ The results (benchmarks.json and the plots) go to dev/bench/results/ and the
 report to BENCHMARKS.md at the repository root, linking the plots there.
 --smoke runs each benchmark briefly (CI keeps the suite working with it) and
 writes everything to out/bench-smoke/ instead; --out DIR writes everything to
-DIR. --only runs some parts (core, mpy, link, bridge, fleet, spark) and keeps
+DIR. --only runs some parts (core, mpy, link, bridge, log, fleet, spark) and keeps
 the other figures from the benchmarks.json already there.
 """
 import argparse
@@ -15,8 +15,8 @@ import platform
 import sys
 import time
 
-from dev.bench import (bridge_bench, core_cpython, core_mpy, fleet_bench, link_bench, report,
-                       spark_bench)
+from dev.bench import (bridge_bench, core_cpython, core_mpy, fleet_bench, link_bench,
+                       log_bench, report, spark_bench)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESULTS = os.path.join(ROOT, "dev", "bench", "results")
@@ -30,6 +30,8 @@ PARTS = {
     "link": ("link: bytes on the wire, paced pty, call round trips", "link", link_bench.run),
     "bridge": ("bridge: device -> host through mosquitto vs raw paho, every party a process",
                "bridge", bridge_bench.run),
+    "log": ("bridge log: group commit, durable records/s and publish -> durable by commit_ms",
+            "log", log_bench.run),
     "fleet": ("bridge: a fleet of MicroPython devices over MQTT", "fleet", fleet_bench.run),
     "spark": ("spark: ingest rows/s vs Spark's JSON source, publish -> queryable", "spark",
               spark_bench.run),

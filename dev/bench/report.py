@@ -260,6 +260,43 @@ def _core_mpy(res):
     return L
 
 
+def _log_section(res):
+    lg = res.get("log")
+    if not lg:
+        return []
+    f = lg["fsync_floor_ms"]
+    L = ["", "## 6. Bridge log: group commit", "",
+         "The bridge's telemetry appender (`bridge/telemetry.py`, real bus, real log on the "
+         "checkout's disk) makes a sync point at most every `[log] commit_ms` while records "
+         "are pending, then acknowledges the durable links. Records/s made durable "
+         "(%s records published as fast as the appender takes them) and the latency from a "
+         "publish to the acknowledgement covering it (%s records paced at %d/s), by "
+         "`commit_ms` (`dev/bench/log_bench.py`). Baselines from the same run: the appender "
+         "with no sync point (the old behaviour, durable only at a seal) and one write + "
+         "fsync of a small record (p50 %.2f ms, p99 %.2f ms), the floor of any durable "
+         "acknowledgement." % ("{:,}".format(lg["records_tp"]),
+                               "{:,}".format(lg["records_latency"]), lg["rate_paced"],
+                               f["p50"], f["p99"]), "",
+         "| commit_ms | durable records/s | vs no sync | p50 publish → durable | p99 | "
+         "syncs/s at %d msgs/s |" % lg["rate_paced"], "|---|---|---|---|---|---|",
+         "| no sync point | %s | 1× | (until the seal) | | 0 |" % _mmm(lg["no_sync_records_per_s"])]
+    base = lg["no_sync_records_per_s"]["median"]
+    for r in lg["by_commit_ms"]:
+        L.append("| %d | %s | %.2f× | %s ms | %s ms | %.0f |" % (
+            r["commit_ms"], _mmm(r["records_per_s"]), r["records_per_s"]["median"] / base,
+            _mmm(r["latency_p50_ms"]), _mmm(r["latency_p99_ms"]), r["syncs_per_s_paced"]))
+    L += ["", "Durable records/s is bounded by the appender's CPU (encoding and framing each "
+          "record), not by the sync points: with an fsync of %.2f ms on this disk every "
+          "setting stays within the run-to-run spread of no sync at all. The latency is the "
+          "commit period (about half of it at p50, all of it at p99) plus the fsync. The "
+          "default, 20 ms, keeps a reading's acknowledgement within ~22 ms at p99 while "
+          "bounding sync points to 50/s whatever the message rate; 0 cuts the latency to the "
+          "fsync but syncs after every drain (%.0f/s at %d msgs/s), which on a gateway's SD "
+          "card or eMMC (fsyncs of 5-50 ms, wear) costs far more than here." % (
+              f["p50"], lg["by_commit_ms"][0]["syncs_per_s_paced"], lg["rate_paced"])]
+    return L
+
+
 def markdown(res, out, md_dir=None):
     """BENCHMARKS.md for results res; plots go to out, linked relative to md_dir
     (the markdown's directory; default out)."""
@@ -313,5 +350,6 @@ def markdown(res, out, md_dir=None):
                      % (_mmm(c), c["median"] / j["median"]))
         L += ["| sealed segment → row seen by a running stream | %s s | | |" % _mmm(q), "",
               "**Behind the baseline**: " + BEHIND_SPARK]
+    L += _log_section(res)
     L.append("")
     return "\n".join(L) + "\n"

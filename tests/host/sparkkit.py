@@ -15,14 +15,18 @@ def make_session():
     return small_session("edgebus-tests")
 
 
-def device_record(node, sid, seq, t, gen=1, payload=None, topic=None):
-    """What the bridge logs for a device message (provenance from the link)."""
+def device_record(node, sid, seq, t, gen=1, payload=None, topic=None, late=False):
+    """What the bridge logs for a device message (provenance from the link);
+    late: delivered out of the device's spool (extra["late"])."""
+    extra = {"seq": seq, "ts": 1000.0 + seq}
+    if late:
+        extra["late"] = True
     return {"ts_host": t, "topic": topic or ("dev", node, "temp"),
             "payload": {"temp": 20.0 + seq % 7, "n": seq} if payload is None else payload,
             "ts_device": 1000.0 + seq, "seq": seq, "origin_kind": "link",
             "conn_id": "c-" + node, "principal": "device:" + node, "link_id": "uart0",
             "peer_node": node, "peer_sid": sid, "generation": gen,
-            "extra": {"seq": seq, "ts": 1000.0 + seq}}
+            "extra": extra}
 
 
 def local_record(i, t):
@@ -56,5 +60,6 @@ def expected_row(rec, pos):
         "seq": i64(rec.get("seq")), "origin_kind": rec.get("origin_kind"),
         "conn_id": rec.get("conn_id"), "principal": rec.get("principal"),
         "extra": None if extra is None else js(extra),
+        "late": isinstance(extra, dict) and extra.get("late") is True,
         "segment": pos[0], "offset": pos[1],
     }

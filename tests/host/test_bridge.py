@@ -18,7 +18,7 @@ from bridge.status import fetch, render
 from tests.conftest import ROOT, until
 from tools.ptycable import PtyCable
 
-DEVICE_HEAP = "160K"   # core + link on the 64-bit unix port
+DEVICE_HEAP = "160K"   # core + link with its spool on the 64-bit unix port
 
 
 @pytest.fixture
@@ -30,6 +30,14 @@ def _cfg(tmp_path, toml):
     path = tmp_path / "bridge.toml"
     path.write_text(toml)
     return path
+
+
+def _state_text(tmp_path):
+    """The bridge's state file (state_dir "state"), or "" before its first save."""
+    try:
+        return (tmp_path / "state" / "links.json").read_text()
+    except FileNotFoundError:
+        return ""
 
 
 def _records(log_dir):
@@ -68,6 +76,7 @@ key = "k1"
     link = st["links"]["serial:dev-micropython"]
     assert link["state"] == "up" and link["peer"] == "dev-micropython" and link["generation"] == 1
     assert "serial:dev-micropython" in text and "up" in text
+    assert "syncs (every 20 ms at most, last " in text
     recs = _records(cfg.log_dir)
     counts = [r for r in recs if tuple(r["topic"]) == ("dev", "dev-micropython", "sensor", "count")]
     assert [r["payload"] for r in counts] == list(range(count))
@@ -164,6 +173,170 @@ key = "k1"
         dev.kill()
 
 
+def test_group_commit_survives_sigkill_and_restart_resumes_from_the_log(tmp_path, device):
+    """Records the bridge has synced (group commit, hour-long segments, so no
+    seal) survive a SIGKILL of the bridge; the restarted bridge reads the last
+    logged seq of the device's boot back from the log and expects the next."""
+    count = 40
+    with PtyCable() as cable:
+        path = _cfg(tmp_path, f"""
+[bridge]
+state_dir = "state"
+socket = "state/bridge.sock"
+heartbeat = 0.5
+[log]
+dir = "log"
+segment_seconds = 3600
+commit_ms = 20
+[[serial]]
+node = "dev-micropython"
+port = "{cable.b}"
+key = "k1"
+""")
+        sock = str(tmp_path / "state" / "bridge.sock")
+
+        def start():
+            return subprocess.Popen([sys.executable, "-m", "bridge.daemon", "--config",
+                                     str(path)], cwd=ROOT, stdout=subprocess.PIPE,
+                                    stderr=subprocess.STDOUT, text=True)
+
+        async def synced():
+            await until(lambda: os.path.exists(sock), 10)
+            st = {}
+
+            async def poll():
+                st.update(await fetch(sock))
+                lg = st["log"]
+                return lg["appended"] >= count + 1 and lg["unsynced"] == 0 and lg["syncs"] >= 1
+            for _ in range(200):
+                if await poll():
+                    return st
+                await asyncio.sleep(0.05)
+            raise AssertionError(st)
+
+        br = start()
+        dev = device(cable.a, "k1", count)
+        try:
+            st = asyncio.run(synced())
+            sid = st["links"]["serial:dev-micropython"]["peer_sid"]
+            # The state file learns a new peer boot within 0.2 s (Bridge._persist_state).
+            asyncio.run(until(lambda: sid in _state_text(tmp_path), 5))
+            br.send_signal(signal.SIGKILL)
+            br.wait()
+        finally:
+            if br.poll() is None:
+                br.kill()
+        assert st["log"]["commit_ms"] == 20 and st["log"]["last_sync_ms"] is not None
+        link = st["links"]["serial:dev-micropython"]
+        os.unlink(sock)
+        br = start()
+        try:
+            lines = []
+            for line in br.stdout:
+                lines.append(line)
+                if "bridge gateway running" in line:
+                    break
+            br.send_signal(signal.SIGTERM)
+            out = "".join(lines) + br.communicate(timeout=15)[0]
+        finally:
+            if br.poll() is None:
+                br.kill()
+        assert br.returncode == 0, out
+        recs = _records(tmp_path / "log")
+        counts = [r for r in recs if r["topic"][-1] == "count"]
+        assert [r["payload"] for r in counts] == list(range(count))    # all survived the kill
+        last = max(r["seq"] for r in recs
+                   if r["peer_sid"] == link["peer_sid"] and r["seq"] is not None)
+        assert ("serial:dev-micropython resumes peer boot %s after seq %d in the log "
+                "(rx_next %d, " % (link["peer_sid"], last, last + 1)) in out, out
+        dev.kill()
+
+
+def test_bridge_sigkilled_mid_stream_loses_and_doubles_nothing(tmp_path, link_device,
+                                                                monkeypatch):
+    """Issue #13 end to end: a MicroPython device streams over a pty into a
+    bridge process that is SIGKILLed mid-stream; the device keeps what was not
+    acknowledged (acknowledged = made durable by a group commit) and sends it
+    again to the restarted bridge, which drops what its log already holds:
+    every reading is in the log exactly once, and the resent ones say late.
+    The device's spool holds the whole stream (28 bytes a frame), so that the
+    time the bridge is away costs nothing (a smaller one would evict, and
+    say so with a gap)."""
+    count = 300
+    monkeypatch.setenv("LINK_DEVICE_SPOOL", "12288")
+    with PtyCable() as cable:
+        path = _cfg(tmp_path, f"""
+[bridge]
+state_dir = "state"
+socket = "state/bridge.sock"
+heartbeat = 0.5
+[log]
+dir = "log"
+segment_seconds = 3600
+commit_ms = 20
+[[serial]]
+node = "dev-micropython"
+port = "{cable.b}"
+key = "k1"
+""")
+        sock = str(tmp_path / "state" / "bridge.sock")
+        topic = ("dev", "dev-micropython", "sensor", "count")
+
+        async def midway():
+            await until(lambda: os.path.exists(sock), 10)
+            for _ in range(500):
+                st = await fetch(sock)
+                sid = st["links"].get("serial:dev-micropython", {}).get("peer_sid")
+                if st["log"]["appended"] >= 60 and sid and sid in _state_text(tmp_path):
+                    return
+                await asyncio.sleep(0.01)
+            raise AssertionError(st)
+
+        br = subprocess.Popen([sys.executable, "-m", "bridge.daemon", "--config", str(path)],
+                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True)
+        dev = link_device(cable.a, "k1", count, heap="192K")
+        try:
+            asyncio.run(midway())
+            br.send_signal(signal.SIGKILL)
+            br.wait()
+        finally:
+            if br.poll() is None:
+                br.kill()
+        os.unlink(sock)
+        cfg = bridge_config.load(path)
+
+        async def second():
+            b = Bridge(cfg)
+            t = asyncio.create_task(b.run())
+            await until(lambda: b.appender is not None, 10)
+            first = {r["payload"] for r in _records(cfg.log_dir) if tuple(r["topic"]) == topic}
+            seen = set()
+            sub = b.bus.connect().subscribe("dev/+/sensor/count", queue_len=count + 16)
+
+            def done():
+                while (m := sub.recv_nowait()) is not None:
+                    seen.add(m.payload)
+                return first | seen >= set(range(count)) and b.appender.unsynced == 0
+            await until(done, 30)
+            b.stop()
+            await t
+            return first, b.links["serial:dev-micropython"].stats()
+        first, link = asyncio.run(second())
+    recs = [r for r in _records(cfg.log_dir) if tuple(r["topic"]) == topic]
+    assert sorted(r["payload"] for r in recs) == list(range(count))       # once each
+    assert first and len(first) < count                                   # killed mid-stream
+    # The ones bridge 1 never logged: first those the device had published
+    # before the new session (resent out of its spool: late, with the reading's
+    # time), then what it published since.
+    again = sorted((r for r in recs if r["payload"] not in first), key=lambda r: r["seq"])
+    late = [r["extra"].get("late") is True for r in again]
+    assert late[0] and late == sorted(late, reverse=True), late
+    assert all(r["ts_device"] is not None for r in again)      # the reading's own time
+    assert not any(r["extra"].get("late") for r in recs if r["payload"] in first)
+    dev.kill()
+
+
 def test_bad_config_is_a_clear_error(tmp_path):
     p = _cfg(tmp_path, '[[serial]]\nnode = "d"\nport = "/dev/x"\n')
     r = subprocess.run([sys.executable, "-m", "bridge.daemon", "--config", str(p)], cwd=ROOT,
@@ -173,6 +346,14 @@ def test_bad_config_is_a_clear_error(tmp_path):
     r = subprocess.run([sys.executable, "-m", "bridge.daemon", "--config", str(p)], cwd=ROOT,
                        capture_output=True, text=True)
     assert r.returncode == 2 and "unknown key 'nodes'" in r.stderr
+    for bad, why in (("-1", "commit_ms must be between 0"), ("20000", "and 10000 milliseconds"),
+                     ("nan", "got nan"), ('"20"', "commit_ms has the wrong type")):
+        p.write_text('[log]\ndir = "log"\ncommit_ms = %s\n' % bad)
+        r = subprocess.run([sys.executable, "-m", "bridge.daemon", "--config", str(p)],
+                           cwd=ROOT, capture_output=True, text=True)
+        assert r.returncode == 2 and why in r.stderr, r.stderr
+    assert bridge_config.parse({"log": {"commit_ms": 0}}).commit_ms == 0
+    assert bridge_config.parse({}).commit_ms == bridge_config.DEFAULT_COMMIT_MS
 
 
 def test_serial_port_vanishing_and_returning(tmp_path, device):
@@ -255,6 +436,8 @@ def test_prometheus_metrics(tmp_path):
 [bridge]
 state_dir = "state"
 metrics = "127.0.0.1:{port}"
+[log]
+dir = "log"
 [[serial]]
 node = "nowhere"
 port = "{tmp_path}/no-such-tty"
@@ -275,3 +458,4 @@ key = "k"
     assert 'edgebus_link_up{link="serial:nowhere",peer=""} 0.0' in text
     assert 'edgebus_link_events_total{counter="port_errors",link="serial:nowhere"}' in text
     assert "edgebus_bus_connections" in text
+    assert "edgebus_log_syncs_total 0.0" in text and "edgebus_log_unsynced 0.0" in text

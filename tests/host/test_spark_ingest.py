@@ -2,6 +2,7 @@
 SIGKILL mid-batch, duplicates removed, local traffic kept, corruption skipped,
 and the same module run by spark-submit."""
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -229,3 +230,41 @@ def test_spark_submit_runs_the_job_module(spark, tmp_path):
                        cwd=str(tmp_path), env=e, capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     check_table(spark, tmp_path / "table", fleet, None)
+
+
+def test_retransmitted_copies_are_removed_and_late_is_kept(spark, tmp_path):
+    """Issue #13's recovery as the log sees it: the bridge logged seq 0..119 of
+    a device boot, then died before acknowledging 80..119; the device
+    retransmits them out of its spool (late, logged again 30 s later) and then
+    delivers 120..159, held in the spool during the outage, late too. The
+    job keeps each (peer_node, peer_sid, seq) once, across micro-batches,
+    and the late column tells spooled readings apart."""
+    from ingest.report import read_table
+
+    log, table, ckpt = tmp_path / "log", tmp_path / "table", tmp_path / "ckpt"
+    t = T0
+    with LogWriter(str(log), segment_bytes=4000) as w:
+        for s in range(120):
+            t += 0.05
+            w.append(device_record("node-a", "a1", s, t))
+            if s % 10 == 9:
+                w.append(local_record(s, t))
+        t += 30
+        for s in range(80, 160):
+            t += 0.01
+            w.append(device_record("node-a", "a1", s, t, late=True))
+        w.append(device_record("node-b", "b1", 5, t, late=True))
+    r = subprocess.run(ingest_cmd(log, table, ckpt, "--once", "--max-records-per-trigger",
+                                  "45"), cwd=ROOT, env=env(), capture_output=True, text=True,
+                       timeout=240)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    batches = re.search(r"read 213 log records in (\d+) micro-batches", r.stdout)
+    assert batches and int(batches.group(1)) >= 5, r.stdout     # copies in later batches
+    rows = [x.asDict() for x in read_table(spark, table).collect()]
+    keyed = sorted((x["peer_node"], x["seq"]) for x in rows if x["seq"] is not None)
+    assert keyed == [("node-a", s) for s in range(160)] + [("node-b", 5)]
+    assert sum(1 for x in rows if x["seq"] is None) == 12
+    late = {x["seq"]: x["late"] for x in rows if x["peer_node"] == "node-a"}
+    assert not any(late[s] for s in range(80))
+    assert all(late[s] for s in range(120, 160))
+    assert all(x["late"] is False for x in rows if x["seq"] is None)

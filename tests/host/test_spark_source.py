@@ -43,7 +43,7 @@ def mixed_records(n=60):
             recs.append(local_record(i, T0 + i))
         else:
             recs.append(device_record("node-%d" % (i % 2), "s%d" % (i % 2), i, T0 + i,
-                                      gen=3 + i % 2))
+                                      gen=3 + i % 2, late=i % 7 == 3))
     recs += [
         {"ts_host": T0 + n, "topic": ("capteurs", "température", "日本", 7, ""),
          "payload": {"bin": b"\x00\xff", "nested": [1, 2.5, None, True, "ünï"], "big": 2 ** 80},
@@ -58,6 +58,12 @@ def mixed_records(n=60):
         {"ts_host": T0 + n + 5, "topic": ("x",), "payload": 1, "ts_device": 2 ** 60 + 1,
          "generation": 2 ** 63, "seq": -2 ** 63},                         # edges of long/double
         {"ts_host": T0 + n + 6, "topic": ("x",), "payload": 1, "ts_device": 10 ** 400},
+        # late is extra's own member "late" being true, nothing that looks like it
+        {"ts_host": T0 + n + 7, "topic": ("x",), "payload": 1, "extra": {"x": {"late": True}}},
+        {"ts_host": T0 + n + 8, "topic": ("x",), "payload": 1, "extra": {"n": '"late":true'}},
+        {"ts_host": T0 + n + 9, "topic": ("x",), "payload": 1, "extra": {"late": 1}},
+        {"ts_host": T0 + n + 10, "topic": ("x",), "payload": 1, "extra": {"late": False}},
+        {"ts_host": T0 + n + 11, "topic": ("x",), "payload": 1, "extra": {"a": 1, "late": True}},
     ]
     return recs
 
@@ -84,21 +90,24 @@ def test_batch_schema_and_values(spark, tmp_path):
     assert [f.name for f in df.schema.fields] == [
         "topic", "topic_tokens", "payload", "ts_device", "ts_host", "ts_host_time", "link_id",
         "peer_node", "peer_sid", "generation", "seq", "origin_kind", "conn_id", "principal",
-        "extra", "segment", "offset"]
+        "extra", "late", "segment", "offset"]
     got = rows_by_pos(df)
     check_rows(got, recs, positions)
     # Spot checks of the documented conversions.
-    odd = got[positions[len(recs) - 7]]
+    odd = got[positions[len(recs) - 12]]
     assert odd["topic"] == "capteurs/température/日本/7/" and odd["seq"] is None   # > int64
     assert json.loads(odd["payload"])["bin"] == {"$b64": "AP8="}
     assert json.loads(odd["payload"])["big"] == 2 ** 80 and odd["ts_device"] == 12345.0
-    assert got[positions[-6]]["payload"] is None and got[positions[-6]]["extra"] is None
-    assert got[positions[-4]]["payload"] == '{"$lit":{"$b64":"not bytes"}}'
-    assert got[positions[-4]]["extra"] == '{"$lit":{"$x":1}}'
-    assert got[positions[-3]]["payload"] == '""' and got[positions[-3]]["extra"] is None
-    edge = got[positions[-2]]
+    assert got[positions[-11]]["payload"] is None and got[positions[-11]]["extra"] is None
+    assert got[positions[-9]]["payload"] == '{"$lit":{"$b64":"not bytes"}}'
+    assert got[positions[-9]]["extra"] == '{"$lit":{"$x":1}}'
+    assert got[positions[-8]]["payload"] == '""' and got[positions[-8]]["extra"] is None
+    edge = got[positions[-7]]
     assert (edge["ts_device"], edge["generation"], edge["seq"]) == (2.0 ** 60, None, -2 ** 63)
-    assert got[positions[-1]]["ts_device"] is None
+    assert got[positions[-6]]["ts_device"] is None
+    assert [got[p]["late"] for p in positions[-5:]] == [False, False, False, False, True]
+    spooled = [i for i in range(60) if i % 7 == 3 and i % 5 != 4]     # device_record(late=)
+    assert sum(got[p]["late"] for p in positions) == len(spooled) + 1
 
 
 def test_payload_helpers(spark, tmp_path):

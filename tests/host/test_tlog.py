@@ -609,3 +609,54 @@ def test_retention_by_age(tmp_path):
     with LogWriter(d, retention_seconds=100, clock=Clock(9000.0)):
         assert list_segments(d) == [4]
     assert [r["seq"] for _, r in read_all(d)[0]] == [9999]
+
+
+# ---------------------------------------------------------------------------
+# The newest sequence number per sender boot, after a crash
+
+TAIL_CHILD = r"""
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from tlog import LogWriter
+w = LogWriter(sys.argv[2], segment_seconds=None)
+def put(link, sid, seq):
+    w.append({"ts_host": time.time(), "topic": ("dev", "x"), "payload": seq, "seq": seq,
+              "link_id": link, "peer_node": "n", "peer_sid": sid})
+for s in range(1, 50):
+    put("serial:a", "a1", s)
+w.roll()                                     # a1 ends in a sealed segment
+for s in range(1, 8):
+    put("serial:a", "a2", s)                 # the next boot of the same device
+    put("mqtt:b", "b1", 100 + s)
+put("serial:a", "a2", 3)                     # a replayed copy: the highest counts
+w.append({"ts_host": time.time(), "topic": ("app",), "payload": 1})   # host traffic: no key
+w.flush()
+put("mqtt:b", "b1", 999)                     # never synced: buffered, dies with the process
+print("SYNCED", flush=True)
+time.sleep(60)
+"""
+
+
+def test_last_seqs_after_a_crash(tmp_path):
+    """A real writer process killed with SIGKILL after a sync point leaves an
+    .open segment; once a new writer has recovered it, last_seqs gives each
+    (link, peer boot) its highest durable seq."""
+    d = str(tmp_path / "log")
+    child = tmp_path / "child.py"
+    child.write_text(TAIL_CHILD)
+    p = subprocess.Popen([sys.executable, str(child), ROOT, d], stdout=subprocess.PIPE,
+                         text=True)
+    try:
+        assert p.stdout.readline().strip() == "SYNCED"
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    assert os.path.exists(seg_path(d, 1, sealed=False))
+    assert tlog.last_seqs(d) == {("serial:a", "a1"): 49}   # .open segments are not read
+    with LogWriter(d) as w:
+        assert [a for _, a, _ in w.recovered] == ["sealed"]
+        assert tlog.last_seqs(d) == {("serial:a", "a1"): 49, ("serial:a", "a2"): 7,
+                                     ("mqtt:b", "b1"): 107}
+        # max_bytes bounds the reading to the newest segments (at least one).
+        assert tlog.last_seqs(d, max_bytes=1) == {("serial:a", "a2"): 7, ("mqtt:b", "b1"): 107}
+    assert tlog.last_seqs(str(tmp_path / "none")) == {}

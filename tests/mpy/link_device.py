@@ -6,6 +6,8 @@
 # 10 ms for MQTT so a broker restart lands mid-stream), calls the host's
 # host/add endpoint if offered, retains the result at sys/result, then serves
 # until cmd/stop arrives. The uplink is reopened whenever it ends.
+# LINK_DEVICE_SPOOL in the environment sets the link's spool size in bytes.
+import os
 import sys
 import asyncio
 import edgebus
@@ -20,7 +22,8 @@ async def main(spec, key, count, node):
     link = Link(bus, node, key=key.encode(), role="initiator",
                 exports=[("sensor/#", ""), ("sys/#", "")], imports=[("cmd/#", "")],
                 export_calls=[("sys/#", "")], import_calls=[("host/#", "")],
-                heartbeat=0.5, out_queue=64, handshake_timeout=1.0)
+                heartbeat=0.5, out_queue=64, handshake_timeout=1.0,
+                spool=int(os.getenv("LINK_DEVICE_SPOOL") or 2048))
     ep = c.bind("sys/echo")
     stop = c.subscribe("cmd/stop")
 
