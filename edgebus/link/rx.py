@@ -56,6 +56,8 @@ def handle(link, t, seq, obj, blob):
         return calls.on_result(link, t, obj, blob)
     if t == wire.ROUTES:
         return calls.on_routes(link, obj)
+    if t >= wire.ACK and t <= wire.HIST and (type(obj) is list or t == wire.HIST):
+        return old_boot(link, t, obj, blob)
     if t == wire.ACK:
         return tx.on_ack(link, obj)
     if t == wire.RESEND:
@@ -63,6 +65,18 @@ def handle(link, t, seq, obj, blob):
     if t == wire.SKIP:
         return on_skip(link, obj)
     link.count("unknown_type")
+
+
+def old_boot(link, t, obj, blob):
+    """A frame about an earlier boot (docs/protocol.md 14): ACK/RESEND
+    [n, sid] for our journal, HIST or SKIP [n, sid] from the peer's."""
+    if t == wire.ACK or t == wire.RESEND:
+        if link._journal is None:
+            return link.count("unexpected")
+        from . import journal
+        return journal.on_old(link, t, obj)
+    from . import hist
+    hist.on_frame(link, t, obj, blob)
 
 
 def _gap(link, first, last):

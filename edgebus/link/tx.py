@@ -49,10 +49,23 @@ def next_body(link):
         link._credit -= 1
         return link._calls.pop(0)
     link._credit = 4  # up to 4 call frames per data frame under load
-    b = data_next(link)
+    b = None
+    j = link._journal
+    if j is not None:   # earlier boots' entries (journal.py), turn about with ours
+        j.flip = not j.flip
+        if j.flip:
+            b = journal_next(link)
+    b = b or data_next(link)
+    if b is None and j is not None:
+        b = journal_next(link)
     if b is None and link._calls:
         return link._calls.pop(0)
     return b
+
+
+def journal_next(link):
+    from . import journal
+    return journal.next_frame(link)
 
 
 def data_next(link):
@@ -111,6 +124,9 @@ def pump(link):
                 link.count("spool_refused")
             elif sp.evicted != ev:
                 link.count("spool_dropped", sp.evicted - ev)
+            if not latest and link._journal is not None \
+                    and (link._acking or link.status != wire.UP):
+                link._journal.append(seq, b)   # on flash too: survives a reboot
 
 
 def exportable(link, k, rule, origin):
@@ -235,6 +251,8 @@ def on_ack(link, n):
     k = link._spool.ack(n)
     if k:
         link.count("acked", k)
+    if link._journal is not None:
+        link._journal.ack(n)
     if link._tx_next < n:
         link._tx_next = n
 
