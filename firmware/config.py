@@ -33,7 +33,9 @@ SECTIONS = {
     "link": {"heartbeat": (_NUM, False), "handshake_timeout": (_NUM, False),
              "out_queue": ((int,), False), "max_pending": ((int,), False),
              "exports": ((list,), False), "imports": ((list,), False),
-             "export_calls": ((list,), False), "import_calls": ((list,), False)},
+             "export_calls": ((list,), False), "import_calls": ((list,), False),
+             # the flash spool: a directory (boards: under /; unix: the working dir)
+             "journal": ((str, type(None)), False), "journal_bytes": ((int,), False)},
     "queues": {"bus": ((int,), False), "full": ((str,), False)},
 }
 IDENTITY = ("node", "key", "allow_identity_change")
@@ -89,6 +91,14 @@ def validate(cfg):
             if type(r) is not list or len(r) != 2 or type(r[0]) is not str \
                     or type(r[1]) is not str:
                 raise ConfigError("link.%s entries must be [pattern, prefix] strings" % k)
+    j = cfg.get("link", {}).get("journal")
+    if j is not None and (not j or ".." in j.split("/") or len(j) > 64):
+        raise ConfigError("link.journal must be a directory name without '..' (at most 64 "
+                          "characters), not %r; null turns the flash spool off" % j)
+    jb = cfg.get("link", {}).get("journal_bytes")
+    if jb is not None and not 16384 <= jb <= 16777216:
+        raise ConfigError("link.journal_bytes must be between 16384 (4 flash blocks) and "
+                          "16777216, not %d" % jb)
     for s in cfg.get("services", ()):
         if type(s) is dict:
             if type(s.get("module")) is not str:
