@@ -50,7 +50,10 @@ def _imp(link, h, o):
 
 
 def on_frame(link, t, obj, blob):
-    """HIST [sid, seq, wall] + the original body, or SKIP [n, sid]."""
+    """HIST [sid, seq, wall] + the original body, or SKIP [n, sid]; ACK or
+    RESEND [n, sid] here mean a journal we do not have."""
+    if t != wire.HIST and t != wire.SKIP:
+        return link.count("unexpected")
     h = _rx(link)
     if t == wire.SKIP:
         n, sid = obj[0], obj[1]
@@ -107,6 +110,12 @@ def on_frame(link, t, obj, blob):
     except errors.Denied as e:
         link.count("denied")
         link.last_error = str(e)
+
+
+def mark(link):
+    """Link.rx_mark() once earlier boots' frames came: theirs third."""
+    return (link.peer_sid, link.state.get("rx_next"),
+            tuple([(o[0], o[1]) for o in link.state.get("old", ())]))
 
 
 def acknowledge(link, marks):

@@ -352,6 +352,59 @@ class Journal:
             pos = 0
         return None
 
+    def next_frame(self, link, any_turn=False):
+        """The next HIST (or SKIP [n, sid] before it), or None; every other
+        call only, unless any_turn (then current data goes between)."""
+        j = self
+        j.flip = not j.flip
+        if not j.hist or not (j.flip or any_turn):
+            return None
+        while j.oi < len(j.olds):
+            o = j.olds[j.oi]
+            e = j._entry(o)
+            if e is None:
+                j.oi += 1
+                continue
+            seq = e[0]
+            if o[_TOLD] != seq:      # numbers before it are not here: lost for good
+                o[_TOLD] = seq
+                return wire.encode(wire.SKIP, [seq, o[0]])
+            o[_FI] = e[2]
+            o[_POS] = e[3]
+            o[_TOLD] = seq + 1
+            b = wire.encode(wire.HIST, [o[0], seq, o[_WALL]], None, e[1])
+            if len(b) <= link.max_len:
+                link.count("hist_sent")
+                return b
+            link.count("oversize_out")   # lost: the next SKIP says so
+        return None
+
+    def on_old(self, link, t, obj):
+        """ACK [n, sid] or RESEND [n, sid]: for an earlier boot of ours."""
+        j = self
+        n = obj[0]
+        if type(n) is not int:
+            return link.count("bad_frames")
+        for i in range(len(j.olds)):
+            o = j.olds[i]
+            if o[0] != obj[1]:
+                continue
+            if t == wire.ACK:
+                if n > o[_ACKED]:
+                    o[_ACKED] = n     # written by the next tick, files pruned now
+                    j._prune(o)
+                    if not o[_FILES]:
+                        j.olds.pop(i)
+                        if j.oi > i:
+                            j.oi -= 1
+            else:
+                link.count("resends")
+                o[_FI] = o[_POS] = 0
+                o[_FROM] = o[_TOLD] = n
+                j.oi = min(j.oi, i)
+                link._wake.set()
+            return
+
     def pending(self):
         """Entries of earlier boots still unacknowledged (files' count)."""
         k = 0
@@ -384,59 +437,6 @@ def up(link, peer):
         o[_TOLD] = None
     if not link._acking:    # nobody will acknowledge: tx.start dropped what waits
         j.ack(link._tx_seq)
-
-
-def next_frame(link):
-    """The next HIST (or SKIP [n, sid] before it), or None."""
-    j = link._journal
-    if not j.hist:
-        return None
-    while j.oi < len(j.olds):
-        o = j.olds[j.oi]
-        e = j._entry(o)
-        if e is None:
-            j.oi += 1
-            continue
-        seq = e[0]
-        if o[_TOLD] != seq:      # numbers before it are not here: lost for good
-            o[_TOLD] = seq
-            return wire.encode(wire.SKIP, [seq, o[0]])
-        o[_FI] = e[2]
-        o[_POS] = e[3]
-        o[_TOLD] = seq + 1
-        b = wire.encode(wire.HIST, [o[0], seq, o[_WALL]], None, e[1])
-        if len(b) <= link.max_len:
-            link.count("hist_sent")
-            return b
-        link.count("oversize_out")   # lost: the next SKIP says so
-    return None
-
-
-def on_old(link, t, obj):
-    """ACK [n, sid] or RESEND [n, sid]: for an earlier boot of ours."""
-    j = link._journal
-    n = obj[0]
-    if type(n) is not int:
-        return link.count("bad_frames")
-    for i in range(len(j.olds)):
-        o = j.olds[i]
-        if o[0] != obj[1]:
-            continue
-        if t == wire.ACK:
-            if n > o[_ACKED]:
-                o[_ACKED] = n     # written by the next tick, files pruned now
-                j._prune(o)
-                if not o[_FILES]:
-                    j.olds.pop(i)
-                    if j.oi > i:
-                        j.oi -= 1
-        else:
-            link.count("resends")
-            o[_FI] = o[_POS] = 0
-            o[_FROM] = o[_TOLD] = n
-            j.oi = min(j.oi, i)
-            link._wake.set()
-        return
 
 
 async def flusher(link, period=2.0):

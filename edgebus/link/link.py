@@ -236,9 +236,10 @@ class Link:
     def rx_mark(self):
         """A mark of everything received from the peer boot so far, or None;
         once earlier boots' entries came (HIST), theirs too (a third item)."""
-        n = self.state.get("rx_next")
         if self._hist is not None:
-            return (self.peer_sid, n, tuple([(o[0], o[1]) for o in self.state.get("old", ())]))
+            from . import hist
+            return hist.mark(self)
+        n = self.state.get("rx_next")
         return None if n is None or self.peer_sid is None else (self.peer_sid, n)
 
     def acknowledge(self, mark):

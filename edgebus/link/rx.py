@@ -56,8 +56,11 @@ def handle(link, t, seq, obj, blob):
         return calls.on_result(link, t, obj, blob)
     if t == wire.ROUTES:
         return calls.on_routes(link, obj)
-    if t >= wire.ACK and t <= wire.HIST and (type(obj) is list or t == wire.HIST):
-        return old_boot(link, t, obj, blob)
+    if t >= wire.ACK and (t == wire.HIST or type(obj) is list):   # earlier boots' (protocol 14)
+        if link._journal is not None and t <= wire.RESEND:
+            return link._journal.on_old(link, t, obj)
+        from . import hist
+        return hist.on_frame(link, t, obj, blob)
     if t == wire.ACK:
         return tx.on_ack(link, obj)
     if t == wire.RESEND:
@@ -66,17 +69,6 @@ def handle(link, t, seq, obj, blob):
         return on_skip(link, obj)
     link.count("unknown_type")
 
-
-def old_boot(link, t, obj, blob):
-    """A frame about an earlier boot (docs/protocol.md 14): ACK/RESEND
-    [n, sid] for our journal, HIST or SKIP [n, sid] from the peer's."""
-    if t == wire.ACK or t == wire.RESEND:
-        if link._journal is None:
-            return link.count("unexpected")
-        from . import journal
-        return journal.on_old(link, t, obj)
-    from . import hist
-    hist.on_frame(link, t, obj, blob)
 
 
 def _gap(link, first, last):

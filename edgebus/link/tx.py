@@ -49,23 +49,14 @@ def next_body(link):
         link._credit -= 1
         return link._calls.pop(0)
     link._credit = 4  # up to 4 call frames per data frame under load
-    b = None
     j = link._journal
-    if j is not None:   # earlier boots' entries (journal.py), turn about with ours
-        j.flip = not j.flip
-        if j.flip:
-            b = journal_next(link)
+    b = j.next_frame(link) if j is not None else None   # earlier boots' (journal.py), turn about
     b = b or data_next(link)
     if b is None and j is not None:
-        b = journal_next(link)
+        b = j.next_frame(link, True)
     if b is None and link._calls:
         return link._calls.pop(0)
     return b
-
-
-def journal_next(link):
-    from . import journal
-    return journal.next_frame(link)
 
 
 def data_next(link):
