@@ -34,7 +34,9 @@ SECTIONS = {
              "out_queue": ((int,), False), "max_pending": ((int,), False),
              "spool": ((int,), False), "spool_policy": ((str,), False),
              "exports": ((list,), False), "imports": ((list,), False),
-             "export_calls": ((list,), False), "import_calls": ((list,), False)},
+             "export_calls": ((list,), False), "import_calls": ((list,), False),
+             # the flash spool: a directory (boards: under /; unix: the working dir)
+             "journal": ((str, type(None)), False), "journal_bytes": ((int,), False)},
     "queues": {"bus": ((int,), False), "full": ((str,), False)},
 }
 IDENTITY = ("node", "key", "allow_identity_change")
@@ -101,6 +103,14 @@ def validate(cfg):
             if len(r) == 3 and r[2] not in ("reliable", "latest"):
                 raise ConfigError("link.exports class must be 'reliable' or 'latest', not %r"
                                   % (r[2],))
+    j = cfg.get("link", {}).get("journal")
+    if j is not None and (not j or ".." in j.split("/") or len(j) > 64):
+        raise ConfigError("link.journal must be a directory name without '..' (at most 64 "
+                          "characters), not %r; null turns the flash spool off" % j)
+    jb = cfg.get("link", {}).get("journal_bytes")
+    if jb is not None and not 16384 <= jb <= 16777216:
+        raise ConfigError("link.journal_bytes must be between 16384 (4 flash blocks) and "
+                          "16777216, not %d" % jb)
     for s in cfg.get("services", ()):
         if type(s) is dict:
             if type(s.get("module")) is not str:

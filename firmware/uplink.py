@@ -7,6 +7,7 @@ a coroutine giving one; it raises OSError (or any Exception) when it cannot.
 """
 import asyncio
 import gc
+import sys
 from os import urandom
 from edgebus.compat import now
 from edgebus.link.link import Link
@@ -41,6 +42,10 @@ class Uplink:
         key = cfg.get("key")
         exports = lc.get("exports", EXPORTS)
         self.n_exports = len(exports)
+        journal = lc.get("journal")
+        if journal and journal[0] != "/" and sys.platform not in ("linux", "darwin", "win32"):
+            journal = "/" + journal   # a board: under the filesystem root
+        block = ctx.board.get("budget", {}).get("fs_block", 4096)
         self.link = Link(ctx.bus, ctx.node, key=key.encode() if key else None,
                          role="initiator", link_id="uplink", peer="host",
                          exports=_pairs(exports),
@@ -53,7 +58,8 @@ class Uplink:
                                           ctx.board.get("queues", {}).get("uplink_tx", 16)),
                          max_pending=lc.get("max_pending", 4),
                          spool=ctx.spool,
-                         spool_policy=lc.get("spool_policy", "drop_oldest"))
+                         spool_policy=lc.get("spool_policy", "drop_oldest"), journal=journal,
+                         journal_bytes=lc.get("journal_bytes", 262144), journal_block=block)
         ctx.link = self.link
         prep = getattr(self.mod, "prepare", None)
         if prep is not None:
@@ -77,7 +83,6 @@ class Uplink:
         """Heap the link's export feeds take once a session is up, estimated
         for the boot-time budget check (they do not exist yet at boot): per
         feed 48 + out_queue words, as measured on the unix port."""
-        import sys
         word = 8 if sys.maxsize > 0x7FFFFFFF else 4
         return self.n_exports * (48 + self.link.out_queue) * word
 

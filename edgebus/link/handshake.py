@@ -29,7 +29,7 @@ def _side(link, auth):
     if w is not None:
         s["wall"] = w - s["ms"]   # this side's Unix time at ms 0 of its clock
     if link.ack:
-        s["caps"] = [wire.CAP_ACK]
+        s["caps"] = [wire.CAP_ACK, wire.CAP_HIST]
     return s
 
 
@@ -150,6 +150,9 @@ def session_up(link, hello, ack):
     sid = peer["sid"]
     st = link.state
     if st.get("peer_sid") != sid:
+        if st.get("rx_next") is not None:   # for that boot's entries still to come (HIST)
+            st["old"] = (st.get("old") or [])[-3:] + [[st["peer_sid"], st["rx_next"],
+                                                       st.get("generation")]]
         st["generation"] = st.get("generation", 0) + 1
         st["peer_sid"] = sid
         st["rx_next"] = None
@@ -174,6 +177,9 @@ def session_up(link, hello, ack):
     link._export_calls = rules.resolve(rs[2], link.bus, node)
     link._import_calls = rules.resolve(rs[3], link.bus, node)
     tx.start(link, node)
+    if link._journal is not None:
+        from . import journal
+        journal.up(link, peer)
     link._set_state(wire.UP)
     link._backoff = link.handshake_timeout
     link._hello_wait = 0

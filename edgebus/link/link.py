@@ -32,7 +32,10 @@ class Link:
     ``spool``: bytes for what waits to be sent or acknowledged, and its
     ``spool_policy`` when full. ``ack``: offer acknowledgements (the "ack"
     capability). ``durable``: acknowledge only what the owner confirms with
-    acknowledge(), not what reached this bus.
+    acknowledge(), not what reached this bus. ``journal``: a directory for
+    the flash spool (journal.py: reliable entries survive a reboot and are
+    delivered later under this boot's provenance), of ``journal_bytes`` at
+    most, written in blocks of ``journal_block`` bytes; None: off.
     """
 
     def __init__(self, bus, node, key=None, role="initiator", link_id=None, peer=None,
@@ -40,7 +43,8 @@ class Link:
                  local_only=("link/#", "local/#"), heartbeat=5.0, handshake_timeout=5.0,
                  max_pending=8, max_sync=512, out_queue=32, status=True, sid=None,
                  state=None, principal=None, max_len=1024, spool=2048,
-                 spool_policy="drop_oldest", ack=True, durable=False):
+                 spool_policy="drop_oldest", ack=True, durable=False, journal=None,
+                 journal_bytes=262144, journal_block=4096):
         if role not in ("initiator", "responder"):
             raise ValueError("role must be 'initiator' or 'responder'")
         self.bus = bus
@@ -119,6 +123,12 @@ class Link:
         self._pump = None         # the task spooling exports between transports
         self._snap = None         # messages of the snapshot being sent
         self._snap_i = -1
+        # The flash spool (imported only when on) and earlier boots' frames in.
+        self._journal = None
+        if journal is not None:
+            from .journal import Journal
+            self._journal = Journal(journal, self.sid, journal_bytes, journal_block)
+        self._hist = None
         # Receiving: the snapshot being received.
         self._rx_sync = None
         self._rx_overflow = False
@@ -171,6 +181,8 @@ class Link:
              "proxies": len(self._proxies), "last_error": self.last_error,
              "acking": self._acking, "spool": self.spool_stats(),
              "counters": dict(self.counters)}
+        if self._journal is not None:
+            s["journal"] = self._journal.stats()
         t = self._transport
         if t is not None and hasattr(t, "stats"):
             s["transport"] = t.stats()
@@ -201,6 +213,8 @@ class Link:
         for ep in self._proxies.values():
             ep.unbind()
         self._proxies = {}
+        if self._journal is not None:
+            self._journal.flush()   # an outage is when it matters
         if was == wire.UP:
             self.count("session_ends")
             self.last_error = self.last_error or why
@@ -227,16 +241,24 @@ class Link:
 
     # -- acknowledgements (what this side received) -----------------------
     def rx_mark(self):
-        """A mark of everything received from the peer boot so far, or None."""
+        """A mark of everything received from the peer boot so far, or None;
+        once earlier boots' entries came (HIST), theirs too (a third item)."""
+        if self._hist is not None:
+            from . import hist
+            return hist.mark(self)
         n = self.state.get("rx_next")
         return None if n is None or self.peer_sid is None else (self.peer_sid, n)
 
     def acknowledge(self, mark):
         """The owner made everything under ``mark`` durable: tell the peer."""
-        if mark is not None and mark[0] == self.peer_sid and self.status == wire.UP \
-                and self._acking and mark[1] > self._rx_acked:
+        if mark is None or self.status != wire.UP or not self._acking:
+            return
+        if mark[0] == self.peer_sid and mark[1] is not None and mark[1] > self._rx_acked:
             self._rx_acked = mark[1]
             tx.control(self, wire.ACK, mark[1])
+        if len(mark) > 2:
+            from . import hist
+            hist.acknowledge(self, mark[2])
 
     # -- frames ----------------------------------------------------------
     next_body = tx.next_body    # a function over the link: the method, no wrapper
@@ -319,6 +341,9 @@ class Link:
             tx.observe(self, self.peer if self._node_rules else None)
         if self._pump is None:
             self._pump = compat.asyncio.create_task(self._pumping())
+            if self._journal is not None:
+                from . import journal
+                self._tasks.append(compat.asyncio.create_task(journal.flusher(self)))
 
     async def _pumping(self):
         while True:

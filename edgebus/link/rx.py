@@ -56,6 +56,11 @@ def handle(link, t, seq, obj, blob):
         return calls.on_result(link, t, obj, blob)
     if t == wire.ROUTES:
         return calls.on_routes(link, obj)
+    if t >= wire.ACK and (t == wire.HIST or type(obj) is list):   # earlier boots' (protocol 14)
+        if link._journal is not None and t <= wire.RESEND:
+            return link._journal.on_old(link, t, obj)
+        from . import hist
+        return hist.on_frame(link, t, obj, blob)
     if t == wire.ACK:
         return tx.on_ack(link, obj)
     if t == wire.RESEND:
@@ -63,6 +68,7 @@ def handle(link, t, seq, obj, blob):
     if t == wire.SKIP:
         return on_skip(link, obj)
     link.count("unknown_type")
+
 
 
 def _gap(link, first, last):

@@ -49,7 +49,11 @@ def next_body(link):
         link._credit -= 1
         return link._calls.pop(0)
     link._credit = 4  # up to 4 call frames per data frame under load
-    b = data_next(link)
+    j = link._journal
+    b = j.next_frame(link) if j is not None else None   # earlier boots' (journal.py), turn about
+    b = b or data_next(link)
+    if b is None and j is not None:
+        b = j.next_frame(link, True)
     if b is None and link._calls:
         return link._calls.pop(0)
     return b
@@ -114,6 +118,9 @@ def pump(link):
                 # never sent: lost for sure; sent, not yet acknowledged: maybe
                 link.count("spool_dropped", sp.dropped_unsent - du)
                 link.count("spool_evicted", sp.evicted - ev)
+            if not latest and link._journal is not None \
+                    and (link._acking or link.status != wire.UP):
+                link._journal.append(seq, b)   # on flash too: survives a reboot
 
 
 def exportable(link, k, rule, origin):
@@ -239,6 +246,8 @@ def on_ack(link, n):
     if k:
         link.count("acked", k)
         link._t_acked = compat.now()
+    if link._journal is not None:
+        link._journal.ack(n)
     if link._tx_next < n:
         link._tx_next = n
 

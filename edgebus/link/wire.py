@@ -32,9 +32,11 @@ ROUTES = 17     # the endpoints the sender offers, complete list
 ACK = 18        # receiver: every sequence number below N is durable here  ("ack" capability)
 RESEND = 19     # receiver: N is missing (lost in flight); send again from N  ("ack")
 SKIP = 20       # sender: N is next; what you lack below N is lost for good  ("ack")
+HIST = 21       # sender: an earlier boot's entry [sid, seq, wall] + its body  ("hist")
 
 # Capabilities this side can offer in HELLO / HELLO_ACK ("caps").
 CAP_ACK = "ack"
+CAP_HIST = "hist"   # takes HIST, and ACK/RESEND/SKIP [n, sid] for earlier boots
 
 # Session states: a link's public ``status``.
 DOWN = "down"
@@ -48,7 +50,7 @@ TYPE_MASK = 0x3F
 
 NAMES = ("", "HELLO", "HELLO_ACK", "AUTH", "ERROR", "BYE", "PING", "PONG", "SYNCSTART",
          "SYNC", "SYNCEND", "PUB", "RET", "UNRET", "CALL", "REPLY", "FAIL", "ROUTES", "ACK",
-         "RESEND", "SKIP")
+         "RESEND", "SKIP", "HIST")
 
 
 class WireError(ValueError):

@@ -227,6 +227,12 @@ def test_cpython_device_smoke(device, tmp_path):
     ({"node": "d", "uplink": {"kind": "uart"}, "services": ["nosuch"]},
      "service 'nosuch' cannot be loaded"),
     ({"node": "d", "uplink": {"kind": "mqtt"}}, "uplink.host is required for an mqtt uplink"),
+    ({"node": "d", "uplink": {"kind": "uart"}, "link": {"journal": 5}},
+     "link.journal must be str or null, not int"),
+    ({"node": "d", "uplink": {"kind": "uart"}, "link": {"journal": "../up"}},
+     "link.journal must be a directory name without '..'"),
+    ({"node": "d", "uplink": {"kind": "uart"}, "link": {"journal_bytes": 4096}},
+     "link.journal_bytes must be between 16384"),
 ])
 @pytest.mark.parametrize("runtime", ["micropython", "cpython"])
 def test_bad_config_is_a_clear_error(device, tmp_path, cfg, why, runtime):
