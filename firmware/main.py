@@ -158,13 +158,13 @@ def check_budget(board, data, session):
 async def run(cfg, path, board):
     q = dict(board.get("queues", {}))
     q.update(cfg.get("queues", {}))
+    n = cfg.get("link", {}).get("spool", q.get("spool", 16384))
     try:
         # The link's spool first: its one large block is found easily before
         # the code is loaded around the heap (later, 46 KB free can hold no 20 KB).
-        spool = bytearray(cfg.get("link", {}).get("spool", q.get("spool", 16384)))
+        spool = bytearray(n)
     except MemoryError:
-        raise ConfigError("no room for a link.spool of %d bytes: lower it"
-                          % cfg.get("link", {}).get("spool", q.get("spool", 16384)))
+        raise ConfigError("no room for a link.spool of %d bytes: lower it" % n)
     from firmware.uplink import Uplink
     svcs = load_services(cfg)
     gc.collect()   # code loaded: collect before the long-lived objects, less fragmentation
