@@ -30,7 +30,7 @@ def _sent(link, base):
 async def main(host, port, node, key, n, pace_ms, out_queue, window):
     bus = Bus(q_length=8)
     link = Link(bus, node, key=key.encode(), exports=[("sensor/#", "")], heartbeat=2.0,
-                out_queue=out_queue)
+                out_queue=out_queue, spool=out_queue * 128 + 4096)   # as much as the queue
     t = await MqttTransport(host, port, node=node).open()
     asyncio.create_task(link.run(t))
     while link.status != "up":

@@ -31,8 +31,9 @@ def wire_bytes():
 async def _pty_rate(count, baud):
     with PtyCable(baud=baud) as cable:
         dev, host = edgebus.Bus(q_length=16), edgebus.Bus(q_length=count + 16)
+        # the whole burst waits in the spool (~90 bytes a message): nothing evicted
         dl = Link(dev, "dev", key=b"k", exports=[("sensor/#", "")], heartbeat=1.0,
-                  out_queue=count + 16)
+                  out_queue=count + 16, spool=count * 128 + 4096)
         hl = Link(host, "host", key=b"k", role="responder", imports=[("#", "dev")],
                   heartbeat=1.0)
         # Non-blocking, as a polled device must be: both ends share this event loop.
