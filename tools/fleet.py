@@ -105,7 +105,7 @@ class Fleet:
         self.stop()
 
 
-def _toml(cfg):
+def bridge_toml(cfg):
     """A bridge TOML fragment for the fleet (what `edgebus fleet` prints)."""
     L = []
     for s in cfg.get("serial", []):
@@ -141,7 +141,7 @@ def run(args):
     fleet = Fleet(args.out, serial=0 if broker else n, mqtt=n if broker else 0,
                   broker=broker, period=args.period)
     fleet.start()
-    frag = _toml(fleet.bridge_config(broker))
+    frag = bridge_toml(fleet.bridge_config(broker))
     if args.config_out:
         with open(args.config_out, "w") as f:
             f.write(frag)

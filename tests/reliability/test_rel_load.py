@@ -19,7 +19,7 @@ import tlog
 from bridge.status import fetch
 from tests.conftest import ROOT
 from dev.broker import Mosquitto
-from tools.fleet import Fleet, _toml
+from tools.fleet import Fleet, bridge_toml
 
 # mosquitto and the fleet's micropython devices start in the test body.
 pytestmark = [pytest.mark.mosquitto, pytest.mark.micropython]
@@ -58,7 +58,7 @@ def test_fleet_of_50_micropython_devices_over_mqtt(tmp_path, rel):
         toml.write_text('[bridge]\nstate_dir = "%s"\nsocket = "%s"\nheartbeat = 2.0\n'
                         'queue_len = 256\n[log]\ndir = "%s"\nsegment_seconds = 5\n%s'
                         % (tmp_path / "state", sock, tmp_path / "log",
-                           _toml(fleet.bridge_config(("127.0.0.1", broker.port)))))
+                           bridge_toml(fleet.bridge_config(("127.0.0.1", broker.port)))))
         blog = open(tmp_path / "bridge.log", "wb")
         br = subprocess.Popen([sys.executable, "-m", "bridge.daemon", "--config", str(toml)],
                               cwd=ROOT, stdout=blog, stderr=subprocess.STDOUT)
