@@ -99,14 +99,18 @@ def retained(port, topic, timeout=5.0):
 
 class BridgeProcess:
     """edgebus-bridge as its own process (``python -m bridge.daemon``) from a
-    checkout ``tree``, for MQTT devices {node: key}, with a status socket."""
+    checkout ``tree``, for MQTT devices {node: key}, with a status socket;
+    or, given ``toml``, run with that configuration as it is."""
 
-    def __init__(self, workdir, broker_port, devices, tree=ROOT, heartbeat=5.0, mirror=(),
-                 client_id="bridge-presence"):
+    def __init__(self, workdir, broker_port=None, devices=None, tree=ROOT, heartbeat=5.0,
+                 mirror=(), client_id="bridge-presence", toml=None):
         self.tree = os.path.abspath(tree)
         self.sock = os.path.join(workdir, "bridge.sock")
-        self.toml = os.path.join(workdir, "bridge.toml")
+        self.toml = toml or os.path.join(workdir, "bridge.toml")
         self.logpath = os.path.join(workdir, "bridge.log")
+        self.proc = None
+        if toml:
+            return
         with open(self.toml, "w") as f:
             f.write('[bridge]\nnode = "gw"\nstate_dir = "%s"\nsocket = "%s"\nheartbeat = %r\n'
                     '[mqtt]\nurl = "mqtt://127.0.0.1:%d"\nclient_id = "%s"\nmirror = %s\n'

@@ -47,6 +47,9 @@ class Link:
                  journal_bytes=262144, journal_block=4096):
         if role not in ("initiator", "responder"):
             raise ValueError("role must be 'initiator' or 'responder'")
+        if max_len < wire.MIN_LEN:
+            raise ValueError("max_len %d leaves no room for the handshake: at least %d"
+                             % (max_len, wire.MIN_LEN))
         self.bus = bus
         self.node = node
         self.role = role

@@ -11,6 +11,7 @@ from binascii import hexlify
 from os import urandom
 
 VERSION = 1
+MIN_LEN = 320   # smallest max_len: HELLO_ACK is ~250 bytes plus the node name
 
 HELLO = 1       # initiator -> responder: opens a session
 HELLO_ACK = 2   # responder -> initiator: its side plus proof of the key

@@ -19,9 +19,6 @@ spools later (flagged late), so the report shows no gap.
 import argparse
 import json
 import os
-import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -30,9 +27,9 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 import tlog  # noqa: E402
-from tests.conftest import ROOT  # noqa: E402
 from tests.host.sparkkit import make_session  # noqa: E402
 from dev.broker import Mosquitto  # noqa: E402
+from dev.presence import BridgeProcess  # noqa: E402
 from tools.fleet import Fleet, bridge_toml  # noqa: E402
 
 # Spark, mosquitto and the fleet's micropython devices start in the test body.
@@ -46,32 +43,6 @@ OUTAGES = {"broker": 3.0, "bridge": 2.0, "both": 2.0}   # seconds down
 # than each outage below plus the device's reconnect backoff (<= 2 s).
 HEALTH_S = 2.0
 ADVANCE = 60            # readings each device must get through after a fault
-
-
-class BridgeProcess:
-    """The bridge as a deployment runs it: its own process, its own config."""
-
-    def __init__(self, toml, out):
-        self.toml, self.out, self.proc = toml, out, None
-
-    def start(self):
-        log = open(os.path.join(self.out, "bridge.log"), "a")
-        self.proc = subprocess.Popen([sys.executable, "-m", "bridge.daemon", "--config",
-                                      self.toml], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-        log.close()
-
-    def kill(self):
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-
-    def stop(self):
-        self.proc.send_signal(signal.SIGTERM)           # seals the log
-        assert self.proc.wait(30) == 0, open(os.path.join(self.out, "bridge.log")).read()
-
-    def close(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
 
 
 def _progress(log_dir, nodes):
@@ -121,7 +92,7 @@ def test_fleet_to_table_holds_every_reading_once_through_broker_and_bridge_kills
             '[bridge]\nnode = "e2e-gateway"\nstate_dir = "%s"\nheartbeat = 1.0\n'
             '[log]\ndir = "%s"\npatterns = ["dev/#"]\nsegment_seconds = 1\n\n%s'
             % (out / "state", log_dir, bridge_toml(fleet.bridge_config(("127.0.0.1", broker.port)))))
-        bridge = BridgeProcess(str(toml), str(out))
+        bridge = BridgeProcess(str(out), toml=str(toml))
         try:
             fleet.start()
             bridge.start()
@@ -139,7 +110,7 @@ def test_fleet_to_table_holds_every_reading_once_through_broker_and_bridge_kills
                 if fault in ("bridge", "both"):
                     bridge.start()
                 _advance(log_dir, nodes, ADVANCE + int(down / PERIOD), fault)
-            bridge.stop()
+            assert bridge.stop(30) == 0, open(bridge.logpath).read()   # SIGTERM seals the log
         finally:
             bridge.close()
 

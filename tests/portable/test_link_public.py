@@ -1,5 +1,6 @@
 """The Link's public names other packages use: publish_status() and
-end_session(why); and a session's proxies seen through bus.endpoints()."""
+end_session(why); and a session's proxies seen through bus.endpoints();
+a max_len with no room for the handshake refused."""
 import asyncio
 import edgebus
 from edgebus.link.link import Link
@@ -24,6 +25,17 @@ def test_publish_status_retains_the_stats_at_once():
     quiet = Link(bus, "d2", link_id="quiet", status=False)
     quiet.publish_status()
     assert view.get(("link", "quiet")) is None
+
+
+def test_a_max_len_too_small_for_the_handshake_is_refused_clearly():
+    bus = edgebus.Bus()
+    try:
+        Link(bus, "d1", max_len=256)
+    except ValueError as e:
+        assert "handshake" in str(e) and "256" in str(e)
+    else:
+        raise AssertionError("a link that could never say HELLO_ACK was made")
+    assert Link(bus, "d2", max_len=320).max_len == 320
 
 
 def test_end_session_drops_the_session_keeps_the_state():

@@ -183,6 +183,7 @@ def test_serial_line_cut_and_restored_and_unplugged(tmp_path, rel, rel_device):
             await until(lambda: "serial:d1" in b.links and b.links["serial:d1"].status == "up",
                         20)
             link = b.links["serial:d1"]
+            replug_to_session = []
             def flowing():
                 n = link.counters.get("imported", 0) + 50
                 return until(lambda: link.counters.get("imported", 0) >= n, 20)
@@ -193,12 +194,16 @@ def test_serial_line_cut_and_restored_and_unplugged(tmp_path, rel, rel_device):
                 cable.restore()
                 await until(lambda: link.status == "up", 20)
                 await flowing()
+                s0 = link.counters["sessions"]
                 cable.unplug()
                 os.unlink(port)
                 await asyncio.sleep(random.uniform(0.3, 1.0))
                 os.symlink(cable.replug(), port)
+                t0 = time.monotonic()
                 try:
-                    await until(lambda: link.status == "up", 30)
+                    await until(lambda: link.status == "up" and link.counters["sessions"] > s0,
+                                30)
+                    replug_to_session.append(round(time.monotonic() - t0, 2))
                 except AssertionError:
                     dev.kill()
                     raise AssertionError((link.stats(), cable.bytes, dev.communicate()[0]))
@@ -207,6 +212,7 @@ def test_serial_line_cut_and_restored_and_unplugged(tmp_path, rel, rel_device):
             assert link.generation == 1
             res["lost_bytes"] = cable.bytes["lost"]
             res["sessions"] = link.counters["sessions"]
+            res["replug_to_session_s"] = replug_to_session
             b.stop()
             await task
             dev.kill()
