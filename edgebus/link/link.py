@@ -112,7 +112,8 @@ class Link:
         self._rx_acked = 0          # the last ACK sent
         self._stuck = False         # a loss in flight: RESEND asked
         self._t_resend = 0.0
-        self._t_acked = 0.0         # the last ACK that freed entries (or resend for want of one)
+        self._t_acked = self._t_data = 0.0   # last ACK that freed entries; last numbered frame out
+        self._rto = tx.RTO          # the wait before the unacknowledged tail goes again
         # Sending: control and call queues, export observers, the snapshot.
         self._ctl = []
         self._calls = []
@@ -320,16 +321,8 @@ class Link:
                     self.acknowledge(self.rx_mark())
                 if self._stuck and now - self._t_resend >= 1.0:
                     rx.resend(self, self.state.get("rx_next"))
-                sp = self._spool
-                if self._acking and sp.n > sp.unsent and not sp.unsent \
-                        and now - self._t_acked > 2.0:
-                    # Sent, never acknowledged, nothing after it to reveal a
-                    # loss (the last frames before a pause): send them again.
-                    self._t_acked = now
-                    self.count("ack_timeouts")
-                    sp.rewind()
-                    self._tx_next = sp.seq_at(sp.cur)
-                    self._wake.set()
+                if self._acking:
+                    tx.tail_timeout(self, now)
         # Status goes out on a state change at once, else at most once a second.
         if self._dirty and (self.status != self._status_seen or now - self._t_status >= 1.0):
             self._status_seen = self.status

@@ -4,6 +4,8 @@ from .. import compat, topic
 from ..values import Message
 from . import rules, spool, wire
 
+RTO = 2.0       # s: first wait for an ACK of the tail before a pause (doubles to 16)
+
 
 def too_big(link, b, what):
     """True (counted, said in last_error) if body ``b`` exceeds max_len."""
@@ -79,6 +81,7 @@ def data_next(link):
             link._tx_next = seq
             return wire.encode(wire.SKIP, seq)
         link._tx_next = seq + 1
+        link._t_data = compat.now()
         if f & spool.SENT:
             link.count("retransmitted")
         b = sp.body(o)
@@ -246,6 +249,7 @@ def on_ack(link, n):
     if k:
         link.count("acked", k)
         link._t_acked = compat.now()
+        link._rto = RTO
     if link._journal is not None:
         link._journal.ack(n)
     if link._tx_next < n:
@@ -260,3 +264,22 @@ def on_resend(link, n):
     link._spool.rewind(n)
     link._tx_next = n
     link._wake.set()
+
+
+def tail_timeout(link, now):
+    """Send again what was sent and never acknowledged when nothing was sent
+    after it for ``_rto`` s: a loss in the last frames before a pause, which
+    no later frame reveals (mid-stream the receiver sees the hole and asks,
+    RESEND). Not while data flows, however late the ACKs (a receiver behind
+    on its log is not sent copies), and the wait doubles while the peer
+    stays silent, as TCP's retransmission timer."""
+    sp = link._spool
+    rto = link._rto
+    if sp.n > sp.unsent and not sp.unsent and now - link._t_data > rto \
+            and now - link._t_acked > rto:
+        link._t_acked = now
+        link._rto = min(rto * 2, 16.0)
+        link.count("ack_timeouts")
+        sp.rewind()
+        link._tx_next = sp.seq_at(sp.cur)
+        link._wake.set()

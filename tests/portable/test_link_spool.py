@@ -155,3 +155,31 @@ def test_a_numbered_frame_that_does_not_decode_spends_its_number():
         assert j.hl.counters.get("resends_asked", 0) == 0
         await j.stop()
     run(main())
+
+
+def test_late_acks_bring_no_copies_while_data_flows_and_a_silent_tail_goes_again():
+    async def main():
+        j = Joined(host_kw={"durable": True}).start()
+        sub = j.host.connect().subscribe("dev/dev1/sensor/#", queue_len=64)
+        c = j.dev.connect()
+        await until(lambda: synced(j))
+        # 3 s of data and no ACK (the owner has not confirmed a sync point):
+        # a receiver behind on its log gets no copies
+        for n in range(30):
+            c.publish("sensor/n", n)
+            await asyncio.sleep(0.1)
+        assert j.dl.counters.get("ack_timeouts", 0) == 0
+        assert j.hl.counters.get("duplicates", 0) == 0
+        # then a pause: the unacknowledged tail goes again (it could have
+        # been lost with nothing after it to say so), dropped there as copies
+        await until(lambda: j.dl.counters.get("ack_timeouts", 0) == 1, 5)
+        await until(lambda: j.hl.counters.get("duplicates", 0) == 30, 3)
+        # still silent: the next try waits twice as long
+        await asyncio.sleep(1.0)
+        assert j.dl.counters["ack_timeouts"] == 1
+        j.hl.acknowledge(j.hl.rx_mark())
+        await until(lambda: j.dl.spool_stats()["depth"] == 0)
+        got = [m.payload for m in _recv_all(sub)]
+        assert got == list(range(30))
+        await j.stop()
+    run(main())
