@@ -60,7 +60,9 @@ class StateFile:
 class Backoff:
     """Exponential backoff with jitter, so many devices do not retry in step."""
 
-    def __init__(self, first=0.5, cap=30.0):
+    # 5 s cap: a gateway's broker and serial ports are local, and every second
+    # it stays away is a second devices must spool.
+    def __init__(self, first=0.5, cap=5.0):
         self.first, self.cap, self.cur = first, cap, first
 
     def reset(self):
