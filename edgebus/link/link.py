@@ -109,7 +109,8 @@ class Link:
         self.ack = ack
         self.durable = durable
         self._acking = False
-        self._rx_acked = 0          # the last ACK sent
+        self._rx_acked = 0          # the last ACK sent, and when
+        self._t_ack = 0.0
         self._stuck = False         # a loss in flight: RESEND asked
         self._t_resend = 0.0
         self._t_acked = self._t_data = 0.0   # last ACK that freed entries; last numbered frame out
@@ -259,6 +260,7 @@ class Link:
             return
         if mark[0] == self.peer_sid and mark[1] is not None and mark[1] > self._rx_acked:
             self._rx_acked = mark[1]
+            self._t_ack = compat.now()
             tx.control(self, wire.ACK, mark[1])
         if len(mark) > 2:
             from . import hist
@@ -371,7 +373,9 @@ class Link:
                     break
                 for b in bodies:
                     self.feed(b)
-                if not self.durable:
+                # ACK once 16 numbers or 10 ms wait, tick() the rest (BENCHMARKS.md 3)
+                if not self.durable and self._acking and ((self.state.get("rx_next") or 0)
+                        - self._rx_acked >= 16 or compat.now() - self._t_ack >= 0.01):
                     self.acknowledge(self.rx_mark())
                 if self._ctl or self._calls or self._snap is not None:
                     self._wake.set()
