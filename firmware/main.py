@@ -22,7 +22,7 @@ BUILTIN = ("info", "health", "reboot", "sysconfig")
 RESERVE = 16384
 # Defaults when no board manifest is given (the unix board's values).
 BOARD = {"name": "unix", "queues": {"bus": 8, "full": "drop_oldest", "uplink_tx": 16,
-                                    "spool": 16384}, "uart": {"baud": 115200}}
+                                    "spool": 24576}, "uart": {"baud": 115200}}
 
 
 def _import(name):
@@ -158,7 +158,7 @@ def check_budget(board, data, session):
 async def run(cfg, path, board):
     q = dict(board.get("queues", {}))
     q.update(cfg.get("queues", {}))
-    n = cfg.get("link", {}).get("spool", q.get("spool", 16384))
+    n = cfg.get("link", {}).get("spool", q.get("spool", 24576))
     try:
         # The link's spool first: its one large block is found easily before
         # the code is loaded around the heap (later, 46 KB free can hold no 20 KB).
