@@ -21,6 +21,7 @@ from dev.broker import Mosquitto
 NODE, KEY = "b1", "k"
 RAW_TOPIC = "raw/sensor/v"
 PACE_MS = 5                       # the paced runs: 200 messages/s
+LOG_PREFIX = "edgebuslog"         # the bridge with a log: its own MQTT prefix
 
 
 def _lat(samples):
@@ -40,31 +41,51 @@ def _cdf(samples):
 class Bench:
     """The broker, the two receivers (bridge, paho subscriber) and their logs."""
 
-    def __init__(self, tmp, profile=None):
+    def __init__(self, tmp, profile=None, log_dir=None):
+        """log_dir: also run a second bridge (MQTT prefix LOG_PREFIX) that
+        writes its telemetry log there, so its device links acknowledge
+        what the log's group commits made durable."""
         self.tmp = tmp
         self.broker = Mosquitto().start()
         port = self.port = self.broker.port
-        cfg = os.path.join(tmp, "bridge.json")
-        with open(cfg, "w") as f:
-            json.dump({"bridge": {"state_dir": os.path.join(tmp, "state"), "heartbeat": 2.0},
-                       "mqtt": {"url": "mqtt://127.0.0.1:%d" % port, "client_id": "bench-bridge",
-                                "devices": [{"node": NODE, "key": KEY}]}}, f)
         log = os.path.join(tmp, "procs.log")
         self.log = log
-        self.bridge = Child(python("dev.bench.bridge_procs", "bridge", cfg, "dev/%s/sensor/#" % NODE)
-                            + (["--profile", profile] if profile else []), log=log)
+        self.bridge = self._bridge("bridge", {}, profile)
+        self.bridge_log = None
+        if log_dir:
+            self.bridge_log = self._bridge("bridge-log", {"log": {"dir": log_dir}}, None,
+                                           {"prefix": LOG_PREFIX})
         self.sub = Child(python("dev.bench.bridge_procs", "paho-sub", port, RAW_TOPIC), log=log)
         self.bridge.expect("ready")
+        if self.bridge_log:
+            self.bridge_log.expect("ready")
         self.sub.expect("ready")
         self.mpy_dir = None
 
-    def _run(self, rx, sender, n, timeout):
+    def _bridge(self, name, extra, profile, mqtt=None):
+        cfg = os.path.join(self.tmp, name + ".json")
+        c = {"bridge": {"state_dir": os.path.join(self.tmp, name + "-state"), "heartbeat": 2.0},
+             "mqtt": dict({"url": "mqtt://127.0.0.1:%d" % self.port, "client_id": "bench-" + name,
+                           "devices": [{"node": NODE, "key": KEY}]}, **(mqtt or {}))}
+        c.update(extra)
+        with open(cfg, "w") as f:
+            json.dump(c, f)
+        return Child(python("dev.bench.bridge_procs", "bridge", cfg, "dev/%s/sensor/#" % NODE)
+                     + (["--profile", profile] if profile else []), log=self.log)
+
+    def _run(self, rx, sender, n, timeout, device=False):
         rx.send("expect %d %s" % (n, timeout))
         rx.expect("ok")
         s = Child(sender, cwd=self.mpy_dir if sender[0] == mpybuild.micropython() else None,
                   log=self.log)
         try:
             res = json.loads(rx.line(timeout + 30))
+            if device:        # the device's word on its acknowledgements
+                while True:
+                    line = s.line(60)
+                    if line.startswith("{"):
+                        res["device"] = json.loads(line)
+                        break
         finally:
             s.kill()          # devices idle once done; paho publishers have exited
             s.close()
@@ -73,10 +94,12 @@ class Bench:
                                % (res["received"], n, res["gaps"], self.log))
         return res
 
-    def edgebus(self, n, pace=0, timeout=60):
+    def edgebus(self, n, pace=0, timeout=60, ack=True, log=False):
+        """The CPython device -> the bridge (log: the one writing its log);
+        ack: the device offers acknowledgements."""
         dev = python("dev.bench.bridge_device", "127.0.0.1", self.port, NODE, KEY, n, pace,
-                     n + 16, 0)
-        return self._run(self.bridge, dev, n, timeout)
+                     n + 16, 0, int(ack), LOG_PREFIX if log else "edgebus")
+        return self._run(self.bridge_log if log else self.bridge, dev, n, timeout, device=True)
 
     def micropython(self, n, pace=0, timeout=60):
         if self.mpy_dir is None:
@@ -93,8 +116,9 @@ class Bench:
         return self._run(self.sub, pub, n, timeout)
 
     def close(self):
-        for c in (self.bridge, self.sub):
-            c.close()
+        for c in (self.bridge, self.bridge_log, self.sub):
+            if c is not None:
+                c.close()
         self.broker.close()
 
 
@@ -105,37 +129,78 @@ def _figures(runs):
             "latency": _lat([x for r in runs for x in r["lat"]])}
 
 
+# The acknowledgement variants of the CPython device's bursts: name -> edgebus() args.
+VARIANTS = (("on", {"ack": True}), ("off", {"ack": False}),
+            ("log_on", {"ack": True, "log": True}), ("log_off", {"ack": False, "log": True}))
+
+
+def _ack_lat(runs):
+    s = sorted(x for r in runs for x in r["device"]["ack_ms"])
+    if not s:
+        return {"p50_ms": float("nan"), "p99_ms": float("nan"), "n": 0}
+    return {"p50_ms": s[len(s) // 2], "p99_ms": s[min(len(s) - 1, int(len(s) * 0.99))],
+            "n": len(s)}
+
+
 def run(smoke=False, profile=None):
     n = 300 if smoke else 20000
     reps = 1 if smoke else 5
     m = 100 if smoke else 1000          # paced messages
     mn = 200 if smoke else 5000         # MicroPython device burst
     tmp = tempfile.mkdtemp(prefix="edgebus-bridge-bench-")
-    b = Bench(tmp, profile)
+    # The log on the disk the checkout is on (as log_bench), not a tmpfs.
+    out = os.path.join(ROOT, "out")
+    os.makedirs(out, exist_ok=True)
+    log_dir = tempfile.mkdtemp(prefix="bridge-bench-log-", dir=out)
+    b = Bench(tmp, profile, log_dir=log_dir)
     try:
-        eb, raw = [], []
-        for _ in range(reps):           # interleaved: noise hits both alike
-            eb.append(b.edgebus(n))
+        runs = {k: [] for k, _ in VARIANTS}
+        raw = []
+        for _ in range(reps):           # interleaved: noise hits all alike
+            for k, kw in VARIANTS:
+                runs[k].append(b.edgebus(n, **kw))
             raw.append(b.paho(n))
+        eb = runs["on"]
         pe = b.edgebus(m, PACE_MS)
+        pel = b.edgebus(m, PACE_MS, log=True)
         pr = b.paho(m, PACE_MS)
         mp = [b.micropython(mn) for _ in range(1 if smoke else 3)]
         mpp = b.micropython(m, PACE_MS)
     finally:
         b.close()
         shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(log_dir, ignore_errors=True)
     E, R, M = _figures(eb), _figures(raw), _figures(mp)
+    paho_med = statistics.median(r["rate"] for r in raw)
+    acks = {}
+    for k, _ in VARIANTS:
+        rs = runs[k]
+        med = statistics.median(r["rate"] for r in rs)
+        d = {"msgs_per_s": summary([r["rate"] for r in rs]), "of_paho": med / paho_med,
+             "rx_cpu_us_per_msg": _figures(rs)["rx_cpu_us_per_msg"],
+             "acks_in": statistics.median(r["device"]["acks"] for r in rs)}
+        done = [r["device"]["acked_s"] for r in rs if r["device"]["acked_s"]]
+        if done:       # publish -> every message acknowledged at the device
+            d["acked_msgs_per_s"] = summary([n / x for x in done])
+        acks[k] = d
+    for k in ("on", "log_on"):
+        off = acks[k.replace("on", "off")]["msgs_per_s"]["median"]
+        acks[k]["of_off"] = acks[k]["msgs_per_s"]["median"] / off
     return {"messages": n, "paced_messages": m, "mpy_messages": mn, "reps": reps,
             "edgebus_msgs_per_s": E["msgs_per_s"], "paho_msgs_per_s": R["msgs_per_s"],
-            "ratio": statistics.median(r["rate"] for r in eb) / statistics.median(r["rate"] for r in raw),
+            "ratio": statistics.median(r["rate"] for r in eb) / paho_med,
             "rx_cpu_us_per_msg": {"edgebus": E["rx_cpu_us_per_msg"], "paho": R["rx_cpu_us_per_msg"]},
             "burst_latency": {"edgebus": E["latency"], "paho": R["latency"]},
             "paced_latency": {"edgebus": _lat(pe["lat"]), "paho": _lat(pr["lat"]),
-                              "micropython": _lat(mpp["lat"]), "rate": 1000 // PACE_MS},
+                              "micropython": _lat(mpp["lat"]), "edgebus_log": _lat(pel["lat"]),
+                              "rate": 1000 // PACE_MS},
             "paced_cdf": {"edgebus": _cdf(pe["lat"]), "paho": _cdf(pr["lat"]),
                           "micropython": _cdf(mpp["lat"])},
+            "acks": acks,
+            "paced_ack_latency": {"bus": _ack_lat([pe]), "log": _ack_lat([pel])},
             "micropython_msgs_per_s": M["msgs_per_s"],
-            "gaps": sum(r["gaps"] for r in eb + [pe] + mp + [mpp])}
+            "gaps": sum(r["gaps"] for r in [x for v in runs.values() for x in v]
+                        + [pe, pel] + mp + [mpp])}
 
 
 if __name__ == "__main__":

@@ -1,15 +1,32 @@
 """Link figures: bytes on the wire per message, messages/s over a pty paced at
-115,200 baud against that line's physical limit, and call round trips/s."""
+115,200 baud against that line's physical limit, call round trips/s, the
+cost of acknowledgements (throughput with acks on vs off, CPython and
+MicroPython) and how long an outage the default spools cover."""
 import asyncio
+import glob
+import inspect
+import json
 import os
+import shutil
+import statistics
+import tempfile
 
 import edgebus
 from edgebus.link import frame, wire
 from edgebus.link.link import Link
 from edgebus.link.pipe import pair
 from edgebus.link.stream import PolledTransport, StreamTransport
-from dev.bench.stats import clock, repeat
+from dev import mpyrun
+from dev.bench import link_ack_script
+from dev.bench.stats import clock, repeat, summary
 from tools.ptycable import PtyCable
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+ACK_SCRIPT = link_ack_script.__file__
+WINDOW = 16             # a board's uplink out_queue (boards/unix.json, esp32.json)
+RATE = 20               # readings/s for the outage figure (issue 13's goal)
+DAY = 86400 * RATE      # the reading counter after a day at RATE
+HEALTH = (10, 2)        # sys/health periods: the firmware's default, `edgebus fleet`'s
 
 TOPIC = "sensor/temp"
 
@@ -101,9 +118,84 @@ def call_roundtrips(smoke=False):
     return repeat(lambda: asyncio.run(_roundtrips(n)), 1 if smoke else 3)
 
 
+def _ack_figures(r):
+    on = [x["rate"] for x in r["on"]]
+    off = [x["rate"] for x in r["off"]]
+    return {"on": summary(on), "off": summary(off),
+            "ratio": statistics.median(on) / statistics.median(off),
+            "acks_per_msg": statistics.median(x["frames_in_dev"] for x in r["on"])
+            / r["messages"]}
+
+
+def ack_cost(smoke=False):
+    """Messages/s over the in-memory byte pipe with acks on and off,
+    interleaved, on CPython (in this process) and on the MicroPython unix
+    port (.mpy bundle)."""
+    n, nm, reps = (500, 300, 1) if smoke else (20000, 5000, 5)
+    cp = link_ack_script.rate(n, reps, WINDOW)
+    cp["messages"] = n
+    r = mpyrun.run(ACK_SCRIPT, ["rate", str(nm), str(reps), str(WINDOW)], heap="256K",
+                   capture_output=True, text=True, timeout=600)
+    if r.returncode != 0:
+        raise RuntimeError("MicroPython link benchmark failed:\n" + r.stdout + r.stderr)
+    mp = json.loads(r.stdout.strip().splitlines()[-1])
+    mp["messages"] = nm
+    return {"window": WINDOW, "cpython": _ack_figures(cp), "micropython": _ack_figures(mp),
+            "messages": n, "mpy_messages": nm, "reps": reps}
+
+
+def spool_cover():
+    """Readings (firmware/services/temp.py's, as the device's link encodes
+    them, measured on the MicroPython unix port) that each board's default
+    RAM spool and the default flash journal hold, and so the seconds of an
+    outage they cover at RATE readings/s; fresh from boot and after a day
+    (the counter and the link clock have more digits by then)."""
+    from firmware.services import temp
+    for k in (0, 7, 123, 4567, DAY):        # the script's copy of the reading is the service's
+        assert link_ack_script.read(k) == temp.read(k), k
+    boards = {}
+    for path in sorted(glob.glob(os.path.join(ROOT, "boards", "*.json"))):
+        with open(path) as f:
+            b = json.load(f)
+        boards[b["name"]] = b.get("queues", {}).get("spool")
+    from firmware import main as fw_main
+    default = fw_main.BOARD["queues"]["spool"]
+    sizes = sorted(set([v for v in boards.values() if v] + [default]))
+    jbytes = inspect.signature(Link).parameters["journal_bytes"].default
+    d = tempfile.mkdtemp(prefix="edgebus-journal-bench-")
+    try:
+        r = mpyrun.run(ACK_SCRIPT, ["spool", ",".join(map(str, sizes)), "0,%d" % DAY, d,
+                                    str(jbytes), ",".join(map(str, HEALTH))], heap="2M",
+                       packages=("edgebus", "firmware"), capture_output=True, text=True,
+                       timeout=300)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+    if r.returncode != 0:
+        raise RuntimeError("MicroPython spool measure failed:\n" + r.stdout + r.stderr)
+    m = json.loads(r.stdout.strip().splitlines()[-1])
+    held = {(x["size"], x["n0"], x["health"]): x["held"] for x in m["ram"]}
+    rows = []
+    for name, size in sorted(boards.items(), key=lambda kv: (kv[1] or 0, kv[0])):
+        if not size:
+            continue
+        row = {"board": name, "spool": size, "held_boot": held[(size, 0, 0)],
+               "held_day": held[(size, DAY, 0)],
+               "bytes_per_reading": size / held[(size, DAY, 0)]}
+        for h in HEALTH:      # the fewest of boot and a day, with sys/health spooled too
+            row["held_health_%d" % h] = min(held[(size, 0, h)], held[(size, DAY, h)])
+        row["seconds"] = min(row["held_boot"], row["held_day"]) / RATE
+        row["seconds_health"] = {str(h): row["held_health_%d" % h] / RATE for h in HEALTH}
+        rows.append(row)
+    j = m["journal"]
+    return {"rate": RATE, "firmware_default": default, "boards": rows, "health": list(HEALTH),
+            "journal": {"bytes": jbytes, "held_boot": j[0]["held"], "held_day": j[1]["held"],
+                        "seconds": min(j[0]["held"], j[1]["held"]) / RATE}}
+
+
 def run(smoke=False):
     return {"wire": wire_bytes(), "pty": pty_throughput(smoke),
-            "roundtrips_per_s": call_roundtrips(smoke)}
+            "roundtrips_per_s": call_roundtrips(smoke), "acks": ack_cost(smoke),
+            "spool_cover": spool_cover()}
 
 
 if __name__ == "__main__":
