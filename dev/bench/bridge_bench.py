@@ -178,7 +178,8 @@ def run(smoke=False, profile=None):
         med = statistics.median(r["rate"] for r in rs)
         d = {"msgs_per_s": summary([r["rate"] for r in rs]), "of_paho": med / paho_med,
              "rx_cpu_us_per_msg": _figures(rs)["rx_cpu_us_per_msg"],
-             "acks_in": statistics.median(r["device"]["acks"] for r in rs)}
+             "acks_in": statistics.median(r["device"]["acks"] for r in rs),
+             "retransmitted": sum(r["device"].get("retransmitted", 0) for r in rs)}
         done = [r["device"]["acked_s"] for r in rs if r["device"]["acked_s"]]
         if done:       # publish -> every message acknowledged at the device
             d["acked_msgs_per_s"] = summary([n / x for x in done])

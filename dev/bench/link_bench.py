@@ -131,7 +131,7 @@ def ack_cost(smoke=False):
     """Messages/s over the in-memory byte pipe with acks on and off,
     interleaved, on CPython (in this process) and on the MicroPython unix
     port (.mpy bundle)."""
-    n, nm, reps = (500, 300, 1) if smoke else (20000, 5000, 5)
+    n, nm, reps = (500, 300, 1) if smoke else (20000, 5000, 9)
     cp = link_ack_script.rate(n, reps, WINDOW)
     cp["messages"] = n
     r = mpyrun.run(ACK_SCRIPT, ["rate", str(nm), str(reps), str(WINDOW)], heap="256K",
