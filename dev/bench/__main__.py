@@ -80,7 +80,11 @@ def main(argv=None):
             _run_part(name, res, args.smoke)
     seconds = round(time.time() - t0, 1)
     if res["meta"] is not meta:
-        res["meta"]["refreshed"] = "%s on %s, in %s s" % (", ".join(only), meta["date"], seconds)
+        # Newest first; an earlier refresh stays listed while some part it ran was not run again.
+        keep = [e for e in (res["meta"].get("refreshed") or "").split("; ")
+                if e and not set(e.split(" on ")[0].split(", ")) <= set(only)]
+        res["meta"]["refreshed"] = "; ".join(
+            ["%s on %s, in %s s" % (", ".join(only), meta["date"], seconds)] + keep)
     else:
         meta["seconds"] = seconds
     with open(jpath, "w") as f:

@@ -239,6 +239,16 @@ def _bridge_acks(res, br):
               "acks change: the bridge's CPU per message, which such noise inflates less, is "
               "the steadier comparison." % (res["meta"]["cpus"], _f(ps["min"]), _f(ps["max"]),
                                             br["reps"])]
+    ahead = [k for k in ("on", "log_on") if a[k]["of_off"] > 1]
+    if ahead:
+        cpu = ["%+.0f%% %s" % (100 * (a[k]["rx_cpu_us_per_msg"]["median"]
+                                      / a[k.replace("on", "off")]["rx_cpu_us_per_msg"]["median"] - 1),
+                               "without the log" if k == "on" else "with it")
+               for k in ("on", "log_on")]
+        L += ["", "Acks on came out ahead of acks off in this run (%s): that is noise, since acks "
+              "only add work; the bridge's CPU per message with acks on vs off differs by %s, "
+              "within the runs' spread too." % (", ".join("%.2f×" % a[k]["of_off"] for k in ahead),
+                                      " and ".join(cpu))]
     if "retransmitted" in a["on"]:
         L += ["", "Frames the device sent twice over all bursts with acks on: %d into the bridge "
               "without a log, %d into the one with its log (every ACK came back in time)." % (
