@@ -109,8 +109,8 @@ class Link:
         self.ack = ack
         self.durable = durable
         self._acking = False
-        self._rx_acked = 0          # the last ACK sent, and when
-        self._t_ack = 0.0
+        self._rx_acked = 0          # the last ACK sent, and when (the first goes at once,
+        self._t_ack = -1.0          # also on a board whose clock starts at 0 at boot)
         self._stuck = False         # a loss in flight: RESEND asked
         self._t_resend = 0.0
         self._t_acked = self._t_data = 0.0   # last ACK that freed entries; last numbered frame out
