@@ -60,9 +60,9 @@ class StateFile:
 class Backoff:
     """Exponential backoff with jitter, so many devices do not retry in step."""
 
-    # 5 s cap: a gateway's broker and serial ports are local, and every second
-    # it stays away is a second devices must spool.
-    def __init__(self, first=0.5, cap=5.0):
+    # 2 s cap: a gateway's broker and serial ports are local (retrying costs
+    # nothing), and every second it stays away is a second devices must spool.
+    def __init__(self, first=0.5, cap=2.0):
         self.first, self.cap, self.cur = first, cap, first
 
     def reset(self):

@@ -17,7 +17,7 @@ import time
 from tools import mpybuild
 from tools.ptycable import PtyCable
 
-DEVICE_HEAP = "192K"    # core + link + firmware on the 64-bit unix port
+DEVICE_HEAP = "224K"    # core + link + firmware on the 64-bit unix port
 
 
 class Fleet:

@@ -2,7 +2,7 @@
 real micropython binary on one end of a pty cable (tools/ptycable.py), a
 CPython host Link (responder, pyserial-asyncio) on the other end.
 
-Heap: the device runs with -X heapsize=192K: on the 64-bit unix port the
+Heap: the device runs with -X heapsize=224K: on the 64-bit unix port the
 modules' code is on the heap (~92 KB; frozen into flash on boards), see
 tests/host/test_device_heap.py and firmware/README.md "Memory".
 """
@@ -20,7 +20,7 @@ from tests.conftest import ROOT, processes, until
 from tools import mpybuild
 from tools.ptycable import PtyCable
 
-DEVICE_HEAP = "192K"
+DEVICE_HEAP = "224K"
 NODE = "d1"
 KEY = "k1"
 

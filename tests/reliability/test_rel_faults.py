@@ -101,6 +101,53 @@ def test_broker_killed_and_restarted_repeatedly(tmp_path, rel, rel_device):
 
 @pytest.mark.mosquitto
 @pytest.mark.micropython
+def test_default_spool_holds_a_10_s_broker_outage_at_20_readings_per_s(tmp_path, rel):
+    """Issue #13's promise for the defaults: an `edgebus fleet` device (the
+    real firmware, the unix board's default RAM spool, no flash journal) at
+    20 readings/s loses nothing through 10 s without a broker."""
+    from tools.fleet import Fleet
+    log_dir = tmp_path / "log"
+    with Mosquitto() as broker, Fleet(tmp_path / "fleet", mqtt=1,
+                                      broker=("127.0.0.1", broker.port),
+                                      period=0.05) as fleet:
+        node = fleet.devices[0]["node"]
+        cfg = bridge_config.parse(dict(fleet.bridge_config(("127.0.0.1", broker.port)), **{
+            "bridge": {"state_dir": str(tmp_path / "state")},
+            "log": {"dir": str(log_dir)}}))
+        fleet.start()
+
+        async def main():
+            b = Bridge(cfg)
+            task = asyncio.create_task(b.run())
+            link = b.links["mqtt:" + node]
+            await until(lambda: link.status == "up" and link.counters.get("imported", 0) >= 40,
+                        40)
+            broker.stop()
+            t0 = time.monotonic()
+            await asyncio.sleep(10.0)
+            broker.start()
+            await until(lambda: link.counters.get("sessions", 0) >= 2, 60)
+            back = time.monotonic() - t0
+            n = link.counters["imported"] + 60      # the spool drained, and more
+            await until(lambda: link.counters["imported"] >= n, 30)
+            res = {"outage_s": 10.0, "device_back_after_s": round(back, 2),
+                   "gaps": link.counters.get("gaps", 0)}
+            b.stop()
+            await task
+            return res
+        res = asyncio.run(main())
+    recs, stats = _records(log_dir)
+    assert stats.clean, stats
+    seqs = sorted(r["seq"] for _, r in recs if r["seq"] is not None)
+    assert seqs == list(range(1, seqs[-1] + 1)) and res["gaps"] == 0, \
+        (res, sorted(set(range(1, seqs[-1] + 1)) - set(seqs))[:20])
+    late = [r for _, r in recs if (r["extra"] or {}).get("late")]
+    rel.record("fault: 10 s broker outage, default spool", 1, sent=seqs[-1],
+               delivered=len(seqs), late=len(late), **res)
+
+
+@pytest.mark.mosquitto
+@pytest.mark.micropython
 def test_outage_longer_than_the_spool_loses_exactly_the_overflow(tmp_path, rel):
     """The real firmware over MQTT with a 4 KB spool (about 2 s of its
     readings) and the broker down for longer: what the spool could not hold
