@@ -4,7 +4,17 @@ import asyncio
 from tests.portable.support import run
 from tests.portable.linkkit import Joined, until, synced
 
-MPY_HEAP = "192K"
+MPY_HEAP = "256K"   # eight tests with two links each, run in one interpreter
+
+
+async def _flowing(**kw):
+    """Joined links, synced: (j, a host subscription to the device's
+    sensor/#, a device connection)."""
+    j = Joined(**kw).start()
+    sub = j.host.connect().subscribe("dev/dev1/sensor/#", queue_len=64)
+    c = j.dev.connect()
+    await until(lambda: synced(j))
+    return j, sub, c
 
 
 def _recv_all(sub):
@@ -71,10 +81,7 @@ def test_outage_longer_than_the_spool_loses_exactly_the_overflow():
 
 def test_peer_without_the_capability_links_and_drops_what_waited_as_before():
     async def main():
-        j = Joined(host_kw={"ack": False}).start()
-        sub = j.host.connect().subscribe("dev/dev1/sensor/#", queue_len=64)
-        c = j.dev.connect()
-        await until(lambda: synced(j))
+        j, sub, c = await _flowing(host_kw={"ack": False})
         assert not j.dl.stats()["acking"]
         c.publish("sensor/n", 1)
         assert (await asyncio.wait_for(sub.recv(), 3)).payload == 1
@@ -94,10 +101,7 @@ def test_peer_without_the_capability_links_and_drops_what_waited_as_before():
 
 def test_durable_receiver_acknowledges_only_what_its_owner_confirms():
     async def main():
-        j = Joined(host_kw={"durable": True}).start()
-        sub = j.host.connect().subscribe("dev/dev1/sensor/#", queue_len=64)
-        c = j.dev.connect()
-        await until(lambda: synced(j))
+        j, sub, c = await _flowing(host_kw={"durable": True})
         for n in range(5):
             c.publish("sensor/n", n)
         for n in range(5):
@@ -140,10 +144,7 @@ def test_a_frame_waiting_for_its_first_ack_is_not_sent_again_at_once():
 
 def test_unsendable_reading_is_skipped_out_loud_and_nothing_is_asked_again():
     async def main():
-        j = Joined().start()
-        sub = j.host.connect().subscribe("dev/dev1/sensor/#", queue_len=64)
-        c = j.dev.connect()
-        await until(lambda: synced(j))
+        j, sub, c = await _flowing()
         c.publish("sensor/n", 1)
         c.publish("sensor/n", "x" * 2000)   # larger than a frame may be
         c.publish("sensor/n", 3)
@@ -160,10 +161,7 @@ def test_unsendable_reading_is_skipped_out_loud_and_nothing_is_asked_again():
 
 def test_a_numbered_frame_that_does_not_decode_spends_its_number():
     async def main():
-        j = Joined().start()
-        sub = j.host.connect().subscribe("dev/dev1/sensor/#", queue_len=64)
-        c = j.dev.connect()
-        await until(lambda: synced(j))
+        j, sub, c = await _flowing()
         c.publish("sensor/n", 1)
         await asyncio.wait_for(sub.recv(), 3)
         # what the device's json made of a value JSON cannot hold: bad JSON, good CRC
@@ -181,10 +179,7 @@ def test_a_numbered_frame_that_does_not_decode_spends_its_number():
 
 def test_late_acks_bring_no_copies_while_data_flows_and_a_silent_tail_goes_again():
     async def main():
-        j = Joined(host_kw={"durable": True}).start()
-        sub = j.host.connect().subscribe("dev/dev1/sensor/#", queue_len=64)
-        c = j.dev.connect()
-        await until(lambda: synced(j))
+        j, sub, c = await _flowing(host_kw={"durable": True})
         # 3 s of data and no ACK (the owner has not confirmed a sync point):
         # a receiver behind on its log gets no copies
         for n in range(30):
