@@ -208,7 +208,9 @@ def render(outcomes, figures, soak, wall, cmd, when=None):
                   "|---|---|---|---|---|"]
             section = sec
         ran = {k: v for k, v in outcomes.items() if any(k.startswith(t) for t in tests)}
-        held = bool(ran) and all(v[0] == "passed" for v in ran.values())
+        skipped = sum(1 for v in ran.values() if v[0] == "skipped")
+        held = any(v[0] == "passed" for v in ran.values()) and \
+            all(v[0] in ("passed", "skipped") for v in ran.values())
         tried = []
         for f in figures:
             if fig and f["case"] == fig:
@@ -217,10 +219,15 @@ def render(outcomes, figures, soak, wall, cmd, when=None):
             tried = ["%d test(s)" % len(ran)]
         L.append("| %s | %s | %s | %s | %s |" % (
             case, what, "<br>".join("`%s`" % t for t in tests), ", ".join(tried),
-            "**held**" if held else ("NOT RUN" if not ran else "**FAILED**")))
-    L += ["", "Fuzzing: the *tried* column counts atheris runs (coverage guided, "
-          "`python -m tests.reliability.fuzz_main`); on top of them the Hypothesis tests in "
-          "`test_rel_fuzz.py` generate %s inputs (frame, session, line)."
+            ("**held**" + (" (%d skipped)" % skipped if skipped else "")) if held
+            else ("NOT RUN" if not ran or skipped == len(ran) else "**FAILED**")))
+    atheris = any(f["case"].startswith("fuzz: atheris") for f in figures)
+    L += ["", ("Fuzzing: the *tried* column counts atheris runs (coverage guided, "
+               "`python -m tests.reliability.fuzz_main`); on top of them the Hypothesis tests "
+               "in `test_rel_fuzz.py` generate %s inputs (frame, session, line).") if atheris
+          else ("Fuzzing: atheris was not installed for this run (`pip install atheris`), so "
+                "its coverage-guided tests were skipped; the Hypothesis tests in "
+                "`test_rel_fuzz.py` ran, generating %s inputs (frame, session, line).")
           % ("20,000 / 15,000 / 10,000" if soak else "300 / 300 / 200"),
           "", "## Figures", ""]
     for f in figures:
@@ -258,10 +265,13 @@ def render(outcomes, figures, soak, wall, cmd, when=None):
           "always caught, which the line fuzzer relies on); a device killed during an outage "
           "without the flash journal loses its spool (RAM), and the earlier boot's last "
           "numbers are then missing at its end, not counted as gaps by anyone."]
-    failed = sorted(k for k, v in outcomes.items() if v[0] != "passed")
-    L += ["", "## Tests run", "", "%d tests, %d passed, %d not passed%s." % (
+    failed = sorted(k for k, v in outcomes.items() if v[0] == "failed")
+    skipped = sorted(k for k, v in outcomes.items() if v[0] == "skipped")
+    L += ["", "## Tests run", "", "%d tests, %d passed, %d failed%s%s." % (
         len(outcomes), sum(1 for v in outcomes.values() if v[0] == "passed"), len(failed),
-        (": " + ", ".join("`%s`" % k for k in failed)) if failed else ""), ""]
+        (": " + ", ".join("`%s`" % k for k in failed)) if failed else "",
+        ("; %d skipped (an optional tool missing, e.g. atheris): " % len(skipped)
+         + ", ".join("`%s`" % k for k in skipped)) if skipped else ""), ""]
     return "\n".join(L) + "\n"
 
 
