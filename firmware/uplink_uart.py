@@ -72,7 +72,9 @@ def open(ctx):
     if port is None:
         raise OSError("no UART: set uplink.port (a UART id or a tty path)")
     if type(port) is int:
-        from machine import UART
+        # A port without machine.UART names the board's own driver (uart.driver).
+        drv = bu.get("driver")
+        UART = __import__(drv).UART if drv else __import__("machine").UART
         kw = {"baudrate": baud}
         for p in ("tx", "rx"):
             v = u.get(p, bu.get(p))

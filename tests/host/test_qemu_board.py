@@ -1,0 +1,167 @@
+"""A real 32-bit board: MicroPython firmware for the MPS2-AN385 (Cortex-M3) with
+edgebus frozen in, built from source (edgebus firmware build), booted in the real
+qemu-system-arm (edgebus flash's QemuBoard) and joined over its emulated UART
+to a real bridge process through pyserial."""
+import asyncio
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+import edgebus
+import tlog
+from bridge.links import attach_local
+from bridge.status import fetch
+from tests.conftest import ROOT, until
+from tests.host import qemukit
+from tools import qemuboard
+
+NODE = "mps2-1"
+KEY = "k-mps2"
+
+
+@pytest.fixture(scope="module")
+def image():
+    return qemukit.build_image()
+
+
+def _device_config(**over):
+    cfg = {"node": NODE, "key": KEY, "board": qemukit.BOARD,
+           "uplink": {"kind": "uart", "port": 1, "backoff_min": 0.2, "backoff_max": 1},
+           "link": {"heartbeat": 1, "handshake_timeout": 2},
+           "services": [{"module": "temp", "period": 0.5}], "health_period": 1}
+    cfg.update(over)
+    return cfg
+
+
+@pytest.fixture
+def board(image, tmp_path):
+    """start(config, uart="pty") -> (QemuBoard, Console); stopped at teardown."""
+    started = []
+
+    def start(config, uart="pty", files=None):
+        b, _meta = image
+        state = str(tmp_path / "board")
+        f = qemuboard.device_files(b, config, main="firmware.main" if config else None)
+        f.update(files or {})
+        qemuboard.prepare_flash(b, state, f)
+        qb = qemuboard.QemuBoard(b, _meta["image"], state, repl="pty", uart=uart).start()
+        con = qemukit.Console(qb.repl_port)
+        started.append((qb, con))
+        return qb, con
+    yield start
+    for qb, con in started:
+        con.close()
+        qb.close()
+
+
+def _bridge(tmp_path, port):
+    path = tmp_path / "bridge.toml"
+    path.write_text(f"""
+[bridge]
+node = "gw"
+state_dir = "state"
+socket = "state/bridge.sock"
+heartbeat = 1
+[log]
+dir = "log"
+patterns = ["dev/#"]
+[[serial]]
+node = "{NODE}"
+port = "{port}"
+key = "{KEY}"
+""")
+    return subprocess.Popen([sys.executable, "-m", "bridge.daemon", "--config", str(path)],
+                            cwd=str(tmp_path), stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def _ep(*path):
+    return ("dev", NODE) + path
+
+
+def test_board_boots_joins_the_bridge_answers_and_reboots_with_a_new_sid(board, tmp_path):
+    qb, con = board(_device_config())
+    ready = con.wait_for("READY node=%s" % NODE, 30)
+    assert "board=qemu-mps2-an385" in con.text[ready:ready + 200]
+    br = _bridge(tmp_path, qb.uart_port)
+    sock = str(tmp_path / "state" / "bridge.sock")
+    try:
+        async def main():
+            await until(lambda: os.path.exists(sock), 15)
+            bus = edgebus.Bus(q_length=64)
+            link, task = await attach_local(bus, sock, node="tester")
+            c = bus.connect(principal="test")
+            view = c.retained_view("dev/#")
+            temp = c.subscribe(_ep("sensor", "temp"), queue_len=64)
+            await until(lambda: link.status == "up", 15)
+            await until(lambda: view.get(_ep("sys", "info")) is not None, 30)
+            info = view.get(_ep("sys", "info")).payload
+            assert info["node"] == NODE and info["board"] == "qemu-mps2-an385"
+            assert info["platform"] == "qemu" and info["impl"].startswith("micropython")
+            m = await asyncio.wait_for(temp.recv(), 10)
+            assert m.payload["simulated"] is True
+            st = (await fetch(sock))["links"]["serial:" + NODE]
+            assert st["state"] == "up" and st["generation"] == 1
+            sid1 = st["peer_sid"]
+
+            async def call(topic, payload):
+                await until(lambda: topic in bus.endpoints(), 10)
+                return await c.call(topic, payload, timeout=10)
+            assert await call(_ep("sys", "config", "get"), "node") == NODE
+            got = await call(_ep("sys", "config", "get"), None)
+            assert got["key"] == "***" and got["uplink"]["port"] == 1
+            r = await call(_ep("sys", "config", "set"), {"info_period": 30})
+            assert r["changed"] == ["info_period"]
+            assert await call(_ep("sys", "config", "get"), "info_period") == 30
+            bad = await _failure(call(_ep("sys", "config", "set"), {"health_period": "x"}))
+            assert "health_period" in str(bad)
+
+            while temp.recv_nowait() is not None:
+                pass
+            n_before = (await asyncio.wait_for(temp.recv(), 10)).payload["n"]
+            assert (await call(_ep("sys", "reboot"), None))["rebooting"] is True
+            con.wait_for("READY node=%s" % NODE, 30, start=ready)
+
+            async def rejoined():
+                s = (await fetch(sock))["links"]["serial:" + NODE]
+                return s if s["state"] == "up" and s["generation"] == 2 else None
+            for _ in range(300):
+                st2 = await rejoined()
+                if st2:
+                    break
+                await asyncio.sleep(0.1)
+            assert st2, "the rebooted board did not rejoin with generation 2"
+            # Telemetry of the new boot: its sensor counts from 0 again.
+            while (await asyncio.wait_for(temp.recv(), 10)).payload["n"] >= n_before:
+                pass
+            # The change made before the reboot is on the board's littlefs.
+            assert await call(_ep("sys", "config", "get"), "info_period") == 30
+            await link.close()
+            task.cancel()
+            return sid1, st2["peer_sid"]
+        sid1, sid2 = asyncio.run(main())
+    finally:
+        br.send_signal(signal.SIGTERM)
+        out = br.communicate(timeout=15)[0]
+    assert br.returncode == 0, out
+    # The boot counter (first 6 hex digits) moved on with the reboot.
+    assert sid1 != sid2 and int(sid2[:6], 16) == int(sid1[:6], 16) + 1, (sid1, sid2)
+    assert con.text.count("READY node=%s" % NODE) == 2
+    recs = [r for _, r in tlog.read_log(str(tmp_path / "log"))]
+    temps = [r for r in recs if tuple(r["topic"]) == _ep("sensor", "temp")]
+    assert {r["peer_sid"] for r in temps} == {sid1, sid2}
+    assert {r["generation"] for r in temps} == {1, 2}
+
+
+async def _failure(aw):
+    try:
+        await aw
+    except edgebus.Failed as e:
+        return e
+    raise AssertionError("the call did not fail")
