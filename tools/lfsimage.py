@@ -38,18 +38,25 @@ try:
 except OSError:
     vfs.VfsLfs2.mkfs(dev)
     fs = vfs.VfsLfs2(dev)
-for name in os.listdir(stage):
-    with open(stage + "/" + name, "rb") as src:
+with open(stage + "/names") as f:
+    names = f.read().split("\n")
+for i, name in enumerate(names):
+    with open(stage + "/%d" % i, "rb") as src:
         data = src.read()
+    parts = name.split("/")
+    for k in range(1, len(parts)):       # the folders on the way
+        try:
+            fs.mkdir("/".join(parts[:k]))
+        except OSError:
+            pass
     with fs.open(name, "wb") as dst:
         dst.write(data)
-    print(name, len(data))
 f.close()
 """
 
 
 def write(image, files, size, block=4096):
-    """Put files ({name in the root: bytes}) into the littlefs image (created
+    """Put files ({path: bytes}, "a/b.py" makes folder a) into the littlefs image (created
     blank, size bytes, when absent); a file already there is replaced and the
     rest of the filesystem (boot counter, spool) is kept."""
     if not os.path.exists(image):
@@ -60,9 +67,12 @@ def write(image, files, size, block=4096):
     try:
         with os.fdopen(fd, "w") as f:
             f.write(SCRIPT)
-        for name, data in files.items():
-            with open(os.path.join(stage, name), "wb") as f:
-                f.write(data)
+        names = list(files)
+        for i, name in enumerate(names):
+            with open(os.path.join(stage, str(i)), "wb") as f:
+                f.write(files[name])
+        with open(os.path.join(stage, "names"), "w") as f:
+            f.write("\n".join(names))
         n = os.path.getsize(image) // block
         r = subprocess.run([mpybuild.micropython(), script, os.path.abspath(image), str(block),
                             str(n), stage], capture_output=True, text=True, timeout=60)

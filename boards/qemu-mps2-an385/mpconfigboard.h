@@ -17,3 +17,10 @@
 void board_event_hook(void);
 uint32_t board_random_seed(void);
 #endif
+
+// time.time()/time_ns(): the host's clock through semihosting (board.c), Unix
+// epoch, so the link stamps readings with wall time (ts_device) as on boards
+// with an RTC set by NTP. No calendar functions (gmtime): they are not needed.
+#define MICROPY_EPOCH_IS_1970 (1)
+#define MICROPY_PY_TIME_TIME_TIME_NS (1)
+#define MICROPY_PY_TIME_INCLUDEFILE "board_time.h"

@@ -8,7 +8,7 @@ CFLAGS += -mthumb -mcpu=cortex-m3 -mfloat-abi=soft
 CFLAGS += -DQEMU_SOC_MPS2
 CFLAGS += -DMICROPY_HW_MCU_NAME='"Cortex-M3"'
 # The port's mpconfigport.h does not include a board header: force ours in.
-CFLAGS += -include $(BOARD_DIR)/mpconfigboard.h
+CFLAGS += -include $(BOARD_DIR)/mpconfigboard.h -I$(BOARD_DIR)
 
 LDSCRIPT = mcu/arm/mps2.ld
 

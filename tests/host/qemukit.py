@@ -22,8 +22,9 @@ def source():
     return src if os.path.exists(src) else None
 
 
-def build_image():
-    """(board, build.json dict); pytest.skip naming what is missing."""
+def build_image(heap=None):
+    """(board, build.json dict); pytest.skip naming what is missing. heap:
+    another GC heap than the board's budget (a separate cached image)."""
     board = boards.load_board(BOARD)
     src = source()
     if src is None:
@@ -34,7 +35,7 @@ def build_image():
         firmware.check_toolchain("arm")
     except (qemuboard.QemuError, firmware.FirmwareError) as e:
         pytest.skip("the emulated board needs its toolchain (./do setup installs it): %s" % e)
-    return board, firmware.build(board, src, log=lambda *a: None)
+    return board, firmware.build(board, src, heap=heap, log=lambda *a: None)
 
 
 class Console:

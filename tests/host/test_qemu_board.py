@@ -19,7 +19,7 @@ from bridge.links import attach_local
 from bridge.status import fetch
 from tests.conftest import ROOT, until
 from tests.host import qemukit
-from tools import qemuboard
+from tools import executables, mpybuild, qemuboard
 
 NODE = "mps2-1"
 KEY = "k-mps2"
@@ -165,3 +165,53 @@ async def _failure(aw):
     except edgebus.Failed as e:
         return e
     raise AssertionError("the call did not fail")
+
+
+# -- the portable core suite on the board, driven with mpremote over its REPL UART
+
+PORTABLE = sorted(f[:-3] for f in os.listdir(os.path.join(ROOT, "tests", "portable"))
+                  if f.startswith("test_") and f.endswith(".py"))
+
+
+# The tests' own code and their second Link (a pair per test) live on the heap
+# beside the frozen core's objects: the suite runs in a 128 KB heap, as it runs
+# in 80-160 KB on the unix port (tests/test_portable_on_micropython.py).
+SUITE_HEAP = 131072
+
+
+@pytest.fixture(scope="module")
+def suite_board(tmp_path_factory):
+    """The board with the portable tests (bytecode .mpy) on its flash and no
+    main.py, so its REPL is free; edgebus is the frozen one."""
+    b, meta = qemukit.build_image(SUITE_HEAP)
+    tree = str(tmp_path_factory.mktemp("suite"))
+    mpybuild.compile_tree(ROOT, [os.path.join("tests", "portable")], tree)
+    mpybuild.compile_file(os.path.join(ROOT, "tests", "__init__.py"),
+                          os.path.join(tree, "tests", "__init__.mpy"))
+    mpybuild.compile_file(os.path.join(ROOT, "tests", "mpy", "run.py"),
+                          os.path.join(tree, "run.mpy"))
+    files = {}
+    for dirpath, _d, fs in os.walk(tree):
+        for f in fs:
+            p = os.path.join(dirpath, f)
+            files[os.path.relpath(p, tree)] = open(p, "rb").read()
+    files.update(qemuboard.device_files(b, None, main=None))
+    state = str(tmp_path_factory.mktemp("suite-board"))
+    qemuboard.prepare_flash(b, state, files)
+    qb = qemuboard.QemuBoard(b, meta["image"], state, repl="pty", uart="null").start()
+    yield qb
+    qb.close()
+
+
+@pytest.mark.parametrize("mod", PORTABLE)
+def test_portable_module_on_the_board(suite_board, mod):
+    code = "import run; run.run(['tests.portable.%s'])" % mod
+    r = subprocess.run(executables.command("mpremote") + ["connect", suite_board.repl_port,
+                                                          "exec", code],
+                       capture_output=True, text=True, timeout=120)
+    out = r.stdout + r.stderr
+    assert r.returncode == 0, out
+    ran = set(re.findall(r"^PASS \S+ (\S+)\r?$", r.stdout, re.M))
+    names = {n for n in dir(__import__("tests.portable." + mod, fromlist=["_"]))
+             if n.startswith("test_")}
+    assert ran == names, out
