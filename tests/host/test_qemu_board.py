@@ -21,6 +21,8 @@ from tests.conftest import ROOT, until
 from tests.host import qemukit
 from tools import executables, mpybuild, qemuboard
 
+pytestmark = pytest.mark.qemu    # every test here boots the board (so: slow)
+
 NODE = "mps2-1"
 KEY = "k-mps2"
 
