@@ -217,3 +217,50 @@ def test_portable_module_on_the_board(suite_board, mod):
     names = {n for n in dir(__import__("tests.portable." + mod, fromlist=["_"]))
              if n.startswith("test_")}
     assert ran == names, out
+
+
+# -- bad input on the board's UART: noise and a cut line, as on the unix port
+
+def test_noise_and_a_cut_on_the_board_uart_are_survived_and_counted(board, tmp_path):
+    from tools.ptycable import PtyCable
+    with PtyCable() as cable:
+        qb, con = board(_device_config(), uart=cable.a)
+        br = _bridge(tmp_path, cable.b)
+        sock = str(tmp_path / "state" / "bridge.sock")
+        try:
+            async def link_state():
+                try:
+                    return (await fetch(sock))["links"].get("serial:" + NODE)
+                except OSError:
+                    return None
+
+            async def wait_link(cond, timeout=30):
+                for _ in range(int(timeout / 0.1)):
+                    s = await link_state()
+                    if s and cond(s):
+                        return s
+                    await asyncio.sleep(0.1)
+                raise AssertionError("link state not reached: %s" % (s,))
+
+            async def main():
+                up = await wait_link(lambda s: s["state"] == "up")
+                sid = up["peer_sid"]
+                rx0 = up["counters"].get("frames_in", 0)
+                cable.noise = 0.002         # both ways: frames to and from the board
+                await wait_link(lambda s: s["transport"]["crc_errors"] >= 3
+                                and cable.bytes["corrupted"] >= 10)
+                cable.noise = 0.0
+                cable.cut()
+                await wait_link(lambda s: s["state"] != "up")
+                cable.restore()
+                s = await wait_link(lambda s: s["state"] == "up"
+                                    and s["counters"].get("frames_in", 0) > rx0 + 20)
+                return sid, s
+            sid, s = asyncio.run(main())
+        finally:
+            br.send_signal(signal.SIGTERM)
+            out = br.communicate(timeout=15)[0]
+        assert br.returncode == 0, out
+    # The same boot throughout: the board never crashed or rebooted.
+    assert s["peer_sid"] == sid and s["generation"] == 1
+    assert con.text.count("READY") == 1 and "Traceback" not in con.text, con.text
