@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 import time
 
 from tools import boards, lfsimage
@@ -131,3 +132,44 @@ class QemuBoard:
 
     def __exit__(self, *exc):
         self.close()
+
+
+class Console:
+    """The board's REPL UART, read in a thread into `text`."""
+
+    def __init__(self, port):
+        import serial        # pyserial: only this reader needs it
+        self._errors = (serial.SerialException, OSError)
+        self.s = serial.serial_for_url(port, baudrate=115200, timeout=0.05)
+        self.text = ""
+        self._stop = False
+        self._t = threading.Thread(target=self._read, daemon=True)
+        self._t.start()
+
+    def _read(self):
+        while not self._stop:
+            try:
+                b = self.s.read(4096)
+            except self._errors:
+                return
+            if b:
+                self.text += b.decode(errors="replace")
+
+    def wait_for(self, needle, timeout=20, start=0):
+        """The index just after needle's first appearance at or after start."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            i = self.text.find(needle, start)
+            if i >= 0:
+                return i + len(needle)
+            time.sleep(0.02)
+        raise AssertionError("%r not seen on the REPL within %ss; it shows:\n%s"
+                             % (needle, timeout, self.text[-3000:]))
+
+    def write(self, data):
+        self.s.write(data)
+
+    def close(self):
+        self._stop = True
+        self._t.join(2)
+        self.s.close()
