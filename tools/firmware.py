@@ -191,9 +191,19 @@ def sizes(elf, build_dir, arch):
     return {"image_bytes": text + data, "bss_bytes": bss, "frozen_bytes": ftext + fdata}
 
 
-def build(board, src=None, heap=None, jobs=None, log=print):
+def _cached(out, info):
+    try:
+        with open(os.path.join(out, "build.json")) as f:
+            meta = json.load(f)
+    except (OSError, ValueError):
+        return None
+    meta["image"] = os.path.join(out, info["image"])
+    return meta
+
+
+def build(board, src=None, heap=None, jobs=None, log=print, only_cached=False):
     """Build (or find in the cache) board's image; returns build.json's dict
-    with "image", the path of the image."""
+    with "image", the path of the image. only_cached: None rather than build."""
     info = board["firmware"].get("build")
     if not info:
         raise FirmwareError("board %s has no firmware.build in its manifest: its firmware "
@@ -212,12 +222,10 @@ def build(board, src=None, heap=None, jobs=None, log=print):
     manifest = freeze_manifest(board)
     key = build_key(board, source_id, manifest, heap)
     out = os.path.join(cache_dir(), "firmware", "%s-%s" % (board["name"], key))
-    meta_path = os.path.join(out, "build.json")
-    if os.path.isfile(meta_path):
-        with open(meta_path) as f:
-            meta = json.load(f)
-        meta["image"] = os.path.join(out, info["image"])
-        log("edgebus firmware: %s is up to date: %s" % (board["name"], meta["image"]))
+    meta = _cached(out, info)
+    if meta is not None or only_cached:
+        if meta is not None:
+            log("edgebus firmware: %s is up to date: %s" % (board["name"], meta["image"]))
         return meta
     check_toolchain(arch)
     tmp = out + ".tmp%d" % os.getpid()

@@ -42,13 +42,16 @@ def _serial(spec):
         return "pty", None                  # the path comes from QEMU's output
     if spec in ("stdio", "null"):
         return spec, None
+    if spec.startswith("file:"):
+        return spec, None                   # output only, into a file (a device log)
     if spec.startswith("/dev/"):
         return spec, spec                   # a host tty (e.g. one end of a cable)
     m = re.fullmatch(r"tcp:(\d+)", spec)
     if m:
         return ("tcp:127.0.0.1:%s,server=on,wait=off" % m.group(1),
                 "socket://127.0.0.1:%s" % m.group(1))
-    raise QemuError("%r: expected pty, tcp:PORT, a /dev/ tty path, stdio or null" % spec)
+    raise QemuError("%r: expected pty, tcp:PORT, a /dev/ tty path, file:PATH, stdio or null"
+                    % spec)
 
 
 def device_files(board, config=None, main="firmware.main"):

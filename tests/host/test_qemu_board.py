@@ -264,3 +264,15 @@ def test_noise_and_a_cut_on_the_board_uart_are_survived_and_counted(board, tmp_p
     # The same boot throughout: the board never crashed or rebooted.
     assert s["peer_sid"] == sid and s["generation"] == 1
     assert con.text.count("READY") == 1 and "Traceback" not in con.text, con.text
+
+
+def test_the_demo_shows_the_emulated_board_among_its_devices(image, tmp_path):
+    r = subprocess.run([sys.executable, "-m", "dev.demo", "--seconds", "6", "--no-spark",
+                        "--qemu", "--serial-devices", "1", "--out", str(tmp_path / "demo")],
+                       cwd=ROOT, capture_output=True, text=True, timeout=180)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "3 of 3 device links had a session" in r.stdout, r.stdout
+    recs = [rec for _, rec in tlog.read_log(str(tmp_path / "demo" / "telemetry"))]
+    assert {rec["peer_node"] for rec in recs} == {"sim-1", "sim-mqtt-1", "mps2-1"}
+    boot = open(tmp_path / "demo" / "devices" / "mps2-1.log").read()
+    assert "READY node=mps2-1" in boot
