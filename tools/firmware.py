@@ -10,7 +10,8 @@ directory as BOARD_DIR. The heap is the manifest's budget.heap.
 Images are cached under a hash of every input (source, board files, frozen
 sources, options), so a second build with nothing changed takes no time:
 ``<cache>/firmware/<board>-<hash>/`` holds the image and ``build.json``
-(sizes). The cache is EDGEBUS_CACHE, else ~/.cache/edgebus.
+(sizes); the newest few per board are kept. The cache is EDGEBUS_CACHE, else
+~/.cache/edgebus.
 """
 import hashlib
 import json
@@ -201,6 +202,18 @@ def _cached(out, info):
     return meta
 
 
+KEEP = 4     # images kept per board (e.g. the budget heap and a test heap, two versions)
+
+
+def prune(name, keep=KEEP):
+    """Remove all but the `keep` newest cached images of board `name`."""
+    d = os.path.join(cache_dir(), "firmware")
+    mine = [os.path.join(d, e) for e in os.listdir(d)
+            if e.startswith(name + "-") and ".tmp" not in e]
+    for old in sorted(mine, key=os.path.getmtime)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
 def build(board, src=None, heap=None, jobs=None, log=print, only_cached=False):
     """Build (or find in the cache) board's image; returns build.json's dict
     with "image", the path of the image. only_cached: None rather than build."""
@@ -260,6 +273,7 @@ def build(board, src=None, heap=None, jobs=None, log=print, only_cached=False):
         shutil.rmtree(tmp)
     else:
         os.rename(tmp, out)
+    prune(board["name"])
     meta["image"] = os.path.join(out, info["image"])
     log("edgebus firmware: built %s in %.0f s: %s (image %d bytes%s)"
         % (board["name"], meta["seconds"], meta["image"], meta["image_bytes"],

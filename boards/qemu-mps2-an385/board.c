@@ -227,24 +227,28 @@ static mp_obj_t mps2_flash_size(mp_obj_t fd_in) {
 }
 static MP_DEFINE_CONST_FUN_OBJ_1(mps2_flash_size_obj, mps2_flash_size);
 
-static void flash_seek(uint32_t fd, uint32_t off) {
-    uint32_t args[2] = {fd, off};
-    if (semihost(SYS_SEEK, args) != 0) {
+// One block transfer: seek the host file to off, then read into or write b;
+// returns what semihosting says is left (bytes not transferred).
+static uint32_t flash_io(uint32_t op, mp_obj_t fd_in, mp_obj_t off_in, mp_obj_t buf_in,
+    mp_buffer_info_t *b) {
+    mp_get_buffer_raise(buf_in, b, op == SYS_READ ? MP_BUFFER_WRITE : MP_BUFFER_READ);
+    uint32_t fd = mp_obj_get_int(fd_in);
+    uint32_t seek[2] = {fd, mp_obj_get_int(off_in)};
+    if (semihost(SYS_SEEK, seek) != 0) {
         mp_raise_OSError(MP_EIO);
     }
+    uint32_t args[3] = {fd, (uint32_t)b->buf, b->len};
+    uint32_t left = semihost(op, args);
+    if (left > b->len) {
+        mp_raise_OSError(MP_EIO);
+    }
+    return left;
 }
 
 // flash_readinto(fd, offset, buf): bytes past the end of the file read as 0xff.
 static mp_obj_t mps2_flash_readinto(mp_obj_t fd_in, mp_obj_t off_in, mp_obj_t buf_in) {
     mp_buffer_info_t b;
-    mp_get_buffer_raise(buf_in, &b, MP_BUFFER_WRITE);
-    uint32_t fd = mp_obj_get_int(fd_in);
-    flash_seek(fd, mp_obj_get_int(off_in));
-    uint32_t args[3] = {fd, (uint32_t)b.buf, b.len};
-    uint32_t left = semihost(SYS_READ, args);
-    if (left > b.len) {
-        mp_raise_OSError(MP_EIO);
-    }
+    uint32_t left = flash_io(SYS_READ, fd_in, off_in, buf_in, &b);
     memset((uint8_t *)b.buf + b.len - left, 0xff, left);
     return mp_const_none;
 }
@@ -252,11 +256,7 @@ static MP_DEFINE_CONST_FUN_OBJ_3(mps2_flash_readinto_obj, mps2_flash_readinto);
 
 static mp_obj_t mps2_flash_write(mp_obj_t fd_in, mp_obj_t off_in, mp_obj_t buf_in) {
     mp_buffer_info_t b;
-    mp_get_buffer_raise(buf_in, &b, MP_BUFFER_READ);
-    uint32_t fd = mp_obj_get_int(fd_in);
-    flash_seek(fd, mp_obj_get_int(off_in));
-    uint32_t args[3] = {fd, (uint32_t)b.buf, b.len};
-    if (semihost(SYS_WRITE, args) != 0) {
+    if (flash_io(SYS_WRITE, fd_in, off_in, buf_in, &b) != 0) {
         mp_raise_OSError(MP_EIO);
     }
     return mp_const_none;

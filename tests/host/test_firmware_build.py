@@ -102,3 +102,14 @@ def test_the_device_files_are_config_board_and_main():
     f = qemuboard.device_files(b, {"node": "n"})
     assert sorted(f) == ["board.json", "config.json", "main.py"]
     assert f["main.py"].startswith(b"import firmware.main")
+
+
+def test_old_images_are_pruned_newest_kept(tmp_path, monkeypatch):
+    monkeypatch.setenv("EDGEBUS_CACHE", str(tmp_path))
+    d = tmp_path / "firmware"
+    for i in range(6):
+        (d / ("%s-%d" % (BOARD, i))).mkdir(parents=True)
+        os.utime(d / ("%s-%d" % (BOARD, i)), (1000 + i, 1000 + i))
+    (d / "other-board-1").mkdir()
+    firmware.prune(BOARD, keep=2)
+    assert sorted(os.listdir(d)) == ["other-board-1", BOARD + "-4", BOARD + "-5"]
