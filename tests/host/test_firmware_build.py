@@ -113,3 +113,12 @@ def test_old_images_are_pruned_newest_kept(tmp_path, monkeypatch):
     (d / "other-board-1").mkdir()
     firmware.prune(BOARD, keep=2)
     assert sorted(os.listdir(d)) == ["other-board-1", BOARD + "-4", BOARD + "-5"]
+
+
+def test_the_runtime_takes_the_board_json_edgebus_flash_wrote(tmp_path, monkeypatch):
+    from firmware import main
+    monkeypatch.chdir(tmp_path)
+    assert main.load_board(None)["name"] == "unix"          # none on this filesystem
+    b = boards.load_board(BOARD)
+    (tmp_path / "board.json").write_bytes(qemuboard.device_files(b)["board.json"])
+    assert main.load_board(None)["uart"]["driver"] == "mps2uart"
