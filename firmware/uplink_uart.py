@@ -1,4 +1,5 @@
-"""UART uplink: machine.UART on boards, a tty path (raw, VMIN=0) on the unix
+"""UART uplink: machine.UART on boards (or the board's own UART class named by
+uart.driver where the port has none), a tty path (raw, VMIN=0) on the unix
 port and CPython; both polled by PolledTransport, so reads never block."""
 from edgebus.link.stream import PolledTransport
 

@@ -122,3 +122,14 @@ def test_the_runtime_takes_the_board_json_edgebus_flash_wrote(tmp_path, monkeypa
     b = boards.load_board(BOARD)
     (tmp_path / "board.json").write_bytes(qemuboard.device_files(b)["board.json"])
     assert main.load_board(None)["uart"]["driver"] == "mps2uart"
+
+
+def test_boot_sids_count_boots_and_never_repeat(tmp_path):
+    from firmware.uplink import boot_sid
+    p = str(tmp_path / "bootcount")
+    sids = [boot_sid(p) for _ in range(3)]
+    assert [int(s[:6], 16) for s in sids] == [1, 2, 3] and len(set(sids)) == 3
+    assert all(len(s) == 16 for s in sids)
+    (tmp_path / "bootcount").write_text("garbage")          # a damaged counter
+    assert boot_sid(p)[:6] == "000001"
+    assert boot_sid(str(tmp_path / "no" / "dir" / "bootcount"))[:6] == "000000"  # unwritable
