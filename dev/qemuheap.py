@@ -8,18 +8,24 @@ state. Reports the heap at READY and with the session up, boot-to-READY time,
 calls per second over the UART, the image and its frozen share; ``--bisect``
 finds the smallest heap the workload runs in (a build per step, ~30 s each).
 
-usage: python -m dev.qemuheap [--heap 64K | --bisect] [--micropython SRC]
+``--costs`` measures the core's heap costs on the board (import, per
+subscription, per retained topic, per publish) with mpremote over its REPL,
+and the same script on the unix port beside them.
+
+usage: python -m dev.qemuheap [--heap 64K | --bisect | --costs] [--micropython SRC]
 """
 import argparse
 import asyncio
 import json
 import os
 import re
+import shutil
+import subprocess
 import tempfile
 import time
 
 from dev import devheap
-from tools import boards, firmware, qemuboard
+from tools import boards, executables, firmware, mpybuild, qemuboard
 
 BOARD = "qemu-mps2-an385"
 TARBALL = os.path.join(os.path.dirname(devheap.ROOT), "shared", "micropython",
@@ -64,6 +70,63 @@ def run(src, heap, seconds=2.0, calls=0, log=lambda *a: None):
             "build": {k: meta[k] for k in ("image_bytes", "frozen_bytes", "bss_bytes")}}
 
 
+# gc.mem_alloc() deltas; the topic is a string, so a publish includes its split.
+COSTS = """\
+import gc
+gc.collect(); a0 = gc.mem_alloc()
+import asyncio
+gc.collect(); a1 = gc.mem_alloc()
+import edgebus
+gc.collect(); a2 = gc.mem_alloc()
+b = edgebus.Bus(); c = b.connect()
+N = 40
+gc.collect(); a = gc.mem_alloc()
+subs = [c.subscribe("s/%d" % i, queue_len=8) for i in range(N)]
+gc.collect(); sub = (gc.mem_alloc() - a) / N
+names = ["r/%d" % i for i in range(N)]
+gc.collect(); a = gc.mem_alloc()
+for n in names:
+    c.retain(n, 1)
+gc.collect(); ret = (gc.mem_alloc() - a) / N
+s1 = c.subscribe("p/x", queue_len=8)
+for i in range(20):
+    c.publish("p/x", i); s1.recv_nowait()
+gc.collect(); gc.disable(); a = gc.mem_alloc()
+for i in range(100):
+    c.publish("p/x", i); s1.recv_nowait()
+pub = (gc.mem_alloc() - a) / 100
+gc.enable()
+print("COSTS asyncio=%d core=%d sub=%.0f retained=%.0f publish=%.1f"
+      % (a1 - a0, a2 - a1, sub, ret, pub))
+"""
+
+
+def costs(src):
+    """{"board": line, "unix": line} of COSTS's figures."""
+    board = boards.load_board(BOARD)
+    meta = firmware.build(board, src, log=lambda *a: None)
+    out = {}
+    with tempfile.TemporaryDirectory() as d:
+        script = os.path.join(d, "costs.py")
+        with open(script, "w") as f:
+            f.write(COSTS)
+        state = os.path.join(d, "board")
+        qemuboard.prepare_flash(board, state, qemuboard.device_files(board, None, main=None))
+        with qemuboard.QemuBoard(board, meta["image"], state, repl="pty", uart="null") as qb:
+            qb.start()
+            r = subprocess.run(executables.command("mpremote") + ["connect", qb.repl_port,
+                                                                  "run", script],
+                               capture_output=True, text=True, timeout=60)
+            out["board"] = (r.stdout + r.stderr).strip()
+        tree = os.path.join(d, "unix")
+        mpybuild.compile_tree(devheap.ROOT, ["edgebus"], tree)
+        shutil.copy(script, tree)
+        r = subprocess.run([mpybuild.micropython(), "-X", "heapsize=256K", "costs.py"],
+                           cwd=tree, capture_output=True, text=True, timeout=60)
+        out["unix"] = (r.stdout + r.stderr).strip()
+    return out
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m dev.qemuheap",
                                  description=__doc__.splitlines()[0])
@@ -71,7 +134,12 @@ def main(argv=None):
     ap.add_argument("--bisect", action="store_true", help="find the smallest heap that works")
     ap.add_argument("--micropython", default=os.environ.get(firmware.ENV_SOURCE) or TARBALL)
     ap.add_argument("--seconds", type=float, default=2.0)
+    ap.add_argument("--costs", action="store_true", help="the core's heap costs only")
     a = ap.parse_args(argv)
+    if a.costs:
+        for k, v in costs(a.micropython).items():
+            print("%-5s %s" % (k, v))
+        return
     r = run(a.micropython, a.heap, a.seconds, calls=50, log=print)
     r.pop("output")
     print(json.dumps(r, indent=1))
