@@ -89,9 +89,9 @@ class QemuBoard:
         self.state = state
         self.log_path = os.path.join(state, "qemu.log")
         self.proc = None
-        self._ptys = r_arg == "pty", u_arg == "pty"
+        self._ptys = [i for i, a in enumerate((r_arg, u_arg)) if a == "pty"]
 
-    def start(self, timeout=10, stdio=False):
+    def start(self, timeout=30, stdio=False):
         """Start QEMU; returns once the host-side ports are known."""
         self._log = open(self.log_path, "wb")
         out = None if stdio else self._log
@@ -99,15 +99,14 @@ class QemuBoard:
                                      subprocess.DEVNULL, stdout=out, stderr=self._log,
                                      start_new_session=not stdio)
         deadline = time.monotonic() + timeout
-        while any(self._ptys):
+        while self._ptys:
+            # QEMU names the pty it made for each serial port in its output.
             with open(self.log_path, errors="replace") as f:
                 found = dict((int(n), p) for p, n in re.findall(
                     r"char device redirected to (\S+) \(label serial(\d)\)", f.read()))
-            if self._ptys[0] and 0 in found:
-                self.repl_port, self._ptys = found[0], (False, self._ptys[1])
-            if self._ptys[1] and 1 in found:
-                self.uart_port, self._ptys = found[1], (self._ptys[0], False)
-            if not any(self._ptys):
+            if all(i in found for i in self._ptys):
+                self.repl_port = found.get(0, self.repl_port)
+                self.uart_port = found.get(1, self.uart_port)
                 break
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.close()
