@@ -7,6 +7,22 @@ cd "$(dirname "$0")"
 VENV=${EDGEBUS_VENV:-.venv}
 PY="$VENV/bin/python"
 
+# apt_install WHAT PACKAGE...: as root, or with sudo; else say what to install.
+apt_install() {
+    what=$1; shift
+    sudo=""
+    if [ "$(id -u)" != 0 ]; then
+        if ! command -v sudo >/dev/null 2>&1; then
+            echo "note: $what is not installed and cannot be installed without root: apt-get install $*" >&2
+            return 0
+        fi
+        sudo=sudo
+    fi
+    if ! { $sudo apt-get update -qq && $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null; }; then
+        echo "note: installing $what failed: apt-get install $*" >&2
+    fi
+}
+
 setup() {
     if [ ! -x "$PY" ]; then
         python3 -m venv "$VENV"
@@ -20,13 +36,14 @@ setup() {
         echo "$want" > "$stamp"
     fi
     if ! command -v mosquitto >/dev/null 2>&1 && [ ! -x /usr/sbin/mosquitto ]; then
-        if [ "$(id -u)" = 0 ]; then
-            apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto >/dev/null
-        elif command -v sudo >/dev/null 2>&1; then
-            sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq mosquitto >/dev/null
-        else
-            echo "note: mosquitto is not installed and cannot be installed without root" >&2
-        fi
+        apt_install "mosquitto" mosquitto
+    fi
+    # The emulated board (boards/qemu-mps2-an385): its firmware is built with
+    # the Arm toolchain and booted in QEMU (tests/host/test_qemu_board.py).
+    if ! command -v arm-none-eabi-gcc >/dev/null 2>&1 || ! command -v qemu-system-arm >/dev/null 2>&1 \
+            || [ "$(arm-none-eabi-gcc -print-file-name=libc.a 2>/dev/null)" = libc.a ]; then
+        apt_install "the emulated board's toolchain" --no-install-recommends gcc-arm-none-eabi \
+            libnewlib-arm-none-eabi qemu-system-arm make
     fi
     export PATH="$PWD/$VENV/bin:$PATH"
 }

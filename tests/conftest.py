@@ -89,11 +89,12 @@ MARKERS = {
     "spark": "starts a local Spark (pyspark and a JVM)",
     "mosquitto": "starts a real mosquitto broker",
     "micropython": "runs the real micropython binary (the unix port)",
+    "qemu": "builds the emulated board's firmware (cached) and boots it in qemu-system-arm",
     "reliability": "tests/reliability: faults, bad input, load and security with real parts",
-    "slow": "takes more than about a second; every spark, mosquitto, micropython and "
-            "reliability test is slow too",
+    "slow": "takes more than about a second; every spark, mosquitto, micropython, "
+            "reliability and qemu test is slow too",
 }
-SERVICES = ("spark", "mosquitto", "micropython", "reliability")
+SERVICES = ("spark", "mosquitto", "micropython", "reliability", "qemu")
 
 # Fixtures that start a real part, by name (not by the module that implements
 # them, which may move): every test using one gets the marker.
@@ -105,6 +106,7 @@ FIXTURE_MARKERS = {
     "rel_device": "micropython",   # tests/reliability/rel_device.py under micropython
     "fw_tree": "micropython",      # firmware/ compiled for micropython (test_firmware.py)
     "sim": "micropython",          # a micropython REPL on a pty (test_deploy.py, SimBoard)
+    "image": "qemu",               # the emulated board's firmware (tests/host/qemukit.py)
 }
 # Module-scoped fixtures that take over a second to set up: their users are slow.
 SLOW_FIXTURES = (

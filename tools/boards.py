@@ -110,6 +110,12 @@ def _regex(value, where):
     return value
 
 
+def _module_name(value, where):
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]*", value):
+        _fail(where, "a module name", value)
+    return value
+
+
 def _nullable(check):
     return lambda value, where: None if value is None else check(value, where)
 
@@ -169,6 +175,14 @@ _FLASH = {
         "drive_label": _nonempty,
         "uf2_family_id": _hex,
     },
+    # An emulated board: "flashing" boots the image in qemu-system-<arch>
+    # -machine <machine>, its filesystem a host file of `size` (tools/qemuboard.py).
+    "qemu": {
+        "method": _str,
+        "system": _enum("arm"),
+        "machine": _nonempty,
+        "size": _enum(*FLASH_SIZES),
+    },
 }
 
 
@@ -181,7 +195,10 @@ def _flash(value, where):
     return _obj(_FLASH[method])(value, where)
 
 
-_UART_PINS = {"id": _int(0, 16), "tx": _int(0, 64), "rx": _int(0, 64), "baud": _int(300, 10000000)}
+_UART_PINS = {"id": _int(0, 16), "tx": _Optional(_int(0, 64)), "rx": _Optional(_int(0, 64)),
+              "baud": _int(300, 10000000),
+              # a module with a UART class, for ports without machine.UART
+              "driver": _Optional(_nullable(_module_name))}
 _UART_TTY = {"device": _nullable(_nonempty), "baud": _int(300, 10000000)}
 
 
@@ -204,6 +221,13 @@ SCHEMA = _obj({
         "board": _nullable(_nonempty),
         "min_version": _version,
         "url": _Optional(_nullable(_str)),
+        # How `edgebus firmware build` makes the image from a MicroPython source
+        # tree: a board definition of ours (boards/<board_dir>, a BOARD_DIR
+        # outside the tree) or, when absent, the port's own BOARD.
+        "build": _Optional(_nullable(_obj({
+            "board_dir": _Optional(_nullable(_nonempty)),
+            "image": _nonempty,            # the file make leaves in BUILD
+        }))),
     }),
     "device": _nullable(_obj({
         "platform": _str_or_list,       # sys.platform on the device
@@ -320,7 +344,7 @@ def main(argv=None):
             status = 1
             continue
         arch = b["mpy"]["arch"] if b["mpy"] else "-"
-        print("%-11s %-11s %-9s %-7s heap %7d  flash budget %8d  %s" % (
+        print("%-15s %-11s %-9s %-7s heap %7d  flash budget %8d  %s" % (
             b["name"], b["runtime"], arch or "bytecode", b["flash"]["method"],
             b["budget"]["heap"], b["budget"]["flash"], b["description"]))
     return status

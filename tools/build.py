@@ -273,14 +273,15 @@ def build(board, out, sources=None, entry=None, opt=0, log=print):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def freeze_manifest(board, srcs, opt=0):
+def freeze_manifest(board, srcs, opt=0, include="$(PORT_DIR)/boards/manifest.py"):
     """A MicroPython freeze manifest (manifest.py) for srcs: the port's own
-    manifest plus each module, from its source, at optimisation level opt."""
+    manifest (or `include`) plus each module, from its source, at optimisation
+    level opt."""
     lines = ["# MicroPython freeze manifest for edgebus on board %s, written by edgebus build." % board["name"],
              "# Frozen modules run from flash: their code takes no heap (firmware/README.md).",
              "# In ports/%s of a MicroPython checkout: make BOARD=%s FROZEN_MANIFEST=<this file>"
              % (board["firmware"]["port"], board["firmware"].get("board", "...")),
-             'include("$(PORT_DIR)/boards/manifest.py")']
+             "include(%r)" % include]
     for src, rel in srcs:
         base = src[:len(src) - len(rel)].rstrip("/") or "."
         lines.append("module(%r, base_path=%r, opt=%d)" % (rel, base, opt))

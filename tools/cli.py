@@ -13,6 +13,8 @@ import sys
 COMMANDS = {
     "build": ("tools.build", "compile edgebus + firmware to a .mpy bundle for a board",
               "micropython"),
+    "firmware": ("tools.firmware", "build a MicroPython firmware image with edgebus frozen in",
+                 "micropython"),
     "deploy": ("tools.deploy", "copy a built bundle and config to a board with mpremote", "boards"),
     "flash": ("tools.flash", "write a MicroPython firmware image to a board", "boards"),
     "fleet": ("tools.fleet", "run N simulated devices (the real firmware on the MicroPython unix port)",

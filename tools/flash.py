@@ -4,6 +4,10 @@ ESP boards go through esptool: a read-only chip check first (esptool connects
 with the manifest's --chip and refuses another chip), an optional erase, then
 write-flash at the manifest's offset. RP2 boards take a UF2 file copied to
 their USB drive (RPI-RP2, mounted when BOOTSEL is held at power-up).
+An emulated board (flash.method "qemu") is "flashed" by booting the image in
+QEMU (tools/qemuboard.py): ``--config`` writes the device config into the
+board's littlefs image first, and the command prints the link UART's port for
+a bridge ``[[serial]]`` entry, then runs the board until Ctrl-C.
 ``--dry-run`` prints the exact commands and runs nothing.
 """
 import glob
@@ -38,16 +42,64 @@ def add_arguments(p):
     p.add_argument("--erase", action="store_true",
                    help="erase the whole flash first (ESP; wipes the filesystem too)")
     p.add_argument("--drive", metavar="DIR", help="RP2: the mounted RPI-RP2 drive (default: found)")
+    q = p.add_argument_group("emulated boards (qemu)")
+    q.add_argument("--config", metavar="FILE", help="device config written to /config.json")
+    q.add_argument("--state", metavar="DIR",
+                   help="where the board's flash image lives (default: build/<board>/state)")
+    q.add_argument("--uart", default="pty", metavar="pty|tcp:PORT",
+                   help="the link UART (UART1) on the host (default: pty)")
+    q.add_argument("--repl", default="stdio", metavar="stdio|pty|tcp:PORT",
+                   help="the REPL UART (UART0) (default: stdio, this terminal)")
 
 
 def run(args):
     try:
         board = boards.load_board(args.board)
+        if board["flash"]["method"] == "qemu":
+            return boot_emulated(board, args)
         flash(board, args.firmware, port=args.port, baud=args.baud, erase=args.erase,
               dry_run=args.dry_run, drive=args.drive)
     except (boards.BoardError, FlashError) as e:
         print("edgebus flash: error: %s" % e, file=sys.stderr)
         return 1
+    return 0
+
+
+def boot_emulated(board, args):
+    """edgebus flash for an emulated board: config into its flash, then boot it."""
+    import json
+    from tools import qemuboard
+    state = args.state or os.path.join("build", board["name"], "state")
+    try:
+        config = None
+        if args.config:
+            try:
+                with open(args.config) as f:
+                    config = json.load(f)
+            except (OSError, ValueError) as e:
+                raise FlashError("--config %s: %s" % (args.config, e)) from None
+        qb = qemuboard.QemuBoard(board, args.firmware, state, repl=args.repl, uart=args.uart)
+        if args.dry_run:
+            print("cd %s && %s" % (shlex.quote(state), shlex.join(qb.argv)))
+            return 0
+        qemuboard.prepare_flash(board, state, qemuboard.device_files(board, config))
+        qb.start(stdio=args.repl == "stdio")
+    except qemuboard.QemuError as e:
+        raise FlashError(str(e)) from None
+    print("edgebus flash: %s running (flash image %s)" % (board["name"],
+                                                          os.path.join(state, "flash.img")),
+          file=sys.stderr)
+    if qb.repl_port:
+        print("  REPL:      %s  (mpremote connect %s)" % (qb.repl_port, qb.repl_port),
+              file=sys.stderr)
+    print("  link UART: %s  (bridge: [[serial]] port = \"%s\")" % (qb.uart_port, qb.uart_port),
+          file=sys.stderr)
+    try:
+        qb.proc.wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        qb.close()
     return 0
 
 

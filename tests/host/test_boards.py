@@ -9,10 +9,10 @@ import pytest
 from tools import boards
 from tools.boards import BoardError, load_board
 
-BOARDS = ["esp32", "esp32-s3", "esp8266", "linux-edge", "rp2-pico-w", "unix"]
+BOARDS = ["esp32", "esp32-s3", "esp8266", "linux-edge", "qemu-mps2-an385", "rp2-pico-w", "unix"]
 
 
-def test_the_six_boards_are_listed_and_valid():
+def test_the_seven_boards_are_listed_and_valid():
     assert boards.list_boards() == BOARDS
     for name in BOARDS:
         b = load_board(name)
@@ -35,6 +35,25 @@ def test_esp_boards_name_chip_offset_and_arch(name, chip, offset, arch):
     assert b["flash"]["bootloader_offset"] == offset
     assert b["mpy"]["arch"] == arch
     assert b["firmware"]["family"] == "micropython"
+
+
+def test_the_emulated_board_builds_from_its_board_dir_and_boots_in_qemu():
+    b = load_board("qemu-mps2-an385")
+    assert b["flash"] == {"method": "qemu", "system": "arm", "machine": "mps2-an385",
+                          "size": "1MB"}
+    assert b["firmware"]["build"] == {"board_dir": "qemu-mps2-an385", "image": "firmware.elf"}
+    assert os.path.isfile(os.path.join(boards.BOARDS_DIR, "qemu-mps2-an385", "mpconfigboard.mk"))
+    assert b["mpy"]["arch"] == "armv7m"
+    assert b["uart"] == {"id": 1, "baud": 115200, "driver": "mps2uart", "tx": None, "rx": None}
+
+
+def test_a_uart_driver_must_be_a_module_name(tmp_path):
+    d = json.load(open(boards.board_path("qemu-mps2-an385")))
+    d["uart"]["driver"] = "not a module"
+    p = tmp_path / "qemu-mps2-an385.json"
+    p.write_text(json.dumps(d))
+    with pytest.raises(BoardError, match="uart.driver: expected a module name"):
+        load_board(str(p))
 
 
 def test_rp2_unix_and_linux_edge():
@@ -94,7 +113,7 @@ def _broken(tmp_path, board="esp32", **changes):
     ({"budget__flash": 8 * 1024 * 1024}, "budget.flash: 8388608 bytes is more than the 4MB flash"),
     ({"queues__full": "block"}, 'queues.full: expected one of "drop_oldest", "reject_newest"'),
     ({"device__machine": "with (ESP32"}, "device.machine: not a valid regular expression"),
-    ({"uart__tx": KeyError}, 'uart: missing key "tx"'),
+    ({"uart__baud": KeyError}, 'uart: missing key "baud"'),
 ])
 def test_bad_manifests_are_refused_with_the_field_named(tmp_path, change, expect):
     d = _broken(tmp_path, **change)

@@ -16,6 +16,7 @@ pytestmark = [pytest.mark.mosquitto, pytest.mark.micropython]
 
 def test_demo_pipeline_without_spark(tmp_path):
     r = subprocess.run([sys.executable, "-m", "dev.demo", "--seconds", "6", "--no-spark",
+                        "--no-qemu",
                         "--serial-devices", "2", "--out", str(tmp_path / "demo")], cwd=ROOT,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr

@@ -15,6 +15,10 @@ MPY_HEAP = "256K"
 
 
 def _tmpdir():
+    try:
+        os.mkdir("/tmp")
+    except OSError:
+        pass     # it exists; a board's filesystem starts without one
     d = "/tmp/edgebus-journal-" + hexlify(os.urandom(6)).decode()
     os.mkdir(d)
     return d

@@ -1,0 +1,281 @@
+"""edgebus firmware build --board B --micropython SRC: a firmware image with edgebus frozen in.
+
+SRC is a MicroPython source tree or its release tarball (default: the
+EDGEBUS_MICROPYTHON environment variable); a tarball is unpacked once into the
+cache. The image is built with the port's own make: mpy-cross first, then
+``make -C ports/<port>`` with our freeze manifest (the board's manifest, then
+edgebus and firmware) and, for a board defined here (boards/<board_dir>), that
+directory as BOARD_DIR. The heap is the manifest's budget.heap.
+
+Images are cached under a hash of every input (source, board files, frozen
+sources, options), so a second build with nothing changed takes no time:
+``<cache>/firmware/<board>-<hash>/`` holds the image and ``build.json``
+(sizes); the newest few per board are kept. The cache is EDGEBUS_CACHE, else
+~/.cache/edgebus.
+"""
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import time
+
+from tools import boards, build as bundle
+
+ENV_SOURCE = "EDGEBUS_MICROPYTHON"
+APT = {"arm": "apt-get install -y --no-install-recommends gcc-arm-none-eabi "
+              "libnewlib-arm-none-eabi"}
+CROSS = {"arm": "arm-none-eabi-"}
+
+
+class FirmwareError(Exception):
+    """A problem the user must fix; the message says how."""
+
+
+def add_arguments(p):
+    sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    b = sub.add_parser("build", help="build a firmware image with edgebus frozen in")
+    b.add_argument("--board", required=True, metavar="B", help="board name or manifest path")
+    b.add_argument("--micropython", metavar="SRC",
+                   help="MicroPython source tree or release tarball (default: $%s)" % ENV_SOURCE)
+    b.add_argument("--out", metavar="FILE", help="also copy the image here")
+    b.add_argument("--heap", type=int, metavar="BYTES",
+                   help="GC heap size (default: the manifest's budget.heap)")
+    b.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1, help="make -j")
+
+
+def run(args):
+    try:
+        board = boards.load_board(args.board)
+        r = build(board, args.micropython, heap=args.heap, jobs=args.jobs)
+        if args.out:
+            shutil.copyfile(r["image"], args.out)
+            print("copied to %s" % args.out)
+    except (boards.BoardError, FirmwareError, bundle.BuildError) as e:
+        print("edgebus firmware: error: %s" % e, file=sys.stderr)
+        return 1
+    return 0
+
+
+def cache_dir():
+    return os.environ.get("EDGEBUS_CACHE") or os.path.join(
+        os.path.expanduser("~"), ".cache", "edgebus")
+
+
+# -- the MicroPython source
+
+def _tree_ok(d):
+    return os.path.isfile(os.path.join(d, "py", "mkenv.mk")) and os.path.isdir(
+        os.path.join(d, "mpy-cross"))
+
+
+def source_tree(src, log=print):
+    """(tree directory, identity for the cache key) for a tree or a tarball."""
+    src = src or os.environ.get(ENV_SOURCE)
+    if not src:
+        raise FirmwareError("no MicroPython source: pass --micropython DIR (a source tree or "
+                            "a release tarball such as micropython-1.28.0.tar.xz) or set %s"
+                            % ENV_SOURCE)
+    if os.path.isdir(src):
+        if not _tree_ok(src):
+            raise FirmwareError("--micropython %s: not a MicroPython source tree (no py/mkenv.mk "
+                                "or mpy-cross/)" % src)
+        return os.path.abspath(src), "tree:" + os.path.abspath(src)
+    if not os.path.isfile(src):
+        raise FirmwareError("--micropython %s: no such file or directory" % src)
+    h = hashlib.sha256()
+    with open(src, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    digest = h.hexdigest()[:16]
+    dest = os.path.join(cache_dir(), "micropython", digest)
+    if not os.path.isdir(dest):
+        log("unpacking %s into %s" % (src, dest))
+        tmp = dest + ".tmp%d" % os.getpid()
+        try:
+            with tarfile.open(src) as t:
+                t.extractall(tmp, filter="data")
+        except (tarfile.TarError, OSError) as e:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise FirmwareError("--micropython %s: cannot unpack: %s" % (src, e)) from None
+        tops = os.listdir(tmp)
+        root = os.path.join(tmp, tops[0]) if len(tops) == 1 else tmp
+        if not _tree_ok(root):
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise FirmwareError("--micropython %s: the tarball holds no MicroPython source tree"
+                                % src)
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        try:
+            os.rename(root, dest)
+        except OSError:          # another build unpacked it meanwhile
+            pass
+        shutil.rmtree(tmp, ignore_errors=True)
+    return dest, "tarball:" + digest
+
+
+# -- the toolchain
+
+def check_toolchain(arch):
+    """Raise FirmwareError naming the packages when make or the compiler is missing."""
+    missing = [p for p in ("make", CROSS[arch] + "gcc") if shutil.which(p) is None]
+    if not missing:
+        gcc = CROSS[arch] + "gcc"
+        # Newlib's headers come in a package of their own.
+        r = subprocess.run([gcc, "-print-file-name=libc.a"], capture_output=True, text=True)
+        if r.stdout.strip() == "libc.a":
+            missing.append("newlib for %s" % gcc)
+    if missing:
+        raise FirmwareError("%s not found: install the toolchain, e.g. (Debian/Ubuntu, as "
+                            "root) %s make" % (", ".join(missing), APT[arch]))
+
+
+# -- the build
+
+def board_dir(board):
+    b = (board["firmware"].get("build") or {}).get("board_dir")
+    return os.path.join(boards.BOARDS_DIR, b) if b else None
+
+
+def freeze_manifest(board):
+    """The manifest make freezes: the board's (or the port's) then our sources."""
+    bd = board_dir(board)
+    include = os.path.join(bd, "manifest.py") if bd else "$(PORT_DIR)/boards/manifest.py"
+    return bundle.freeze_manifest(board, bundle.collect(bundle.default_sources()),
+                                  include=include)
+
+
+def _hash_files(h, top):
+    for dirpath, dirs, files in os.walk(top):
+        dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        for f in sorted(files):
+            p = os.path.join(dirpath, f)
+            h.update(os.path.relpath(p, top).encode() + b"\0")
+            with open(p, "rb") as fh:
+                h.update(fh.read())
+
+
+def build_key(board, source_id, manifest, heap):
+    """A hash of every input of the image."""
+    h = hashlib.sha256()
+    h.update(json.dumps([board, source_id, heap], sort_keys=True).encode())
+    h.update(manifest.encode())
+    bd = board_dir(board)
+    if bd:
+        _hash_files(h, bd)
+    for src in bundle.default_sources():
+        _hash_files(h, src)
+    return h.hexdigest()[:16]
+
+
+def _make(args, log_path, what):
+    with open(log_path, "ab") as logf:
+        r = subprocess.run(["make"] + args, stdout=logf, stderr=subprocess.STDOUT)
+    if r.returncode != 0:
+        with open(log_path, errors="replace") as f:
+            tail = "".join(f.readlines()[-25:])
+        raise FirmwareError("%s failed (make exit %d); the end of %s:\n%s"
+                            % (what, r.returncode, log_path, tail))
+
+
+def sizes(elf, build_dir, arch):
+    """The image's flash bytes (text + data), its RAM (bss: the heap is there)
+    and the frozen modules' share of the flash."""
+    def size(path):
+        r = subprocess.run([CROSS[arch] + "size", path], capture_output=True, text=True)
+        text, data, bss = (int(x) for x in r.stdout.splitlines()[1].split()[:3])
+        return text, data, bss
+    text, data, bss = size(elf)
+    ftext, fdata, _ = size(os.path.join(build_dir, "frozen_content.o"))
+    return {"image_bytes": text + data, "bss_bytes": bss, "frozen_bytes": ftext + fdata}
+
+
+def _cached(out, info):
+    try:
+        with open(os.path.join(out, "build.json")) as f:
+            meta = json.load(f)
+    except (OSError, ValueError):
+        return None
+    meta["image"] = os.path.join(out, info["image"])
+    return meta
+
+
+KEEP = 4     # images kept per board (e.g. the budget heap and a test heap, two versions)
+
+
+def prune(name, keep=KEEP):
+    """Remove all but the `keep` newest cached images of board `name`."""
+    d = os.path.join(cache_dir(), "firmware")
+    mine = [os.path.join(d, e) for e in os.listdir(d)
+            if e.startswith(name + "-") and ".tmp" not in e]
+    for old in sorted(mine, key=os.path.getmtime)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def build(board, src=None, heap=None, jobs=None, log=print, only_cached=False):
+    """Build (or find in the cache) board's image; returns build.json's dict
+    with "image", the path of the image. only_cached: None rather than build."""
+    info = board["firmware"].get("build")
+    if not info:
+        raise FirmwareError("board %s has no firmware.build in its manifest: its firmware "
+                            "comes from %s" % (board["name"], board["firmware"].get("url")
+                                               or "the port's download page"))
+    # The emulated board names its CPU; other ports' make finds its own toolchain
+    # (ESP-IDF, the Pico SDK) and says what is missing in its log.
+    arch = board["flash"].get("system")
+    heap = heap or board["budget"]["heap"]
+    tree, source_id = source_tree(src, log)
+    port = os.path.join(tree, "ports", board["firmware"]["port"])
+    if not os.path.isdir(port):
+        raise FirmwareError("ports/%s is not in the MicroPython source at %s (the tarball "
+                            "beside this project holds ports/qemu only): use a full checkout"
+                            % (board["firmware"]["port"], tree))
+    manifest = freeze_manifest(board)
+    key = build_key(board, source_id, manifest, heap)
+    out = os.path.join(cache_dir(), "firmware", "%s-%s" % (board["name"], key))
+    meta = _cached(out, info)
+    if meta is not None or only_cached:
+        if meta is not None:
+            log("edgebus firmware: %s is up to date: %s" % (board["name"], meta["image"]))
+        return meta
+    if arch:
+        check_toolchain(arch)
+    tmp = out + ".tmp%d" % os.getpid()
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    man_path = os.path.join(tmp, "manifest.py")
+    with open(man_path, "w") as f:
+        f.write(manifest)
+    log_path = os.path.join(tmp, "build.log")
+    log("edgebus firmware: building %s (heap %d) from %s; log: %s"
+        % (board["name"], heap, tree, log_path))
+    t0 = time.monotonic()
+    jobs = "-j%d" % (jobs or os.cpu_count() or 1)
+    if not os.path.isfile(os.path.join(tree, "mpy-cross", "build", "mpy-cross")):
+        _make(["-C", os.path.join(tree, "mpy-cross"), jobs], log_path, "building mpy-cross")
+    bdir = os.path.join(tmp, "build")
+    args = ["-C", port, jobs, "BUILD=" + bdir, "FROZEN_MANIFEST=" + man_path,
+            "MICROPY_HEAP_SIZE=%d" % heap]
+    bd = board_dir(board)
+    args.append("BOARD_DIR=" + bd if bd else "BOARD=" + board["firmware"]["board"])
+    _make(args, log_path, "building the %s firmware" % board["name"])
+    image = os.path.join(bdir, info["image"])
+    meta = {"board": board["name"], "heap": heap, "source": source_id, "key": key,
+            "seconds": round(time.monotonic() - t0, 1)}
+    meta.update(sizes(image, bdir, arch) if arch else {"image_bytes": os.path.getsize(image)})
+    shutil.copyfile(image, os.path.join(tmp, info["image"]))
+    shutil.rmtree(bdir)          # objects are not kept: the cache holds images
+    with open(os.path.join(tmp, "build.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+    if os.path.isdir(out):       # a concurrent build finished first
+        shutil.rmtree(tmp)
+    else:
+        os.rename(tmp, out)
+    prune(board["name"])
+    meta["image"] = os.path.join(out, info["image"])
+    log("edgebus firmware: built %s in %.0f s: %s (image %d bytes%s)"
+        % (board["name"], meta["seconds"], meta["image"], meta["image_bytes"],
+           ", frozen modules %d" % meta["frozen_bytes"] if "frozen_bytes" in meta else ""))
+    return meta

@@ -1,0 +1,177 @@
+"""An emulated board: a firmware image booted in QEMU, its UARTs on the host.
+
+``QemuBoard(board, image, state)`` runs ``qemu-system-<system> -machine M``
+with the image, UART0 (the REPL) and UART1 (the link) each on a pty or a TCP
+port, and the board's flash a littlefs image file in ``state`` (QEMU's
+working directory: the firmware reaches ``flash.img`` there through
+semihosting). ``repl_port`` and ``uart_port`` are what pyserial, mpremote or a
+bridge ``[[serial]]`` entry open: ``/dev/pts/N`` or ``socket://127.0.0.1:P``.
+The board runs until ``close()``; ``machine.reset()`` resets it in place
+(same ports), as the power stays on.
+"""
+import json
+import os
+import re
+import shutil
+import subprocess
+import threading
+import time
+
+from tools import boards, lfsimage
+
+FLASH_IMAGE = "flash.img"
+APT = "apt-get install -y --no-install-recommends qemu-system-arm"
+
+
+class QemuError(Exception):
+    """A problem the user must fix; the message says how."""
+
+
+def qemu_binary(board):
+    name = "qemu-system-" + board["flash"]["system"]
+    exe = shutil.which(name)
+    if exe is None:
+        raise QemuError("%s not found: install it, e.g. (Debian/Ubuntu, as root) %s"
+                        % (name, APT))
+    return exe
+
+
+def _serial(spec):
+    """A --repl/--uart value -> (qemu -serial argument, port for the host or None)."""
+    if spec == "pty":
+        return "pty", None                  # the path comes from QEMU's output
+    if spec in ("stdio", "null"):
+        return spec, None
+    if spec.startswith("file:"):
+        return spec, None                   # output only, into a file (a device log)
+    if spec.startswith("/dev/"):
+        return spec, spec                   # a host tty (e.g. one end of a cable)
+    m = re.fullmatch(r"tcp:(\d+)", spec)
+    if m:
+        return ("tcp:127.0.0.1:%s,server=on,wait=off" % m.group(1),
+                "socket://127.0.0.1:%s" % m.group(1))
+    raise QemuError("%r: expected pty, tcp:PORT, a /dev/ tty path, file:PATH, stdio or null"
+                    % spec)
+
+
+def device_files(board, config=None, main="firmware.main"):
+    """The files edgebus flash puts on the board's filesystem: the config, the
+    board manifest the runtime reads (board.json) and main.py."""
+    files = {"board.json": json.dumps(board).encode()}
+    if config is not None:
+        files["config.json"] = json.dumps(config).encode()
+    if main:
+        files["main.py"] = ("import %s  # written by edgebus flash\n" % main).encode()
+    return files
+
+
+def prepare_flash(board, state, files):
+    """Create state/flash.img if needed and write files into it; returns its path."""
+    os.makedirs(state, exist_ok=True)
+    img = os.path.join(state, FLASH_IMAGE)
+    lfsimage.write(img, files, boards.flash_size_bytes(board["flash"]["size"]),
+                   board["budget"]["fs_block"])
+    return img
+
+
+class QemuBoard:
+    def __init__(self, board, image, state, repl="pty", uart="pty", extra=()):
+        if board["flash"]["method"] != "qemu":
+            raise QemuError("board %s is not an emulated board" % board["name"])
+        if not os.path.isfile(image):
+            raise QemuError("%s: no such firmware image (edgebus firmware build --board %s)"
+                            % (image, board["name"]))
+        os.makedirs(state, exist_ok=True)
+        (r_arg, self.repl_port), (u_arg, self.uart_port) = _serial(repl), _serial(uart)
+        self.argv = [qemu_binary(board), "-machine", board["flash"]["machine"], "-nographic",
+                     "-monitor", "null", "-semihosting", "-kernel", os.path.abspath(image),
+                     "-serial", r_arg, "-serial", u_arg] + list(extra)
+        self.state = state
+        self.log_path = os.path.join(state, "qemu.log")
+        self.proc = None
+        self._ptys = [i for i, a in enumerate((r_arg, u_arg)) if a == "pty"]
+
+    def start(self, timeout=30, stdio=False):
+        """Start QEMU; returns once the host-side ports are known."""
+        self._log = open(self.log_path, "wb")
+        out = None if stdio else self._log
+        self.proc = subprocess.Popen(self.argv, cwd=self.state, stdin=None if stdio else
+                                     subprocess.DEVNULL, stdout=out, stderr=self._log,
+                                     start_new_session=not stdio)
+        deadline = time.monotonic() + timeout
+        while self._ptys:
+            # QEMU names the pty it made for each serial port in its output.
+            with open(self.log_path, errors="replace") as f:
+                found = dict((int(n), p) for p, n in re.findall(
+                    r"char device redirected to (\S+) \(label serial(\d)\)", f.read()))
+            if all(i in found for i in self._ptys):
+                self.repl_port = found.get(0, self.repl_port)
+                self.uart_port = found.get(1, self.uart_port)
+                break
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.close()
+                with open(self.log_path, errors="replace") as f:
+                    raise QemuError("QEMU did not start: %s" % f.read().strip())
+            time.sleep(0.02)
+        return self
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def close(self):
+        if self.proc is not None:
+            if self.proc.poll() is None:
+                self.proc.terminate()
+                try:
+                    self.proc.wait(5)
+                except subprocess.TimeoutExpired:
+                    self.proc.kill()
+                    self.proc.wait()
+            self._log.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Console:
+    """The board's REPL UART, read in a thread into `text`."""
+
+    def __init__(self, port):
+        import serial        # pyserial: only this reader needs it
+        self._errors = (serial.SerialException, OSError)
+        self.s = serial.serial_for_url(port, baudrate=115200, timeout=0.05)
+        self.text = ""
+        self._stop = False
+        self._t = threading.Thread(target=self._read, daemon=True)
+        self._t.start()
+
+    def _read(self):
+        while not self._stop:
+            try:
+                b = self.s.read(4096)
+            except self._errors:
+                return
+            if b:
+                self.text += b.decode(errors="replace")
+
+    def wait_for(self, needle, timeout=20, start=0):
+        """The index just after needle's first appearance at or after start."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            i = self.text.find(needle, start)
+            if i >= 0:
+                return i + len(needle)
+            time.sleep(0.02)
+        raise AssertionError("%r not seen on the REPL within %ss; it shows:\n%s"
+                             % (needle, timeout, self.text[-3000:]))
+
+    def write(self, data):
+        self.s.write(data)
+
+    def close(self):
+        self._stop = True
+        self._t.join(2)
+        self.s.close()
