@@ -560,4 +560,10 @@ def markdown(res, out, md_dir=None):
               "**Behind the baseline**: " + BEHIND_SPARK]
     L += _log_section(res)
     L.append("")
+    # Section 7 is measured by `python -m dev.qemuheap` (a firmware build per
+    # heap size, too slow for ./do bench) and kept by hand in board32.md.
+    board32 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "board32.md")
+    if os.path.exists(board32):
+        with open(board32) as f:
+            L += [f.read().rstrip("\n"), ""]
     return "\n".join(L) + "\n"
