@@ -86,6 +86,11 @@ def decode_value(v):
     return v
 
 
+# The JSON text of a logged value: compact, raw UTF-8, as the body holds it.
+json_text = json.JSONEncoder(ensure_ascii=False, allow_nan=False,
+                             separators=(",", ":")).encode
+
+
 def topic_text(tokens):
     """The 'a/b/c' form of a topic token sequence (ints as decimal text)."""
     return "/".join([str(t) for t in tokens])
@@ -114,6 +119,13 @@ def _encode_nested(v):
 
 def encode_body(record):
     """Validated, compact UTF-8 JSON body bytes for a record dict."""
+    return dump_body(normalize(record))
+
+
+def normalize(record):
+    """The body of a record dict as JSON-model values, validated: the thirteen
+    members in order, topic a list, payload and extra encoded (tags).  Raises
+    TypeError/ValueError for a record the log cannot hold."""
     _check_record(record)
     get = record.get
     ts_host = record["ts_host"]
@@ -146,6 +158,11 @@ def encode_body(record):
             raise TypeError("extra must be a dict or None, not %s" % type(extra).__name__)
         extra = _encode_nested(extra) if extra else None
     body["extra"] = extra
+    return body
+
+
+def dump_body(body):
+    """The compact UTF-8 JSON bytes of a body normalize() made."""
     try:
         text = json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
         data = text.encode("utf-8")

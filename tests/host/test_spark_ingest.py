@@ -78,8 +78,8 @@ class Fleet:
         self.written = []              # (record, position)
         self.unique = set()            # (node, sid, seq) keys logged
 
-    def write(self, n, dup_every=0, local_every=10):
-        with LogWriter(self.path, segment_bytes=6000) as w:
+    def write(self, n, dup_every=0, local_every=10, version=2):
+        with LogWriter(self.path, segment_bytes=6000, version=version) as w:
             for i in range(n):
                 self.t += 0.01
                 if local_every and i % local_every == local_every - 1:
@@ -98,7 +98,8 @@ class Fleet:
 
 
 def corrupt_one(fleet):
-    """Damage a body byte of a device record in the second segment; return it."""
+    """Damage a body byte of a device record in the second segment (version 1,
+    row format); return it."""
     rec, pos = next((r, p) for r, p in fleet.written
                     if p[0] == 1 and r.get("seq") is not None and p[1] > 20)
     fname = os.path.join(fleet.path, segment_name(pos[0]))
@@ -140,7 +141,8 @@ def test_exactly_once_across_sigkill_with_duplicates_and_corruption(spark, tmp_p
 
     log, table, ckpt = tmp_path / "log", tmp_path / "table", tmp_path / "ckpt"
     fleet = Fleet(log)
-    fleet.write(2400, dup_every=17)
+    # A log begun by a version-1 bridge (row segments), continued in version 2.
+    fleet.write(2400, dup_every=17, version=1)
     _, lost_pos = corrupt_one(fleet)
 
     # Run 1: a continuous query in small micro-batches, SIGKILLed (JVM, Python
