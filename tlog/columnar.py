@@ -17,7 +17,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from tlog.records import FIELDS, decode_value, json_text
-from tlog.names import fsync_dir, parquet_name
+from tlog.names import fsync_dir, parquet_name, write_atomically
 
 FORMAT_VERSION = 2
 META_VERSION = b"edgebus.format_version"
@@ -134,23 +134,10 @@ def write_segment(path, segment_id, bodies, gateway=None, mtime=None):
         meta[META_GATEWAY] = gateway.encode("utf-8")
     t = t.replace_schema_metadata(meta)
     final = os.path.join(path, parquet_name(segment_id))
-    tmp = os.path.join(path, TMP_PREFIX + parquet_name(segment_id))
-    try:
-        with open(tmp, "wb") as f:
-            pq.write_table(t, f, row_group_size=ROW_GROUP_ROWS, compression="zstd",
-                           write_page_checksum=True)
-            f.flush()
-            if mtime is not None:
-                os.utime(f.fileno(), (mtime, mtime))
-            os.fsync(f.fileno())
-        os.rename(tmp, final)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    fsync_dir(path)
+    write_atomically(final, os.path.join(path, TMP_PREFIX + parquet_name(segment_id)),
+                     lambda f: pq.write_table(t, f, row_group_size=ROW_GROUP_ROWS,
+                                              compression="zstd", write_page_checksum=True),
+                     mtime=mtime)
     return final
 
 

@@ -1,5 +1,6 @@
-"""Segment file names and making directory entries durable: what every
-module that creates, renames or lists segment files shares."""
+"""Segment file names, making directory entries durable, and writing a file
+whole or not at all: what every module that creates, renames or lists
+segment files shares."""
 import os
 
 
@@ -21,3 +22,27 @@ def fsync_dir(path):
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def write_atomically(final, tmp, write, durable=True, mtime=None):
+    """Create the file final whole or not at all: write(f) fills tmp (opened
+    "wb"), which is then renamed to final; on any error tmp is removed.
+    durable: fsync the file before the rename and its directory after;
+    mtime: set on the file (before the fsync)."""
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            if mtime is not None:
+                os.utime(f.fileno(), (mtime, mtime))
+            if durable:
+                os.fsync(f.fileno())
+        os.rename(tmp, final)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    if durable:
+        fsync_dir(os.path.dirname(final))
