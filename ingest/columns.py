@@ -7,7 +7,8 @@ from itertools import accumulate, chain
 import tlog
 from ingest.schema import LATE_TEXT
 from tlog import columnar
-from tlog.columnar import is_late, to_double, to_long
+from tlog.columnar import to_double, to_long
+from tlog.records import is_late
 
 _NULL = b"null"
 _NULL_LEN = len(_NULL)
@@ -18,7 +19,7 @@ _G = {k: operator.attrgetter(k) for k in tlog.FIELDS}
 def from_dicts(pa, schema, sid, offs, recs):
     """One record batch from record dicts of tlog.read_segment (decode_payload
     False) at offsets offs of segment sid: the columns a version-2 seal makes."""
-    t = columnar.table(recs, sid, offsets=offs).select(schema.names)
+    t = columnar.table(list(map(tlog.row_of, recs)), sid, offsets=offs).select(schema.names)
     return pa.RecordBatch.from_arrays(t.combine_chunks().to_batches()[0].columns, schema=schema)
 
 

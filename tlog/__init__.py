@@ -25,7 +25,7 @@ from tlog.format import (FILE_HEADER_SIZE, FILE_MAGIC, FORMAT_VERSION, MAX_BODY_
                          file_header, frame)
 from tlog.reader import ReadStats, read_log, read_segment
 from tlog.records import (FIELDS, decode_body, decode_value, encode_body, encode_value,
-                          json_text, record_from_message, topic_text)
+                          json_text, record_from_message, row_of, topic_text)
 from tlog.segments import (LOCK_NAME, earliest_offset, latest_offset, list_segments,
                            parquet_name, sealed_files, segment_end, segment_file, segment_name,
                            start_offset)
@@ -40,6 +40,6 @@ __all__ = [
     "record_from_message", "encode_value", "decode_value", "topic_text",
     "encode_body", "decode_body", "file_header", "frame", "check_file_header",
     "segment_name", "parquet_name", "list_segments", "sealed_files", "segment_file",
-    "segment_end", "start_offset", "json_text", "read_segment", "read_log",
+    "segment_end", "start_offset", "json_text", "row_of", "read_segment", "read_log",
     "latest_offset", "earliest_offset", "last_seqs", "TAIL_BYTES", "write_atomically",
 ]

@@ -11,6 +11,7 @@ version-1 segments are read and written without it.
 """
 import json
 import os
+from operator import itemgetter
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -75,12 +76,6 @@ def to_double(v):
     return v
 
 
-def is_late(extra):
-    """The late column for a record's extra (a dict, or None): True only when
-    its member ``late`` is JSON true (a reading delivered out of a spool)."""
-    return type(extra) is dict and extra.get("late") is True
-
-
 def _column(values, typ, fix):
     try:
         return pa.array(values, typ)
@@ -88,47 +83,67 @@ def _column(values, typ, fix):
         return pa.array(list(map(fix, values)), typ)
 
 
-def table(bodies, segment_id, gateway=None, offsets=None):
-    """The Arrow table of SCHEMA for bodies (dicts as normalize() or
-    decode_body(..., False) give them) of segment_id, at rows 0.. or at the
-    given offsets."""
-    n = len(bodies)
-    topics = [b["topic"] for b in bodies]
-    tokens = [[t if type(t) is str else str(t) for t in tp] for tp in topics]
-    ts = _column([b["ts_host"] for b in bodies], pa.float64(), to_double)
+def _topics(topics):
+    """The topic, topic_tokens and topic_json columns' values; a gateway sees
+    few distinct topics, so each is worked out once."""
+    seen = {}
+    text, tokens, tj = [], [], []
+    for tp in topics:
+        key = tuple(tp)
+        got = seen.get(key)
+        if got is None:
+            toks = [t if type(t) is str else str(t) for t in key]
+            got = seen[key] = ("/".join(toks), toks,
+                               None if all(type(t) is str for t in key) else json_text(list(key)))
+        text.append(got[0])
+        tokens.append(got[1])
+        tj.append(got[2])
+    return text, tokens, tj
+
+
+_AT = {k: i for i, k in enumerate(FIELDS + ("late",))}     # a row_of() tuple's members
+
+
+def table(rows, segment_id, gateway=None, offsets=None):
+    """The Arrow table of SCHEMA for rows (tlog.records.row_of tuples) of
+    segment_id, at rows 0.. or at the given offsets: column by column."""
+    n = len(rows)
+
+    def col(k):
+        return list(map(itemgetter(_AT[k]), rows))
+    topic, tokens, topic_json = _topics(col("topic"))
+    ts = _column(col("ts_host"), pa.float64(), to_double)
     fits = pc.and_(pc.greater_equal(ts, TS_MIN), pc.less_equal(ts, TS_MAX))
     micros = pc.cast(pc.round(pc.multiply(pc.if_else(fits, ts, 0.0), 1e6)), pa.int64())
     # A time Spark cannot hold stays null: readers skip and report the row.
     ts_time = pc.if_else(fits, micros, None).cast(pa.timestamp("us", tz="UTC"))
-    extras = [b["extra"] for b in bodies]
     cols = {
-        "topic": pa.array(["/".join(t) for t in tokens], _STR),
+        "topic": pa.array(topic, _STR),
         "topic_tokens": pa.array(tokens, SCHEMA.field("topic_tokens").type),
-        "payload": pa.array([None if b["payload"] is None else json_text(b["payload"])
-                             for b in bodies], _STR),
-        "ts_device": _column([b["ts_device"] for b in bodies], pa.float64(), to_double),
+        "payload": pa.array(col("payload"), _STR),
+        "ts_device": _column(col("ts_device"), pa.float64(), to_double),
         "ts_host": ts, "ts_host_time": ts_time,
-        "generation": _column([b["generation"] for b in bodies], pa.int64(), to_long),
-        "seq": _column([b["seq"] for b in bodies], pa.int64(), to_long),
-        "extra": pa.array([None if x is None else json_text(x) for x in extras], _STR),
-        "late": pa.array([is_late(x) for x in extras], pa.bool_()),
+        "generation": _column(col("generation"), pa.int64(), to_long),
+        "seq": _column(col("seq"), pa.int64(), to_long),
+        "extra": pa.array(col("extra"), _STR),
+        "late": pa.array(col("late"), pa.bool_()),
         "gateway": pa.array([gateway] * n, _STR),
         "segment": pa.array([segment_id] * n, pa.int64()),
         "offset": pa.array(range(n) if offsets is None else offsets, pa.int64()),
         # Integer tokens are exact only here ("3" and 3 are different topics).
-        "topic_json": pa.array([None if all(type(t) is str for t in tp) else json_text(list(tp))
-                                for tp in topics], _STR),
+        "topic_json": pa.array(topic_json, _STR),
     }
     for k in _PROV:
-        cols[k] = pa.array([b[k] for b in bodies], _STR)
+        cols[k] = pa.array(col(k), _STR)
     return pa.Table.from_arrays([cols[f.name] for f in SCHEMA], schema=SCHEMA)
 
 
-def write_segment(path, segment_id, bodies, gateway=None, mtime=None):
-    """Write bodies as the sealed segment ``segment_id`` of the log at path,
+def write_segment(path, segment_id, rows, gateway=None, mtime=None):
+    """Write rows (tlog.records.row_of tuples) as the sealed segment
+    ``segment_id`` of the log at path,
     atomically: a hidden temporary file, fsynced (mtime set: the seal time),
     renamed into place, directory fsynced.  Returns its file name."""
-    t = table(bodies, segment_id, gateway)
+    t = table(rows, segment_id, gateway)
     meta = {META_VERSION: str(FORMAT_VERSION).encode(), META_SEGMENT: str(segment_id).encode()}
     if gateway is not None:
         meta[META_GATEWAY] = gateway.encode("utf-8")

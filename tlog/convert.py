@@ -6,6 +6,7 @@ import os
 from tlog import columnar
 from tlog.errors import LogError
 from tlog.reader import ReadStats, read_segment
+from tlog.records import row_of
 from tlog.segments import sealed_files
 
 
@@ -21,10 +22,10 @@ def convert_log(path, gateway=None):
         if version != 1:
             continue
         stats = ReadStats()
-        bodies = [r for _, r in read_segment(path, sid, stats=stats, decode_payload=False)]
+        rows = [row_of(r) for _, r in read_segment(path, sid, stats=stats, decode_payload=False)]
         if not stats.clean:
             raise LogError("%s does not read clean (%r); not converted" % (fname, stats))
-        columnar.write_segment(path, sid, bodies, gateway, mtime=os.path.getmtime(fname))
+        columnar.write_segment(path, sid, rows, gateway, mtime=os.path.getmtime(fname))
         os.unlink(fname)
         done.append(sid)
     return done

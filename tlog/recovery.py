@@ -7,14 +7,14 @@ import os
 from tlog.errors import LogError
 from tlog.format import FILE_HEADER_SIZE, check_file_header
 from tlog.reader import ForwardReader, parse_record
+from tlog.records import row_of
 from tlog.segments import fsync_dir, open_segments, segment_file, segment_name
 
 
-def valid_prefix(fname, segment_id, bodies=None):
+def valid_prefix(fname, segment_id, rows=None):
     """(end, count, header_ok) for an .open file: the end offset of its last
     whole valid record when read strictly from the start, no resync.  With a
-    list as bodies, each valid record's body (decode_body, payload kept in its
-    JSON form) is appended to it."""
+    list as rows, each valid record is appended to it as a row_of() tuple."""
     with open(fname, "rb") as f:
         head = f.read(FILE_HEADER_SIZE)
         if check_file_header(head, segment_id) is not None:
@@ -25,8 +25,8 @@ def valid_prefix(fname, segment_id, bodies=None):
             rec, nxt = parse_record(src, pos, False)
             if rec is None:
                 return pos, n, True
-            if bodies is not None:
-                bodies.append(rec)
+            if rows is not None:
+                rows.append(row_of(rec))
             pos, n = nxt, n + 1
             src.release(pos)
 
@@ -45,8 +45,8 @@ def recover(path, clock, version=2, gateway=None):
     for sid, name in open_segments(path):
         fname = os.path.join(path, name)
         size = os.path.getsize(fname)
-        bodies = [] if version == 2 else None
-        end, count, header_ok = valid_prefix(fname, sid, bodies)
+        rows = [] if version == 2 else None
+        end, count, header_ok = valid_prefix(fname, sid, rows)
         sealed = segment_file(path, sid)
         if sealed is not None:
             done.append(_sealed_already(fname, sealed, count))
@@ -61,7 +61,7 @@ def recover(path, clock, version=2, gateway=None):
                 done.append((fname, "quarantined", "bad file header"))
             continue
         if version == 2:
-            columnar.write_segment(path, sid, bodies, gateway, mtime=clock())
+            columnar.write_segment(path, sid, rows, gateway, mtime=clock())
             os.unlink(fname)
             done.append((fname, "sealed", "%d records as Parquet, %d bytes cut"
                          % (count, size - end)))

@@ -8,7 +8,7 @@ import time
 
 from tlog.errors import LogError, LogLocked
 from tlog.format import FILE_HEADER_SIZE, RECORD_HEADER_SIZE, file_header, frame
-from tlog.records import dump_body, normalize
+from tlog.records import dump_body, normalize, row_of
 from tlog.recovery import recover
 from tlog.retention import retain
 from tlog.segments import (LOCK_NAME, MAX_SEGMENT_ID, fsync_dir, next_segment_id, segment_name,
@@ -63,7 +63,7 @@ class LogWriter:
         self._clock = clock
         self.version = version
         self.gateway = gateway
-        self._bodies = []            # version 2: the active segment's bodies, for the seal
+        self._rows = []              # version 2: the active segment's rows (row_of), for the seal
         self._fd = None              # active segment's fd
         self._active = None          # active segment id
         self._size = 0               # logical size of the active segment
@@ -110,7 +110,7 @@ class LogWriter:
         first; (next segment id, FILE_HEADER_SIZE) when no segment is active."""
         if self._active is None:
             return self._next_id, start_offset(self.version)
-        return self._active, self._size if self.version == 1 else len(self._bodies)
+        return self._active, self._size if self.version == 1 else len(self._rows)
 
     def _io(self, fn, *args):
         try:
@@ -146,8 +146,8 @@ class LogWriter:
         if self.version == 1:
             pos = (self._active, self._size)
         else:
-            pos = (self._active, len(self._bodies))
-            self._bodies.append(body)
+            pos = (self._active, len(self._rows))
+            self._rows.append(row_of(body))
         self._buf += data
         self._size += len(data)
         self._unsynced = True
@@ -200,7 +200,7 @@ class LogWriter:
             # The Parquet file is complete and durable before the row file goes;
             # recovery removes a row file whose sealed segment exists already.
             from tlog.columnar import write_segment
-            write_segment(self.path, sid, self._bodies, self.gateway, mtime=t)
+            write_segment(self.path, sid, self._rows, self.gateway, mtime=t)
             os.close(fd)
             os.unlink(open_name)
         else:
@@ -213,7 +213,7 @@ class LogWriter:
         self._fd = self._active = None
         self._size = 0
         self._buf.clear()
-        self._bodies = []
+        self._rows = []
         fsync_dir(self.path)
         self._next_id = sid + 1
         self._retain()

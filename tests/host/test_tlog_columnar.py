@@ -147,7 +147,7 @@ def test_a_row_file_beside_a_shorter_parquet_segment_is_refused(tmp_path):
         for i in range(3):
             w.append(rec(i))
     os.rename(os.path.join(d, tlog.segment_name(0)), os.path.join(d, tlog.segment_name(0, False)))
-    tlog.columnar.write_segment(d, 0, [tlog.records.normalize(rec(0))])
+    tlog.columnar.write_segment(d, 0, [tlog.row_of(tlog.records.normalize(rec(0)))])
     with pytest.raises(LogError, match="resolve by hand"):
         LogWriter(d)
 
