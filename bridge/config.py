@@ -15,6 +15,9 @@ EXAMPLE = os.fspath(importlib.resources.files("bridge") / "example.toml")
 # The log's group commit period (dev/bench/log_bench.py measured it: BENCHMARKS.md).
 DEFAULT_COMMIT_MS = 20
 MAX_COMMIT_MS = 10000
+# How often the log seals its active segment: what readers (Spark) can see is
+# at most this old, plus the ingest job's trigger (docs/spark.md, fresh rows).
+DEFAULT_SEGMENT_SECONDS = 10.0
 
 
 class ConfigError(ValueError):
@@ -62,7 +65,7 @@ class Config:
     log_dir: str | None = None           # telemetry log; None: no log
     log_patterns: list = field(default_factory=lambda: ["dev/#"])
     segment_bytes: int = 64 * 1024 * 1024
-    segment_seconds: float = 60.0
+    segment_seconds: float = DEFAULT_SEGMENT_SECONDS
     retention_bytes: int | None = None
     retention_seconds: float | None = None
     commit_ms: float = DEFAULT_COMMIT_MS    # group commit: a sync point at most this often

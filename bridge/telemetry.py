@@ -30,7 +30,7 @@ class Appender:
         self.writer = LogWriter(cfg.log_dir, segment_bytes=cfg.segment_bytes,
                                 segment_seconds=cfg.segment_seconds,
                                 retention_bytes=cfg.retention_bytes,
-                                retention_seconds=cfg.retention_seconds)
+                                retention_seconds=cfg.retention_seconds, gateway=cfg.node)
         self.commit_ms = cfg.commit_ms
         self.links = {} if links is None else links
         self.conn = bus.connect(principal=("bridge", "telemetry"))

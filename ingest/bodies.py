@@ -17,7 +17,7 @@ import operator
 import msgspec
 
 import tlog
-from ingest.schema import json_text
+from tlog import json_text
 
 _NULL = b"null"
 

@@ -1,53 +1,26 @@
 """Arrow record batches of SCHEMA, built column by column from the records
-of one segment: record dicts of tlog, or the bulk decoder's Recs."""
+of one version-1 segment: record dicts of tlog, or the bulk decoder's Recs."""
 import json
 import operator
 from itertools import accumulate, chain
 
 import tlog
-from ingest.schema import LATE_TEXT, is_late, json_text, to_double, to_long
+from ingest.schema import LATE_TEXT
+from tlog import columnar
+from tlog.columnar import to_double, to_long
+from tlog.records import is_late
 
 _NULL = b"null"
 _NULL_LEN = len(_NULL)
-_PROV = operator.itemgetter("link_id", "peer_node", "peer_sid", "generation", "seq",
-                            "origin_kind", "conn_id", "principal")
 # A Rec's attributes are the body's members.
 _G = {k: operator.attrgetter(k) for k in tlog.FIELDS}
 
 
-def from_dicts(pa, pc, schema, sid, offs, recs):
+def from_dicts(pa, schema, sid, offs, recs):
     """One record batch from record dicts of tlog.read_segment (decode_payload
-    False) at offsets offs of segment sid."""
-    n = len(recs)
-    tokens = [list(map(str, r["topic"])) for r in recs]
-    ts = pa.array([r["ts_host"] for r in recs], pa.float64())
-    micros = pc.cast(pc.round(pc.multiply(ts, 1e6)), pa.int64())
-    prov = list(zip(*map(_PROV, recs)))
-    try:
-        ints = [pa.array(prov[3], pa.int64()), pa.array(prov[4], pa.int64())]
-    except (OverflowError, pa.ArrowInvalid):    # beyond a long: null (the JSON keeps it)
-        ints = [pa.array(list(map(to_long, prov[3])), pa.int64()),
-                pa.array(list(map(to_long, prov[4])), pa.int64())]
-    try:
-        td = pa.array([r["ts_device"] for r in recs], pa.float64())
-    except (OverflowError, pa.ArrowInvalid):    # an int a double holds only roughly
-        td = pa.array([to_double(r["ts_device"]) for r in recs], pa.float64())
-    st = pa.string()
-    arrays = [
-        pa.array(["/".join(t) for t in tokens], st),
-        pa.array(tokens, schema.field(1).type),
-        pa.array([None if p is None else json_text(p)
-                  for p in map(operator.itemgetter("payload"), recs)], st),
-        td, ts, micros.cast(schema.field(5).type),
-        pa.array(prov[0], st), pa.array(prov[1], st), pa.array(prov[2], st),
-        ints[0], ints[1],
-        pa.array(prov[5], st), pa.array(prov[6], st), pa.array(prov[7], st),
-        pa.array([None if x is None else json_text(x)
-                  for x in map(operator.itemgetter("extra"), recs)], st),
-        pa.array([is_late(x) for x in map(operator.itemgetter("extra"), recs)], pa.bool_()),
-        pa.array([sid] * n, pa.int64()), pa.array(offs, pa.int64()),
-    ]
-    return pa.RecordBatch.from_arrays(arrays, schema=schema)
+    False) at offsets offs of segment sid: the columns a version-2 seal makes."""
+    t = columnar.table(list(map(tlog.row_of, recs)), sid, offsets=offs).select(schema.names)
+    return pa.RecordBatch.from_arrays(t.combine_chunks().to_batches()[0].columns, schema=schema)
 
 
 def _raw_column(pa, raws, n):
@@ -112,6 +85,7 @@ def from_recs(pa, pc, schema, sid, offs, recs):
         _longs(pa, list(map(_G["generation"], recs))), _longs(pa, list(map(_G["seq"], recs))),
         strs("origin_kind"), strs("conn_id"), strs("principal"),
         _raw_column(pa, extras, n), _late_column(pa, extras, n),
+        pa.array([None] * n, st),       # gateway: a version-1 segment does not name it
         pa.array([sid] * n, pa.int64()), pa.array(offs, pa.int64()),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)

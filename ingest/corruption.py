@@ -3,7 +3,8 @@
 import json
 import logging
 import os
-import tempfile
+import uuid
+import zlib
 
 import tlog
 
@@ -86,33 +87,32 @@ def report(opts, part, fname, bad, missing):
         log.warning("edgebus: segment %d of %s vanished before it was read", first, opts.path)
     if not opts.corrupt_dir:
         return
-    # One file per range, named by the range: a replayed batch rewrites the same file.
+    # One file per range, named by the log and range: a replayed batch rewrites
+    # the same file; several logs (gateways) may share one corruptDir.
     doc = {"log": opts.path, "segment": part.segment, "start": part.start, "end": part.end,
            "regions": bad, "missing": [list(m) for m in missing]}
-    _write_json(opts.corrupt_dir, "seg%020d-%d-%d.json" % (part.segment, part.start, part.end),
-                doc)
+    _write_json(opts.corrupt_dir, "seg%020d-%d-%d-%s.json"
+                % (part.segment, part.start, part.end, _log_tag(opts.path)), doc)
 
 
 def report_missing(opts, missing):
     """Write the segment id ranges a plan found missing to opts.corrupt_dir."""
     for first, last in missing:
-        _write_json(opts.corrupt_dir, "missing-%020d-%020d.json" % (first, last),
+        _write_json(opts.corrupt_dir, "missing-%020d-%020d-%s.json"
+                    % (first, last, _log_tag(opts.path)),
                     {"log": opts.path, "regions": [], "missing": [[first, last]]})
+
+
+def _log_tag(path):
+    return "%08x" % zlib.crc32(path.encode("utf-8"))
 
 
 def _write_json(directory, name, doc):
     os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=directory, prefix=".tmp-")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f, indent=1)
-        os.replace(tmp, os.path.join(directory, name))
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    # A replayed or speculative task may write the same name at the same time.
+    tmp = os.path.join(directory, ".tmp-%s-%s" % (name, uuid.uuid4().hex))
+    tlog.write_atomically(os.path.join(directory, name), tmp,
+                          lambda f: f.write(json.dumps(doc, indent=1).encode()), durable=False)
 
 
 def corrupt_report(directory):
@@ -135,7 +135,7 @@ def corrupt_report(directory):
         except (OSError, ValueError):
             continue
         for r in doc.get("regions", []):
-            regions[(r["segment"], r["offset"])] = r
+            regions[(r["segment"], r["offset"], r["file"])] = r
         missing.update(tuple(m) for m in doc.get("missing", []))
     return {"regions": [regions[k] for k in sorted(regions)],
             "missing": [list(m) for m in sorted(missing)]}

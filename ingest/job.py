@@ -1,13 +1,16 @@
-"""`edgebus ingest`: stream the telemetry log into a Parquet table, exactly once.
+"""`edgebus ingest`: stream telemetry logs into a Parquet table, exactly once.
 
-    edgebus ingest --log DIR --table DIR --checkpoint DIR [--master URL] [--once]
+    edgebus ingest --log DIR [DIR|GLOB ...] --table DIR --checkpoint DIR [--master URL] [--once]
                    [--watermark SECONDS] [--trigger-interval SECONDS]
                    [--max-records-per-trigger N] [--max-bytes-per-trigger N]
     spark-submit ingest/job.py --log DIR --table DIR --checkpoint DIR ...   (same options)
 
 The table is partitioned by ``date`` (UTC day of ts_host) and ``peer_node``.
-Records logged twice by a device (same peer_node, peer_sid, seq; e.g. a link
-replay) are kept once when the copies are at most --watermark seconds apart
+Several logs (one per gateway: a list of directories or globs) go into one
+table through one query, each log a source of its own; the ``gateway`` column
+says which bridge logged a row.  Records logged twice by a device (same
+peer_node, peer_sid, seq; e.g. a link replay, or the same boot heard by two
+gateways) are kept once when the copies are at most --watermark seconds apart
 (by ts_host).  Records without those keys (local traffic) are all kept.
 Exactly once: the source's offsets are log positions, Spark's checkpoint
 records which were planned and committed, and the file sink's metadata log
@@ -17,6 +20,8 @@ Read the table with Spark (``spark.read.parquet(TABLE)``), which honours that
 log.  Skipped corrupt log data is listed in ``TABLE/_corrupt/``.
 """
 import atexit
+import glob
+import json
 import os
 import sys
 import tempfile
@@ -26,6 +31,8 @@ import zipfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 DEFAULT_WATERMARK = 600.0
+# With the bridge's 10 s seals: publish -> row p50 about 8 s (docs/spark.md).
+DEFAULT_TRIGGER_INTERVAL = 2.0
 
 
 def _table_schema():
@@ -46,7 +53,10 @@ def __getattr__(name):          # TABLE_SCHEMA without importing pyspark at impo
 
 
 def add_arguments(p):
-    p.add_argument("--log", required=True, help="the bridge's telemetry log directory")
+    p.add_argument("--log", required=True, nargs="+", metavar="DIR",
+                   help="the bridges' telemetry log directories (one per gateway; a glob "
+                        "such as '/srv/tlog/*' is expanded, sorted); the list is fixed "
+                        "for a checkpoint")
     p.add_argument("--table", required=True, help="the Parquet table directory (created)")
     p.add_argument("--checkpoint", required=True,
                    help="the streaming checkpoint directory; keep it with the table")
@@ -57,7 +67,8 @@ def add_arguments(p):
     p.add_argument("--watermark", type=float, default=DEFAULT_WATERMARK, metavar="SECONDS",
                    help="how far apart (by ts_host) duplicate copies of a device record may "
                         "be and still be removed; also the dedup state kept (default %(default)s)")
-    p.add_argument("--trigger-interval", type=float, default=5.0, metavar="SECONDS",
+    p.add_argument("--trigger-interval", type=float, default=DEFAULT_TRIGGER_INTERVAL,
+                   metavar="SECONDS",
                    help="without --once: how often to look for newly sealed segments "
                         "(default %(default)s)")
     p.add_argument("--max-records-per-trigger", type=int, metavar="N",
@@ -144,24 +155,71 @@ def _unlink(path):
         pass
 
 
-def ingest_frame(spark, log_dir, watermark=DEFAULT_WATERMARK, corrupt_dir=None, **options):
-    """The streaming DataFrame the job writes: the log's records, deduplicated,
-    with a ``date`` column.  options go to the edgebus source."""
+def log_dirs(specs):
+    """The log directories named by --log: each a directory or a glob
+    (expanded, sorted), absolute, in order, each once.  ValueError when a
+    name matches no directory."""
+    out = []
+    for spec in [specs] if isinstance(specs, str) else specs:
+        found = sorted(glob.glob(spec)) if glob.has_magic(spec) else [spec]
+        dirs = [os.path.abspath(d) for d in found if os.path.isdir(d)]
+        if not dirs:
+            raise ValueError("no log directory at %s" % spec)
+        out += [d for d in dirs if d not in out]
+    return out
+
+
+def check_logs(checkpoint, logs):
+    """Record the logs a checkpoint's query reads (CHECKPOINT/edgebus-logs.json)
+    or, when it has a list already, refuse a different one (ValueError): the
+    checkpoint keeps each source's offsets by its place in the list."""
+    fname = os.path.join(checkpoint, "edgebus-logs.json")
+    try:
+        with open(fname) as f:
+            had = json.load(f)["logs"]
+    except FileNotFoundError:
+        os.makedirs(checkpoint, exist_ok=True)
+        with open(fname, "w") as f:
+            json.dump({"logs": logs}, f, indent=1)
+        return
+    if had != logs:
+        raise ValueError("checkpoint %s reads the logs %s, not %s: a checkpoint keeps its "
+                         "list of logs (start a new table and checkpoint, or run a second "
+                         "job, for another gateway)" % (checkpoint, had, logs))
+
+
+def ingest_frame(spark, logs, watermark=DEFAULT_WATERMARK, corrupt_dir=None, **options):
+    """The streaming DataFrame the job writes: the records of the log
+    directory (or list of them) logs, deduplicated, with a ``date`` column.
+    options go to the edgebus source."""
     from pyspark.sql import functions as F
 
-    r = spark.readStream.format("edgebus")
-    if corrupt_dir:
-        r = r.option("corruptDir", corrupt_dir)
-    for k, v in options.items():
-        if v is not None:
-            r = r.option(k, str(v))
-    df = r.load(os.path.abspath(log_dir))
+    df = None
+    for i, log_dir in enumerate(log_dirs(logs)):
+        r = spark.readStream.format("edgebus")
+        if corrupt_dir:
+            r = r.option("corruptDir", corrupt_dir)
+        for k, v in options.items():
+            if v is not None:
+                r = r.option(k, str(v))
+        one = r.load(log_dir).withColumn("_log", F.lit(i))
+        df = one if df is None else df.union(one)
+    return deduplicated(df, watermark)
+
+
+def deduplicated(df, watermark=DEFAULT_WATERMARK):
+    """df (a stream with the source's columns and ``_log``, the index of the
+    log each row comes from) deduplicated per device boot within the
+    watermark, with a ``date`` column."""
+    from pyspark.sql import functions as F
+
     keyed = (F.col("peer_node").isNotNull() & F.col("peer_sid").isNotNull()
              & F.col("seq").isNotNull())
-    # Rows without a full device key get a unique stand-in (their log position),
-    # so that null keys never collapse into one row.
+    # Rows without a full device key get a unique stand-in (their log and log
+    # position), so that null keys never collapse into one row.
     df = df.withColumn("_dedup_pos", F.when(keyed, F.lit(None)).otherwise(
-        F.concat_ws(":", F.col("segment").cast("string"), F.col("offset").cast("string"))))
+        F.concat_ws(":", F.col("_log").cast("string"), F.col("segment").cast("string"),
+                    F.col("offset").cast("string")))).drop("_log")
     df = (df.withWatermark("ts_host_time", "%d milliseconds" % int(watermark * 1000))
           .dropDuplicatesWithinWatermark(["peer_node", "peer_sid", "seq", "_dedup_pos"])
           .drop("_dedup_pos"))
@@ -178,22 +236,33 @@ def start(spark, args):
                       minPartitions=spark.sparkContext.defaultParallelism,
                       maxRecordsPerTrigger=args.max_records_per_trigger,
                       maxBytesPerTrigger=args.max_bytes_per_trigger)
+    return write_table(df, table, args.checkpoint, args.once, args.trigger_interval)
+
+
+def write_table(df, table, checkpoint, once, trigger_interval):
+    """Start the query writing the stream df (ingest_frame's) to the table:
+    the file sink, partitioned by date and peer_node; availableNow when once,
+    else a micro-batch every trigger_interval seconds."""
     w = (df.writeStream.format("parquet").outputMode("append")
-         .option("path", table)
-         .option("checkpointLocation", os.path.abspath(args.checkpoint))
+         .option("path", os.path.abspath(table))
+         .option("checkpointLocation", os.path.abspath(checkpoint))
          .partitionBy("date", "peer_node")
          .queryName("edgebus_ingest"))
-    if args.once:
+    if once:
         w = w.trigger(availableNow=True)
     else:
-        w = w.trigger(processingTime="%d milliseconds" % int(args.trigger_interval * 1000))
+        w = w.trigger(processingTime="%d milliseconds" % int(trigger_interval * 1000))
     return w.start()
 
 
 def run(args):
-    if not os.path.isdir(args.log):
-        print("edgebus ingest: no log directory at %s" % args.log, file=sys.stderr)
+    try:
+        logs = log_dirs(args.log)
+        check_logs(os.path.abspath(args.checkpoint), logs)
+    except ValueError as e:
+        print("edgebus ingest: %s" % e, file=sys.stderr)
         return 2
+    args.log = logs
     spark = session(args.master)
     spark.sparkContext.setLogLevel("ERROR")
     from ingest.corruption import corrupt_report
@@ -204,7 +273,8 @@ def run(args):
     spark.streams.addListener(counter)
     q = start(spark, args)
     print("edgebus ingest: %s -> %s (checkpoint %s)%s"
-          % (args.log, args.table, args.checkpoint, ", once" if args.once else ""), flush=True)
+          % (", ".join(args.log), args.table, args.checkpoint, ", once" if args.once else ""),
+          flush=True)
     rc = 0
     try:
         q.awaitTermination()

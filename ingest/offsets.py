@@ -33,11 +33,8 @@ def canonical(path, pos):
     removed it, fully read) and a segment missing from a range is data loss."""
     s, o = pos
     if s >= 0 and o > 0:
-        try:
-            size = os.path.getsize(os.path.join(path, tlog.segment_name(s)))
-        except OSError:
-            return pos
-        if o >= size:
+        size = tlog.segment_end(path, s)
+        if size is not None and o >= size:
             return (s + 1, 0)
     return pos
 

@@ -1,9 +1,12 @@
 """Planning: the sealed segments between two positions cut into ranges and
 packed into Spark partitions, and how far a bounded micro-batch reaches.
 
-A range [a, b) yields the records whose *start* offset is in [a, b).  Cuts
-need not fall on record boundaries: reading from a cut resynchronises on the
-next valid record (the record spanning the cut belongs to the range before it).
+A range [a, b) yields the records whose *start* offset is in [a, b): byte
+offsets in a version-1 segment, row numbers in a version-2 (Parquet) one.
+Sizes are weighed in bytes either way (a Parquet row weighs its file's bytes
+per row).  In a version-1 segment cuts need not fall on record boundaries:
+reading from a cut resynchronises on the next valid record (the record
+spanning the cut belongs to the range before it).
 """
 import logging
 import os
@@ -23,12 +26,25 @@ _OPEN_COST = 8 * 1024
 
 class SegmentRange(InputPartition):
     """Records of one sealed segment whose start offset is in [start, end):
-    the unit of reading and of corruption reports."""
+    the unit of reading and of corruption reports.  weight: its bytes."""
 
-    def __init__(self, segment, start, end):
+    def __init__(self, segment, start, end, weight=None):
         self.segment = segment
         self.start = start
         self.end = end
+        self.weight = end - start if weight is None else weight
+
+
+class Span:
+    """The part [lo, hi) of sealed segment sid between two positions; scale is
+    bytes per offset unit (1 in version 1, bytes per row in version 2)."""
+
+    def __init__(self, sid, lo, hi, version, scale):
+        self.sid, self.lo, self.hi, self.version, self.scale = sid, lo, hi, version, scale
+
+    @property
+    def weight(self):
+        return int((self.hi - self.lo) * self.scale)
 
 
 class RangeGroup(InputPartition):
@@ -39,27 +55,32 @@ class RangeGroup(InputPartition):
 
 
 def spans(path, start, end):
-    """[(segment, lo, hi)] for the sealed segments between positions start
-    (inclusive) and end (exclusive), and the ids missing from that range."""
+    """[Span] for the sealed segments between positions start (inclusive) and
+    end (exclusive), and the ids missing from that range."""
     s0, o0 = start
     s1, o1 = end
     out, missing = [], []
     want = s0 if s0 >= 0 else None
-    for sid in tlog.list_segments(path):
+    files = tlog.sealed_files(path)
+    for sid in sorted(files):
         if sid < s0 or sid > s1:
             continue
         if want is not None and sid > want:
             missing.append((want, sid - 1))
         want = sid + 1
+        fname, version = files[sid]
         try:
-            size = os.path.getsize(os.path.join(path, tlog.segment_name(sid)))
+            nbytes = os.path.getsize(fname)
         except FileNotFoundError:        # removed by retention meanwhile
             missing.append((sid, sid))
             continue
+        size = nbytes if version == 1 else tlog.segment_end(path, sid)
+        if size is None:                 # an unreadable Parquet file: its reader reports it
+            size, nbytes = 1, nbytes
         lo = o0 if sid == s0 else 0
         hi = min(o1, size) if sid == s1 else size
         if lo < hi:
-            out.append((sid, lo, hi))
+            out.append(Span(sid, lo, hi, version, nbytes / max(size, 1)))
     return out, missing
 
 
@@ -72,18 +93,21 @@ def plan(path, start, end, split_bytes=DEFAULT_SPLIT_BYTES, min_partitions=None)
         log.warning("edgebus: log %s: segments %d..%d are missing (removed by retention "
                     "before they were read, or quarantined); their records are lost",
                     path, first, last)
-    target = _target(sum(hi - lo for _, lo, hi in found), split_bytes, min_partitions)
+    target = _target(sum(sp.weight for sp in found), split_bytes, min_partitions)
     parts = []
-    for sid, lo, hi in found:
-        n = max(1, -(-(hi - lo) // target))
+    for sp in found:
+        lo, hi = sp.lo, sp.hi
+        n = max(1, -(-sp.weight // target))
+        # A record never starts inside a version-1 file header.
+        first = tlog.FILE_HEADER_SIZE + 1 if sp.version == 1 else 1
         cuts = [lo]
         for k in range(1, n):
-            # A record never starts inside the file header.
-            c = max(lo + (hi - lo) * k // n, tlog.FILE_HEADER_SIZE + 1)
-            if c > cuts[-1]:
+            c = max(lo + (hi - lo) * k // n, first)
+            if c > cuts[-1] and c < hi:
                 cuts.append(c)
         cuts.append(hi)
-        parts.extend(SegmentRange(sid, a, b) for a, b in zip(cuts, cuts[1:]))
+        parts.extend(SegmentRange(sp.sid, a, b, int((b - a) * sp.scale))
+                     for a, b in zip(cuts, cuts[1:]))
     return parts, missing
 
 
@@ -92,11 +116,11 @@ def pack(ranges, split_bytes=DEFAULT_SPLIT_BYTES, min_partitions=None):
     same target size, each range counted with _OPEN_COST (Spark's file
     sources pack small files so; a task per one-minute segment would cost more
     in Python worker round trips than reading it)."""
-    total = sum(r.end - r.start for r in ranges)
+    total = sum(r.weight for r in ranges)
     target = _target(total, split_bytes, min_partitions)
     groups, cur, size = [], [], 0
     for r in ranges:
-        n = r.end - r.start + _OPEN_COST
+        n = r.weight + _OPEN_COST
         if cur and size + n > target:
             groups.append(RangeGroup(cur))
             cur, size = [], 0
@@ -127,14 +151,15 @@ def advance_bytes(path, start, end, max_bytes):
     """The position at most max_bytes of segment data after start (>= 1 record)."""
     found, _ = spans(path, start, end)
     budget, last = max_bytes, start
-    for sid, lo, hi in found:
+    for sp in found:
         if budget <= 0:
             break
-        if hi - lo <= budget:
-            budget -= hi - lo
-            last = (sid, hi)
+        if sp.weight <= budget:
+            budget -= sp.weight
+            last = (sp.sid, sp.hi)
             continue
-        return canonical(path, (sid, min(max(lo + budget, tlog.FILE_HEADER_SIZE + 1), hi)))
+        first = tlog.FILE_HEADER_SIZE + 1 if sp.version == 1 else sp.lo + 1
+        return canonical(path, (sp.sid, min(max(sp.lo + int(budget / sp.scale), first), sp.hi)))
     return canonical(path, last)
 
 
@@ -142,7 +167,13 @@ def advance_rows(path, start, end, max_rows):
     """The position of the (max_rows + 1)-th record after start, or end."""
     found, _ = spans(path, start, end)
     n = 0
-    for sid, lo, hi in found:
+    for sp in found:
+        sid, lo, hi = sp.sid, sp.lo, sp.hi
+        if sp.version == 2:              # a row is a position: nothing to read
+            if n + (hi - lo) > max_rows:
+                return (sid, lo + max_rows - n)
+            n += hi - lo
+            continue
         it = tlog.read_segment(path, sid, lo, None, decode_payload=False)
         try:
             for off, _rec in it:

@@ -1,5 +1,8 @@
 """Reading: one SegmentRange of the log to Arrow record batches of SCHEMA.
 
+A version-2 (Parquet) segment is read by ingest.columnar_reading; the rest of
+this module reads version-1 segments.
+
 With msgspec (the ``spark`` extra) a range is read in bulk, not one Python dict
 per record: the segment is mapped, frames are split and CRC-checked in one
 tight loop, the bodies of each chunk are decoded by one msgspec call
@@ -17,9 +20,10 @@ import os
 import zlib
 
 import tlog
-from ingest import columns
+from ingest import columnar_reading, columns
 from ingest.corruption import RangeDamage
-from ingest.schema import TS_MAX, TS_MIN, arrow_schema, fits_timestamp
+from ingest.schema import arrow_schema
+from tlog.columnar import TS_MAX, TS_MIN, fits_timestamp
 
 try:
     from ingest import bodies
@@ -42,6 +46,10 @@ def read_group(opts, group):
 def read_range(opts, part):
     """Arrow record batches for one SegmentRange: in bulk when msgspec is
     there and the file header is clean, else by read_range_slow."""
+    found = tlog.segment_file(opts.path, part.segment) if part.segment >= 0 else None
+    if found is not None and found[1] == 2:
+        yield from columnar_reading.read_range(opts, part, found[0])
+        return
     if not BULK or part.segment < 0:
         yield from read_range_slow(opts, part)
         return
@@ -74,7 +82,6 @@ def read_range_slow(opts, part):
     """Arrow record batches for one SegmentRange, record by record through
     tlog: the fallback of read_range."""
     import pyarrow as pa
-    import pyarrow.compute as pc
 
     schema = arrow_schema()
     path, sid, start, end = opts.path, part.segment, part.start, part.end
@@ -103,12 +110,12 @@ def read_range_slow(opts, part):
             offs.append(off)
             recs.append(rec)
             if len(offs) >= _ARROW_ROWS:
-                yield columns.from_dicts(pa, pc, schema, sid, offs, recs)
+                yield columns.from_dicts(pa, schema, sid, offs, recs)
                 offs, recs = [], []
         else:
             damage.collect(None)
         if offs:
-            yield columns.from_dicts(pa, pc, schema, sid, offs, recs)
+            yield columns.from_dicts(pa, schema, sid, offs, recs)
     finally:
         it.close()
         if gc_was_on:

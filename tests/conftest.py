@@ -100,6 +100,7 @@ SERVICES = ("spark", "mosquitto", "micropython", "reliability", "qemu")
 # them, which may move): every test using one gets the marker.
 FIXTURE_MARKERS = {
     "spark": "spark",              # a local SparkSession (tests/host/sparkkit.py)
+    "cluster": "spark",            # a Spark standalone master and worker (test_spark_cluster.py)
     "broker": "mosquitto",         # a mosquitto on a free port (the test broker)
     "mpy_tree": "micropython",     # the .mpy tree the binary runs (above)
     "link_device": "micropython",  # tests/mpy/link_device.py under micropython (above)

@@ -10,11 +10,14 @@ format and every promise made to readers are specified in
 - ``tlog.records``: record bodies and their values;
 - ``tlog.segments``: the log directory's segment files;
 - ``tlog.reader``: reading sealed segments, resynchronising past bad bytes;
+- ``tlog.columnar``: version-2 sealed segments, Parquet files (pyarrow);
 - ``tlog.writer``: the one writer, with ``tlog.recovery`` and ``tlog.retention``;
 - ``tlog.tail``: the newest sequence number per sender boot, for a restart.
 
 Host only (CPython >= 3.11, POSIX: ``fcntl``, ``fsync`` of directories).
-Standard library only; nothing here ever unpickles or evaluates data.
+Standard library only, except ``tlog.columnar`` (pyarrow), imported only when
+a version-2 segment is sealed or read; nothing here ever unpickles or
+evaluates data.
 """
 from tlog.errors import LogError, LogLocked
 from tlog.format import (FILE_HEADER_SIZE, FILE_MAGIC, FORMAT_VERSION, MAX_BODY_BYTES,
@@ -22,9 +25,11 @@ from tlog.format import (FILE_HEADER_SIZE, FILE_MAGIC, FORMAT_VERSION, MAX_BODY_
                          file_header, frame)
 from tlog.reader import ReadStats, read_log, read_segment
 from tlog.records import (FIELDS, decode_body, decode_value, encode_body, encode_value,
-                          record_from_message, topic_text)
+                          json_text, record_from_message, row_of, topic_text)
 from tlog.segments import (LOCK_NAME, earliest_offset, latest_offset, list_segments,
-                           segment_name)
+                           parquet_name, sealed_files, segment_end, segment_file, segment_name,
+                           start_offset)
+from tlog.names import write_atomically
 from tlog.tail import TAIL_BYTES, last_seqs
 from tlog.writer import LogWriter
 
@@ -34,6 +39,7 @@ __all__ = [
     "LogError", "LogLocked", "LogWriter", "ReadStats",
     "record_from_message", "encode_value", "decode_value", "topic_text",
     "encode_body", "decode_body", "file_header", "frame", "check_file_header",
-    "segment_name", "list_segments", "read_segment", "read_log",
-    "latest_offset", "earliest_offset", "last_seqs", "TAIL_BYTES",
+    "segment_name", "parquet_name", "list_segments", "sealed_files", "segment_file",
+    "segment_end", "start_offset", "json_text", "row_of", "read_segment", "read_log",
+    "latest_offset", "earliest_offset", "last_seqs", "TAIL_BYTES", "write_atomically",
 ]

@@ -6,7 +6,7 @@ import zlib
 from tlog.format import (FILE_HEADER_SIZE, FORMAT_VERSION, MAX_BODY_BYTES, RECORD_HEADER,
                          RECORD_HEADER_SIZE, RECORD_MAGIC, check_file_header)
 from tlog.records import decode_body
-from tlog.segments import list_segments, segment_name
+from tlog.segments import list_segments, segment_file
 
 _CHUNK = 1 << 20
 
@@ -59,6 +59,8 @@ def read_segment(path, segment_id, start_offset=0, end_offset=None, stats=None,
                  decode_payload=True):
     """Iterate ``(offset, record)`` for the records of one sealed segment
     whose offset is in [start_offset, end_offset) (end None: to the end).
+    Offsets are byte offsets in a version-1 segment, row numbers in a
+    version-2 (Parquet) one.
 
     Never raises for bad data: corrupt or truncated bytes are skipped,
     resynchronising on the next record magic whose length and CRC check, and
@@ -72,7 +74,15 @@ def read_segment(path, segment_id, start_offset=0, end_offset=None, stats=None,
 
 
 def _read_segment(path, segment_id, start, end, stats, decode_payload):
-    fname = os.path.join(path, segment_name(segment_id))
+    found = segment_file(path, segment_id)
+    if found is None:
+        stats.missing.append((segment_id, segment_id))
+        return
+    fname, version = found
+    if version == 2:
+        from tlog.columnar import read_records
+        yield from read_records(fname, segment_id, max(0, start), end, stats, decode_payload)
+        return
     try:
         f = open(fname, "rb")
     except FileNotFoundError:

@@ -86,6 +86,32 @@ def decode_value(v):
     return v
 
 
+def _compact_encoder():
+    """The encoder of json.dumps(v, ensure_ascii=False, allow_nan=False,
+    separators=(",", ":")) made once: dumps builds one per call, which costs
+    more than encoding a small record.  No circular-reference check: logged
+    values are validated trees (encode_value)."""
+    try:
+        from json.encoder import c_encode_basestring, c_make_encoder
+    except ImportError:                              # pragma: no cover - no _json
+        c_make_encoder = None
+    if c_make_encoder is None or c_encode_basestring is None:
+        return json.JSONEncoder(ensure_ascii=False, allow_nan=False,
+                                separators=(",", ":")).encode
+
+    def default(o):
+        raise TypeError("Object of type %s is not JSON serializable" % type(o).__name__)
+    enc = c_make_encoder(None, default, c_encode_basestring, None, ":", ",", False, False, False)
+
+    def encode(v):
+        return "".join(enc(v, 0))
+    return encode
+
+
+# The JSON text of a logged value: compact, raw UTF-8, as the body holds it.
+json_text = _compact_encoder()
+
+
 def topic_text(tokens):
     """The 'a/b/c' form of a topic token sequence (ints as decimal text)."""
     return "/".join([str(t) for t in tokens])
@@ -114,6 +140,13 @@ def _encode_nested(v):
 
 def encode_body(record):
     """Validated, compact UTF-8 JSON body bytes for a record dict."""
+    return dump_body(normalize(record))
+
+
+def normalize(record):
+    """The body of a record dict as JSON-model values, validated: the thirteen
+    members in order, topic a list, payload and extra encoded (tags).  Raises
+    TypeError/ValueError for a record the log cannot hold."""
     _check_record(record)
     get = record.get
     ts_host = record["ts_host"]
@@ -146,15 +179,39 @@ def encode_body(record):
             raise TypeError("extra must be a dict or None, not %s" % type(extra).__name__)
         extra = _encode_nested(extra) if extra else None
     body["extra"] = extra
+    return body
+
+
+def dump_body(body):
+    """The compact UTF-8 JSON bytes of a body normalize() made."""
     try:
-        text = json.dumps(body, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
-        data = text.encode("utf-8")
+        data = json_text(body).encode("utf-8")
     except RecursionError:
         raise ValueError("record nests too deeply") from None
     if len(data) > MAX_BODY_BYTES:
         raise ValueError("record body of %d bytes exceeds MAX_BODY_BYTES (%d)"
                          % (len(data), MAX_BODY_BYTES))
     return data
+
+
+def is_late(extra):
+    """Whether a record's extra (a dict, or None) says late: its member
+    ``late`` is JSON true (a reading delivered out of a device's spool)."""
+    return type(extra) is dict and extra.get("late") is True
+
+
+def row_of(body):
+    """A body (as normalize() or decode_body(..., False) give it) as the row a
+    version-2 seal builds its columns from: the thirteen members in FIELDS
+    order, topic a tuple, payload and extra as their JSON text (None for
+    null), then whether extra's member late is true.  A tuple of atoms: the
+    cyclic GC stops tracking it, so a writer holding a segment's rows costs
+    collections nothing."""
+    p, e = body["payload"], body["extra"]
+    return (body["ts_host"], tuple(body["topic"]), None if p is None else json_text(p),
+            body["ts_device"], body["seq"], body["origin_kind"], body["conn_id"],
+            body["principal"], body["link_id"], body["peer_node"], body["peer_sid"],
+            body["generation"], None if e is None else json_text(e), is_late(e))
 
 
 def _no_constants(name):

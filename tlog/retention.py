@@ -2,7 +2,7 @@
 (docs/telemetry-log.md section 6)."""
 import os
 
-from tlog.segments import fsync_dir, list_segments, segment_name
+from tlog.segments import fsync_dir, sealed_files
 
 
 def retain(path, retention_bytes, retention_seconds, clock):
@@ -14,22 +14,22 @@ def retain(path, retention_bytes, retention_seconds, clock):
     if retention_bytes is None and retention_seconds is None:
         return []
     info = []
-    for sid in list_segments(path):
+    for sid, (fname, _version) in sorted(sealed_files(path).items()):
         try:
-            st = os.stat(os.path.join(path, segment_name(sid)))
+            st = os.stat(fname)
         except FileNotFoundError:
             continue
-        info.append((sid, st.st_size, st.st_mtime))
-    total = sum(i[1] for i in info)
+        info.append((sid, fname, st.st_size, st.st_mtime))
+    total = sum(i[2] for i in info)
     cutoff = None if retention_seconds is None else clock() - retention_seconds
     deleted = []
-    for sid, size, mtime in info[:-1]:
+    for sid, fname, size, mtime in info[:-1]:
         over = retention_bytes is not None and total > retention_bytes
         old = cutoff is not None and mtime < cutoff
         if not (over or old):
             break
         try:
-            os.unlink(os.path.join(path, segment_name(sid)))
+            os.unlink(fname)
         except FileNotFoundError:
             pass
         total -= size

@@ -4,45 +4,87 @@ import os
 import re
 
 from tlog.format import FILE_HEADER_SIZE
+from tlog.names import fsync_dir, parquet_name, segment_name  # noqa: F401 (re-exported)
 
 LOCK_NAME = "LOCK"
 MAX_SEGMENT_ID = 2 ** 64 - 1
 
-_SEG_RE = re.compile(r"^([0-9]{20})\.seg\Z")
+_SEG_RE = re.compile(r"^([0-9]{20})\.(seg|parquet)\Z")
 _OPEN_RE = re.compile(r"^([0-9]{20})\.seg\.open\Z")
-_ANY_ID_RE = re.compile(r"^([0-9]{20})\.seg")
+_ANY_ID_RE = re.compile(r"^([0-9]{20})\.(seg|parquet)")
 
 
-def segment_name(segment_id, sealed=True):
-    """The file name of a segment: sealed, or the active one (``.open``)."""
-    return "%020d.seg%s" % (segment_id, "" if sealed else ".open")
+def sealed_files(path):
+    """{segment id: (file path, format version)} of the sealed segments in the
+    log directory, both versions (never the active ``.open`` one).  A missing
+    directory has none."""
+    try:
+        names = os.listdir(path)
+    except FileNotFoundError:
+        return {}
+    out = {}
+    for m in map(_SEG_RE.match, names):
+        if m:
+            sid, v2 = int(m.group(1)), m.group(2) == "parquet"
+            if v2 or sid not in out:        # both present (a conversion cut short): v2 wins
+                out[sid] = (os.path.join(path, m.group(0)), 2 if v2 else 1)
+    return out
 
 
 def list_segments(path):
     """Sorted ids of the sealed segments in the log directory (never the
     active ``.open`` one).  A missing directory has no segments."""
+    return sorted(sealed_files(path))
+
+
+def segment_file(path, segment_id):
+    """(file path, format version) of a sealed segment, or None when absent."""
+    for name, version in ((parquet_name(segment_id), 2), (segment_name(segment_id), 1)):
+        fname = os.path.join(path, name)
+        if os.path.exists(fname):
+            return fname, version
+    return None
+
+
+def start_offset(version):
+    """A segment's first position: the first byte after the file header
+    (version 1) or row 0 (version 2)."""
+    return FILE_HEADER_SIZE if version == 1 else 0
+
+
+def segment_end(path, segment_id):
+    """The end position of a sealed segment: its byte length (version 1) or
+    its row count (version 2); None when it is absent or unreadable."""
+    found = segment_file(path, segment_id)
+    if found is None:
+        return None
+    fname, version = found
     try:
-        names = os.listdir(path)
-    except FileNotFoundError:
-        return []
-    return sorted(int(m.group(1)) for m in map(_SEG_RE.match, names) if m)
+        if version == 1:
+            return os.path.getsize(fname)
+        from tlog.columnar import row_count
+        return row_count(fname)
+    except Exception:              # removed meanwhile, or not a Parquet file
+        return None
 
 
 def latest_offset(path):
-    """(segment id, byte length) of the newest sealed segment: the position
-    just past its last byte.  None when the log has no sealed segment."""
+    """(segment id, end) of the newest sealed segment: the position just past
+    its last record (segment_end).  None when the log has no sealed segment."""
     for sid in reversed(list_segments(path)):
-        try:
-            return sid, os.path.getsize(os.path.join(path, segment_name(sid)))
-        except FileNotFoundError:       # removed by retention meanwhile
-            continue
+        end = segment_end(path, sid)
+        if end is not None:          # None: removed by retention meanwhile
+            return sid, end
     return None
 
 
 def earliest_offset(path):
-    """(segment id, FILE_HEADER_SIZE) of the oldest sealed segment, or None."""
-    ids = list_segments(path)
-    return (ids[0], FILE_HEADER_SIZE) if ids else None
+    """(segment id, first position) of the oldest sealed segment, or None."""
+    files = sealed_files(path)
+    if not files:
+        return None
+    sid = min(files)
+    return sid, start_offset(files[sid][1])
 
 
 def open_segments(path):
@@ -61,12 +103,3 @@ def next_segment_id(path):
     (sealed, active or quarantined), or 0."""
     ids = [int(m.group(1)) for m in map(_ANY_ID_RE.match, os.listdir(path)) if m]
     return max(ids) + 1 if ids else 0
-
-
-def fsync_dir(path):
-    """Make the directory's entries (creations, renames, unlinks) durable."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)

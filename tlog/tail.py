@@ -2,8 +2,8 @@
 the writer's owner needs after a restart to know what is already durable."""
 import os
 
-from tlog.reader import read_segment
-from tlog.segments import list_segments, segment_name
+from tlog.reader import ReadStats, read_segment
+from tlog.segments import sealed_files
 
 # One default-sized segment: minutes to hours of a gateway's traffic.
 TAIL_BYTES = 64 * 1024 * 1024
@@ -13,19 +13,25 @@ def last_seqs(path, max_bytes=TAIL_BYTES):
     """``{(link_id, peer_sid): highest seq}`` over the newest sealed segments.
 
     Segments are read newest first until at least ``max_bytes`` of them have
-    been read (None: the whole log); a record counts only when its
+    been read (None: the whole log; both format versions); a record counts only when its
     ``link_id``, ``peer_sid`` and ``seq`` are all set.  Sealed segments only:
     call it after opening the LogWriter, whose recovery seals what a crashed
     writer left in its ``.open`` segment.  Bad bytes are skipped as by
     read_segment; never raises for the log's content."""
     out = {}
     covered = 0
-    for sid in reversed(list_segments(path)):
+    files = sealed_files(path)
+    for sid in sorted(files, reverse=True):
         if max_bytes is not None and covered >= max_bytes:
             break
+        fname, version = files[sid]
         try:
-            covered += os.path.getsize(os.path.join(path, segment_name(sid)))
+            covered += os.path.getsize(fname)
         except FileNotFoundError:       # removed by retention meanwhile
+            continue
+        if version == 2:                # three columns, no record decoding
+            from tlog.columnar import max_seqs
+            max_seqs(fname, sid, out, ReadStats())
             continue
         for _, r in read_segment(path, sid, decode_payload=False):
             link_id, peer_sid, seq = r["link_id"], r["peer_sid"], r["seq"]

@@ -1,15 +1,18 @@
 """The log's one writer: appends records, rolls and seals segments, syncs,
-and applies retention (docs/telemetry-log.md section 4)."""
+and applies retention (docs/telemetry-log.md section 4).  The active segment
+is always in the row format; sealing writes it as Parquet (version 2, through
+tlog.columnar and pyarrow) or keeps the row file (version 1)."""
 import fcntl
 import os
 import time
 
 from tlog.errors import LogError, LogLocked
 from tlog.format import FILE_HEADER_SIZE, RECORD_HEADER_SIZE, file_header, frame
-from tlog.records import encode_body
+from tlog.records import dump_body, normalize, row_of
 from tlog.recovery import recover
 from tlog.retention import retain
-from tlog.segments import LOCK_NAME, MAX_SEGMENT_ID, fsync_dir, next_segment_id, segment_name
+from tlog.segments import (LOCK_NAME, MAX_SEGMENT_ID, fsync_dir, next_segment_id, segment_name,
+                           start_offset)
 
 _WRITE_BUFFER = 64 * 1024
 _FSYNC_MODES = ("segment", "always", "interval")
@@ -27,12 +30,20 @@ class LogWriter:
     append is durable when it returns), "interval" (at most fsync_interval
     seconds of appends at risk, checked on append and tick()).
     clock: wall-clock seconds (default time.time), for segment age, seal
-    times (file mtime) and retention.  Not thread-safe: one caller at a time.
+    times (file mtime) and retention.
+    version: the format of sealed segments: 2 (Parquet; positions are row
+    numbers; needs pyarrow) or 1 (the row file itself; positions are byte
+    offsets).  gateway: the node id written into version-2 segments.
+    Not thread-safe: one caller at a time.
     """
 
     def __init__(self, path, segment_bytes=64 * 1024 * 1024, segment_seconds=60,
                  retention_bytes=None, retention_seconds=None, fsync="segment",
-                 fsync_interval=1.0, clock=time.time):
+                 fsync_interval=1.0, clock=time.time, version=2, gateway=None):
+        if version not in (1, 2):
+            raise ValueError("version must be 1 or 2")
+        if gateway is not None and type(gateway) is not str:
+            raise TypeError("gateway must be a str or None")
         if fsync not in _FSYNC_MODES:
             raise ValueError("fsync must be one of %s" % (_FSYNC_MODES,))
         if segment_bytes < FILE_HEADER_SIZE + RECORD_HEADER_SIZE + 2:
@@ -50,6 +61,9 @@ class LogWriter:
         self.fsync = fsync
         self.fsync_interval = fsync_interval
         self._clock = clock
+        self.version = version
+        self.gateway = gateway
+        self._rows = []              # version 2: the active segment's rows (row_of), for the seal
         self._fd = None              # active segment's fd
         self._active = None          # active segment id
         self._size = 0               # logical size of the active segment
@@ -69,7 +83,7 @@ class LogWriter:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 raise LogLocked("another writer holds %s" % self.path) from None
-            self.recovered = recover(self.path, clock)
+            self.recovered = recover(self.path, clock, version, gateway)
             self._next_id = next_segment_id(self.path)
             if self._next_id > MAX_SEGMENT_ID:
                 raise LogError("segment ids exhausted")
@@ -95,8 +109,8 @@ class LogWriter:
         """(segment id, offset) the next append will get if no roll happens
         first; (next segment id, FILE_HEADER_SIZE) when no segment is active."""
         if self._active is None:
-            return self._next_id, FILE_HEADER_SIZE
-        return self._active, self._size
+            return self._next_id, start_offset(self.version)
+        return self._active, self._size if self.version == 1 else len(self._rows)
 
     def _io(self, fn, *args):
         try:
@@ -116,19 +130,24 @@ class LogWriter:
         completed: flush(), a seal (roll(), close(), size/time roll), or per
         the fsync mode."""
         self._check()
-        return self._io(self._append, frame(encode_body(record)))
+        body = normalize(record)
+        return self._io(self._append, frame(dump_body(body)), body)
 
     def _too_old(self, now):
         return self.segment_seconds is not None and now - self._opened_at >= self.segment_seconds
 
-    def _append(self, data):
+    def _append(self, data, body):
         now = self._clock()
         if self._active is not None:
             if self._too_old(now) or self._size + len(data) > self.segment_bytes:
                 self._seal()
         if self._active is None:
             self._create(now)
-        pos = (self._active, self._size)
+        if self.version == 1:
+            pos = (self._active, self._size)
+        else:
+            pos = (self._active, len(self._rows))
+            self._rows.append(row_of(body))
         self._buf += data
         self._size += len(data)
         self._unsynced = True
@@ -175,16 +194,26 @@ class LogWriter:
 
     def _seal(self):
         sid, fd = self._active, self._fd
-        self._write_out()
+        open_name = os.path.join(self.path, segment_name(sid, sealed=False))
         t = self._clock()
-        os.utime(fd, (t, t))
-        os.fsync(fd)
-        os.close(fd)
+        if self.version == 2:
+            # The Parquet file is complete and durable before the row file goes;
+            # recovery removes a row file whose sealed segment exists already.
+            from tlog.columnar import write_segment
+            write_segment(self.path, sid, self._rows, self.gateway, mtime=t)
+            os.close(fd)
+            os.unlink(open_name)
+        else:
+            self._write_out()
+            os.utime(fd, (t, t))
+            os.fsync(fd)
+            os.close(fd)
+            os.rename(open_name, os.path.join(self.path, segment_name(sid)))
         self._unsynced = False
         self._fd = self._active = None
         self._size = 0
-        os.rename(os.path.join(self.path, segment_name(sid, sealed=False)),
-                  os.path.join(self.path, segment_name(sid)))
+        self._buf.clear()
+        self._rows = []
         fsync_dir(self.path)
         self._next_id = sid + 1
         self._retain()

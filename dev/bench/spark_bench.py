@@ -1,22 +1,33 @@
-"""Spark ingestion benchmark (the `edgebus` data source, ingest/) on local[2].
+"""Spark ingestion benchmark (the `edgebus` data source and job, ingest/) on local[2].
 
     python -m dev.bench.spark_bench [--smoke]
 
-throughput: rows/s reading the same N telemetry records (a) from the bridge's
-log through the `edgebus` data source, (b) with Spark's own JSON file source
-from the same record bodies written as JSON lines, read with an explicit
-schema and projected to the same columns, and (c) through a Python data source
-that does no reading (dev/bench/spark_ceiling.py: the same partitions, the
-batches kept in memory), the ceiling of any Python data source here.  All are
-forced through every column with the `noop` sink; each is run `repeats` times,
-alternating, after one warm-up run each (Python worker start-up, JIT);
+The same N telemetry records are written as a version-2 log (Parquet sealed
+segments, what the bridge writes), as a version-1 log (row segments, the
+format before), and as JSON lines (the bodies).
+
+source: rows/s reading them (a) through the `edgebus` data source from the
+version-2 log, (b) the same from the version-1 log, (c) with Spark's own JSON
+file source (explicit schema, projected to the same columns), (d) with
+Spark's own Parquet reader straight from the sealed segments (the ceiling:
+Spark's vectorised reader, no Python).  Each is forced through every column
+with the `noop` sink, run `repeats` times alternating after a warm-up;
 median/min/max.
 
-latency: publish -> queryable.  A record is appended to the log and its
-segment sealed (what the bridge's size/time roll does), and the clock runs
-until a running streaming query over the log (foreachBatch, polling as fast
-as Spark allows) holds it.  In production add the bridge's seal delay
-(segment_seconds, 60 s by default, plus its tick period).
+job: rows/s of `edgebus ingest --once` (log -> deduplicated, partitioned
+Parquet table) against a plain job doing the same from the JSON lines
+(Spark's JSON stream source -> the same deduplication -> the same sink),
+each on a fresh table and checkpoint, wall time including query start.
+
+writer: CPU per record of the log writer (append, group-commit flushes, and
+the seals) sealing as Parquet (version 2) against sealing row files
+(version 1): what columnar sealing adds to the bridge.
+
+fresh: publish -> queryable at the defaults.  A writer with the bridge's
+default segment_seconds, ticked every second as the bridge does, takes a
+steady stream of records while `edgebus ingest` runs with its default
+trigger interval; a record is queryable when the micro-batch whose end
+offset passes its position has committed.  p50/p99 over every record.
 """
 import json
 import os
@@ -34,6 +45,10 @@ if ROOT not in sys.path:
 import tlog  # noqa: E402
 
 T0 = 1_712_000_000.0
+JSON_SCHEMA = ("ts_host double, topic array<string>, payload string, ts_device double, "
+               "seq long, origin_kind string, conn_id string, principal string, "
+               "link_id string, peer_node string, peer_sid string, generation long, "
+               "extra string")
 
 
 def _summary(vals):
@@ -41,10 +56,15 @@ def _summary(vals):
             "n": len(vals)}
 
 
-def _record(i):
+def _pct(vals, q):
+    s = sorted(vals)
+    return s[min(len(s) - 1, int(q * len(s)))]
+
+
+def _record(i, t0=T0):
     """A device record as the bridge logs it (about 330 bytes of JSON)."""
     node = "node-%02d" % (i % 16)
-    return {"ts_host": T0 + i * 0.001, "topic": ("sensors", node, "env"),
+    return {"ts_host": t0 + i * 0.001, "topic": ("sensors", node, "env"),
             "payload": {"temp": 20.0 + (i % 100) / 10, "hum": 40 + i % 20, "ok": True},
             "ts_device": 1000.0 + i * 0.001, "seq": i // 16, "origin_kind": "link",
             "conn_id": "c-" + node, "principal": "device:" + node, "link_id": "uart0",
@@ -57,40 +77,52 @@ def _session():
     return small_session("edgebus-spark-bench")
 
 
+def _dir_bytes(d):
+    return sum(os.path.getsize(os.path.join(d, x)) for x in os.listdir(d)
+               if x.endswith((".seg", ".parquet")))
+
+
 def _write_inputs(d, n):
-    """The log (8 MiB segments) and the same bodies as JSON lines."""
-    log = os.path.join(d, "log")
-    with tlog.LogWriter(log, segment_bytes=8 * 1024 * 1024, segment_seconds=None) as w:
-        for i in range(n):
-            w.append(_record(i))
+    """The logs (8 MiB row segments) and the same bodies as JSON lines."""
+    logs = {}
+    for version in (2, 1):
+        logs[version] = os.path.join(d, "log-v%d" % version)
+        with tlog.LogWriter(logs[version], segment_bytes=8 * 1024 * 1024, segment_seconds=None,
+                            version=version, gateway="bench" if version == 2 else None) as w:
+            for i in range(n):
+                w.append(_record(i))
     jdir = os.path.join(d, "json")
     os.makedirs(jdir)
     with open(os.path.join(jdir, "records.jsonl"), "w", encoding="utf-8") as f:
-        for _pos, rec in tlog.read_log(log, decode_payload=False):
+        for _pos, rec in tlog.read_log(logs[1], decode_payload=False):
             rec["topic"] = list(rec["topic"])
             f.write(json.dumps(rec, ensure_ascii=False, separators=(",", ":")))
             f.write("\n")
-    size = sum(os.path.getsize(os.path.join(log, x)) for x in os.listdir(log)
-               if x.endswith(".seg"))
-    return log, jdir, size, os.path.getsize(os.path.join(jdir, "records.jsonl"))
+    sizes = {"log_v2_bytes": _dir_bytes(logs[2]), "log_v1_bytes": _dir_bytes(logs[1]),
+             "json_bytes": os.path.getsize(os.path.join(jdir, "records.jsonl"))}
+    return logs, jdir, sizes
 
 
-def _json_frame(spark, jdir):
-    """Spark's JSON source over the same bodies, as the same columns (but
-    segment/offset, which JSON lines do not have)."""
+def _json_columns(df):
+    """The JSON bodies as the source's columns (segment/offset, which JSON lines
+    do not have, as 0: every benchmark record has a device key)."""
     from pyspark.sql import functions as F
 
-    schema = ("ts_host double, topic array<string>, payload string, ts_device double, "
-              "seq long, origin_kind string, conn_id string, principal string, "
-              "link_id string, peer_node string, peer_sid string, generation long, "
-              "extra string")
-    df = spark.read.schema(schema).json(jdir)
     return df.select(
         F.array_join("topic", "/").alias("topic"), F.col("topic").alias("topic_tokens"),
         "payload", "ts_device", "ts_host", F.timestamp_micros(
             F.round(F.col("ts_host") * 1e6).cast("long")).alias("ts_host_time"),
         "link_id", "peer_node", "peer_sid", "generation", "seq", "origin_kind", "conn_id",
-        "principal", "extra")
+        "principal", "extra", F.lit(0).cast("long").alias("segment"),
+        F.lit(0).cast("long").alias("offset"))
+
+
+def _parquet_frame(spark, log):
+    """Spark's own Parquet reader on the sealed segments, the source's columns."""
+    from ingest.schema import SCHEMA
+
+    return (spark.read.option("pathGlobFilter", "*.parquet").parquet(log)
+            .select(*SCHEMA.names))
 
 
 def _time_noop(df):
@@ -99,69 +131,160 @@ def _time_noop(df):
     return time.perf_counter() - t
 
 
-def throughput(spark, log, jdir, n, repeats):
-    from dev.bench.spark_ceiling import CeilingSource
-    spark.dataSource.register(CeilingSource)
-    frames = {"edgebus": lambda: spark.read.format("edgebus").load(log),
-              "spark_json": lambda: _json_frame(spark, jdir),
-              "ceiling": lambda: spark.read.format("edgebus-ceiling").load(log)}
+def source(spark, logs, jdir, n, repeats):
+    frames = {"edgebus": lambda: spark.read.format("edgebus").load(logs[2]),
+              "edgebus_v1": lambda: spark.read.format("edgebus").load(logs[1]),
+              "spark_json": lambda: _json_columns(spark.read.schema(JSON_SCHEMA).json(jdir)),
+              "spark_parquet": lambda: _parquet_frame(spark, logs[2])}
     for f in frames.values():
         assert f().count() == n
-        _time_noop(f())            # warm-up (the ceiling source keeps its batches here)
+        _time_noop(f())            # warm-up (Python workers, JIT)
     rates = {k: [] for k in frames}
-    for _ in range(repeats):       # alternating, so drifts hit all three alike
+    for _ in range(repeats):       # alternating, so drifts hit all alike
         for k, f in frames.items():
             rates[k].append(n / _time_noop(f()))
     med = {k: statistics.median(v) for k, v in rates.items()}
-    return {"edgebus_rows_per_s": _summary(rates["edgebus"]),
-            "spark_json_rows_per_s": _summary(rates["spark_json"]),
-            "python_source_ceiling_rows_per_s": _summary(rates["ceiling"]),
-            "partitions": frames["edgebus"]().rdd.getNumPartitions(),
-            "ratio_median": med["edgebus"] / med["spark_json"],
-            "ceiling_ratio_median": med["ceiling"] / med["spark_json"]}
+    out = {"%s_rows_per_s" % k: _summary(v) for k, v in rates.items()}
+    out.update(partitions=frames["edgebus"]().rdd.getNumPartitions(),
+               ratio_median=med["edgebus"] / med["spark_json"],
+               v1_ratio_median=med["edgebus_v1"] / med["spark_json"],
+               parquet_ratio_median=med["spark_parquet"] / med["spark_json"])
+    return out
 
 
-def latency(spark, d, samples):
-    """Seconds from appending a record (and sealing its segment) to a running
-    streaming query holding it."""
-    log = os.path.join(d, "lat-log")
-    w = tlog.LogWriter(log, segment_seconds=None)
-    w.append(_record(0))
-    w.roll()
-    seen = {}
-    cv = threading.Condition()
+def jobs(spark, d, log, jdir, n, repeats):
+    """rows/s of the ingest job and of the same job over Spark's JSON source."""
+    from pyspark.sql import functions as F
 
-    def on_batch(df, _batch_id):
-        got = [r["seq"] for r in df.select("seq").collect()]
-        now = time.perf_counter()
-        with cv:
-            for s in got:
-                seen.setdefault(s, now)
-            cv.notify_all()
+    from ingest import job
+    from ingest.report import read_table
 
-    q = (spark.readStream.format("edgebus").load(log).writeStream
-         .foreachBatch(on_batch).trigger(processingTime="0 seconds")
-         .option("checkpointLocation", os.path.join(d, "lat-ckpt")).start())
-    try:
-        with cv:
-            if not cv.wait_for(lambda: 0 in seen, timeout=120):
-                raise RuntimeError("the streaming query never delivered the first record")
-        out = []
-        for k in range(1, samples + 1):
-            time.sleep(0.2)
-            rec = _record(0)
-            rec["seq"] = k
+    def edgebus(k):
+        return job.ingest_frame(spark, log, minPartitions=spark.sparkContext.defaultParallelism)
+
+    def plain_json(k):
+        df = _json_columns(spark.readStream.schema(JSON_SCHEMA).json(jdir))
+        return job.deduplicated(df.withColumn("_log", F.lit(0)))
+
+    rates = {"ingest_job": [], "json_job": []}
+    for r in range(repeats + 1):                 # the first round warms up
+        for name, frame in (("ingest_job", edgebus), ("json_job", plain_json)):
+            table = os.path.join(d, "%s-%d" % (name, r))
             t = time.perf_counter()
-            w.append(rec)
-            w.roll()
-            with cv:
-                if not cv.wait_for(lambda: k in seen, timeout=60):
-                    raise RuntimeError("record %d not delivered within 60 s" % k)
-                out.append(seen[k] - t)
+            q = job.write_table(frame(r), table, table + ".ckpt", True, 5.0)
+            q.awaitTermination()
+            dt = time.perf_counter() - t
+            if r == 0:
+                assert read_table(spark, table).count() == n, name
+            else:
+                rates[name].append(n / dt)
+            shutil.rmtree(table, ignore_errors=True)
+            shutil.rmtree(table + ".ckpt", ignore_errors=True)
+    med = {k: statistics.median(v) for k, v in rates.items()}
+    return {"ingest_job_rows_per_s": _summary(rates["ingest_job"]),
+            "json_job_rows_per_s": _summary(rates["json_job"]),
+            "job_ratio_median": med["ingest_job"] / med["json_job"]}
+
+
+def writer_cpu(d, n, segments=10):
+    """CPU microseconds per record of LogWriter: appends, a flush every 64
+    records (group commits), a seal every n/segments records."""
+    out = {}
+    per_seg = max(1, n // segments)
+    recs = [_record(i) for i in range(n)]
+    for version in (1, 2, 1, 2):                 # twice each, the second counts
+        log = os.path.join(d, "cpu-v%d" % version)
+        shutil.rmtree(log, ignore_errors=True)
+        with tlog.LogWriter(log, segment_seconds=None, version=version, gateway="bench") as w:
+            t = time.process_time()
+            for i, r in enumerate(recs):
+                w.append(r)
+                if i % 64 == 63:
+                    w.flush()
+                if i % per_seg == per_seg - 1:
+                    w.roll()
+            dt = time.process_time() - t
+        out["writer_cpu_us_per_record_v%d" % version] = 1e6 * dt / n
+        shutil.rmtree(log, ignore_errors=True)
+    return out
+
+
+def fresh(spark, d, seconds, rate):
+    """Publish -> queryable at the defaults (module docstring)."""
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    from bridge.config import Config
+    from ingest import job
+
+    cfg = Config()
+    log, table = os.path.join(d, "fresh-log"), os.path.join(d, "fresh-table")
+    w = tlog.LogWriter(log, segment_seconds=cfg.segment_seconds, gateway="bench")
+    appended = []                                # (position, wall time)
+    committed = []                               # (end position, wall time)
+    lock = threading.Lock()
+
+    class Ends(StreamingQueryListener):
+        def onQueryStarted(self, event):
+            pass
+
+        def onQueryProgress(self, event):
+            end = event.progress.sources[0].endOffset
+            if end:
+                e = json.loads(end)
+                with lock:
+                    committed.append(((e["segment"], e["offset"]), time.time()))
+
+        def onQueryIdle(self, event):
+            pass
+
+        def onQueryTerminated(self, event):
+            pass
+
+    listener = Ends()
+    spark.streams.addListener(listener)
+    # The stream needs the directory; an empty sealed segment is never made.
+    w.append(_record(0, time.time()))
+    w.roll()
+    q = job.write_table(job.ingest_frame(spark, log, minPartitions=2), table,
+                        table + ".ckpt", False, job.DEFAULT_TRIGGER_INTERVAL)
+    try:
+        stop = time.time() + seconds
+        last_tick, i = 0.0, 1
+        while time.time() < stop:
+            now = time.time()
+            pos = w.append(_record(i, now))
+            i += 1
+            appended.append((pos, now))
+            if now - last_tick >= 1.0:           # the bridge's IDLE tick: age rolls
+                w.tick()
+                last_tick = now
+            time.sleep(1.0 / rate)
+        w.roll()
+        last = appended[-1][0]
+        deadline = time.time() + 120
+        while time.time() < deadline:
+            with lock:
+                if committed and committed[-1][0] > last:
+                    break
+            time.sleep(0.2)
     finally:
         q.stop()
         w.close()
-    return {"publish_to_queryable_s": _summary(out)}
+        spark.streams.removeListener(listener)
+    lat = []
+    with lock:
+        ends = list(committed)
+    for pos, t in appended:
+        done = next((ct for end, ct in ends if end > pos), None)
+        if done is None:
+            raise RuntimeError("record at %r never became queryable" % (pos,))
+        lat.append(done - t)
+    return {"fresh_segment_seconds": cfg.segment_seconds,
+            "fresh_trigger_interval_s": job.DEFAULT_TRIGGER_INTERVAL,
+            "fresh_records": len(lat), "fresh_batches": len(ends),
+            "publish_to_queryable_p50_s": _pct(lat, 0.5),
+            "publish_to_queryable_p99_s": _pct(lat, 0.99),
+            "publish_to_queryable_max_s": max(lat)}
 
 
 def run(smoke=False):
@@ -171,15 +294,16 @@ def run(smoke=False):
     d = tempfile.mkdtemp(prefix="edgebus-spark-bench-")
     try:
         t = time.perf_counter()
-        log, jdir, log_bytes, json_bytes = _write_inputs(d, n)
+        logs, jdir, sizes = _write_inputs(d, n)
         write_s = time.perf_counter() - t
+        res = {"records": n, "repeats": repeats, "master": "local[2]", "log_write_s": write_s}
+        res.update(sizes)
+        res.update(writer_cpu(d, n // 4 if smoke else n))
         spark = _session()
         try:
-            res = {"records": n, "repeats": repeats, "master": "local[2]",
-                   "log_bytes": log_bytes, "json_bytes": json_bytes,
-                   "log_write_s": write_s}
-            res.update(throughput(spark, log, jdir, n, repeats))
-            res.update(latency(spark, d, 3 if smoke else 10))
+            res.update(source(spark, logs, jdir, n, repeats))
+            res.update(jobs(spark, d, logs[2], jdir, n, 1 if smoke else 3))
+            res.update(fresh(spark, d, 20 if smoke else 120, 50))
         finally:
             spark.stop()
         return res

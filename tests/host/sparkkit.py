@@ -35,8 +35,9 @@ def local_record(i, t):
             "origin_kind": "local", "conn_id": "c-host", "principal": "app"}
 
 
-def expected_row(rec, pos):
-    """The row the data source must produce for a record dict logged at pos."""
+def expected_row(rec, pos, gateway=None):
+    """The row the data source must produce for a record dict logged at pos
+    (by a writer naming gateway)."""
     from tlog import encode_value
 
     def js(v):
@@ -61,5 +62,5 @@ def expected_row(rec, pos):
         "conn_id": rec.get("conn_id"), "principal": rec.get("principal"),
         "extra": None if extra is None else js(extra),
         "late": isinstance(extra, dict) and extra.get("late") is True,
-        "segment": pos[0], "offset": pos[1],
+        "gateway": gateway, "segment": pos[0], "offset": pos[1],
     }

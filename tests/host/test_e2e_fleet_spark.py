@@ -133,13 +133,15 @@ def test_fleet_to_table_holds_every_reading_once_through_broker_and_bridge_kills
         _ingest(spark, log_dir, table, ckpt)
         rows = read_table(spark, table).select(
             "peer_node", "peer_sid", "generation", "seq", "topic", "payload",
-            "ts_host", "ts_device", "late").collect()
+            "ts_host", "ts_device", "late", "gateway").collect()
         summary = summarize(spark, table)
     finally:
         spark.stop()
     text = format_report(summary, table)
     print(text)
 
+    # The bridge names itself in its log: every row says which gateway logged it.
+    assert {r["gateway"] for r in rows} == {"e2e-gateway"}
     sessions = {s["peer_node"]: s for s in summary["sessions"]}
     assert sorted(sessions) == sorted(nodes) and len(summary["sessions"]) == DEVICES
     assert summary["corrupt"] == {"regions": [], "missing": []}

@@ -78,8 +78,8 @@ class Fleet:
         self.written = []              # (record, position)
         self.unique = set()            # (node, sid, seq) keys logged
 
-    def write(self, n, dup_every=0, local_every=10):
-        with LogWriter(self.path, segment_bytes=6000) as w:
+    def write(self, n, dup_every=0, local_every=10, version=2):
+        with LogWriter(self.path, segment_bytes=6000, version=version) as w:
             for i in range(n):
                 self.t += 0.01
                 if local_every and i % local_every == local_every - 1:
@@ -98,7 +98,8 @@ class Fleet:
 
 
 def corrupt_one(fleet):
-    """Damage a body byte of a device record in the second segment; return it."""
+    """Damage a body byte of a device record in the second segment (version 1,
+    row format); return it."""
     rec, pos = next((r, p) for r, p in fleet.written
                     if p[0] == 1 and r.get("seq") is not None and p[1] > 20)
     fname = os.path.join(fleet.path, segment_name(pos[0]))
@@ -140,7 +141,8 @@ def test_exactly_once_across_sigkill_with_duplicates_and_corruption(spark, tmp_p
 
     log, table, ckpt = tmp_path / "log", tmp_path / "table", tmp_path / "ckpt"
     fleet = Fleet(log)
-    fleet.write(2400, dup_every=17)
+    # A log begun by a version-1 bridge (row segments), continued in version 2.
+    fleet.write(2400, dup_every=17, version=1)
     _, lost_pos = corrupt_one(fleet)
 
     # Run 1: a continuous query in small micro-batches, SIGKILLed (JVM, Python
@@ -268,3 +270,59 @@ def test_retransmitted_copies_are_removed_and_late_is_kept(spark, tmp_path):
     assert not any(late[s] for s in range(80))
     assert all(late[s] for s in range(120, 160))
     assert all(x["late"] is False for x in rows if x["seq"] is None)
+
+
+def test_three_gateways_into_one_table(spark, tmp_path):
+    """Three bridges' logs (a glob) into one table by one job: per-gateway
+    counts right, local traffic of every log kept (the same positions in
+    each log), a device that moves from gateway a to b in one boot keeps one
+    history (the seq numbers both logged are kept once). A changed list of
+    logs for the same checkpoint is refused, clearly."""
+    from pyspark.sql import functions as F
+
+    from ingest.report import read_table
+
+    logs, table, ckpt = tmp_path / "logs", tmp_path / "table", tmp_path / "ckpt"
+    want = {}                                   # gateway -> (device rows, local rows)
+    for g, gw in enumerate(("gw-a", "gw-b", "gw-c")):
+        n = k = 0
+        with LogWriter(str(logs / gw), segment_bytes=5000, gateway=gw) as w:
+            for i in range(100 + 50 * g):
+                node = "node-%s%d" % (gw[-1], i % 3)
+                w.append(device_record(node, node + "-1", i // 3, T0 + i))
+                n += 1
+                if i % 20 == 0:
+                    w.append(local_record(i, T0 + i))
+                    k += 1
+            if gw == "gw-a":                    # node-m boots here, seq 0..49
+                for s in range(50):
+                    w.append(device_record("node-m", "m-1", s, T0 + 200 + s))
+            if gw == "gw-b":                    # ... and moves here, seq 40..99
+                for s in range(40, 100):
+                    w.append(device_record("node-m", "m-1", s, T0 + 245 + s))
+        want[gw] = (n, k)
+    r = subprocess.run(ingest_cmd(str(logs / "gw-*"), table, ckpt, "--once"), cwd=ROOT,
+                       env=env(), capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert "read %d log records" % (sum(map(sum, want.values())) + 110) in r.stdout, r.stdout
+    df = read_table(spark, table)
+
+    def per_gateway(rows):
+        return {x["gateway"]: x["n"] for x in rows.groupBy("gateway")
+                .agg(F.count(F.lit(1)).alias("n")).collect()}
+    assert per_gateway(df.where(F.col("peer_node").startswith("node-")
+                                & (F.col("peer_node") != "node-m"))) == {
+        g: n for g, (n, _) in want.items()}
+    assert per_gateway(df.where(F.col("seq").isNull())) == {g: k for g, (_, k) in want.items()}
+    moved = [(x["seq"], x["gateway"]) for x in df.where(F.col("peer_node") == "node-m")
+             .select("seq", "gateway").collect()]
+    assert sorted(s for s, _ in moved) == list(range(100))
+    assert {g for s, g in moved if s < 40} == {"gw-a"} and {g for s, g in moved if s >= 50} == {
+        "gw-b"}
+    # One history: node-m's rows sit in one partition of the table.
+    parts = [os.path.join(d, p) for d in os.listdir(table) if d.startswith("date=")
+             for p in os.listdir(table / d) if p == "peer_node=node-m"]
+    assert len(parts) == 1
+    r = subprocess.run(ingest_cmd(str(logs / "gw-a"), table, ckpt, "--once"), cwd=ROOT,
+                       env=env(), capture_output=True, text=True, timeout=240)
+    assert r.returncode == 2 and "a checkpoint keeps its list of logs" in r.stderr, r.stderr

@@ -1,5 +1,6 @@
 """The `edgebus` PySpark data source (ingest/) on real local Spark:
-schema and values, batch and streaming, offsets, byte-range splits, corruption."""
+schema and values, batch and streaming, offsets, range splits, corruption;
+version-2 (Parquet) segments and version-1 (row) ones alike."""
 import datetime
 import json
 import os
@@ -25,10 +26,21 @@ def spark():
     s.stop()
 
 
+GW = "gw-test"
+VERSIONS = pytest.mark.parametrize("version", [1, 2])
+
+
 def write_log(d, records, **kw):
+    """Positions of records written to log d; version 2 (Parquet) names GW."""
     kw.setdefault("segment_bytes", 2048)
+    if kw.get("version", 2) == 2:
+        kw.setdefault("gateway", GW)
     with LogWriter(str(d), **kw) as w:
         return [w.append(r) for r in records]
+
+
+def gateway_of(version):
+    return GW if version == 2 else None
 
 
 def rows_by_pos(df):
@@ -68,31 +80,32 @@ def mixed_records(n=60):
     return recs
 
 
-def check_rows(got, recs, positions):
+def check_rows(got, recs, positions, gateway=None):
     assert len(got) == len(recs)
     for rec, pos in zip(recs, positions):
         row = dict(got[pos])
-        want = expected_row(rec, pos)
+        want = expected_row(rec, pos, gateway)
         t = row.pop("ts_host_time")
         assert t == datetime.datetime.fromtimestamp(rec["ts_host"], datetime.timezone.utc) \
             .replace(tzinfo=None)
         assert row == want
 
 
-def test_batch_schema_and_values(spark, tmp_path):
+@VERSIONS
+def test_batch_schema_and_values(spark, tmp_path, version):
     from ingest.schema import SCHEMA
 
     recs = mixed_records()
-    positions = write_log(tmp_path / "log", recs)
+    positions = write_log(tmp_path / "log", recs, version=version)
     assert len({p[0] for p in positions}) > 3          # several segments
     df = spark.read.format("edgebus").load(str(tmp_path / "log"))
     assert df.schema == SCHEMA
     assert [f.name for f in df.schema.fields] == [
         "topic", "topic_tokens", "payload", "ts_device", "ts_host", "ts_host_time", "link_id",
         "peer_node", "peer_sid", "generation", "seq", "origin_kind", "conn_id", "principal",
-        "extra", "late", "segment", "offset"]
+        "extra", "late", "gateway", "segment", "offset"]
     got = rows_by_pos(df)
-    check_rows(got, recs, positions)
+    check_rows(got, recs, positions, gateway_of(version))
     # Spot checks of the documented conversions.
     odd = got[positions[len(recs) - 12]]
     assert odd["topic"] == "capteurs/température/日本/7/" and odd["seq"] is None   # > int64
@@ -145,18 +158,19 @@ def test_payload_helpers(spark, tmp_path):
     assert got[4]["ets"] == 9.5 and got[4]["temp"] is None
 
 
-def test_byte_range_splits_give_the_same_rows(spark, tmp_path):
-    """Cuts fall inside records: each record is still read once, nothing is
-    reported corrupt."""
+@VERSIONS
+def test_byte_range_splits_give_the_same_rows(spark, tmp_path, version):
+    """Cuts fall inside records (version 1) or between rows (version 2): each
+    record is still read once, nothing is reported corrupt."""
     recs = mixed_records(200)
-    positions = write_log(tmp_path / "log", recs, segment_bytes=16384)
+    positions = write_log(tmp_path / "log", recs, segment_bytes=16384, version=version)
     corrupt = tmp_path / "corrupt"
     for opts in ({"splitBytes": "1000"}, {"splitBytes": "1777"}, {"minPartitions": "7"}):
         df = (spark.read.format("edgebus").options(**opts).option("corruptDir", str(corrupt))
               .load(str(tmp_path / "log")))
         rows = df.collect()
         assert len(rows) == len(recs)
-        check_rows(rows_by_pos(df), recs, positions)
+        check_rows(rows_by_pos(df), recs, positions, gateway_of(version))
     assert not corrupt.exists()
     from ingest.planning import RangeGroup
     from ingest.source import EdgebusDataSource
@@ -166,13 +180,14 @@ def test_byte_range_splits_give_the_same_rows(spark, tmp_path):
     assert len(parts) > len({p[0] for p in positions})
 
 
-def test_small_segments_are_packed_into_few_partitions(spark, tmp_path):
+@VERSIONS
+def test_small_segments_are_packed_into_few_partitions(spark, tmp_path, version):
     """Many small segments (the bridge seals one a minute) are packed into
     about minPartitions partitions, by default the session's parallelism,
     each reading its segments in log order; every record is read once."""
     from ingest.source import EdgebusDataSource, with_parallelism
     recs = mixed_records(2000)
-    positions = write_log(tmp_path / "log", recs, segment_bytes=8192)
+    positions = write_log(tmp_path / "log", recs, segment_bytes=8192, version=version)
     nseg = len({p[0] for p in positions})
     assert nseg > 40
     log = str(tmp_path / "log")
@@ -192,7 +207,7 @@ def test_small_segments_are_packed_into_few_partitions(spark, tmp_path):
     for opts, want in (({}, plans["default"]), ({"minPartitions": "4"}, plans["four"])):
         df = spark.read.format("edgebus").options(**opts).load(log)
         assert df.rdd.getNumPartitions() == want
-    check_rows(rows_by_pos(df), recs, positions)
+    check_rows(rows_by_pos(df), recs, positions, gateway_of(version))
 
 
 def test_empty_and_absent_log(spark, tmp_path):
@@ -214,12 +229,13 @@ def stream_to_table(spark, log, out, ckpt, **opts):
     return sum(1 for p in q.recentProgress if p["numInputRows"] > 0)
 
 
-def test_streaming_offsets_rate_limits_and_restart(spark, tmp_path):
+@VERSIONS
+def test_streaming_offsets_rate_limits_and_restart(spark, tmp_path, version):
     from ingest.schema import SCHEMA
 
     log, out, ckpt = tmp_path / "log", tmp_path / "out", tmp_path / "ckpt"
     recs = mixed_records(120)
-    positions = write_log(log, recs, segment_bytes=4096)
+    positions = write_log(log, recs, segment_bytes=4096, version=version)
     batches = stream_to_table(spark, log, out, ckpt, maxRecordsPerTrigger=40)
     assert batches == -(-len(recs) // 40)
     # The checkpoint's offsets are log positions, as JSON.
@@ -229,14 +245,13 @@ def test_streaming_offsets_rate_limits_and_restart(spark, tmp_path):
     assert json.loads(last) == {"segment": positions[-1][0] + 1, "offset": 0}
     # More records, sealed later: the restarted query reads only those.
     more = [device_record("node-9", "s9", i, T0 + 500 + i) for i in range(50)]
-    with LogWriter(str(log), segment_bytes=4096) as w:
-        positions += [w.append(r) for r in more]
+    positions += write_log(log, more, segment_bytes=4096, version=version)
     batches = stream_to_table(spark, log, out, ckpt, maxBytesPerTrigger=1500)
     assert batches >= 3               # byte budget cuts inside segments and records
     df = spark.read.schema(SCHEMA).parquet(str(out))
     got = rows_by_pos(df)
     assert df.count() == len(got)     # nothing twice
-    check_rows(got, recs + more, positions)
+    check_rows(got, recs + more, positions, gateway_of(version))
 
 
 def damage(path, sid, offset, how):
@@ -259,7 +274,7 @@ def test_corrupt_and_truncated_records_are_skipped_and_reported(spark, tmp_path)
 
     log = tmp_path / "log"
     recs = [device_record("n", "s", i, T0 + i) for i in range(150)]
-    positions = write_log(log, recs, segment_bytes=4096)
+    positions = write_log(log, recs, segment_bytes=4096, version=1)
     by_seg = {}
     for i, p in enumerate(positions):
         by_seg.setdefault(p[0], []).append(i)
@@ -308,7 +323,7 @@ def test_streaming_skips_corruption_and_missing_segments(spark, tmp_path):
 
     log, cdir = tmp_path / "log", tmp_path / "corrupt"
     recs = [device_record("n", "s", i, T0 + i) for i in range(80)]
-    positions = write_log(log, recs, segment_bytes=2048)
+    positions = write_log(log, recs, segment_bytes=2048, version=1)
     segs = sorted({p[0] for p in positions})
     damage(log, segs[1], 0, "header")                    # bad file header: records still read
     os.unlink(log / segment_name(segs[2]))               # a quarantined / deleted segment
@@ -350,7 +365,7 @@ def test_region_ownership_random_cuts_and_damage(tmp_path):
         d = tmp_path / ("log%d" % trial)
         recs = [device_record("n", "s", i, T0 + i, payload={"v": "x" * rnd.randrange(0, 300)})
                 for i in range(rnd.randrange(5, 40))]
-        write_log(d, recs, segment_bytes=1 << 20)
+        write_log(d, recs, segment_bytes=1 << 20, version=1)
         fname = str(d / segment_name(0))
         data = bytearray(open(fname, "rb").read())
         for _ in range(rnd.randrange(0, 4)):
@@ -434,7 +449,7 @@ def test_bulk_reader_yields_exactly_what_the_reference_reader_does(tmp_path):
     recs[4] = dict(recs[4], payload={"$x": [1, {"$b64": "x"}]}, extra={"k": "é\n\"q"})
     recs[5] = dict(recs[5], payload=None, seq=2 ** 64 + 5, generation=2 ** 63)
     recs[6] = dict(recs[6], payload="null", ts_device=10 ** 400)
-    positions = write_log(log, recs, segment_bytes=3000)
+    positions = write_log(log, recs, segment_bytes=3000, version=1)
     last = positions[-1][0]
     # Appended by hand to the last sealed segment: members reordered and an
     # unknown one (valid); bad UTF-8, an unknown tag, extra not an object and an
@@ -472,3 +487,36 @@ def test_bulk_reader_yields_exactly_what_the_reference_reader_does(tmp_path):
         odd = {r["offset"]: r for r in got["fast"][0] if r["segment"] == positions[5][0]}
         r5 = odd[positions[5][1]]
         assert r5["payload"] is None and r5["seq"] is None and r5["generation"] is None
+
+
+def test_damaged_parquet_segments_are_skipped_and_named(spark, tmp_path):
+    """Version 2: a row group failing its page checksums and a file without its
+    footer are skipped and named in corruptDir; every other row is read, none
+    is wrong, however the plan cuts the segments."""
+    from tlog import parquet_name
+    from ingest.corruption import corrupt_report
+
+    log = tmp_path / "log"
+    recs = [device_record("n", "s", i, T0 + i, payload={"v": "x%d" % i * 30}) for i in range(90)]
+    positions = write_log(log, recs, segment_bytes=9000)
+    segs = sorted({p[0] for p in positions})
+    assert len(segs) >= 4
+    f1, f2 = (str(log / parquet_name(s)) for s in segs[1:3])
+    data = bytearray(open(f1, "rb").read())
+    data[len(data) // 3] ^= 0xFF                          # inside the data pages
+    open(f1, "wb").write(bytes(data))
+    os.truncate(f2, os.path.getsize(f2) - 30)              # the footer is gone
+    keep = [(r, p) for r, p in zip(recs, positions) if p[0] not in segs[1:3]]
+    for k, opts in enumerate(({}, {"splitBytes": "1024"})):
+        cdir = tmp_path / ("corrupt%d" % k)
+        df = (spark.read.format("edgebus").options(**opts).option("corruptDir", str(cdir))
+              .load(str(log)))
+        got = rows_by_pos(df)
+        check_rows(got, [r for r, _ in keep], [p for _, p in keep], GW)
+        rep = corrupt_report(str(cdir))
+        named = {(r["file"], r["offset"]): r["reason"] for r in rep["regions"]}
+        # The damaged row group is named by each range that reads part of it, at
+        # the first row of that part; the file without a footer once, at row 0.
+        assert {f for f, _ in named} == {f1, f2} and (f1, 0) in named, opts
+        assert all("unreadable" in why for (f, _), why in named.items() if f == f1)
+        assert [o for f, o in named if f == f2] == [0] and "segment skipped" in named[(f2, 0)]

@@ -81,7 +81,7 @@ def test_round_trip_every_field(tmp_path):
         None, b"\x00\x01\x02\xff", {"$b64": "not bytes"}, {"$lit": {"$b64": 1}},
         [1, [2, b"z"]], "", {"k": "v"},
     ]
-    with LogWriter(d) as w:
+    with LogWriter(d, version=1) as w:
         positions = [w.append(c) for c in cases]
     assert positions[0] == (0, FILE_HEADER_SIZE)
     got, stats = read_all(d)
@@ -160,7 +160,7 @@ def test_append_rejects_bad_records_without_writing(tmp_path):
         {"ts_host": 1.0, "topic": ("a",), "payload": b"x" * (tlog.MAX_BODY_BYTES + 1)},
         "not a dict",
     ]
-    with LogWriter(d) as w:
+    with LogWriter(d, version=1) as w:
         assert w.append(rec(0)) == (0, FILE_HEADER_SIZE)
         before = w.position()
         for b in bad:
@@ -177,7 +177,7 @@ def test_append_rejects_bad_records_without_writing(tmp_path):
 
 def test_roll_by_size(tmp_path):
     d = str(tmp_path)
-    with LogWriter(d, segment_bytes=1024, segment_seconds=None) as w:
+    with LogWriter(d, version=1, segment_bytes=1024, segment_seconds=None) as w:
         assert w.active_segment is None and list_segments(d) == []
         positions = [w.append(rec(i, payload="p" * 50)) for i in range(40)]
         big = w.append(rec(40, payload="B" * 3000))           # larger than a segment
@@ -203,7 +203,7 @@ def test_roll_by_size(tmp_path):
 def test_roll_by_time_and_tick(tmp_path):
     d = str(tmp_path)
     clk = Clock(1000.0)
-    with LogWriter(d, segment_seconds=10, clock=clk) as w:
+    with LogWriter(d, version=1, segment_seconds=10, clock=clk) as w:
         p0 = w.append(rec(0))
         clk.t = 1005.0
         p1 = w.append(rec(1))
@@ -233,7 +233,7 @@ def test_fsync_modes_and_flush(tmp_path):
     for mode in ("segment", "always", "interval"):
         d = str(tmp_path / mode)
         clk = Clock()
-        with LogWriter(d, fsync=mode, fsync_interval=1.0, clock=clk) as w:
+        with LogWriter(d, version=1, fsync=mode, fsync_interval=1.0, clock=clk) as w:
             for i in range(5):
                 clk.t += 0.6
                 w.append(rec(i))
@@ -248,15 +248,15 @@ def test_fsync_modes_and_flush(tmp_path):
 
 def test_one_writer_per_directory(tmp_path):
     d = str(tmp_path)
-    w = LogWriter(d)
+    w = LogWriter(d, version=1)
     with pytest.raises(LogLocked):
-        LogWriter(d)
+        LogWriter(d, version=1)
     w.append(rec(0))
     w.close()
     w.close()                                                   # idempotent
     with pytest.raises(tlog.LogError):
         w.append(rec(1))
-    with LogWriter(d) as w2:
+    with LogWriter(d, version=1) as w2:
         assert w2.append(rec(1)) == (1, FILE_HEADER_SIZE)       # ids continue after reopen
     assert "LOCK" in os.listdir(d) and list_segments(d) == [0, 1]
 
@@ -270,7 +270,8 @@ sys.path.insert(0, sys.argv[1])
 from tlog import LogWriter
 d, base, mode, seg = sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
 rng = random.Random(base)
-w = LogWriter(d, segment_bytes=seg, segment_seconds=None, fsync=mode, fsync_interval=0.002)
+w = LogWriter(d, segment_bytes=seg, segment_seconds=None, fsync=mode, fsync_interval=0.002,
+              version=int(sys.argv[6]))
 print("OPEN", flush=True)
 i = base
 while True:
@@ -280,7 +281,9 @@ while True:
                               "bin": os.urandom(rng.randint(0, 40))},
                   "seq": i, "peer_node": "child", "peer_sid": str(base), "generation": base})
         i += 1
-    sid, off = w.flush()
+    sid, _pos = w.flush()
+    # The bytes the sync point made durable in the row file (power loss keeps them).
+    off = os.path.getsize(os.path.join(d, "%020d.seg.open" % sid))
     print("SYNC", i - 1, sid, off, flush=True)
     if rng.random() < 0.1:
         w.roll()
@@ -288,10 +291,12 @@ while True:
 
 
 @pytest.mark.slow
-def test_crash_with_sigkill_recovers(tmp_path):
+@pytest.mark.parametrize("version", [1, 2])
+def test_crash_with_sigkill_recovers(tmp_path, version):
     """SIGKILL a writing child at random instants, ten times over the same
     directory.  Half the runs also simulate power loss after the kill: the
-    active segment loses its unsynced bytes, cut at a random byte."""
+    active segment loses its unsynced bytes, cut at a random byte.  Version
+    2: recovery turns the row file into a Parquet segment."""
     d = str(tmp_path / "log")
     child = tmp_path / "child.py"
     child.write_text(CHILD)
@@ -304,7 +309,7 @@ def test_crash_with_sigkill_recovers(tmp_path):
     for it in range(iterations):
         base = (it + 1) * 1_000_000
         p = subprocess.Popen([sys.executable, str(child), ROOT, d, str(base), modes[it % 3],
-                              str(rng.choice([2048, 8192, 65536]))],
+                              str(rng.choice([2048, 8192, 65536])), str(version)],
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         lines = []
         if it % 2 == 0:                    # kill at a random instant (some during start-up)
@@ -335,7 +340,7 @@ def test_crash_with_sigkill_recovers(tmp_path):
         got, stats = read_all(d)
         assert stats.clean, stats.corrupt
 
-        with LogWriter(d) as w:            # recovery
+        with LogWriter(d, version=version) as w:            # recovery
             assert w.active_segment is None
             recoveries += w.recovered
         names = os.listdir(d)
@@ -372,11 +377,11 @@ def _write_open(d, sid, frames, tail=b""):
 
 def test_recovery_of_crash_leftovers(tmp_path):
     d = str(tmp_path)
-    with LogWriter(d) as w:
+    with LogWriter(d, version=1) as w:
         w.append(rec(0))
     frames = [tlog.frame(tlog.encode_body(rec(i))) for i in (1, 2, 3)]
     _write_open(d, 1, frames[:2], tail=frames[2][:-5])       # torn last record
-    with LogWriter(d) as w:
+    with LogWriter(d, version=1) as w:
         assert [a for _, a, _ in w.recovered] == ["sealed"]
         assert w.append(rec(9)) == (2, FILE_HEADER_SIZE)
     assert os.path.getsize(seg_path(d, 1)) == FILE_HEADER_SIZE + len(frames[0]) + len(frames[1])
@@ -384,12 +389,12 @@ def test_recovery_of_crash_leftovers(tmp_path):
 
     # Header only, empty file, torn header: removed; ids reused since never visible.
     _write_open(d, 3, [])
-    with LogWriter(d) as w:
+    with LogWriter(d, version=1) as w:
         assert [a for _, a, _ in w.recovered] == ["removed"]
     for content in (b"", tlog.file_header(3)[:7]):
         with open(seg_path(d, 3, sealed=False), "wb") as f:
             f.write(content)
-        with LogWriter(d) as w:
+        with LogWriter(d, version=1) as w:
             assert [a for _, a, _ in w.recovered] == ["removed"]
             assert w.append(rec(10)) == (3, FILE_HEADER_SIZE)
             w.roll()
@@ -397,7 +402,7 @@ def test_recovery_of_crash_leftovers(tmp_path):
     # A bad header followed by data is not silently destroyed: set aside.
     with open(seg_path(d, 3, sealed=False), "wb") as f:
         f.write(b"\x00" * FILE_HEADER_SIZE + frames[0])
-    with LogWriter(d) as w:
+    with LogWriter(d, version=1) as w:
         assert [a for _, a, _ in w.recovered] == ["quarantined"]
         assert w.position()[0] == 4
     assert os.path.exists(seg_path(d, 3, sealed=False) + ".corrupt")
@@ -409,7 +414,7 @@ def test_recovery_of_crash_leftovers(tmp_path):
 
 def _three_segments(d):
     pos = []
-    with LogWriter(d, segment_seconds=None) as w:
+    with LogWriter(d, version=1, segment_seconds=None) as w:
         for s in range(3):
             for i in range(10):
                 pos.append(w.append(rec(s * 10 + i, payload={"v": "abc" * i, "b": b"\x01" * i})))
@@ -565,7 +570,7 @@ def test_offsets_are_replayable_ranges(tmp_path):
 def test_retention_by_size(tmp_path):
     d = str(tmp_path)
     clk = Clock()
-    with LogWriter(d, segment_bytes=1000, segment_seconds=None, retention_bytes=3000,
+    with LogWriter(d, version=1, segment_bytes=1000, segment_seconds=None, retention_bytes=3000,
                    clock=clk) as w:
         for i in range(100):
             w.append(rec(i, payload="x" * 100))
@@ -580,7 +585,7 @@ def test_retention_by_size(tmp_path):
     got, stats = read_all(d)
     assert stats.clean and [r["seq"] for _, r in got][-1] == 99
     # The newest sealed segment is kept even when alone it exceeds the budget.
-    with LogWriter(d, segment_bytes=1000, segment_seconds=None, retention_bytes=10) as w:
+    with LogWriter(d, version=1, segment_bytes=1000, segment_seconds=None, retention_bytes=10) as w:
         newest = list_segments(d)[-1]
         assert list_segments(d) == [newest]
         w.append(rec(100, payload="y" * 900))
@@ -591,7 +596,7 @@ def test_retention_by_size(tmp_path):
 def test_retention_by_age(tmp_path):
     d = str(tmp_path)
     clk = Clock(1000.0)
-    with LogWriter(d, segment_seconds=None, retention_seconds=100, clock=clk) as w:
+    with LogWriter(d, version=1, segment_seconds=None, retention_seconds=100, clock=clk) as w:
         for t in (1000, 1050, 1090, 1095):                    # sealed at these times
             clk.t = t
             w.append(rec(t))
@@ -606,7 +611,7 @@ def test_retention_by_age(tmp_path):
         assert list_segments(d) == [3]
         assert os.path.exists(seg_path(d, 4, sealed=False))
     # Sealed on close at t=5000; reopening far later still keeps the newest.
-    with LogWriter(d, retention_seconds=100, clock=Clock(9000.0)):
+    with LogWriter(d, version=1, retention_seconds=100, clock=Clock(9000.0)):
         assert list_segments(d) == [4]
     assert [r["seq"] for _, r in read_all(d)[0]] == [9999]
 
@@ -618,7 +623,7 @@ TAIL_CHILD = r"""
 import sys, time
 sys.path.insert(0, sys.argv[1])
 from tlog import LogWriter
-w = LogWriter(sys.argv[2], segment_seconds=None)
+w = LogWriter(sys.argv[2], segment_seconds=None, version=int(sys.argv[3]))
 def put(link, sid, seq):
     w.append({"ts_host": time.time(), "topic": ("dev", "x"), "payload": seq, "seq": seq,
               "link_id": link, "peer_node": "n", "peer_sid": sid})
@@ -637,15 +642,16 @@ time.sleep(60)
 """
 
 
-def test_last_seqs_after_a_crash(tmp_path):
+@pytest.mark.parametrize("version", [1, 2])
+def test_last_seqs_after_a_crash(tmp_path, version):
     """A real writer process killed with SIGKILL after a sync point leaves an
     .open segment; once a new writer has recovered it, last_seqs gives each
     (link, peer boot) its highest durable seq."""
     d = str(tmp_path / "log")
     child = tmp_path / "child.py"
     child.write_text(TAIL_CHILD)
-    p = subprocess.Popen([sys.executable, str(child), ROOT, d], stdout=subprocess.PIPE,
-                         text=True)
+    p = subprocess.Popen([sys.executable, str(child), ROOT, d, str(version)],
+                         stdout=subprocess.PIPE, text=True)
     try:
         assert p.stdout.readline().strip() == "SYNCED"
     finally:
@@ -653,7 +659,7 @@ def test_last_seqs_after_a_crash(tmp_path):
         p.wait()
     assert os.path.exists(seg_path(d, 1, sealed=False))
     assert tlog.last_seqs(d) == {("serial:a", "a1"): 49}   # .open segments are not read
-    with LogWriter(d) as w:
+    with LogWriter(d, version=version) as w:
         assert [a for _, a, _ in w.recovered] == ["sealed"]
         assert tlog.last_seqs(d) == {("serial:a", "a1"): 49, ("serial:a", "a2"): 7,
                                      ("mqtt:b", "b1"): 107}

@@ -1,0 +1,48 @@
+"""Segment file names, making directory entries durable, and writing a file
+whole or not at all: what every module that creates, renames or lists
+segment files shares."""
+import os
+
+
+def segment_name(segment_id, sealed=True):
+    """The file name of a row-format segment: sealed (version 1), or the
+    active one (``.open``)."""
+    return "%020d.seg%s" % (segment_id, "" if sealed else ".open")
+
+
+def parquet_name(segment_id):
+    """The file name of a version-2 (Parquet) sealed segment."""
+    return "%020d.parquet" % segment_id
+
+
+def fsync_dir(path):
+    """Make the directory's entries (creations, renames, unlinks) durable."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomically(final, tmp, write, durable=True, mtime=None):
+    """Create the file final whole or not at all: write(f) fills tmp (opened
+    "wb"), which is then renamed to final; on any error tmp is removed.
+    durable: fsync the file before the rename and its directory after;
+    mtime: set on the file (before the fsync)."""
+    try:
+        with open(tmp, "wb") as f:
+            write(f)
+            f.flush()
+            if mtime is not None:
+                os.utime(f.fileno(), (mtime, mtime))
+            if durable:
+                os.fsync(f.fileno())
+        os.rename(tmp, final)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    if durable:
+        fsync_dir(os.path.dirname(final))
