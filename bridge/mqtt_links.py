@@ -229,7 +229,9 @@ class MqttLinks:
                         self.host, self.port, identifier=self.mq.client_id + "-mirror",
                         username=self.mq.username, password=self.mq.password,
                         tls_context=self._tls(), protocol=aiomqtt.ProtocolVersion.V5,
-                        keepalive=30) as client:
+                        keepalive=30, timeout=2.0) as client:
+                    # timeout: aiomqtt waits this long for a disconnect to be
+                    # confirmed (10 s by default); a stop allows each step 5 s.
                     backoff.reset()
                     await self._mirror(client)
             except aiomqtt.MqttError as e:
