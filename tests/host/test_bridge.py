@@ -173,13 +173,10 @@ key = "k1"
         dev.kill()
 
 
-def test_group_commit_survives_sigkill_and_restart_resumes_from_the_log(tmp_path, device):
-    """Records the bridge has synced (group commit, hour-long segments, so no
-    seal) survive a SIGKILL of the bridge; the restarted bridge reads the last
-    logged seq of the device's boot back from the log and expects the next."""
-    count = 40
-    with PtyCable() as cable:
-        path = _cfg(tmp_path, f"""
+def _durable_cfg(tmp_path, port):
+    """A bridge process for dev-micropython on port: group commits every 20 ms,
+    hour-long segments (so nothing is durable by a seal), a status socket."""
+    return _cfg(tmp_path, f"""
 [bridge]
 state_dir = "state"
 socket = "state/bridge.sock"
@@ -190,15 +187,28 @@ segment_seconds = 3600
 commit_ms = 20
 [[serial]]
 node = "dev-micropython"
-port = "{cable.b}"
+port = "{port}"
 key = "k1"
 """)
+
+
+def _bridge_process(path):
+    return subprocess.Popen([sys.executable, "-m", "bridge.daemon", "--config", str(path)],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)
+
+
+def test_group_commit_survives_sigkill_and_restart_resumes_from_the_log(tmp_path, device):
+    """Records the bridge has synced (group commit, hour-long segments, so no
+    seal) survive a SIGKILL of the bridge; the restarted bridge reads the last
+    logged seq of the device's boot back from the log and expects the next."""
+    count = 40
+    with PtyCable() as cable:
+        path = _durable_cfg(tmp_path, cable.b)
         sock = str(tmp_path / "state" / "bridge.sock")
 
         def start():
-            return subprocess.Popen([sys.executable, "-m", "bridge.daemon", "--config",
-                                     str(path)], cwd=ROOT, stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True)
+            return _bridge_process(path)
 
         async def synced():
             await until(lambda: os.path.exists(sock), 10)
@@ -265,20 +275,7 @@ def test_bridge_sigkilled_mid_stream_loses_and_doubles_nothing(tmp_path, link_de
     count = 300
     monkeypatch.setenv("LINK_DEVICE_SPOOL", "12288")
     with PtyCable() as cable:
-        path = _cfg(tmp_path, f"""
-[bridge]
-state_dir = "state"
-socket = "state/bridge.sock"
-heartbeat = 0.5
-[log]
-dir = "log"
-segment_seconds = 3600
-commit_ms = 20
-[[serial]]
-node = "dev-micropython"
-port = "{cable.b}"
-key = "k1"
-""")
+        path = _durable_cfg(tmp_path, cable.b)
         sock = str(tmp_path / "state" / "bridge.sock")
         topic = ("dev", "dev-micropython", "sensor", "count")
 
@@ -292,9 +289,7 @@ key = "k1"
                 await asyncio.sleep(0.01)
             raise AssertionError(st)
 
-        br = subprocess.Popen([sys.executable, "-m", "bridge.daemon", "--config", str(path)],
-                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True)
+        br = _bridge_process(path)
         dev = link_device(cable.a, "k1", count, heap="192K")
         try:
             asyncio.run(midway())
