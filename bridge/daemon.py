@@ -98,6 +98,9 @@ class Bridge:
             await asyncio.sleep(period)
 
     async def run(self):
+        """Run until stop(); then close the links, seal the log and save the
+        state, each step bounded. Returns the tasks that did not end: an
+        embedding program decides what to do with them (the daemon exits)."""
         cfg = self.cfg
         self.tasks.append(asyncio.create_task(self._persist_state()))
         if cfg.log_dir:
@@ -134,11 +137,7 @@ class Bridge:
             self.appender.close()      # flushes and seals: nothing appended is lost
         self.state.save()
         log.info("bridge stopped in %.2f s", time.monotonic() - t0)
-        if stuck:
-            # asyncio.run() would wait for them forever; the log is sealed and
-            # the state saved, so leave now, and say so in the exit status.
-            logging.shutdown()
-            os._exit(1)
+        return stuck
 
     async def _bounded(self, what, tasks, timeout=STOP_STEP_TIMEOUT):
         """Wait for tasks up to timeout; log the ones that did not end."""
@@ -188,7 +187,11 @@ def main(argv=None):
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, b.stop)
-        await b.run()
+        if await b.run():
+            # asyncio.run() would wait for the stuck tasks forever; the log is
+            # sealed and the state saved, so leave now, and say so in the status.
+            logging.shutdown()
+            os._exit(1)
 
     asyncio.run(run())
     return 0

@@ -32,7 +32,7 @@ from tools.fleet import Fleet
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-async def _run_bridge(cfg, seconds):
+async def _run_bridge(cfg, seconds, cleanup):
     b = Bridge(cfg)
     task = asyncio.create_task(b.run())
     t0 = time.monotonic()
@@ -44,7 +44,12 @@ async def _run_bridge(cfg, seconds):
             print("\n" + render(b.stats()), flush=True)
     st = b.stats()
     b.stop()
-    await task
+    if await task:
+        # asyncio.run() would wait for the stuck tasks forever: stop the
+        # devices and the broker here, then leave.
+        print("demo: FAILED: the bridge did not stop cleanly (see its log above)", flush=True)
+        cleanup()
+        os._exit(1)
     return st
 
 
@@ -108,6 +113,14 @@ def main(argv=None):
     broker = Mosquitto().start()
     print("demo: mosquitto on 127.0.0.1:%d" % broker.port)
     fleet = qb = None
+
+    def cleanup():
+        if fleet is not None:
+            fleet.stop()
+        if qb is not None:
+            qb.close()
+        broker.close()
+
     try:
         fleet = Fleet(out, serial=args.serial_devices, mqtt=1, broker=("127.0.0.1", broker.port))
         print("demo: firmware compiled with mpy-cross; %d devices on serial ptys + 1 over MQTT"
@@ -126,13 +139,9 @@ def main(argv=None):
                     "segment_seconds": 5}}))
         print("demo: running %.0fs; `edgebus status --socket %s` works meanwhile"
               % (args.seconds, cfg.socket))
-        st = asyncio.run(_run_bridge(cfg, args.seconds))
+        st = asyncio.run(_run_bridge(cfg, args.seconds, cleanup))
     finally:
-        if fleet is not None:
-            fleet.stop()
-        if qb is not None:
-            qb.close()
-        broker.close()
+        cleanup()
     print("\n== final bridge status\n" + render(st))
     up = [k for k, s in st["links"].items() if s["counters"].get("sessions")]
     print("\ndemo: %d of %d device links had a session; %d records in the telemetry log at %s"

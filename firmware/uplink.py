@@ -26,20 +26,22 @@ def boot_sid(path):
     more each boot) as its first 6 hex digits, then 10 of a hash of that number
     and whatever entropy the board has. A board without a good random source
     (an emulator, a chip without RNG seeded alike each power-on) thus never
-    repeats a sid, and the host's generation for it always moves on."""
+    repeats a sid, and the host's generation for it always moves on. With no
+    path (a Ctx built without a config file) the sid rests on entropy only."""
     import hashlib
     from binascii import hexlify
     n = 0
-    try:
-        with open(path) as f:
-            n = int(f.read().strip() or 0)
-    except (OSError, ValueError):
-        pass   # first boot, or a damaged counter: the hash still differs
-    n += 1
-    try:
-        write_atomic(path, "%d\n" % n)
-    except OSError:
-        n = 0  # no writable filesystem: entropy only
+    if path is not None:
+        try:
+            with open(path) as f:
+                n = int(f.read().strip() or 0)
+        except (OSError, ValueError):
+            pass   # first boot, or a damaged counter: the hash still differs
+        n += 1
+        try:
+            write_atomic(path, "%d\n" % n)
+        except OSError:
+            n = 0  # no writable filesystem: entropy only
     t = time.ticks_us() if hasattr(time, "ticks_us") else time.time_ns()
     h = hashlib.sha256(("%d %d " % (n, t)).encode() + urandom(16)).digest()
     return "%06x%s" % (n & 0xFFFFFF, hexlify(h[:5]).decode())
@@ -73,9 +75,12 @@ class Uplink:
         if journal and journal[0] != "/" and sys.platform not in ("linux", "darwin", "win32"):
             journal = "/" + journal   # a board: under the filesystem root
         block = ctx.board.get("budget", {}).get("fs_block", 4096)
-        d = ctx.config_path.rpartition("/")[0]
+        counter = None      # the boot counter sits beside the config file
+        if ctx.config_path is not None:
+            d = ctx.config_path.rpartition("/")[0]
+            counter = (d + "/" if d else "") + "bootcount"
         self.link = Link(ctx.bus, ctx.node, key=key.encode() if key else None,
-                         sid=boot_sid((d + "/" if d else "") + "bootcount"),
+                         sid=boot_sid(counter),
                          role="initiator", link_id="uplink", peer="host",
                          exports=_pairs(exports),
                          imports=_pairs(lc.get("imports", IMPORTS)),

@@ -14,9 +14,9 @@ import shutil
 import statistics
 import tempfile
 import time
-from types import SimpleNamespace
 
 import edgebus
+from bridge import config as bridge_config
 from bridge.telemetry import Appender
 from dev.bench.stats import summary
 
@@ -48,9 +48,12 @@ class CountingLink:
 
 
 def _cfg(d, commit_ms):
-    return SimpleNamespace(log_dir=d, segment_bytes=64 * 1024 * 1024, segment_seconds=3600,
-                           retention_bytes=None, retention_seconds=None,
-                           commit_ms=commit_ms, log_patterns=["dev/#"])
+    # the bridge's own parser, so the bench's log is configured as a bridge's is
+    cfg = bridge_config.parse({"bridge": {"node": "bench-gateway"},
+                               "log": {"dir": d, "patterns": ["dev/#"], "segment_seconds": 3600,
+                                       "segment_bytes": 64 * 1024 * 1024}})
+    cfg.commit_ms = commit_ms      # NO_SYNC_MS is beyond what a config may say
+    return cfg
 
 
 async def _run(d, commit_ms, count, paced):
