@@ -57,6 +57,7 @@ class Bus:
         self._conns = 0
         self._ids = 0
         self._dropped = 0
+        self.link_routes = None   # the links' shared route table (link/routes.py), on first use
         self._replay_done = RetainedEvent(
             "replay_done", None, None, Origin("bus", None, None, None, None, None, None, None))
 

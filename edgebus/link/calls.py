@@ -1,45 +1,38 @@
 """The link's calls: routes offered and proxied, forwarding calls to the
 peer, serving the peer's calls here, and their results."""
 from .. import compat, errors, topic
-from . import rules, tx, wire
+from . import routes, rules, tx, wire
 
 
 def send_routes(link):
     """Send ROUTES, the sorted wire topics of the endpoints this side offers
-    the peer, if they changed since last sent."""
+    the peer (relayed ones as [topic, path]), if they changed since last sent."""
     out = []
     for k in link.bus.endpoints():
-        if k in link._proxies:   # our own proxies: never offered back
+        path = routes.advertised(link, k)
+        if path is False:
             continue
         r = rules.first(link._export_calls, k)
         if r is not None and not rules.local(link, k):
-            out.append(wire.topic_out(k[len(r[1]):]))
+            wt = wire.topic_out(k[len(r[1]):])
+            out.append(wt if path is None else [wt, path])
     out.sort(key=str)
     if out != link._routes_sent:
         link._routes_sent = out
+        link.count("routes_sent")
         tx.control(link, wire.ROUTES, out)
 
 
 def on_routes(link, obj):
     want = {}
-    for wt in obj:
-        k = rules.map_in(link, wt, link._import_calls)
+    for e in obj:
+        e = routes.path_in(link, e)
+        if e is None:
+            continue
+        k = rules.map_in(link, e[0], link._import_calls)
         if k is not None:
-            want[k] = wt
-    proxies = link._proxies
-    for k in list(proxies):
-        if k not in want:
-            proxies.pop(k).unbind()
-    for k, wt in want.items():
-        if k in proxies:
-            continue
-        try:
-            ep = link._conn.bind(k, queue_len=link.max_pending)
-        except ValueError:   # bound locally already: the local owner wins
-            link.count("route_conflicts")
-            continue
-        proxies[k] = ep
-        spawn(link, proxy(link, ep, wt))
+            want[k] = e
+    routes.update(link, want, proxy)
 
 
 def spawn(link, coro):
@@ -53,52 +46,65 @@ def spawn(link, coro):
     return t
 
 
-async def proxy(link, ep, wt):
-    """Forward requests on a proxy endpoint to the peer."""
+async def proxy(r):
+    """Forward the requests on a proxy endpoint, each to its best offer."""
     while True:
-        while len(link._pending) >= link.max_pending and ep.why() is None:
+        while r.offers and len(r.offers[0][0]._pending) >= r.offers[0][0].max_pending \
+                and r.ep.why() is None:
             # Leaving requests queued makes further callers see Full at once.
+            link = r.offers[0][0]
             link._freed.clear()
             await link._freed.wait()
-        req = await ep.recv()
+        req = await r.ep.recv()
         if req is None:
             return
-        if link.status != wire.UP:
-            req.abandon("link_down")
-            continue
-        ttl = None
-        if req.deadline is not None:
-            ttl = int((req.deadline - compat.now()) * 1000)
-            if ttl <= 0:
-                req.abandon("timeout")
-                continue
-        cid = link._next_cid
-        link._next_cid = cid + 1
-        p = req.payload
-        blob = None
-        if isinstance(p, (bytes, bytearray)):
-            blob, p = p, None
-        x = req.origin.extra
-        try:
-            tx.call_frame(link, wire.CALL, [cid, wt, p, ttl, x or None], blob)
-        except (TypeError, ValueError) as e:
-            req.fail("unencodable: %s" % e)
-            continue
-        link._pending[cid] = req
-        link.count("calls_out")
+        forward(r, req, ())
+
+
+def forward(r, req, tried):
+    """Send ``req`` over the best offer of route ``r`` that can take it (up,
+    not where the call came from, not in ``tried``, not at its cap)."""
+    o = routes.pick(r, req, tried)
+    if o is None:
+        return req.abandon("link_down" if r.offers and not tried else "no_route")
+    link, wt = o[0], o[1]
+    if len(link._pending) >= link.max_pending:
+        return req.abandon("full")
+    ttl = None
+    if req.deadline is not None:
+        ttl = int((req.deadline - compat.now()) * 1000)
+        if ttl <= 0:
+            return req.abandon("timeout")
+    cid = link._next_cid
+    link._next_cid = cid + 1
+    p = req.payload
+    blob = None
+    if isinstance(p, (bytes, bytearray)):
+        blob, p = p, None
+    x = req.origin.extra
+    try:
+        tx.call_frame(link, wire.CALL, [cid, wt, p, ttl, x or None], blob)
+    except (TypeError, ValueError) as e:
+        return req.fail("unencodable: %s" % e)
+    link._pending[cid] = (req, r, tried)
+    link.count("calls_out")
 
 
 def on_result(link, t, obj, blob):
-    req = link._pending.pop(obj[0], None)
+    p = link._pending.pop(obj[0], None)
     link._freed.set()
-    if req is None:
+    if p is None:
         return link.count("late_replies")
+    req = p[0]
     if t == wire.REPLY:
         req.reply(blob if blob is not None else obj[1])
     elif obj[1] == "timeout" and req.deadline is not None:
         pass  # the peer ran out of our own deadline: the caller sees Timeout itself
     elif obj[1] == "failed":
         req.fail(obj[2])
+    elif obj[1] == "no_route" and routes.pick(p[1], req, p[2] + (link,)) is not None:
+        link.count("calls_fell_through")   # nothing ran there: the next route takes it
+        forward(p[1], req, p[2] + (link,))
     else:
         req.abandon(obj[2] if obj[1] == "closed" else obj[1])
 
@@ -139,7 +145,9 @@ async def serve(link, session, cid, k, payload, ttl, x):
     except errors.Failed as e:
         res = (wire.FAIL, [cid, "failed", e.reason], None)
     except errors.Closed as e:
-        res = (wire.FAIL, [cid, "closed", e.reason], None)
+        # a relay that found no route says so: the caller's side may try another
+        res = (wire.FAIL, [cid, "no_route" if e.reason == "no_route" else "closed", e.reason],
+               None)
     except errors.Disconnected:
         res = (wire.FAIL, [cid, "session_reset", None], None)
     except errors.CallError as e:

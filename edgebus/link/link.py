@@ -11,7 +11,7 @@ over it, one module per concern (cheaper on MicroPython than mixins):
 ``rx`` (receiving) and ``calls`` (routes, proxies, served calls).
 """
 from .. import compat, topic
-from . import calls, handshake, rules, rx, tx, wire
+from . import calls, handshake, routes, rules, rx, tx, wire
 from .spool import Spool
 
 
@@ -36,6 +36,8 @@ class Link:
     the flash spool (journal.py: reliable entries survive a reboot and are
     delivered later under this boot's provenance), of ``journal_bytes`` at
     most, written in blocks of ``journal_block`` bytes; None: off.
+    ``priority``: the rank of the routes learned over this link where several
+    links offer one topic (higher first, then fewest hops; routes.py).
     """
 
     def __init__(self, bus, node, key=None, role="initiator", link_id=None, peer=None,
@@ -44,7 +46,7 @@ class Link:
                  max_pending=8, max_sync=512, out_queue=32, status=True, sid=None,
                  state=None, principal=None, max_len=1024, spool=2048,
                  spool_policy="drop_oldest", ack=True, durable=False, journal=None,
-                 journal_bytes=262144, journal_block=4096):
+                 journal_bytes=262144, journal_block=4096, priority=0):
         if role not in ("initiator", "responder"):
             raise ValueError("role must be 'initiator' or 'responder'")
         if max_len < wire.MIN_LEN:
@@ -59,6 +61,7 @@ class Link:
         self.heartbeat = heartbeat
         self.handshake_timeout = handshake_timeout
         self.max_pending = max_pending
+        self.priority = priority
         self.max_sync = max_sync
         self.out_queue = out_queue
         self.max_len = max_len    # the largest frame body; the transport's limit too
@@ -137,11 +140,10 @@ class Link:
         # Receiving: the snapshot being received.
         self._rx_sync = None
         self._rx_overflow = False
-        # Calls: forwarded (call id -> Request), served, proxies, routes sent.
+        # Calls: forwarded (call id -> (Request, route, offer)), served, routes sent.
         self._pending = {}
         self._next_cid = 1
         self._served = 0
-        self._proxies = {}        # wire topic -> Endpoint bound here for the peer
         self._routes_sent = None
         self._tasks = []
         # Driving: transport, wakeups, timers, status publication.
@@ -183,7 +185,7 @@ class Link:
              "peer": self.peer_node, "peer_sid": self.peer_sid,
              "generation": self.generation, "tx_seq": self._tx_seq,
              "rx_next": self.state.get("rx_next"), "pending_calls": len(self._pending),
-             "proxies": len(self._proxies), "last_error": self.last_error,
+             "proxies": routes.count(self), "last_error": self.last_error,
              "acking": self._acking, "spool": self.spool_stats(),
              "counters": dict(self.counters)}
         if self._journal is not None:
@@ -211,13 +213,11 @@ class Link:
         self._snap = None
         self._rx_sync = None
         self._calls = []
-        for req in list(self._pending.values()):
-            req.abandon("session_reset")
+        for p in list(self._pending.values()):
+            p[0].abandon("session_reset")
         self._pending = {}
         self._freed.set()
-        for ep in self._proxies.values():
-            ep.unbind()
-        self._proxies = {}
+        routes.withdraw(self)
         if self._journal is not None:
             self._journal.flush()   # an outage is when it matters
         if was == wire.UP:
@@ -315,8 +315,8 @@ class Link:
                 if now - self._t_tx >= self.heartbeat:
                     tx.control(self, wire.PING, int(now * 1000))
                 calls.send_routes(self)
-                for cid, req in list(self._pending.items()):
-                    if req.done():       # the caller gave up; the peer times out too
+                for cid, p in list(self._pending.items()):
+                    if p[0].done():      # the caller gave up; the peer times out too
                         del self._pending[cid]
                         self._freed.set()
                 if not self.durable:

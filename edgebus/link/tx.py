@@ -154,7 +154,19 @@ def encode_item(link, item, rule, seq, t=None, ms=None):
         t = t or wire.PUB
     else:
         t = t or (wire.RET if item.op == "retain" else wire.UNRET)
-    x = item.origin.extra
+    o = item.origin
+    x = o.extra
+    if o.kind == "link":
+        # Relayed: the far side learns where it entered (src, kept from the
+        # first hop) and every bus that passed it on (via).
+        y = {}
+        if x:
+            for kk in x:       # dict(x) refuses a dict subclass on MicroPython
+                y[kk] = x[kk]
+        x = y
+        if "src" not in x:
+            x["src"] = o.peer_node
+        x["via"] = list(x.get("via") or ()) + [link.node]
     obj = [wt]
     blob = None
     if t != wire.UNRET:

@@ -12,19 +12,19 @@ class Joined:
     """A device bus and a host bus joined by links running over a pipe."""
 
     def __init__(self, dev_key=KEY, host_key=KEY, dev_kw=None, host_kw=None, dev_bus=None,
-                 host_bus=None, host_link=None, hb=1.0):
+                 host_bus=None, host_link=None, hb=1.0, dev_node="dev1", host_node="host"):
         self.dev = dev_bus or edgebus.Bus()
         self.host = host_bus or edgebus.Bus()
         kw = {"exports": [("sensor/#", ""), ("sys/#", "")], "imports": [("cmd/#", "")],
               "export_calls": [("sys/#", "")], "import_calls": [("host/#", "")],
               "heartbeat": hb}
         kw.update(dev_kw or {})
-        self.dl = Link(self.dev, "dev1", key=dev_key, role="initiator", **kw)
+        self.dl = Link(self.dev, dev_node, key=dev_key, role="initiator", **kw)
         hk = {"exports": [("dev/{node}/cmd/#", "dev/{node}"), ("host/#", "")],
               "imports": [("#", "dev/{node}")], "import_calls": [("#", "dev/{node}")],
               "export_calls": [("host/#", "")], "heartbeat": hb, "spool": 1024}
         hk.update(host_kw or {})
-        self.hl = host_link or Link(self.host, "host", key=host_key, role="responder", **hk)
+        self.hl = host_link or Link(self.host, host_node, key=host_key, role="responder", **hk)
         self.tasks = []
 
     def start(self):
