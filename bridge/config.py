@@ -74,6 +74,9 @@ class Config:
     serial: list = field(default_factory=list)   # [Device]
     mqtt: Mqtt | None = None
     acl: list = field(default_factory=list)      # [Acl]; empty: local users may do anything
+    # Host-bus endpoints offered to every device link, so a device can call
+    # another device's action through the bridge (e.g. "dev/+/sys/config/get").
+    relay_calls: list = field(default_factory=list)
 
 
 def _key(d, where):
@@ -116,7 +119,11 @@ def parse(data, base_dir="."):
                                  "acl": list})
     b = _take(top.get("bridge", {}), "[bridge]", {
         "node": str, "state_dir": str, "socket": str, "metrics": str, "heartbeat": NUM,
-        "queue_len": int})
+        "queue_len": int, "relay_calls": list})
+    for p in b.get("relay_calls", ()):
+        if not isinstance(p, str) or not p:
+            raise ConfigError("[bridge]: relay_calls must be topic patterns (strings), got %r"
+                              % (p,))
     cfg = Config(**b)
     if "log" in top:
         lg = _take(top["log"], "[log]", {

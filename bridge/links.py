@@ -24,12 +24,14 @@ log = logging.getLogger("edgebus.bridge")
 LOCAL_MAX_LEN = 65536
 
 
-def device_rules(node_placeholder="{node}"):
+def device_rules(relay_calls=(), node_placeholder="{node}"):
     """The host side of a device link: everything from the device under
-    dev/<node>/, commands and calls back under the same prefix."""
+    dev/<node>/, commands and calls back under the same prefix; and the
+    host-bus endpoints matching ``relay_calls`` offered as they are named
+    here (another device's, relayed: docs/protocol.md, Relay)."""
     p = "dev/" + node_placeholder
     return {"imports": [("#", p)], "import_calls": [("#", p)],
-            "exports": [(p + "/cmd/#", p)], "export_calls": []}
+            "exports": [(p + "/cmd/#", p)], "export_calls": [(c, "") for c in relay_calls]}
 
 
 class StateFile:
@@ -80,7 +82,8 @@ async def run_serial(bridge, dev):
     link_id = "serial:" + dev.node
     link = Link(bridge.bus, bridge.cfg.node, key=dev.key, role="responder", link_id=link_id,
                 peer=dev.node, heartbeat=bridge.cfg.heartbeat,
-                state=bridge.state.for_link(link_id), durable=bridge.durable, **device_rules())
+                state=bridge.state.for_link(link_id), durable=bridge.durable,
+                **device_rules(bridge.cfg.relay_calls))
     bridge.links[link_id] = link
     backoff = Backoff()
     while not bridge.stopping:
