@@ -28,7 +28,10 @@ SECTIONS = {
                "reopen_after": (_NUM, False),
                # mqtt: the broker (port above is its TCP port), topic prefix, login
                "host": ((str,), False), "prefix": ((str,), False), "user": ((str,), False),
-               "password": ((str,), False), "keepalive": ((int,), False)},
+               "password": ((str,), False), "keepalive": ((int,), False),
+               # failover: gateways overlay the keys above, the first is the primary
+               "gateways": ((list,), False), "failover_after": (_NUM, False),
+               "failback": ((bool,), False), "probe_every": (_NUM, False)},
     "link": {"heartbeat": (_NUM, False), "handshake_timeout": (_NUM, False),
              "out_queue": ((int,), False), "max_pending": ((int,), False),
              "spool": ((int,), False), "spool_policy": ((str,), False),
@@ -64,6 +67,38 @@ def _check(d, schema, where):
                               % (where, k, _tname(ts), type(v).__name__))
 
 
+# What one entry of uplink.gateways may set: where the transport goes, and a name.
+GATEWAY = ("name", "host", "port", "prefix", "user", "password", "keepalive", "baud", "tx",
+           "rx", "poll_ms")
+
+
+def _gateways(u):
+    gws = u.get("gateways") or [{}]
+    if len(gws) > 8:
+        raise ConfigError("uplink.gateways holds at most 8 gateways, not %d" % len(gws))
+    schema = SECTIONS["uplink"]
+    for i, g in enumerate(gws):
+        where = "uplink.gateways[%d]." % i
+        if type(g) is not dict:
+            raise ConfigError("uplink.gateways entries must be objects (a gateway's host, "
+                              "port, ...)")
+        for k in g:
+            if k not in GATEWAY:
+                raise ConfigError("unknown key %s%s (known: %s)" % (where, k, ", ".join(GATEWAY)))
+        sub = dict((k, schema[k]) for k in g if k != "name")
+        sub["name"] = ((str,), False)
+        _check(g, sub, where)
+        if u["kind"] == "mqtt" and not g.get("host", u.get("host")):
+            raise ConfigError("uplink.host is required for an mqtt uplink (the broker's "
+                              "address), in uplink or in each of uplink.gateways")
+    fa = u.get("failover_after", 3)
+    if not 1 <= fa <= 100:
+        raise ConfigError("uplink.failover_after (heartbeat periods) must be between 1 and "
+                          "100, not %s" % fa)
+    if not 1 <= u.get("probe_every", 30) <= 86400:
+        raise ConfigError("uplink.probe_every (seconds) must be between 1 and 86400")
+
+
 def validate(cfg):
     """Raise ConfigError with a clear message, or return cfg."""
     if type(cfg) is not dict:
@@ -77,8 +112,7 @@ def validate(cfg):
     if cfg["uplink"]["kind"] not in UPLINKS:
         raise ConfigError("uplink.kind must be one of %s, not %r"
                           % (", ".join(UPLINKS), cfg["uplink"]["kind"]))
-    if cfg["uplink"]["kind"] == "mqtt" and not cfg["uplink"].get("host"):
-        raise ConfigError("uplink.host is required for an mqtt uplink (the broker's address)")
+    _gateways(cfg["uplink"])
     q = cfg.get("queues", {})
     if q.get("full", "drop_oldest") not in ("drop_oldest", "reject_newest"):
         raise ConfigError("queues.full must be 'drop_oldest' or 'reject_newest'")

@@ -1,9 +1,13 @@
 """Keeps the uplink alive: one Link (one sid per boot) run over transport after
 transport, reopened with exponential backoff and jitter, never a crash loop.
 
-An uplink kind K is the module firmware.uplink_K with ``open(ctx)`` returning
-a transport (``recv``/``send``/``close``/``stats``, edgebus/link/stream.py) or
-a coroutine giving one; it raises OSError (or any Exception) when it cannot.
+An uplink kind K is the module firmware.uplink_K with ``open(ctx, gw)``
+returning a transport (``recv``/``send``/``close``/``stats``,
+edgebus/link/stream.py) or a coroutine giving one, for the gateway config gw;
+it raises OSError (or any Exception) when it cannot. It may offer
+``probe(ctx, gw, timeout)``: a coroutine, True when the gateway's bridge is
+alive, used to go back to the primary (failover.py, docs/protocol.md
+"Failover"); without it the device goes back and sees.
 """
 import asyncio
 import gc
@@ -14,6 +18,7 @@ from edgebus.compat import now
 from edgebus.link.link import Link
 from edgebus.link.wire import F_SEQ
 from firmware import ConfigError, write_atomic
+from firmware.failover import Failover, gateways
 
 EXPORTS = [["sensor/#", ""], ["sys/#", ""]]
 IMPORTS = [["cmd/#", ""]]
@@ -68,6 +73,13 @@ class Uplink:
         # line, which the default spool outlasts (a 10 s outage at 20 readings/s).
         self.bmax = u.get("backoff_max", 10)
         self.reopen_after = u.get("reopen_after", 60)
+        hb = lc.get("heartbeat", 5.0)
+        gws = gateways(u)
+        self.fo = Failover(gws, u.get("failover_after", 3) * hb, u.get("failback", True),
+                           u.get("probe_every", 30), now())
+        self.probe_timeout = max(2.0, hb)
+        self._to = None           # a gateway the watcher chose to move to, and why
+        self._why = None
         key = cfg.get("key")
         exports = lc.get("exports", EXPORTS)
         self.n_exports = len(exports)
@@ -86,7 +98,7 @@ class Uplink:
                          imports=_pairs(lc.get("imports", IMPORTS)),
                          export_calls=_pairs(lc.get("export_calls", EXPORT_CALLS)),
                          import_calls=_pairs(lc.get("import_calls", IMPORT_CALLS)),
-                         heartbeat=lc.get("heartbeat", 5.0),
+                         heartbeat=hb,
                          handshake_timeout=lc.get("handshake_timeout", 5.0),
                          out_queue=lc.get("out_queue",
                                           ctx.board.get("queues", {}).get("uplink_tx", 16)),
@@ -122,10 +134,13 @@ class Uplink:
 
     def stats(self):
         self._settle()
-        return {"kind": self.kind, "opens": self.opens, "open_failures": self.open_failures,
-                "ends": self.ends, "backoff": self.backoff,
-                "last_error": self.last_error, "sent": self.sent,
-                "tx_seq": self.link.tx_seq}   # not Link.stats(): two dicts per health period
+        s = {"kind": self.kind, "opens": self.opens, "open_failures": self.open_failures,
+             "ends": self.ends, "backoff": self.backoff,
+             "last_error": self.last_error, "sent": self.sent,
+             "tx_seq": self.link.tx_seq}   # not Link.stats(): two dicts per health period
+        if len(self.fo.gws) > 1:
+            s.update(self.fo.stats())
+        return s
 
     def _counting(self, t):
         """t with its send counting the sequenced data frames (self.sent).
@@ -155,24 +170,47 @@ class Uplink:
             self._pending = 0
 
     async def _open(self):
-        t = self.mod.open(self.ctx)
+        t = self.mod.open(self.ctx, self.fo.gateway())
         if hasattr(t, "send") and not hasattr(t, "recv"):   # a coroutine
             t = await t
         return t
 
-    async def _stale(self, t):
+    def _leave(self, t, to, why):
+        self._to = to
+        self._why = why
+        t.close()
+
+    async def _watch(self, t):
         """Close a transport on which no session has come up for reopen_after
-        seconds: the next open may fix what the link alone cannot."""
+        seconds (the next open may fix what the link alone cannot), or whose
+        gateway went silent, or when a probe finds the primary alive again."""
         link = self.link
+        fo = self.fo
         since = now()
+        period = min(1.0, link.heartbeat / 4)
         while not getattr(t, "closed", False):
+            n = now()
+            fo.heard(link.counters.get("frames_in", 0), n)
             if link.status == "up":
-                since = now()
-            elif now() - since > self.reopen_after:
+                since = n
+            elif n - since > self.reopen_after:
                 self.ctx.log("uplink: no session for %ss, reopening" % self.reopen_after)
                 t.close()
                 return
-            await asyncio.sleep(1)
+            if fo.silent(n):
+                return self._leave(t, None, "silent")
+            if fo.probe_due(n):
+                probe = getattr(self.mod, "probe", None)
+                alive = True   # no probe: go back and see (silence brings it here again)
+                if probe is not None:
+                    try:
+                        alive = await probe(self.ctx, fo.gws[0], self.probe_timeout)
+                    except Exception as e:
+                        self.ctx.log("uplink: probe: %s: %s" % (type(e).__name__, e))
+                        alive = False
+                if fo.probed(alive) and not getattr(t, "closed", False):
+                    return self._leave(t, 0, "failback")
+            await asyncio.sleep(period)
 
     async def run(self):
         log = self.ctx.log
@@ -192,7 +230,7 @@ class Uplink:
                 self.opens += 1
                 self.transport = t
                 log("uplink %s: open (#%d)" % (self.kind, self.opens))
-                stale = asyncio.create_task(self._stale(t))
+                stale = asyncio.create_task(self._watch(t))
                 try:
                     await self.link.run(t)
                 except Exception as e:
@@ -205,6 +243,16 @@ class Uplink:
                 log("uplink %s: transport ended (%s)" % (self.kind, self.link.last_error))
             if self.link.counters.get("sessions", 0) > sessions:
                 delay = self.bmin    # a session came up: start the backoff again
+            fo = self.fo
+            if self._to is None and fo.silent(now()):    # e.g. opens failing all along
+                self._why = "silent"
+            if self._why is not None:
+                # Same Link, same sid: the next gateway gets this boot's
+                # unacknowledged tail first (the session start goes back to it).
+                fo.move(now(), self._to, self._why)
+                log("uplink %s: gateway %s" % (self.kind, fo.last_move))
+                self._to = self._why = None
+                delay = self.bmin    # the other gateway at once, not after the backoff
             # full jitter on the upper half: spreads a fleet's reconnects
             self.backoff = delay * (0.5 + urandom(1)[0] / 512)
             await asyncio.sleep(self.backoff)
