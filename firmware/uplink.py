@@ -80,6 +80,7 @@ class Uplink:
         self.probe_timeout = max(2.0, hb)
         self._to = None           # a gateway the watcher chose to move to, and why
         self._why = None
+        self._cut = False         # the watcher cancelled the link's run
         key = cfg.get("key")
         exports = lc.get("exports", EXPORTS)
         self.n_exports = len(exports)
@@ -175,12 +176,14 @@ class Uplink:
             t = await t
         return t
 
-    def _leave(self, t, to, why):
+    def _leave(self, t, run, to, why):
         self._to = to
         self._why = why
+        self._cut = True
         t.close()
+        run.cancel()    # a read pending on a closed socket may not wake (MicroPython)
 
-    async def _watch(self, t):
+    async def _watch(self, t, run):
         """Close a transport on which no session has come up for reopen_after
         seconds (the next open may fix what the link alone cannot), or whose
         gateway went silent, or when a probe finds the primary alive again."""
@@ -195,10 +198,9 @@ class Uplink:
                 since = n
             elif n - since > self.reopen_after:
                 self.ctx.log("uplink: no session for %ss, reopening" % self.reopen_after)
-                t.close()
-                return
+                return self._leave(t, run, None, None)
             if fo.silent(n):
-                return self._leave(t, None, "silent")
+                return self._leave(t, run, None, "silent")
             if fo.probe_due(n):
                 probe = getattr(self.mod, "probe", None)
                 alive = True   # no probe: go back and see (silence brings it here again)
@@ -209,7 +211,7 @@ class Uplink:
                         self.ctx.log("uplink: probe: %s: %s" % (type(e).__name__, e))
                         alive = False
                 if fo.probed(alive) and not getattr(t, "closed", False):
-                    return self._leave(t, 0, "failback")
+                    return self._leave(t, run, 0, "failback")
             await asyncio.sleep(period)
 
     async def run(self):
@@ -230,9 +232,14 @@ class Uplink:
                 self.opens += 1
                 self.transport = t
                 log("uplink %s: open (#%d)" % (self.kind, self.opens))
-                stale = asyncio.create_task(self._watch(t))
+                self._cut = False
+                run = asyncio.create_task(self.link.run(t))
+                stale = asyncio.create_task(self._watch(t, run))
                 try:
-                    await self.link.run(t)
+                    await run
+                except asyncio.CancelledError:
+                    if not self._cut:
+                        raise       # not ours: the device is stopping
                 except Exception as e:
                     self.last_error = "link: %s: %s" % (type(e).__name__, e)
                     log("uplink %s: %s" % (self.kind, self.last_error))

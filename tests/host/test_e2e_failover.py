@@ -1,0 +1,211 @@
+"""End to end, gateway failover (issue #16, docs/protocol.md "Failover"):
+real-firmware MicroPython devices configured with a primary and a backup
+gateway, each gateway its own mosquitto and its own bridge process with its
+own telemetry log. The primary bridge is SIGKILLed mid-stream: the devices
+hear nothing for failover_after heartbeats, move to the backup and go on
+there with the same boot (sid) and sequence; the primary comes back, a probe
+finds it alive and the devices fail back. Then `edgebus ingest` of both logs
+into one table: every sequence number 1..N exactly once per device boot, and
+the gateway column names both gateways.
+
+Waits are for conditions (a log's progress), never fixed sleeps.
+"""
+import argparse
+import json
+import time
+
+import pytest
+
+pytest.importorskip("pyspark")
+pytest.importorskip("pyarrow")
+
+import tlog  # noqa: E402
+from tests.host.sparkkit import make_session  # noqa: E402
+from dev.broker import Mosquitto  # noqa: E402
+from dev.presence import BridgeProcess  # noqa: E402
+from tools.fleet import Fleet, bridge_toml  # noqa: E402
+
+pytestmark = [pytest.mark.spark, pytest.mark.mosquitto, pytest.mark.micropython]
+
+DEVICES = 2
+PERIOD = 0.05           # 20 readings/s per device, steady through every move
+HEARTBEAT = 1.0         # device and bridges
+FAILOVER_AFTER = 2      # heartbeats of silence before a move: 2 s
+PROBE_EVERY = 2.0       # seconds between probes of the primary while away
+ADVANCE = 40            # readings each device must get through a gateway per phase
+GATEWAYS = ("gw-a", "gw-b")
+
+
+def _progress(log_dir, nodes):
+    """{node: highest seq in a sealed segment of this log} (0 before the first)."""
+    top = {n: 0 for n in nodes}
+    for (link_id, _sid), seq in tlog.last_seqs(log_dir, max_bytes=None).items():
+        node = link_id.split(":", 1)[1]
+        if node in top:
+            top[node] = max(top[node], seq)
+    return top
+
+
+def _until(cond, what, timeout=30):
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        assert time.monotonic() < deadline, what
+        time.sleep(0.2)
+
+
+def _past(log_dir, nodes, floor, by):
+    """True once this log holds, for every device, a number ``by`` past floor[node]."""
+    now = _progress(log_dir, nodes)
+    return all(now[n] >= floor[n] + by for n in nodes) and now
+
+
+def _reported(log_dir, nodes, **want):
+    """True once this log holds, for every device, a sys/health whose uplink
+    part has the ``want`` values (numbers: at least)."""
+    seen = set()
+    for _pos, r in tlog.read_log(log_dir):
+        n = r["peer_node"]
+        if n in nodes and r["topic"] == ("dev", n, "sys", "health"):
+            p = r["payload"]
+            up = (json.loads(p) if type(p) in (str, bytes) else p).get("uplink", {})
+            if all(up.get(k) == v if type(v) is str else (up.get(k) or 0) >= v
+                   for k, v in want.items()):
+                seen.add(n)
+    return seen == set(nodes)
+
+
+def _bridge(out, name, broker, fleet, log_dir):
+    d = out / name
+    d.mkdir(parents=True)
+    toml = d / "bridge.toml"
+    toml.write_text(
+        '[bridge]\nnode = "%s"\nstate_dir = "%s"\nheartbeat = %r\n'
+        '[log]\ndir = "%s"\npatterns = ["dev/#"]\nsegment_seconds = 1\n\n%s'
+        % (name, d / "state", HEARTBEAT, log_dir,
+           bridge_toml(fleet.bridge_config(("127.0.0.1", broker.port)))))
+    return BridgeProcess(str(d), toml=str(toml))
+
+
+def _ingest(spark, logs, table, ckpt):
+    from ingest import job
+
+    args = argparse.Namespace(log=logs, table=table, checkpoint=ckpt, once=True,
+                              watermark=job.DEFAULT_WATERMARK, trigger_interval=5.0,
+                              max_records_per_trigger=None, max_bytes_per_trigger=None,
+                              master=None)
+    q = job.start(spark, args)
+    q.awaitTermination()
+    assert q.exception() is None
+
+
+def test_primary_killed_devices_fail_over_and_back_and_the_table_has_every_reading_once(
+        tmp_path):
+    out = tmp_path / "failover"
+    logs = {g: str(out / g / "tlog") for g in GATEWAYS}
+    table, ckpt = str(out / "table"), str(out / "ckpt")
+    with Mosquitto() as broker_a, Mosquitto() as broker_b:
+        uplink = {"gateways": [{"name": "gw-a", "host": "127.0.0.1", "port": broker_a.port},
+                               {"name": "gw-b", "host": "127.0.0.1", "port": broker_b.port}],
+                  "failover_after": FAILOVER_AFTER, "failback": True,
+                  "probe_every": PROBE_EVERY}
+        with Fleet(out / "fleet", mqtt=DEVICES, broker=("127.0.0.1", broker_a.port),
+                   period=PERIOD, health_period=2.0, link={"heartbeat": HEARTBEAT},
+                   uplink=uplink) as fleet:
+            nodes = [d["node"] for d in fleet.devices]
+            a = _bridge(out, "gw-a", broker_a, fleet, logs["gw-a"])
+            b = _bridge(out, "gw-b", broker_b, fleet, logs["gw-b"])
+            zero = {n: 0 for n in nodes}
+            try:
+                fleet.start()
+                a.start()
+                b.start()
+                # 1. On the primary.
+                _until(lambda: _past(logs["gw-a"], nodes, zero, ADVANCE), "primary: no progress")
+                assert _progress(logs["gw-b"], nodes) == zero   # the backup is idle
+                # 2. The primary's bridge dies as a power cut would; its broker
+                # stays, so the devices see its last will, then silence.
+                a.kill()
+                t_kill = time.monotonic()
+                at_kill = _progress(logs["gw-a"], nodes)
+                on_b = _until(lambda: _past(logs["gw-b"], nodes, at_kill, ADVANCE),
+                              "no move to the backup: %r" % _progress(logs["gw-b"], nodes))
+                moved_s = time.monotonic() - t_kill
+                _until(lambda: _reported(logs["gw-b"], nodes, gateway="gw-b", moves=1),
+                       "no sys/health through the backup says it moved")
+                # 3. The primary returns: the devices' probe finds its presence
+                # online and they go back, the sequence going on there.
+                a.start()
+                _until(lambda: _past(logs["gw-a"], nodes, on_b, ADVANCE),
+                       "no failback: a %r, b %r" % (_progress(logs["gw-a"], nodes),
+                                                    _progress(logs["gw-b"], nodes)))
+                _until(lambda: _reported(logs["gw-a"], nodes, gateway="gw-a", failbacks=1),
+                       "no sys/health through the primary says it failed back")
+                assert a.stop(30) == 0, open(a.logpath).read()   # SIGTERM seals the logs
+                assert b.stop(30) == 0, open(b.logpath).read()
+            finally:
+                a.close()
+                b.close()
+    print("moved to the backup within %.1f s of the kill" % moved_s)
+
+    # Each log alone: clean, no record twice; together they may share what
+    # the primary had made durable but not yet acknowledged when it died.
+    logged = {g: {n: [] for n in nodes} for g in GATEWAYS}
+    for g in GATEWAYS:
+        stats = tlog.ReadStats()
+        for _pos, r in tlog.read_log(logs[g], stats=stats, decode_payload=False):
+            assert r["peer_node"] in nodes, r
+            logged[g][r["peer_node"]].append(r)
+        assert stats.clean, (g, stats)
+        for n in nodes:
+            keys = [(r["peer_sid"], r["seq"]) for r in logged[g][n] if r["seq"] is not None]
+            assert len(keys) == len(set(keys)), "%s: %s logged a record twice" % (g, n)
+
+    from ingest.report import format_report, read_table, summarize
+
+    spark = make_session()
+    try:
+        _ingest(spark, [logs[g] for g in GATEWAYS], table, ckpt)
+        rows = read_table(spark, table).select(
+            "peer_node", "peer_sid", "generation", "seq", "topic", "payload",
+            "late", "gateway").collect()
+        summary = summarize(spark, table)
+    finally:
+        spark.stop()
+    print(format_report(summary, table))
+
+    sessions = {s["peer_node"]: s for s in summary["sessions"]}
+    # One history per device boot, whatever gateway carried each reading.
+    assert sorted(sessions) == sorted(nodes) and len(summary["sessions"]) == DEVICES
+    for n in nodes:
+        mine = [r for r in rows if r["peer_node"] == n and r["seq"] is not None]
+        assert {r["peer_sid"] for r in mine} == {sessions[n]["peer_sid"]}
+        # Every number once, from 1 to the last: no hole and no copy in the
+        # table, though the move resent the unacknowledged tail.
+        seqs = sorted(r["seq"] for r in mine)
+        assert seqs == list(range(1, seqs[-1] + 1)), \
+            (n, sorted(set(range(1, seqs[-1] + 1)) - set(seqs)))
+        s = sessions[n]
+        assert not s["gaps"] and s["missing"] == 0, (n, s)
+        # Both gateways carried readings of this boot, and the primary both
+        # before the move and after the failback.
+        by_gw = {g: sorted(r["seq"] for r in mine if r["gateway"] == g) for g in GATEWAYS}
+        assert by_gw["gw-a"] and by_gw["gw-b"], (n, {g: len(v) for g, v in by_gw.items()})
+        assert by_gw["gw-a"][0] < by_gw["gw-b"][0] and by_gw["gw-a"][-1] > by_gw["gw-b"][-1]
+        # What the device says it sent: its last sys/health in the table
+        # names its next number, the gateway it was on and the moves.
+        health = sorted(
+            ({"seq": r["seq"], **json.loads(r["payload"])}
+             for r in mine if r["topic"] == "dev/%s/sys/health" % n), key=lambda h: h["seq"])
+        up = health[-1]["uplink"]
+        assert seqs[-1] >= up["tx_seq"] - 1
+        assert up["gateway"] == "gw-a" and up["moves"] >= 2 and up["failbacks"] >= 1, up
+        assert {h["uplink"]["gateway"] for h in health} == set(GATEWAYS)
+        both = set(r["seq"] for r in logged["gw-a"][n]) & set(r["seq"] for r in logged["gw-b"][n])
+        sent = sum(len(logged[g][n]) for g in GATEWAYS)
+        print("%s: seq 1..%d once each in the table; logged %d (gw-a %d, gw-b %d, %d in both); "
+              "moves %d, failbacks %d" % (n, seqs[-1], sent, len(by_gw["gw-a"]),
+                                          len(by_gw["gw-b"]), len(both), up["moves"],
+                                          up["failbacks"]))
