@@ -4,7 +4,8 @@ gateway, each gateway its own mosquitto and its own bridge process with its
 own telemetry log. The primary bridge is SIGKILLed mid-stream: the devices
 hear nothing for failover_after heartbeats, move to the backup and go on
 there with the same boot (sid) and sequence; the primary comes back, a probe
-finds it alive and the devices fail back. Then `edgebus ingest` of both logs
+finds it alive and the devices fail back. Then the same with the primary's
+broker SIGKILLed (the devices' opens fail: silence too). Then `edgebus ingest` of both logs
 into one table: every sequence number 1..N exactly once per device boot, and
 the gateway column names both gateways.
 
@@ -22,7 +23,7 @@ pytest.importorskip("pyarrow")
 import tlog  # noqa: E402
 from tests.host.sparkkit import make_session  # noqa: E402
 from dev.broker import Mosquitto  # noqa: E402
-from dev.presence import BridgeProcess  # noqa: E402
+from dev.presence import BridgeProcess, retained  # noqa: E402
 from tools.fleet import Fleet, bridge_toml  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.mosquitto, pytest.mark.micropython]
@@ -32,7 +33,7 @@ PERIOD = 0.05           # 20 readings/s per device, steady through every move
 HEARTBEAT = 1.0         # device and bridges
 FAILOVER_AFTER = 2      # heartbeats of silence before a move: 2 s
 PROBE_EVERY = 2.0       # seconds between probes of the primary while away
-ADVANCE = 40            # readings each device must get through a gateway per phase
+ADVANCE = 30            # readings each device must get through a gateway per phase
 GATEWAYS = ("gw-a", "gw-b")
 
 
@@ -82,9 +83,9 @@ def _bridge(out, name, broker, fleet, log_dir):
     d.mkdir(parents=True)
     toml = d / "bridge.toml"
     toml.write_text(
-        '[bridge]\nnode = "%s"\nstate_dir = "%s"\nheartbeat = %r\n'
+        '[bridge]\nnode = "%s"\nstate_dir = "%s"\nsocket = "%s"\nheartbeat = %r\n'
         '[log]\ndir = "%s"\npatterns = ["dev/#"]\nsegment_seconds = 1\n\n%s'
-        % (name, d / "state", HEARTBEAT, log_dir,
+        % (name, d / "state", d / "bridge.sock", HEARTBEAT, log_dir,
            bridge_toml(fleet.bridge_config(("127.0.0.1", broker.port)))))
     return BridgeProcess(str(d), toml=str(toml))
 
@@ -103,6 +104,7 @@ def _ingest(spark, logs, table, ckpt):
 
 def test_primary_killed_devices_fail_over_and_back_and_the_table_has_every_reading_once(
         tmp_path):
+    t_start = time.monotonic()
     out = tmp_path / "failover"
     logs = {g: str(out / g / "tlog") for g in GATEWAYS}
     table, ckpt = str(out / "table"), str(out / "ckpt")
@@ -112,16 +114,21 @@ def test_primary_killed_devices_fail_over_and_back_and_the_table_has_every_readi
                   "failover_after": FAILOVER_AFTER, "failback": True,
                   "probe_every": PROBE_EVERY}
         with Fleet(out / "fleet", mqtt=DEVICES, broker=("127.0.0.1", broker_a.port),
-                   period=PERIOD, health_period=2.0, link={"heartbeat": HEARTBEAT},
+                   period=PERIOD, health_period=1.0, link={"heartbeat": HEARTBEAT},
                    uplink=uplink) as fleet:
             nodes = [d["node"] for d in fleet.devices]
             a = _bridge(out, "gw-a", broker_a, fleet, logs["gw-a"])
             b = _bridge(out, "gw-b", broker_b, fleet, logs["gw-b"])
             zero = {n: 0 for n in nodes}
             try:
-                fleet.start()
                 a.start()
                 b.start()
+                # Both bridges up before the devices boot (else they would
+                # rightly start on the backup): each says online on its broker.
+                for broker in (broker_a, broker_b):
+                    _until(lambda: (retained(broker.port, "edgebus/_bridge", 1.0)
+                                    or (None,))[0] == b"online", "a bridge is not up")
+                fleet.start()
                 # 1. On the primary.
                 _until(lambda: _past(logs["gw-a"], nodes, zero, ADVANCE), "primary: no progress")
                 assert _progress(logs["gw-b"], nodes) == zero   # the backup is idle
@@ -143,6 +150,30 @@ def test_primary_killed_devices_fail_over_and_back_and_the_table_has_every_readi
                                                     _progress(logs["gw-b"], nodes)))
                 _until(lambda: _reported(logs["gw-a"], nodes, gateway="gw-a", failbacks=1),
                        "no sys/health through the primary says it failed back")
+                # The primary resumed each boot where the backup left it: what
+                # the backup acknowledged meanwhile is no gap on its link.
+                for n in nodes:
+                    st = _until(lambda: a.link(n), "no status from the primary")
+                    c = st["counters"]
+                    assert st["peer_sid"] and c.get("gaps", 0) == 0, (n, st)
+                    assert c.get("acked_elsewhere", 0) >= ADVANCE, (n, c)
+                # 4. Now the primary's broker dies (SIGKILL): the devices'
+                # connections end and their opens fail, which is silence too.
+                at_kill = _progress(logs["gw-a"], nodes)
+                broker_a.stop()
+                on_b = _until(lambda: _past(logs["gw-b"], nodes, at_kill, ADVANCE),
+                              "no move after the broker's death: %r"
+                              % _progress(logs["gw-b"], nodes))
+                _until(lambda: _reported(logs["gw-b"], nodes, gateway="gw-b", moves=3),
+                       "no sys/health through the backup says it moved again")
+                # 5. The broker returns, the primary bridge reconnects and says
+                # it is online: the devices' probe sees it, they go back.
+                broker_a.start()
+                _until(lambda: _past(logs["gw-a"], nodes, on_b, ADVANCE),
+                       "no second failback: a %r, b %r" % (_progress(logs["gw-a"], nodes),
+                                                           _progress(logs["gw-b"], nodes)))
+                _until(lambda: _reported(logs["gw-a"], nodes, gateway="gw-a", failbacks=2),
+                       "no sys/health through the primary says it failed back again")
                 assert a.stop(30) == 0, open(a.logpath).read()   # SIGTERM seals the logs
                 assert b.stop(30) == 0, open(b.logpath).read()
             finally:
@@ -165,9 +196,11 @@ def test_primary_killed_devices_fail_over_and_back_and_the_table_has_every_readi
 
     from ingest.report import format_report, read_table, summarize
 
+    t0 = time.monotonic()
     spark = make_session()
     try:
         _ingest(spark, [logs[g] for g in GATEWAYS], table, ckpt)
+        t_ingest = time.monotonic() - t0
         rows = read_table(spark, table).select(
             "peer_node", "peer_sid", "generation", "seq", "topic", "payload",
             "late", "gateway").collect()
@@ -175,6 +208,8 @@ def test_primary_killed_devices_fail_over_and_back_and_the_table_has_every_readi
     finally:
         spark.stop()
     print(format_report(summary, table))
+    print("devices and bridges %.1f s; Spark: session + ingest %.1f s, all %.1f s"
+          % (t0 - t_start, t_ingest, time.monotonic() - t0))
 
     sessions = {s["peer_node"]: s for s in summary["sessions"]}
     # One history per device boot, whatever gateway carried each reading.
@@ -201,7 +236,7 @@ def test_primary_killed_devices_fail_over_and_back_and_the_table_has_every_readi
              for r in mine if r["topic"] == "dev/%s/sys/health" % n), key=lambda h: h["seq"])
         up = health[-1]["uplink"]
         assert seqs[-1] >= up["tx_seq"] - 1
-        assert up["gateway"] == "gw-a" and up["moves"] >= 2 and up["failbacks"] >= 1, up
+        assert up["gateway"] == "gw-a" and up["moves"] == 4 and up["failbacks"] == 2, up
         assert {h["uplink"]["gateway"] for h in health} == set(GATEWAYS)
         both = set(r["seq"] for r in logged["gw-a"][n]) & set(r["seq"] for r in logged["gw-b"][n])
         sent = sum(len(logged[g][n]) for g in GATEWAYS)
