@@ -67,38 +67,6 @@ def _check(d, schema, where):
                               % (where, k, _tname(ts), type(v).__name__))
 
 
-# What one entry of uplink.gateways may set: where the transport goes, and a name.
-GATEWAY = ("name", "host", "port", "prefix", "user", "password", "keepalive", "baud", "tx",
-           "rx", "poll_ms")
-
-
-def _gateways(u):
-    gws = u.get("gateways") or [{}]
-    if len(gws) > 8:
-        raise ConfigError("uplink.gateways holds at most 8 gateways, not %d" % len(gws))
-    schema = SECTIONS["uplink"]
-    for i, g in enumerate(gws):
-        where = "uplink.gateways[%d]." % i
-        if type(g) is not dict:
-            raise ConfigError("uplink.gateways entries must be objects (a gateway's host, "
-                              "port, ...)")
-        for k in g:
-            if k not in GATEWAY:
-                raise ConfigError("unknown key %s%s (known: %s)" % (where, k, ", ".join(GATEWAY)))
-        sub = dict((k, schema[k]) for k in g if k != "name")
-        sub["name"] = ((str,), False)
-        _check(g, sub, where)
-        if u["kind"] == "mqtt" and not g.get("host", u.get("host")):
-            raise ConfigError("uplink.host is required for an mqtt uplink (the broker's "
-                              "address), in uplink or in each of uplink.gateways")
-    fa = u.get("failover_after", 3)
-    if not 1 <= fa <= 100:
-        raise ConfigError("uplink.failover_after (heartbeat periods) must be between 1 and "
-                          "100, not %s" % fa)
-    if not 1 <= u.get("probe_every", 30) <= 86400:
-        raise ConfigError("uplink.probe_every (seconds) must be between 1 and 86400")
-
-
 def validate(cfg):
     """Raise ConfigError with a clear message, or return cfg."""
     if type(cfg) is not dict:
@@ -112,7 +80,11 @@ def validate(cfg):
     if cfg["uplink"]["kind"] not in UPLINKS:
         raise ConfigError("uplink.kind must be one of %s, not %r"
                           % (", ".join(UPLINKS), cfg["uplink"]["kind"]))
-    _gateways(cfg["uplink"])
+    u = cfg["uplink"]
+    if "gateways" in u or "failover_after" in u or "probe_every" in u:
+        __import__("firmware.failover").failover.check_config(u, _check, SECTIONS["uplink"])
+    elif u["kind"] == "mqtt" and not u.get("host"):
+        raise ConfigError("uplink.host is required for an mqtt uplink (the broker's address)")
     q = cfg.get("queues", {})
     if q.get("full", "drop_oldest") not in ("drop_oldest", "reject_newest"):
         raise ConfigError("queues.full must be 'drop_oldest' or 'reject_newest'")

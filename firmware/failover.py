@@ -109,7 +109,62 @@ class Failover:
         self._t_probe = t
         return self.gws[j]
 
+    async def check(self, t, up, tr):
+        """While transport tr of Uplink up is open: why to move now,
+        "silent" (to the next gateway) or "failback" (a probe found the
+        primary alive), or None to stay."""
+        if self.silent(t):
+            return "silent"
+        if self.probe_due(t):
+            probe = getattr(up.mod, "probe", None)
+            alive = True   # no probe: go back and see (silence brings it here again)
+            if probe is not None:
+                try:
+                    alive = await probe(up.ctx, self.gws[0], max(2.0, up.link.heartbeat))
+                except Exception as e:
+                    up.ctx.log("uplink: probe: %s: %s" % (type(e).__name__, e))
+                    alive = False
+            if self.probed(alive) and not getattr(tr, "closed", False):
+                return "failback"
+        return None
+
     def stats(self):
         return {"gateway": self.names[self.i], "gateway_index": self.i, "moves": self.moves,
                 "failbacks": self.failbacks, "probes": self.probes,
                 "probe_failures": self.probe_failures, "last_move": self.last_move}
+
+
+# What one entry of uplink.gateways may set: where the transport goes, and a name.
+GATEWAY = ("name", "host", "port", "prefix", "user", "password", "keepalive", "baud", "tx",
+           "rx", "poll_ms")
+
+
+def check_config(u, check, schema):
+    """Raise ConfigError unless the uplink config u's failover keys are
+    usable; check(d, schema, where) is the config validator's type check and
+    schema its uplink section (firmware/config.py calls this only for a
+    config naming gateways or failover keys)."""
+    from firmware import ConfigError
+    gws = u.get("gateways") or [{}]
+    if len(gws) > 8:
+        raise ConfigError("uplink.gateways holds at most 8 gateways, not %d" % len(gws))
+    for i, g in enumerate(gws):
+        where = "uplink.gateways[%d]." % i
+        if type(g) is not dict:
+            raise ConfigError("uplink.gateways entries must be objects (a gateway's host, "
+                              "port, ...)")
+        for k in g:
+            if k not in GATEWAY:
+                raise ConfigError("unknown key %s%s (known: %s)" % (where, k, ", ".join(GATEWAY)))
+        sub = dict((k, schema[k]) for k in g if k != "name")
+        sub["name"] = ((str,), False)
+        check(g, sub, where)
+        if u["kind"] == "mqtt" and not g.get("host", u.get("host")):
+            raise ConfigError("uplink.host is required for an mqtt uplink (the broker's "
+                              "address), in uplink or in each of uplink.gateways")
+    fa = u.get("failover_after", 3)
+    if not 1 <= fa <= 100:
+        raise ConfigError("uplink.failover_after (heartbeat periods) must be between 1 and "
+                          "100, not %s" % fa)
+    if not 1 <= u.get("probe_every", 30) <= 86400:
+        raise ConfigError("uplink.probe_every (seconds) must be between 1 and 86400")

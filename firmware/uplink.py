@@ -18,7 +18,6 @@ from edgebus.compat import now
 from edgebus.link.link import Link
 from edgebus.link.wire import F_SEQ
 from firmware import ConfigError, write_atomic
-from firmware.failover import Failover, gateways
 
 EXPORTS = [["sensor/#", ""], ["sys/#", ""]]
 IMPORTS = [["cmd/#", ""]]
@@ -74,10 +73,11 @@ class Uplink:
         self.bmax = u.get("backoff_max", 10)
         self.reopen_after = u.get("reopen_after", 60)
         hb = lc.get("heartbeat", 5.0)
-        gws = gateways(u)
-        self.fo = Failover(gws, u.get("failover_after", 3) * hb, u.get("failback", True),
-                           u.get("probe_every", 30), now())
-        self.probe_timeout = max(2.0, hb)
+        self.fo = None            # one gateway: failover.py is not even loaded
+        if u.get("gateways"):
+            from firmware import failover
+            self.fo = failover.Failover(failover.gateways(u), u.get("failover_after", 3) * hb,
+                                        u.get("failback", True), u.get("probe_every", 30), now())
         self._to = None           # a gateway the watcher chose to move to, and why
         self._why = None
         self._cut = False         # the watcher cancelled the link's run
@@ -139,7 +139,7 @@ class Uplink:
              "ends": self.ends, "backoff": self.backoff,
              "last_error": self.last_error, "sent": self.sent,
              "tx_seq": self.link.tx_seq}   # not Link.stats(): two dicts per health period
-        if len(self.fo.gws) > 1:
+        if self.fo is not None:
             s.update(self.fo.stats())
         return s
 
@@ -171,7 +171,7 @@ class Uplink:
             self._pending = 0
 
     async def _open(self):
-        t = self.mod.open(self.ctx, self.fo.gateway())
+        t = self.mod.open(self.ctx, None if self.fo is None else self.fo.gateway())
         if hasattr(t, "send") and not hasattr(t, "recv"):   # a coroutine
             t = await t
         return t
@@ -193,25 +193,16 @@ class Uplink:
         period = min(1.0, link.heartbeat / 4)
         while not getattr(t, "closed", False):
             n = now()
-            fo.heard(link.counters.get("frames_in", 0), n)
             if link.status == "up":
                 since = n
             elif n - since > self.reopen_after:
                 self.ctx.log("uplink: no session for %ss, reopening" % self.reopen_after)
                 return self._leave(t, run, None, None)
-            if fo.silent(n):
-                return self._leave(t, run, None, "silent")
-            if fo.probe_due(n):
-                probe = getattr(self.mod, "probe", None)
-                alive = True   # no probe: go back and see (silence brings it here again)
-                if probe is not None:
-                    try:
-                        alive = await probe(self.ctx, fo.gws[0], self.probe_timeout)
-                    except Exception as e:
-                        self.ctx.log("uplink: probe: %s: %s" % (type(e).__name__, e))
-                        alive = False
-                if fo.probed(alive) and not getattr(t, "closed", False):
-                    return self._leave(t, run, 0, "failback")
+            if fo is not None:
+                fo.heard(link.counters.get("frames_in", 0), n)
+                why = await fo.check(n, self, t)
+                if why is not None:
+                    return self._leave(t, run, 0 if why == "failback" else None, why)
             await asyncio.sleep(period)
 
     async def run(self):
@@ -251,15 +242,13 @@ class Uplink:
             if self.link.counters.get("sessions", 0) > sessions:
                 delay = self.bmin    # a session came up: start the backoff again
             fo = self.fo
-            if self._to is None and fo.silent(now()):    # e.g. opens failing all along
-                self._why = "silent"
-            if self._why is not None:
+            if fo is not None and (self._why is not None or fo.silent(now())):
                 # Same Link, same sid: the next gateway gets this boot's
                 # unacknowledged tail first (the session start goes back to it).
-                fo.move(now(), self._to, self._why)
+                fo.move(now(), self._to, self._why or "silent")
                 log("uplink %s: gateway %s" % (self.kind, fo.last_move))
-                self._to = self._why = None
                 delay = self.bmin    # the other gateway at once, not after the backoff
+            self._to = self._why = None
             # full jitter on the upper half: spreads a fleet's reconnects
             self.backoff = delay * (0.5 + urandom(1)[0] / 512)
             await asyncio.sleep(self.backoff)
