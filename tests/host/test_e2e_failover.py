@@ -11,7 +11,6 @@ the gateway column names both gateways.
 
 Waits are for conditions (a log's progress), never fixed sleeps.
 """
-import argparse
 import json
 import time
 
@@ -21,6 +20,7 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 import tlog  # noqa: E402
+from tests.host.e2ekit import ingest_once, progress  # noqa: E402
 from tests.host.sparkkit import make_session  # noqa: E402
 from dev.broker import Mosquitto  # noqa: E402
 from dev.presence import BridgeProcess, retained  # noqa: E402
@@ -37,29 +37,21 @@ ADVANCE = 30            # readings each device must get through a gateway per ph
 GATEWAYS = ("gw-a", "gw-b")
 
 
-def _progress(log_dir, nodes):
-    """{node: highest seq in a sealed segment of this log} (0 before the first)."""
-    top = {n: 0 for n in nodes}
-    for (link_id, _sid), seq in tlog.last_seqs(log_dir, max_bytes=None).items():
-        node = link_id.split(":", 1)[1]
-        if node in top:
-            top[node] = max(top[node], seq)
-    return top
-
-
 def _until(cond, what, timeout=30):
+    """cond()'s first true value; fails after timeout s, saying what (or
+    what() when it is a function: the state at the failure)."""
     deadline = time.monotonic() + timeout
     while True:
         v = cond()
         if v:
             return v
-        assert time.monotonic() < deadline, what
+        assert time.monotonic() < deadline, what() if callable(what) else what
         time.sleep(0.2)
 
 
 def _past(log_dir, nodes, floor, by):
     """True once this log holds, for every device, a number ``by`` past floor[node]."""
-    now = _progress(log_dir, nodes)
+    now = progress(log_dir, nodes)
     return all(now[n] >= floor[n] + by for n in nodes) and now
 
 
@@ -78,6 +70,31 @@ def _reported(log_dir, nodes, **want):
     return seen == set(nodes)
 
 
+def _to_backup(logs, nodes, fault, moves):
+    """fault(), then wait until the backup's log holds ADVANCE numbers past
+    where the primary's stood and a sys/health through it counts ``moves``;
+    returns the backup's progress."""
+    at = progress(logs["gw-a"], nodes)
+    fault()
+    on_b = _until(lambda: _past(logs["gw-b"], nodes, at, ADVANCE),
+                  lambda: "no move to the backup: a %r, b %r"
+                  % (at, progress(logs["gw-b"], nodes)))
+    _until(lambda: _reported(logs["gw-b"], nodes, gateway="gw-b", moves=moves),
+           "no sys/health through the backup says it moved (%d)" % moves)
+    return on_b
+
+
+def _back_to_primary(logs, nodes, on_b, repair, failbacks):
+    """repair(), then wait until the primary's log holds ADVANCE numbers past
+    where the backup's stood and a sys/health through it counts ``failbacks``."""
+    repair()
+    _until(lambda: _past(logs["gw-a"], nodes, on_b, ADVANCE),
+           lambda: "no failback: a %r, b %r" % (progress(logs["gw-a"], nodes),
+                                                progress(logs["gw-b"], nodes)))
+    _until(lambda: _reported(logs["gw-a"], nodes, gateway="gw-a", failbacks=failbacks),
+           "no sys/health through the primary says it failed back (%d)" % failbacks)
+
+
 def _bridge(out, name, broker, fleet, log_dir):
     d = out / name
     d.mkdir(parents=True)
@@ -88,18 +105,6 @@ def _bridge(out, name, broker, fleet, log_dir):
         % (name, d / "state", d / "bridge.sock", HEARTBEAT, log_dir,
            bridge_toml(fleet.bridge_config(("127.0.0.1", broker.port)))))
     return BridgeProcess(str(d), toml=str(toml))
-
-
-def _ingest(spark, logs, table, ckpt):
-    from ingest import job
-
-    args = argparse.Namespace(log=logs, table=table, checkpoint=ckpt, once=True,
-                              watermark=job.DEFAULT_WATERMARK, trigger_interval=5.0,
-                              max_records_per_trigger=None, max_bytes_per_trigger=None,
-                              master=None)
-    q = job.start(spark, args)
-    q.awaitTermination()
-    assert q.exception() is None
 
 
 def test_primary_killed_devices_fail_over_and_back_and_the_table_has_every_reading_once(
@@ -131,25 +136,15 @@ def test_primary_killed_devices_fail_over_and_back_and_the_table_has_every_readi
                 fleet.start()
                 # 1. On the primary.
                 _until(lambda: _past(logs["gw-a"], nodes, zero, ADVANCE), "primary: no progress")
-                assert _progress(logs["gw-b"], nodes) == zero   # the backup is idle
+                assert progress(logs["gw-b"], nodes) == zero   # the backup is idle
                 # 2. The primary's bridge dies as a power cut would; its broker
                 # stays, so the devices see its last will, then silence.
-                a.kill()
                 t_kill = time.monotonic()
-                at_kill = _progress(logs["gw-a"], nodes)
-                on_b = _until(lambda: _past(logs["gw-b"], nodes, at_kill, ADVANCE),
-                              "no move to the backup: %r" % _progress(logs["gw-b"], nodes))
+                on_b = _to_backup(logs, nodes, a.kill, moves=1)
                 moved_s = time.monotonic() - t_kill
-                _until(lambda: _reported(logs["gw-b"], nodes, gateway="gw-b", moves=1),
-                       "no sys/health through the backup says it moved")
                 # 3. The primary returns: the devices' probe finds its presence
                 # online and they go back, the sequence going on there.
-                a.start()
-                _until(lambda: _past(logs["gw-a"], nodes, on_b, ADVANCE),
-                       "no failback: a %r, b %r" % (_progress(logs["gw-a"], nodes),
-                                                    _progress(logs["gw-b"], nodes)))
-                _until(lambda: _reported(logs["gw-a"], nodes, gateway="gw-a", failbacks=1),
-                       "no sys/health through the primary says it failed back")
+                _back_to_primary(logs, nodes, on_b, a.start, failbacks=1)
                 # The primary resumed each boot where the backup left it: what
                 # the backup acknowledged meanwhile is no gap on its link.
                 for n in nodes:
@@ -159,27 +154,17 @@ def test_primary_killed_devices_fail_over_and_back_and_the_table_has_every_readi
                     assert c.get("acked_elsewhere", 0) >= ADVANCE, (n, c)
                 # 4. Now the primary's broker dies (SIGKILL): the devices'
                 # connections end and their opens fail, which is silence too.
-                at_kill = _progress(logs["gw-a"], nodes)
-                broker_a.stop()
-                on_b = _until(lambda: _past(logs["gw-b"], nodes, at_kill, ADVANCE),
-                              "no move after the broker's death: %r"
-                              % _progress(logs["gw-b"], nodes))
-                _until(lambda: _reported(logs["gw-b"], nodes, gateway="gw-b", moves=3),
-                       "no sys/health through the backup says it moved again")
+                on_b = _to_backup(logs, nodes, broker_a.stop, moves=3)
                 # 5. The broker returns, the primary bridge reconnects and says
                 # it is online: the devices' probe sees it, they go back.
-                broker_a.start()
-                _until(lambda: _past(logs["gw-a"], nodes, on_b, ADVANCE),
-                       "no second failback: a %r, b %r" % (_progress(logs["gw-a"], nodes),
-                                                           _progress(logs["gw-b"], nodes)))
-                _until(lambda: _reported(logs["gw-a"], nodes, gateway="gw-a", failbacks=2),
-                       "no sys/health through the primary says it failed back again")
+                _back_to_primary(logs, nodes, on_b, broker_a.start, failbacks=2)
                 assert a.stop(30) == 0, open(a.logpath).read()   # SIGTERM seals the logs
                 assert b.stop(30) == 0, open(b.logpath).read()
             finally:
                 a.close()
                 b.close()
-    print("moved to the backup within %.1f s of the kill" % moved_s)
+    print("the backup's log %d numbers past the primary's within %.1f s of the kill"
+          % (ADVANCE, moved_s))
 
     # Each log alone: clean, no record twice; together they may share what
     # the primary had made durable but not yet acknowledged when it died.
@@ -199,7 +184,7 @@ def test_primary_killed_devices_fail_over_and_back_and_the_table_has_every_readi
     t0 = time.monotonic()
     spark = make_session()
     try:
-        _ingest(spark, [logs[g] for g in GATEWAYS], table, ckpt)
+        ingest_once(spark, [logs[g] for g in GATEWAYS], table, ckpt)
         t_ingest = time.monotonic() - t0
         rows = read_table(spark, table).select(
             "peer_node", "peer_sid", "generation", "seq", "topic", "payload",
