@@ -229,8 +229,10 @@ class Uplink:
                 try:
                     await run
                 except asyncio.CancelledError:
-                    if not self._cut:
-                        raise       # not ours: the device is stopping
+                    if not self._cut:   # not ours: the device is stopping
+                        run.cancel()
+                        stale.cancel()
+                        raise
                 except Exception as e:
                     self.last_error = "link: %s: %s" % (type(e).__name__, e)
                     log("uplink %s: %s" % (self.kind, self.last_error))

@@ -49,6 +49,11 @@ async def probe(ctx, u, timeout):
         await wait_for(t.recv(), timeout)
     except Exception:          # refused, unreachable or no answer: not alive
         pass
-    await t.disconnect()
-    t.close()
+    finally:                   # also when the probe is cancelled (the uplink moved on)
+        t.close()
+        if t.w is not None:    # cut before the CONNACK, the transport is not open yet
+            try:
+                t.w.close()
+            except OSError:
+                pass
     return seen == [True]
