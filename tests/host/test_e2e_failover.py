@@ -20,10 +20,11 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 import tlog  # noqa: E402
-from tests.host.e2ekit import ingest_once, progress  # noqa: E402
+from tests.host.e2ekit import (  # noqa: E402
+    gateway_bridge, ingest_once, past, progress, reported, until)
 from tests.host.sparkkit import make_session  # noqa: E402
 from dev.broker import Mosquitto  # noqa: E402
-from dev.presence import BridgeProcess, retained  # noqa: E402
+from dev.presence import retained  # noqa: E402
 from tools.fleet import Fleet, bridge_toml  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.mosquitto, pytest.mark.micropython]
@@ -37,49 +38,16 @@ ADVANCE = 30            # readings each device must get through a gateway per ph
 GATEWAYS = ("gw-a", "gw-b")
 
 
-def _until(cond, what, timeout=30):
-    """cond()'s first true value; fails after timeout s, saying what (or
-    what() when it is a function: the state at the failure)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        assert time.monotonic() < deadline, what() if callable(what) else what
-        time.sleep(0.2)
-
-
-def _past(log_dir, nodes, floor, by):
-    """True once this log holds, for every device, a number ``by`` past floor[node]."""
-    now = progress(log_dir, nodes)
-    return all(now[n] >= floor[n] + by for n in nodes) and now
-
-
-def _reported(log_dir, nodes, **want):
-    """True once this log holds, for every device, a sys/health whose uplink
-    part has the ``want`` values (numbers: at least)."""
-    seen = set()
-    for _pos, r in tlog.read_log(log_dir):
-        n = r["peer_node"]
-        if n in nodes and r["topic"] == ("dev", n, "sys", "health"):
-            p = r["payload"]
-            up = (json.loads(p) if type(p) in (str, bytes) else p).get("uplink", {})
-            if all(up.get(k) == v if type(v) is str else (up.get(k) or 0) >= v
-                   for k, v in want.items()):
-                seen.add(n)
-    return seen == set(nodes)
-
-
 def _to_backup(logs, nodes, fault, moves):
     """fault(), then wait until the backup's log holds ADVANCE numbers past
     where the primary's stood and a sys/health through it counts ``moves``;
     returns the backup's progress."""
     at = progress(logs["gw-a"], nodes)
     fault()
-    on_b = _until(lambda: _past(logs["gw-b"], nodes, at, ADVANCE),
+    on_b = until(lambda: past(logs["gw-b"], nodes, at, ADVANCE),
                   lambda: "no move to the backup: a %r, b %r"
                   % (at, progress(logs["gw-b"], nodes)))
-    _until(lambda: _reported(logs["gw-b"], nodes, gateway="gw-b", moves=moves),
+    until(lambda: reported(logs["gw-b"], nodes, gateway="gw-b", moves=moves),
            "no sys/health through the backup says it moved (%d)" % moves)
     return on_b
 
@@ -88,23 +56,11 @@ def _back_to_primary(logs, nodes, on_b, repair, failbacks):
     """repair(), then wait until the primary's log holds ADVANCE numbers past
     where the backup's stood and a sys/health through it counts ``failbacks``."""
     repair()
-    _until(lambda: _past(logs["gw-a"], nodes, on_b, ADVANCE),
+    until(lambda: past(logs["gw-a"], nodes, on_b, ADVANCE),
            lambda: "no failback: a %r, b %r" % (progress(logs["gw-a"], nodes),
                                                 progress(logs["gw-b"], nodes)))
-    _until(lambda: _reported(logs["gw-a"], nodes, gateway="gw-a", failbacks=failbacks),
+    until(lambda: reported(logs["gw-a"], nodes, gateway="gw-a", failbacks=failbacks),
            "no sys/health through the primary says it failed back (%d)" % failbacks)
-
-
-def _bridge(out, name, broker, fleet, log_dir):
-    d = out / name
-    d.mkdir(parents=True)
-    toml = d / "bridge.toml"
-    toml.write_text(
-        '[bridge]\nnode = "%s"\nstate_dir = "%s"\nsocket = "%s"\nheartbeat = %r\n'
-        '[log]\ndir = "%s"\npatterns = ["dev/#"]\nsegment_seconds = 1\n\n%s'
-        % (name, d / "state", d / "bridge.sock", HEARTBEAT, log_dir,
-           bridge_toml(fleet.bridge_config(("127.0.0.1", broker.port)))))
-    return BridgeProcess(str(d), toml=str(toml))
 
 
 def test_primary_killed_devices_fail_over_and_back_and_the_table_has_every_reading_once(
@@ -122,8 +78,10 @@ def test_primary_killed_devices_fail_over_and_back_and_the_table_has_every_readi
                    period=PERIOD, health_period=1.0, link={"heartbeat": HEARTBEAT},
                    uplink=uplink) as fleet:
             nodes = [d["node"] for d in fleet.devices]
-            a = _bridge(out, "gw-a", broker_a, fleet, logs["gw-a"])
-            b = _bridge(out, "gw-b", broker_b, fleet, logs["gw-b"])
+            a, _ = gateway_bridge(out, "gw-a", bridge_toml(
+                fleet.bridge_config(("127.0.0.1", broker_a.port))), HEARTBEAT)
+            b, _ = gateway_bridge(out, "gw-b", bridge_toml(
+                fleet.bridge_config(("127.0.0.1", broker_b.port))), HEARTBEAT)
             zero = {n: 0 for n in nodes}
             try:
                 a.start()
@@ -131,11 +89,11 @@ def test_primary_killed_devices_fail_over_and_back_and_the_table_has_every_readi
                 # Both bridges up before the devices boot (else they would
                 # rightly start on the backup): each says online on its broker.
                 for broker in (broker_a, broker_b):
-                    _until(lambda: (retained(broker.port, "edgebus/_bridge", 1.0)
+                    until(lambda: (retained(broker.port, "edgebus/_bridge", 1.0)
                                     or (None,))[0] == b"online", "a bridge is not up")
                 fleet.start()
                 # 1. On the primary.
-                _until(lambda: _past(logs["gw-a"], nodes, zero, ADVANCE), "primary: no progress")
+                until(lambda: past(logs["gw-a"], nodes, zero, ADVANCE), "primary: no progress")
                 assert progress(logs["gw-b"], nodes) == zero   # the backup is idle
                 # 2. The primary's bridge dies as a power cut would; its broker
                 # stays, so the devices see its last will, then silence.
@@ -148,7 +106,7 @@ def test_primary_killed_devices_fail_over_and_back_and_the_table_has_every_readi
                 # The primary resumed each boot where the backup left it: what
                 # the backup acknowledged meanwhile is no gap on its link.
                 for n in nodes:
-                    st = _until(lambda: a.link(n), "no status from the primary")
+                    st = until(lambda: a.link(n), "no status from the primary")
                     c = st["counters"]
                     assert st["peer_sid"] and c.get("gaps", 0) == 0, (n, st)
                     assert c.get("acked_elsewhere", 0) >= ADVANCE, (n, c)
