@@ -28,7 +28,10 @@ SECTIONS = {
                "reopen_after": (_NUM, False),
                # mqtt: the broker (port above is its TCP port), topic prefix, login
                "host": ((str,), False), "prefix": ((str,), False), "user": ((str,), False),
-               "password": ((str,), False), "keepalive": ((int,), False)},
+               "password": ((str,), False), "keepalive": ((int,), False),
+               # failover: gateways overlay the keys above, the first is the primary
+               "gateways": ((list,), False), "failover_after": (_NUM, False),
+               "failback": ((bool,), False), "probe_every": (_NUM, False)},
     "link": {"heartbeat": (_NUM, False), "handshake_timeout": (_NUM, False),
              "out_queue": ((int,), False), "max_pending": ((int,), False),
              "spool": ((int,), False), "spool_policy": ((str,), False),
@@ -77,7 +80,10 @@ def validate(cfg):
     if cfg["uplink"]["kind"] not in UPLINKS:
         raise ConfigError("uplink.kind must be one of %s, not %r"
                           % (", ".join(UPLINKS), cfg["uplink"]["kind"]))
-    if cfg["uplink"]["kind"] == "mqtt" and not cfg["uplink"].get("host"):
+    u = cfg["uplink"]
+    if "gateways" in u or "failover_after" in u or "probe_every" in u:
+        __import__("firmware.failover").failover.check_config(u, _check, SECTIONS["uplink"])
+    elif u["kind"] == "mqtt" and not u.get("host"):
         raise ConfigError("uplink.host is required for an mqtt uplink (the broker's address)")
     q = cfg.get("queues", {})
     if q.get("full", "drop_oldest") not in ("drop_oldest", "reject_newest"):

@@ -1,9 +1,13 @@
 """Keeps the uplink alive: one Link (one sid per boot) run over transport after
 transport, reopened with exponential backoff and jitter, never a crash loop.
 
-An uplink kind K is the module firmware.uplink_K with ``open(ctx)`` returning
-a transport (``recv``/``send``/``close``/``stats``, edgebus/link/stream.py) or
-a coroutine giving one; it raises OSError (or any Exception) when it cannot.
+An uplink kind K is the module firmware.uplink_K with ``open(ctx, gw)``
+returning a transport (``recv``/``send``/``close``/``stats``,
+edgebus/link/stream.py) or a coroutine giving one, for the gateway config gw;
+it raises OSError (or any Exception) when it cannot. It may offer
+``probe(ctx, gw, timeout)``: a coroutine, True when the gateway's bridge is
+alive, used to go back to the primary (failover.py, docs/protocol.md
+"Failover"); without it the device goes back and sees.
 """
 import asyncio
 import gc
@@ -68,6 +72,15 @@ class Uplink:
         # line, which the default spool outlasts (a 10 s outage at 20 readings/s).
         self.bmax = u.get("backoff_max", 10)
         self.reopen_after = u.get("reopen_after", 60)
+        hb = lc.get("heartbeat", 5.0)
+        self.fo = None            # one gateway: failover.py is not even loaded
+        if u.get("gateways"):
+            from firmware import failover
+            self.fo = failover.Failover(failover.gateways(u), u.get("failover_after", 3) * hb,
+                                        u.get("failback", True), u.get("probe_every", 30), now())
+        self._to = None           # a gateway the watcher chose to move to, and why
+        self._why = None
+        self._cut = False         # the watcher cancelled the link's run
         key = cfg.get("key")
         exports = lc.get("exports", EXPORTS)
         self.n_exports = len(exports)
@@ -86,7 +99,7 @@ class Uplink:
                          imports=_pairs(lc.get("imports", IMPORTS)),
                          export_calls=_pairs(lc.get("export_calls", EXPORT_CALLS)),
                          import_calls=_pairs(lc.get("import_calls", IMPORT_CALLS)),
-                         heartbeat=lc.get("heartbeat", 5.0),
+                         heartbeat=hb,
                          handshake_timeout=lc.get("handshake_timeout", 5.0),
                          out_queue=lc.get("out_queue",
                                           ctx.board.get("queues", {}).get("uplink_tx", 16)),
@@ -122,10 +135,13 @@ class Uplink:
 
     def stats(self):
         self._settle()
-        return {"kind": self.kind, "opens": self.opens, "open_failures": self.open_failures,
-                "ends": self.ends, "backoff": self.backoff,
-                "last_error": self.last_error, "sent": self.sent,
-                "tx_seq": self.link.tx_seq}   # not Link.stats(): two dicts per health period
+        s = {"kind": self.kind, "opens": self.opens, "open_failures": self.open_failures,
+             "ends": self.ends, "backoff": self.backoff,
+             "last_error": self.last_error, "sent": self.sent,
+             "tx_seq": self.link.tx_seq}   # not Link.stats(): two dicts per health period
+        if self.fo is not None:
+            s.update(self.fo.stats())
+        return s
 
     def _counting(self, t):
         """t with its send counting the sequenced data frames (self.sent).
@@ -155,24 +171,39 @@ class Uplink:
             self._pending = 0
 
     async def _open(self):
-        t = self.mod.open(self.ctx)
+        t = self.mod.open(self.ctx, None if self.fo is None else self.fo.gateway())
         if hasattr(t, "send") and not hasattr(t, "recv"):   # a coroutine
             t = await t
         return t
 
-    async def _stale(self, t):
+    def _leave(self, t, run, to, why):
+        self._to = to
+        self._why = why
+        self._cut = True
+        t.close()
+        run.cancel()    # a read pending on a closed socket may not wake (MicroPython)
+
+    async def _watch(self, t, run):
         """Close a transport on which no session has come up for reopen_after
-        seconds: the next open may fix what the link alone cannot."""
+        seconds (the next open may fix what the link alone cannot), or whose
+        gateway went silent, or when a probe finds the primary alive again."""
         link = self.link
+        fo = self.fo
         since = now()
+        period = min(1.0, link.heartbeat / 4)
         while not getattr(t, "closed", False):
+            n = now()
             if link.status == "up":
-                since = now()
-            elif now() - since > self.reopen_after:
+                since = n
+            elif n - since > self.reopen_after:
                 self.ctx.log("uplink: no session for %ss, reopening" % self.reopen_after)
-                t.close()
-                return
-            await asyncio.sleep(1)
+                return self._leave(t, run, None, None)
+            if fo is not None:
+                fo.heard(link.counters.get("frames_in", 0), n)
+                why = await fo.check(n, self, t)
+                if why is not None:
+                    return self._leave(t, run, 0 if why == "failback" else None, why)
+            await asyncio.sleep(period)
 
     async def run(self):
         log = self.ctx.log
@@ -192,9 +223,16 @@ class Uplink:
                 self.opens += 1
                 self.transport = t
                 log("uplink %s: open (#%d)" % (self.kind, self.opens))
-                stale = asyncio.create_task(self._stale(t))
+                self._cut = False
+                run = asyncio.create_task(self.link.run(t))
+                stale = asyncio.create_task(self._watch(t, run))
                 try:
-                    await self.link.run(t)
+                    await run
+                except asyncio.CancelledError:
+                    if not self._cut:   # not ours: the device is stopping
+                        run.cancel()
+                        stale.cancel()
+                        raise
                 except Exception as e:
                     self.last_error = "link: %s: %s" % (type(e).__name__, e)
                     log("uplink %s: %s" % (self.kind, self.last_error))
@@ -205,6 +243,14 @@ class Uplink:
                 log("uplink %s: transport ended (%s)" % (self.kind, self.link.last_error))
             if self.link.counters.get("sessions", 0) > sessions:
                 delay = self.bmin    # a session came up: start the backoff again
+            fo = self.fo
+            if fo is not None and (self._why is not None or fo.silent(now())):
+                # Same Link, same sid: the next gateway gets this boot's
+                # unacknowledged tail first (the session start goes back to it).
+                fo.move(now(), self._to, self._why or "silent")
+                log("uplink %s: gateway %s" % (self.kind, fo.last_move))
+                delay = self.bmin    # the other gateway at once, not after the backoff
+            self._to = self._why = None
             # full jitter on the upper half: spreads a fleet's reconnects
             self.backoff = delay * (0.5 + urandom(1)[0] / 512)
             await asyncio.sleep(self.backoff)

@@ -3,21 +3,57 @@ bridge through a broker over WiFi or Ethernet. On boards the network must be
 up first (connect WiFi in boot.py); this module only opens the MQTT session.
 The bridge's presence (retained <prefix>/_bridge, its last will "offline")
 goes to the link: gone ends the session at once instead of after the
-liveness timeout, back makes it say HELLO at once."""
+liveness timeout, back makes it say HELLO at once. probe() asks a gateway's
+broker for that presence without a session, for failback (firmware/failover.py)."""
+from edgebus.compat import wait_for
 from edgebus.link.mqtt import MqttTransport
 
 
-async def open(ctx):
-    u = ctx.config["uplink"]
+def _transport(ctx, u, client_id=None):
     host = u.get("host")
     if not host:
         raise OSError("no broker: set uplink.host (and uplink.port, default 1883)")
     port = u.get("port", 1883)
     if type(port) is not int:
         raise OSError("uplink.port must be the broker's TCP port (an int) for mqtt")
-    t = MqttTransport(host, port, node=ctx.config["node"], prefix=u.get("prefix", "edgebus"),
-                      keepalive=u.get("keepalive", 30), user=u.get("user"),
-                      password=u.get("password"))
+    return MqttTransport(host, port, node=ctx.config["node"], prefix=u.get("prefix", "edgebus"),
+                         client_id=client_id, keepalive=u.get("keepalive", 30),
+                         user=u.get("user"), password=u.get("password"))
+
+
+async def open(ctx, u=None):
+    """The link's transport through the broker of gateway config u (default:
+    the uplink config itself)."""
+    t = _transport(ctx, ctx.config["uplink"] if u is None else u)
     await t.open()
     t.on_peer = ctx.link.peer_presence
     return t
+
+
+async def probe(ctx, u, timeout):
+    """True when the broker of gateway u answers within timeout s and holds
+    its bridge's presence as "online". A connection of its own (client id
+    edgebus-<node>-probe, its presence on <prefix>/<node>/probe, a topic no
+    bridge reads), so the link's session elsewhere goes on meanwhile."""
+    t = _transport(ctx, u, "edgebus-%s-probe" % ctx.config["node"])
+    t.state = "%s/%s/probe" % (u.get("prefix", "edgebus"), ctx.config["node"])
+    seen = []
+
+    def on_peer(online):
+        seen.append(online)
+        t.close()              # the answer is in: recv() returns
+
+    try:
+        await wait_for(t.open(), timeout)
+        t.on_peer = on_peer
+        await wait_for(t.recv(), timeout)
+    except Exception:          # refused, unreachable or no answer: not alive
+        pass
+    finally:                   # also when the probe is cancelled (the uplink moved on)
+        t.close()
+        if t.w is not None:    # cut before the CONNACK, the transport is not open yet
+            try:
+                t.w.close()
+            except OSError:
+                pass
+    return seen == [True]

@@ -65,8 +65,10 @@ def prepare(ctx):
     ctx.frames = FrameReader(ctx.link.max_len)
 
 
-def open(ctx):
-    u = ctx.config["uplink"]
+def open(ctx, u=None):
+    """A transport over the UART or tty of gateway config u (default: the
+    uplink config itself)."""
+    u = ctx.config["uplink"] if u is None else u
     bu = ctx.board.get("uart", {})
     port = u.get("port", bu.get("device", bu.get("id")))
     baud = u.get("baud", bu.get("baud", 115200))

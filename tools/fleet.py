@@ -22,10 +22,11 @@ DEVICE_HEAP = "224K"    # core + link + firmware on the 64-bit unix port
 
 class Fleet:
     """Simulated devices. ``serial`` devices get a PtyCable each (their bridge
-    port is ``cable.b``); ``mqtt`` devices connect to ``broker`` (host, port)."""
+    port is ``cable.b``); ``mqtt`` devices connect to ``broker`` (host, port).
+    ``uplink``: more uplink config for every device (e.g. failover gateways)."""
 
     def __init__(self, out, serial=0, mqtt=0, broker=None, prefix="sim", period=0.2,
-                 health_period=2.0, heap=DEVICE_HEAP, link=None):
+                 health_period=2.0, heap=DEVICE_HEAP, link=None, uplink=None):
         if mqtt and broker is None:
             raise ValueError("MQTT devices need a broker (host, port)")
         self.out = os.path.abspath(out)
@@ -34,6 +35,7 @@ class Fleet:
         self.devices = []      # dicts: node, key, kind, port (serial), config, log, proc
         self.cables = []
         self.heap = heap
+        uplink_more = uplink or {}
         for i in range(serial + mqtt):
             node = "%s-%d" % (prefix, i + 1) if i < serial else "%s-mqtt-%d" % (prefix, i - serial + 1)
             if i < serial:
@@ -45,6 +47,7 @@ class Fleet:
                 uplink = {"kind": "mqtt", "host": broker[0], "port": broker[1]}
                 d = {"node": node, "kind": "mqtt"}
             uplink.update({"backoff_min": 0.2, "backoff_max": 2.0})
+            uplink.update(uplink_more)
             d["key"] = "fleet-key-" + node
             d["config"] = self._config(node, d["key"], uplink, period, health_period, link)
             d["log"] = os.path.join(self.out, "devices", node + ".log")

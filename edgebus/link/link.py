@@ -127,6 +127,7 @@ class Link:
         self._obs_drops = []
         self._tx_seq = 1
         self._tx_next = 1         # the number the peer is told comes next
+        self._tx_acked = 0        # every number below it acknowledged, by any peer
         self._spool = Spool(spool, spool_policy)
         self._pump = None         # the task spooling exports between transports
         self._snap = None         # messages of the snapshot being sent

@@ -181,8 +181,14 @@ def on_snapshot(link, t, obj, blob):
         nxt = obj.get("seq")
         if type(nxt) is int:
             exp = st.get("rx_next")
-            if exp is not None and nxt > exp:   # lost while the link was down
-                _gap(link, exp, nxt - 1)
+            if exp is not None and nxt > exp:   # lost while the link was down, unless
+                lo = exp                        # acknowledged by another gateway meanwhile
+                a = obj.get("acked")
+                if type(a) is int and exp < a <= nxt:
+                    link.count("acked_elsewhere", a - exp)
+                    lo = a
+                if nxt > lo:
+                    _gap(link, lo, nxt - 1)
             if exp is None or nxt > exp:        # never back: what we have stays had
                 st["rx_next"] = nxt
         link._rx_sync = {}

@@ -245,7 +245,10 @@ def snap_next(link):
     i = link._snap_i
     link._snap_i = i + 1
     if i < 0:
-        return wire.encode(wire.SYNCSTART, {"seq": link._tx_next, "n": len(link._snap)})
+        o = {"seq": link._tx_next, "n": len(link._snap)}
+        if link._tx_acked:
+            o["acked"] = link._tx_acked   # acknowledged: by this peer, or another gateway
+        return wire.encode(wire.SYNCSTART, o)
     if i < len(link._snap):
         m, rule = link._snap[i]
         return encode_item(link, m, rule, None, wire.SYNC) or snap_next(link)
@@ -258,6 +261,8 @@ def on_ack(link, n):
     if type(n) is not int:
         return link.count("bad_frames")
     k = link._spool.ack(n)
+    if n > link._tx_acked:
+        link._tx_acked = n
     if k:
         link.count("acked", k)
         link._t_acked = compat.now()

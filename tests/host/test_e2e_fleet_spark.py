@@ -16,7 +16,6 @@ report's exactly once: what was published during each outage, and what the
 killed bridge had received but not yet made durable, come out of the devices'
 spools later (flagged late), so the report shows no gap.
 """
-import argparse
 import json
 import os
 import time
@@ -27,6 +26,7 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 import tlog  # noqa: E402
+from tests.host.e2ekit import ingest_once, progress  # noqa: E402
 from tests.host.sparkkit import make_session  # noqa: E402
 from dev.broker import Mosquitto  # noqa: E402
 from dev.presence import BridgeProcess  # noqa: E402
@@ -45,38 +45,16 @@ HEALTH_S = 2.0
 ADVANCE = 60            # readings each device must get through after a fault
 
 
-def _progress(log_dir, nodes):
-    """{node: highest seq in a sealed segment} (0 before the first)."""
-    top = {n: 0 for n in nodes}
-    for (link_id, _sid), seq in tlog.last_seqs(log_dir, max_bytes=None).items():
-        node = link_id.split(":", 1)[1]
-        if node in top:
-            top[node] = max(top[node], seq)
-    return top
-
-
 def _advance(log_dir, nodes, by, what, timeout=60):
     """Wait until every device's log has moved ``by`` numbers past now."""
-    base = _progress(log_dir, nodes)
+    base = progress(log_dir, nodes)
     deadline = time.monotonic() + timeout
     while True:
-        now = _progress(log_dir, nodes)
+        now = progress(log_dir, nodes)
         if all(now[n] >= base[n] + by for n in nodes):
             return now
         assert time.monotonic() < deadline, "after the %s fault: %r -> %r" % (what, base, now)
         time.sleep(0.3)
-
-
-def _ingest(spark, log, table, ckpt):
-    from ingest import job
-
-    args = argparse.Namespace(log=log, table=table, checkpoint=ckpt, once=True,
-                              watermark=job.DEFAULT_WATERMARK, trigger_interval=5.0,
-                              max_records_per_trigger=None, max_bytes_per_trigger=None,
-                              master=None)
-    q = job.start(spark, args)
-    q.awaitTermination()
-    assert q.exception() is None
 
 
 def test_fleet_to_table_holds_every_reading_once_through_broker_and_bridge_kills(tmp_path):
@@ -130,7 +108,7 @@ def test_fleet_to_table_holds_every_reading_once_through_broker_and_bridge_kills
 
     spark = make_session()
     try:
-        _ingest(spark, log_dir, table, ckpt)
+        ingest_once(spark, log_dir, table, ckpt)
         rows = read_table(spark, table).select(
             "peer_node", "peer_sid", "generation", "seq", "topic", "payload",
             "ts_host", "ts_device", "late", "gateway").collect()

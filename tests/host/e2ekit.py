@@ -1,0 +1,80 @@
+"""Helpers shared by the end-to-end tests that run devices, bridges and the
+ingest job (test_e2e_fleet_spark.py, test_e2e_failover.py)."""
+import argparse
+import json
+import time
+
+import tlog
+
+
+def progress(log_dir, nodes):
+    """{node: highest seq in a sealed segment of the log} (0 before the first)."""
+    top = {n: 0 for n in nodes}
+    for (link_id, _sid), seq in tlog.last_seqs(log_dir, max_bytes=None).items():
+        node = link_id.split(":", 1)[1]
+        if node in top:
+            top[node] = max(top[node], seq)
+    return top
+
+
+def ingest_once(spark, log, table, ckpt):
+    """`edgebus ingest --once` of log (a directory or a list of them) into table."""
+    from ingest import job
+
+    args = argparse.Namespace(log=log, table=table, checkpoint=ckpt, once=True,
+                              watermark=job.DEFAULT_WATERMARK, trigger_interval=5.0,
+                              max_records_per_trigger=None, max_bytes_per_trigger=None,
+                              master=None)
+    q = job.start(spark, args)
+    q.awaitTermination()
+    assert q.exception() is None
+
+
+def past(log_dir, nodes, floor, by):
+    """progress() once this log holds, for every device, a number ``by`` past
+    floor[node]; else False."""
+    now = progress(log_dir, nodes)
+    return all(now[n] >= floor[n] + by for n in nodes) and now
+
+
+def reported(log_dir, nodes, **want):
+    """True once this log holds, for every device, a sys/health whose uplink
+    part has the ``want`` values (strings: equal; numbers: at least)."""
+    seen = set()
+    for _pos, r in tlog.read_log(log_dir):
+        n = r["peer_node"]
+        if n in nodes and r["topic"] == ("dev", n, "sys", "health"):
+            p = r["payload"]
+            up = (json.loads(p) if type(p) in (str, bytes) else p).get("uplink", {})
+            if all(up.get(k) == v if type(v) is str else (up.get(k) or 0) >= v
+                   for k, v in want.items()):
+                seen.add(n)
+    return seen == set(nodes)
+
+
+def until(cond, what, timeout=30):
+    """cond()'s first true value; fails after timeout s, saying what (or
+    what() when it is a function: the state at the failure)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        v = cond()
+        if v:
+            return v
+        assert time.monotonic() < deadline, what() if callable(what) else what
+        time.sleep(0.2)
+
+
+def gateway_bridge(out, name, links, heartbeat=1.0):
+    """A bridge process named ``name`` (its gateway name in the log) in
+    out/name, with its own state, status socket and telemetry log, joining the
+    devices of the TOML fragment ``links``; returns (BridgeProcess, log dir)."""
+    from dev.presence import BridgeProcess
+
+    d = out / name
+    d.mkdir(parents=True)
+    toml = d / "bridge.toml"
+    toml.write_text(
+        '[bridge]\nnode = "%s"\nstate_dir = "%s"\nsocket = "%s"\nheartbeat = %r\n'
+        '[log]\ndir = "%s"\npatterns = ["dev/#"]\nsegment_seconds = 1\n\n%s'
+        % (name, d / "state", d / "bridge.sock", heartbeat, d / "tlog", links))
+    return BridgeProcess(str(d), toml=str(toml)), str(d / "tlog")
