@@ -1,23 +1,26 @@
 """The link's calls: routes offered and proxied, forwarding calls to the
 peer, serving the peer's calls here, and their results."""
 from .. import compat, errors, topic
-from . import rules, tx, wire
+from . import presence, rules, tx, wire
 
 
 def send_routes(link):
     """Send ROUTES, the sorted wire topics of the endpoints this side offers
     the peer, if they changed since last sent."""
     out = []
+    keys = []
     for k in link.bus.endpoints():
         if k in link._proxies:   # our own proxies: never offered back
             continue
         r = rules.first(link._export_calls, k)
         if r is not None and not rules.local(link, k):
             out.append(wire.topic_out(k[len(r[1]):]))
+            keys.append(k)
     out.sort(key=str)
     if out != link._routes_sent:
         link._routes_sent = out
         tx.control(link, wire.ROUTES, out)
+        presence.offered(link, keys)
 
 
 def on_routes(link, obj):

@@ -143,6 +143,7 @@ class Link:
         self._served = 0
         self._proxies = {}        # wire topic -> Endpoint bound here for the peer
         self._routes_sent = None
+        self._offered = None      # local keys of those routes (presence notices)
         self._tasks = []
         # Driving: transport, wakeups, timers, status publication.
         self._transport = None
@@ -218,6 +219,8 @@ class Link:
         for ep in self._proxies.values():
             ep.unbind()
         self._proxies = {}
+        if self._offered:
+            calls.presence.offered(self, ())
         if self._journal is not None:
             self._journal.flush()   # an outage is when it matters
         if was == wire.UP:
