@@ -4,12 +4,14 @@ import asyncio
 import json
 
 import edgebus
+from bridge.config import default_socket
 from bridge.links import attach_local
 
 
 def add_arguments(p):
-    p.add_argument("--socket", "-s", default="./edgebus-state/bridge.sock",
-                   help="the bridge's unix socket (its [bridge] socket setting)")
+    p.add_argument("--socket", "-s", default=default_socket(),
+                   help="the bridge's unix socket (its [bridge] socket setting; default "
+                        "$EDGEBUS_SOCKET, else %(default)s)")
     p.add_argument("--json", action="store_true", help="print the raw JSON")
     p.add_argument("--timeout", type=float, default=3.0)
 
