@@ -32,9 +32,10 @@ async def fetch(path, timeout=3.0):
 
 
 def render(st):
-    L = ["bridge %s  up %ss  bus: %d connections, %d retained, %d dropped" % (
-        st["node"], st["uptime"], st["bus"]["connections"], st["bus"]["retained"],
-        st["bus"]["dropped"])]
+    L = ["bridge %s  up %ss  bus: %d connections, %d retained, %d dropped, %d disconnected "
+         "(could not keep up)" % (st["node"], st["uptime"], st["bus"]["connections"],
+                                  st["bus"]["retained"], st["bus"]["dropped"],
+                                  st["bus"].get("overflows", 0))]
     lg = st.get("log")
     if lg:
         L.append("log %s: %d appended, %d dropped, %d errors, at segment %s offset %s; "

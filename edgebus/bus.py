@@ -44,8 +44,7 @@ class Bus:
         if q_length is None:
             raise TypeError("q_length must be an int, not NoneType")
         if full is None:
-            raise ValueError("full must be 'drop_oldest', 'reject_newest' or 'disconnect', "
-                             "not None")
+            raise ValueError("full must be one of %s, not None" % (POLICIES,))
         self.q_length, self._policy = self._queue_opts(q_length, full)
         self.full = full
         self._auth = _resolve_authoriser(authoriser)
@@ -75,8 +74,8 @@ class Bus:
         elif full in POLICIES:
             p = POLICIES.index(full)
         else:
-            raise ValueError("full must be 'drop_oldest', 'reject_newest' or 'disconnect', not %r"
-                             " (the bus never blocks a publisher)" % (full,))
+            raise ValueError("full must be one of %s, not %r (the bus never blocks a publisher)"
+                             % (POLICIES, full))
         return queue_len, p
 
     def _new_id(self):

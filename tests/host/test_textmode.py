@@ -5,6 +5,7 @@ import asyncio
 import json
 import os
 
+from bridge.status import render
 from tests.conftest import until
 from tests.host.test_shell import UID_ACL, _cfg, with_bridge
 
@@ -89,6 +90,7 @@ def test_flow_control_choices_are_kept_and_counted(tmp_path):
             b.conn.publish("app/n", i)
         st = b.bus.stats()
         assert st["overflows"] == 1 and st["dropped"] == 1 + 44 + 44
+        assert "89 dropped, 1 disconnected (could not keep up)" in render(b.stats())
         say, hear, w = clients["disconnect"]
         lines = [await hear() for _ in range(257)]
         assert lines[-1] == "error overflow app/#" and lines[0] == "msg app/n 0"
