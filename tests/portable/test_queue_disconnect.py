@@ -3,16 +3,11 @@ up closes with reason "overflow", counted (docs/api.md: Feeds)."""
 import asyncio
 
 import edgebus
-from tests.portable.support import run, settle
+from tests.portable.support import flooded, run, settle
 
 
 def test_disconnect_closes_the_feed_and_counts():
-    bus = edgebus.Bus()
-    pub = bus.connect()
-    c = bus.connect()
-    s = c.subscribe("t", queue_len=2, full="disconnect")
-    for i in range(4):
-        pub.publish("t", i)
+    bus, pub, c, s = flooded("disconnect")
     assert s.why() == "overflow" and s.stats()["full"] == "disconnect"
     # What was queued before the overflow can still be drained.
     assert [s.recv_nowait().payload, s.recv_nowait().payload] == [0, 1]
