@@ -152,6 +152,9 @@ def main(name, coro):
     except Fail as e:
         print("edgebus %s: %s" % (name, e), file=sys.stderr)
         return e.code
+    except ValueError as e:     # a topic or pattern the bus refuses
+        print("edgebus %s: %s" % (name, e), file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:   # `edgebus sub ... | head -1`: the reader has what it wanted

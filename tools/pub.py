@@ -13,6 +13,11 @@ def add_arguments(p):
 
 async def pub(args):
     action = "retain" if args.retain else "publish"
+    words = args.topic.split("/")
+    if "+" in words or "#" in words:
+        raise ValueError("%s: a publish names one topic, without + or #" % args.topic)
+    if words[0] in ("local", "link"):
+        raise ValueError("%s: local/ and link/ topics never leave a bus" % args.topic)
     async with bc.Session(bc.socket_path(args), exports=[(args.topic, "")]) as s:
         await s.check(action, args.topic, "you may not %s %s" % (action, args.topic))
         seq = s.link.tx_seq

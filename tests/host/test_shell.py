@@ -155,6 +155,10 @@ def test_call_replies_and_exit_codes(tmp_path):
         assert rc == 5 and err.startswith("edgebus call: timeout:") and err.count("\n") == 1
         rc, out, err = await edgebus(cfg.socket, "call", "svc/fail")
         assert rc == 8 and "bad input" in err
+        for args in (("call", "svc/+"), ("pub", "svc/#", "1"), ("pub", "local/x", "1"),
+                     ("sub", "a/#/b")):
+            rc, out, err = await edgebus(cfg.socket, *args)
+            assert rc == 2 and err.count("\n") == 1, (args, rc, err)
         rc, out, err = await edgebus(cfg.socket, "call", "svc/echo", "--socket",
                                      str(tmp_path / "nowhere.sock"))
         assert rc == 6 and "cannot reach the bridge" in err
