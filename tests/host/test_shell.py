@@ -203,6 +203,32 @@ def test_sub_reports_the_bridge_going_away(tmp_path):
     with_bridge(cfg, body)
 
 
+def test_sub_and_watch_report_a_killed_bridge(tmp_path):
+    """The bridge as its own process, SIGKILLed: no goodbye, only the end of
+    the socket; both commands say so in one line and exit 7."""
+    cfg = _cfg(tmp_path)
+
+    async def main():
+        br = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bridge.daemon", "--config", str(tmp_path / "bridge.toml"),
+            cwd=ROOT, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+        try:
+            await until(lambda: os.path.exists(cfg.socket), 15)
+            assert (await edgebus(cfg.socket, "pub", "app/m", "1", "--retain"))[0] == 0
+            sub = await start(cfg.socket, "sub", "app/#")
+            watch = await start(cfg.socket, "watch", "app/#")
+            assert await line(sub) == await line(watch) == "app/m 1"
+            br.kill()
+            for name, p in (("sub", sub), ("watch", watch)):
+                assert await ended(p) == (7, "edgebus %s: the bridge at %s went away\n"
+                                          % (name, cfg.socket))
+        finally:
+            if br.returncode is None:
+                br.kill()
+            await br.wait()
+    asyncio.run(main())
+
+
 def test_flow_control_choices_at_the_socket(tmp_path):
     """A subscriber that cannot keep up: disconnected (exit 9) when it chose
     so; with drop_oldest it keeps going and reports what it dropped."""
