@@ -4,6 +4,8 @@ told when a peer that can reach the endpoint comes ("open": a link offered
 it to its peer) and goes ("close": the route withdrawn or the session over).
 ``local/`` never crosses a link, so the notices stay on the owner's bus."""
 
+from .. import errors
+
 PREFIX = ("local", "presence")
 
 
@@ -25,5 +27,9 @@ def offered(link, keys):
             for k in ks:
                 c.publish(PREFIX + k, {"event": ev, "peer": link.peer_node,
                                        "link": link.link_id})
+    except (errors.BusError, MemoryError):
+        # An authoriser that refuses, a full heap: the notices are advice,
+        # the session (and its end) must go on without them.
+        link.count("presence_lost")
     finally:
         c.disconnect()

@@ -50,3 +50,16 @@ def test_route_withdrawn_and_notices_never_cross():
             assert m.topic[0] != "local", m.topic
         await j.stop()
     run(main())
+
+
+def test_a_refused_notice_is_counted_and_the_session_goes_on():
+    async def main():
+        def auth(ctx):
+            return ctx["topic"][0] != "local"     # this bus refuses every notice
+        j = Joined(host_bus=edgebus.Bus(authoriser=auth))
+        j.host.connect().bind("host/time")
+        j.start()
+        await until(lambda: up(j) and j.hl.counters.get("presence_lost", 0) == 1)
+        await j.stop()
+        assert j.hl.counters["presence_lost"] == 2 and j.hl.status == "down"
+    run(main())
