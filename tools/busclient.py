@@ -100,7 +100,8 @@ class Session:
         # The bridge offers its own endpoints to every client: once they are
         # here, the session is up and the routes have arrived.
         await self.until(lambda: ("bridge", "whoami") in self.bus.endpoints(), ROUTE_WAIT,
-                         "no session with the bridge at %s" % self.path)
+                         "no session with the bridge at %s within %g s (a bridge older than "
+                         "these commands offers no bridge/whoami)" % (self.path, ROUTE_WAIT))
         return self
 
     async def __aexit__(self, *exc):

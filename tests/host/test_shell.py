@@ -150,7 +150,7 @@ def test_call_replies_and_exit_codes(tmp_path):
         assert await edgebus(cfg.socket, "call", "svc/echo", "hi") == (
             0, '{"echo": "hi", "uid": %d}\n' % os.getuid(), "")
         rc, out, err = await edgebus(cfg.socket, "call", "nothing/here")
-        assert (rc, out) == (4, "") and err == "edgebus call: no route: nothing serves nothing/here\n"
+        assert (rc, out, err) == (4, "", "edgebus call: no route: nothing serves nothing/here\n")
         rc, out, err = await edgebus(cfg.socket, "call", "svc/slow", "--timeout", "0.3")
         assert rc == 5 and err.startswith("edgebus call: timeout:") and err.count("\n") == 1
         rc, out, err = await edgebus(cfg.socket, "call", "svc/fail")
