@@ -193,3 +193,13 @@ def load(path):
         return parse(data, os.path.dirname(os.path.abspath(path)))
     except ConfigError as e:
         raise ConfigError("%s: %s" % (path, e))
+
+
+# The environment variable naming the bridge's socket for the shell commands.
+SOCKET_ENV = "EDGEBUS_SOCKET"
+
+
+def default_socket():
+    """The socket the host commands reach by default: $EDGEBUS_SOCKET, else
+    bridge.sock in the default state directory."""
+    return os.environ.get(SOCKET_ENV) or os.path.join(Config.state_dir, "bridge.sock")

@@ -14,7 +14,7 @@ import sys
 import time
 
 import edgebus
-from bridge import acl, config as bridge_config, links
+from bridge import acl, callerinfo, config as bridge_config, links
 from edgebus.compat import wait_for
 
 log = logging.getLogger("edgebus.bridge")
@@ -109,6 +109,7 @@ class Bridge:
             resume_links(self.state.data, cfg.log_dir)     # the writer has recovered the log
             self.tasks.append(asyncio.create_task(self.appender.run()))
         self.tasks.append(asyncio.create_task(self._status_endpoint()))
+        self.tasks.append(asyncio.create_task(callerinfo.serve(self)))
         for dev in cfg.serial:
             self.tasks.append(asyncio.create_task(links.run_serial(self, dev)))
         if self.mqtt is not None:

@@ -14,6 +14,8 @@ import struct
 import serial
 import serial_asyncio
 
+from bridge import textmode
+from edgebus.link.frame import DELIM
 from edgebus.link.link import Link
 from edgebus.link.stream import StreamTransport
 
@@ -132,6 +134,15 @@ async def serve_local(bridge, path):
     async def handle(reader, writer):
         pid, uid, gid = peer_credentials(writer.get_extra_info("socket"))
         n[0] += 1
+        # A link client's first byte is a frame delimiter, sent once its
+        # connection is up; anything else is a person or script (textmode).
+        first = await reader.read(1)
+        if not first:
+            return
+        if first != DELIM:
+            return await textmode.serve(bridge, reader, writer, first,
+                                        {"uid": uid, "gid": gid, "pid": pid},
+                                        "text:%d:%d" % (pid, n[0]))
         link_id = "local:%d:%d" % (pid, n[0])
         principal = {"uid": uid, "gid": gid, "pid": pid}
         # Exports follow what the user may read: a local client receives no

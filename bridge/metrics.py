@@ -36,6 +36,9 @@ class BridgeCollector:
                                 value=b["connections"])
         yield CounterMetricFamily("edgebus_bus_dropped", "messages dropped by full feeds",
                                   value=b["dropped"])
+        yield CounterMetricFamily("edgebus_bus_overflows",
+                                  "feeds closed because they could not keep up (disconnect)",
+                                  value=b.get("overflows", 0))
         yield GaugeMetricFamily("edgebus_bus_retained", "retained topics on the host bus",
                                 value=b["retained"])
         lg = st.get("log")

@@ -4,12 +4,14 @@ import asyncio
 import json
 
 import edgebus
+from bridge.config import default_socket
 from bridge.links import attach_local
 
 
 def add_arguments(p):
-    p.add_argument("--socket", "-s", default="./edgebus-state/bridge.sock",
-                   help="the bridge's unix socket (its [bridge] socket setting)")
+    p.add_argument("--socket", "-s", default=default_socket(),
+                   help="the bridge's unix socket (its [bridge] socket setting; default "
+                        "$EDGEBUS_SOCKET, else %(default)s)")
     p.add_argument("--json", action="store_true", help="print the raw JSON")
     p.add_argument("--timeout", type=float, default=3.0)
 
@@ -30,9 +32,10 @@ async def fetch(path, timeout=3.0):
 
 
 def render(st):
-    L = ["bridge %s  up %ss  bus: %d connections, %d retained, %d dropped" % (
-        st["node"], st["uptime"], st["bus"]["connections"], st["bus"]["retained"],
-        st["bus"]["dropped"])]
+    L = ["bridge %s  up %ss  bus: %d connections, %d retained, %d dropped, %d disconnected "
+         "(could not keep up)" % (st["node"], st["uptime"], st["bus"]["connections"],
+                                  st["bus"]["retained"], st["bus"]["dropped"],
+                                  st["bus"].get("overflows", 0))]
     lg = st.get("log")
     if lg:
         L.append("log %s: %d appended, %d dropped, %d errors, at segment %s offset %s; "

@@ -44,7 +44,7 @@ class Bus:
         if q_length is None:
             raise TypeError("q_length must be an int, not NoneType")
         if full is None:
-            raise ValueError("full must be 'drop_oldest' or 'reject_newest', not None")
+            raise ValueError("full must be one of %s, not None" % (POLICIES,))
         self.q_length, self._policy = self._queue_opts(q_length, full)
         self.full = full
         self._auth = _resolve_authoriser(authoriser)
@@ -57,6 +57,7 @@ class Bus:
         self._conns = 0
         self._ids = 0
         self._dropped = 0
+        self._overflows = 0   # feeds closed by the disconnect policy
         self.link_routes = None   # the links' shared route table (link/routes.py), on first use
         self._replay_done = RetainedEvent(
             "replay_done", None, None, Origin("bus", None, None, None, None, None, None, None))
@@ -74,8 +75,8 @@ class Bus:
         elif full in POLICIES:
             p = POLICIES.index(full)
         else:
-            raise ValueError("full must be 'drop_oldest' or 'reject_newest', not %r"
-                             " (the bus never blocks a publisher)" % (full,))
+            raise ValueError("full must be one of %s, not %r (the bus never blocks a publisher)"
+                             % (POLICIES, full))
         return queue_len, p
 
     def _new_id(self):
@@ -116,6 +117,7 @@ class Bus:
     def stats(self):
         """Counts of connections, open feeds by kind, and total drops."""
         return {"connections": self._conns, "dropped": self._dropped,
+                "overflows": self._overflows,
                 "queue_len": self.q_length, "full_policy": self.full,
                 "s_wild": self.s_wild, "m_wild": self.m_wild,
                 "subscriptions": self._subs.count,

@@ -3,7 +3,9 @@
 Each feed owns a preallocated ring of fixed size. ``offer`` never blocks and
 never allocates: when the ring is full the policy evicts the oldest item or
 rejects the new one, and the drop is counted on the feed, its connection and
-the bus. A queue length of 0 is a rendezvous: an item is admitted only while
+the bus; under ``disconnect`` (sbus's flood control: a subscriber that
+cannot keep up is misbehaving) the feed closes instead, with reason
+"overflow". A queue length of 0 is a rendezvous: an item is admitted only while
 a receiver is waiting for it.
 """
 from .compat import Event, const
@@ -11,8 +13,9 @@ from . import topic as topics
 
 DROP_OLDEST = const(0)
 REJECT_NEWEST = const(1)
-RENDEZVOUS = const(2)  # added to the policy when the queue length is 0
-POLICIES = ("drop_oldest", "reject_newest")
+DISCONNECT = const(2)
+RENDEZVOUS = const(4)  # added to the policy when the queue length is 0
+POLICIES = ("drop_oldest", "reject_newest", "disconnect")
 
 
 class Feed:
@@ -45,7 +48,7 @@ class Feed:
                 return False
         elif n == len(self._buf):
             self._drop()
-            if p == REJECT_NEWEST:
+            if p != DROP_OLDEST:
                 return False
             self._pop()
         buf = self._buf  # _push, inlined: this runs once per delivery
@@ -71,6 +74,10 @@ class Feed:
         c = self._conn
         c._dropped += 1
         c._bus._dropped += 1
+        if self._policy & DISCONNECT and self._why is None:
+            # Safe while the bus walks its index: removal replaces the slot's list.
+            c._bus._overflows += 1
+            self._close("overflow")
 
     def wake_on(self, event):
         """Set ``event`` whenever an item is accepted: one task can then serve
@@ -170,7 +177,7 @@ class Feed:
         p = self._policy
         return {"kind": self.kind, "topic": self.topic,
                 "queue_len": 0 if p >= RENDEZVOUS else len(self._buf),
-                "full": POLICIES[p & 1], "queued": self._n,
+                "full": POLICIES[p & 3], "queued": self._n,
                 "dropped": self._dropped, "closed": self._why}
 
 

@@ -73,9 +73,11 @@ class PatternTrie:
         if cur is entry:
             del node[slot]
         elif type(cur) is list and entry in cur:
+            # A new list, not cur.remove(): match() may be iterating cur now
+            # (a feed closing itself on overflow) and must not skip an entry.
+            cur = list(cur)
             cur.remove(entry)
-            if len(cur) == 1:
-                node[slot] = cur[0]
+            node[slot] = cur[0] if len(cur) == 1 else cur
         else:
             return False
         _prune(node, path)

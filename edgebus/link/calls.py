@@ -1,13 +1,14 @@
 """The link's calls: routes offered and proxied, forwarding calls to the
 peer, serving the peer's calls here, and their results."""
 from .. import compat, errors, topic
-from . import routes, rules, tx, wire
+from . import presence, routes, rules, tx, wire
 
 
 def send_routes(link):
     """Send ROUTES, the sorted wire topics of the endpoints this side offers
     the peer (relayed ones as [topic, path]), if they changed since last sent."""
     out = []
+    keys = []
     for k in link.bus.endpoints():
         path = routes.advertised(link, k)
         if path is False:
@@ -16,11 +17,13 @@ def send_routes(link):
         if r is not None and not rules.local(link, k):
             wt = wire.topic_out(k[len(r[1]):])
             out.append(wt if path is None else [wt, path])
+            keys.append(k)
     out.sort(key=str)
     if out != link._routes_sent:
         link._routes_sent = out
         link.count("routes_sent")
         tx.control(link, wire.ROUTES, out)
+        presence.offered(link, keys)
 
 
 def on_routes(link, obj):

@@ -11,7 +11,7 @@ over it, one module per concern (cheaper on MicroPython than mixins):
 ``rx`` (receiving) and ``calls`` (routes, proxies, served calls).
 """
 from .. import compat, topic
-from . import calls, handshake, routes, rules, rx, tx, wire
+from . import calls, handshake, presence, routes, rules, rx, tx, wire
 from .spool import Spool
 
 
@@ -146,6 +146,7 @@ class Link:
         self._next_cid = 1
         self._served = 0
         self._routes_sent = None
+        self._offered = None      # local keys of those routes (presence notices)
         self._tasks = []
         # Driving: transport, wakeups, timers, status publication.
         self._transport = None
@@ -219,6 +220,8 @@ class Link:
         self._pending = {}
         self._freed.set()
         routes.withdraw(self)
+        if self._offered:
+            presence.offered(self, ())
         if self._journal is not None:
             self._journal.flush()   # an outage is when it matters
         if was == wire.UP:

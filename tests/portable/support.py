@@ -30,3 +30,16 @@ async def settle(n=5):
     """Let other tasks run n times."""
     for _ in range(n):
         await asyncio.sleep(0)
+
+
+def flooded(full, n=4):
+    """(bus, publisher, subscriber connection, subscription) after n
+    publishes into a subscription of queue length 2 under policy full."""
+    import edgebus
+    bus = edgebus.Bus()
+    pub = bus.connect()
+    c = bus.connect()
+    s = c.subscribe("t", queue_len=2, full=full)
+    for i in range(n):
+        assert pub.publish("t", i) is True    # never refused, whatever the feed does
+    return bus, pub, c, s

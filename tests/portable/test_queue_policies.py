@@ -1,15 +1,10 @@
 """Queue policies and drop accounting (docs/api.md: Feeds, Precise edge cases: Feeds)."""
 import edgebus
-from tests.portable.support import raises
+from tests.portable.support import flooded, raises
 
 
 def test_drop_oldest_evicts_and_counts():
-    bus = edgebus.Bus()
-    pub = bus.connect()
-    c = bus.connect()
-    s = c.subscribe("t", queue_len=2, full="drop_oldest")
-    for i in range(4):
-        assert pub.publish("t", i) is True
+    bus, pub, c, s = flooded("drop_oldest")
     assert [s.recv_nowait().payload, s.recv_nowait().payload] == [2, 3]
     assert s.dropped() == 2 and c.dropped() == 2
     assert bus.stats()["dropped"] == 2
@@ -17,12 +12,7 @@ def test_drop_oldest_evicts_and_counts():
 
 
 def test_reject_newest_refuses_and_counts():
-    bus = edgebus.Bus()
-    pub = bus.connect()
-    c = bus.connect()
-    s = c.subscribe("t", queue_len=2, full="reject_newest")
-    for i in range(4):
-        pub.publish("t", i)
+    bus, pub, c, s = flooded("reject_newest")
     assert [s.recv_nowait().payload, s.recv_nowait().payload] == [0, 1]
     assert s.dropped() == 2 and c.stats()["dropped"] == 2
     assert bus.stats()["dropped"] == 2 and pub.dropped() == 0

@@ -1,0 +1,200 @@
+"""What the shell-typable bus commands (pub, sub, watch, call, whoami) share:
+the socket argument, joining the bridge over its unix socket, VALUE parsing,
+output lines, and one exit code per kind of failure."""
+import asyncio
+import json
+import sys
+
+import edgebus
+from bridge.config import SOCKET_ENV, ConfigError, default_socket, load
+from bridge.links import attach_local
+
+# Exit codes (README.md, "The bus from a shell"); 2 is argparse's usage error.
+DENIED, NO_ROUTE, TIMEOUT, UNREACHABLE, GONE, FAILED, OVERFLOW = 3, 4, 5, 6, 7, 8, 9
+EPILOG = ("VALUE is parsed as JSON if it parses (42, true, null, \"quoted\", {\"a\": 1}), "
+          "else taken as a string. Exit codes: 0 ok, 2 usage, 3 denied by the bridge's ACL, "
+          "4 no route (nothing serves the topic), 5 timeout, 6 bridge unreachable, "
+          "7 bridge went away, 8 call failed, 9 could not keep up (--full disconnect).")
+ROUTE_WAIT = 5.0     # s for the session and the bridge's routes to come up
+
+
+class Fail(Exception):
+    """A failure the command reports as one line and exits with ``code``."""
+
+    def __init__(self, code, msg):
+        super().__init__(msg)
+        self.code = code
+
+
+def add_socket(p):
+    p.add_argument("--socket", "-s", help="the bridge's unix socket (default: $%s, else "
+                   "%s)" % (SOCKET_ENV, default_socket()))
+    p.add_argument("--config", "-c", help="take the socket from this bridge configuration")
+    p.epilog = EPILOG
+
+
+def socket_path(args):
+    if args.socket:
+        return args.socket
+    if args.config:
+        try:
+            cfg = load(args.config)
+        except ConfigError as e:
+            raise Fail(2, str(e))
+        if cfg.socket:
+            return cfg.socket
+        raise Fail(UNREACHABLE, "%s sets no [bridge] socket" % args.config)
+    return default_socket()
+
+
+def value(text):
+    """VALUE as JSON if it parses, else the string itself."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def render(v):
+    """A payload for a text line: strings as they are, the rest as JSON."""
+    if isinstance(v, str):
+        return v
+    if isinstance(v, (bytes, bytearray)):
+        return "0x" + bytes(v).hex()
+    return json.dumps(v)
+
+
+def jsonable(v):
+    return {"hex": bytes(v).hex()} if isinstance(v, (bytes, bytearray)) else v
+
+
+def provenance(origin):
+    """What the client knows of a message's origin: the bridge it came
+    through and the extra fields (sequence number, time...) it carried."""
+    return {"via": origin.peer_node, "extra": dict(origin.extra or {})}
+
+
+def emit(line):
+    print(line, flush=True)
+
+
+class Session:
+    """A bus joined to the bridge's host bus over its unix socket."""
+
+    def __init__(self, path, exports=(), imports=(), q_length=64):
+        self.path = path
+        self.bus = edgebus.Bus(q_length=q_length)
+        self.conn = self.bus.connect()
+        self.exports = list(exports)
+        self.imports = list(imports)
+        self.link = self.task = None
+
+    async def __aenter__(self):
+        try:
+            self.link, self.task = await attach_local(
+                self.bus, self.path, node="cli", exports=self.exports, imports=self.imports,
+                export_calls=(), import_calls=[("#", "")])
+        except OSError as e:
+            raise Fail(UNREACHABLE, "cannot reach the bridge at %s: %s" % (
+                self.path, e.strerror or e))
+        # The bridge offers its own endpoints to every client: once they are
+        # here, the session is up and the routes have arrived.
+        await self.until(lambda: ("bridge", "whoami") in self.bus.endpoints(), ROUTE_WAIT,
+                         "no session with the bridge at %s within %g s (a bridge older than "
+                         "these commands offers no bridge/whoami)" % (self.path, ROUTE_WAIT))
+        return self
+
+    async def __aexit__(self, *exc):
+        await self.link.close("done")
+        self.task.cancel()
+
+    async def until(self, cond, timeout, what):
+        for _ in range(int(timeout / 0.01)):
+            if cond():
+                return
+            if self.task.done():
+                raise Fail(GONE, "the bridge at %s closed the connection" % self.path)
+            await asyncio.sleep(0.01)
+        raise Fail(UNREACHABLE, what)
+
+    async def call(self, topic, payload, timeout):
+        """The reply, or Fail with the code of what went wrong."""
+        try:
+            return await self.conn.call(topic, payload, timeout=timeout)
+        except edgebus.NoRoute:
+            raise Fail(NO_ROUTE, "no route: nothing serves %s" % topic)
+        except edgebus.Timeout:
+            raise Fail(TIMEOUT, "timeout: %s did not answer within %g s" % (topic, timeout))
+        except edgebus.Failed as e:
+            raise Fail(FAILED, "%s failed: %s" % (topic, render(e.reason)))
+        except edgebus.CallError as e:
+            # A refusal at the bridge comes back as the call closed with its reason.
+            if e.reason == "denied":
+                raise Fail(DENIED, "denied: the bridge's ACL does not let you call %s" % topic)
+            if e.reason == "no_route":
+                raise Fail(NO_ROUTE, "no route: nothing serves %s" % topic)
+            raise Fail(FAILED, "%s: %s" % (topic, e.reason))
+
+    async def check(self, action, topic, what):
+        """Fail(DENIED) unless the bridge's ACL lets us do action on topic."""
+        r = await self.call("bridge/may", {"action": action, "topic": topic}, ROUTE_WAIT)
+        if not r["allowed"]:
+            raise Fail(DENIED, "denied: %s (%s)" % (what, r.get("reason")))
+
+    async def gone(self):
+        """Wait until the bridge closes the connection."""
+        await asyncio.wait({self.task})
+
+
+def main(name, coro):
+    """Run a command's coroutine; its Fail becomes one line and the exit code."""
+    try:
+        return asyncio.run(coro) or 0
+    except Fail as e:
+        print("edgebus %s: %s" % (name, e), file=sys.stderr)
+        return e.code
+    except ValueError as e:     # a topic or pattern the bus refuses
+        print("edgebus %s: %s" % (name, e), file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:   # `edgebus sub ... | head -1`: the reader has what it wanted
+        return 0
+
+
+async def follow(s, feed, show, count=None):
+    """Print feed items with show() until count of them, an overflow, or the
+    bridge going away (each a Fail)."""
+    gone = asyncio.ensure_future(s.gone())
+    gone.add_done_callback(lambda _: feed.close())   # what is queued still drains
+    n = 0
+    while count is None or n < count:
+        item = await feed.recv()
+        if item is None:
+            break
+        if show(item):
+            n += 1
+    if feed.dropped():
+        print("edgebus: %d messages dropped: this command could not keep up (--full %s)"
+              % (feed.dropped(), feed.stats()["full"]), file=sys.stderr)
+    if feed.why() == "overflow":
+        raise Fail(OVERFLOW, "could not keep up (%d queued): disconnected as --full "
+                   "disconnect asks" % feed.stats()["queue_len"])
+    if gone.done():
+        raise Fail(GONE, "the bridge at %s went away" % s.path)
+    gone.cancel()
+
+
+def add_feed(p):
+    """Options of the commands that print a feed (sub, watch)."""
+    from edgebus.feed import POLICIES
+    p.add_argument("--json", action="store_true",
+                   help="one JSON object per line instead of 'TOPIC VALUE'")
+    p.add_argument("--provenance", "-p", action="store_true",
+                   help="add where each message came from (the bridge, its extra fields)")
+    p.add_argument("--count", "-n", type=int, help="exit after N messages")
+    p.add_argument("--queue", type=int, default=256,
+                   help="messages held while this command is slower than the bus (%(default)s)")
+    p.add_argument("--full", choices=POLICIES, default="drop_oldest",
+                   help="when the queue is full: drop_oldest, reject_newest (the new one), "
+                        "or disconnect (exit 9); drops are counted and reported (%(default)s)")

@@ -1,0 +1,35 @@
+"""`edgebus sub PATTERN`: print the host bus's messages matching PATTERN, one
+line each ('TOPIC VALUE', or JSON lines), until interrupted, --count, or the
+bridge goes away (exit 7)."""
+import json
+
+from tools import busclient as bc
+
+
+def add_arguments(p):
+    p.add_argument("pattern", help="a topic pattern: + one level, # the rest (e.g. dev/+/temp)")
+    bc.add_feed(p)
+    bc.add_socket(p)
+
+
+def line(args, m):
+    if args.json:
+        d = {"topic": "/".join(map(str, m.topic)), "value": bc.jsonable(m.payload)}
+        if args.provenance:
+            d["origin"] = bc.provenance(m.origin)
+        return json.dumps(d)
+    s = "%s %s" % ("/".join(map(str, m.topic)), bc.render(m.payload))
+    return s + "  # " + json.dumps(bc.provenance(m.origin)) if args.provenance else s
+
+
+async def sub(args):
+    s = bc.Session(bc.socket_path(args), imports=[("#", "")])
+    # Subscribed before joining: nothing the bridge sends first is missed.
+    feed = s.conn.subscribe(args.pattern, queue_len=args.queue, full=args.full)
+    async with s:
+        await s.check("subscribe", args.pattern, "you may not read %s" % args.pattern)
+        await bc.follow(s, feed, lambda m: bc.emit(line(args, m)) or True, args.count)
+
+
+def run(args):
+    return bc.main("sub", sub(args))
