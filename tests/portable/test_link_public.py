@@ -9,7 +9,7 @@ from tests.portable.linkkit import Joined, until, synced
 
 # Two buses and two links in one interpreter (64-bit unix port), and what
 # the tasks of a finished test hold until the next asyncio.run() ends them.
-MPY_HEAP = "192K"
+MPY_HEAP = "256K"   # two links, their pipes and the route table
 
 
 def test_publish_status_retains_the_stats_at_once():

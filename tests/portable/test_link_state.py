@@ -6,7 +6,7 @@ from tests.portable.support import run
 from tests.portable.linkkit import Joined, until, synced, up
 
 # Two buses and two links in one interpreter (64-bit unix port).
-MPY_HEAP = "192K"
+MPY_HEAP = "256K"   # two links, their pipes and the route table
 
 
 def _facts(view):
