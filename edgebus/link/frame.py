@@ -152,13 +152,17 @@ def encode(body, max_len=MAX_LEN, lead=False):
     return bytes(memoryview(out)[:j + 1])
 
 
-def _unstuff(src, n, out):
-    """COBS-decode src[:n] (no 0x00 in it) into the bytearray out.
+def _unstuff(src, n, out, cap=-1, inplace=False):
+    """COBS-decode src[:n] (no 0x00 in it) into the bytearray out, at most cap
+    bytes (default: len(out)).  inplace: src is a view of out itself; each run
+    is then copied through a bytes object, as the decoded bytes land a little
+    before where they are read and an overlapping slice copy is not safe.
 
     Returns the decoded length, -1 for an invalid COBS sequence (a code byte
     pointing past the end, or a 0x00 code) or -2 if it would not fit in out.
     """
-    cap = len(out)
+    if cap < 0:
+        cap = len(out)
     i = 0
     j = 0
     while i < n:
@@ -169,7 +173,7 @@ def _unstuff(src, n, out):
         k = code - 1
         if j + k > cap:
             return -2
-        out[j:j + k] = src[i + 1:end]
+        out[j:j + k] = bytes(src[i + 1:end]) if inplace else src[i + 1:end]
         j += k
         i = end
         if code != 0xFF and i < n:
@@ -229,10 +233,11 @@ class FrameReader:
     reader is back in sync after its delimiter (which is why writers send a
     leading delimiter on (re)open: then only the cut frame is lost).
 
-    Memory: two buffers allocated once, max_encoded_len(max_len) bytes for the
-    undelimited tail of the stream and max_len + 2 for decoding.  Create
-    readers early on MicroPython: each buffer needs one contiguous block,
-    which a fragmented heap may no longer have later on.
+    Memory: one buffer allocated once, max_encoded_len(max_len) bytes, for
+    the undelimited tail of the stream; a frame is decoded into it (in place
+    when it was held there), so a reader costs one frame, not two (1 KB less
+    heap on a board).  Create readers early on MicroPython: the buffer needs
+    one contiguous block, which a fragmented heap may no longer have later on.
     """
 
     def __init__(self, max_len=MAX_LEN):
@@ -242,8 +247,6 @@ class FrameReader:
         self._cap = max_encoded_len(max_len)
         self._buf = bytearray(self._cap)
         self._bmv = memoryview(self._buf)
-        self._out = bytearray(max_len + 2)
-        self._omv = memoryview(self._out)
         self.pending = 0        # bytes of an unfinished frame held in _buf
         self._skip = False      # inside an oversized frame: drop to delimiter
         self.frames = 0
@@ -321,15 +324,17 @@ class FrameReader:
         if k > self._cap:
             self.oversize += 1
         else:
-            m = _unstuff(src, k, self._out)
+            # Decoded into the buffer: held there (src is the buffer, in place)
+            # or not held at all (then the buffer is free: nothing pending).
+            m = _unstuff(src, k, self._buf, self.max_len + 2, src is self._bmv)
             if m == -1:
                 self.cobs_errors += 1
             elif m == -2:
                 self.oversize += 1
-            elif m < 2 or crc16(self._omv[:m]) != 0:
+            elif m < 2 or crc16(self._bmv[:m]) != 0:
                 self.crc_errors += 1
             else:
                 self.frames += 1
-                got.append(bytes(self._omv[:m - 2]))
+                got.append(bytes(self._bmv[:m - 2]))
                 return
         self.garbage_bytes += k
