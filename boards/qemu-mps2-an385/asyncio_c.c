@@ -3,9 +3,10 @@
 // included before it, so the module is compiled here with the option turned
 // on, without touching the port's files. The frozen asyncio package takes
 // TaskQueue and Task from _asyncio when it exists: the pure-Python task.py
-// would put two classes and every Task's instance dictionary on the GC heap
-// (measured on this board: about 1 KB at import, ~100 B per task), while the
-// C versions live in flash and a Task is a fixed 44-byte struct.
+// puts two classes and every Task's instance dictionary on the GC heap, while
+// the C types live in flash and a Task is a 32-byte struct. Measured on this
+// board (dev.qemuheap, 64 KB heap): asyncio's import 2,688 -> 2,048 bytes,
+// the runtime at READY 40,704 -> 39,616, with a session up 47,216 -> 45,280.
 #include "py/mpconfig.h"
 #undef MICROPY_PY_ASYNCIO
 #define MICROPY_PY_ASYNCIO (1)
