@@ -12,7 +12,7 @@ finds the smallest heap the workload runs in (a build per step, ~30 s each).
 subscription, per retained topic, per publish) with mpremote over its REPL,
 and the same script on the unix port beside them.
 
-usage: python -m dev.qemuheap [--heap 64K | --bisect | --costs] [--micropython SRC]
+usage: python -m dev.qemuheap [--heap 64K | --bisect [--step KB] | --costs] [--micropython SRC]
 """
 import argparse
 import asyncio
@@ -135,6 +135,7 @@ def main(argv=None):
     ap.add_argument("--micropython", default=os.environ.get(firmware.ENV_SOURCE) or TARBALL)
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--costs", action="store_true", help="the core's heap costs only")
+    ap.add_argument("--step", type=int, default=4, help="bisection step in KB (default 4)")
     a = ap.parse_args(argv)
     if a.costs:
         for k, v in costs(a.micropython).items():
@@ -144,7 +145,7 @@ def main(argv=None):
     r.pop("output")
     print(json.dumps(r, indent=1))
     if a.bisect:
-        hi = devheap.smallest_heap(None, lo=24, hi=_kb(a.heap) // 1024, step=4,
+        hi = devheap.smallest_heap(None, lo=24, hi=_kb(a.heap) // 1024, step=a.step,
                                    seconds=a.seconds,
                                    run=lambda _t, h, s: run(a.micropython, h, s, log=print))
         print("smallest heap that runs the workload: %d KB" % hi)

@@ -3,7 +3,7 @@
 # is a globals entry paid for in heap, and this module would import ~25.
 from .compat import type_name
 from .values import Origin, Message, RetainedEvent
-from . import compat, errors, feed as feeds, request, topic as topics, values, view
+from . import compat, errors, feed as feeds, request, topic as topics, values
 
 _INHERIT = object()
 _NO_FACTORY = {}
@@ -189,7 +189,10 @@ class Connection:
         bus = self._bus
         n, k = topics.pattern(pattern, bus.s_wild, bus.m_wild)
         self._check("watch_retained", n)
-        v = view.RetainedView(self, n)
+        # Imported on first use: a device rarely holds a view, and on
+        # MicroPython the module's three classes cost ~0.8 KB of heap (frozen).
+        from .view import RetainedView
+        v = RetainedView(self, n)
         for m in bus._store.query(k, []):
             v._msgs[m.topic] = m
         bus._views.insert(k, v)

@@ -13,7 +13,7 @@ CFLAGS += -include $(BOARD_DIR)/mpconfigboard.h -I$(BOARD_DIR)
 LDSCRIPT = mcu/arm/mps2.ld
 
 SRC_BOARD_O = shared/runtime/gchelper_native.o shared/runtime/gchelper_thumb2.o
-SRC_C += $(BOARD_DIR)/board.c
+SRC_C += $(BOARD_DIR)/board.c $(BOARD_DIR)/asyncio_c.c
 
 # The port's main.c runs no boot.py/main.py and machine.reset() exits QEMU,
 # and its os.urandom draws from a fixed seed: board.c wraps these.

@@ -21,10 +21,8 @@ Message transports (MQTT) carry the same frames, one per message:
 ``encode(body)`` to send and ``decode(message)`` to receive (None if bad).
 
 The same source runs on CPython and on MicroPython: no dataclasses, typing or
-CPython-only modules, and the reader works in two preallocated buffers.
+CPython-only modules, and the reader works in one preallocated buffer.
 """
-from array import array
-
 DELIM = b"\x00"
 """The frame delimiter; also sent alone when a stream (re)opens."""
 
@@ -39,24 +37,35 @@ _ZERO = b"\x00"
 # crcmod and its binascii has no crc_hqx (CPython's, the same CRC, is used
 # below when present: same result, C speed on the host side), and
 # MicroPython's binascii.crc32 (not on every port either) would cost 4 bytes
-# per frame instead of 2.  Table-driven, one table lookup per byte; the
-# 256-entry table is built once at import into an array('H'): 512 bytes of
-# RAM, against 1-2 KB for a list of ints on MicroPython.
-
-def _crc_table():
-    t = array("H", range(256))      # no temporary list: no heap hole left
-    for i in range(256):
-        c = i << 8
-        for _ in range(8):
-            if c & 0x8000:
-                c = ((c << 1) ^ 0x1021) & 0xFFFF
-            else:
-                c = (c << 1) & 0xFFFF
-        t[i] = c
-    return t
-
-
-_TABLE = _crc_table()
+# per frame instead of 2.  Table-driven, one lookup per byte in each half of
+# the 256-entry table (high and low bytes of each 16-bit entry).  The table is
+# two bytes literals, not built at import: frozen into a board's firmware they
+# stay in flash, where an array('H') built at import took ~0.5 KB of the heap
+# (tests/portable/test_frame.py checks them against the polynomial 0x1021).
+_HI = (b"\x00\x10\x20\x30\x40\x50\x60\x70\x81\x91\xa1\xb1\xc1\xd1\xe1\xf1\x12\x02\x32\x22\x52\x42"
+       b"\x72\x62\x93\x83\xb3\xa3\xd3\xc3\xf3\xe3\x24\x34\x04\x14\x64\x74\x44\x54\xa5\xb5\x85\x95"
+       b"\xe5\xf5\xc5\xd5\x36\x26\x16\x06\x76\x66\x56\x46\xb7\xa7\x97\x87\xf7\xe7\xd7\xc7\x48\x58"
+       b"\x68\x78\x08\x18\x28\x38\xc9\xd9\xe9\xf9\x89\x99\xa9\xb9\x5a\x4a\x7a\x6a\x1a\x0a\x3a\x2a"
+       b"\xdb\xcb\xfb\xeb\x9b\x8b\xbb\xab\x6c\x7c\x4c\x5c\x2c\x3c\x0c\x1c\xed\xfd\xcd\xdd\xad\xbd"
+       b"\x8d\x9d\x7e\x6e\x5e\x4e\x3e\x2e\x1e\x0e\xff\xef\xdf\xcf\xbf\xaf\x9f\x8f\x91\x81\xb1\xa1"
+       b"\xd1\xc1\xf1\xe1\x10\x00\x30\x20\x50\x40\x70\x60\x83\x93\xa3\xb3\xc3\xd3\xe3\xf3\x02\x12"
+       b"\x22\x32\x42\x52\x62\x72\xb5\xa5\x95\x85\xf5\xe5\xd5\xc5\x34\x24\x14\x04\x74\x64\x54\x44"
+       b"\xa7\xb7\x87\x97\xe7\xf7\xc7\xd7\x26\x36\x06\x16\x66\x76\x46\x56\xd9\xc9\xf9\xe9\x99\x89"
+       b"\xb9\xa9\x58\x48\x78\x68\x18\x08\x38\x28\xcb\xdb\xeb\xfb\x8b\x9b\xab\xbb\x4a\x5a\x6a\x7a"
+       b"\x0a\x1a\x2a\x3a\xfd\xed\xdd\xcd\xbd\xad\x9d\x8d\x7c\x6c\x5c\x4c\x3c\x2c\x1c\x0c\xef\xff"
+       b"\xcf\xdf\xaf\xbf\x8f\x9f\x6e\x7e\x4e\x5e\x2e\x3e\x0e\x1e")
+_LO = (b"\x00\x21\x42\x63\x84\xa5\xc6\xe7\x08\x29\x4a\x6b\x8c\xad\xce\xef\x31\x10\x73\x52\xb5\x94"
+       b"\xf7\xd6\x39\x18\x7b\x5a\xbd\x9c\xff\xde\x62\x43\x20\x01\xe6\xc7\xa4\x85\x6a\x4b\x28\x09"
+       b"\xee\xcf\xac\x8d\x53\x72\x11\x30\xd7\xf6\x95\xb4\x5b\x7a\x19\x38\xdf\xfe\x9d\xbc\xc4\xe5"
+       b"\x86\xa7\x40\x61\x02\x23\xcc\xed\x8e\xaf\x48\x69\x0a\x2b\xf5\xd4\xb7\x96\x71\x50\x33\x12"
+       b"\xfd\xdc\xbf\x9e\x79\x58\x3b\x1a\xa6\x87\xe4\xc5\x22\x03\x60\x41\xae\x8f\xec\xcd\x2a\x0b"
+       b"\x68\x49\x97\xb6\xd5\xf4\x13\x32\x51\x70\x9f\xbe\xdd\xfc\x1b\x3a\x59\x78\x88\xa9\xca\xeb"
+       b"\x0c\x2d\x4e\x6f\x80\xa1\xc2\xe3\x04\x25\x46\x67\xb9\x98\xfb\xda\x3d\x1c\x7f\x5e\xb1\x90"
+       b"\xf3\xd2\x35\x14\x77\x56\xea\xcb\xa8\x89\x6e\x4f\x2c\x0d\xe2\xc3\xa0\x81\x66\x47\x24\x05"
+       b"\xdb\xfa\x99\xb8\x5f\x7e\x1d\x3c\xd3\xf2\x91\xb0\x57\x76\x15\x34\x4c\x6d\x0e\x2f\xc8\xe9"
+       b"\x8a\xab\x44\x65\x06\x27\xc0\xe1\x82\xa3\x7d\x5c\x3f\x1e\xf9\xd8\xbb\x9a\x75\x54\x37\x16"
+       b"\xf1\xd0\xb3\x92\x2e\x0f\x6c\x4d\xaa\x8b\xe8\xc9\x26\x07\x64\x45\xa2\x83\xe0\xc1\x1f\x3e"
+       b"\x5d\x7c\x9b\xba\xd9\xf8\x17\x36\x55\x74\x93\xb2\xd1\xf0")
 
 
 def crc16_py(data, crc=0xFFFF):
@@ -67,9 +76,11 @@ def crc16_py(data, crc=0xFFFF):
     the pure-Python version; crc16 is the same function, or the C one of
     CPython's binascii where there is one.
     """
-    t = _TABLE
+    hi = _HI
+    lo = _LO
     for b in data:
-        crc = ((crc & 0xFF) << 8) ^ t[(crc >> 8) ^ b]
+        x = (crc >> 8) ^ b
+        crc = (((crc & 0xFF) ^ hi[x]) << 8) | lo[x]
     return crc
 
 
@@ -122,43 +133,59 @@ def encode(body, max_len=MAX_LEN, lead=False):
             out[p] = z - p
             p = z
         return bytes(out)
+    # Longer bodies: body and CRC are copied to the end of the output buffer
+    # and encoded forwards into its start (each run through a bytes object,
+    # as the two may overlap): one frame-sized buffer besides the result, not
+    # two, since a small board's heap may hold few blocks of that size. The
+    # output never reaches unread input: it runs ahead of it by at most the
+    # code bytes so far (1 + n // 254) and the leading delimiter, and off is
+    # larger than that.
     n += 2
-    data = bytearray(n)
-    data[:n - 2] = body
-    data[n - 2] = c >> 8
-    data[n - 1] = c & 0xFF
-    src = memoryview(data)
     out = bytearray(n + n // 254 + 3)
+    off = len(out) - n
+    out[off:off + n - 2] = body
+    out[off + n - 2] = c >> 8
+    out[off + n - 1] = c & 0xFF
+    src = memoryview(out)[off:]
     j = 1 if lead else 0            # out[0] is already the leading 0x00
     i = 0
+    zero = False                    # did the previous run end on a 0x00?
     while True:
-        z = data.find(_ZERO, i)
-        end = n if z < 0 else z
+        z = out.find(_ZERO, off + i)
+        end = n if z < 0 else z - off
         while end - i >= 254:       # a full block: code 0xFF, no zero implied
+            run = bytes(src[i:i + 254])
             out[j] = 0xFF
-            out[j + 1:j + 255] = src[i:i + 254]
+            out[j + 1:j + 255] = run
             j += 255
             i += 254
-        if z < 0 and i == end and i > 0 and data[i - 1] != 0:
+            zero = False
+        if z < 0 and i == end and i > 0 and not zero:
             break                   # ended exactly on a full block: no 0x01
         k = end - i
+        run = bytes(src[i:end])
         out[j] = k + 1
-        out[j + 1:j + 1 + k] = src[i:end]
+        out[j + 1:j + 1 + k] = run
         j += k + 1
         if z < 0:
             break
-        i = z + 1
+        i = end + 1
+        zero = True
     out[j] = 0                      # the delimiter
     return bytes(memoryview(out)[:j + 1])
 
 
-def _unstuff(src, n, out):
-    """COBS-decode src[:n] (no 0x00 in it) into the bytearray out.
+def _unstuff(src, n, out, cap=-1, inplace=False):
+    """COBS-decode src[:n] (no 0x00 in it) into the bytearray out, at most cap
+    bytes (default: len(out)).  inplace: src is a view of out itself; each run
+    is then copied through a bytes object, as the decoded bytes land a little
+    before where they are read and an overlapping slice copy is not safe.
 
     Returns the decoded length, -1 for an invalid COBS sequence (a code byte
     pointing past the end, or a 0x00 code) or -2 if it would not fit in out.
     """
-    cap = len(out)
+    if cap < 0:
+        cap = len(out)
     i = 0
     j = 0
     while i < n:
@@ -169,7 +196,7 @@ def _unstuff(src, n, out):
         k = code - 1
         if j + k > cap:
             return -2
-        out[j:j + k] = src[i + 1:end]
+        out[j:j + k] = bytes(src[i + 1:end]) if inplace else src[i + 1:end]
         j += k
         i = end
         if code != 0xFF and i < n:
@@ -229,10 +256,11 @@ class FrameReader:
     reader is back in sync after its delimiter (which is why writers send a
     leading delimiter on (re)open: then only the cut frame is lost).
 
-    Memory: two buffers allocated once, max_encoded_len(max_len) bytes for the
-    undelimited tail of the stream and max_len + 2 for decoding.  Create
-    readers early on MicroPython: each buffer needs one contiguous block,
-    which a fragmented heap may no longer have later on.
+    Memory: one buffer allocated once, max_encoded_len(max_len) bytes, for
+    the undelimited tail of the stream; a frame is decoded into it (in place
+    when it was held there), so a reader costs one frame, not two (1 KB less
+    heap on a board).  Create readers early on MicroPython: the buffer needs
+    one contiguous block, which a fragmented heap may no longer have later on.
     """
 
     def __init__(self, max_len=MAX_LEN):
@@ -242,8 +270,6 @@ class FrameReader:
         self._cap = max_encoded_len(max_len)
         self._buf = bytearray(self._cap)
         self._bmv = memoryview(self._buf)
-        self._out = bytearray(max_len + 2)
-        self._omv = memoryview(self._out)
         self.pending = 0        # bytes of an unfinished frame held in _buf
         self._skip = False      # inside an oversized frame: drop to delimiter
         self.frames = 0
@@ -321,15 +347,17 @@ class FrameReader:
         if k > self._cap:
             self.oversize += 1
         else:
-            m = _unstuff(src, k, self._out)
+            # Decoded into the buffer: held there (src is the buffer, in place)
+            # or not held at all (then the buffer is free: nothing pending).
+            m = _unstuff(src, k, self._buf, self.max_len + 2, src is self._bmv)
             if m == -1:
                 self.cobs_errors += 1
             elif m == -2:
                 self.oversize += 1
-            elif m < 2 or crc16(self._omv[:m]) != 0:
+            elif m < 2 or crc16(self._bmv[:m]) != 0:
                 self.crc_errors += 1
             else:
                 self.frames += 1
-                got.append(bytes(self._omv[:m - 2]))
+                got.append(bytes(self._bmv[:m - 2]))
                 return
         self.garbage_bytes += k

@@ -97,10 +97,13 @@ class PolledTransport:
         if self.closed:
             raise OSError("transport closed")
         data = encode(body, self.max_len, True)   # leading delimiter: see StreamTransport
+        # The rest of a partial write through a memoryview: a bytes slice is a
+        # copy of the frame on MicroPython, heap a small board has little of.
+        mv = memoryview(data)
         n = 0
         while n < len(data):   # a UART or tty may take part of a write, or none
             try:
-                w = self.f.write(data[n:])
+                w = self.f.write(mv[n:])
             except OSError as e:
                 if e.args and e.args[0] == 11:   # EAGAIN: the line's buffer is full
                     w = None

@@ -121,7 +121,12 @@ def test_the_runtime_takes_the_board_json_edgebus_flash_wrote(tmp_path, monkeypa
     assert main.load_board(None)["name"] == "unix"          # none on this filesystem
     b = boards.load_board(BOARD)
     (tmp_path / "board.json").write_bytes(qemuboard.device_files(b)["board.json"])
-    assert main.load_board(None)["uart"]["driver"] == "mps2uart"
+    got = main.load_board(None)
+    assert got["uart"]["driver"] == "mps2uart"
+    assert got["budget"] == b["budget"] and got["queues"] == b["queues"]
+    # The host tools' part of the manifest is not kept in the device's heap.
+    assert "notes" in b and "flash" in b
+    assert set(got) <= set(main.RUNTIME_KEYS)
 
 
 def test_boot_sids_count_boots_and_never_repeat(tmp_path):

@@ -50,6 +50,24 @@ def test_crc_check_value():
         assert crc(bytes(range(256))) == crc16_py(bytes(range(256)))
 
 
+def _crc_bitwise(data, crc=0xFFFF):
+    for b in data:
+        crc ^= b << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) & 0xFFFF if crc & 0x8000 else (crc << 1) & 0xFFFF
+    return crc
+
+
+def test_crc_table_matches_the_polynomial():
+    # crc16_py's table is two bytes literals: every entry is used by one of
+    # these (from 0xFFFF the first lookup is at 0xFF ^ b), from two starts.
+    for start in (0xFFFF, 0x1D0F):
+        for b in range(256):
+            assert crc16_py(bytes([b]), start) == _crc_bitwise(bytes([b]), start)
+    data = bytes((i * 37 + 11) & 0xFF for i in range(300))
+    assert crc16_py(data) == _crc_bitwise(data)
+
+
 def test_known_frames():
     # Empty body: CRC 0xFFFF -> data FF FF -> COBS 03 FF FF, delimiter.
     assert encode(b"") == b"\x03\xff\xff\x00"
