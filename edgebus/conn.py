@@ -3,7 +3,7 @@
 # is a globals entry paid for in heap, and this module would import ~25.
 from .compat import type_name
 from .values import Origin, Message, RetainedEvent
-from . import compat, errors, feed as feeds, request, topic as topics, values
+from . import compat, errors, feed as feeds, request, topic as topics, values, view
 
 _INHERIT = object()
 _NO_FACTORY = {}
@@ -189,10 +189,10 @@ class Connection:
         bus = self._bus
         n, k = topics.pattern(pattern, bus.s_wild, bus.m_wild)
         self._check("watch_retained", n)
-        # Imported on first use: a device rarely holds a view, and on
-        # MicroPython the module's three classes cost ~0.8 KB of heap (frozen).
-        from .view import RetainedView
-        v = RetainedView(self, n)
+        # Imported with the core, not on first use: where the code is .mpy on
+        # the heap (a deployed bundle), loading it mid-run needs a block that a
+        # fragmented 64 KB heap may not have (tests/test_mpy_budget.py).
+        v = view.RetainedView(self, n)
         for m in bus._store.query(k, []):
             v._msgs[m.topic] = m
         bus._views.insert(k, v)

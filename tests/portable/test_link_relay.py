@@ -9,8 +9,9 @@ from tests.portable.linkkit import Joined, until, synced
 # Up to four buses and six links in one interpreter (64-bit unix port).
 MPY_HEAP = "320K"
 
+# Small spools and queues: six links share the emulated board's 128 KB heap.
 CALLS = {"exports": [], "imports": [], "export_calls": [("#", "")],
-         "import_calls": [("#", "")]}
+         "import_calls": [("#", "")], "spool": 512, "out_queue": 4}
 
 
 def hop(a, na, b, nb, a_kw=None, b_kw=None):
