@@ -47,6 +47,22 @@ class Mqtt:
 
 
 @dataclass
+class Peer:
+    """Another bridge joined over TCP ([[peer]]): dialled at ``connect`` or
+    awaited at ``listen`` (each a (host, port)); rules as a Link's."""
+    node: str
+    key: bytes
+    connect: tuple | None = None
+    listen: tuple | None = None
+    exports: list = field(default_factory=list)
+    imports: list = field(default_factory=list)
+    export_calls: list = field(default_factory=list)
+    import_calls: list = field(default_factory=list)
+    priority: int = 0
+    backoff_max: float = 10.0
+
+
+@dataclass
 class Acl:
     """What a local (unix socket) user may do; patterns use + and #."""
     uid: int
@@ -74,6 +90,7 @@ class Config:
     serial: list = field(default_factory=list)   # [Device]
     mqtt: Mqtt | None = None
     acl: list = field(default_factory=list)      # [Acl]; empty: local users may do anything
+    peers: list = field(default_factory=list)    # [Peer]: other bridges over TCP
     # Host-bus endpoints offered to every device link, so a device can call
     # another device's action through the bridge (e.g. "dev/+/sys/config/get").
     relay_calls: list = field(default_factory=list)
@@ -113,10 +130,51 @@ def _take(d, where, spec):
 NUM = (int, float)
 
 
+def _address(v, where, name):
+    host, _, port = v.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError("%s: %s must be host:port, got %r" % (where, name, v))
+    return host.strip("[]"), int(port)
+
+
+def _rules(v, where, name):
+    """[(pattern, prefix)] from a list of patterns or [pattern, prefix] pairs."""
+    out = []
+    for r in v:
+        if isinstance(r, str) and r:
+            out.append((r, ""))
+        elif isinstance(r, list) and len(r) == 2 and all(isinstance(x, str) for x in r):
+            out.append((r[0], r[1]))
+        else:
+            raise ConfigError("%s: %s entries are patterns or [pattern, prefix], got %r"
+                              % (where, name, r))
+    return out
+
+
+def _peer(d, where):
+    pp = _take(d, where, {"node": str, "key": str, "key_file": str, "connect": str,
+                          "listen": str, "exports": list, "imports": list,
+                          "export_calls": list, "import_calls": list, "priority": int,
+                          "backoff_max": NUM})
+    if "node" not in pp:
+        raise ConfigError("%s: node is required (the other bridge's node id)" % where)
+    if ("connect" in pp) == ("listen" in pp):
+        raise ConfigError("%s: give connect (this bridge dials) or listen (the peer dials "
+                          "here), not both or neither" % where)
+    peer = Peer(pp["node"], _key(d, where), priority=pp.get("priority", 0),
+                backoff_max=pp.get("backoff_max", 10.0))
+    for name in ("connect", "listen"):
+        if name in pp:
+            setattr(peer, name, _address(pp[name], where, name))
+    for name in ("exports", "imports", "export_calls", "import_calls"):
+        setattr(peer, name, _rules(pp.get(name, []), where, name))
+    return peer
+
+
 def parse(data, base_dir="."):
     """A Config from a parsed TOML document (a dict)."""
     top = _take(data, "config", {"bridge": dict, "log": dict, "serial": list, "mqtt": dict,
-                                 "acl": list})
+                                 "acl": list, "peer": list})
     b = _take(top.get("bridge", {}), "[bridge]", {
         "node": str, "state_dir": str, "socket": str, "metrics": str, "heartbeat": NUM,
         "queue_len": int, "relay_calls": list})
@@ -162,6 +220,11 @@ def parse(data, base_dir="."):
                 raise ConfigError("%s: node is required" % where)
             mq.keys[dd["node"]] = _key(d, where)
         cfg.mqtt = mq
+    for i, d in enumerate(top.get("peer", [])):
+        cfg.peers.append(_peer(d, "[[peer]] #%d" % (i + 1)))
+    nodes = [p.node for p in cfg.peers]
+    if len(set(nodes)) != len(nodes):
+        raise ConfigError("[[peer]]: node ids must be unique, got %s" % nodes)
     for i, a in enumerate(top.get("acl", [])):
         where = "[[acl]] #%d" % (i + 1)
         aa = _take(a, where, {"uid": int, "read": list, "write": list, "call": list,

@@ -114,9 +114,16 @@ class Bridge:
             self.tasks.append(asyncio.create_task(links.run_serial(self, dev)))
         if self.mqtt is not None:
             self.tasks.append(asyncio.create_task(self.mqtt.run()))
-        server = None
+        servers = []
+        if cfg.peers:
+            from bridge import peers
+            for p in cfg.peers:
+                if p.connect:
+                    self.tasks.append(asyncio.create_task(peers.dial(self, p)))
+                else:
+                    servers.append(await peers.listen(self, p))
         if cfg.socket:
-            server = await links.serve_local(self, cfg.socket)
+            servers.append(await links.serve_local(self, cfg.socket))
         if cfg.metrics:
             from bridge import metrics
             self.metrics = metrics.serve(self, cfg.metrics)
@@ -125,7 +132,7 @@ class Bridge:
         await self._stop.wait()
         t0 = time.monotonic()
         log.info("bridge stopping")
-        if server is not None:
+        for server in servers:
             server.close()
         # Every step is bounded: a peer that stopped reading (a full pty, a
         # stalled broker) must not keep the bridge from sealing its log.

@@ -130,6 +130,11 @@ def exportable(link, k, rule, origin):
     """True if key ``k``, seen by the observer of ``rule``, goes to the peer."""
     if origin.link_id == link.link_id:   # loop guard: never send back what came from here
         return False
+    x = origin.extra
+    if x and origin.kind == "link" and (x.get("src") == link.peer_node
+                                        or link.peer_node in (x.get("via") or ())):
+        link.count("relay_loops")        # the peer already had it: a ring of buses
+        return False
     if rules.first(link._exports, k) is not rule:  # a topic goes out under its first rule only
         return False
     return not rules.local(link, k)

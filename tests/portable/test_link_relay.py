@@ -185,3 +185,34 @@ def test_a_relayed_publish_names_where_it_entered_and_who_passed_it_on():
         await ab.stop()
         await cb.stop()
     run(main())
+
+
+def test_a_publish_in_a_ring_of_buses_stops_and_never_returns_to_its_source():
+    async def main():
+        a, b, c = edgebus.Bus(), edgebus.Bus(), edgebus.Bus()
+        data = {"exports": [("t/#", "")], "imports": [("t/#", "")]}
+        js = [hop(a, "A", b, "B", data, data), hop(b, "B", c, "C", data, data),
+              hop(c, "C", a, "A", data, data)]
+        for j in js:
+            await until(lambda: synced(j))
+        subs = [bus.connect().subscribe("t/#", queue_len=8) for bus in (a, b, c)]
+        a.connect().publish("t/x", 1)
+        await until(lambda: sum(l.counters.get("relay_loops", 0)
+                                for j in js for l in (j.dl, j.hl)) >= 2)
+        await asyncio.sleep(0.3)          # time for anything still going round
+
+        def drain(s):
+            out = []
+            m = s.recv_nowait()
+            while m is not None:
+                out.append((m.origin.peer_node, m.origin.extra and m.origin.extra.get("via")))
+                m = s.recv_nowait()
+            return out
+        # A sees only its own publish; B and C once per path (no dedup in a
+        # mesh: docs/protocol.md §7), and it goes no further.
+        assert drain(subs[0]) == [(None, None)]
+        assert sorted(drain(subs[1]), key=str) == [("A", None), ("C", ["C"])]
+        assert sorted(drain(subs[2]), key=str) == [("A", None), ("B", ["B"])]
+        for j in js:
+            await j.stop()
+    run(main())

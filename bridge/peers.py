@@ -1,0 +1,84 @@
+"""Bridge-to-bridge links over TCP: a gateway federates up to a site host,
+or any two bridges join, with the link protocol, keys and rules a device
+link has. A ``[[peer]]`` with ``connect`` is dialled (and redialled with
+backoff); one with ``listen`` waits for its peer on that address. Routes
+and publishes relay across them by their rules (docs/protocol.md §10)."""
+import asyncio
+import logging
+
+from edgebus.link.link import Link
+from edgebus.link.stream import StreamTransport
+from bridge.links import Backoff
+
+log = logging.getLogger("edgebus.bridge")
+
+# Both ends are hosts: frames as large as a local client's (a status snapshot).
+PEER_MAX_LEN = 65536
+
+
+def peer_link(bridge, p):
+    """The Link for [[peer]] ``p`` (its id is ``peer:<node>``)."""
+    link_id = "peer:" + p.node
+    link = Link(bridge.bus, bridge.cfg.node, key=p.key,
+                role="initiator" if p.connect else "responder", link_id=link_id,
+                peer=p.node, heartbeat=bridge.cfg.heartbeat,
+                state=bridge.state.for_link(link_id), exports=p.exports, imports=p.imports,
+                export_calls=p.export_calls, import_calls=p.import_calls,
+                priority=p.priority, max_len=PEER_MAX_LEN)
+    bridge.links[link_id] = link
+    return link
+
+
+async def dial(bridge, p):
+    """Keep the link to peer ``p`` up: connect, run, reconnect with backoff."""
+    link = peer_link(bridge, p)
+    host, port = p.connect
+    backoff = Backoff(cap=p.backoff_max)
+    while not bridge.stopping:
+        try:
+            r, w = await asyncio.open_connection(host, port)
+        except OSError as e:
+            link.last_error = "connect %s:%d: %s" % (host, port, e.strerror or e)
+            await bridge.sleep(backoff.next())
+            continue
+        backoff.reset()
+        log.info("peer %s: connected to %s:%d", p.node, host, port)
+        try:
+            await link.run(StreamTransport(r, w, PEER_MAX_LEN))
+        finally:
+            w.close()
+        if not bridge.stopping:
+            log.warning("peer %s: link ended (%s); reconnecting", p.node, link.last_error)
+            await bridge.sleep(backoff.next())
+
+
+async def listen(bridge, p):
+    """Wait for peer ``p`` on its listen address; a new connection replaces
+    the current one (the old may be half-open after a network cut).
+    Returns the asyncio server."""
+    link = peer_link(bridge, p)
+    current = []           # [(writer, task)] of the connection being served
+
+    async def handle(r, w):
+        while current:
+            ow, ot = current.pop()
+            ow.close()
+            try:
+                await ot
+            except Exception:   # the old connection's end is not this one's concern
+                pass
+        log.info("peer %s: connection from %s", p.node, w.get_extra_info("peername"))
+        task = asyncio.ensure_future(link.run(StreamTransport(r, w, PEER_MAX_LEN)))
+        current.append((w, task))
+        bridge.tasks.append(task)       # the bridge's stop ends it with the others
+        try:
+            await task
+        except asyncio.CancelledError:
+            pass            # the bridge is stopping: a normal end for this connection
+        finally:
+            w.close()
+            if current and current[-1][1] is task:
+                current.pop()
+
+    host, port = p.listen
+    return await asyncio.start_server(handle, host, port)
