@@ -532,18 +532,42 @@ def _spark_section(sp):
          "| `edgebus ingest --once` | %s | %.2f× (goal ≥ 2×) |" % (
              _mmm(sp["ingest_job_rows_per_s"]), sp["job_ratio_median"]),
          "| the same job from the JSON lines (Spark's JSON stream source) | %s | 1× |" % (
-             _mmm(sp["json_job_rows_per_s"])), "",
-         "| bridge log writer, CPU per record (append, group commits, seals) | µs |",
-         "|---|---|",
-         "| sealing row files (version 1) | %.2f |" % sp["writer_cpu_us_per_record_v1"],
-         "| sealing Parquet files (version 2) | %.2f |" % sp["writer_cpu_us_per_record_v2"],
-         "", "Publish → queryable at the defaults (seal every %g s, trigger every %g s, "
-         "%d records at a steady rate, %d micro-batches): p50 **%.1f s**, p99 %.1f s, "
-         "max %.1f s (goal p50 ≤ 10 s)." % (
-             sp["fresh_segment_seconds"], sp["fresh_trigger_interval_s"],
-             sp["fresh_records"], sp["fresh_batches"], sp["publish_to_queryable_p50_s"],
-             sp["publish_to_queryable_p99_s"], sp["publish_to_queryable_max_s"]), "",
-         "**Behind the figures**: " + BEHIND_SPARK]
+             _mmm(sp["json_job_rows_per_s"]))]
+    if "parquet_job_rows_per_s" in sp:
+        L.append("| the same job reading the sealed segments with Spark's Parquet file "
+                 "stream source | %s | %.2f× |" % (_mmm(sp["parquet_job_rows_per_s"]),
+                                                   sp["parquet_job_ratio_median"]))
+    L += _spark_stages(sp.get("job_stages"))
+    L += ["",
+          "| bridge log writer, CPU per record (append, group commits, seals) | µs |",
+          "|---|---|",
+          "| sealing row files (version 1) | %.2f |" % sp["writer_cpu_us_per_record_v1"],
+          "| sealing Parquet files (version 2) | %.2f |" % sp["writer_cpu_us_per_record_v2"],
+          "", "Publish → queryable at the defaults (seal every %g s, trigger every %g s, "
+          "%d records at a steady rate, %d micro-batches): p50 **%.1f s**, p99 %.1f s, "
+          "max %.1f s (goal p50 ≤ 10 s)." % (
+              sp["fresh_segment_seconds"], sp["fresh_trigger_interval_s"],
+              sp["fresh_records"], sp["fresh_batches"], sp["publish_to_queryable_p50_s"],
+              sp["publish_to_queryable_p99_s"], sp["publish_to_queryable_max_s"]), "",
+          "**Behind the figures**: " + BEHIND_SPARK]
+    return L
+
+
+def _spark_stages(st):
+    """Where the jobs' time goes: the table of spark_bench's job_stages."""
+    if not st:
+        return []
+    L = ["", "Where the time goes (one warm run of each, seconds; `addBatch` is Spark's time "
+         "in the micro-batches' work, the rest of the wall time is query start and stop): "
+         "the query cut short after reading (noop sink), after the dedup (noop sink), and "
+         "whole.", "",
+         "| job | read: addBatch | + dedup: addBatch | + Parquet table: addBatch | "
+         "whole: wall | outside the batches |", "|---|---|---|---|---|---|"]
+    for name, what in (("ingest_job", "`edgebus ingest`"), ("json_job", "JSON-source job")):
+        s = st[name]
+        L.append("| %s | %.2f | %.2f | %.2f | %.2f | %.2f |" % (
+            what, s["read"]["add_batch_s"], s["dedup"]["add_batch_s"],
+            s["full"]["add_batch_s"], s["full"]["wall_s"], s["full"]["outside_batches_s"]))
     return L
 
 
