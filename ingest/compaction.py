@@ -141,13 +141,21 @@ def compact(table, target_bytes=DEFAULT_TARGET_BYTES):
         return out
     kept = [e for e in entries if e["path"] not in gone] + added
     text = "v1\n" + "\n".join(json.dumps(e, separators=(",", ":")) for e in kept)
+    # Hadoop's local file system checks a file against its ".NAME.crc" when
+    # there is one: drop it first (the old listing reads without it), else the
+    # new listing would fail that check.
+    _unlink_with_crc(logf, only_crc=True)
     # The one step that changes what readers see.
     _write(logf, lambda f: f.write(text.encode("utf-8")))
     for p in gone:
-        for name in (_local(p), os.path.join(os.path.dirname(_local(p)),
-                                              "." + os.path.basename(_local(p)) + ".crc")):
-            try:
-                os.unlink(name)
-            except FileNotFoundError:
-                pass
+        _unlink_with_crc(_local(p))
     return out
+
+
+def _unlink_with_crc(fname, only_crc=False):
+    crc = os.path.join(os.path.dirname(fname), "." + os.path.basename(fname) + ".crc")
+    for name in (crc,) if only_crc else (fname, crc):
+        try:
+            os.unlink(name)
+        except FileNotFoundError:
+            pass
