@@ -1,7 +1,7 @@
 """`edgebus ingest --compact` (ingest/compaction.py) on a real table: small
 files of many micro-batches merged per partition, the table reading the same
-rows, the next run on the same checkpoint going on exactly once, and one job
-per table."""
+rows, the next run on the same checkpoint going on exactly once, a SIGKILL
+before or after the listing's swap changing no row, and one job per table."""
 import json
 import os
 import subprocess
@@ -108,3 +108,45 @@ def test_one_job_per_table(tmp_path):
         held.close()
     assert r.returncode == 2 and "another edgebus ingest writes the table" in r.stderr, r.stderr
     assert not os.path.exists(tmp_path / "ckpt" / "offsets")
+
+
+# Compaction in a process of its own, SIGKILLed at the first `event` (an audit
+# event: os.rename, os.remove) on a path ending in `suffix`.
+KILLED_COMPACTION = """
+import os, signal, sys
+from ingest.compaction import compact
+table, event, suffix = sys.argv[1:4]
+
+def hook(ev, args):
+    if ev == event and str(args[1] if ev == "os.rename" else args[0]).endswith(suffix):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+sys.addaudithook(hook)
+compact(table)
+"""
+
+
+def test_compaction_killed_before_or_after_the_swap_keeps_the_rows(spark, tmp_path):
+    log, table, ckpt = tmp_path / "log", tmp_path / "table", tmp_path / "ckpt"
+    write(log, 0, 300)
+    r = ingest(log, table, ckpt, "--once", "--max-records-per-trigger", "60")
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    before, want = listed(table), rows(spark, table)
+    assert all(len(f) > 1 for f in before.values())
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    # Killed as it renames the new listing into place: merged files written,
+    # not listed; then as it removes the first replaced file: listing swapped.
+    for event, suffix, listing in (("os.rename", ".compact", "old"),
+                                   ("os.remove", ".parquet", "new")):
+        p = subprocess.run([sys.executable, "-c", KILLED_COMPACTION, str(table), event, suffix],
+                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        assert p.returncode == -9, p.stderr[-2000:]
+        now = listed(table)
+        if listing == "old":
+            assert now == before
+        else:
+            assert sorted(now) == sorted(before) and all(len(f) == 1 for f in now.values())
+        assert rows(spark, table) == want
+    # What the kills left on disk (merged files of the first, small ones of the
+    # second) is unlisted, so no reader through Spark sees it.
+    assert len(on_disk(table)) > sum(len(f) for f in listed(table).values())
