@@ -13,16 +13,9 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 from tlog import LogWriter  # noqa: E402
-from tests.host.sparkkit import ROOT, device_record, local_record, make_session  # noqa: E402
+from tests.host.sparkkit import ROOT, device_record, local_record, spark  # noqa: E402,F401
 
 T0 = 1_712_000_000.0
-
-
-@pytest.fixture(scope="module")
-def spark():
-    s = make_session()
-    yield s
-    s.stop()
 
 
 def ingest(log, table, ckpt, *extra):
