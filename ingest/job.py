@@ -2,7 +2,7 @@
 
     edgebus ingest --log DIR [DIR|GLOB ...] --table DIR --checkpoint DIR [--master URL] [--once]
                    [--watermark SECONDS] [--trigger-interval SECONDS]
-                   [--max-records-per-trigger N] [--max-bytes-per-trigger N]
+                   [--max-records-per-trigger N] [--max-bytes-per-trigger N] [--compact]
     spark-submit ingest/job.py --log DIR --table DIR --checkpoint DIR ...   (same options)
 
 The table is partitioned by ``date`` (UTC day of ts_host) and ``peer_node``.
@@ -17,7 +17,9 @@ records which were planned and committed, and the file sink's metadata log
 (``TABLE/_spark_metadata``) lists only files of committed batches, so a
 killed job restarted on the same checkpoint neither loses nor repeats a row.
 Read the table with Spark (``spark.read.parquet(TABLE)``), which honours that
-log.  Skipped corrupt log data is listed in ``TABLE/_corrupt/``.
+log.  Skipped corrupt log data is listed in ``TABLE/_corrupt/``.  --compact
+merges each partition's small files (ingest.compaction) before the query
+starts and, with --once, after it ends; one job writes a table at a time.
 """
 import atexit
 import glob
@@ -27,6 +29,8 @@ import sys
 import tempfile
 import time
 import zipfile
+
+from ingest import compaction
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -75,6 +79,9 @@ def add_arguments(p):
                    help="bound each micro-batch to N records")
     p.add_argument("--max-bytes-per-trigger", type=int, metavar="N",
                    help="bound each micro-batch to about N bytes of log")
+    p.add_argument("--compact", action="store_true",
+                   help="merge each table partition's small files into one, before the "
+                        "query starts and (with --once) after it ends (docs/spark.md)")
 
 
 def session(master=None, app="edgebus-ingest", conf=None):
@@ -112,11 +119,25 @@ def session(master=None, app="edgebus-ingest", conf=None):
         # 200 shuffle (= dedup state) partitions cost seconds per micro-batch on
         # one machine; a checkpoint keeps the number it was created with.
         spark.conf.set("spark.sql.shuffle.partitions", str(max(2, sc.defaultParallelism)))
+    for key, value in _SINK_CONF.items():
+        if not sc.getConf().contains(key):
+            spark.conf.set(key, value)
     if submitted or not sc.master.startswith("local"):
         _ship_code(spark)
     register(spark)
     return spark
 
+
+# The job's defaults (spark-defaults or --conf override them).
+_SINK_CONF = {
+    # Each batch's sink log file is then the whole listing, which
+    # ingest.compaction rewrites in one rename; a table keeps the interval it
+    # was created with.
+    compaction.LOG_INTERVAL_CONF: "1",
+    # No extra batch without data just to evict dedup state: the next batch
+    # with data evicts it, and --once ends a batch sooner.
+    "spark.sql.streaming.noDataMicroBatches.enabled": "false",
+}
 
 # A small local session for tests and benchmarks: no UI, few shuffle partitions.
 SMALL_LOCAL = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
@@ -216,13 +237,14 @@ def deduplicated(df, watermark=DEFAULT_WATERMARK):
     keyed = (F.col("peer_node").isNotNull() & F.col("peer_sid").isNotNull()
              & F.col("seq").isNotNull())
     # Rows without a full device key get a unique stand-in (their log and log
-    # position), so that null keys never collapse into one row.
-    df = df.withColumn("_dedup_pos", F.when(keyed, F.lit(None)).otherwise(
-        F.concat_ws(":", F.col("_log").cast("string"), F.col("segment").cast("string"),
-                    F.col("offset").cast("string")))).drop("_log")
+    # position), so that null keys never collapse into one row; as three long
+    # columns, not one string, which cost a string per row to build and hash.
+    stand_in = [F.when(keyed, F.lit(None)).otherwise(F.col(c)).alias("_dedup_" + c)
+                for c in ("_log", "segment", "offset")]
+    df = df.select("*", *stand_in).drop("_log")
+    key = ["peer_node", "peer_sid", "seq", "_dedup__log", "_dedup_segment", "_dedup_offset"]
     df = (df.withWatermark("ts_host_time", "%d milliseconds" % int(watermark * 1000))
-          .dropDuplicatesWithinWatermark(["peer_node", "peer_sid", "seq", "_dedup_pos"])
-          .drop("_dedup_pos"))
+          .dropDuplicatesWithinWatermark(key).drop(*key[3:]))
     # The UTC day, whatever the session time zone.
     return df.withColumn("date", F.date_from_unix_date(
         F.floor(F.col("ts_host") / 86400).cast("int")))
@@ -263,6 +285,29 @@ def run(args):
         print("edgebus ingest: %s" % e, file=sys.stderr)
         return 2
     args.log = logs
+    try:
+        lock = compaction.table_lock(os.path.abspath(args.table))
+    except compaction.TableLocked as e:
+        print("edgebus ingest: %s" % e, file=sys.stderr)
+        return 2
+    try:
+        return _run(args)
+    finally:
+        lock.close()
+
+
+def _compact(table):
+    r = compaction.compact(table)
+    if r["skipped"]:
+        print("edgebus ingest: compaction skipped: %s" % r["skipped"], flush=True)
+    else:
+        print("edgebus ingest: compacted %d small files into %d (%d rows)"
+              % (r["files_before"], r["files_after"], r["rows"]), flush=True)
+
+
+def _run(args):
+    if args.compact:
+        _compact(os.path.abspath(args.table))
     spark = session(args.master)
     spark.sparkContext.setLogLevel("ERROR")
     from ingest.corruption import corrupt_report
@@ -302,6 +347,8 @@ def run(args):
                                                     os.path.join(args.table, "_corrupt")),
               flush=True)
     spark.stop()
+    if args.compact and args.once and rc == 0:
+        _compact(os.path.abspath(args.table))
     return rc
 
 

@@ -116,14 +116,18 @@ def pack(ranges, split_bytes=DEFAULT_SPLIT_BYTES, min_partitions=None):
     same target size, each range counted with _OPEN_COST (Spark's file
     sources pack small files so; a task per one-minute segment would cost more
     in Python worker round trips than reading it)."""
-    total = sum(r.weight for r in ranges)
+    # The open costs count in the total too: else they push a batch sized for
+    # min_partitions groups into one more, a second wave of tasks on as many cores.
+    total = sum(r.weight + _OPEN_COST for r in ranges)
     target = _target(total, split_bytes, min_partitions)
     groups, cur, size = [], [], 0
     for r in ranges:
         n = r.weight + _OPEN_COST
-        if cur and size + n > target:
+        # A range goes to the slot [k*target, (k+1)*target) holding its middle:
+        # at most ceil(total / target) groups, however the sizes fall.
+        if cur and size + n / 2 > (len(groups) + 1) * target:
             groups.append(RangeGroup(cur))
-            cur, size = [], 0
+            cur = []
         cur.append(r)
         size += n
     if cur:

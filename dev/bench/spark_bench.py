@@ -17,7 +17,12 @@ median/min/max.
 job: rows/s of `edgebus ingest --once` (log -> deduplicated, partitioned
 Parquet table) against a plain job doing the same from the JSON lines
 (Spark's JSON stream source -> the same deduplication -> the same sink),
-each on a fresh table and checkpoint, wall time including query start.
+and the same job reading the sealed segments with Spark's Parquet file
+stream source, each on a fresh table and checkpoint, wall time including
+query start.  Where the time goes (job_stages, one warm round): the edgebus
+and JSON queries cut short, reading only and reading + dedup into the noop
+sink, against the full query; Spark's per-batch addBatch time and the time
+outside micro-batches (query start and stop).
 
 writer: CPU per record of the log writer (append, group-commit flushes, and
 the seals) sealing as Parquet (version 2) against sealing row files
@@ -152,38 +157,79 @@ def source(spark, logs, jdir, n, repeats):
     return out
 
 
-def jobs(spark, d, log, jdir, n, repeats):
-    """rows/s of the ingest job and of the same job over Spark's JSON source."""
+def _run_query(df, table, sink="parquet"):
+    """Run df to the end (availableNow) into the table's file sink (or noop):
+    (wall seconds, {durationMs part: total ms over its micro-batches})."""
+    from ingest import job
+
+    t = time.perf_counter()
+    if sink == "parquet":
+        q = job.write_table(df, table, table + ".ckpt", True, 5.0)
+    else:
+        q = (df.writeStream.format("noop").option("checkpointLocation", table + ".ckpt")
+             .trigger(availableNow=True).start())
+    q.awaitTermination()
+    dt = time.perf_counter() - t
+    parts = {}
+    for p in q.recentProgress:
+        for k, v in p["durationMs"].items():
+            parts[k] = parts.get(k, 0) + v
+    return dt, parts
+
+
+def jobs(spark, d, logs, jdir, n, repeats):
+    """rows/s of the ingest job, of the same job over Spark's JSON source and
+    over Spark's Parquet file source on the sealed segments; and where the
+    time goes (module docstring)."""
     from pyspark.sql import functions as F
 
     from ingest import job
     from ingest.report import read_table
 
-    def edgebus(k):
-        return job.ingest_frame(spark, log, minPartitions=spark.sparkContext.defaultParallelism)
+    def edgebus():
+        return spark.readStream.format("edgebus").option(
+            "minPartitions", spark.sparkContext.defaultParallelism).load(logs[2])
 
-    def plain_json(k):
-        df = _json_columns(spark.readStream.schema(JSON_SCHEMA).json(jdir))
-        return job.deduplicated(df.withColumn("_log", F.lit(0)))
+    def plain_json():
+        return _json_columns(spark.readStream.schema(JSON_SCHEMA).json(jdir))
 
-    rates = {"ingest_job": [], "json_job": []}
+    def parquet_files():
+        return (spark.readStream.schema(_parquet_frame(spark, logs[2]).schema)
+                .option("pathGlobFilter", "*.parquet").parquet(logs[2]))
+
+    sources = {"ingest_job": edgebus, "json_job": plain_json, "parquet_job": parquet_files}
+
+    def full(src):
+        return job.deduplicated(src().withColumn("_log", F.lit(0)))
+
+    rates = {k: [] for k in sources}
+    stages = {k: {} for k in ("ingest_job", "json_job")}
     for r in range(repeats + 1):                 # the first round warms up
-        for name, frame in (("ingest_job", edgebus), ("json_job", plain_json)):
+        for name, src in sources.items():
             table = os.path.join(d, "%s-%d" % (name, r))
-            t = time.perf_counter()
-            q = job.write_table(frame(r), table, table + ".ckpt", True, 5.0)
-            q.awaitTermination()
-            dt = time.perf_counter() - t
+            dt, parts = _run_query(full(src), table)
             if r == 0:
                 assert read_table(spark, table).count() == n, name
             else:
                 rates[name].append(n / dt)
+            if r == 1 and name in stages:
+                # The same query cut short: reading only, then reading and the
+                # dedup, both into the noop sink (Spark's per-batch addBatch).
+                stages[name]["full"] = {"wall_s": dt, "add_batch_s": parts["addBatch"] / 1e3,
+                                        "outside_batches_s": dt - parts["triggerExecution"] / 1e3}
+                for stage, frame in (("read", src().withColumn(
+                        "date", F.to_date("ts_host_time"))), ("dedup", full(src))):
+                    t2, p2 = _run_query(frame, table + "-" + stage, sink="noop")
+                    stages[name][stage] = {"wall_s": t2, "add_batch_s": p2["addBatch"] / 1e3}
             shutil.rmtree(table, ignore_errors=True)
             shutil.rmtree(table + ".ckpt", ignore_errors=True)
     med = {k: statistics.median(v) for k, v in rates.items()}
     return {"ingest_job_rows_per_s": _summary(rates["ingest_job"]),
             "json_job_rows_per_s": _summary(rates["json_job"]),
-            "job_ratio_median": med["ingest_job"] / med["json_job"]}
+            "parquet_job_rows_per_s": _summary(rates["parquet_job"]),
+            "job_ratio_median": med["ingest_job"] / med["json_job"],
+            "parquet_job_ratio_median": med["parquet_job"] / med["json_job"],
+            "job_stages": stages}
 
 
 def writer_cpu(d, n, segments=10):
@@ -302,7 +348,7 @@ def run(smoke=False):
         spark = _session()
         try:
             res.update(source(spark, logs, jdir, n, repeats))
-            res.update(jobs(spark, d, logs[2], jdir, n, 1 if smoke else 3))
+            res.update(jobs(spark, d, logs, jdir, n, 1 if smoke else 3))
             res.update(fresh(spark, d, 20 if smoke else 120, 50))
         finally:
             spark.stop()
