@@ -71,7 +71,7 @@ def jsonable(v):
 def provenance(origin):
     """What the client knows of a message's origin: the bridge it came
     through and the extra fields (sequence number, time...) it carried."""
-    return {"via": origin.peer_node, "extra": dict(origin.extra or {})}
+    return {"bridge": origin.peer_node, "extra": dict(origin.extra or {})}
 
 
 def emit(line):

@@ -101,7 +101,7 @@ def test_pub_then_sub_sees_it(tmp_path):
         got = await line(text)
         assert got.startswith("app/t hello world  # ")
         prov = json.loads(got.split("  # ", 1)[1])
-        assert prov["via"] == "gw" and prov["extra"]["seq"] >= 1
+        assert prov["bridge"] == "gw" and prov["extra"]["seq"] >= 1
         for p in (sub, text):
             p.terminate()
             await p.wait()
