@@ -26,6 +26,7 @@ import sys
 import tempfile
 
 from tools import mpybuild
+from tools.fleet import DEVICE_HEAP
 from tools.ptycable import PtyCable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -178,7 +179,8 @@ def smallest_heap(tree, lo=32, hi=256, step=4, seconds=2.0, run=run):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m dev.devheap", description=__doc__.splitlines()[0])
-    ap.add_argument("--heap", default="192K", help="heap for a single run (default 192K)")
+    ap.add_argument("--heap", default=DEVICE_HEAP,
+                    help="heap for a single run (default %s, the fleet's)" % DEVICE_HEAP)
     ap.add_argument("--bisect", action="store_true", help="find the smallest heap that works")
     ap.add_argument("--seconds", type=float, default=2.0, help="steady-state time per run")
     ap.add_argument("-v", action="store_true", help="print the device output")

@@ -41,6 +41,10 @@ EXISTING = [
     "tests/portable/test_link_call_limits.py",
     "tests/portable/test_queue_policies.py",
     "tests/portable/test_frame.py",
+    "tests/host/test_e2e_failover.py",
+    "tests/host/test_failover_serial.py",
+    "tests/portable/test_link_relay.py",
+    "tests/host/test_peers.py",
 ]
 
 # (section, case, what is checked, tests: node-id prefixes, figures case name or None)
@@ -101,6 +105,16 @@ CASES = [
      "a peer of the previous protocol links and behaves as before: what waited is dropped and "
      "counted as a gap, nothing is resent",
      ["tests/portable/test_link_spool.py::test_peer_without"], None),
+    ("Faults", "Primary gateway (its bridge, then its broker) SIGKILLed: failover and back",
+     "two mosquittos and two bridge processes with their own logs; real-firmware devices at 20 "
+     "readings/s move to the backup on heartbeat silence and fail back by probe; one device on "
+     "two serial lines too; ingest of both logs: every sequence number once per device boot",
+     ["tests/host/test_e2e_failover.py", "tests/host/test_failover_serial.py"], None),
+    ("Faults", "A relayed route vanishes mid-call; a gateway behind a site host restarts",
+     "three buses: the last link cut mid-call fails the call at once (session_reset), the route "
+     "is withdrawn hop by hop; a site bridge loses and regains a gateway's device routes",
+     ["tests/portable/test_link_relay.py::test_a_route_that_vanishes",
+      "tests/host/test_peers.py::test_a_site_host"], None),
     ("Faults", "Spark job killed and restarted from its checkpoint",
      "SIGKILL of the JVM and Python mid-batch, restart from the checkpoint: each record exactly "
      "once in the table (existing test, run by the soak)",
@@ -143,6 +157,9 @@ CASES = [
      "rogue over a pty to the bridge; MicroPython device over MQTT; pty link",
      [R + "test_rel_security.py::test_replayed", R + "test_rel_security.py::test_wrong_key",
       "tests/host/test_link_pty.py::test_wrong_key"], None),
+    ("Security", "A bridge peer with the wrong key gets no session",
+     "two bridges over TCP ([[peer]]): neither side has a session, the dialling side says why",
+     ["tests/host/test_peers.py::test_a_peer_with_the_wrong_key"], None),
     ("Security", "Replayed handshake refused",
      "recorded HELLO/AUTH replayed byte for byte (ERROR replay); old AUTH in a new handshake "
      "(auth_failed); no data without a session",

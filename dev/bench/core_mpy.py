@@ -3,6 +3,7 @@ import json
 import os
 
 from dev import devheap, mpyrun
+from tools.fleet import DEVICE_HEAP
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "core_mpy_script.py")
 
@@ -32,9 +33,11 @@ def device_runtime(smoke=False):
     READY, and (full run) the smallest -X heapsize it runs its workload in."""
     tree = devheap.bundle()
     code = devheap.code_heap(tree)
-    r = devheap.run(tree, "192K", 0.5 if smoke else 2.0)
+    # The heap the fleet's devices get: the smoke run must not fail where they run.
+    r = devheap.run(tree, DEVICE_HEAP, 0.5 if smoke else 2.0)
     if not r["ok"]:
-        raise RuntimeError("the device runtime failed in 192K:\n" + r["output"])
-    smallest = None if smoke else devheap.smallest_heap(tree, lo=64, hi=192)
+        raise RuntimeError("the device runtime failed in %s:\n%s" % (DEVICE_HEAP, r["output"]))
+    smallest = None if smoke else devheap.smallest_heap(tree, lo=64,
+                                                          hi=int(DEVICE_HEAP.rstrip("K")))
     return {"code": code, "data_at_ready": r["data"], "alloc_at_ready": r["ready_alloc"],
             "smallest_heap_kb": smallest}
