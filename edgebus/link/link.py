@@ -115,6 +115,7 @@ class Link:
         self._rx_acked = 0          # the last ACK sent, and when (the first goes at once,
         self._t_ack = -1.0          # also on a board whose clock starts at 0 at boot)
         self._stuck = False         # a loss in flight: RESEND asked
+        self._bad = None            # an undecodable frame's number, asked for again once
         self._t_resend = 0.0
         self._t_acked = self._t_data = 0.0   # last ACK that freed entries; last numbered frame out
         self._rto = tx.RTO          # the wait before the unacknowledged tail goes again
@@ -285,11 +286,7 @@ class Link:
             self.count("bad_frames")
             self.last_error = "bad frame: %s" % e
             if t is None and len(body) > 2 and body[0] & wire.F_SEQ and self.status == wire.UP:
-                # Undecodable: its number is spent here, or it would be asked
-                # for again forever.
-                s16 = (body[1] << 8) | body[2]
-                if s16 == (self.state.get("rx_next") or 0) & 0xFFFF:   # the one expected
-                    rx.seq_of(self, s16)
+                rx.undecodable(self, (body[1] << 8) | body[2])
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
             self.count("bad_frames")
             self.last_error = "bad %s: %s" % (wire.NAMES[t] if 0 < t < len(wire.NAMES) else t, e)

@@ -121,6 +121,23 @@ def seq_of(link, s16):
     return full
 
 
+def undecodable(link, s16):
+    """A numbered frame that passed its CRC but does not decode: noise can
+    beat a 16-bit CRC, so on an acknowledged session its number is asked for
+    again once; undecodable again (or with no acknowledgements) the number is
+    spent, or it would be asked for forever, and counted as a gap."""
+    exp = link.state.get("rx_next")
+    if exp is None or s16 != exp & 0xFFFF:
+        return
+    if link._acking and link._bad != exp:
+        link._bad = exp
+        link._stuck = False       # at once, not after the 1 s pacing
+        return resend(link, exp)
+    full = seq_of(link, s16)
+    if full is not None:
+        _gap(link, full, full)
+
+
 def resend(link, n):
     """Ask the peer to send again from ``n`` (once a second while stuck)."""
     now = compat.now()

@@ -138,3 +138,34 @@ def test_gap_counted_when_frames_are_lost_without_acks():
         assert j.hl.stats()["counters"]["gaps"] == 1
         await j.stop()
     run(main())
+
+
+def test_a_numbered_frame_that_passes_its_crc_but_does_not_decode_is_asked_for_again():
+    from edgebus.link import wire
+
+    async def main():
+        j = Joined().start()
+        await until(lambda: synced(j))
+        sub = j.host.connect().subscribe("dev/dev1/sensor/#", queue_len=8)
+        dc = j.dev.connect()
+        dc.publish("sensor/a", 1)
+        await asyncio.wait_for(sub.recv(), 3)
+        hl = j.hl
+        n = hl.state["rx_next"]
+        asked = hl.counters.get("resends_asked", 0)
+        # what noise beating the CRC looks like: the expected number, a body that
+        # does not decode (the real frame is still in the device's spool)
+        bad = wire.encode(wire.PUB, ["sensor/b", 2], n)[:3] + b"[{"
+        hl.feed(bad)
+        assert hl.state["rx_next"] == n and hl.counters["resends_asked"] == asked + 1
+        dc.publish("sensor/b", 2)
+        m = await asyncio.wait_for(sub.recv(), 3)
+        assert m.payload == 2 and m.origin.extra["seq"] == n
+        assert hl.counters.get("gaps", 0) == 0
+        # undecodable again: the number is spent, and the loss is a counted gap
+        n += 1
+        hl.feed(wire.encode(wire.PUB, ["sensor/c", 3], n)[:3] + b"[{")
+        hl.feed(wire.encode(wire.PUB, ["sensor/c", 3], n)[:3] + b"[{")
+        assert hl.state["rx_next"] == n + 1 and hl.counters["gaps"] == 1
+        await j.stop()
+    run(main())

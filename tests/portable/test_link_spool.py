@@ -159,7 +159,7 @@ def test_unsendable_reading_is_skipped_out_loud_and_nothing_is_asked_again():
     run(main())
 
 
-def test_a_numbered_frame_that_does_not_decode_spends_its_number():
+def test_a_numbered_frame_that_does_not_decode_is_asked_for_once_then_a_counted_gap():
     async def main():
         j, sub, c = await _flowing()
         c.publish("sensor/n", 1)
@@ -170,9 +170,11 @@ def test_a_numbered_frame_that_does_not_decode_spends_its_number():
         j.hl.feed(bytes([11 | 0x40, s >> 8, s & 0xFF]) + b'["n",{bad')
         c.publish("sensor/n", 3)
         assert (await asyncio.wait_for(sub.recv(), 3)).payload == 3
-        assert j.hl.counters.get("bad_frames") == 1    # its loss counted there, not as a gap
-        assert j.hl.counters.get("gaps", 0) == 0 and j.hl.state["rx_next"] == s + 2
-        assert j.hl.counters.get("resends_asked", 0) == 0
+        assert j.hl.counters.get("bad_frames") == 1
+        # asked for again once (noise may have beaten the CRC); the device has
+        # no such frame to send, so the number is a gap: counted, never silent
+        assert j.hl.counters.get("resends_asked", 0) == 1
+        assert j.hl.counters.get("gaps", 0) == 1 and j.hl.state["rx_next"] == s + 2
         await j.stop()
     run(main())
 

@@ -299,6 +299,7 @@ def test_serial_line_with_noise(tmp_path, rel, rel_device):
                 assert set(m.payload) == {"i", "t"} and type(m.payload["t"]) is int
             res.update(corrupted_bytes=corrupted, frame_errors=errs,
                        resends_asked=link.counters.get("resends_asked", 0),
+                       crc_passed_but_undecodable=link.counters.get("bad_frames", 0),
                        sessions=link.counters["sessions"])
             b.stop()
             await task
