@@ -35,6 +35,17 @@ async def holding(ep, seen):
         seen.append(req.payload)          # held: never answered
 
 
+async def held_chain(topic, b_kw=None):
+    """A - B - C, C owning ``topic`` and holding every request (their payloads
+    in ``seen``); returns once A has the route: (a, ab, cb, seen, task)."""
+    a, b, c = edgebus.Bus(), edgebus.Bus(), edgebus.Bus()
+    seen = []
+    task = asyncio.create_task(holding(c.connect().bind(topic, queue_len=4), seen))
+    ab, cb = hop(a, "A", b, "B"), hop(c, "C", b, "B", b_kw=b_kw)
+    await until(lambda: tuple(topic.split("/")) in a.endpoints())
+    return a, ab, cb, seen, task
+
+
 def test_a_call_crosses_two_links_and_the_path_names_each_bus():
     async def main():
         a, b, c = edgebus.Bus(), edgebus.Bus(), edgebus.Bus()
@@ -61,13 +72,8 @@ def test_a_call_crosses_two_links_and_the_path_names_each_bus():
 
 def test_a_deadline_that_runs_out_in_the_middle_hop_never_reaches_the_owner():
     async def main():
-        a, b, c = edgebus.Bus(), edgebus.Bus(), edgebus.Bus()
-        seen = []
-        ep = c.connect().bind("svc/slow", queue_len=4)
-        task = asyncio.create_task(holding(ep, seen))
-        ab = hop(a, "A", b, "B")
-        cb = hop(c, "C", b, "B", b_kw={"max_pending": 1})     # B holds one call to C
-        await until(lambda: ("svc", "slow") in a.endpoints())
+        # B holds one call to C at a time
+        a, ab, cb, seen, task = await held_chain("svc/slow", b_kw={"max_pending": 1})
         ac = a.connect()
         first = asyncio.create_task(ac.call("svc/slow", 1, timeout=1.0))
         await until(lambda: seen == [1])
@@ -151,12 +157,7 @@ def test_priority_picks_the_route_and_no_route_falls_through_to_the_next():
 
 def test_a_route_that_vanishes_mid_call_fails_the_call_at_once():
     async def main():
-        a, b, c = edgebus.Bus(), edgebus.Bus(), edgebus.Bus()
-        seen = []
-        ep = c.connect().bind("svc/hold", queue_len=4)
-        task = asyncio.create_task(holding(ep, seen))
-        ab, cb = hop(a, "A", b, "B"), hop(c, "C", b, "B")
-        await until(lambda: ("svc", "hold") in a.endpoints())
+        a, ab, cb, seen, task = await held_chain("svc/hold")
         call = asyncio.create_task(a.connect().call("svc/hold", 1, timeout=10))
         await until(lambda: seen == [1])
         await cb.stop()                   # the C-B link goes mid-call
