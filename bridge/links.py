@@ -11,8 +11,6 @@ import random
 import socket
 import struct
 
-import serial
-import serial_asyncio
 
 from bridge import textmode
 from edgebus.link.frame import DELIM
@@ -81,6 +79,15 @@ class Backoff:
 async def run_serial(bridge, dev):
     """Keep a serial device joined: open the port, run the link, and when the
     port vanishes (USB unplug) or fails, retry with backoff until it returns."""
+    try:
+        # Imported here: the shell commands and a bridge without serial
+        # devices use this module too, and need no pyserial.
+        import serial
+        import serial_asyncio
+    except ImportError as e:
+        log.error("serial %s: cannot open serial ports: %s (pip install 'edgebus[bridge]')",
+                  dev.node, e)
+        return None
     link_id = "serial:" + dev.node
     link = Link(bridge.bus, bridge.cfg.node, key=dev.key, role="responder", link_id=link_id,
                 peer=dev.node, heartbeat=bridge.cfg.heartbeat,
