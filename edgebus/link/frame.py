@@ -114,9 +114,7 @@ def encode(body, max_len=MAX_LEN, lead=False):
     is longer than max_len bytes.
     """
     n = len(body)
-    if n > max_len:
-        raise ValueError("frame body of %d bytes exceeds the maximum of %d bytes"
-                         % (n, max_len))
+    _check(n, max_len)
     c = crc16(body)
     if n < 252:
         # Body and CRC fit one COBS block (at most 253 bytes): encode in
@@ -173,6 +171,55 @@ def encode(body, max_len=MAX_LEN, lead=False):
         zero = True
     out[j] = 0                      # the delimiter
     return bytes(memoryview(out)[:j + 1])
+
+
+BLOCK = 256
+"""Size of the buffer :func:`blocks` encodes into (one COBS block and its code)."""
+
+
+def _check(n, max_len):
+    if n > max_len:
+        raise ValueError("frame body of %d bytes exceeds the maximum of %d bytes"
+                         % (n, max_len))
+
+
+def blocks(body, buf, max_len=MAX_LEN, lead=False):
+    """The frame for body as pieces: yields k for each piece, buf[:k], until
+    the delimiter. buf (a bytearray of at least BLOCK bytes) is reused for
+    every piece, so a writer that sends each before asking for the next
+    (PolledTransport) needs no frame-sized block of heap, which a board's
+    fragmented heap may not have. The bytes are those of encode()."""
+    n = len(body)
+    _check(n, max_len)
+    src = memoryview(body)
+    c = crc16(body)
+    total = n + 2
+    if lead:
+        buf[0] = 0
+        yield 1
+    i = 0
+    while True:
+        # The next (up to) 254 bytes of body + CRC into buf[1:], then the run
+        # up to the first 0x00 among them is one COBS block.
+        k = total - i if total - i < 254 else 254
+        m = n if n < i + k else i + k
+        if i < m:
+            buf[1:1 + m - i] = src[i:m]
+        for p in range(m, i + k):
+            buf[1 + p - i] = c >> 8 if p == n else c & 0xFF
+        z = buf.find(_ZERO, 1, 1 + k)
+        if z >= 0:
+            buf[0] = z
+            yield z
+            i += z
+            continue
+        buf[0] = k + 1
+        yield k + 1
+        i += k
+        if k < 254 or i == total:   # a final full block implies no 0x00
+            break
+    buf[0] = 0
+    yield 1
 
 
 def _unstuff(src, n, out, cap=-1, inplace=False):

@@ -6,7 +6,7 @@ implement the same four with one frame per message (see frame.decode).
 An in-process pair for tests is in ``pipe`` (a device never loads it).
 """
 from .. import compat
-from .frame import FrameReader, encode, MAX_LEN
+from .frame import BLOCK, FrameReader, blocks, encode, MAX_LEN
 
 
 def _reader(frames, max_len):
@@ -81,6 +81,8 @@ class PolledTransport:
         self.poll_ms = poll_ms
         self.chunk = chunk
         self.closed = False
+        self._buf = bytearray(BLOCK)
+        self._bmv = memoryview(self._buf)
 
     async def recv(self):
         while not self.closed:
@@ -96,23 +98,25 @@ class PolledTransport:
     async def send(self, body):
         if self.closed:
             raise OSError("transport closed")
-        data = encode(body, self.max_len, True)   # leading delimiter: see StreamTransport
-        # The rest of a partial write through a memoryview: a bytes slice is a
-        # copy of the frame on MicroPython, heap a small board has little of.
-        mv = memoryview(data)
-        n = 0
-        while n < len(data):   # a UART or tty may take part of a write, or none
-            try:
-                w = self.f.write(mv[n:])
-            except OSError as e:
-                if e.args and e.args[0] == 11:   # EAGAIN: the line's buffer is full
-                    w = None
-                else:
-                    raise
-            if not w:
-                await compat.asyncio.sleep(self.poll_ms / 1000)
-                continue
-            n += w
+        # Block by block through one small buffer (frame.blocks, leading
+        # delimiter as in StreamTransport): a board needs no frame-sized
+        # block of heap per frame sent.
+        buf = self._buf
+        mv = self._bmv
+        for k in blocks(body, buf, self.max_len, True):
+            n = 0
+            while n < k:   # a UART or tty may take part of a write, or none
+                try:
+                    w = self.f.write(mv[n:k])
+                except OSError as e:
+                    if e.args and e.args[0] == 11:   # EAGAIN: the line's buffer is full
+                        w = None
+                    else:
+                        raise
+                if not w:
+                    await compat.asyncio.sleep(self.poll_ms / 1000)
+                    continue
+                n += w
 
     def close(self):
         self.closed = True

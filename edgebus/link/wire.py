@@ -9,6 +9,7 @@ import json
 import hashlib
 from binascii import hexlify
 from os import urandom
+from ..compat import span, utf8
 
 VERSION = 1
 MIN_LEN = 320   # smallest max_len: HELLO_ACK is ~250 bytes plus the node name
@@ -60,20 +61,37 @@ class WireError(ValueError):
 
 def encode(t, obj, seq=None, blob=None):
     """One frame body. ``blob`` (bytes) travels raw after the JSON."""
-    j = json.dumps(obj, separators=(",", ":")).encode()
-    out = bytearray(1)
-    out[0] = t | (F_SEQ if seq is not None else 0) | (F_BIN if blob is not None else 0)
+    # Sized once and filled by slices: growing it by += could hold the JSON
+    # up to four times over at once (str, bytes, old and new bytearray).
+    j = utf8(json.dumps(obj, separators=(",", ":")))
+    n = len(j)
+    h = 1
     if seq is not None:
-        out += (seq & 0xFFFF).to_bytes(2, "big")
+        h = 3
     if blob is not None:
-        n = len(j)
-        while n >= 0x80:
-            out.append((n & 0x7F) | 0x80)
-            n >>= 7
-        out.append(n)
-    out += j
+        k = n
+        h += 1
+        while k >= 0x80:
+            h += 1
+            k >>= 7
+    out = bytearray(h + n + (len(blob) if blob is not None else 0))
+    out[0] = t | (F_SEQ if seq is not None else 0) | (F_BIN if blob is not None else 0)
+    i = 1
+    if seq is not None:
+        out[1] = (seq >> 8) & 0xFF
+        out[2] = seq & 0xFF
+        i = 3
     if blob is not None:
-        out += blob
+        k = n
+        while k >= 0x80:
+            out[i] = (k & 0x7F) | 0x80
+            i += 1
+            k >>= 7
+        out[i] = k
+        i += 1
+    out[i:i + n] = j
+    if blob is not None:
+        out[i + n:] = blob
     return out
 
 
@@ -107,7 +125,7 @@ def decode(body):
         if end > n:
             raise WireError("JSON length past the end")
     try:
-        obj = json.loads(bytes(body[i:end]))
+        obj = json.loads(span(body, i, end))
     except ValueError:
         raise WireError("bad JSON")
     except RuntimeError:    # CPython's RecursionError: JSON nested too deeply

@@ -1,5 +1,5 @@
 """Framing of the federation link: COBS + CRC-16 frames on byte streams."""
-from edgebus.link.frame import (DELIM, MAX_LEN, crc16, crc16_py, encode,
+from edgebus.link.frame import (BLOCK, DELIM, MAX_LEN, blocks, crc16, crc16_py, encode,
                                 decode, max_encoded_len, FrameReader)
 from tests.portable.support import raises
 
@@ -86,6 +86,35 @@ def test_round_trip_lengths_0_to_600():
             assert f.find(DELIM) == len(f) - 1, n
             assert decode(f) == body, n
             assert decode(f[:-1]) == body, n
+
+
+def _pieces(body, lead, max_len=MAX_LEN):
+    buf = bytearray(BLOCK)
+    out = bytearray()
+    for k in blocks(memoryview(body), buf, max_len, lead):
+        assert 0 < k <= BLOCK
+        out += buf[:k]
+    return bytes(out)
+
+
+def test_blocks_give_the_bytes_of_encode():
+    # The piecewise encoder (a board's UART writer) against encode(), around
+    # each COBS block boundary and with a 0x00 at each place near one.
+    lengths = list(range(0, 12)) + list(range(248, 262)) + list(range(502, 516)) + [1024]
+    for n in lengths:
+        for body in _bodies(n):
+            for lead in (False, True):
+                assert _pieces(body, lead) == encode(body, MAX_LEN, lead), (n, lead)
+    for n in (253, 254, 255, 508, 509):
+        for z in (0, 251, 252, n - 2, n - 1):
+            b = bytearray(b"\x05" * n)
+            b[z] = 0
+            assert _pieces(b, True) == encode(bytes(b), MAX_LEN, True), (n, z)
+
+
+def test_blocks_refuse_an_oversized_body():
+    e = raises(ValueError, _pieces, bytes(MAX_LEN + 1), False)
+    assert "exceeds the maximum" in str(e)
 
 
 def test_round_trip_through_reader_around_block_boundary():
