@@ -157,7 +157,7 @@ def check_config(u, check, schema):
             if k not in GATEWAY:
                 raise ConfigError("unknown key %s%s (known: %s)" % (where, k, ", ".join(GATEWAY)))
         sub = dict((k, schema[k]) for k in g if k != "name")
-        sub["name"] = ((str,), False)
+        sub["name"] = "s"
         check(g, sub, where)
         if u["kind"] == "mqtt" and not g.get("host", u.get("host")):
             raise ConfigError("uplink.host is required for an mqtt uplink (the broker's "

@@ -100,6 +100,11 @@ class Uplink:
                          export_calls=_pairs(lc.get("export_calls", EXPORT_CALLS)),
                          import_calls=_pairs(lc.get("import_calls", IMPORT_CALLS)),
                          heartbeat=hb,
+                         # Its status retained on the device bus (link/uplink) is
+                         # off unless asked for: sys/health carries the same
+                         # counters, and the dict rebuilt each second is ~1 KB
+                         # of a board's heap.
+                         status=lc.get("status", False),
                          handshake_timeout=lc.get("handshake_timeout", 5.0),
                          out_queue=lc.get("out_queue",
                                           ctx.board.get("queues", {}).get("uplink_tx", 16)),

@@ -33,7 +33,7 @@ def info(ctx):
 
 
 async def start(ctx, opts):
-    c = ctx.connect("info")
+    c = ctx.connect("sys")
     while True:
         c.retain("sys/info", info(ctx))
         await asyncio.sleep(opts.get("period", ctx.config.get("info_period", 60)))

@@ -12,7 +12,7 @@ EXIT_REBOOT = 3
 
 
 async def start(ctx, opts):
-    c = ctx.connect("reboot")
+    c = ctx.connect("sys")
     ep = c.bind("sys/reboot")
     req = await ep.recv()
     delay = opts.get("delay", 0.5)

@@ -19,43 +19,57 @@ def _redacted(cfg):
     return out
 
 
-async def _get(ctx, ep):
-    async for req in ep:
-        p = req.payload
-        cfg = _redacted(ctx.config)
-        if p is None:
-            req.reply(cfg)
-        elif type(p) is str and p in cfg:
-            req.reply(cfg[p])
-        else:
-            req.fail("config/get takes null or a key of the config; no key %r" % (p,))
-
-
-async def _set(ctx, ep):
-    async for req in ep:
-        ch = req.payload
-        cf = transient("firmware.config")
+def _serve(ctx, req, fn):
+    # Each request on its own: a failure (a MemoryError on a small board's
+    # heap) fails that request, counted, and never ends the endpoint's task.
+    try:
+        fn(ctx, req)
+    except Exception as e:
+        ctx.count("service_errors")
         try:
-            new = cf.merge(ctx.config, ch, ctx.config.get("allow_identity_change", False))
-            cf.save(ctx.config_path, new)
-        except ConfigError as e:
-            req.fail("invalid config change: %s" % e)
-            continue
-        except OSError as e:
-            req.fail("cannot save the config: %s" % e)
-            continue
-        finally:
-            cf = None
-            unload("firmware.config")
-        keys = sorted(ch)
-        ctx.config.clear()
-        ctx.config.update(new)     # services reading ctx.config see it at once
-        req.reply({"saved": True, "changed": keys,
-                   "restart_needed": [k for k in keys if k in RESTART]})
-        ctx.log("config changed: %s" % ", ".join(keys))
+            req.fail("config service: %s: %s" % (type(e).__name__, e))
+        except Exception:
+            pass   # the caller times out; the error is counted
+
+
+def _get(ctx, req):
+    p = req.payload
+    cfg = _redacted(ctx.config)
+    if p is None:
+        req.reply(cfg)
+    elif type(p) is str and p in cfg:
+        req.reply(cfg[p])
+    else:
+        req.fail("config/get takes null or a key of the config; no key %r" % (p,))
+
+
+def _set(ctx, req):
+    ch = req.payload
+    cf = transient("firmware.config")
+    try:
+        new = cf.merge(ctx.config, ch, ctx.config.get("allow_identity_change", False))
+        cf.save(ctx.config_path, new)
+    except ConfigError as e:
+        return req.fail("invalid config change: %s" % e)
+    except OSError as e:
+        return req.fail("cannot save the config: %s" % e)
+    finally:
+        cf = None
+        unload("firmware.config")
+    keys = sorted(ch)
+    ctx.config.clear()
+    ctx.config.update(new)     # services reading ctx.config see it at once
+    req.reply({"saved": True, "changed": keys,
+               "restart_needed": [k for k in keys if k in RESTART]})
+    ctx.log("config changed: %s" % ", ".join(keys))
+
+
+async def _loop(ctx, ep, fn):
+    async for req in ep:
+        _serve(ctx, req, fn)
 
 
 def start(ctx, opts):
-    c = ctx.connect("config")
-    asyncio.create_task(_get(ctx, c.bind("sys/config/get", queue_len=2)))
-    asyncio.create_task(_set(ctx, c.bind("sys/config/set", queue_len=2)))
+    c = ctx.connect("sys")
+    asyncio.create_task(_loop(ctx, c.bind("sys/config/get", queue_len=2), _get))
+    asyncio.create_task(_loop(ctx, c.bind("sys/config/set", queue_len=2), _set))
