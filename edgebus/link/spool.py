@@ -40,6 +40,7 @@ class Spool:
         self.n = 0           # entries held
         self.unsent = 0      # entries from cur to the tail
         self.used = 0        # bytes held, skipped space included
+        self.last = -1       # where the latest put went, while it is there
         # Counters: evicted before acknowledgement (never sent: also in
         # dropped_unsent), refused (drop_newest or too big).
         self.evicted = 0
@@ -85,11 +86,18 @@ class Spool:
         return self.tail if self.tail + need <= self.head else -1
 
     def put(self, seq, body, flags=0):
-        """Add a body; False if refused (drop_newest, or larger than the ring)."""
-        n = len(body)
+        """Add a body, a buffer or a tuple of buffers (its parts in order, None
+        for none: wire.parts, copied in one by one); False if refused
+        (drop_newest, or larger than the ring)."""
+        parts = body if type(body) is tuple else (body,)
+        n = 0
+        for x in parts:
+            if x is not None:
+                n += len(x)
         need = _H + n
         if n > _LEN or need > len(self.buf):
             self.refused += 1
+            self.last = -1
             return False
         while True:
             o = self._room(need)
@@ -97,6 +105,7 @@ class Spool:
                 break
             if self.policy != "drop_oldest":
                 self.refused += 1
+                self.last = -1
                 return False
             if self.flags_at(self.head) & DEAD == 0:
                 self.evicted += 1
@@ -113,10 +122,15 @@ class Spool:
         t = int(now()) & 0xFFFF
         b[o + 6] = t >> 8
         b[o + 7] = t & 0xFF
-        self.mv[o + _H:o + need] = body
+        p = o + _H
+        for x in parts:
+            if x is not None:
+                self.mv[p:p + len(x)] = x
+                p += len(x)
         if not self.unsent:
             self.cur = o
         self.tail = o + need
+        self.last = o
         self.n += 1
         self.unsent += 1
         self.used += need
@@ -125,6 +139,8 @@ class Spool:
     def pop(self):
         """Free the oldest entry (the send cursor moves past it)."""
         o = self.head
+        if o == self.last:
+            self.last = -1
         nxt = self._after(o)
         self.used -= _H + self._len(o)
         if nxt == 0 and self._end >= 0:

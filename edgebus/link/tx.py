@@ -7,19 +7,19 @@ from . import rules, spool, wire
 RTO = 2.0       # s: first wait for an ACK of the tail before a pause (doubles to 16)
 
 
-def too_big(link, b, what):
-    """True (counted, said in last_error) if body ``b`` exceeds max_len."""
-    if len(b) <= link.max_len:
+def too_big(link, n, what):
+    """True (counted, said in last_error) if a body of ``n`` bytes exceeds max_len."""
+    if n <= link.max_len:
         return False
     link.count("oversize_out")
-    link.last_error = "%s of %d bytes exceeds max_len %d: not sent" % (what, len(b), link.max_len)
+    link.last_error = "%s of %d bytes exceeds max_len %d: not sent" % (what, n, link.max_len)
     return True
 
 
 def control(link, t, obj):
     """Queue a control frame (sent before anything else)."""
     b = wire.encode(t, obj)
-    if not too_big(link, b, wire.NAMES[t]):
+    if not too_big(link, len(b), wire.NAMES[t]):
         link._ctl.append(b)
         link._wake.set()
 
@@ -28,7 +28,7 @@ def call_frame(link, t, obj, blob=None):
     """Queue a CALL, REPLY or FAIL; a CALL too large raises, a reply too
     large becomes a FAIL the caller sees."""
     b = wire.encode(t, obj, None, blob)
-    if too_big(link, b, wire.NAMES[t]):
+    if too_big(link, len(b), wire.NAMES[t]):
         if t == wire.CALL:
             raise ValueError("request too large for the link (max_len %d)" % link.max_len)
         b = wire.encode(wire.FAIL, [obj[0], "failed", "reply too large for the link (%d bytes, max %d)"
@@ -123,7 +123,8 @@ def pump(link):
                 link.count("spool_evicted", sp.evicted - ev)
             if not latest and link._journal is not None \
                     and (link._acking or link.status != wire.UP):
-                link._journal.append(seq, b)   # on flash too: survives a reboot
+                # on flash too: survives a reboot
+                link._journal.append(seq, sp.body(sp.last) if sp.last >= 0 else wire.join(b))
 
 
 def exportable(link, k, rule, origin):
@@ -152,8 +153,9 @@ def account_drops(link, i):
 
 
 def encode_item(link, item, rule, seq, t=None, ms=None):
-    """The body for a message or retained item under ``rule``, or None.
-    ``ms``, the link clock when the item left the bus, travels last."""
+    """The body for a message or retained item under ``rule`` as its parts
+    (wire.parts), or None. ``ms``, the link clock when the item left the
+    bus, travels last."""
     wt = wire.topic_out(item.topic[len(rule[1]):])
     if type(item) is Message:
         t = t or wire.PUB
@@ -185,14 +187,14 @@ def encode_item(link, item, rule, seq, t=None, ms=None):
     if ms is not None:
         obj.append(ms)
     try:
-        b = wire.encode(t, obj, seq if t != wire.SYNC else None, blob)
+        b = wire.parts(t, obj, seq if t != wire.SYNC else None, blob)
     except (TypeError, ValueError) as e:
         link.count("unencodable")
         link.last_error = "unencodable payload on %s: %s" % (topic.render(item.topic), e)
         return None
     # Too large: dropped here; its sequence number is spent, so the peer
     # counts the loss as a gap.
-    return None if too_big(link, b, topic.render(item.topic)) else b
+    return None if too_big(link, wire.size(b), topic.render(item.topic)) else b
 
 
 def observe(link, node):
@@ -256,7 +258,8 @@ def snap_next(link):
         return wire.encode(wire.SYNCSTART, o)
     if i < len(link._snap):
         m, rule = link._snap[i]
-        return encode_item(link, m, rule, None, wire.SYNC) or snap_next(link)
+        p = encode_item(link, m, rule, None, wire.SYNC)
+        return wire.join(p) if p is not None else snap_next(link)
     link._snap = None
     return wire.encode(wire.SYNCEND, {"seq": link._tx_next, "n": i})
 

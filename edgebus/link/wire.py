@@ -59,40 +59,57 @@ class WireError(ValueError):
     """A body that does not decode; the reason is the message."""
 
 
-def encode(t, obj, seq=None, blob=None):
-    """One frame body. ``blob`` (bytes) travels raw after the JSON."""
-    # Sized once and filled by slices: growing it by += could hold the JSON
-    # up to four times over at once (str, bytes, old and new bytearray).
+def parts(t, obj, seq=None, blob=None):
+    """encode()'s body as its parts, (head, JSON, blob or None) buffers not
+    joined: a spool copies them into its ring one by one, and a board needs
+    no body-sized block besides the JSON itself (Spool.put, size, join)."""
     j = utf8(json.dumps(obj, separators=(",", ":")))
     n = len(j)
-    h = 1
-    if seq is not None:
-        h = 3
-    if blob is not None:
-        k = n
-        h += 1
-        while k >= 0x80:
-            h += 1
-            k >>= 7
-    out = bytearray(h + n + (len(blob) if blob is not None else 0))
-    out[0] = t | (F_SEQ if seq is not None else 0) | (F_BIN if blob is not None else 0)
+    head = bytearray((3 if seq is not None else 1) + (_varlen(n) if blob is not None else 0))
+    head[0] = t | (F_SEQ if seq is not None else 0) | (F_BIN if blob is not None else 0)
     i = 1
     if seq is not None:
-        out[1] = (seq >> 8) & 0xFF
-        out[2] = seq & 0xFF
+        head[1] = (seq >> 8) & 0xFF
+        head[2] = seq & 0xFF
         i = 3
     if blob is not None:
-        k = n
-        while k >= 0x80:
-            out[i] = (k & 0x7F) | 0x80
+        while n >= 0x80:
+            head[i] = (n & 0x7F) | 0x80
             i += 1
-            k >>= 7
-        out[i] = k
-        i += 1
-    out[i:i + n] = j
+            n >>= 7
+        head[i] = n
+    return head, j, blob
+
+
+def _varlen(n):
+    k = 1
+    while n >= 0x80:
+        k += 1
+        n >>= 7
+    return k
+
+
+def size(p):
+    """The length of the body of parts p."""
+    return len(p[0]) + len(p[1]) + (len(p[2]) if p[2] is not None else 0)
+
+
+def join(p):
+    """The body of parts p, in one exactly-sized bytearray (filled by slices:
+    growing it by += could hold the JSON up to four times over at once)."""
+    head, j, blob = p
+    out = bytearray(size(p))
+    i = len(head)
+    out[:i] = head
+    out[i:i + len(j)] = j
     if blob is not None:
-        out[i + n:] = blob
+        out[i + len(j):] = blob
     return out
+
+
+def encode(t, obj, seq=None, blob=None):
+    """One frame body. ``blob`` (bytes) travels raw after the JSON."""
+    return join(parts(t, obj, seq, blob))
 
 
 def decode(body):
