@@ -12,12 +12,11 @@ alive, used to go back to the primary (failover.py, docs/protocol.md
 import asyncio
 import gc
 import sys
-import time
 from os import urandom
 from edgebus.compat import now
 from edgebus.link.link import Link
 from edgebus.link.wire import F_SEQ
-from firmware import ConfigError, write_atomic
+from firmware import ConfigError
 
 EXPORTS = [["sensor/#", ""], ["sys/#", ""]]
 IMPORTS = [["cmd/#", ""]]
@@ -25,38 +24,14 @@ EXPORT_CALLS = [["sys/#", ""]]
 IMPORT_CALLS = [["host/#", ""]]
 
 
-def boot_sid(path):
-    """This boot's session id: the boot number kept in the file at path (one
-    more each boot) as its first 6 hex digits, then 10 of a hash of that number
-    and whatever entropy the board has. A board without a good random source
-    (an emulator, a chip without RNG seeded alike each power-on) thus never
-    repeats a sid, and the host's generation for it always moves on. With no
-    path (a Ctx built without a config file) the sid rests on entropy only."""
-    import hashlib
-    from binascii import hexlify
-    n = 0
-    if path is not None:
-        try:
-            with open(path) as f:
-                n = int(f.read().strip() or 0)
-        except (OSError, ValueError):
-            pass   # first boot, or a damaged counter: the hash still differs
-        n += 1
-        try:
-            write_atomic(path, "%d\n" % n)
-        except OSError:
-            n = 0  # no writable filesystem: entropy only
-    t = time.ticks_us() if hasattr(time, "ticks_us") else time.time_ns()
-    h = hashlib.sha256(("%d %d " % (n, t)).encode() + urandom(16)).digest()
-    return "%06x%s" % (n & 0xFFFFFF, hexlify(h[:5]).decode())
-
-
 def _pairs(rules):
     return [tuple(r) for r in rules]
 
 
 class Uplink:
-    def __init__(self, ctx):
+    def __init__(self, ctx, sid=None):
+        """The uplink of ctx's device; sid: this boot's (firmware.boot.boot_sid),
+        else a random one."""
         self.ctx = ctx
         cfg = ctx.config
         u = cfg["uplink"]
@@ -88,12 +63,8 @@ class Uplink:
         if journal and journal[0] != "/" and sys.platform not in ("linux", "darwin", "win32"):
             journal = "/" + journal   # a board: under the filesystem root
         block = ctx.board.get("budget", {}).get("fs_block", 4096)
-        counter = None      # the boot counter sits beside the config file
-        if ctx.config_path is not None:
-            d = ctx.config_path.rpartition("/")[0]
-            counter = (d + "/" if d else "") + "bootcount"
         self.link = Link(ctx.bus, ctx.node, key=key.encode() if key else None,
-                         sid=boot_sid(counter),
+                         sid=sid,
                          role="initiator", link_id="uplink", peer="host",
                          exports=_pairs(exports),
                          imports=_pairs(lc.get("imports", IMPORTS)),

@@ -97,7 +97,8 @@ async def _spool(size, n0, journal=None, journal_bytes=262144, health=0, period_
     compat.now = lambda: clock[0] / 1000
     # The firmware's own uplink Link (firmware/uplink.py: its export rules,
     # out_queue, classes) on the firmware's bus and service connections.
-    from firmware.main import BOARD, Ctx
+    from firmware.boot import BOARD
+    from firmware.main import Ctx
     from firmware.uplink import Uplink
     cfg = {"node": "dev1", "key": "k", "uplink": {"kind": "uart"}, "health_period": health,
            "link": {"journal": journal, "journal_bytes": journal_bytes}}

@@ -158,8 +158,8 @@ def spool_cover():
         with open(path) as f:
             b = json.load(f)
         boards[b["name"]] = b.get("queues", {}).get("spool")
-    from firmware import main as fw_main
-    default = fw_main.BOARD["queues"]["spool"]
+    from firmware import boot
+    default = boot.BOARD["queues"]["spool"]
     sizes = sorted(set([v for v in boards.values() if v] + [default]))
     jbytes = inspect.signature(Link).parameters["journal_bytes"].default
     d = tempfile.mkdtemp(prefix="edgebus-journal-bench-")

@@ -116,21 +116,21 @@ def test_old_images_are_pruned_newest_kept(tmp_path, monkeypatch):
 
 
 def test_the_runtime_takes_the_board_json_edgebus_flash_wrote(tmp_path, monkeypatch):
-    from firmware import main
+    from firmware import boot
     monkeypatch.chdir(tmp_path)
-    assert main.load_board(None)["name"] == "unix"          # none on this filesystem
+    assert boot.load_board(None)["name"] == "unix"          # none on this filesystem
     b = boards.load_board(BOARD)
     (tmp_path / "board.json").write_bytes(qemuboard.device_files(b)["board.json"])
-    got = main.load_board(None)
+    got = boot.load_board(None)
     assert got["uart"]["driver"] == "mps2uart"
     assert got["budget"] == b["budget"] and got["queues"] == b["queues"]
     # The host tools' part of the manifest is not kept in the device's heap.
     assert "notes" in b and "flash" in b
-    assert set(got) <= set(main.RUNTIME_KEYS)
+    assert set(got) <= set(boot.RUNTIME_KEYS)
 
 
 def test_boot_sids_count_boots_and_never_repeat(tmp_path):
-    from firmware.uplink import boot_sid
+    from firmware.boot import boot_sid
     p = str(tmp_path / "bootcount")
     sids = [boot_sid(p) for _ in range(3)]
     assert [int(s[:6], 16) for s in sids] == [1, 2, 3] and len(set(sids)) == 3

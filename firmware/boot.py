@@ -1,0 +1,183 @@
+"""Device start-up, once per boot: the board manifest, the service modules,
+the session id, the runtime's objects and the heap budget check.
+
+Loaded by firmware.main for the start and unloaded once the device is READY
+(firmware.transient): its code is not resident while the device runs.
+"""
+import asyncio
+import gc
+import time
+from os import urandom
+import edgebus
+from firmware import ConfigError, mem, write_atomic
+
+BUILTIN = ("info", "health", "reboot", "sysconfig")
+# Heap kept free for transients (JSON, calls, sys/config/set loading the
+# validator) unless the board manifest sets budget.reserve: the measured
+# transient peak of the full runtime on the unix port is ~15 KB (dev/devheap.py).
+RESERVE = 16384
+# Defaults when no board manifest is given (the unix board's values).
+BOARD = {"name": "unix", "queues": {"bus": 8, "full": "drop_oldest", "uplink_tx": 16,
+                                    "spool": 24576}, "uart": {"baud": 115200}}
+
+
+def _import(name):
+    """A service module: firmware.services.<name> if it exists, else <name>."""
+    for full in ("firmware.services." + name, name):
+        try:
+            m = __import__(full)
+        except ImportError as e:
+            if full == name:
+                raise
+            if name.replace(".", "/") not in str(e) and name not in str(e):
+                raise         # the module exists but an import inside it failed
+            continue
+        for part in full.split(".")[1:]:
+            m = getattr(m, part)
+        return m
+
+
+# What the runtime reads of a board manifest; the rest (prose, build and flash
+# settings for the host's tools) is dropped when read from a file: kept in
+# ctx.board it took ~0.5 KB of heap on the 32-bit board for nothing.
+RUNTIME_KEYS = ("name", "runtime", "uplink", "uart", "queues", "budget")
+
+
+def _runtime(b):
+    return dict((k, b[k]) for k in RUNTIME_KEYS if k in b)
+
+
+def load_board(board):
+    """board: a manifest dict, a board name or path (boards/<name>.json), or None
+    (the board's own board.json if it has one, as edgebus flash writes it)."""
+    if type(board) is dict:
+        return board
+    if board is None:
+        import json
+        try:
+            with open("board.json") as f:
+                return _runtime(json.load(f))
+        except (OSError, ValueError):
+            return BOARD
+    import json
+    for p in (board, "boards/%s.json" % board, "board.json"):
+        try:
+            with open(p) as f:
+                b = json.load(f)
+            if p != "board.json" or b.get("name") == board:
+                return _runtime(b)
+        except (OSError, ValueError):
+            pass
+    # No manifest on the device (deploy copies none): the unix defaults, named.
+    b = dict(BOARD)
+    b["name"] = board
+    return b
+
+
+def load_services(cfg):
+    """[(name, module, opts)] for the built-in and configured services."""
+    svcs = [(n, {}) for n in BUILTIN]
+    for s in cfg.get("services", ()):
+        if type(s) is str:
+            svcs.append((s, {}))
+        else:
+            svcs.append((s["module"], s))
+    out = []
+    for name, opts in svcs:
+        try:
+            mod = _import(name)
+        except ImportError as e:
+            raise ConfigError("service %r cannot be loaded: %s" % (name, e))
+        if not hasattr(mod, "start"):
+            raise ConfigError("service %r has no start(ctx, opts)" % name)
+        out.append((name, mod, opts))
+    return out
+
+
+def check_budget(board, data, session):
+    """Refuse a config whose runtime data (heap bytes at READY beyond the code,
+    plus what a session adds) and the board's reserve for transients exceed
+    the board's heap budget."""
+    b = board.get("budget") or {}
+    lim = b.get("heap")
+    reserve = b.get("reserve", RESERVE)
+    if lim and data is not None and data + session + reserve > lim:
+        raise ConfigError(
+            "this config needs %d bytes of heap for its data (%d at boot, %d for the link's "
+            "export feeds) plus %d in reserve, over the %s board's budget of %d (budget.heap "
+            "in boards/%s.json): lower queues.bus, link.out_queue or link.max_pending, or run "
+            "fewer services" % (data + session, data, session, reserve, board.get("name"), lim,
+                                board.get("name")))
+
+
+def boot_sid(path):
+    """This boot's session id: the boot number kept in the file at path (one
+    more each boot) as its first 6 hex digits, then 10 of a hash of that number
+    and whatever entropy the board has. A board without a good random source
+    (an emulator, a chip without RNG seeded alike each power-on) thus never
+    repeats a sid, and the host's generation for it always moves on. With no
+    path (a Ctx built without a config file) the sid rests on entropy only."""
+    import hashlib
+    from binascii import hexlify
+    n = 0
+    if path is not None:
+        try:
+            with open(path) as f:
+                n = int(f.read().strip() or 0)
+        except (OSError, ValueError):
+            pass   # first boot, or a damaged counter: the hash still differs
+        n += 1
+        try:
+            write_atomic(path, "%d\n" % n)
+        except OSError:
+            n = 0  # no writable filesystem: entropy only
+    t = time.ticks_us() if hasattr(time, "ticks_us") else time.time_ns()
+    h = hashlib.sha256(("%d %d " % (n, t)).encode() + urandom(16)).digest()
+    return "%06x%s" % (n & 0xFFFFFF, hexlify(h[:5]).decode())
+
+
+async def start(cfg, path, board, ctx_class):
+    """The bus, a ctx_class context, the uplink and the services, started:
+    (ctx, service names, code bytes) once the services took their first step."""
+    q = dict(board.get("queues", {}))
+    q.update(cfg.get("queues", {}))
+    n = cfg.get("link", {}).get("spool", q.get("spool", 24576))
+    try:
+        # The link's spool first: its one large block is found easily before
+        # the code is loaded around the heap (later, 46 KB free can hold no 20 KB).
+        spool = bytearray(n)
+    except MemoryError:
+        raise ConfigError("no room for a link.spool of %d bytes: lower it" % n)
+    from firmware.uplink import Uplink
+    svcs = load_services(cfg)
+    gc.collect()   # code loaded: collect before the long-lived objects, less fragmentation
+    code = mem()[0]
+    if code is not None:
+        code -= len(spool)    # data, not code
+    try:
+        bus = edgebus.Bus(q_length=q.get("bus", 8), full=q.get("full", "drop_oldest"))
+        ctx = ctx_class(bus, cfg, path, board)
+        ctx.spool = spool
+        counter = None      # the boot counter sits beside the config file
+        if path is not None:
+            d = path.rpartition("/")[0]
+            counter = (d + "/" if d else "") + "bootcount"
+        ctx.uplink = up = Uplink(ctx, boot_sid(counter))
+        ctx.link = up.link
+        names = start_services(ctx, svcs)
+        await asyncio.sleep(0.05)   # let the services take their first step
+    except MemoryError:
+        gc.collect()
+        raise ConfigError("out of heap while starting (%s bytes free): lower queues.bus, "
+                          "link.out_queue or link.max_pending, or run fewer services"
+                          % mem()[1])
+    gc.collect()
+    a = mem()[0]
+    check_budget(board, a - code if a is not None else None, up.session_heap())
+    return ctx, names, code
+
+
+def start_services(ctx, svcs):
+    for name, mod, opts in svcs:
+        asyncio.create_task(ctx.guard(name, mod, opts))
+    return [s[0] for s in svcs]
