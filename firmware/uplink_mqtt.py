@@ -9,7 +9,7 @@ from edgebus.compat import wait_for
 from edgebus.link.mqtt import MqttTransport
 
 
-def _transport(ctx, u, client_id=None):
+def _transport(ctx, u, client_id=None, presence=True):
     host = u.get("host")
     if not host:
         raise OSError("no broker: set uplink.host (and uplink.port, default 1883)")
@@ -18,7 +18,7 @@ def _transport(ctx, u, client_id=None):
         raise OSError("uplink.port must be the broker's TCP port (an int) for mqtt")
     return MqttTransport(host, port, node=ctx.config["node"], prefix=u.get("prefix", "edgebus"),
                          client_id=client_id, keepalive=u.get("keepalive", 30),
-                         user=u.get("user"), password=u.get("password"))
+                         user=u.get("user"), password=u.get("password"), presence=presence)
 
 
 async def open(ctx, u=None):
@@ -33,10 +33,9 @@ async def open(ctx, u=None):
 async def probe(ctx, u, timeout):
     """True when the broker of gateway u answers within timeout s and holds
     its bridge's presence as "online". A connection of its own (client id
-    edgebus-<node>-probe, its presence on <prefix>/<node>/probe, a topic no
-    bridge reads), so the link's session elsewhere goes on meanwhile."""
-    t = _transport(ctx, u, "edgebus-%s-probe" % ctx.config["node"])
-    t.state = "%s/%s/probe" % (u.get("prefix", "edgebus"), ctx.config["node"])
+    edgebus-<node>-probe, without presence: no will, nothing retained left on
+    the broker), so the link's session elsewhere goes on meanwhile."""
+    t = _transport(ctx, u, "edgebus-%s-probe" % ctx.config["node"], False)
     seen = []
 
     def on_peer(online):

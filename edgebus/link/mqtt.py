@@ -49,7 +49,7 @@ class MqttTransport:
     """A link transport over one MQTT connection (see the module doc)."""
 
     def __init__(self, host, port=1883, node="dev", prefix="edgebus", client_id=None,
-                 keepalive=30, user=None, password=None, max_len=MAX_LEN):
+                 keepalive=30, user=None, password=None, max_len=MAX_LEN, presence=True):
         self.host = host
         self.port = port
         self.up = "%s/%s/up" % (prefix, node)
@@ -57,7 +57,9 @@ class MqttTransport:
         # message to compare, no decode.
         self.down = ("%s/%s/down" % (prefix, node)).encode()
         self.bridge = ("%s/_bridge" % prefix).encode()
-        self.state = "%s/%s/state" % (prefix, node)
+        # presence=False: no will and no "online" (a connection that only
+        # looks, as a failover probe: it leaves nothing retained behind).
+        self.state = "%s/%s/state" % (prefix, node) if presence else None
         # on_peer(online): called for each message on the bridge's presence
         # topic (retained, so once on every connect too); set after open(),
         # before recv(). None: presence is ignored.
@@ -77,8 +79,11 @@ class MqttTransport:
         """Connect, announce presence, subscribe to the down and the bridge's
         presence topics."""
         self.r, self.w = await compat.asyncio.open_connection(self.host, self.port)
-        flags = 0x02 | 0x04 | 0x20          # clean session, will, will retain (QoS 0)
-        payload = _str(self.client_id) + _str(self.state) + _str(b"offline")
+        flags = 0x02                        # clean session
+        payload = _str(self.client_id)
+        if self.state is not None:
+            flags |= 0x04 | 0x20            # will, will retain (QoS 0)
+            payload += _str(self.state) + _str(b"offline")
         if self.user is not None:
             flags |= 0x80
             payload += _str(self.user)
@@ -95,7 +100,8 @@ class MqttTransport:
         self.closed = False
         await self._write(_packet(0x82, b"\x00\x01" + _str(self.down) + b"\x00"
                                   + _str(self.bridge) + b"\x00"))
-        await self._publish(self.state, b"online", retain=True)
+        if self.state is not None:
+            await self._publish(self.state, b"online", retain=True)
         return self
 
     async def _write(self, data):
@@ -166,7 +172,8 @@ class MqttTransport:
         """A clean goodbye: presence 'offline' published by us, then DISCONNECT."""
         if not self.closed:
             try:
-                await self._publish(self.state, b"offline", retain=True)
+                if self.state is not None:
+                    await self._publish(self.state, b"offline", retain=True)
                 await self._write(b"\xe0\x00")
             except OSError:
                 pass

@@ -57,6 +57,33 @@ def _retain(port, topic, payload):
     c.loop_stop()
 
 
+def _retained_under(port, prefix):
+    """The retained messages under prefix/#: those the broker sends on the
+    subscription, all in by the time a marker published after it arrives."""
+    import queue
+
+    import paho.mqtt.client as paho
+
+    got, marker = [], queue.Queue()
+
+    def on_message(c, u, m):
+        if m.topic == prefix + "/marker":
+            marker.put(True)
+        elif m.retain:
+            got.append((m.topic, m.payload))
+
+    c = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="failover-test-look")
+    c.on_message = on_message
+    c.connect("127.0.0.1", port)
+    c.loop_start()
+    c.subscribe(prefix + "/#", qos=1)[1]
+    c.publish(prefix + "/marker", b"", qos=1).wait_for_publish(5)
+    marker.get(timeout=10)
+    c.disconnect()
+    c.loop_stop()
+    return got
+
+
 @pytest.mark.mosquitto
 def test_mqtt_probe_says_alive_only_for_a_retained_online_presence():
     import asyncio
@@ -84,6 +111,9 @@ def test_mqtt_probe_says_alive_only_for_a_retained_online_presence():
         assert alive is True and took < 2.0               # the retained answer, at once
         # Another prefix is another gateway: its bridge is not this one.
         assert asyncio.run(uplink_mqtt.probe(ctx, dict(gw, prefix="q"), 0.5)) is False
+        # A probe has no presence of its own: nothing of this node is left
+        # retained on the broker (it used to leave <prefix>/<node>/probe).
+        assert _retained_under(broker.port, "p/d1") == []
         broker.stop()
         alive, took = probe(5.0)
         assert alive is False and took < 2.0              # refused at once
