@@ -39,10 +39,12 @@ def summarize(spark, table):
     {"rows", "first", "last" (ts_host seconds or None),
      "devices": [{"peer_node", "messages", "sessions", "generations", "first_seen",
                   "last_seen"}],
-     "sessions": [{"peer_node", "peer_sid", "generations", "messages", "seq_min",
-                   "seq_max", "missing", "gaps": [(first, last), ...]}],
+     "sessions": [{"peer_node", "peer_sid", "generations", "messages", "snapshot",
+                   "seq_min", "seq_max", "missing", "gaps": [(first, last), ...]}],
      "corrupt": {"regions": [...], "missing": [...]}}
-    Devices and sessions are sorted by name; peer_node None is local traffic."""
+    Devices and sessions are sorted by name; peer_node None is local traffic.
+    A session's "snapshot" counts its messages without a seq number: retained
+    facts as a session start's snapshot delivered them (protocol.md, SYNC)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -67,9 +69,10 @@ def summarize(spark, table):
     sess = {(r["peer_node"], r["peer_sid"]): {
         "peer_node": r["peer_node"], "peer_sid": r["peer_sid"],
         "generations": sorted(r["generations"]), "messages": r["messages"],
+        "snapshot": r["messages"] - r["numbered"],
         "seq_min": r["seq_min"], "seq_max": r["seq_max"], "missing": 0, "gaps": []}
         for r in dev.groupBy("peer_node", "peer_sid").agg(
-            F.count(F.lit(1)).alias("messages"),
+            F.count(F.lit(1)).alias("messages"), F.count("seq").alias("numbered"),
             F.collect_set("generation").alias("generations"),
             F.min("seq").alias("seq_min"), F.max("seq").alias("seq_max")).collect()}
     # A gap is a run of seq numbers missing between two received ones.
@@ -119,7 +122,8 @@ def format_report(s, table):
         [d["peer_node"] or LOCAL, d["messages"], d["sessions"], _gens(d["generations"]),
          _utc(d["last_seen"])] for d in s["devices"]]))
     out.append("")
-    out.append("sessions (missing seq = gaps between received seq numbers):")
+    out.append("sessions (messages: numbered, +N from session-start snapshots, which carry no "
+               "seq; missing seq = gaps between received seq numbers):")
     rows = []
     for x in s["sessions"]:
         gaps = ", ".join("%d" % a if a == b else "%d..%d" % (a, b)
@@ -127,7 +131,9 @@ def format_report(s, table):
         if len(x["gaps"]) > MAX_GAPS_SHOWN:
             gaps += ", ... (%d more)" % (len(x["gaps"]) - MAX_GAPS_SHOWN)
         seq = "-" if x["seq_min"] is None else "%d..%d" % (x["seq_min"], x["seq_max"])
-        rows.append([x["peer_node"], x["peer_sid"], _gens(x["generations"]), x["messages"],
+        n = x["messages"] - x["snapshot"]
+        rows.append([x["peer_node"], x["peer_sid"], _gens(x["generations"]),
+                     "%d+%d" % (n, x["snapshot"]) if x["snapshot"] else n,
                      seq, x["missing"], gaps or "none"])
     out.append(_table(["device", "session", "generation", "messages", "seq", "missing",
                        "gaps"], rows) if rows else "  (no device sessions)")

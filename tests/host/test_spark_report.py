@@ -46,6 +46,12 @@ def table(spark, tmp_path_factory):
             if k % 9 == 0:       # a replay, logged again half a second later
                 recs.append(device_record(node, sid, s, T0 + t + 3 * k + 0.5, gen=gen))
     recs += [local_record(i, T0 + 50 * i) for i in range(N_LOCAL)]
+    # A retained fact from b1's session-start snapshot: no seq number.
+    snap = device_record("node-b", "b1", 0, T0 + 200, gen=7, payload={"fw": "0.1.0"},
+                         topic=("dev", "node-b", "sys", "info"))
+    del snap["seq"], snap["ts_device"]
+    snap["extra"] = {}
+    recs.append(snap)
     recs.sort(key=lambda r: r["ts_host"])
     with LogWriter(str(d / "log"), segment_bytes=8000) as w:
         for r in recs:
@@ -63,13 +69,13 @@ def test_summary_counts_gaps_generations_last_seen(spark, table):
 
     s = summarize(spark, str(table))
     sent = sum(len(x[3]) for x in SESSIONS)
-    assert s["rows"] == sent + N_LOCAL
+    assert s["rows"] == sent + N_LOCAL + 1
     assert s["first"] == T0 and s["corrupt"] == {"regions": [], "missing": []}
     devs = {d["peer_node"]: d for d in s["devices"]}
     assert [d["peer_node"] for d in s["devices"]] == ["node-a", "node-b", None]
     a, b, local = devs["node-a"], devs["node-b"], devs[None]
     assert (a["messages"], a["sessions"], a["generations"]) == (92 + 25, 2, [1, 2])
-    assert (b["messages"], b["sessions"], b["generations"]) == (60, 1, [7])
+    assert (b["messages"], b["sessions"], b["generations"]) == (61, 1, [7])
     assert (local["messages"], local["sessions"], local["generations"]) == (N_LOCAL, 0, [])
     assert a["last_seen"] == T0 + 400 + 3 * 24 and b["last_seen"] == T0 + 200 + 3 * 59
     assert local["last_seen"] == T0 + 50 * (N_LOCAL - 1)
@@ -80,6 +86,7 @@ def test_summary_counts_gaps_generations_last_seen(spark, table):
         assert x["gaps"] == gaps
         assert x["missing"] == sum(b - a + 1 for a, b in gaps)
     assert (got[("node-b", "b1")]["seq_min"], got[("node-b", "b1")]["seq_max"]) == (100, 159)
+    assert got[("node-b", "b1")]["snapshot"] == 1 and got[("node-a", "a1")]["snapshot"] == 0
     assert got[("node-a", "a2")]["generations"] == [2]
 
 
@@ -95,6 +102,8 @@ def test_printed_report_and_plot(spark, table, tmp_path):
     assert " ".join(row[6:]) == "10..14, 50, 97..98"
     assert next(ln for ln in lines if ln.startswith("(local)")).split()[1] == str(N_LOCAL)
     assert "5..9" in next(ln for ln in lines if " a2 " in ln)
+    # 60 numbered messages and the snapshot's one: said apart, as 100..159 has 60.
+    assert next(ln for ln in lines if " b1 " in ln).split()[3:5] == ["60+1", "100..159"]
     png = tmp_path / "rate.png"
     width = plot_rates(spark, str(table), str(png), s)
     assert width == 10                               # ~10 min of data: 10 s bins
