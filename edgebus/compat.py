@@ -67,23 +67,6 @@ def wall_ms():
     return t if t > 1577836800000 else None
 
 
-if MICROPYTHON:
-    def utf8(s):
-        """The UTF-8 bytes of str s as a buffer: on MicroPython a view of the
-        str itself (no copy; a frame-sized copy is heap a board lacks)."""
-        return memoryview(s)
-
-    def span(b, i, j):
-        """b[i:j] for json.loads: a view on MicroPython (its json reads any buffer)."""
-        return memoryview(b)[i:j]
-else:
-    def utf8(s):
-        return s.encode()
-
-    def span(b, i, j):
-        return bytes(b[i:j])
-
-
 def type_name(x):
     """The name of x's type, for error messages (works on both runtimes)."""
     return type(x).__name__

@@ -9,7 +9,24 @@ import json
 import hashlib
 from binascii import hexlify
 from os import urandom
-from ..compat import span, utf8
+from ..compat import MICROPYTHON
+
+# Here, not in compat: the core alone (a board's 64 KB budget) never needs them.
+if MICROPYTHON:
+    def utf8(s):
+        """The UTF-8 bytes of str s as a buffer: on MicroPython a view of the
+        str itself (no copy; a frame-sized copy is heap a board lacks)."""
+        return memoryview(s)
+
+    def span(b, i, j):
+        """b[i:j] for json.loads: a view on MicroPython (its json reads any buffer)."""
+        return memoryview(b)[i:j]
+else:
+    def utf8(s):
+        return s.encode()
+
+    def span(b, i, j):
+        return bytes(b[i:j])
 
 VERSION = 1
 MIN_LEN = 320   # smallest max_len: HELLO_ACK is ~250 bytes plus the node name
