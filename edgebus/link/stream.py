@@ -100,7 +100,11 @@ class PolledTransport:
             raise OSError("transport closed")
         # Block by block through one small buffer (frame.blocks, leading
         # delimiter as in StreamTransport): a board needs no frame-sized
-        # block of heap per frame sent.
+        # block of heap per frame sent. body may be a view into the spool:
+        # should the line stall and the spool evict this very entry
+        # meanwhile (counted, spool_evicted), the frame ends with a bad CRC
+        # and the receiver's RESEND gets a SKIP: a counted gap, as for any
+        # entry evicted before it was acknowledged.
         buf = self._buf
         mv = self._bmv
         for k in blocks(body, buf, self.max_len, True):
