@@ -15,6 +15,7 @@ EXAMPLE = os.fspath(importlib.resources.files("bridge") / "example.toml")
 # The log's group commit period (dev/bench/log_bench.py measured it: BENCHMARKS.md).
 DEFAULT_COMMIT_MS = 20
 MAX_COMMIT_MS = 10000
+MAX_CLIENT_QUEUE = 65536
 # How often the log seals its active segment: what readers (Spark) can see is
 # at most this old, plus the ingest job's trigger (docs/spark.md, fresh rows).
 DEFAULT_SEGMENT_SECONDS = 10.0
@@ -87,6 +88,10 @@ class Config:
     commit_ms: float = DEFAULT_COMMIT_MS    # group commit: a sync point at most this often
     heartbeat: float = 5.0
     queue_len: int = 64
+    # Per local socket client (the shell commands, attach_local): how many
+    # messages each of its export feeds holds while the client reads; beyond
+    # it the oldest go, counted as the client's gap (the command's exit 9).
+    client_queue: int = 32
     serial: list = field(default_factory=list)   # [Device]
     mqtt: Mqtt | None = None
     acl: list = field(default_factory=list)      # [Acl]; empty: local users may do anything
@@ -177,7 +182,10 @@ def parse(data, base_dir="."):
                                  "acl": list, "peer": list})
     b = _take(top.get("bridge", {}), "[bridge]", {
         "node": str, "state_dir": str, "socket": str, "metrics": str, "heartbeat": NUM,
-        "queue_len": int, "relay_calls": list})
+        "queue_len": int, "client_queue": int, "relay_calls": list})
+    if not 1 <= b.get("client_queue", 32) <= MAX_CLIENT_QUEUE:
+        raise ConfigError("[bridge]: client_queue must be between 1 and %d messages, got %r"
+                          % (MAX_CLIENT_QUEUE, b["client_queue"]))
     for p in b.get("relay_calls", ()):
         if not isinstance(p, str) or not p:
             raise ConfigError("[bridge]: relay_calls must be topic patterns (strings), got %r"

@@ -24,6 +24,13 @@ log = logging.getLogger("edgebus.bridge")
 LOCAL_MAX_LEN = 65536
 
 
+def host_spool(max_len, burst):
+    """Spool bytes for a link between hosts whose bodies reach max_len: the
+    largest body twice over and a burst of ``burst`` 1 KB ones. A spool
+    refuses a body it cannot hold (Link's default, 2 KB, is a board's)."""
+    return 2 * (max_len + 16) + burst * 1024
+
+
 def device_rules(relay_calls=(), node_placeholder="{node}"):
     """The host side of a device link: everything from the device under
     dev/<node>/, commands and calls back under the same prefix; and the
@@ -159,7 +166,8 @@ async def serve_local(bridge, path):
                     principal=principal, heartbeat=bridge.cfg.heartbeat, status=False,
                     exports=[(p, "") for p in reads], imports=[("#", "")],
                     export_calls=[("#", "")], import_calls=[("#", "")], max_len=LOCAL_MAX_LEN,
-                    durable=bridge.durable)
+                    durable=bridge.durable, out_queue=bridge.cfg.client_queue,
+                    spool=host_spool(LOCAL_MAX_LEN, bridge.cfg.client_queue))
         bridge.links[link_id] = link
         log.info("local client %s (uid %d pid %d) connected", link_id, uid, pid)
         try:
@@ -182,6 +190,6 @@ async def attach_local(bus, path, node="local", exports=(("#", ""),), imports=((
     link = Link(bus, node, key=None, role="initiator", exports=list(exports),
                 imports=list(imports), export_calls=list(export_calls),
                 import_calls=list(import_calls), heartbeat=heartbeat, status=False,
-                max_len=LOCAL_MAX_LEN)
+                max_len=LOCAL_MAX_LEN, spool=host_spool(LOCAL_MAX_LEN, 32))
     task = asyncio.create_task(link.run(StreamTransport(r, w, LOCAL_MAX_LEN)))
     return link, task

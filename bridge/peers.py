@@ -8,7 +8,7 @@ import logging
 
 from edgebus.link.link import Link
 from edgebus.link.stream import StreamTransport
-from bridge.links import Backoff
+from bridge.links import Backoff, host_spool
 
 log = logging.getLogger("edgebus.bridge")
 
@@ -24,7 +24,7 @@ def peer_link(bridge, p):
                 peer=p.node, heartbeat=bridge.cfg.heartbeat,
                 state=bridge.state.for_link(link_id), exports=p.exports, imports=p.imports,
                 export_calls=p.export_calls, import_calls=p.import_calls,
-                priority=p.priority, max_len=PEER_MAX_LEN)
+                priority=p.priority, max_len=PEER_MAX_LEN, spool=host_spool(PEER_MAX_LEN, 64))
     bridge.links[link_id] = link
     return link
 

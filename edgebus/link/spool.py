@@ -4,9 +4,9 @@ acknowledged, encoded, in one preallocated byte ring.
 Why bytes and not objects: a board's heap holds a few hundred small objects
 badly (each costs a GC block or more, and they fragment the heap), while one
 bytearray allocated at boot costs exactly its size and never moves. An entry
-is an 8-byte header and the body: sequence number (4 bytes), length and flags
-(2), the spool clock in seconds mod 65536 when it was put (2, for the age of
-the oldest entry). An entry never wraps around the end of the ring; the space
+is a 10-byte header and the body: sequence number (4 bytes), flags (1),
+length (3: a host's links carry bodies up to 64 KB), the spool clock in
+seconds mod 65536 when it was put (2, for the age of the oldest entry). An entry never wraps around the end of the ring; the space
 it would not fit in is skipped (``_end`` marks it).
 """
 from ..compat import const, now
@@ -14,8 +14,8 @@ from ..compat import const, now
 LATEST = const(0x8000)   # only the newest value matters: never resent
 DEAD = const(0x4000)     # gone (sent latest, or dropped): skipped, freed with the head
 SENT = const(0x2000)     # sent at least once: sending it again is a retransmission
-_LEN = const(0x1FFF)     # bodies are at most 8191 bytes here
-_H = const(8)
+_LEN = const(0xFFFFFF)   # the largest body an entry can hold
+_H = const(10)
 
 
 class Spool:
@@ -53,13 +53,14 @@ class Spool:
         return (b[o] << 24) | (b[o + 1] << 16) | (b[o + 2] << 8) | b[o + 3]
 
     def flags_at(self, o):
-        return ((self.buf[o + 4] << 8) | self.buf[o + 5]) & ~_LEN
+        return self.buf[o + 4] << 8
 
     def _len(self, o):
-        return ((self.buf[o + 4] << 8) | self.buf[o + 5]) & _LEN
+        b = self.buf
+        return (b[o + 5] << 16) | (b[o + 6] << 8) | b[o + 7]
 
     def _set_flags(self, o, f):
-        self.buf[o + 4] = (self.buf[o + 4] & (_LEN >> 8)) | (f >> 8)
+        self.buf[o + 4] = f >> 8
 
     def _after(self, o):
         o += _H + self._len(o)
@@ -117,11 +118,13 @@ class Spool:
         b[o + 1] = (seq >> 16) & 0xFF
         b[o + 2] = (seq >> 8) & 0xFF
         b[o + 3] = seq & 0xFF
-        b[o + 4] = (n >> 8) | (flags >> 8)
-        b[o + 5] = n & 0xFF
+        b[o + 4] = flags >> 8
+        b[o + 5] = n >> 16
+        b[o + 6] = (n >> 8) & 0xFF
+        b[o + 7] = n & 0xFF
         t = int(now()) & 0xFFFF
-        b[o + 6] = t >> 8
-        b[o + 7] = t & 0xFF
+        b[o + 8] = t >> 8
+        b[o + 9] = t & 0xFF
         p = o + _H
         for x in parts:
             if x is not None:
@@ -223,7 +226,7 @@ class Spool:
             return None
         b = self.buf
         o = self.head
-        return (int(now()) - ((b[o + 6] << 8) | b[o + 7])) & 0xFFFF
+        return (int(now()) - ((b[o + 8] << 8) | b[o + 9])) & 0xFFFF
 
     def stats(self):
         return {"capacity": len(self.buf), "bytes": self.used, "depth": self.n,

@@ -332,6 +332,52 @@ def test_bridge_sigkilled_mid_stream_loses_and_doubles_nothing(tmp_path, link_de
     dev.kill()
 
 
+@pytest.mark.parametrize("queue", [None, 100])
+def test_socket_client_queue_holds_a_burst(tmp_path, queue):
+    """[bridge] client_queue: a burst of 100 published at once reaches a
+    socket client whole with 100; with the default 32 the oldest 68 go,
+    counted on the client's link as dropped_out (its gap). Bodies up to the
+    local frame limit reach it too (they were refused by a 2 KB spool)."""
+    cfg = bridge_config.load(_cfg(tmp_path, '[bridge]\nsocket = "s/bridge.sock"\n'
+                                  'state_dir = "s"\n'
+                                  + ("client_queue = %d\n" % queue if queue else "")))
+    assert cfg.client_queue == (queue or 32)
+
+    async def main():
+        b = Bridge(cfg)
+        t = asyncio.create_task(b.run())
+        await until(lambda: os.path.exists(cfg.socket))
+        client_bus = edgebus.Bus()
+        got = client_bus.connect().subscribe("app/#", queue_len=256)
+        link, task = await attach_local(client_bus, cfg.socket, node="app1")
+        await until(lambda: link.status == "up")
+        host_link = [lk for k, lk in b.links.items() if k.startswith("local:")][0]
+        await until(lambda: host_link.status == "up")
+        pub = b.bus.connect(principal=("test",))
+        for i in range(100):              # no await between: one burst for the feed
+            pub.publish(("app", "burst"), i)
+        want = 100 if queue else 32
+        seen = []
+        while len(seen) < want:
+            seen.append((await asyncio.wait_for(got.recv(), 5)).payload)
+        assert seen == list(range(100 - want, 100))
+        assert host_link.counters.get("dropped_out", 0) == 100 - want
+        # A body far over a board's spool (Link's default, 2 KB) and the
+        # spool's old 8 KB entry limit: a local client gets it whole.
+        for n in (3000, 60000):
+            pub.publish(("app", "big"), "x" * n)
+            assert len((await asyncio.wait_for(got.recv(), 5)).payload) == n
+        assert "spool_refused" not in host_link.counters
+        await link.close()
+        task.cancel()
+        b.stop()
+        await t
+    asyncio.run(main())
+    bad = _cfg(tmp_path, '[bridge]\nclient_queue = 0\n')
+    with pytest.raises(bridge_config.ConfigError, match="client_queue must be between 1"):
+        bridge_config.load(bad)
+
+
 def test_bad_config_is_a_clear_error(tmp_path):
     p = _cfg(tmp_path, '[[serial]]\nnode = "d"\nport = "/dev/x"\n')
     r = subprocess.run([sys.executable, "-m", "bridge.daemon", "--config", str(p)], cwd=ROOT,

@@ -31,7 +31,7 @@ def test_put_send_ack_in_order_across_the_wrap():
 
 
 def test_full_ring_drops_the_oldest_and_counts_it():
-    sp = Spool(100)                       # 28-byte entries: 3 fit
+    sp = Spool(100)                       # 30-byte entries: 3 fit
     for s in range(1, 6):
         assert sp.put(s, b"x" * 20)
     assert sp.n == 3 and sp.evicted == 2 and sp.dropped_unsent == 2
