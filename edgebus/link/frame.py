@@ -115,8 +115,8 @@ def encode(body, max_len=MAX_LEN, lead=False):
     """
     n = len(body)
     _check(n, max_len)
-    c = crc16(body)
     if n < 252:
+        c = crc16(body)
         # Body and CRC fit one COBS block (at most 253 bytes): encode in
         # place, each 0x00 becoming the code byte of the run that follows it.
         s = 2 if lead else 1        # out[s - 1]: first code byte
@@ -131,46 +131,15 @@ def encode(body, max_len=MAX_LEN, lead=False):
             out[p] = z - p
             p = z
         return bytes(out)
-    # Longer bodies: body and CRC are copied to the end of the output buffer
-    # and encoded forwards into its start (each run through a bytes object,
-    # as the two may overlap): one frame-sized buffer besides the result, not
-    # two, since a small board's heap may hold few blocks of that size. The
-    # output never reaches unread input: it runs ahead of it by at most the
-    # code bytes so far (1 + n // 254) and the leading delimiter, and off is
-    # larger than that.
-    n += 2
-    out = bytearray(n + n // 254 + 3)
-    off = len(out) - n
-    out[off:off + n - 2] = body
-    out[off + n - 2] = c >> 8
-    out[off + n - 1] = c & 0xFF
-    src = memoryview(out)[off:]
-    j = 1 if lead else 0            # out[0] is already the leading 0x00
-    i = 0
-    zero = False                    # did the previous run end on a 0x00?
-    while True:
-        z = out.find(_ZERO, off + i)
-        end = n if z < 0 else z - off
-        while end - i >= 254:       # a full block: code 0xFF, no zero implied
-            run = bytes(src[i:i + 254])
-            out[j] = 0xFF
-            out[j + 1:j + 255] = run
-            j += 255
-            i += 254
-            zero = False
-        if z < 0 and i == end and i > 0 and not zero:
-            break                   # ended exactly on a full block: no 0x01
-        k = end - i
-        run = bytes(src[i:end])
-        out[j] = k + 1
-        out[j + 1:j + 1 + k] = run
-        j += k + 1
-        if z < 0:
-            break
-        i = end + 1
-        zero = True
-    out[j] = 0                      # the delimiter
-    return bytes(memoryview(out)[:j + 1])
+    # Longer bodies: block by block (blocks(), the encoder a UART writer
+    # uses), gathered into one buffer of the longest encoding.
+    buf = bytearray(BLOCK)
+    out = bytearray(max_encoded_len(n) + 2)
+    j = 0
+    for k in blocks(body, buf, max_len, lead):
+        out[j:j + k] = buf[:k]
+        j += k
+    return bytes(memoryview(out)[:j])
 
 
 BLOCK = 256

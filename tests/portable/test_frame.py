@@ -97,19 +97,47 @@ def _pieces(body, lead, max_len=MAX_LEN):
     return bytes(out)
 
 
-def test_blocks_give_the_bytes_of_encode():
-    # The piecewise encoder (a board's UART writer) against encode(), around
-    # each COBS block boundary and with a 0x00 at each place near one.
+def _cobs_ref(data):
+    """COBS written plainly, byte by byte (no block after a final full one)."""
+    out = bytearray(b"\x00")
+    ci, code = 0, 1
+    for i in range(len(data)):
+        if data[i] == 0:
+            out[ci] = code
+            ci, code = len(out), 1
+            out.append(0)
+            continue
+        out.append(data[i])
+        code += 1
+        if code == 0xFF and i + 1 < len(data):
+            out[ci] = code
+            ci, code = len(out), 1
+            out.append(0)
+    out[ci] = code
+    return bytes(out)
+
+
+def _ref(body, lead):
+    c = crc16(body)
+    return (DELIM if lead else b"") + _cobs_ref(bytes(body) + bytes([c >> 8, c & 0xFF])) + DELIM
+
+
+def test_blocks_and_encode_give_the_bytes_of_plain_cobs():
+    # The piecewise encoder (a board's UART writer) and encode() against a
+    # plain COBS encoder, around each COBS block boundary and with a 0x00 at
+    # each place near one.
     lengths = list(range(0, 12)) + list(range(248, 262)) + list(range(502, 516)) + [1024]
     for n in lengths:
         for body in _bodies(n):
             for lead in (False, True):
-                assert _pieces(body, lead) == encode(body, MAX_LEN, lead), (n, lead)
+                want = _ref(body, lead)
+                assert _pieces(body, lead) == want, (n, lead)
+                assert encode(body, MAX_LEN, lead) == want, (n, lead)
     for n in (253, 254, 255, 508, 509):
         for z in (0, 251, 252, n - 2, n - 1):
             b = bytearray(b"\x05" * n)
             b[z] = 0
-            assert _pieces(b, True) == encode(bytes(b), MAX_LEN, True), (n, z)
+            assert _pieces(b, True) == encode(bytes(b), MAX_LEN, True) == _ref(b, True), (n, z)
 
 
 def test_blocks_refuse_an_oversized_body():
