@@ -94,19 +94,19 @@ def load_services(cfg):
     return out
 
 
-def check_budget(board, data, session):
-    """Refuse a config whose runtime data (heap bytes at READY beyond the code,
-    plus what a session adds) and the board's reserve for transients exceed
-    the board's heap budget."""
+def check_budget(board, data, feeds):
+    """Refuse a config whose runtime data (heap bytes at READY beyond the code:
+    data, plus the link's export feeds) and the board's reserve for
+    transients exceed the board's heap budget."""
     b = board.get("budget") or {}
     lim = b.get("heap")
     reserve = b.get("reserve", RESERVE)
-    if lim and data is not None and data + session + reserve > lim:
+    if lim and data is not None and data + feeds + reserve > lim:
         raise ConfigError(
             "this config needs %d bytes of heap for its data (%d at boot, %d for the link's "
             "export feeds) plus %d in reserve, over the %s board's budget of %d (budget.heap "
             "in boards/%s.json): lower queues.bus, link.out_queue or link.max_pending, or run "
-            "fewer services" % (data + session, data, session, reserve, board.get("name"), lim,
+            "fewer services" % (data + feeds, data, feeds, reserve, board.get("name"), lim,
                                 board.get("name")))
 
 
@@ -164,6 +164,14 @@ async def start(cfg, path, board, ctx_class):
             counter = (d + "/" if d else "") + "bootcount"
         ctx.uplink = up = Uplink(ctx, boot_sid(counter))
         ctx.link = up.link
+        gc.collect()
+        a0 = mem()[0]
+        # The export feeds before the services: what they publish from their
+        # first step on is spooled (started after them, the first reading of
+        # every boot was published to no one).
+        up.link.start()
+        gc.collect()
+        feeds = mem()[0] - a0 if a0 is not None else 0
         names = start_services(ctx, svcs)
         await asyncio.sleep(0.05)   # let the services take their first step
     except MemoryError:
@@ -173,7 +181,7 @@ async def start(cfg, path, board, ctx_class):
                           % mem()[1])
     gc.collect()
     a = mem()[0]
-    check_budget(board, a - code if a is not None else None, up.session_heap())
+    check_budget(board, a - code - feeds if a is not None else None, feeds)
     return ctx, names, code
 
 

@@ -58,7 +58,6 @@ class Uplink:
         self._cut = False         # the watcher cancelled the link's run
         key = cfg.get("key")
         exports = lc.get("exports", EXPORTS)
-        self.n_exports = len(exports)
         journal = lc.get("journal")
         if journal and journal[0] != "/" and sys.platform not in ("linux", "darwin", "win32"):
             journal = "/" + journal   # a board: under the filesystem root
@@ -101,13 +100,6 @@ class Uplink:
         self.sent = 0
         self._pending = 0
         self._errors = 0
-
-    def session_heap(self):
-        """Heap the link's export feeds take once a session is up, estimated
-        for the boot-time budget check (they do not exist yet at boot): per
-        feed 48 + out_queue words, as measured on the unix port."""
-        word = 8 if sys.maxsize > 0x7FFFFFFF else 4
-        return self.n_exports * (48 + self.link.out_queue) * word
 
     def stats(self):
         self._settle()

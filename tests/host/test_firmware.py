@@ -92,7 +92,7 @@ def test_device_runtime_over_pty(device, tmp_path):
             c = bus.connect(principal="test")
             view = c.retained_view("dev/#")
             health = c.subscribe(_ep(NODE, "sys", "health"), queue_len=16)
-            temp = c.subscribe(_ep(NODE, "sensor", "temp"), queue_len=16)
+            temp = c.subscribe(_ep(NODE, "sensor", "temp"), queue_len=256)
             await until(lambda: link.status == "up", 15)
             assert link.peer_node == NODE and link.generation == 1
             sid1 = link.peer_sid
@@ -119,9 +119,11 @@ def test_device_runtime_over_pty(device, tmp_path):
             mem = h[-1].payload["mem_alloc"]
             assert mem > 0 and t[-1] >= t[0]
 
-            # the simulated sensor
+            # the simulated sensor, from its first reading of the boot on (taken
+            # while the device was starting, before its uplink ran)
             m = await asyncio.wait_for(temp.recv(), 5)
             assert m.payload["simulated"] is True and 17 < m.payload["c"] < 25
+            assert m.payload["n"] == 0
             assert m.origin.peer_sid == sid1
 
             # sys/config/get over the link (key redacted)

@@ -66,10 +66,11 @@ def test_reconnect_resyncs_without_flicker_and_counts_outage_gap():
             ops == [("retain", "dev/dev1/sensor/new"), ("retain", "dev/dev1/sensor/a"),
                     ("unretain", "dev/dev1/sensor/gone")], ops
         # same device boot: same generation; the retained changes made while
-        # down were dropped (the snapshot replaced them), counted as a gap;
-        # the publish was spooled and arrives, flagged late
+        # down took no numbers (the snapshot carried their state), so no gap
+        # and nothing dropped; the publish was spooled and arrives, flagged late
         assert j.hl.generation == 1
-        assert j.hl.counters.get("gaps", 0) == 3
+        assert j.hl.counters.get("gaps", 0) == 0
+        assert j.dl.counters.get("dropped_down", 0) == 0
         ev = await asyncio.wait_for(sub.recv(), 2)
         assert ev.payload == 9 and ev.origin.extra["late"] is True
         await j.stop()
