@@ -168,6 +168,13 @@ class Console:
         raise AssertionError("%r not seen on the REPL within %ss; it shows:\n%s"
                              % (needle, timeout, self.text[-3000:]))
 
+    def wait_line(self, needle, timeout=20, start=0):
+        """(line, end): the whole line holding needle, once its newline has arrived
+        (the UART delivers a line in pieces), and the index after it."""
+        i = self.wait_for(needle, timeout, start)
+        end = self.wait_for("\n", timeout, i)
+        return self.text[self.text.rfind("\n", 0, i) + 1:end].rstrip(), end
+
     def write(self, data):
         self.s.write(data)
 

@@ -89,8 +89,8 @@ def _ep(*path):
 
 def test_board_boots_joins_the_bridge_answers_and_reboots_with_a_new_sid(board, tmp_path):
     qb, con = board(_device_config())
-    ready = con.wait_for("READY node=%s" % NODE, 30)
-    assert "board=qemu-mps2-an385" in con.text[ready:ready + 200]
+    line, ready = con.wait_line("READY node=%s" % NODE, 30)
+    assert "board=qemu-mps2-an385" in line
     br = _bridge(tmp_path, qb.uart_port)
     sock = str(tmp_path / "state" / "bridge.sock")
     try:
