@@ -6,8 +6,9 @@ badly (each costs a GC block or more, and they fragment the heap), while one
 bytearray allocated at boot costs exactly its size and never moves. An entry
 is a 10-byte header and the body: sequence number (4 bytes), flags (1),
 length (3: a host's links carry bodies up to 64 KB), the spool clock in
-seconds mod 65536 when it was put (2, for the age of the oldest entry). An entry never wraps around the end of the ring; the space
-it would not fit in is skipped (``_end`` marks it).
+seconds mod 65536 when it was put (2, for the age of the oldest entry). An
+entry never wraps around the end of the ring; the space it would not fit in
+is skipped (``_end`` marks it).
 """
 from ..compat import const, now
 
