@@ -53,9 +53,12 @@ def _journaled(d, sid):
     sid (read as journal.py writes them: header, then E/A/C/O records)."""
     top = 0
     for name in sorted(os.listdir(d)):
-        with open(os.path.join(d, name), "rb") as f:
-            data = f.read()
-        if data[:4] != b"EBJ1" or data[5:5 + data[4]].decode() != sid:
+        try:
+            with open(os.path.join(d, name), "rb") as f:
+                data = f.read()
+        except FileNotFoundError:          # the device deleted it meanwhile
+            continue
+        if data[:4] != b"EBJ1" or len(data) < 5 or data[5:5 + data[4]] != sid.encode():
             continue
         i = 5 + data[4]
         while i + 5 <= len(data):
