@@ -31,6 +31,7 @@ from tools.ptycable import PtyCable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NODE, KEY = "d1", "k1"
+WAIT = 15.0        # seconds per step: generous, as a loaded CI machine may be slow
 # The imports firmware.main makes before any service runs: the code share.
 _IMPORTS = ("import gc,asyncio;gc.collect();a=gc.mem_alloc();"
             "import edgebus,edgebus.link.link,edgebus.link.stream,firmware.main,"
@@ -86,37 +87,39 @@ async def _workload(port, seconds, alive, seen=None, calls=0):
         health = c.subscribe(("dev", NODE, "sys", "health"), queue_len=16)
         temp = c.subscribe(("dev", NODE, "sensor", "temp"), queue_len=16)
         loop = asyncio.get_event_loop()
-        t_end = loop.time() + 20
+        t_end = loop.time() + 60
         while link.status != "up" or ("dev", NODE, "sys", "config", "set") not in bus.endpoints():
             if loop.time() > t_end or not alive():
                 return done
             await asyncio.sleep(0.05)
         done.append("up")
         while view.get(("dev", NODE, "sys", "info")) is None:
+            if loop.time() > t_end or not alive():
+                return done
             await asyncio.sleep(0.05)
         done.append("info")
         for _ in range(3):
-            await asyncio.wait_for(health.recv(), 5)
-            await asyncio.wait_for(temp.recv(), 5)
+            await asyncio.wait_for(health.recv(), WAIT)
+            await asyncio.wait_for(temp.recv(), WAIT)
         done.append("telemetry")
-        got = await c.call(("dev", NODE, "sys", "config", "get"), None, timeout=5)
+        got = await c.call(("dev", NODE, "sys", "config", "get"), None, timeout=WAIT)
         assert got["node"] == NODE
         done.append("config/get")
         r = await c.call(("dev", NODE, "sys", "config", "set"), {"health_period": 0.25},
-                         timeout=5)
+                         timeout=WAIT)
         assert r["saved"] is True
         done.append("config/set")
         await asyncio.sleep(seconds)
         n = 0
         while n < 3:                     # still alive and publishing
-            h = await asyncio.wait_for(health.recv(), 5)
+            h = await asyncio.wait_for(health.recv(), WAIT)
             n += 1
         if seen is not None:
             seen["health"] = h.payload
             if calls:
                 t0 = loop.time()
                 for _ in range(calls):
-                    await c.call(("dev", NODE, "sys", "config", "get"), "node", timeout=5)
+                    await c.call(("dev", NODE, "sys", "config", "get"), "node", timeout=WAIT)
                 seen["calls_per_s"] = calls / (loop.time() - t0)
         done.append("steady")
     except (asyncio.TimeoutError, AssertionError, edgebus.BusError):
