@@ -84,12 +84,16 @@ def add_arguments(p):
                         "query starts and (with --once) after it ends (docs/spark.md)")
 
 
-def session(master=None, app="edgebus-ingest", conf=None):
+def session(master=None, app="edgebus-ingest", conf=None, source=True):
     """A SparkSession for the edgebus commands, with the data source registered.
 
     Without --master and outside spark-submit it runs on local[*]; under
     spark-submit the master and the rest of the configuration are spark-submit's.
-    ``conf``: more settings (the tests and benchmarks use a small local[2])."""
+    ``conf``: more settings (the tests and benchmarks use a small local[2]).
+    ``source=False`` leaves the data source out, for a session that reads only
+    the table: registering one makes Spark start a Python worker to look up
+    data sources, and pyspark 4.x may print a BrokenPipeError traceback when
+    that idle worker's socket closes at spark.stop()."""
     from pyspark.sql import SparkSession
 
     from ingest.source import register
@@ -124,7 +128,8 @@ def session(master=None, app="edgebus-ingest", conf=None):
             spark.conf.set(key, value)
     if submitted or not sc.master.startswith("local"):
         _ship_code(spark)
-    register(spark)
+    if source:
+        register(spark)
     return spark
 
 

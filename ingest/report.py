@@ -226,7 +226,7 @@ def run(args):
         return 2
     from ingest.job import session
 
-    spark = session(args.master, app="edgebus-report")
+    spark = session(args.master, app="edgebus-report", source=False)
     spark.sparkContext.setLogLevel("ERROR")
     try:
         s = summarize(spark, table)
