@@ -134,10 +134,11 @@ def encode(body, max_len=MAX_LEN, lead=False):
     # Longer bodies: block by block (blocks(), the encoder a UART writer
     # uses), gathered into one buffer of the longest encoding.
     buf = bytearray(BLOCK)
+    mv = memoryview(buf)            # no copy of the block per piece
     out = bytearray(max_encoded_len(n) + 2)
     j = 0
     for k in blocks(body, buf, max_len, lead):
-        out[j:j + k] = buf[:k]
+        out[j:j + k] = mv[:k]
         j += k
     return bytes(memoryview(out)[:j])
 
