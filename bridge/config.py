@@ -15,6 +15,7 @@ EXAMPLE = os.fspath(importlib.resources.files("bridge") / "example.toml")
 # The log's group commit period (dev/bench/log_bench.py measured it: BENCHMARKS.md).
 DEFAULT_COMMIT_MS = 20
 MAX_COMMIT_MS = 10000
+CLIENT_QUEUE = 32        # messages per feed a local socket client gets by default
 MAX_CLIENT_QUEUE = 65536
 # How often the log seals its active segment: what readers (Spark) can see is
 # at most this old, plus the ingest job's trigger (docs/spark.md, fresh rows).
@@ -91,7 +92,7 @@ class Config:
     # Per local socket client (the shell commands, attach_local): how many
     # messages each of its export feeds holds while the client reads; beyond
     # it the oldest go, counted as the client's gap (the command's exit 9).
-    client_queue: int = 32
+    client_queue: int = CLIENT_QUEUE
     serial: list = field(default_factory=list)   # [Device]
     mqtt: Mqtt | None = None
     acl: list = field(default_factory=list)      # [Acl]; empty: local users may do anything
@@ -183,7 +184,7 @@ def parse(data, base_dir="."):
     b = _take(top.get("bridge", {}), "[bridge]", {
         "node": str, "state_dir": str, "socket": str, "metrics": str, "heartbeat": NUM,
         "queue_len": int, "client_queue": int, "relay_calls": list})
-    if not 1 <= b.get("client_queue", 32) <= MAX_CLIENT_QUEUE:
+    if not 1 <= b.get("client_queue", CLIENT_QUEUE) <= MAX_CLIENT_QUEUE:
         raise ConfigError("[bridge]: client_queue must be between 1 and %d messages, got %r"
                           % (MAX_CLIENT_QUEUE, b["client_queue"]))
     for p in b.get("relay_calls", ()):

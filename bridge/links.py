@@ -13,6 +13,7 @@ import struct
 
 
 from bridge import textmode
+from bridge.config import CLIENT_QUEUE
 from edgebus.link.frame import DELIM
 from edgebus.link.link import Link
 from edgebus.link.stream import StreamTransport
@@ -190,6 +191,6 @@ async def attach_local(bus, path, node="local", exports=(("#", ""),), imports=((
     link = Link(bus, node, key=None, role="initiator", exports=list(exports),
                 imports=list(imports), export_calls=list(export_calls),
                 import_calls=list(import_calls), heartbeat=heartbeat, status=False,
-                max_len=LOCAL_MAX_LEN, spool=host_spool(LOCAL_MAX_LEN, 32))
+                max_len=LOCAL_MAX_LEN, spool=host_spool(LOCAL_MAX_LEN, CLIENT_QUEUE))
     task = asyncio.create_task(link.run(StreamTransport(r, w, LOCAL_MAX_LEN)))
     return link, task
