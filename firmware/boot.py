@@ -16,9 +16,15 @@ BUILTIN = ("info", "health", "reboot", "sysconfig")
 # validator) unless the board manifest sets budget.reserve: the measured
 # transient peak of the full runtime on the unix port is ~15 KB (dev/devheap.py).
 RESERVE = 16384
-# Defaults when no board manifest is given (the unix board's values).
-BOARD = {"name": "unix", "queues": {"bus": 8, "full": "drop_oldest", "uplink_tx": 16,
-                                    "spool": 24576}, "uart": {"baud": 115200}}
+# What a device runs when no board manifest reaches it (a bundle assembled by
+# hand): the smallest spool of the boards that run the runtime (esp32,
+# rp2-pico-w) and no heap budget, since the board is unknown. sys/info and
+# sys/health say so ("manifest": null) rather than pass them off as a board's.
+DEFAULTS = {"queues": {"bus": 8, "full": "drop_oldest", "uplink_tx": 16, "uplink_rx": 8,
+                       "spool": 24576}, "uart": {"baud": 115200}}
+# Where edgebus build, deploy, flash and the fleet put the manifest: the
+# filesystem root on boards, the working directory on the unix port.
+MANIFEST = "board.json"
 
 
 def _import(name):
@@ -39,38 +45,45 @@ def _import(name):
 
 # What the runtime reads of a board manifest; the rest (prose, build and flash
 # settings for the host's tools) is dropped when read from a file: kept in
-# ctx.board it took ~0.5 KB of heap on the 32-bit board for nothing.
+# ctx.board it took ~0.5 KB of heap on the 32-bit board for nothing. edgebus
+# build writes only these into a bundle's board.json (tools.boards.runtime_files).
 RUNTIME_KEYS = ("name", "runtime", "uplink", "uart", "queues", "budget")
 
 
-def _runtime(b):
-    return dict((k, b[k]) for k in RUNTIME_KEYS if k in b)
-
-
 def load_board(board):
-    """board: a manifest dict, a board name or path (boards/<name>.json), or None
-    (the board's own board.json if it has one, as edgebus flash writes it)."""
+    """The board values the device runs, with "manifest": where they came
+    from (None: the built-in DEFAULTS). board: a manifest dict, a manifest
+    path (ending .json), or the config's board name or None, which read
+    board.json. A board.json for another board than the config names stops
+    the device (ConfigError): its queues and budget are not this board's."""
     if type(board) is dict:
-        return board
-    if board is None:
-        import json
-        try:
-            with open("board.json") as f:
-                return _runtime(json.load(f))
-        except (OSError, ValueError):
-            return BOARD
+        b = dict(board)
+        b.setdefault("manifest", "given")
+        return b
     import json
-    for p in (board, "boards/%s.json" % board, "board.json"):
-        try:
-            with open(p) as f:
-                b = json.load(f)
-            if p != "board.json" or b.get("name") == board:
-                return _runtime(b)
-        except (OSError, ValueError):
-            pass
-    # No manifest on the device (deploy copies none): the unix defaults, named.
-    b = dict(BOARD)
-    b["name"] = board
+    path = board if board is not None and board.endswith(".json") else MANIFEST
+    try:
+        with open(path) as f:
+            m = json.load(f)
+    except OSError:
+        if path != MANIFEST:
+            raise ConfigError("no board manifest at %s" % path)
+        b = dict(DEFAULTS)
+        b["name"] = board
+        b["manifest"] = None
+        return b
+    except ValueError as e:
+        raise ConfigError("board manifest %s is not valid JSON (%s): rebuild and deploy the "
+                          "bundle (edgebus build, edgebus deploy)" % (path, e))
+    if type(m) is not dict or "name" not in m:
+        raise ConfigError("board manifest %s has no board name: rebuild and deploy the bundle"
+                          % path)
+    if path == MANIFEST and board is not None and m["name"] != board:
+        raise ConfigError("%s is the manifest of board %s but the config says board %s: deploy "
+                          "the bundle built for %s (edgebus build --board %s) or correct the "
+                          "config's board" % (path, m["name"], board, board, board))
+    b = dict((k, m[k]) for k in RUNTIME_KEYS if k in m)
+    b["manifest"] = path
     return b
 
 
@@ -139,9 +152,16 @@ def boot_sid(path):
 async def start(cfg, path, board, ctx_class):
     """The bus, a ctx_class context, the uplink and the services, started:
     (ctx, service names, code bytes) once the services took their first step."""
-    q = dict(board.get("queues", {}))
+    q = dict(DEFAULTS["queues"])
+    q.update(board.get("queues", {}))
     q.update(cfg.get("queues", {}))
-    n = cfg.get("link", {}).get("spool", q.get("spool", 24576))
+    n = q["spool"] = cfg.get("link", {}).get("spool", q["spool"])
+    # ctx.board holds what the device runs (sys/info reports it), the
+    # config's overrides included.
+    if "out_queue" in cfg.get("link", {}):
+        q["uplink_tx"] = cfg["link"]["out_queue"]
+    board = dict(board)
+    board["queues"] = q
     try:
         # The link's spool first: its one large block is found easily before
         # the code is loaded around the heap (later, 46 KB free can hold no 20 KB).

@@ -93,8 +93,13 @@ async def run(cfg, path, board):
     if ms and machine is not None and hasattr(machine, "WDT"):
         wdt = machine.WDT(timeout=ms)
         ctx.log("watchdog on: %d ms" % ms)
-    ctx.log("READY node=%s fw=%s board=%s services=%s mem_alloc=%s mem_free=%s "
-            "mem_code=%s mem_data=%s" % (ctx.node, VERSION, board.get("name"),
+    b = ctx.board
+    if b.get("manifest") is None:
+        ctx.log("no board manifest (board.json): running built-in defaults, spool %d bytes "
+                "and no heap budget; deploy the bundle built for this board"
+                % b["queues"]["spool"])
+    ctx.log("READY node=%s fw=%s board=%s manifest=%s services=%s mem_alloc=%s mem_free=%s "
+            "mem_code=%s mem_data=%s" % (ctx.node, VERSION, b.get("name"), b.get("manifest"),
                                          ",".join(names), a, f, code, data))
     while not ctx._stop.is_set():
         if wdt is not None:

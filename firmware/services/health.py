@@ -18,7 +18,11 @@ def health(ctx):
     for k in _LINK:
         lk[k] = lc.get(k, 0)
     lk["spool"] = link.spool_stats()
-    return {"uptime": int(ctx.uptime()), "mem_alloc": a, "mem_free": f,
+    b = ctx.board
+    # Which board's values run ("manifest" null: the built-in defaults); the
+    # spool's capacity is in link.spool, the rest of the values in sys/info.
+    return {"uptime": int(ctx.uptime()), "board": b.get("name"), "manifest": b.get("manifest"),
+            "mem_alloc": a, "mem_free": f,
             "bus_dropped": ctx.bus.stats()["dropped"], "link": lk, "uplink": ctx.uplink.stats(),
             "service_errors": ctx.counters.get("service_errors", 0),
             "health_skipped": ctx.counters.get("health_skipped", 0)}

@@ -1,5 +1,6 @@
-"""sys/info (retained): firmware version, board, implementation, uptime, heap,
-reset cause; retained again every info_period seconds (uptime moves)."""
+"""sys/info (retained): firmware version, board and the board values in force
+(manifest, queues with the spool, budget), implementation, uptime, heap, reset
+cause; retained again every info_period seconds (uptime moves)."""
 import sys
 import asyncio
 from firmware import VERSION, mem
@@ -26,7 +27,10 @@ def info(ctx):
     im = sys.implementation
     v = im.version
     a, f = mem()
-    return {"fw": VERSION, "node": ctx.node, "board": ctx.board.get("name"),
+    b = ctx.board
+    # The board values in force: "manifest" null means the built-in defaults.
+    return {"fw": VERSION, "node": ctx.node, "board": b.get("name"),
+            "manifest": b.get("manifest"), "queues": b.get("queues"), "budget": b.get("budget"),
             "impl": "%s %d.%d.%d" % (im.name, v[0], v[1], v[2]), "platform": sys.platform,
             "uptime": int(ctx.uptime()), "mem_free": f, "mem_alloc": a,
             "reset_cause": reset_cause()}

@@ -45,6 +45,12 @@ def _get(ctx, req):
 
 def _set(ctx, req):
     ch = req.payload
+    b = ctx.board
+    if type(ch) is dict and ch.get("board", b["name"]) != b["name"] and b.get("manifest"):
+        # The device would stop at its next boot on the bundle's board.json.
+        return req.fail("invalid config change: this device's bundle is built for board %s "
+                        "(its board.json): deploy the bundle for %s to change its board"
+                        % (b["name"], ch["board"]))
     cf = transient("firmware.config")
     try:
         new = cf.merge(ctx.config, ch, ctx.config.get("allow_identity_change", False))

@@ -1,0 +1,25 @@
+"""A host end for one device on a pty cable: a CPython responder Link over
+pyserial-asyncio that imports everything the device publishes under
+dev/<node>/ (test_firmware.py, test_board_values.py)."""
+import asyncio
+
+import serial_asyncio
+
+import edgebus
+from edgebus.link.link import Link
+from edgebus.link.stream import StreamTransport
+
+
+async def host(cable, key, body):
+    """body(bus, link) run while the host link serves cable.b; its result."""
+    bus = edgebus.Bus(q_length=64)
+    link = Link(bus, "host", key=key.encode(), role="responder",
+                imports=[("#", "dev/{node}")], import_calls=[("#", "dev/{node}")],
+                exports=[("dev/{node}/cmd/#", "dev/{node}")], heartbeat=0.5)
+    r, w = await serial_asyncio.open_serial_connection(url=cable.b, baudrate=115200)
+    task = asyncio.create_task(link.run(StreamTransport(r, w)))
+    try:
+        return await body(bus, link)
+    finally:
+        await link.close()
+        task.cancel()
