@@ -10,6 +10,8 @@ import json
 import os
 import re
 
+from firmware.boot import MANIFEST, RUNTIME_KEYS
+
 # The manifests install as the package `boards` (from a checkout: boards/).
 BOARDS_DIR = os.fspath(importlib.resources.files("boards"))
 
@@ -324,6 +326,14 @@ def load_board(name, boards_dir=None):
                          % (rel, e.msg, e.lineno, e.colno)) from None
     stem = os.path.basename(path)[:-5]
     return validate(data, name=stem, source=rel)
+
+
+def runtime_files(board):
+    """{file name: bytes}: the board.json that travels with a bundle (edgebus
+    build), a flashed image (edgebus flash) and the fleet's devices, holding
+    the part of the manifest the runtime reads (firmware.boot.load_board)."""
+    part = {k: board[k] for k in RUNTIME_KEYS if k in board}
+    return {MANIFEST: (json.dumps(part, indent=1, sort_keys=True) + "\n").encode()}
 
 
 def mpy_arch_number(arch):

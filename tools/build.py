@@ -5,8 +5,9 @@ The bundle directory (default ``build/<board>/``) holds the compiled modules
 mip-compatible ``package.json`` (so ``mpremote mip install build/<board>/package.json``
 or ``mip.install("http://host/.../package.json")`` installs it) and
 ``bundle.json`` (board, .mpy version, sizes) that ``edgebus deploy`` checks,
-and ``manifest.py``, a MicroPython freeze manifest of the same sources: built
-into the firmware (``make BOARD=... FROZEN_MANIFEST=<bundle>/manifest.py`` in
+``board.json``, the part of the board's manifest the device runtime runs
+(queues, spool, heap budget; installed with the rest), and ``manifest.py``, a
+MicroPython freeze manifest of the same sources: built into the firmware (``make BOARD=... FROZEN_MANIFEST=<bundle>/manifest.py`` in
 the port's directory) the modules run from flash and their code takes no heap.
 """
 import json
@@ -230,6 +231,13 @@ def build(board, out, sources=None, entry=None, opt=0, log=print):
             with open(os.path.join(tmp, "main.py"), "w") as f:
                 f.write("import %s  # written by edgebus build\n" % entry)
             files["main.py"] = os.path.getsize(os.path.join(tmp, "main.py"))
+
+        # The board values the runtime runs (queues, spool, budget) travel
+        # with the bundle, so deploy and mip put them on the device.
+        for name, data in boards.runtime_files(board).items():
+            with open(os.path.join(tmp, name), "wb") as f:
+                f.write(data)
+            files[name] = len(data)
 
         block = board["budget"]["fs_block"]
         total = sum(files.values())

@@ -78,8 +78,10 @@ def load_bundle(bundle, board):
     return meta, files
 
 
-def read_config(path):
-    """The config file's bytes, after checking it is a JSON object."""
+def read_config(path, board=None):
+    """The config file's bytes, after checking it is a JSON object (and, given
+    a board name, that the config names no other board: the device would stop
+    at boot on the bundle's board.json)."""
     try:
         with open(path, "rb") as f:
             data = f.read()
@@ -91,6 +93,10 @@ def read_config(path):
         raise DeployError("--config %s: not valid JSON: %s" % (path, e)) from None
     if not isinstance(obj, dict):
         raise DeployError("--config %s: must be a JSON object {...}" % path)
+    if board is not None and obj.get("board", board) != board:
+        raise DeployError("--config %s names board %s but the bundle is for board %s: correct "
+                          "the config's board, or build and deploy the bundle for %s"
+                          % (path, json.dumps(obj["board"]), board, json.dumps(obj["board"])))
     return data
 
 
@@ -324,7 +330,7 @@ def deploy(board, port, bundle, config=None, baud=115200, timeout=10.0, reset=Tr
             "(e.g. rsync -a %s/ gateway:/opt/edgebus/) or pip install edgebus there"
             % (board["name"], bundle, bundle))
     meta, files = load_bundle(bundle, board)
-    cfg = read_config(config) if config else None
+    cfg = read_config(config, board["name"]) if config else None
     root = board["device"]["root"]
     local = {dest: sha256_file(src) for dest, src in files}
     sources = dict(files)

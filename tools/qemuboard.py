@@ -57,7 +57,7 @@ def _serial(spec):
 def device_files(board, config=None, main="firmware.main"):
     """The files edgebus flash puts on the board's filesystem: the config, the
     board manifest the runtime reads (board.json) and main.py."""
-    files = {"board.json": json.dumps(board).encode()}
+    files = boards.runtime_files(board)
     if config is not None:
         files["config.json"] = json.dumps(config).encode()
     if main:

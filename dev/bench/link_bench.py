@@ -159,7 +159,7 @@ def spool_cover():
             b = json.load(f)
         boards[b["name"]] = b.get("queues", {}).get("spool")
     from firmware import boot
-    default = boot.BOARD["queues"]["spool"]
+    default = boot.DEFAULTS["queues"]["spool"]
     sizes = sorted(set([v for v in boards.values() if v] + [default]))
     jbytes = inspect.signature(Link).parameters["journal_bytes"].default
     d = tempfile.mkdtemp(prefix="edgebus-journal-bench-")
