@@ -12,29 +12,59 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
-from tools import mpybuild
+from tools import boards, mpybuild
 from tools.ptycable import PtyCable
 
 DEVICE_HEAP = "224K"    # core + link + firmware on the 64-bit unix port
+# Restart=always as systemd does it: a device that exits is started again
+# after RESTART_S; one that exits START_LIMIT times within START_WINDOW_S is
+# left stopped (StartLimitBurst / StartLimitIntervalSec), not restarted in a loop.
+RESTART_S = 0.5
+START_LIMIT = 5
+START_WINDOW_S = 10.0
+
+
+def merge(base, over):
+    """base with over's keys set, nested objects merged key by key (a copy)."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
 
 
 class Fleet:
     """Simulated devices. ``serial`` devices get a PtyCable each (their bridge
     port is ``cable.b``); ``mqtt`` devices connect to ``broker`` (host, port).
-    ``uplink``: more uplink config for every device (e.g. failover gateways)."""
+    ``board``: the manifest whose runtime values the devices run (its
+    board.json is in their bundle). ``uplink``: more uplink config for every
+    device (e.g. failover gateways); ``journal``: each device keeps a flash
+    journal (``link.journal``) in its own directory; ``config``: any other
+    device config, merged over the defaults. Started devices are supervised:
+    one that exits (``sys/reboot`` exits with status 3) starts again, counted
+    in ``restarts``, while the others run on."""
 
     def __init__(self, out, serial=0, mqtt=0, broker=None, prefix="sim", period=0.2,
-                 health_period=2.0, heap=DEVICE_HEAP, link=None, uplink=None):
+                 health_period=2.0, heap=DEVICE_HEAP, link=None, uplink=None, board="unix",
+                 journal=False, config=None):
         if mqtt and broker is None:
             raise ValueError("MQTT devices need a broker (host, port)")
+        self.board = boards.load_board(board)
+        if self.board["runtime"] != "micropython":
+            raise ValueError("board %s runs CPython: the fleet runs the MicroPython unix port"
+                             % self.board["name"])
         self.out = os.path.abspath(out)
         self.bundle = tempfile.mkdtemp(prefix="edgebus-fleet-")
         mpybuild.compile_packages(["edgebus", "firmware"], self.bundle)
-        self.devices = []      # dicts: node, key, kind, port (serial), config, log, proc
+        self.devices = []      # dicts: node, key, kind, port (serial), config, log, proc, restarts
         self.cables = []
         self.heap = heap
+        self.events = []       # (time, node, what): exits and restarts, in order
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._watcher = None
         uplink_more = uplink or {}
         for i in range(serial + mqtt):
             node = "%s-%d" % (prefix, i + 1) if i < serial else "%s-mqtt-%d" % (prefix, i - serial + 1)
@@ -49,38 +79,94 @@ class Fleet:
             uplink.update({"backoff_min": 0.2, "backoff_max": 2.0})
             uplink.update(uplink_more)
             d["key"] = "fleet-key-" + node
-            d["config"] = self._config(node, d["key"], uplink, period, health_period, link)
+            d["dir"] = os.path.join(self.out, "devices", node)
+            cfg = {"node": node, "key": d["key"], "board": self.board["name"], "uplink": uplink,
+                   "link": link or {"heartbeat": 1.0}, "health_period": health_period,
+                   "services": [{"module": "temp", "period": period}]}
+            if journal:
+                cfg["link"] = dict(cfg["link"], journal="journal")
+            d["config"] = self._files(d["dir"], merge(cfg, config or {}))
             d["log"] = os.path.join(self.out, "devices", node + ".log")
+            d["restarts"] = 0
+            d["exits"] = []        # exit statuses, in order
             self.devices.append(d)
 
-    def _config(self, node, key, uplink, period, health_period, link):
-        cfg = {"node": node, "key": key, "board": "unix", "uplink": uplink,
-               "link": link or {"heartbeat": 1.0}, "health_period": health_period,
-               "services": [{"module": "temp", "period": period}]}
-        d = os.path.join(self.out, "devices", node)
+    def _files(self, d, cfg):
+        """A device's own filesystem, its working directory: config.json and
+        the board's board.json (the boot counter and journal go there too)."""
         os.makedirs(d, exist_ok=True)
-        path = os.path.join(d, "config.json")
-        with open(path, "w") as f:
-            json.dump(cfg, f)
-        return path
+        files = boards.runtime_files(self.board)
+        files["config.json"] = json.dumps(cfg).encode()
+        for name, data in files.items():
+            with open(os.path.join(d, name), "wb") as f:
+                f.write(data)
+        return os.path.join(d, "config.json")
 
-    def start(self, node=None):
-        """Start every device (or one): a micropython process each."""
-        for d in self.devices:
-            if node is not None and d["node"] != node:
-                continue
-            log = open(d["log"], "a")
+    def _spawn(self, d):
+        # The shared bundle on the module path, as frozen modules are on a board.
+        env = dict(os.environ, MICROPYPATH=".frozen:" + self.bundle)
+        with open(d["log"], "a") as log:
             d["proc"] = subprocess.Popen(
                 [mpybuild.micropython(), "-X", "heapsize=" + self.heap, "-m", "firmware.main",
-                 d["config"]], cwd=self.bundle, stdout=log, stderr=subprocess.STDOUT)
+                 "config.json"], cwd=d["dir"], env=env, stdout=log, stderr=subprocess.STDOUT)
+        d["wanted"] = True
+
+    def start(self, node=None):
+        """Start every device (or one): a micropython process each, supervised."""
+        with self._lock:
+            for d in self.devices:
+                if node is None or d["node"] == node:
+                    d["starts"] = []
+                    self._spawn(d)
+        if self._watcher is None:
+            self._watcher = threading.Thread(target=self._supervise, name="fleet-supervisor",
+                                             daemon=True)
+            self._watcher.start()
         return self
 
+    def _supervise(self):
+        while not self._stopping.wait(0.1):
+            with self._lock:
+                for d in self.devices:
+                    p = d.get("proc")
+                    if not d.get("wanted") or p is None or p.poll() is None:
+                        continue
+                    now = time.monotonic()
+                    d["exits"].append(p.returncode)
+                    self.events.append((now, d["node"], "exit %s" % p.returncode))
+                    d["starts"] = [t for t in d["starts"] if now - t < START_WINDOW_S]
+                    if len(d["starts"]) >= START_LIMIT:
+                        d["wanted"] = False
+                        self.events.append((now, d["node"], "start limit: left stopped"))
+                        continue
+                    d["proc"] = None
+                    d["restart_at"] = now + RESTART_S
+                for d in self.devices:
+                    if d.get("wanted") and d.get("proc") is None and \
+                            time.monotonic() >= d.get("restart_at", 0):
+                        d["starts"].append(time.monotonic())
+                        d["restarts"] += 1
+                        self.events.append((time.monotonic(), d["node"], "restart"))
+                        self._spawn(d)
+
+    def running(self):
+        """Nodes whose process runs now."""
+        with self._lock:
+            return [d["node"] for d in self.devices
+                    if d.get("proc") is not None and d["proc"].poll() is None]
+
+    def failed(self):
+        """Nodes left stopped after exiting too often (the start limit)."""
+        return [d["node"] for d in self.devices if d.get("proc") and not d.get("wanted")]
+
     def kill(self, node):
-        """Kill one device as a power cut would."""
-        for d in self.devices:
-            if d["node"] == node and d.get("proc"):
-                d["proc"].kill()
-                d["proc"].wait()
+        """Kill one device as a power cut would; it stays off until start(node)."""
+        with self._lock:
+            for d in self.devices:
+                if d["node"] == node and d.get("proc"):
+                    d["wanted"] = False
+                    d["proc"].kill()
+                    d["proc"].wait()
 
     def bridge_config(self, broker=None):
         """The [[serial]] and [mqtt] parts of a bridge configuration for this fleet."""
@@ -92,11 +178,16 @@ class Fleet:
         return cfg
 
     def stop(self):
-        for d in self.devices:
-            p = d.get("proc")
-            if p is not None and p.poll() is None:
-                p.kill()
-                p.wait()
+        self._stopping.set()
+        if self._watcher is not None:
+            self._watcher.join()
+        with self._lock:
+            for d in self.devices:
+                d["wanted"] = False
+                p = d.get("proc")
+                if p is not None and p.poll() is None:
+                    p.kill()
+                    p.wait()
         for c in self.cables:
             c.close()
         shutil.rmtree(self.bundle, ignore_errors=True)
@@ -128,7 +219,42 @@ def add_arguments(p):
                    help="connect the devices over MQTT to this broker (default: serial ptys)")
     p.add_argument("--out", default="out/fleet", help="device configs and logs")
     p.add_argument("--period", type=float, default=1.0, help="sensor period in seconds")
+    p.add_argument("--board", default="unix",
+                   help="the board manifest whose runtime values (queues, spool, heap budget) "
+                   "the devices run (default: unix)")
+    p.add_argument("--journal", action="store_true",
+                   help="each device keeps a flash journal (link.journal) in its directory, "
+                   "so what it spooled outlives a reboot")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="a device config key for every device, dotted for sections "
+                   "(link.spool=65536, health_period=1); VALUE is JSON, else a string; repeatable")
     p.add_argument("--config-out", help="also write the bridge TOML fragment to this file")
+
+
+def parse_sets(items):
+    """--set KEY=VALUE items -> a nested config dict; SystemExit on a bad one."""
+    out = {}
+    for item in items:
+        key, eq, raw = item.partition("=")
+        parts = key.split(".")
+        if not eq or not all(parts):
+            raise SystemExit("edgebus fleet: --set takes KEY=VALUE (e.g. link.spool=65536), "
+                             "not %r" % item)
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = raw
+        d = out
+        for k in parts[:-1]:
+            d = d.setdefault(k, {})
+            if not isinstance(d, dict):
+                raise SystemExit("edgebus fleet: --set %s: %s is set to a value already"
+                                 % (item, k))
+        d[parts[-1]] = value
+    return out
+
+
+EXIT_MEANING = {3: "sys/reboot", 2: "config error", -9: "killed"}
 
 
 def run(args):
@@ -141,25 +267,40 @@ def run(args):
     n = args.devices
     if n < 1:
         raise SystemExit("edgebus fleet: --devices must be at least 1")
-    fleet = Fleet(args.out, serial=0 if broker else n, mqtt=n if broker else 0,
-                  broker=broker, period=args.period)
+    try:
+        fleet = Fleet(args.out, serial=0 if broker else n, mqtt=n if broker else 0,
+                      broker=broker, period=args.period, board=args.board,
+                      journal=args.journal, config=parse_sets(args.set))
+    except (boards.BoardError, ValueError) as e:
+        raise SystemExit("edgebus fleet: %s" % e)
     fleet.start()
     frag = bridge_toml(fleet.bridge_config(broker))
     if args.config_out:
         with open(args.config_out, "w") as f:
             f.write(frag)
-    print("edgebus fleet: %d simulated devices (MicroPython unix port) running; logs in %s"
-          % (n, fleet.out))
+    q = fleet.board["queues"]
+    print("edgebus fleet: %d simulated devices (MicroPython unix port, board %s: spool %d B, "
+          "bus queue %d%s) running; logs in %s" % (n, fleet.board["name"], q["spool"], q["bus"],
+                                                   ", flash journal" if args.journal else "",
+                                                   fleet.out))
     print("join them with edgebus-bridge using:\n\n" + frag)
-    print("Ctrl-C stops the fleet.", flush=True)
+    print("Ctrl-C stops the fleet. A device that exits is started again.", flush=True)
     stop = []
     signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
+    seen = 0
     try:
         while not stop:
             time.sleep(0.5)
-            dead = [d["node"] for d in fleet.devices if d["proc"].poll() is not None]
-            if dead:
-                print("edgebus fleet: device(s) exited: %s (see their logs)" % ", ".join(dead))
+            for _t, node, what in fleet.events[seen:]:
+                code = what.split()[-1]
+                why = EXIT_MEANING.get(int(code)) if what.startswith("exit") else None
+                print("edgebus fleet: %s: %s%s" % (node, what, " (%s)" % why if why else ""),
+                      flush=True)
+            seen = len(fleet.events)
+            if len(fleet.failed()) == n:
+                print("edgebus fleet: every device exited %d times within %.0f s and is left "
+                      "stopped (see their logs in %s)" % (START_LIMIT, START_WINDOW_S,
+                                                          fleet.out))
                 return 1
     except KeyboardInterrupt:
         pass

@@ -87,7 +87,7 @@ def test_fleet_of_50_micropython_devices_over_mqtt(tmp_path, rel):
                 time.sleep(1)
             t_end = time.time()
             st = asyncio.run(status())
-            dead = [d["node"] for d in fleet.devices if d["proc"].poll() is not None]
+            dead = [(d["node"], d["exits"]) for d in fleet.devices if d["exits"]]
             assert not dead, dead
             t_term = time.monotonic()
             br.send_signal(signal.SIGTERM)
