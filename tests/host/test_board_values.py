@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+import edgebus
 from tests.conftest import processes, until
 from tests.host import devicekit
 from tools import boards, build, mpybuild
@@ -67,6 +68,11 @@ def test_the_device_runs_and_reports_its_boards_manifest(name, tmp_path):
                 health = c.subscribe("dev/%s/sys/health" % NODE, queue_len=8)
                 await until(lambda: len(view) == 1, 30)
                 h = await asyncio.wait_for(health.recv(), 10)
+                # its board is the bundle's: a remote change would stop it at boot
+                topic = ("dev", NODE, "sys", "config", "set")
+                await until(lambda: topic in bus.endpoints(), 10)
+                with pytest.raises(edgebus.Failed, match="bundle is built for board %s" % name):
+                    await c.call(topic, {"board": "other"}, timeout=5)
                 return view.snapshot()[0].payload, h.payload
             try:
                 info, health = asyncio.run(devicekit.host(cable, KEY, body))

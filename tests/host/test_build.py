@@ -58,7 +58,10 @@ def test_unix_bundle_has_no_sources_and_a_mip_package_json(unix_bundle):
     # mip's format: "urls" is a list of [destination, URL]; relative URLs are
     # resolved against package.json's own location.
     assert set(pj) == {"urls", "version"}
-    assert sorted(dest for dest, _src in pj["urls"]) == mods
+    # board.json, the board values the runtime runs, is installed with the modules
+    assert sorted(dest for dest, _src in pj["urls"]) == sorted(mods + ["board.json"])
+    with open(os.path.join(out, "board.json"), "rb") as f:
+        assert f.read() == boards.runtime_files(UNIX)["board.json"]
     for dest, src in pj["urls"]:
         assert not os.path.isabs(src) and "://" not in src
         assert os.path.isfile(os.path.join(out, src))
@@ -100,7 +103,8 @@ def test_every_bundled_module_loads_from_mpy(unix_bundle):
     # heap here is generous on purpose: whether the whole runtime fits the
     # board's budget is the runtime's test, not the bundler's.
     out, rep, _ = unix_bundle
-    mods = [p[:-4].replace("/", ".").replace(".__init__", "") for p in rep["files"]]
+    mods = [p[:-4].replace("/", ".").replace(".__init__", "") for p in rep["files"]
+            if p.endswith(".mpy")]
     code = "import sys\nfor m in %r:\n __import__(m)\nprint('loaded', len(%r))" % (mods, mods)
     r = _run_mpy(out, code, 1024 * 1024)
     assert r.returncode == 0 and "loaded %d" % len(mods) in r.stdout, r.stdout + r.stderr
@@ -177,8 +181,9 @@ def test_linux_edge_bundle_is_the_sources(tmp_path):
     assert not [f for f in files if f.endswith(".mpy")]
     assert "edgebus/bus.py" in files
     for p in rep["files"]:
-        assert open(os.path.join(out, p), "rb").read() == \
-            open(os.path.join(ROOT, p), "rb").read()
+        if p != "board.json":
+            assert open(os.path.join(out, p), "rb").read() == \
+                open(os.path.join(ROOT, p), "rb").read()
     assert json.load(open(os.path.join(out, "bundle.json")))["mpy"] is None
 
 

@@ -11,12 +11,9 @@ import json
 import sys
 
 import pytest
-import serial_asyncio
-
 import edgebus
-from edgebus.link.link import Link
-from edgebus.link.stream import StreamTransport
 from tests.conftest import ROOT, processes, until
+from tests.host import devicekit
 from tools import mpybuild
 from tools.ptycable import PtyCable
 
@@ -61,17 +58,7 @@ def device(fw_tree):
 
 
 async def _host(cable, body):
-    bus = edgebus.Bus(q_length=64)
-    link = Link(bus, "host", key=KEY.encode(), role="responder",
-                imports=[("#", "dev/{node}")], import_calls=[("#", "dev/{node}")],
-                exports=[("dev/{node}/cmd/#", "dev/{node}")], heartbeat=0.5)
-    r, w = await serial_asyncio.open_serial_connection(url=cable.b, baudrate=115200)
-    task = asyncio.create_task(link.run(StreamTransport(r, w)))
-    try:
-        return await body(bus, link)
-    finally:
-        await link.close()
-        task.cancel()
+    return await devicekit.host(cable, KEY, body)
 
 
 def _ep(node, *path):
@@ -101,6 +88,8 @@ def test_device_runtime_over_pty(device, tmp_path):
             await until(lambda: view.get(_ep(NODE, "sys", "info")) is not None)
             info = view.get(_ep(NODE, "sys", "info")).payload
             assert info["fw"] and info["node"] == NODE and info["board"] == "unix"
+            # this tree has no board.json: the built-in defaults, and said so
+            assert info["manifest"] is None and info["queues"]["spool"] == 24576
             assert info["impl"].startswith("micropython ") and info["platform"] == "linux"
             assert type(info["uptime"]) is int and info["mem_free"] > 0
             assert "reset_cause" in info    # None on the unix port: no machine.reset_cause
@@ -195,6 +184,7 @@ def test_device_runtime_over_pty(device, tmp_path):
             raise
         out1 = dev.communicate(timeout=5)[0]
         assert "READY node=d1" in out1 and "mem_alloc=" in out1, out1
+        assert "no board manifest (board.json): running built-in defaults, spool 24576" in out1
         assert "config changed: health_period, link" in out1, out1
         out2 = dev2.communicate(timeout=5)[0]
         assert dev2.returncode == 3, out2

@@ -116,17 +116,28 @@ def test_old_images_are_pruned_newest_kept(tmp_path, monkeypatch):
 
 
 def test_the_runtime_takes_the_board_json_edgebus_flash_wrote(tmp_path, monkeypatch):
-    from firmware import boot
+    from firmware import ConfigError, boot
     monkeypatch.chdir(tmp_path)
-    assert boot.load_board(None)["name"] == "unix"          # none on this filesystem
+    # None on this filesystem: the built-in defaults, and said so
+    got = boot.load_board(BOARD)
+    assert got["name"] == BOARD and got["manifest"] is None
+    assert got["queues"] == boot.DEFAULTS["queues"] and "budget" not in got
     b = boards.load_board(BOARD)
     (tmp_path / "board.json").write_bytes(qemuboard.device_files(b)["board.json"])
-    got = boot.load_board(None)
-    assert got["uart"]["driver"] == "mps2uart"
-    assert got["budget"] == b["budget"] and got["queues"] == b["queues"]
+    for name in (BOARD, None):
+        got = boot.load_board(name)
+        assert got["uart"]["driver"] == "mps2uart" and got["manifest"] == "board.json"
+        assert got["budget"] == b["budget"] and got["queues"] == b["queues"]
     # The host tools' part of the manifest is not kept in the device's heap.
     assert "notes" in b and "flash" in b
-    assert set(got) <= set(boot.RUNTIME_KEYS)
+    assert set(got) <= set(boot.RUNTIME_KEYS) | {"manifest"}
+    # A manifest of another board: the device stops, naming both
+    with pytest.raises(ConfigError, match="board.json is the manifest of board %s but the "
+                       "config says board esp32" % BOARD):
+        boot.load_board("esp32")
+    (tmp_path / "board.json").write_text("{not json")
+    with pytest.raises(ConfigError, match="board.json is not valid JSON"):
+        boot.load_board(BOARD)
 
 
 def test_boot_sids_count_boots_and_never_repeat(tmp_path):

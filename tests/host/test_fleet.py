@@ -1,6 +1,7 @@
 """edgebus fleet: simulated devices (the real firmware on the real MicroPython
 unix port) against a real mosquitto and the real bridge."""
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -62,17 +63,88 @@ def test_five_devices_over_mqtt_come_up_answer_and_survive_a_broker_restart(tmp_
 def test_fleet_command_prints_the_bridge_config(tmp_path):
     frag = tmp_path / "fleet.toml"
     p = subprocess.Popen([sys.executable, "-m", "tools.cli", "fleet", "--devices", "2",
-                          "--out", str(tmp_path / "f"), "--config-out", str(frag)], cwd=ROOT,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                          "--out", str(tmp_path / "f"), "--config-out", str(frag),
+                          "--board", "esp32-s3", "--journal", "--set", "health_period=1",
+                          "--set", "link.spool=40000", "--set", "queues.full=reject_newest"],
+                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        line = ""
-        while "Ctrl-C" not in line:
+        text = ""
+        while "Ctrl-C" not in text:
             line = p.stdout.readline()
-            assert line, "fleet exited early"
+            assert line, "fleet exited early: " + text
+            text += line
+        assert "board esp32-s3: spool 32768 B, bus queue 16, flash journal" in text, text
         cfg = bridge_config.parse(__import__("tomllib").loads(frag.read_text()))
         assert [d.node for d in cfg.serial] == ["sim-1", "sim-2"]
         assert all(os.path.exists(d.port) for d in cfg.serial)
+        dev = json.loads((tmp_path / "f" / "devices" / "sim-2" / "config.json").read_text())
+        assert dev["board"] == "esp32-s3" and dev["health_period"] == 1
+        assert dev["link"] == {"heartbeat": 1.0, "journal": "journal", "spool": 40000}
+        assert dev["queues"] == {"full": "reject_newest"}
     finally:
         p.send_signal(signal.SIGTERM)
         p.wait(10)
     assert p.returncode == 0
+
+
+@pytest.mark.parametrize("args,why", [
+    (["--set", "spool"], "--set takes KEY=VALUE"),
+    (["--set", "link..spool=1"], "--set takes KEY=VALUE"),
+    (["--set", "health_period=1", "--set", "health_period.x=2"], "health_period is set to a value"),
+    (["--board", "esp33"], 'unknown board "esp33" (did you mean "esp32"?)'),
+    (["--board", "linux-edge"], "board linux-edge runs CPython"),
+])
+def test_fleet_command_refuses_bad_options_in_one_line(tmp_path, args, why):
+    r = subprocess.run([sys.executable, "-m", "tools.cli", "fleet", "--out", str(tmp_path)] + args,
+                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert r.returncode != 0 and why in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+@pytest.mark.mosquitto
+def test_a_device_told_to_reboot_comes_back_under_a_new_boot_while_the_others_run_on(tmp_path):
+    """The fleet supervises like systemd's Restart=always: sys/reboot ends the
+    device's process with status 3, the fleet starts it again (counted), and
+    the other devices keep their sessions. With --journal each device keeps
+    its flash journal in its own directory."""
+    with Mosquitto() as broker, Fleet(tmp_path / "fleet", mqtt=2, period=0.1,
+                                      broker=("127.0.0.1", broker.port), journal=True,
+                                      config={"link": {"journal_bytes": 65536}}) as fleet:
+        fleet.start()
+        cfg = bridge_config.parse(dict(fleet.bridge_config(("127.0.0.1", broker.port)),
+                                       bridge={"state_dir": str(tmp_path / "state"),
+                                               "heartbeat": 1.0}))
+        one, other = [d["node"] for d in fleet.devices]
+
+        async def main():
+            b = Bridge(cfg)
+            t = asyncio.create_task(b.run())
+            c = b.bus.connect()
+            view = c.retained_view("dev/+/sys/info")
+            await until(lambda: len(view) == 2, 40)
+            l1, l2 = b.links["mqtt:" + one], b.links["mqtt:" + other]
+            sid1, sid2, s2 = l1.peer_sid, l2.peer_sid, l2.counters["sessions"]
+            topic = ("dev", one, "sys", "reboot")
+            await until(lambda: topic in b.bus.endpoints(), 20)
+            assert (await c.call(topic, None, timeout=5))["rebooting"] is True
+            await until(lambda: l1.status == "up" and l1.peer_sid not in (None, sid1), 40)
+            n2 = l2.counters["imported"]
+            await until(lambda: l2.counters["imported"] > n2 + 10, 20)
+            info = view.get(("dev", one, "sys", "info")).payload
+            res = (l1.generation, l2.peer_sid == sid2, l2.counters["sessions"] == s2, info)
+            b.stop()
+            await t
+            return res
+        gen, same_boot, same_session, info = asyncio.run(main())
+        assert gen == 2 and same_boot and same_session
+        d1, d2 = fleet.devices
+        assert d1["restarts"] == 1 and d1["exits"] == [3]
+        assert d2["restarts"] == 0 and d2["exits"] == [] and fleet.running() == [one, other]
+        assert info["manifest"] == "board.json" and info["queues"]["spool"] == 32768
+        for d in fleet.devices:    # each device's own journal, made by the device
+            assert os.path.isdir(os.path.join(d["dir"], "journal")), d["node"]
+            with open(d["config"]) as f:
+                assert json.load(f)["link"] == {"heartbeat": 1.0, "journal": "journal",
+                                                "journal_bytes": 65536}
+        with open(os.path.join(d1["dir"], "bootcount")) as f:
+            assert f.read().strip() == "2"

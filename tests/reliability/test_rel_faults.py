@@ -99,17 +99,31 @@ def test_broker_killed_and_restarted_repeatedly(tmp_path, rel, rel_device):
                outage_to_session_s=downs, **res)
 
 
+def documented_window(board, health_period):
+    """Seconds of readings at 20/s that BENCHMARKS.md section 3 says board's
+    RAM spool holds with sys/health every health_period s (the benchmark's
+    results file, from which that table is written)."""
+    with open(os.path.join(ROOT, "dev", "bench", "results", "benchmarks.json")) as f:
+        cover = json.load(f)["link"]["spool_cover"]
+    assert cover["rate"] == 20
+    row = next(r for r in cover["boards"] if r["board"] == board)
+    return row["seconds_health"][str(int(health_period))]
+
+
 @pytest.mark.mosquitto
 @pytest.mark.micropython
-def test_default_spool_holds_a_10_s_broker_outage_at_20_readings_per_s(tmp_path, rel):
-    """Issue #13's promise for the defaults: an `edgebus fleet` device (the
-    real firmware, the unix board's default RAM spool, no flash journal) at
-    20 readings/s loses nothing through 10 s without a broker."""
+def test_a_fleet_device_loses_nothing_through_80_percent_of_its_documented_window(tmp_path, rel):
+    """What BENCHMARKS.md section 3 says a board holds is what a device
+    deployed to it holds: an `edgebus fleet` device (the real firmware on the
+    unix board, its manifest's RAM spool, no flash journal) at 20 readings/s
+    loses nothing through a broker outage of 80 % of the documented window
+    (the rest leaves room for the reconnect after it)."""
     from tools.fleet import Fleet
     log_dir = tmp_path / "log"
     with Mosquitto() as broker, Fleet(tmp_path / "fleet", mqtt=1,
                                       broker=("127.0.0.1", broker.port),
-                                      period=0.05) as fleet:
+                                      period=0.05, health_period=2.0) as fleet:
+        down = 0.8 * documented_window(fleet.board["name"], 2.0)
         node = fleet.devices[0]["node"]
         cfg = bridge_config.parse(dict(fleet.bridge_config(("127.0.0.1", broker.port)), **{
             "bridge": {"state_dir": str(tmp_path / "state")},
@@ -119,30 +133,36 @@ def test_default_spool_holds_a_10_s_broker_outage_at_20_readings_per_s(tmp_path,
         async def main():
             b = Bridge(cfg)
             task = asyncio.create_task(b.run())
+            health = b.bus.connect().subscribe("dev/%s/sys/health" % node, queue_len=64)
             link = b.links["mqtt:" + node]
             await until(lambda: link.status == "up" and link.counters.get("imported", 0) >= 40,
                         40)
             broker.stop()
             t0 = time.monotonic()
-            await asyncio.sleep(10.0)
+            await asyncio.sleep(down)
             broker.start()
             await until(lambda: link.counters.get("sessions", 0) >= 2, 60)
             back = time.monotonic() - t0
-            n = link.counters["imported"] + 60      # the spool drained, and more
-            await until(lambda: link.counters["imported"] >= n, 30)
-            res = {"outage_s": 10.0, "device_back_after_s": round(back, 2),
+            while True:      # a report taken after the spool drained
+                h = (await asyncio.wait_for(health.recv(), 20)).payload
+                if h["link"]["sessions"] >= 2 and h["link"]["spool"]["unsent"] == 0:
+                    break
+            res = {"outage_s": round(down, 2), "device_back_after_s": round(back, 2),
                    "gaps": link.counters.get("gaps", 0)}
             b.stop()
             await task
-            return res
-        res = asyncio.run(main())
+            return res, h
+        res, h = asyncio.run(main())
+    assert h["manifest"] == "board.json"
+    assert h["link"]["spool"]["capacity"] == fleet.board["queues"]["spool"]
     recs, stats = _records(log_dir)
     assert stats.clean, stats
     seqs = sorted(r["seq"] for _, r in recs if r["seq"] is not None)
     assert seqs == list(range(1, seqs[-1] + 1)) and res["gaps"] == 0, \
         (res, sorted(set(range(1, seqs[-1] + 1)) - set(seqs))[:20])
+    assert h["link"]["spool_dropped"] == 0, h
     late = [r for _, r in recs if (r["extra"] or {}).get("late")]
-    rel.record("fault: 10 s broker outage, default spool", 1, sent=seqs[-1],
+    rel.record("fault: broker outage of 80% of the unix board's window", 1, sent=seqs[-1],
                delivered=len(seqs), late=len(late), **res)
 
 
