@@ -481,8 +481,12 @@ def _link_acks(lk):
         L += ["", "The flash journal (`link.journal`, off by default; `journal_bytes` %s B, "
               "files of an eighth of it, the oldest dropped whole when full) holds %s readings "
               "(boot) / %s (a day) after its first drop: %.0f s at %d/s, through a reboot too. "
-              "A board's default spool is `queues.spool` in its manifest; without a manifest "
-              "the firmware takes %s B." % (
+              "A device runs its board's `queues.spool` from the `board.json` its bundle "
+              "carries (`tests/host/test_board_values.py`, every board); with none the firmware "
+              "runs %s B and reports `\"manifest\": null`. An outage is covered when it and "
+              "the reconnect after it fit in these seconds: an `edgebus fleet` device loses "
+              "nothing through 80 %% of the unix board's (`tests/reliability/test_rel_faults.py`)."
+              % (
                   "{:,}".format(j["bytes"]), "{:,}".format(j["held_boot"]),
                   "{:,}".format(j["held_day"]), j["seconds"], sc["rate"],
                   "{:,}".format(sc["firmware_default"]))]
