@@ -1,6 +1,10 @@
 """The host bus's authoriser: local users (unix credentials) get what their
-[[acl]] entry allows; links and the bridge itself are trusted (a device's
+[[acl]] entry allows; a user without one gets nothing unless it is the
+bridge's own user or root (the socket's file mode admits every user, so the
+ACL is the only gate); links and the bridge itself are trusted (a device's
 reach is already bounded by its link's import rules and mapped prefix)."""
+import os
+
 from edgebus.topic import ANY, REST, pattern, key
 
 # Endpoints any local user may call: they answer the caller about itself
@@ -14,9 +18,11 @@ ACTIONS = {"publish": "write", "retain": "write", "unretain": "write",
 
 class Authoriser:
     """``allow(ctx)``: (bool, reason) for the bus. A principal that is a dict
-    with 'uid' is a local user; anything else is trusted."""
+    with 'uid' is a local user; anything else is trusted. ``trusted``: uids
+    allowed everything while they have no [[acl]] entry of their own."""
 
-    def __init__(self, acls):
+    def __init__(self, acls, trusted=()):
+        self.trusted = frozenset(trusted)
         self.by_uid = {}
         for a in acls:
             self.by_uid[a.uid] = {
@@ -26,14 +32,17 @@ class Authoriser:
 
     def allow(self, ctx):
         p = ctx["principal"]
-        if not isinstance(p, dict) or "uid" not in p or not self.by_uid:
+        if not isinstance(p, dict) or "uid" not in p:
             return True
         if ctx["action"] == "call" and ctx["topic"] in OPEN_CALLS:
             return True
         rules = self.by_uid.get(p["uid"])
         if rules is None:
+            if p["uid"] in self.trusted:
+                return True
             self.denied += 1
-            return False, "uid %d has no [[acl]] entry" % p["uid"]
+            return False, ("uid %d has no [[acl]] entry (without one only the bridge's own user "
+                           "and root may use its socket)" % p["uid"])
         lst = ACTIONS[ctx["action"]]
         t = ctx["topic"]
         k = key(t) if ctx["action"] not in ("subscribe", "watch_retained") else \
@@ -64,6 +73,20 @@ def _covers(rule, k):
     return len(rule) == len(k)
 
 
+def trusted_uids():
+    """The uids allowed everything without an [[acl]] entry: root and the
+    bridge's own user."""
+    return (0, os.geteuid())
+
+
 def make(cfg):
-    return Authoriser(cfg.acl) if cfg.acl else None
+    return Authoriser(cfg.acl, trusted_uids())
+
+
+def read_patterns(cfg, uid):
+    """What a local user may read, as patterns (a socket client's exports)."""
+    for a in cfg.acl:
+        if a.uid == uid:
+            return list(a.read)
+    return ["#"] if uid in trusted_uids() else []
 

@@ -95,7 +95,7 @@ class Config:
     client_queue: int = CLIENT_QUEUE
     serial: list = field(default_factory=list)   # [Device]
     mqtt: Mqtt | None = None
-    acl: list = field(default_factory=list)      # [Acl]; empty: local users may do anything
+    acl: list = field(default_factory=list)      # [Acl]; a uid without one: nothing (but root, the bridge's own)
     peers: list = field(default_factory=list)    # [Peer]: other bridges over TCP
     # Host-bus endpoints offered to every device link, so a device can call
     # another device's action through the bridge (e.g. "dev/+/sys/config/get").

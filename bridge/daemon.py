@@ -58,10 +58,7 @@ class Bridge:
             self.mqtt = MqttLinks(self, cfg.mqtt)
 
     def read_patterns(self, uid):
-        for a in self.cfg.acl:
-            if a.uid == uid:
-                return list(a.read)
-        return [] if self.cfg.acl else ["#"]
+        return acl.read_patterns(self.cfg, uid)
 
     async def sleep(self, seconds):
         """Sleep, but wake at once when the bridge stops."""

@@ -4,7 +4,10 @@ a subprocess, and a real MicroPython device running the firmware."""
 import asyncio
 import json
 import os
+import shutil
+import socket
 import sys
+import tempfile
 
 import pytest
 
@@ -188,6 +191,76 @@ def test_acl_denials_and_whoami(tmp_path):
         assert seen.recv_nowait().payload == 2
         assert (await edgebus(cfg.socket, "call", "svc/missing"))[0] == 4   # allowed, unserved
     with_bridge(cfg, body)
+
+
+NOBODY = 65534
+
+
+def as_user(uid, sock, lines):
+    """Speak the socket's text mode as another local user: a forked child
+    (the interpreter lives where that user may not exec it) drops to uid,
+    sends each line and returns the first reply to each."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:                       # the child: no asyncio, no threads, then _exit
+        try:
+            os.setgroups([])
+            os.setgid(uid)
+            os.setuid(uid)
+            s = socket.socket(socket.AF_UNIX)
+            s.settimeout(20)
+            s.connect(sock)
+            f = s.makefile("rwb")
+            out = []
+            for line in lines:
+                f.write(line.encode() + b"\n")
+                f.flush()
+                out.append(f.readline().decode().rstrip("\n"))
+            os.write(w, json.dumps(out).encode())
+        except BaseException as e:
+            os.write(w, json.dumps(["child failed: %r" % e]).encode())
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        data = f.read()
+    os.waitpid(pid, 0)
+    return json.loads(data)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="acting as another user needs root")
+@pytest.mark.parametrize("grant", [False, True])
+def test_another_user_gets_only_what_an_acl_entry_grants(tmp_path, grant):
+    """The socket admits every local user (mode 0666), so the ACL is the gate:
+    without an [[acl]] entry only the bridge's own user and root may use it."""
+    d = tempfile.mkdtemp(prefix="edgebus-sock-")       # a directory the user can reach
+    os.chmod(d, 0o755)
+    acl = '\n[[acl]]\nuid = %d\nread = ["app/#"]\nwrite = ["app/#"]\n' % NOBODY
+    cfg = _cfg(tmp_path, acl if grant else "")
+    cfg.socket = os.path.join(d, "bridge.sock")
+
+    async def body(b):
+        c = b.bus.connect(principal=("test",))
+        seen, devs = c.subscribe("app/#", queue_len=16), c.subscribe("dev/#", queue_len=16)
+        got = await asyncio.to_thread(as_user, NOBODY, cfg.socket, [
+            "whoami", "pub dev/sim-1/cmd/led 1", "sub dev/#", "call dev/sim-1/sys/reboot",
+            "pub app/x 1"])
+        assert json.loads(got[0].split(" ", 1)[1])["principal"]["uid"] == NOBODY, got
+        for reply in got[1:4]:
+            assert reply.startswith("error denied permission denied: "), got
+        if not grant:
+            assert "uid %d has no [[acl]] entry" % NOBODY in got[1], got
+        assert got[4] == "ok" if grant else got[4].startswith("error denied "), got
+        # the bridge's own user (root here) needs no entry
+        assert (await edgebus(cfg.socket, "pub", "app/own", "2"))[0] == 0
+        msgs = []
+        await until(lambda: msgs.extend(iter(seen.recv_nowait, None)) or
+                    any(m.topic == ("app", "own") for m in msgs))
+        assert [m.topic for m in msgs] == ([("app", "x")] if grant else []) + [("app", "own")]
+        assert devs.recv_nowait() is None         # no command reached a device's topics
+    try:
+        with_bridge(cfg, body)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def test_sub_reports_the_bridge_going_away(tmp_path):
