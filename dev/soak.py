@@ -178,6 +178,11 @@ CASES = [
     ("Security", "Unix-socket clients scoped by their credentials",
      "uid/gid/pid from SO_PEERCRED are the principal the ACL authoriser sees",
      ["tests/host/test_bridge.py::test_unix_socket"], None),
+    ("Security", "Another local user gets only what an [[acl]] entry grants",
+     "uid 65534 through the socket's text mode: with no entry, pub/sub/call are refused "
+     "(`denied`, counted in the bridge's `denied`) and nothing reaches a device's topics; with "
+     "one, exactly what it grants; root and the bridge's own user need none",
+     ["tests/host/test_shell.py::test_another_user"], None),
     ("Security", "The bridge binds only where configured",
      "listening sockets read from /proc: the configured unix socket, and TCP only for metrics "
      "on the configured address", [R + "test_rel_security.py::test_bridge_listens"], None),
