@@ -49,6 +49,19 @@ else:
         """Bus clock: monotonic milliseconds (int)."""
         return int(now() * 1000)
 
+def close_stream(w):
+    """Close an asyncio stream writer now. MicroPython's close() does nothing
+    and its wait_closed() closes the socket, synchronously: left at close(),
+    every reconnect would leak a socket (a board has a handful) and the
+    broker would not see the connection go. Its body runs here, no await."""
+    w.close()
+    if MICROPYTHON and hasattr(w, "wait_closed"):
+        try:
+            w.wait_closed().send(None)
+        except StopIteration:
+            pass
+
+
 # Boards whose epoch is 2000 count from there; wall_ms() is Unix time either way.
 # A port may have no calendar (gmtime) or no wall clock at all (the qemu port).
 _EPOCH = 946684800 if hasattr(time, "gmtime") and time.gmtime(0)[0] == 2000 else 0

@@ -49,7 +49,8 @@ class MqttTransport:
     """A link transport over one MQTT connection (see the module doc)."""
 
     def __init__(self, host, port=1883, node="dev", prefix="edgebus", client_id=None,
-                 keepalive=30, user=None, password=None, max_len=MAX_LEN, presence=True):
+                 keepalive=30, user=None, password=None, max_len=MAX_LEN, presence=True,
+                 connect_timeout=10):
         self.host = host
         self.port = port
         self.up = "%s/%s/up" % (prefix, node)
@@ -66,18 +67,48 @@ class MqttTransport:
         self.on_peer = None
         self.client_id = client_id or ("edgebus-" + node)
         self.keepalive = keepalive
+        # Every wait on the broker has a deadline: the TCP connect and the
+        # CONNACK within connect_timeout s; once open, a broker silent for
+        # keepalive s (no answer to a PINGREQ sent after keepalive/2 s of
+        # quiet: overloaded, or a half-open connection) ends the connection.
+        self.connect_timeout = connect_timeout
         self.user = user
         self.password = password
         self.max_len = max_len
         # Bodies arrive whole, one per message: no reassembly buffers to hold
         # (a board reconnecting on a fragmented heap may not find 2 KB again).
-        self.counters = {"frames": 0, "crc_errors": 0}
+        self.counters = {"frames": 0, "crc_errors": 0, "silent": 0}
         self.closed = True
         self.r = self.w = None
 
     async def open(self):
         """Connect, announce presence, subscribe to the down and the bridge's
-        presence topics."""
+        presence topics. MqttError when the broker does not answer within
+        connect_timeout s (the connection is closed)."""
+        try:
+            await compat.wait_for(self._connect(), self.connect_timeout)
+        except compat.TimeoutError:
+            self._cut()
+            raise MqttError("no CONNACK from %s:%d within %s s" % (self.host, self.port,
+                                                                   self.connect_timeout))
+        except BaseException:
+            self._cut()
+            raise
+        self.closed = False
+        await self._write(_packet(0x82, b"\x00\x01" + _str(self.down) + b"\x00"
+                                  + _str(self.bridge) + b"\x00"))
+        if self.state is not None:
+            await self._publish(self.state, b"online", retain=True)
+        return self
+
+    def _cut(self):
+        if self.w is not None:
+            try:
+                compat.close_stream(self.w)
+            except OSError:
+                pass
+
+    async def _connect(self):
         self.r, self.w = await compat.asyncio.open_connection(self.host, self.port)
         flags = 0x02                        # clean session
         payload = _str(self.client_id)
@@ -97,12 +128,6 @@ class MqttTransport:
             raise MqttError("no CONNACK from %s:%d" % (self.host, self.port))
         if body[1]:
             raise MqttError("broker refused the connection: %s" % CONNACK_CODES.get(body[1], body[1]))
-        self.closed = False
-        await self._write(_packet(0x82, b"\x00\x01" + _str(self.down) + b"\x00"
-                                  + _str(self.bridge) + b"\x00"))
-        if self.state is not None:
-            await self._publish(self.state, b"online", retain=True)
-        return self
 
     async def _write(self, data):
         self.w.write(data)
@@ -127,17 +152,23 @@ class MqttTransport:
 
     async def recv(self):
         """The next frame bodies from the down topic; None when the connection ends."""
+        pinged = False
         while not self.closed:
             try:
                 kind, body = await compat.wait_for(self._read_packet(), self.keepalive / 2)
             except compat.TimeoutError:
+                if pinged:                     # no PINGRESP, nothing at all: a dead broker
+                    self.counters["silent"] += 1
+                    break
                 try:
                     await self._write(b"\xc0\x00")      # PINGREQ keeps the broker from dropping us
                 except OSError:
                     break
+                pinged = True
                 continue
             except (OSError, EOFError, MqttError):
                 break
+            pinged = False
             if kind == 0x30:                           # PUBLISH (QoS 0: no packet id)
                 n = (body[0] << 8) | body[1]
                 t = body[2:2 + n]
@@ -163,10 +194,7 @@ class MqttTransport:
         """Close without DISCONNECT: the broker then publishes our last will."""
         if not self.closed:
             self.closed = True
-            try:
-                self.w.close()
-            except OSError:
-                pass
+            self._cut()
 
     async def disconnect(self):
         """A clean goodbye: presence 'offline' published by us, then DISCONNECT."""

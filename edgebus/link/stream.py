@@ -54,7 +54,7 @@ class StreamTransport:
         if not self.closed:
             self.closed = True
             try:
-                self.writer.close()
+                compat.close_stream(self.writer)
             except OSError:
                 pass
 
