@@ -21,6 +21,7 @@ SECTIONS = {
                "backoff_min": "n", "backoff_max": "n", "reopen_after": "n",
                # mqtt: the broker (port above is its TCP port), topic prefix, login
                "host": "s", "prefix": "s", "user": "s", "password": "s", "keepalive": "i",
+               "connect_timeout": "n",
                # failover: gateways overlay the keys above, the first is the primary
                "gateways": "l", "failover_after": "n", "failback": "b", "probe_every": "n"},
     "link": {"heartbeat": "n", "handshake_timeout": "n", "out_queue": "i", "max_pending": "i",

@@ -18,7 +18,8 @@ def _transport(ctx, u, client_id=None, presence=True):
         raise OSError("uplink.port must be the broker's TCP port (an int) for mqtt")
     return MqttTransport(host, port, node=ctx.config["node"], prefix=u.get("prefix", "edgebus"),
                          client_id=client_id, keepalive=u.get("keepalive", 30),
-                         user=u.get("user"), password=u.get("password"), presence=presence)
+                         user=u.get("user"), password=u.get("password"), presence=presence,
+                         connect_timeout=u.get("connect_timeout", 10))
 
 
 async def open(ctx, u=None):

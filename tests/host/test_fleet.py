@@ -4,15 +4,18 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 
 from bridge import config as bridge_config
 from bridge.daemon import Bridge
 from tests.conftest import ROOT, until
-from dev.broker import Mosquitto
+from dev.broker import Mosquitto, free_port
 from tools.fleet import Fleet
 
 # The fleet's devices are the firmware under micropython.
@@ -148,3 +151,78 @@ def test_a_device_told_to_reboot_comes_back_under_a_new_boot_while_the_others_ru
                                                 "journal_bytes": 65536}
         with open(os.path.join(d1["dir"], "bootcount")) as f:
             assert f.read().strip() == "2"
+
+
+def _wait(cond, timeout):
+    """Poll cond (a blocking test's wait) until it holds or timeout s pass."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return cond()
+
+
+class MuteBroker:
+    """A stand-in broker: accepts TCP on a port and never answers (an
+    overloaded or wedged broker); counts the connections it took."""
+
+    def __init__(self, port):
+        self.sock = socket.create_server(("127.0.0.1", port))
+        self.conns = []
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self):
+        while True:
+            try:
+                self.conns.append(self.sock.accept()[0])
+            except OSError:
+                return
+
+    def close(self):
+        self.sock.close()
+        self.thread.join(5)
+        for c in self.conns:
+            c.close()
+
+
+@pytest.mark.mosquitto
+def test_a_device_gives_up_on_a_broker_that_never_answers_and_comes_back(tmp_path):
+    """Every network wait has a deadline: a broker that accepts TCP and never
+    sends CONNACK costs a device connect_timeout per try, not its uplink; once
+    a real broker answers on that port, the session comes up and every reading
+    taken meanwhile is delivered from the spool."""
+    port = free_port()
+    mute = MuteBroker(port)
+    try:
+        fleet = Fleet(tmp_path / "fleet", mqtt=1, broker=("127.0.0.1", port), period=0.2,
+                      config={"uplink": {"connect_timeout": 0.5}})
+        with fleet:
+            fleet.start()
+            d = fleet.devices[0]
+            assert _wait(lambda: len(mute.conns) >= 3, 30), mute.conns   # it tried again
+            with open(d["log"]) as f:
+                text = f.read()
+            assert "open: MqttError: no CONNACK from 127.0.0.1:%d within 0.5 s" % port in text
+            mute.close()
+            with Mosquitto(port) as broker:
+                cfg = bridge_config.parse(dict(fleet.bridge_config(("127.0.0.1", broker.port)),
+                                               bridge={"state_dir": str(tmp_path / "state")}))
+
+                async def main():
+                    b = Bridge(cfg)
+                    t = asyncio.create_task(b.run())
+                    temp = b.bus.connect().subscribe("dev/%s/sensor/temp" % d["node"],
+                                                     queue_len=256)
+                    health = b.bus.connect().subscribe("dev/%s/sys/health" % d["node"])
+                    first = await asyncio.wait_for(temp.recv(), 40)
+                    h = (await asyncio.wait_for(health.recv(), 20)).payload
+                    b.stop()
+                    await t
+                    return first, h
+                first, h = asyncio.run(main())
+    finally:
+        mute.close()
+    assert first.payload["n"] == 0 and first.origin.extra.get("late") is True
+    assert h["uplink"]["open_failures"] >= 2 and h["link"]["gaps"] == 0, h
