@@ -6,6 +6,7 @@ and publishes relay across them by their rules (docs/protocol.md §10)."""
 import asyncio
 import logging
 
+from edgebus.compat import wait_for
 from edgebus.link.link import Link
 from edgebus.link.stream import StreamTransport
 from bridge.links import Backoff, host_spool
@@ -14,6 +15,10 @@ log = logging.getLogger("edgebus.bridge")
 
 # Both ends are hosts: frames as large as a local client's (a status snapshot).
 PEER_MAX_LEN = 65536
+# A dial that gets no TCP connection within this many seconds is given up and
+# tried again after the backoff (the OS's own wait is minutes). Once
+# connected, the link's heartbeats and liveness catch a half-open connection.
+CONNECT_TIMEOUT = 10.0
 
 
 def peer_link(bridge, p):
@@ -36,9 +41,11 @@ async def dial(bridge, p):
     backoff = Backoff(cap=p.backoff_max)
     while not bridge.stopping:
         try:
-            r, w = await asyncio.open_connection(host, port)
-        except OSError as e:
-            link.last_error = "connect %s:%d: %s" % (host, port, e.strerror or e)
+            r, w = await wait_for(asyncio.open_connection(host, port), CONNECT_TIMEOUT)
+        except (OSError, asyncio.TimeoutError) as e:
+            why = "no answer within %s s" % CONNECT_TIMEOUT if isinstance(
+                e, asyncio.TimeoutError) else e.strerror or e
+            link.last_error = "connect %s:%d: %s" % (host, port, why)
             await bridge.sleep(backoff.next())
             continue
         backoff.reset()

@@ -115,3 +115,38 @@ def test_peer_config_errors_say_what_is_wrong(peer, why):
     with pytest.raises(bridge_config.ConfigError) as e:
         bridge_config.parse({"peer": [peer]})
     assert why in str(e.value) and "[[peer]] #1" in str(e.value)
+
+
+def test_a_dial_that_gets_no_answer_is_given_up_and_tried_again(tmp_path, monkeypatch):
+    """A peer whose address takes no connection (its accept queue full, as a
+    wedged host's is: the SYN is dropped) costs a dial CONNECT_TIMEOUT, not
+    the OS's minutes; the link says why and dials again."""
+    from bridge import peers
+    monkeypatch.setattr(peers, "CONNECT_TIMEOUT", 0.5)
+    wedged = socket.socket()
+    wedged.bind(("127.0.0.1", 0))
+    wedged.listen(0)
+    port = wedged.getsockname()[1]
+    fillers = []
+    for _ in range(3):                       # fill the queue; a SYN beyond it gets no answer
+        s = socket.socket()
+        s.setblocking(False)
+        s.connect_ex(("127.0.0.1", port))
+        fillers.append(s)
+    with Fleet(tmp_path / "fleet", serial=1) as fleet:
+        async def main():
+            gw = Bridge(gateway_config(tmp_path, port, fleet))
+            t = asyncio.create_task(gw.run())
+            await until(lambda: "peer:site" in gw.links)
+            link = gw.links["peer:site"]
+            why = "connect 127.0.0.1:%d: no answer within 0.5 s" % port
+            await until(lambda: link.last_error == why, 10)
+            link.last_error = None
+            await until(lambda: link.last_error == why, 10)       # and again
+            gw.stop()
+            await t
+        try:
+            asyncio.run(main())
+        finally:
+            for s in fillers + [wedged]:
+                s.close()
