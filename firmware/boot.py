@@ -184,6 +184,8 @@ async def start(cfg, path, board, ctx_class):
             counter = (d + "/" if d else "") + "bootcount"
         ctx.uplink = up = Uplink(ctx, boot_sid(counter))
         ctx.link = up.link
+        if cfg.get("network"):
+            ctx.net = _network(ctx, cfg["network"])
         gc.collect()
         a0 = mem()[0]
         # The export feeds before the services: what they publish from their
@@ -203,6 +205,17 @@ async def start(cfg, path, board, ctx_class):
     a = mem()[0]
     check_budget(board, a - code - feeds if a is not None else None, feeds)
     return ctx, names, code
+
+
+def _network(ctx, cfg):
+    """The WiFi station (firmware/wifi.py) of the config's "network"."""
+    try:
+        from firmware.wifi import Wifi
+        return Wifi(ctx, cfg)
+    except ImportError as e:
+        raise ConfigError("network: no %s module in this build (%s): a board without a radio "
+                          "has no network step; \"driver\": \"firmware.wlansim\" simulates one"
+                          % (cfg.get("driver", "network"), e))
 
 
 def start_services(ctx, svcs):

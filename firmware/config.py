@@ -14,7 +14,7 @@ from firmware import ConfigError, write_atomic
 TOP = {
     "node": "S", "key": "s0", "board": "s", "uplink": "D", "link": "d", "queues": "d",
     "services": "l", "health_period": "n", "info_period": "n", "watchdog_ms": "i",
-    "allow_identity_change": "b",
+    "allow_identity_change": "b", "network": "d",
 }
 SECTIONS = {
     "uplink": {"kind": "S", "port": "si", "baud": "i", "tx": "i", "rx": "i", "poll_ms": "i",
@@ -30,6 +30,9 @@ SECTIONS = {
              # the flash spool: a directory (boards: under /; unix: the working dir)
              "journal": "s0", "journal_bytes": "i", "status": "b"},
     "queues": {"bus": "i", "full": "s"},
+    # a WiFi station joined before the uplink (firmware/wifi.py); absent: none
+    "network": {"ssid": "S", "password": "s0", "driver": "s", "join_timeout": "n",
+                "backoff_min": "n", "backoff_max": "n"},
 }
 IDENTITY = ("node", "key", "allow_identity_change")
 UPLINKS = ("uart", "mqtt")

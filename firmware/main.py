@@ -27,6 +27,7 @@ class Ctx:
         self.t0 = now()
         self.link = None
         self.uplink = None
+        self.net = None        # the WiFi station (firmware/wifi.py), when configured
         self.spool = None      # the link spool's buffer, allocated first
         self.counters = {}
         self._sys = None
@@ -87,6 +88,8 @@ async def run(cfg, path, board):
         code -= a0 - a
     data = a - code if a is not None else None
     up = ctx.uplink
+    if ctx.net is not None:
+        asyncio.create_task(ctx.net.run())
     asyncio.create_task(up.run())
     wdt = None
     ms = cfg.get("watchdog_ms", 0)

@@ -92,6 +92,7 @@ class Uplink:
         self.backoff = 0
         self.last_error = None
         self.transport = None
+        self._run = None          # the link's run over self.transport
         # Sequenced data frames (publishes, retains, unretains) handed to a
         # transport that did not refuse them: what this device says it sent.
         # Counted when handed over (taken back if the send fails), so that at
@@ -173,11 +174,24 @@ class Uplink:
                     return self._leave(t, run, 0 if why == "failback" else None, why)
             await asyncio.sleep(period)
 
+    def network_lost(self):
+        """The access point went (firmware/wifi.py): drop the transport now
+        rather than wait for the link's liveness to find it dead."""
+        t, run = self.transport, self._run
+        if t is not None and run is not None and not run.done():
+            self._leave(t, run, None, None)
+
     async def run(self):
         log = self.ctx.log
         self.link.start()   # spool from now on: nothing before the first session is lost
         delay = self.bmin
+        net = self.ctx.net
         while True:
+            if net is not None and not net.up.is_set():
+                # No network: opening would only fail and grow the backoff.
+                log("uplink %s: waiting for the network" % self.kind)
+                await net.up.wait()
+                delay = self.bmin
             sessions = self.link.counters.get("sessions", 0)
             gc.collect()    # before allocating a transport: less fragmentation
             try:
@@ -192,7 +206,7 @@ class Uplink:
                 self.transport = t
                 log("uplink %s: open (#%d)" % (self.kind, self.opens))
                 self._cut = False
-                run = asyncio.create_task(self.link.run(t))
+                self._run = run = asyncio.create_task(self.link.run(t))
                 stale = asyncio.create_task(self._watch(t, run))
                 try:
                     await run
@@ -206,7 +220,7 @@ class Uplink:
                     log("uplink %s: %s" % (self.kind, self.last_error))
                 stale.cancel()
                 t.close()
-                self.transport = None
+                self.transport = self._run = None
                 self.ends += 1
                 log("uplink %s: transport ended (%s)" % (self.kind, self.link.last_error))
             if self.link.counters.get("sessions", 0) > sessions:

@@ -24,6 +24,7 @@ def health(ctx):
     return {"uptime": int(ctx.uptime()), "board": b.get("name"), "manifest": b.get("manifest"),
             "mem_alloc": a, "mem_free": f,
             "bus_dropped": ctx.bus.stats()["dropped"], "link": lk, "uplink": ctx.uplink.stats(),
+            "network": ctx.net.stats() if ctx.net is not None else None,
             "service_errors": ctx.counters.get("service_errors", 0),
             "health_skipped": ctx.counters.get("health_skipped", 0)}
 

@@ -1,6 +1,6 @@
 """sys/config/get and sys/config/set: the device config over the bus.
 
-get: null -> the whole config (key redacted), "section" -> that part.
+get: null -> the whole config (key and passwords redacted), "section" -> that part.
 set: an object of changes (sections merged one level deep, null removes a key),
 validated, then saved atomically. node and key stay unless the config has
 "allow_identity_change": true (which itself cannot be set remotely).
@@ -9,13 +9,20 @@ import asyncio
 from firmware import ConfigError, transient, unload
 
 # Keys whose change takes effect at the next start (sys/reboot).
-RESTART = ("uplink", "link", "queues", "services", "watchdog_ms", "board", "node", "key")
+RESTART = ("uplink", "link", "queues", "services", "watchdog_ms", "board", "node", "key",
+           "network")
 
 
 def _redacted(cfg):
+    """cfg with its secrets shown as ***: the link key and the broker's and
+    the access point's passwords."""
     out = dict(cfg)
     if out.get("key"):
         out["key"] = "***"
+    for sec in ("uplink", "network"):
+        s = out.get(sec)
+        if type(s) is dict and s.get("password"):
+            out[sec] = dict(s, password="***")
     return out
 
 

@@ -225,6 +225,10 @@ def test_cpython_device_smoke(device, tmp_path):
      "link.journal must be a directory name without '..'"),
     ({"node": "d", "uplink": {"kind": "uart"}, "link": {"journal_bytes": 4096}},
      "link.journal_bytes must be between 16384"),
+    ({"node": "d", "uplink": {"kind": "uart"}, "network": {"password": "pw"}},
+     "missing key network.ssid"),
+    ({"node": "d", "uplink": {"kind": "uart"}, "network": {"ssid": "lab"}},
+     "network: no network module in this build"),
 ])
 @pytest.mark.parametrize("runtime", ["micropython", "cpython"])
 def test_bad_config_is_a_clear_error(device, tmp_path, cfg, why, runtime):

@@ -226,3 +226,76 @@ def test_a_device_gives_up_on_a_broker_that_never_answers_and_comes_back(tmp_pat
         mute.close()
     assert first.payload["n"] == 0 and first.origin.extra.get("late") is True
     assert h["uplink"]["open_failures"] >= 2 and h["link"]["gaps"] == 0, h
+
+
+@pytest.mark.mosquitto
+def test_the_network_step_waits_for_the_access_point_and_rejoins_after_it_drops(tmp_path):
+    """A device with a WiFi network (the WLAN simulator standing in for the
+    radio): no uplink attempt while it cannot join (a wrong password, then no
+    access point), a session once it joins; when the access point drops, the
+    uplink drops its transport and waits, the station rejoins, and every
+    reading arrives once. sys/health reports the network."""
+    net = {"ssid": "lab", "password": "pw", "driver": "firmware.wlansim", "backoff_min": 0.2,
+           "backoff_max": 1}
+    with Mosquitto() as broker, Fleet(tmp_path / "fleet", mqtt=1, period=0.1,
+                                      broker=("127.0.0.1", broker.port), health_period=0.5,
+                                      config={"network": net}) as fleet:
+        d = fleet.devices[0]
+        ap = os.path.join(d["dir"], "wlansim.json")
+
+        def access_point(up, password="pw"):
+            with open(ap + ".tmp", "w") as f:
+                json.dump({"ap": up, "ssid": "lab", "password": password, "rssi": -61}, f)
+            os.rename(ap + ".tmp", ap)
+
+        def log_has(text):
+            with open(d["log"]) as f:
+                return text in f.read()
+        access_point(True, password="other")
+        fleet.start()
+        assert _wait(lambda: log_has("network: join lab: wrong_password"), 20)
+        access_point(False)
+        assert _wait(lambda: log_has("network: join lab: no_ap_found"), 20)
+        assert log_has("uplink mqtt: waiting for the network")
+        cfg = bridge_config.parse(dict(fleet.bridge_config(("127.0.0.1", broker.port)),
+                                       bridge={"state_dir": str(tmp_path / "state"),
+                                               "heartbeat": 1.0}))
+
+        async def main():
+            b = Bridge(cfg)
+            t = asyncio.create_task(b.run())
+            c = b.bus.connect()
+            temps = c.subscribe("dev/%s/sensor/temp" % d["node"], queue_len=1024)
+            health = c.subscribe("dev/%s/sys/health" % d["node"], queue_len=64)
+            link = b.links["mqtt:" + d["node"]]
+            await asyncio.sleep(1.0)
+            assert link.counters.get("sessions", 0) == 0      # nothing while it cannot join
+            access_point(True)
+            await until(lambda: link.status == "up", 30)
+            await until(lambda: link.counters.get("imported", 0) > 20, 20)
+            get = ("dev", d["node"], "sys", "config", "get")
+            await until(lambda: get in b.bus.endpoints(), 20)
+            assert (await c.call(get, "network", timeout=5))["password"] == "***"
+            access_point(False)
+            await until(lambda: link.status != "up", 20)
+            await asyncio.sleep(1.0)
+            access_point(True)
+            await until(lambda: link.status == "up" and link.counters["sessions"] == 2, 30)
+            while True:
+                h = (await asyncio.wait_for(health.recv(), 20)).payload
+                if h["network"]["joins"] == 2 and h["link"]["spool"]["unsent"] == 0:
+                    break
+            ns = []
+            while True:
+                m = temps.recv_nowait()
+                if m is None:
+                    break
+                ns.append(m.payload["n"])
+            b.stop()
+            await t
+            return h, ns, link.counters.get("gaps", 0)
+        h, ns, gaps = asyncio.run(main())
+    assert ns == list(range(len(ns))) and gaps == 0, ns      # every reading once, in order
+    n = h["network"]
+    assert n["state"] == "up" and n["rssi"] == -61 and n["drops"] == 1, n
+    assert n["failures"] >= 2 and h["uplink"]["open_failures"] == 0, h
