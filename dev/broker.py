@@ -24,7 +24,9 @@ class Mosquitto:
     """A mosquitto process listening on 127.0.0.1:port only; stop() and start()
     again keep the same port, so clients can be tested across a broker restart."""
 
-    def __init__(self, port=None):
+    def __init__(self, port=None, tls=None):
+        """tls: {"ca", "cert", "key"} file paths: the listener speaks TLS only,
+        with that server certificate (clients verify it against ca)."""
         self.port = port or free_port()
         self.dir = tempfile.mkdtemp(prefix="edgebus-mosquitto-")
         self.conf = os.path.join(self.dir, "mosquitto.conf")
@@ -33,7 +35,19 @@ class Mosquitto:
         with open(self.conf, "w") as f:
             f.write("listener %d 127.0.0.1\nallow_anonymous true\npersistence false\n"
                     "log_dest stderr\nset_tcp_nodelay true\n" % self.port)
+            if tls:
+                f.write("cafile %s\ncertfile %s\nkeyfile %s\n" % tuple(
+                    self._readable(tls[k]) for k in ("ca", "cert", "key")))
         self.proc = None
+
+    def _readable(self, path):
+        """A copy of path the broker can read: started as root, mosquitto
+        drops to its own user, which may not enter the caller's directories."""
+        os.chmod(self.dir, 0o755)
+        dest = os.path.join(self.dir, os.path.basename(path))
+        shutil.copyfile(path, dest)
+        os.chmod(dest, 0o644)
+        return dest
 
     def start(self, timeout=5.0):
         self.proc = subprocess.Popen([find_mosquitto(), "-c", self.conf],

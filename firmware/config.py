@@ -21,7 +21,7 @@ SECTIONS = {
                "backoff_min": "n", "backoff_max": "n", "reopen_after": "n",
                # mqtt: the broker (port above is its TCP port), topic prefix, login
                "host": "s", "prefix": "s", "user": "s", "password": "s", "keepalive": "i",
-               "connect_timeout": "n",
+               "connect_timeout": "n", "tls": "d",
                # failover: gateways overlay the keys above, the first is the primary
                "gateways": "l", "failover_after": "n", "failback": "b", "probe_every": "n"},
     "link": {"heartbeat": "n", "handshake_timeout": "n", "out_queue": "i", "max_pending": "i",
@@ -34,6 +34,8 @@ SECTIONS = {
     "network": {"ssid": "S", "password": "s0", "driver": "s", "join_timeout": "n",
                 "backoff_min": "n", "backoff_max": "n"},
 }
+# uplink.tls (firmware/uplink_mqtt.py): files on the device
+TLS = {"ca": "s", "cert": "s", "key": "s", "server_name": "s"}
 IDENTITY = ("node", "key", "allow_identity_change")
 UPLINKS = ("uart", "mqtt")
 _KINDS = "sinbdl0"
@@ -85,6 +87,11 @@ def validate(cfg):
         __import__("firmware.failover").failover.check_config(u, _check, SECTIONS["uplink"])
     elif u["kind"] == "mqtt" and not u.get("host"):
         raise ConfigError("uplink.host is required for an mqtt uplink (the broker's address)")
+    if "tls" in u:
+        _check(u["tls"], TLS, "uplink.tls.")
+        if ("cert" in u["tls"]) != ("key" in u["tls"]):
+            raise ConfigError("uplink.tls.cert and uplink.tls.key go together (the device's "
+                              "certificate and its private key)")
     q = cfg.get("queues", {})
     if q.get("full", "drop_oldest") not in ("drop_oldest", "reject_newest"):
         raise ConfigError("queues.full must be 'drop_oldest' or 'reject_newest'")

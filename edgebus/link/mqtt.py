@@ -50,8 +50,13 @@ class MqttTransport:
 
     def __init__(self, host, port=1883, node="dev", prefix="edgebus", client_id=None,
                  keepalive=30, user=None, password=None, max_len=MAX_LEN, presence=True,
-                 connect_timeout=10):
+                 connect_timeout=10, ssl=None, server_hostname=None):
         self.host = host
+        # TLS: an SSLContext of the runtime's ssl module (CPython's, or
+        # MicroPython's mbedTLS one), and the name the broker's certificate
+        # must carry (default: host).
+        self.ssl = ssl
+        self.server_hostname = server_hostname or host
         self.port = port
         self.up = "%s/%s/up" % (prefix, node)
         # Topics compared with a received one are bytes: one slice per
@@ -91,6 +96,14 @@ class MqttTransport:
             self._cut()
             raise MqttError("no CONNACK from %s:%d within %s s" % (self.host, self.port,
                                                                    self.connect_timeout))
+        except (OSError, ValueError) as e:
+            self._cut()
+            if self.ssl is None or isinstance(e, MqttError):
+                raise
+            # A certificate the CA does not vouch for, or a name that does not
+            # match (mbedTLS says so in a ValueError of several lines).
+            raise MqttError("TLS with %s:%d (as %s) failed: %s" % (
+                self.host, self.port, self.server_hostname, " ".join(str(e).split())))
         except BaseException:
             self._cut()
             raise
@@ -109,7 +122,11 @@ class MqttTransport:
                 pass
 
     async def _connect(self):
-        self.r, self.w = await compat.asyncio.open_connection(self.host, self.port)
+        if self.ssl is None:
+            self.r, self.w = await compat.asyncio.open_connection(self.host, self.port)
+        else:
+            self.r, self.w = await compat.asyncio.open_connection(
+                self.host, self.port, ssl=self.ssl, server_hostname=self.server_hostname)
         flags = 0x02                        # clean session
         payload = _str(self.client_id)
         if self.state is not None:
