@@ -37,6 +37,10 @@ SECTIONS = {
 # uplink.tls (firmware/uplink_mqtt.py): files on the device
 TLS = {"ca": "s", "cert": "s", "key": "s", "server_name": "s"}
 IDENTITY = ("node", "key", "allow_identity_change")
+# The key of config.example.json: accepted only by the simulator (the
+# MicroPython unix port), never by a real device, where anyone who read the
+# example could take the device's place.
+EXAMPLE_KEY = "change-me"
 UPLINKS = ("uart", "mqtt")
 _KINDS = "sinbdl0"
 _NAMES = ("str", "int", "int or float", "bool", "dict", "list", "null")
@@ -69,11 +73,20 @@ def _check(d, schema, where):
                                  type(d[k]).__name__))
 
 
+def _simulator():
+    import sys
+    return sys.implementation.name == "micropython" and sys.platform == "linux"
+
+
 def validate(cfg):
     """Raise ConfigError with a clear message, or return cfg."""
     if type(cfg) is not dict:
         raise ConfigError("the config must be a JSON object")
     _check(cfg, TOP, "")
+    if cfg.get("key") == EXAMPLE_KEY and not _simulator():
+        raise ConfigError("key is the example's %r: give each device a key of its own (e.g. "
+                          "python3 -c 'import secrets; print(secrets.token_urlsafe(32))')"
+                          % EXAMPLE_KEY)
     for sec, schema in SECTIONS.items():
         if sec in cfg:
             _check(cfg[sec], schema, sec + ".")

@@ -17,6 +17,7 @@ import os
 import re
 import sys
 
+from firmware.config import EXAMPLE_KEY
 from tools import boards, executables
 from tools.build import decode_mpy
 
@@ -93,6 +94,9 @@ def read_config(path, board=None):
         raise DeployError("--config %s: not valid JSON: %s" % (path, e)) from None
     if not isinstance(obj, dict):
         raise DeployError("--config %s: must be a JSON object {...}" % path)
+    if board not in (None, "unix") and obj.get("key") == EXAMPLE_KEY:
+        raise DeployError("--config %s has the example's key %r, which board %s refuses at "
+                          "boot: give the device a key of its own" % (path, EXAMPLE_KEY, board))
     if board is not None and obj.get("board", board) != board:
         raise DeployError("--config %s names board %s but the bundle is for board %s: correct "
                           "the config's board, or build and deploy the bundle for %s"

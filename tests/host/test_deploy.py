@@ -184,6 +184,16 @@ def test_bundle_and_config_errors(sim, bundles, tmp_path):
         _deploy(sim, bundles / "unix", config=str(bad))
     with pytest.raises(deploy.DeployError, match="runs CPython, which has no REPL"):
         _deploy(sim, bundles / "linux-edge", board=boards.load_board("linux-edge"))
+    # checked before the board is touched: a config the device would stop on
+    bad.write_text('{"node": "n", "board": "rp2-pico-w"}')
+    with pytest.raises(deploy.DeployError, match="names board \"rp2-pico-w\" but the bundle "
+                       "is for board unix"):
+        _deploy(sim, bundles / "unix", config=str(bad))
+    bad.write_text('{"node": "n", "key": "change-me"}')
+    with pytest.raises(deploy.DeployError, match="the example's key 'change-me', which board "
+                       "esp32 refuses"):
+        deploy.read_config(str(bad), "esp32")
+    assert deploy.read_config(str(bad), "unix")          # the simulator takes it
 
 
 def test_plan_writes_changed_files_and_removes_stale_ones_in_owned_folders():

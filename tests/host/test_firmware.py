@@ -8,6 +8,7 @@ tests/host/test_device_heap.py and firmware/README.md "Memory".
 """
 import asyncio
 import json
+import os
 import sys
 
 import pytest
@@ -299,3 +300,24 @@ def test_device_runtime_over_mqtt_through_the_bridge_survives_broker_restart(dev
         dev.kill()
         out = dev.communicate(timeout=5)[0]
         assert "uplink mqtt: open" in out, out
+
+
+@pytest.mark.parametrize("runtime", ["micropython", "cpython"])
+def test_the_example_key_runs_only_on_the_simulator(device, tmp_path, runtime):
+    """The example config's key is public: the simulator (the MicroPython unix
+    port) takes it for a try-out, a real device (here CPython, a Linux edge
+    box) refuses it at boot."""
+    with open(os.path.join(ROOT, "firmware", "config.example.json")) as f:
+        assert json.load(f)["key"] == "change-me"
+    p = _config(tmp_path, str(tmp_path / "no-such-tty"), key="change-me")
+    dev = device(p, runtime)
+    if runtime == "cpython":
+        out = dev.communicate(timeout=30)[0]
+        assert dev.returncode == 2 and "key is the example's 'change-me'" in out, out
+    else:
+        seen = ""
+        while "READY node=d1" not in seen:       # it starts (EOF would mean it stopped)
+            line = dev.stdout.readline()
+            assert line, seen
+            seen += line
+        dev.kill()
