@@ -28,7 +28,7 @@ import urllib.request
 
 from dev.broker import Mosquitto, free_port
 from dev.presence import BridgeProcess
-from dev.swarm import Swarm, check, figures
+from dev.swarm import DEFAULT_SPOOL, Swarm, check, figures
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -101,10 +101,9 @@ def trial(work, devices, outage=0.0, steady=10.0, tree=ROOT, workers=None, show=
             cpu0 = _proc(bridge.proc.pid)[0]
             t0 = time.monotonic()
             with swarm:
-                ok, p = _wait(swarm, lambda p: p["ever_up"] == devices, 60 + devices / 20, show)
-                if not ok:
-                    raise RuntimeError("%d of %d devices had a session; see %s"
-                                       % (p["ever_up"], devices, bridge.logpath))
+                # Devices still without a session after this go on spooling:
+                # the figures say how many had one (ever_up).
+                _wait(swarm, lambda p: p["ever_up"] == devices, 60 + devices / 20, show)
                 lg0, ts0 = _log_figures(metrics), time.monotonic()
                 _wait(swarm, lambda p: False, steady, show)
                 t_restart = None
@@ -114,7 +113,7 @@ def trial(work, devices, outage=0.0, steady=10.0, tree=ROOT, workers=None, show=
                     broker.start()
                     t_restart = time.time()
                     swarm.mark()
-                    ok, p = _wait(swarm, lambda p: not p["undrained"], 120 + devices / 10, show)
+                    _wait(swarm, lambda p: not p["undrained"], 120 + devices / 10, show)
                     _wait(swarm, lambda p: False, steady, show)
                 swarm.stop_publishing()
                 _wait(swarm, lambda p: not p["behind"], 60 + devices / 50, show)
@@ -179,7 +178,8 @@ def run(smoke=False, baseline=None, show=None, checkout=True):
         if baseline:
             trees.insert(0, (_git("rev-parse", "--short", baseline),
                              _archive(baseline, os.path.join(tmp, "base"))))
-        out = {"trees": [t[0] for t in trees], "baseline": baseline, "scenarios": []}
+        out = {"trees": [t[0] for t in trees], "baseline": baseline, "scenarios": [],
+               "spool": DEFAULT_SPOOL, "cpus": os.cpu_count()}
         for i, (label, n, outage, steady) in enumerate(SMOKE if smoke else FULL):
             row = {"label": label, "devices": n, "outage_s": outage, "by_tree": {}}
             for j, (tlabel, tree) in enumerate(trees):
