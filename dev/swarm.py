@@ -17,7 +17,8 @@ Per device it records the readings sent, the highest number acknowledged
 still holds and evicted, its sessions and when the first came up, and the
 ACK latency of every reading (publish to the ACK that frees it, on the
 device's clock), split into readings published while a session was up
-(``live``) and while none was (``spooled``). ``check()`` reads a bridge's
+(``live``; ``after`` once the swarm was marked, e.g. at the end of an
+outage) and while none was (``spooled``). ``check()`` reads a bridge's
 telemetry log (tlog's public reader) against that summary: for every device,
 acknowledged but missing (must be 0), missing but still spooled or evicted,
 duplicates and gaps.
@@ -90,13 +91,14 @@ class Device:
                          link_id="uplink", peer="host", exports=[("sensor/#", "")],
                          imports=(), export_calls=(), import_calls=(), heartbeat=heartbeat,
                          status=False, spool=spool)
-        self.hist = hist                      # {"live"|"spooled": {ms: count}}, the worker's
+        self.hist = hist                      # {"live"|"after"|"spooled": {ms: count}}
         self.sent = 0                         # readings published: numbers 1..sent
         self.acked = 0                        # every number up to it acknowledged
         self.unacked = collections.deque()    # (n, monotonic publish time, live)
         self.t_up = None                      # wall clock of the first session up
         self.opens = self.open_failures = 0
         self.target = None                    # drain: the sent count at mark()
+        self.t_mark = None                    # and when (monotonic)
         self.t_drained = None
         self.publishing = True
 
@@ -109,7 +111,8 @@ class Device:
         q = self.unacked
         while q and q[0][0] < n:
             _, t, live = q.popleft()
-            h = self.hist["live" if live else "spooled"]
+            h = self.hist["spooled" if not live else "live" if self.t_mark is None
+                          or t < self.t_mark else "after"]
             ms = int(1000 * (now - t))
             h[ms] = h.get(ms, 0) + 1
         if self.target is not None and self.t_drained is None and self.acked >= self.target:
@@ -196,7 +199,7 @@ class Worker:
 
     def __init__(self, a):
         host, _, port = a.mqtt.rpartition(":")
-        self.hist = {"live": {}, "spooled": {}}
+        self.hist = {"live": {}, "after": {}, "spooled": {}}
         self.devices = []
         for i in range(a.first, a.first + a.count):
             start = a.t0 + a.ramp * (i - 1) / max(1, a.total)
@@ -242,7 +245,7 @@ class Worker:
                 _say(self.progress())
             elif cmd[0] == "mark":         # the drain target: what each device sent by now
                 for d in self.devices:
-                    d.target, d.t_drained = d.sent, None
+                    d.target, d.t_drained, d.t_mark = d.sent, None, time.monotonic()
                     if d.acked >= d.target:
                         d.t_drained = time.time()
                 _say({"marked": len(self.devices)})
@@ -367,7 +370,7 @@ class Swarm:
 
     def summary(self):
         """Every device's figures, and the ACK latency histograms merged."""
-        out = {"devices": [], "ack_ms": {"live": {}, "spooled": {}}, "rate": self.rate,
+        out = {"devices": [], "ack_ms": {"live": {}, "after": {}, "spooled": {}}, "rate": self.rate,
                "workers": self.k, "ramp_s": self.ramp, "t0": self.t0, "spool": self.spool}
         for r in self._ask("summary", 120):
             out["devices"] += r["devices"]
@@ -397,8 +400,10 @@ def progress_line(p):
 
 def figures(summary):
     """The summary's headline figures: sessions up (s from the first start),
-    ACK p50/p99 (ms) of live and spooled readings, sent, acknowledged, and
-    the drain (s from the mark to the last device's, when marked)."""
+    ACK p50/p99 (ms) of readings published with a session up before the
+    mark (``ack_``), after it (``ack_after_``) and with no session
+    (``ack_spooled_``), sent, acknowledged, and when the last device drained
+    (wall clock, when marked)."""
     ds = summary["devices"]
     ups = [d["up"] for d in ds if d["up"] is not None]
     drained = [d["drained"] for d in ds if d["drain_target"] is not None]
@@ -410,6 +415,7 @@ def figures(summary):
             "spool_evicted": sum(d["spool_evicted"] for d in ds),
             "sessions": sum(d["sessions"] for d in ds),
             "ack_p50_ms": _pct(h["live"], 0.5), "ack_p99_ms": _pct(h["live"], 0.99),
+            "ack_after_p50_ms": _pct(h["after"], 0.5), "ack_after_p99_ms": _pct(h["after"], 0.99),
             "ack_spooled_p50_ms": _pct(h["spooled"], 0.5),
             "ack_spooled_p99_ms": _pct(h["spooled"], 0.99),
             "drained_at": max(drained) if drained and None not in drained else None}

@@ -1,13 +1,14 @@
 """Run every benchmark and write BENCHMARKS.md and benchmarks.json.
 
-usage: python -m dev.bench [--smoke] [--out DIR] [--only PART,...] [--baseline REF]
+usage: python -m dev.bench [--smoke] [--out DIR] [--only PART,...] [--baseline REF [--baseline-only]]
 The results (benchmarks.json and the plots) go to dev/bench/results/ and the
 report to BENCHMARKS.md at the repository root, linking the plots there.
 --smoke runs each benchmark briefly (CI keeps the suite working with it) and
 writes everything to out/bench-smoke/ instead; --out DIR writes everything to
 DIR. --only runs some parts (core, mpy, link, bridge, log, fleet, spark, swarm)
 and keeps the other figures from the benchmarks.json already there. --baseline
-REF: the parts that take one (swarm) also measure git ref REF's bridge.
+REF: the parts that take one (swarm) also measure git ref REF's code
+(--baseline-only: only it, e.g. while this checkout holds unfinished edits).
 """
 import argparse
 import json
@@ -41,14 +42,14 @@ PARTS = {
 }
 
 
-def _run_part(name, res, smoke, baseline=None):
+def _run_part(name, res, smoke, baseline=None, baseline_only=False):
     label, key, fn = PARTS[name]
     print(label + " ...", flush=True)
     if name == "core":
         res["core_throughput"] = core_cpython.throughput(smoke)
         res["core_publish_curve"] = core_cpython.publish_cost_curve(smoke)
     elif name == "swarm":
-        res[key] = fn(smoke, baseline)
+        res[key] = fn(smoke, baseline, checkout=not baseline_only)
     else:
         res[key] = fn(smoke)
 
@@ -62,7 +63,11 @@ def main(argv=None):
                     "figures from the benchmarks.json already in --out" % ",".join(PARTS))
     ap.add_argument("--baseline", metavar="REF", help="a git ref whose bridge the swarm part "
                     "measures beside this checkout's, in the same run")
+    ap.add_argument("--baseline-only", action="store_true",
+                    help="the swarm part measures only the --baseline")
     args = ap.parse_args(argv)
+    if args.baseline_only and not args.baseline:
+        ap.error("--baseline-only needs --baseline REF")
     only = [p.strip() for p in args.only.split(",")] if args.only else list(PARTS)
     bad = [p for p in only if p not in PARTS]
     if bad:
@@ -84,7 +89,7 @@ def main(argv=None):
                 jpath, "smoke" if res.get("meta", {}).get("smoke") else "full"))
     for name in PARTS:
         if name in only:
-            _run_part(name, res, args.smoke, args.baseline)
+            _run_part(name, res, args.smoke, args.baseline, args.baseline_only)
     seconds = round(time.time() - t0, 1)
     if res["meta"] is not meta:
         # Newest first; an earlier refresh stays listed while some part it ran was not run again.
