@@ -17,8 +17,8 @@ Per device it records the readings sent, the highest number acknowledged
 still holds and evicted, its sessions and when the first came up, and the
 ACK latency of every reading (publish to the ACK that frees it, on the
 device's clock), split into readings published while a session was up
-(``live``; ``after`` once the swarm was marked, e.g. at the end of an
-outage) and while none was (``spooled``). ``check()`` reads a bridge's
+(``live``: acknowledged before ``phase()``, e.g. the start of an outage;
+``after``: acknowledged after it) and while none was (``spooled``). ``check()`` reads a bridge's
 telemetry log (tlog's public reader) against that summary: for every device,
 acknowledged but missing (must be 0), missing but still spooled or evicted,
 duplicates and gaps.
@@ -98,8 +98,8 @@ class Device:
         self.t_up = None                      # wall clock of the first session up
         self.opens = self.open_failures = 0
         self.target = None                    # drain: the sent count at mark()
-        self.t_mark = None                    # and when (monotonic)
         self.t_drained = None
+        self.after = False                    # phase() came: live ACKs count as "after"
         self.publishing = True
 
     def on_ack(self, n):
@@ -111,8 +111,7 @@ class Device:
         q = self.unacked
         while q and q[0][0] < n:
             _, t, live = q.popleft()
-            h = self.hist["spooled" if not live else "live" if self.t_mark is None
-                          or t < self.t_mark else "after"]
+            h = self.hist["after" if live and self.after else "live" if live else "spooled"]
             ms = int(1000 * (now - t))
             h[ms] = h.get(ms, 0) + 1
         if self.target is not None and self.t_drained is None and self.acked >= self.target:
@@ -245,10 +244,14 @@ class Worker:
                 _say(self.progress())
             elif cmd[0] == "mark":         # the drain target: what each device sent by now
                 for d in self.devices:
-                    d.target, d.t_drained, d.t_mark = d.sent, None, time.monotonic()
+                    d.target, d.t_drained = d.sent, None
                     if d.acked >= d.target:
                         d.t_drained = time.time()
                 _say({"marked": len(self.devices)})
+            elif cmd[0] == "phase":         # ACKs from now on are another phase's
+                for d in self.devices:
+                    d.after = True
+                _say({"phase": len(self.devices)})
             elif cmd[0] == "stop":          # no more readings
                 for d in self.devices:
                     d.publishing = False
@@ -365,6 +368,11 @@ class Swarm:
         it has sent by now (the drain after an outage)."""
         self._ask("mark")
 
+    def phase(self):
+        """ACKs of live readings from now on count apart (``after``): the
+        steady figures end here (call it as an outage starts)."""
+        self._ask("phase")
+
     def stop_publishing(self):
         self._ask("stop")
 
@@ -400,8 +408,8 @@ def progress_line(p):
 
 def figures(summary):
     """The summary's headline figures: sessions up (s from the first start),
-    ACK p50/p99 (ms) of readings published with a session up before the
-    mark (``ack_``), after it (``ack_after_``) and with no session
+    ACK p50/p99 (ms) of readings published with a session up, acknowledged
+    before phase() (``ack_``) and after it (``ack_after_``), and with no session
     (``ack_spooled_``), sent, acknowledged, and when the last device drained
     (wall clock, when marked)."""
     ds = summary["devices"]
@@ -509,12 +517,12 @@ def main(argv=None):
         ap.error("--mqtt takes HOST:PORT")
     if a.devices < 1 or a.rate <= 0:
         ap.error("--devices must be at least 1 and --rate above 0")
-    os.makedirs(a.out, exist_ok=True)
     sw = Swarm(a.devices, (host, int(port)), a.rate, a.workers, a.ramp, a.prefix, a.spool,
                log=os.path.join(a.out, "workers.log"))
     if a.print_toml:
         print(sw.toml())
         return 0
+    os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "bridge-devices.toml"), "w") as f:
         f.write(sw.toml())
     with sw:

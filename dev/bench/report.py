@@ -629,9 +629,9 @@ def _swarm_section(sw):
     row("flush after the outage drained, s from the broker's restart",
         lambda f: "–" if not f["outage_s"] else "not in time" if f["drain_s"] is None
         else _f(f["drain_s"]))
-    row("ACK p50 / p99, ms (readings published with a session up; before the outage)",
-        lambda f: _ms_pair(f["ack_p50_ms"], f["ack_p99_ms"]))
-    row("ACK p50 / p99, ms (the same, from the broker's restart on)",
+    row("ACK p50 / p99, ms (readings published with a session up, acknowledged before the "
+        "outage)", lambda f: _ms_pair(f["ack_p50_ms"], f["ack_p99_ms"]))
+    row("ACK p50 / p99, ms (the same, acknowledged once it began)",
         lambda f: _ms_pair(f.get("ack_after_p50_ms"), f.get("ack_after_p99_ms")))
     row("ACK p50 / p99, ms (readings published with none: spooled)",
         lambda f: _ms_pair(f["ack_spooled_p50_ms"], f["ack_spooled_p99_ms"]))

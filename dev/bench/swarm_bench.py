@@ -12,8 +12,9 @@ device sent and had acknowledged (dev/swarm.check, tlog's reader), the
 time the post-outage flush takes to drain (from the broker's restart until
 every device's acknowledged mark reached what it had sent by then), ACK
 p50/p99 of readings published while a session was up (publish to the ACK
-that freed it, on the device), and group commits per second (the log's
-sync points, from the bridge's status).
+that freed it, on the device; acknowledged before the outage, and after),
+and group commits per second (the log's sync points, from the bridge's
+/metrics).
 
 A baseline commit can be measured beside this checkout in the same run
 (``--baseline REF``): its tree (``git archive``, plus this dev/swarm.py)
@@ -108,6 +109,7 @@ def trial(work, devices, outage=0.0, steady=10.0, tree=ROOT, workers=None, show=
                 _wait(swarm, lambda p: False, steady, show)
                 t_restart = None
                 if outage:
+                    swarm.phase()              # steady ACK latency: acknowledged by now
                     broker.stop()              # SIGKILL: the whole site loses its broker
                     time.sleep(outage)
                     broker.start()
