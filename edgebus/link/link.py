@@ -38,6 +38,11 @@ class Link:
     most, written in blocks of ``journal_block`` bytes; None: off.
     ``priority``: the rank of the routes learned over this link where several
     links offer one topic (higher first, then fewest hops; routes.py).
+    ``hold``: None, or a callable(link) -> bool, the owner's admission: while
+    it is true, numbered data frames of an acknowledged session are not taken
+    (counted ``held``; nothing published, rx_next stays), and once it is
+    false again the link asks the peer to send them again (RESEND), which
+    keeps them spooled meanwhile (docs/protocol.md 11).
     """
 
     def __init__(self, bus, node, key=None, role="initiator", link_id=None, peer=None,
@@ -46,7 +51,7 @@ class Link:
                  max_pending=8, max_sync=512, out_queue=32, status=True, sid=None,
                  state=None, principal=None, max_len=1024, spool=2048,
                  spool_policy="drop_oldest", ack=True, durable=False, journal=None,
-                 journal_bytes=262144, journal_block=4096, priority=0):
+                 journal_bytes=262144, journal_block=4096, priority=0, hold=None):
         if role not in ("initiator", "responder"):
             raise ValueError("role must be 'initiator' or 'responder'")
         if max_len < wire.MIN_LEN:
@@ -115,6 +120,8 @@ class Link:
         self._rx_acked = 0          # the last ACK sent, and when (the first goes at once,
         self._t_ack = -1.0          # also on a board whose clock starts at 0 at boot)
         self._stuck = False         # a loss in flight: RESEND asked
+        self.hold = hold
+        self._held = None           # {None (this boot) or earlier sid: next wanted} while held
         self._bad = None            # an undecodable frame's number, asked for again once
         self._t_resend = 0.0
         self._t_acked = self._t_data = 0.0   # last ACK that freed entries; last numbered frame out
@@ -213,6 +220,7 @@ class Link:
         was = self.status
         self._set_state(wire.DOWN)
         self._stuck = False
+        self._held = None           # the next session starts from the peer's oldest unacked
         self._snap = None
         self._rx_sync = None
         self._calls = []
@@ -271,6 +279,14 @@ class Link:
             from . import hist
             hist.acknowledge(self, mark[2])
 
+    def refuse(self, n, reason, sid=None):
+        """The owner will never keep the peer's entry ``n`` (of its earlier
+        boot ``sid``, if given): tell the peer why (REFUSE) before an ACK
+        passes it, so the entry is not taken for durable."""
+        if self.status == wire.UP and self._acking:
+            self.count("refusals")
+            tx.control(self, wire.REFUSE, [n, str(reason)[:160]] + ([sid] if sid else []))
+
     # -- frames ----------------------------------------------------------
     next_body = tx.next_body    # a function over the link: the method, no wrapper
 
@@ -324,6 +340,8 @@ class Link:
                     self.acknowledge(self.rx_mark())
                 if self._stuck and now - self._t_resend >= 1.0:
                     rx.resend(self, self.state.get("rx_next"))
+                if self._held is not None and (self.hold is None or not self.hold(self)):
+                    rx.release(self)
                 if self._acking:
                     tx.tail_timeout(self, now)
         # Status goes out on a state change at once, else at most once a second.
