@@ -7,7 +7,7 @@ report to BENCHMARKS.md at the repository root, linking the plots there.
 writes everything to out/bench-smoke/ instead; --out DIR writes everything to
 DIR. --only runs some parts (core, mpy, link, bridge, log, fleet, spark, swarm)
 and keeps the other figures from the benchmarks.json already there. --baseline
-REF: the parts that take one (swarm) also measure git ref REF's code
+REF[,REF...]: the parts that take one (swarm) also measure these commits' code
 (--baseline-only: only it, e.g. while this checkout holds unfinished edits).
 """
 import argparse
@@ -61,8 +61,8 @@ def main(argv=None):
                     "BENCHMARKS.md at the root, or out/bench-smoke with --smoke)")
     ap.add_argument("--only", help="comma-separated parts to run (%s); the others keep their "
                     "figures from the benchmarks.json already in --out" % ",".join(PARTS))
-    ap.add_argument("--baseline", metavar="REF", help="a git ref whose bridge the swarm part "
-                    "measures beside this checkout's, in the same run")
+    ap.add_argument("--baseline", metavar="REF[,REF...]", help="git refs whose code the swarm "
+                    "part measures beside this checkout's, in the same run")
     ap.add_argument("--baseline-only", action="store_true",
                     help="the swarm part measures only the --baseline")
     args = ap.parse_args(argv)

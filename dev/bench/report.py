@@ -604,18 +604,20 @@ def _swarm_section(sw):
          "through a real mosquitto into one `edgebus-bridge` process with its telemetry log "
          "(durable links: a reading is acknowledged once the log synced it). The outage is "
          "site-wide: mosquitto SIGKILLed, started again on the same port after the time "
-         "given; %g s of readings before it and after the drain. The devices then stop and "
+         "given, with steady readings before it and after the drain (seconds below). The "
+         "devices then stop and "
          "their last readings are acknowledged; `dev.swarm.check` reads the log with tlog's "
          "reader against what each device sent and had acknowledged. Columns: the code of "
-         "the bridge and the devices (a baseline commit is measured in the same run as this "
-         "checkout, `--baseline REF`). Everything, devices included, shares this machine's "
-         "%s CPUs." % (f0["workers"], "{:,}".format(sw.get("spool", 32768)), f0["steady_s"],
+         "the bridge and the devices (commits measured in the same run: `--baseline REF,...`). Everything, devices included, shares this machine's "
+         "%s CPUs." % (f0["workers"], "{:,}".format(sw.get("spool", 32768)),
                         sw.get("cpus", "the")), "",
          "| figure | " + " | ".join("%s: %s" % (r["label"], t) for r, t, _ in cols) + " |",
          "|---|" + "---|" * len(cols)]
 
     def row(what, fn):
         L.append("| %s | %s |" % (what, " | ".join(fn(f) for _, _, f in cols)))
+    row("outage / steady readings before it and after its drain, s",
+        lambda f: "%s / %s" % (_f(f["outage_s"]), _f(f["steady_s"])))
     row("devices with a session / all", lambda f: "%s / %s" % (_f(f["ever_up"]),
                                                                 _f(f["devices"])))
     row("all sessions up, s from the first start", lambda f: "–" if f["sessions_up_s"] is None

@@ -16,8 +16,8 @@ that freed it, on the device; acknowledged before the outage, and after),
 and group commits per second (the log's sync points, from the bridge's
 /metrics).
 
-A baseline commit can be measured beside this checkout in the same run
-(``--baseline REF``): its tree (``git archive``, plus this dev/swarm.py)
+Baseline commits can be measured beside this checkout in the same run
+(``--baseline REF[,REF...]``): its tree (``git archive``, plus this dev/swarm.py)
 runs the bridge and the devices' edgebus."""
 import json
 import os
@@ -168,18 +168,20 @@ def _label():
 
 
 def run(smoke=False, baseline=None, show=None, checkout=True):
-    """Every scenario on this checkout's bridge and, given ``baseline`` (a
-    git ref), on that commit's bridge too, interleaved. ``show``: print the
+    """Every scenario on this checkout's code and, given ``baseline`` (git
+    refs, comma-separated), on those commits' too, interleaved. ``show``: print the
     swarm's progress (default: in a full run, whose trials take minutes)."""
     show = not smoke if show is None else show
     if not (checkout or baseline):
         raise ValueError("nothing to measure: no baseline and not this checkout")
     tmp = tempfile.mkdtemp(prefix="edgebus-swarm-bench-")
     try:
-        trees = [(_label(), ROOT)] if checkout else []
-        if baseline:
-            trees.insert(0, (_git("rev-parse", "--short", baseline),
-                             _archive(baseline, os.path.join(tmp, "base"))))
+        trees = []
+        for i, ref in enumerate(baseline.split(",") if baseline else ()):
+            trees.append((_git("rev-parse", "--short", ref),
+                          _archive(ref, os.path.join(tmp, "base-%d" % i))))
+        if checkout:
+            trees.append((_label(), ROOT))
         out = {"trees": [t[0] for t in trees], "baseline": baseline, "scenarios": [],
                "spool": DEFAULT_SPOOL, "cpus": os.cpu_count()}
         for i, (label, n, outage, steady) in enumerate(SMOKE if smoke else FULL):
@@ -206,7 +208,7 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(prog="python -m dev.bench.swarm_bench",
                                  description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true")
-    ap.add_argument("--baseline", help="a git ref whose bridge is measured too")
+    ap.add_argument("--baseline", help="git refs (comma-separated) whose code is measured too")
     ap.add_argument("--baseline-only", action="store_true",
                     help="measure only the baseline, not this checkout")
     a = ap.parse_args()
