@@ -171,11 +171,12 @@ class Appender:
     def _marks_moved(self):
         return any(v != self._acked.get(k) for k, v in self._marks().items())
 
-    async def commit(self):
-        """One group commit: marks, last batch, sync point, acknowledgements."""
+    async def commit(self, batch=()):
+        """One group commit: marks, last batch (with ``batch``, taken just
+        before: nothing was published in between), sync point, acknowledgements."""
         self._t_commit = t0 = time.monotonic()
         marks = self._marks()
-        batch = self._take()
+        batch = list(batch) + self._take()
         sync = bool(self.unsynced or batch)
         self.last_commit_records = self.unsynced + len(batch)
         await self._write(batch, sync)
@@ -187,6 +188,7 @@ class Appender:
             if m[0] is not None and link is not None and m != self._acked.get(k):
                 link.acknowledge(m[0])
         self._acked = marks
+        self._watch(time.monotonic())
 
     async def run(self):
         last_tick = float("-inf")
@@ -199,17 +201,15 @@ class Appender:
                     await self._work(self.writer.tick)   # rolls by age, applies retention
                     last_tick = now
                     self._watch(now)
-                # Written as it comes, without a sync: the commit's batch stays small.
                 batch = self._take()
-                if batch:
-                    await self._write(batch, False)
-                now = time.monotonic()
                 due = self._t_commit + period
-                if now >= due and (self.unsynced or self._marks_moved()):
-                    await self.commit()
+                if now >= due and (batch or self.unsynced or self._marks_moved()):
+                    await self.commit(batch)   # one trip to the worker: append and sync
                     continue
                 if batch:
-                    continue       # more came while it was written
+                    # Written as it comes, without a sync: the commit's batch stays small.
+                    await self._write(batch, False)
+                    continue
                 timeout = max(0.0, due - now) if self.unsynced else IDLE
                 try:
                     await wait_for(self.wake.wait(), timeout)

@@ -114,6 +114,11 @@ def seq_of(link, s16):
     if link.hold is not None and link._acking and link.hold(link):
         held(link, None, exp)
         return None
+    h = link._held
+    if h is not None and None in h:   # taken again: the peer is back at the hole, or
+        del h[None]                   # shows it (below), so release() need not ask
+        if not h:
+            link._held = None
     if d:
         if link._acking:
             link.count("out_of_order")

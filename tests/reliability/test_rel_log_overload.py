@@ -78,7 +78,7 @@ def _logged(log_dir):
     return out
 
 
-async def _scenario(log_dir, n_dev, burst, queue_len, sync_s, bad=()):
+async def _scenario(log_dir, n_dev, burst, queue_len, sync_s, bad=(), seen=None):
     host = edgebus.Bus()
     a = _appender(host, log_dir, queue_len, sync_s)
     fleet = Fleet(host, a, n_dev)
@@ -92,9 +92,13 @@ async def _scenario(log_dir, n_dev, burst, queue_len, sync_s, bad=()):
     for _, c, _, _ in fleet.devs:
         for k in range(burst // 2, burst):
             c.publish("sensor/t", {"k": float("nan")} if k in bad else {"k": k})
+
+    def done():
+        if seen is not None:
+            seen.add(a.stats()["state"])
+        return all(dl.counters.get("acked", 0) >= burst for _, _, dl, _ in fleet.devs)
     try:
-        await until(lambda: all(dl.counters.get("acked", 0) >= burst
-                                for _, _, dl, _ in fleet.devs), timeout=60)
+        await until(done, timeout=60)
     except AssertionError:
         pass      # judged below, against the log
     await fleet.stop()
@@ -134,12 +138,14 @@ def _check(log_dir, fleet, burst, bad=()):
 def test_acknowledged_readings_are_logged_under_a_burst_on_a_slow_log(tmp_path, n_dev, burst,
                                                                      queue_len, sync_ms):
     log_dir = str(tmp_path / uuid.uuid4().hex)
-    fleet, st = asyncio.run(_scenario(log_dir, n_dev, burst, queue_len, sync_ms / 1000))
+    seen = set()
+    fleet, st = asyncio.run(_scenario(log_dir, n_dev, burst, queue_len, sync_ms / 1000,
+                                      seen=seen))
     _check(log_dir, fleet, burst)
     # The burst was more than the log's queue: the links pushed back and the
     # devices delivered everything once the log had room.
     assert st["dropped"] == 0, st
-    assert st["held"] > 0, st
+    assert st["held"] > 0 and "pushing back" in seen, (st, seen)
     for _, _, dl, _ in fleet.devs:
         assert dl.counters.get("acked", 0) == burst, dl.counters
 
@@ -157,3 +163,15 @@ def test_a_record_the_log_cannot_write_is_refused_to_its_device(tmp_path):
     dl = fleet.devs[0][2]
     assert "not logged" in (dl.last_error or ""), dl.last_error
     assert st["errors"] == 1 and dl.counters.get("acked") == 12
+
+
+def test_the_operator_is_told_when_the_log_pushes_back(tmp_path, caplog):
+    """The bridge's log says so (rate-limited) and `edgebus status` shows it."""
+    from bridge.status import render
+    caplog.set_level("WARNING", "edgebus.bridge")
+    fleet, st = asyncio.run(_scenario(str(tmp_path / "log"), 2, 60, 8, 0.01))
+    warnings = [r.getMessage() for r in caplog.records if "the log is behind" in r.getMessage()]
+    assert len(warnings) == 1 and "held back" in warnings[0], warnings   # once per 10 s
+    text = render({"node": "gw", "uptime": 1, "bus": {"connections": 1, "retained": 0,
+                                                      "dropped": 0}, "log": st, "links": {}})
+    assert "log health: " in text and "%d data frames held back" % st["held"] in text, text
