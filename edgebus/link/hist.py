@@ -3,7 +3,7 @@ published under that boot's own provenance (its sid, the generation recorded
 for it, its sequence number, its clock), deduplicated and acknowledged per
 boot. Imported when the first such frame arrives."""
 from .. import compat, errors
-from . import rules, rx, tx, wire
+from . import rules, tx, wire
 
 OLD = 4   # earlier boots remembered per link (state["old"])
 
@@ -87,7 +87,7 @@ def on_frame(link, t, obj, blob):
     if t != wire.PUB and t != wire.RET and t != wire.UNRET:
         return link.count("bad_frames")
     if link.hold is not None and link.hold(link):
-        return rx.held(link, sid, seq if exp is None else exp)
+        return tx.held(link, sid, seq if exp is None else exp)
     o[1] = seq + 1
     k = rules.map_in(link, body[0], link._imports)
     if k is None:

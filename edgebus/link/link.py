@@ -38,11 +38,7 @@ class Link:
     most, written in blocks of ``journal_block`` bytes; None: off.
     ``priority``: the rank of the routes learned over this link where several
     links offer one topic (higher first, then fewest hops; routes.py).
-    ``hold``: None, or a callable(link) -> bool, the owner's admission: while
-    it is true, numbered data frames of an acknowledged session are not taken
-    (counted ``held``; nothing published, rx_next stays), and once it is
-    false again the link asks the peer to send them again (RESEND), which
-    keeps them spooled meanwhile (docs/protocol.md 11).
+    ``hold``: None or the owner's admission, callable(link) (rx.py, protocol 11).
     """
 
     def __init__(self, bus, node, key=None, role="initiator", link_id=None, peer=None,
@@ -121,7 +117,7 @@ class Link:
         self._t_ack = -1.0          # also on a board whose clock starts at 0 at boot)
         self._stuck = False         # a loss in flight: RESEND asked
         self.hold = hold
-        self._held = None           # {None (this boot) or earlier sid: next wanted} while held
+        self._held = None           # {None (this boot) or an earlier sid: first held}
         self._bad = None            # an undecodable frame's number, asked for again once
         self._t_resend = 0.0
         self._t_acked = self._t_data = 0.0   # last ACK that freed entries; last numbered frame out
@@ -220,7 +216,6 @@ class Link:
         was = self.status
         self._set_state(wire.DOWN)
         self._stuck = False
-        self._held = None           # the next session starts from the peer's oldest unacked
         self._snap = None
         self._rx_sync = None
         self._calls = []
@@ -279,16 +274,9 @@ class Link:
             from . import hist
             hist.acknowledge(self, mark[2])
 
-    def refuse(self, n, reason, sid=None):
-        """The owner will never keep the peer's entry ``n`` (of its earlier
-        boot ``sid``, if given): tell the peer why (REFUSE) before an ACK
-        passes it, so the entry is not taken for durable."""
-        if self.status == wire.UP and self._acking:
-            self.count("refusals")
-            tx.control(self, wire.REFUSE, [n, str(reason)[:160]] + ([sid] if sid else []))
-
     # -- frames ----------------------------------------------------------
     next_body = tx.next_body    # a function over the link: the method, no wrapper
+    refuse = tx.refuse
 
     def feed(self, body):
         """Handle one received frame body (never raises)."""
@@ -338,10 +326,7 @@ class Link:
                         self._freed.set()
                 if not self.durable:
                     self.acknowledge(self.rx_mark())
-                if self._stuck and now - self._t_resend >= 1.0:
-                    rx.resend(self, self.state.get("rx_next"))
-                if self._held is not None and (self.hold is None or not self.hold(self)):
-                    rx.release(self)
+                rx.timers(self, now)
                 if self._acking:
                     tx.tail_timeout(self, now)
         # Status goes out on a state change at once, else at most once a second.

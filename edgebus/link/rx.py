@@ -112,7 +112,7 @@ def seq_of(link, s16):
         link.count("duplicates")
         return None
     if link.hold is not None and link._acking and link.hold(link):
-        held(link, None, exp)
+        tx.held(link, None, exp)
         return None
     h = link._held
     if h is not None and None in h:   # taken again: the peer is back at the hole, or
@@ -158,15 +158,14 @@ def resend(link, n):
         tx.control(link, wire.RESEND, n)
 
 
-def held(link, key, n):
-    """A numbered frame not taken: the owner's hold (Link.hold) is on. The
-    peer keeps it spooled; release() asks for it again from ``n``."""
-    link.count("held")
-    h = link._held
-    if h is None:
-        h = link._held = {}
-    if key not in h:
-        h[key] = n
+def timers(link, now):
+    """Asking again: while stuck after a loss (once a second), and once the
+    owner's hold (Link.hold: it held numbered frames back, which the peer
+    keeps spooled) is off."""
+    if link._stuck and now - link._t_resend >= 1.0:
+        resend(link, link.state.get("rx_next"))
+    if link._held is not None and (link.hold is None or not link.hold(link)):
+        release(link)
 
 
 def release(link):
