@@ -57,6 +57,17 @@ class Bridge:
             from bridge.mqtt_links import MqttLinks
             self.mqtt = MqttLinks(self, cfg.mqtt)
 
+    def hold(self, link):
+        """Link.hold of the durable links: the log's pushback (telemetry.py)."""
+        a = self.appender
+        return a is not None and a.hold(link)
+
+    def durability(self):
+        """A device link's durable= and hold= arguments: with a log, it
+        acknowledges only what the log made durable, and holds back while the
+        log is behind; without one, it acknowledges what reached the bus."""
+        return {"durable": self.durable, "hold": self.hold if self.durable else None}
+
     def read_patterns(self, uid):
         return acl.read_patterns(self.cfg, uid)
 

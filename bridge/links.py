@@ -99,7 +99,7 @@ async def run_serial(bridge, dev):
     link_id = "serial:" + dev.node
     link = Link(bridge.bus, bridge.cfg.node, key=dev.key, role="responder", link_id=link_id,
                 peer=dev.node, heartbeat=bridge.cfg.heartbeat,
-                state=bridge.state.for_link(link_id), durable=bridge.durable,
+                state=bridge.state.for_link(link_id), **bridge.durability(),
                 **device_rules(bridge.cfg.relay_calls))
     bridge.links[link_id] = link
     backoff = Backoff()
@@ -167,7 +167,7 @@ async def serve_local(bridge, path):
                     principal=principal, heartbeat=bridge.cfg.heartbeat, status=False,
                     exports=[(p, "") for p in reads], imports=[("#", "")],
                     export_calls=[("#", "")], import_calls=[("#", "")], max_len=LOCAL_MAX_LEN,
-                    durable=bridge.durable, out_queue=bridge.cfg.client_queue,
+                    out_queue=bridge.cfg.client_queue, **bridge.durability(),
                     spool=host_spool(LOCAL_MAX_LEN, bridge.cfg.client_queue))
         bridge.links[link_id] = link
         log.info("local client %s (uid %d pid %d) connected", link_id, uid, pid)

@@ -52,6 +52,14 @@ class BridgeCollector:
             yield GaugeMetricFamily("edgebus_log_unsynced",
                                     "records appended since the last sync point",
                                     value=lg["unsynced"])
+            yield CounterMetricFamily("edgebus_log_held",
+                                      "data frames durable links held back while the log was "
+                                      "behind (their devices send them again)", value=lg["held"])
+            yield GaugeMetricFamily("edgebus_log_queued", "messages waiting for the log",
+                                    value=lg["queued"])
+            yield GaugeMetricFamily("edgebus_log_pushback",
+                                    "1 while the log pushes back on durable links",
+                                    value=1 if lg["state"] == "pushing back" else 0)
 
 
 def serve(bridge, addr):

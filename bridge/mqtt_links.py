@@ -130,7 +130,7 @@ class MqttLinks:
                                     link_id=link_id, peer=node,
                                     heartbeat=bridge.cfg.heartbeat,
                                     state=bridge.state.for_link(link_id),
-                                    durable=bridge.durable,
+                                    **bridge.durability(),
                                     **device_rules(bridge.cfg.relay_calls))
             bridge.links[link_id] = self.links[node]
 

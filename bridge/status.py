@@ -42,6 +42,11 @@ def render(st):
                  "%d syncs (every %g ms at most, last %s ms), %d unsynced" % (
                      lg["dir"], lg["appended"], lg["dropped"], lg["errors"], *lg["position"],
                      lg["syncs"], lg["commit_ms"], lg["last_sync_ms"], lg["unsynced"]))
+        if "state" in lg:
+            L.append("log health: %s: %d of %d queued (durable links held from %d), %d data "
+                     "frames held back so far" % (
+                         lg["state"].upper() if lg["state"] != "ok" else "ok", lg["queued"],
+                         lg["queue_len"], lg["high_water"], lg["held"]))
     L.append("")
     L.append("%-22s %-10s %-14s %4s %7s %7s %6s %6s %6s %s" % (
         "LINK", "STATE", "PEER", "GEN", "IN", "OUT", "GAPS", "DROPS", "ERRS", "LAST ERROR"))

@@ -1,9 +1,18 @@
 """Appends chosen host-bus traffic to the telemetry log (tlog/), with group
 commit: a sync point at most every commit_ms while records are pending, after
-which every device link acknowledges what it had delivered before it."""
+which every device link acknowledges what it had delivered before it.
+
+The event loop only moves messages: one worker thread, the writer's only
+caller, appends them, syncs and seals (a version-2 seal writes a whole
+segment as Parquet), so neither a sync nor a seal stalls the links. While a
+batch is being written the next one waits in the log's queues; their fill is
+the log's backlog, and durable links ask hold() before they take a numbered
+frame (docs/protocol.md 11): past high water they push back instead of
+delivering what the log might not hold."""
 import asyncio
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from edgebus.compat import wait_for
 from tlog import LogWriter, last_seqs, record_from_message
@@ -13,6 +22,10 @@ log = logging.getLogger("edgebus.bridge")
 # Longest wait when nothing is pending: writer housekeeping (age rolls,
 # retention) and acknowledging links whose traffic the log does not take.
 IDLE = 1.0
+# The operator's warning while the log pushes back or drops: at most this often.
+WARN_EVERY = 10.0
+# Pushback is reported as current for this long after the last frame held.
+PUSHBACK_RECENT = 2.0
 
 
 class Appender:
@@ -22,11 +35,16 @@ class Appender:
 
     links is the bridge's dict link_id -> Link (read live). After each group
     commit every link whose rx_mark() moved is told acknowledge(mark): the
-    mark is taken before the commit's last drain, and publishing is
-    synchronous, so whatever the link had delivered to the bus by then is in
-    this appender's queues and is durable once the sync point returns."""
+    mark is taken before the commit's last batch is taken from the queues,
+    and publishing is synchronous, so whatever the link had delivered to the
+    bus by then is in that batch or an earlier one, durable once the sync
+    point returns. Nothing a durable link delivered is ever dropped on the
+    way: the queues refuse the newest message when full (reject_newest), and
+    hold() keeps durable links out of the last ``reserve`` places, so each
+    message they deliver has one. A record that cannot be encoded is refused
+    to its link (Link.refuse) before the acknowledgement that passes it."""
 
-    def __init__(self, bus, cfg, links=None, queue_len=8192):
+    def __init__(self, bus, cfg, links=None, queue_len=8192, reserve=None):
         self.writer = LogWriter(cfg.log_dir, segment_bytes=cfg.segment_bytes,
                                 segment_seconds=cfg.segment_seconds,
                                 retention_bytes=cfg.retention_bytes,
@@ -35,41 +53,112 @@ class Appender:
         self.links = {} if links is None else links
         self.conn = bus.connect(principal=("bridge", "telemetry"))
         self.wake = asyncio.Event()
+        self.queue_len = queue_len
+        # Durable links stop at high water; above it only other traffic fits.
+        self.high = queue_len - (max(1, queue_len // 8) if reserve is None else reserve)
+        if not 0 < self.high < queue_len:
+            raise ValueError("reserve must leave room on both sides of high water")
         self.subs = []
         for p in cfg.log_patterns:
-            s = self.conn.subscribe(p, queue_len=queue_len)
+            s = self.conn.subscribe(p, queue_len=queue_len, full="reject_newest")
             s.wake_on(self.wake)
             self.subs.append(s)
+        self._pool = ThreadPoolExecutor(1, thread_name_prefix="edgebus-log")
         self.appended = 0
         self.errors = 0
         self.unsynced = 0            # records appended since the last sync point
         self.syncs = 0
         self.last_sync_ms = None     # how long the last sync point took
+        self.last_commit_records = 0
         self._t_commit = float("-inf")
         self._acked = {}             # link_id -> the mark last acknowledged
+        self._position = self.writer.position()
+        self._t_held = float("-inf")  # when hold() last said yes
+        self._drops = (0, float("-inf"))        # dropped(), and when it last grew
+        self._warned = (float("-inf"), 0, 0)   # (when, held, dropped) at the last warning
 
     def dropped(self):
         return sum(s.dropped() for s in self.subs)
 
-    def drain(self):
-        """Append everything queued now; returns how many records."""
-        n = 0
-        seen = set()
+    def queued(self):
+        """The log's backlog: messages waiting in its fullest queue."""
+        return max([s.stats()["queued"] for s in self.subs] or [0])
+
+    def hold(self, link=None):
+        """Link.hold for durable links: true while the log's backlog is at
+        high water, so what they would deliver now could not be sure of a
+        place (they push back, the devices keep it spooled)."""
+        for s in self.subs:
+            if s.stats()["queued"] >= self.high:
+                self._t_held = time.monotonic()
+                return True
+        return False
+
+    def _take(self):
+        """Every message queued now, each once."""
+        out = []
+        seen = set() if len(self.subs) > 1 else None
         for s in self.subs:
             while True:
                 m = s.recv_nowait()
                 if m is None:
                     break
-                if len(self.subs) > 1:
+                if seen is not None:
                     if id(m) in seen:
                         continue
                     seen.add(id(m))
-                try:
-                    self.writer.append(record_from_message(m, ts_host=time.time()))
-                    n += 1
-                except (TypeError, ValueError) as e:   # a payload JSON cannot hold
-                    self.errors += 1
-                    log.warning("telemetry: record for %s not written: %s", m.topic, e)
+                out.append(m)
+        return out
+
+    def _append(self, batch, sync):
+        """In the worker: append the batch, then sync if asked; returns the
+        count appended and (message, error) for each record refused."""
+        n = 0
+        bad = []
+        append = self.writer.append
+        for m in batch:
+            try:
+                append(record_from_message(m, ts_host=time.time()))
+                n += 1
+            except (TypeError, ValueError) as e:   # a payload the log cannot hold
+                bad.append((m, e))
+        if sync:
+            self.writer.flush()
+        return n, bad, self.writer.position()
+
+    async def _work(self, fn, *args):
+        """fn(*args) in the worker thread. Nothing else touches the writer
+        meanwhile: a cancelled caller waits for it before letting go."""
+        fut = asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            await asyncio.wait([fut])
+            raise
+
+    async def _write(self, batch, sync):
+        n, bad, self._position = await self._work(self._append, batch, sync)
+        self._refuse(bad)
+        self.appended += n
+        self.unsynced = 0 if sync else self.unsynced + n
+        return n
+
+    def _refuse(self, bad):
+        """Each record refused: counted, said, and refused to its device."""
+        for m, e in bad:
+            self.errors += 1
+            log.warning("telemetry: record for %s not written: %s", m.topic, e)
+            o = m.origin
+            link = self.links.get(o.link_id) if o.link_id else None
+            seq = (o.extra or {}).get("seq")
+            if link is not None and type(seq) is int:
+                link.refuse(seq, "not logged: %s" % e,
+                            o.peer_sid if o.peer_sid != link.peer_sid else None)
+
+    def drain(self):
+        """Append everything queued now, here (at close); returns how many."""
+        n, bad, self._position = self._append(self._take(), False)
+        self._refuse(bad)
         self.appended += n
         self.unsynced += n
         return n
@@ -82,53 +171,46 @@ class Appender:
     def _marks_moved(self):
         return any(v != self._acked.get(k) for k, v in self._marks().items())
 
-    async def commit(self):
-        """One group commit: marks, last drain, sync point, acknowledgements."""
-        self._t_commit = time.monotonic()
+    async def commit(self, batch=()):
+        """One group commit: marks, last batch (with ``batch``, taken just
+        before: nothing was published in between), sync point, acknowledgements."""
+        self._t_commit = t0 = time.monotonic()
         marks = self._marks()
-        self.drain()
-        if self.unsynced:
-            n = self.unsynced
-            t0 = time.monotonic()
-            await self._sync()
+        batch = list(batch) + self._take()
+        sync = bool(self.unsynced or batch)
+        self.last_commit_records = self.unsynced + len(batch)
+        await self._write(batch, sync)
+        if sync:
             self.last_sync_ms = round(1000 * (time.monotonic() - t0), 3)
             self.syncs += 1
-            self.unsynced -= n
         for k, m in marks.items():
             link = self.links.get(k)
             if m[0] is not None and link is not None and m != self._acked.get(k):
                 link.acknowledge(m[0])
         self._acked = marks
-
-    async def _sync(self):
-        """writer.flush() in a thread, so the fsync does not stall the links.
-        Nothing else touches the writer meanwhile: only this task drains, and
-        a cancelled task waits for the flush before it lets go of the writer."""
-        fut = asyncio.get_running_loop().run_in_executor(None, self.writer.flush)
-        try:
-            await asyncio.shield(fut)
-        except asyncio.CancelledError:
-            await asyncio.wait([fut])
-            raise
+        self._watch(time.monotonic())
 
     async def run(self):
-        last_tick = 0.0
+        last_tick = float("-inf")
         period = self.commit_ms / 1000.0
         try:
             while True:
                 self.wake.clear()
-                self.drain()
                 now = time.monotonic()
                 if now - last_tick >= IDLE:
-                    self.writer.tick()      # rolls by age, applies retention
+                    await self._work(self.writer.tick)   # rolls by age, applies retention
                     last_tick = now
-                timeout = IDLE
-                if self.unsynced or self._marks_moved():
-                    due = self._t_commit + period
-                    if now >= due:
-                        await self.commit()
-                        continue
-                    timeout = due - now
+                    self._watch(now)
+                batch = self._take()
+                due = self._t_commit + period
+                if now >= due and (batch or self.unsynced or self._marks_moved()):
+                    await self.commit(batch)   # one trip to the worker: append and sync
+                    continue
+                if batch:
+                    # Written as it comes, without a sync: the commit's batch stays small.
+                    await self._write(batch, False)
+                    continue
+                timeout = max(0.0, due - now) if self.unsynced else IDLE
                 try:
                     await wait_for(self.wake.wait(), timeout)
                 except asyncio.TimeoutError:
@@ -140,18 +222,53 @@ class Appender:
                       e)
             raise
 
+    def _held(self):
+        return sum(l.counters.get("held", 0) for l in list(self.links.values()))
+
+    def _watch(self, now):
+        """The operator's warning, at most every WARN_EVERY s, while the log
+        pushes back on durable links or drops other traffic."""
+        d = self.dropped()
+        if d != self._drops[0]:
+            self._drops = (d, now)
+        t, held0, dropped0 = self._warned
+        if now - t < WARN_EVERY:
+            return
+        held = self._held()
+        if held == held0 and d == dropped0:
+            return
+        log.warning("telemetry: the log is behind (%d of %d queued, high water %d): %d data "
+                    "frame(s) of durable links held back (their devices keep them spooled and "
+                    "send them again) and %d message(s) of other traffic dropped since the "
+                    "last warning", self.queued(), self.queue_len, self.high, held - held0,
+                    d - dropped0)
+        self._warned = (now, held, d)
+
+    def state(self):
+        """"pushing back" (durable links held in the last few seconds),
+        "dropping" (other traffic refused lately) or "ok"."""
+        now = time.monotonic()
+        if now - self._t_held < PUSHBACK_RECENT:
+            return "pushing back"
+        if now - self._drops[1] < WARN_EVERY:
+            return "dropping"
+        return "ok"
+
     def close(self):
         """Append what is left, then seal the active segment (durable)."""
         self.drain()
         self.writer.close()
         self.unsynced = 0
         self.conn.disconnect()
+        self._pool.shutdown(wait=True)
 
     def stats(self):
         return {"dir": self.writer.path, "appended": self.appended, "dropped": self.dropped(),
-                "errors": self.errors, "position": list(self.writer.position()),
+                "errors": self.errors, "position": list(self._position),
                 "commit_ms": self.commit_ms, "syncs": self.syncs,
-                "last_sync_ms": self.last_sync_ms, "unsynced": self.unsynced}
+                "last_sync_ms": self.last_sync_ms, "unsynced": self.unsynced,
+                "queued": self.queued(), "queue_len": self.queue_len, "high_water": self.high,
+                "held": self._held(), "state": self.state()}
 
 
 def resume_links(states, log_dir):

@@ -129,6 +129,13 @@ CASES = [
     ("Faults", "Slow link: device publishes faster than its line drains",
      "out-queue overflow spends sequence numbers: host gaps = device dropped_out",
      [R + "test_rel_pressure.py::test_slow_link"], "fault: slow link (device out queue overflow)"),
+    ("Faults", "The bridge's log slower than its devices (overload, issue 23)",
+     "a slow log (each sync sleeps 5-40 ms, a queue of 8-48 messages) under a burst from 2-5 "
+     "devices, half of it spooled: for every device, acknowledged ⊆ logged and every reading "
+     "logged or still in its spool; the links held back (pushback), nothing dropped, all "
+     "delivered in the end; a record the log cannot hold is refused to its device, never "
+     "acknowledged as written; the bridge warns and its status says so",
+     [R + "test_rel_log_overload.py"], None),
     ("Faults", "Device wall clock jumps back and forward",
      "-1 h, +1 day, -1 year mid-stream: delivery and log order follow seq; no gap, no duplicate",
      [R + "test_rel_pressure.py::test_device_clock"],

@@ -1,12 +1,14 @@
 """Run every benchmark and write BENCHMARKS.md and benchmarks.json.
 
-usage: python -m dev.bench [--smoke] [--out DIR] [--only PART,...]
+usage: python -m dev.bench [--smoke] [--out DIR] [--only PART,...] [--baseline REF [--baseline-only]]
 The results (benchmarks.json and the plots) go to dev/bench/results/ and the
 report to BENCHMARKS.md at the repository root, linking the plots there.
 --smoke runs each benchmark briefly (CI keeps the suite working with it) and
 writes everything to out/bench-smoke/ instead; --out DIR writes everything to
-DIR. --only runs some parts (core, mpy, link, bridge, log, fleet, spark) and keeps
-the other figures from the benchmarks.json already there.
+DIR. --only runs some parts (core, mpy, link, bridge, log, fleet, spark, swarm)
+and keeps the other figures from the benchmarks.json already there. --baseline
+REF[,REF...]: the parts that take one (swarm) also measure these commits' code
+(--baseline-only: only it, e.g. while this checkout holds unfinished edits).
 """
 import argparse
 import json
@@ -16,7 +18,7 @@ import sys
 import time
 
 from dev.bench import (bridge_bench, core_cpython, core_mpy, fleet_bench, link_bench,
-                       log_bench, report, spark_bench)
+                       log_bench, report, spark_bench, swarm_bench)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESULTS = os.path.join(ROOT, "dev", "bench", "results")
@@ -35,15 +37,19 @@ PARTS = {
     "fleet": ("bridge: a fleet of MicroPython devices over MQTT", "fleet", fleet_bench.run),
     "spark": ("spark: ingest rows/s vs Spark's JSON source, publish -> queryable", "spark",
               spark_bench.run),
+    "swarm": ("bridge: a swarm of CPython devices through a broker outage, and steady",
+              "swarm", swarm_bench.run),
 }
 
 
-def _run_part(name, res, smoke):
+def _run_part(name, res, smoke, baseline=None, baseline_only=False):
     label, key, fn = PARTS[name]
     print(label + " ...", flush=True)
     if name == "core":
         res["core_throughput"] = core_cpython.throughput(smoke)
         res["core_publish_curve"] = core_cpython.publish_cost_curve(smoke)
+    elif name == "swarm":
+        res[key] = fn(smoke, baseline, checkout=not baseline_only)
     else:
         res[key] = fn(smoke)
 
@@ -55,7 +61,13 @@ def main(argv=None):
                     "BENCHMARKS.md at the root, or out/bench-smoke with --smoke)")
     ap.add_argument("--only", help="comma-separated parts to run (%s); the others keep their "
                     "figures from the benchmarks.json already in --out" % ",".join(PARTS))
+    ap.add_argument("--baseline", metavar="REF[,REF...]", help="git refs whose code the swarm "
+                    "part measures beside this checkout's, in the same run")
+    ap.add_argument("--baseline-only", action="store_true",
+                    help="the swarm part measures only the --baseline")
     args = ap.parse_args(argv)
+    if args.baseline_only and not args.baseline:
+        ap.error("--baseline-only needs --baseline REF")
     only = [p.strip() for p in args.only.split(",")] if args.only else list(PARTS)
     bad = [p for p in only if p not in PARTS]
     if bad:
@@ -77,7 +89,7 @@ def main(argv=None):
                 jpath, "smoke" if res.get("meta", {}).get("smoke") else "full"))
     for name in PARTS:
         if name in only:
-            _run_part(name, res, args.smoke)
+            _run_part(name, res, args.smoke, args.baseline, args.baseline_only)
     seconds = round(time.time() - t0, 1)
     if res["meta"] is not meta:
         # Newest first; an earlier refresh stays listed while some part it ran was not run again.

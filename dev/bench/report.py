@@ -589,6 +589,66 @@ def _spark_stages(st):
     return L
 
 
+def _ms_pair(a, b):
+    return "%s / %s" % ("–" if a is None else _f(a), "–" if b is None else _f(b))
+
+
+def _swarm_section(sw):
+    """Section 8: issue 23's trial (dev/bench/swarm_bench.py)."""
+    if not sw:
+        return []
+    cols = [(r, t, r["by_tree"][t]) for r in sw["scenarios"] for t in sw["trees"]
+            if t in r["by_tree"]]
+    f0 = cols[0][2]
+    L = ["", "## 8. A swarm: thousands of devices through a broker outage", "",
+         "`dev/swarm.py` runs the devices: CPython, %d processes, each device an "
+         "`edgebus.Bus`, a `Link` (ack on, the reliable class, a %s-byte spool) and the "
+         "`edgebus.link.mqtt` transport, reopened with the firmware uplink's backoff; each "
+         "publishes 1 reading/s from its start, the starts spread over 1 ms a device. They go "
+         "through a real mosquitto into one `edgebus-bridge` process with its telemetry log "
+         "(durable links: a reading is acknowledged once the log synced it). The outage is "
+         "site-wide: mosquitto SIGKILLed, started again on the same port after the time "
+         "given, with steady readings before it and after the drain (seconds below). The "
+         "devices then stop and "
+         "their last readings are acknowledged; `dev.swarm.check` reads the log with tlog's "
+         "reader against what each device sent and had acknowledged. Columns: the code of "
+         "the bridge and the devices (commits measured in the same run: `--baseline REF,...`). Everything, devices included, shares this machine's "
+         "%s CPUs." % (f0["workers"], "{:,}".format(sw.get("spool", 32768)),
+                        sw.get("cpus", "the")), "",
+         "| figure | " + " | ".join("%s: %s" % (r["label"], t) for r, t, _ in cols) + " |",
+         "|---|" + "---|" * len(cols)]
+
+    def row(what, fn):
+        L.append("| %s | %s |" % (what, " | ".join(fn(f) for _, _, f in cols)))
+    row("outage / steady readings before it and after its drain, s",
+        lambda f: "%s / %s" % (_f(f["outage_s"]), _f(f["steady_s"])))
+    row("devices with a session / all", lambda f: "%s / %s" % (_f(f["ever_up"]),
+                                                                _f(f["devices"])))
+    row("all sessions up, s from the first start", lambda f: "–" if f["sessions_up_s"] is None
+        else _f(f["sessions_up_s"]))
+    row("readings sent / acknowledged", lambda f: "%s / %s" % (_f(f["sent"]), _f(f["acked"])))
+    row("**acknowledged readings missing from the log**",
+        lambda f: "**%s**" % _f(f["check"]["acked_missing"]))
+    row("readings missing, not acknowledged (still spooled + evicted)", lambda f: "%s + %s" % (
+        _f(f["check"]["spooled_missing"]), _f(f["check"]["evicted_missing"])))
+    row("duplicates in the log", lambda f: _f(f["check"]["duplicates"]))
+    row("flush after the outage drained, s from the broker's restart",
+        lambda f: "–" if not f["outage_s"] else "not in time" if f["drain_s"] is None
+        else _f(f["drain_s"]))
+    row("ACK p50 / p99, ms (readings published with a session up, acknowledged before the "
+        "outage)", lambda f: _ms_pair(f["ack_p50_ms"], f["ack_p99_ms"]))
+    row("ACK p50 / p99, ms (the same, acknowledged once it began)",
+        lambda f: _ms_pair(f.get("ack_after_p50_ms"), f.get("ack_after_p99_ms")))
+    row("ACK p50 / p99, ms (readings published with none: spooled)",
+        lambda f: _ms_pair(f["ack_spooled_p50_ms"], f["ack_spooled_p99_ms"]))
+    row("bridge CPU, share of one core", lambda f: "%.0f%%" % (100 * f["bridge_core_share"]))
+    row("bridge peak RSS", lambda f: _f(f["bridge_peak_rss_mib"], " MiB"))
+    row("group commits/s (the log's sync points)", lambda f: _f(f["commits_per_s"]))
+    row("records the log's subscription dropped / gaps the links counted",
+        lambda f: "%s / %s" % (_f(f["log_dropped"]), _f(f["gaps"])))
+    return L
+
+
 def markdown(res, out, md_dir=None):
     """BENCHMARKS.md for results res; plots go to out, linked relative to md_dir
     (the markdown's directory; default out)."""
@@ -643,4 +703,7 @@ def markdown(res, out, md_dir=None):
     if os.path.exists(board32):
         with open(board32) as f:
             L += [f.read().rstrip("\n"), ""]
+    sw = _swarm_section(res.get("swarm"))
+    if sw:
+        L += sw[1:] + [""]
     return "\n".join(L) + "\n"

@@ -86,6 +86,8 @@ def on_frame(link, t, obj, blob):
     t, _, body, b = wire.decode(blob)
     if t != wire.PUB and t != wire.RET and t != wire.UNRET:
         return link.count("bad_frames")
+    if link.hold is not None and link.hold(link):
+        return tx.held(link, sid, seq if exp is None else exp)
     o[1] = seq + 1
     k = rules.map_in(link, body[0], link._imports)
     if k is None:

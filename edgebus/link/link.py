@@ -38,6 +38,7 @@ class Link:
     most, written in blocks of ``journal_block`` bytes; None: off.
     ``priority``: the rank of the routes learned over this link where several
     links offer one topic (higher first, then fewest hops; routes.py).
+    ``hold``: None or the owner's admission, callable(link) (rx.py, protocol 11).
     """
 
     def __init__(self, bus, node, key=None, role="initiator", link_id=None, peer=None,
@@ -46,7 +47,7 @@ class Link:
                  max_pending=8, max_sync=512, out_queue=32, status=True, sid=None,
                  state=None, principal=None, max_len=1024, spool=2048,
                  spool_policy="drop_oldest", ack=True, durable=False, journal=None,
-                 journal_bytes=262144, journal_block=4096, priority=0):
+                 journal_bytes=262144, journal_block=4096, priority=0, hold=None):
         if role not in ("initiator", "responder"):
             raise ValueError("role must be 'initiator' or 'responder'")
         if max_len < wire.MIN_LEN:
@@ -115,6 +116,8 @@ class Link:
         self._rx_acked = 0          # the last ACK sent, and when (the first goes at once,
         self._t_ack = -1.0          # also on a board whose clock starts at 0 at boot)
         self._stuck = False         # a loss in flight: RESEND asked
+        self.hold = hold
+        self._held = None           # {None (this boot) or an earlier sid: first held}
         self._bad = None            # an undecodable frame's number, asked for again once
         self._t_resend = 0.0
         self._t_acked = self._t_data = 0.0   # last ACK that freed entries; last numbered frame out
@@ -273,6 +276,7 @@ class Link:
 
     # -- frames ----------------------------------------------------------
     next_body = tx.next_body    # a function over the link: the method, no wrapper
+    refuse = tx.refuse
 
     def feed(self, body):
         """Handle one received frame body (never raises)."""
@@ -322,8 +326,7 @@ class Link:
                         self._freed.set()
                 if not self.durable:
                     self.acknowledge(self.rx_mark())
-                if self._stuck and now - self._t_resend >= 1.0:
-                    rx.resend(self, self.state.get("rx_next"))
+                rx.timers(self, now)
                 if self._acking:
                     tx.tail_timeout(self, now)
         # Status goes out on a state change at once, else at most once a second.

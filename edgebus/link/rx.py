@@ -56,6 +56,8 @@ def handle(link, t, seq, obj, blob):
         return calls.on_result(link, t, obj, blob)
     if t == wire.ROUTES:
         return calls.on_routes(link, obj)
+    if t == wire.REFUSE:
+        return on_refuse(link, obj)
     if t >= wire.ACK and (t == wire.HIST or type(obj) is list):   # earlier boots' (protocol 14)
         if link._journal is not None and t <= wire.RESEND:
             return link._journal.on_old(link, t, obj)
@@ -109,6 +111,14 @@ def seq_of(link, s16):
     if d >= 0x8000:
         link.count("duplicates")
         return None
+    if link.hold is not None and link._acking and link.hold(link):
+        tx.held(link, None, exp)
+        return None
+    h = link._held
+    if h is not None and None in h:   # taken again: the peer is back at the hole, or
+        del h[None]                   # shows it (below), so release() need not ask
+        if not h:
+            link._held = None
     if d:
         if link._acking:
             link.count("out_of_order")
@@ -146,6 +156,39 @@ def resend(link, n):
         link._t_resend = now
         link.count("resends_asked")
         tx.control(link, wire.RESEND, n)
+
+
+def timers(link, now):
+    """Asking again: while stuck after a loss (once a second), and once the
+    owner's hold (Link.hold: it held numbered frames back, which the peer
+    keeps spooled) is off."""
+    if link._stuck and now - link._t_resend >= 1.0:
+        resend(link, link.state.get("rx_next"))
+    if link._held is not None and (link.hold is None or not link.hold(link)):
+        release(link)
+
+
+def release(link):
+    """The hold is off: RESEND from the first number held (per boot)."""
+    h = link._held
+    link._held = None
+    for key in h:
+        if key is None:
+            link._stuck = False       # at once, not after the 1 s pacing
+            resend(link, link.state.get("rx_next"))
+        else:
+            link.count("resends_asked")
+            tx.control(link, wire.RESEND, [h[key], key])
+
+
+def on_refuse(link, obj):
+    """REFUSE [n, reason, sid?]: the peer will never keep entry n (the ACK
+    that passes it frees it): counted, and said in last_error."""
+    if type(obj) is not list or len(obj) < 2 or type(obj[0]) is not int:
+        return link.count("bad_frames")
+    link.count("refused_by_peer")
+    link.last_error = "peer refused %s%d: %s" % (
+        "" if len(obj) < 3 else "%s/" % (obj[2],), obj[0], obj[1])
 
 
 def on_skip(link, n):

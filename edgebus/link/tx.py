@@ -24,6 +24,26 @@ def control(link, t, obj):
         link._wake.set()
 
 
+def refuse(link, n, reason, sid=None):
+    """Link.refuse: the owner will never keep the peer's entry ``n`` (of its
+    earlier boot ``sid``, if given): tell the peer why (REFUSE) before an ACK
+    passes it, so the entry is not taken for durable."""
+    if link.status == wire.UP and link._acking:
+        link.count("refusals")
+        control(link, wire.REFUSE, [n, str(reason)[:160]] + ([sid] if sid else []))
+
+
+def held(link, key, n):
+    """A numbered frame not taken: the owner's hold (Link.hold) is on. The
+    peer keeps it spooled; rx.release() asks for it again from ``n``."""
+    link.count("held")
+    h = link._held
+    if h is None:
+        h = link._held = {}
+    if key not in h:
+        h[key] = n
+
+
 def call_frame(link, t, obj, blob=None):
     """Queue a CALL, REPLY or FAIL; a CALL too large raises, a reply too
     large becomes a FAIL the caller sees."""

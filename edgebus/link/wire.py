@@ -52,6 +52,7 @@ ACK = 18        # receiver: every sequence number below N is durable here  ("ack
 RESEND = 19     # receiver: N is missing (lost in flight); send again from N  ("ack")
 SKIP = 20       # sender: N is next; what you lack below N is lost for good  ("ack")
 HIST = 21       # sender: an earlier boot's entry [sid, seq, wall] + its body  ("hist")
+REFUSE = 22     # receiver: [N, reason, sid?]: N will never be durable here  ("ack")
 
 # Capabilities this side can offer in HELLO / HELLO_ACK ("caps").
 CAP_ACK = "ack"
@@ -69,7 +70,7 @@ TYPE_MASK = 0x3F
 
 NAMES = ("", "HELLO", "HELLO_ACK", "AUTH", "ERROR", "BYE", "PING", "PONG", "SYNCSTART",
          "SYNC", "SYNCEND", "PUB", "RET", "UNRET", "CALL", "REPLY", "FAIL", "ROUTES", "ACK",
-         "RESEND", "SKIP", "HIST")
+         "RESEND", "SKIP", "HIST", "REFUSE")
 
 
 class WireError(ValueError):

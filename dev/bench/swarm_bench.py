@@ -1,0 +1,215 @@
+"""Issue 23's trial as a benchmark: thousands of devices (dev/swarm.py:
+CPython devices, many per process) publishing 1 reading/s each over a real
+mosquitto into one edgebus-bridge (its own process) with its telemetry log
+(durable links: a device's reading is acknowledged once the log synced it).
+
+Scenarios: 3,000 devices through a site-wide broker outage (mosquitto
+SIGKILLed, down 30 s, started again on the same port) and 5,000 devices
+steady. Per scenario: the time until every device had a session, the
+bridge's CPU (share of one core over the run) and peak RSS, readings
+missing from the log (acknowledged, and not), checked against what every
+device sent and had acknowledged (dev/swarm.check, tlog's reader), the
+time the post-outage flush takes to drain (from the broker's restart until
+every device's acknowledged mark reached what it had sent by then), ACK
+p50/p99 of readings published while a session was up (publish to the ACK
+that freed it, on the device; acknowledged before the outage, and after),
+and group commits per second (the log's sync points, from the bridge's
+/metrics).
+
+Baseline commits can be measured beside this checkout in the same run
+(``--baseline REF[,REF...]``): its tree (``git archive``, plus this dev/swarm.py)
+runs the bridge and the devices' edgebus."""
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+import urllib.request
+
+from dev.broker import Mosquitto, free_port
+from dev.presence import BridgeProcess
+from dev.swarm import DEFAULT_SPOOL, Swarm, check, figures
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+# (label, devices, outage s, seconds of steady readings before it and after the drain)
+FULL = [("3,000 devices, 30 s outage", 3000, 30.0, 20.0),
+        ("5,000 devices steady", 5000, 0.0, 60.0)]
+SMOKE = [("30 devices, 3 s outage", 30, 3.0, 2.0),
+         ("50 devices steady", 50, 0.0, 3.0)]
+
+
+def _proc(pid):
+    """(CPU seconds, RSS KiB, peak RSS KiB) of a process, from /proc."""
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    cpu = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    mem = {}
+    with open("/proc/%d/status" % pid) as f:
+        for line in f:
+            k, _, v = line.partition(":")
+            if k in ("VmRSS", "VmHWM"):
+                mem[k] = int(v.split()[0])
+    return cpu, mem.get("VmRSS", 0), mem.get("VmHWM", 0)
+
+
+def _log_figures(port):
+    """The log's sync points, appends and drops, the links' gaps and the
+    bus's drops, from the bridge's Prometheus /metrics (`edgebus status`'s
+    reply for thousands of links is larger than a link frame may be)."""
+    want = {"edgebus_log_syncs_total": "syncs", "edgebus_log_appended_total": "appended",
+            "edgebus_log_dropped_total": "log_dropped", "edgebus_bus_dropped_total": "bus_dropped"}
+    out = dict.fromkeys(list(want.values()) + ["gaps"], 0)
+    with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=60) as r:
+        for line in r.read().decode().splitlines():
+            name, _, value = line.rpartition(" ")
+            if name in want:
+                out[want[name]] = int(float(value))
+            elif name.startswith("edgebus_link_events_total{") and 'counter="gaps"' in name:
+                out["gaps"] += int(float(value))
+    return out
+
+
+def _wait(swarm, cond, timeout, show):
+    # Polling only paces the phases: the figures are timed in the workers.
+    return swarm.wait(cond, timeout, show=show, every=5.0 if swarm.n > 100 else 0.2)
+
+
+def trial(work, devices, outage=0.0, steady=10.0, tree=ROOT, workers=None, show=False):
+    """One run in directory ``work`` (which keeps the log, tlog/, and the
+    swarm's summary, swarm.json): returns the figures (see the module doc)
+    with the checker's totals."""
+    os.makedirs(work, exist_ok=True)
+    log_dir = os.path.join(work, "tlog")
+    with Mosquitto() as broker:
+        swarm = Swarm(devices, ("127.0.0.1", broker.port), workers=workers,
+                      log=os.path.join(work, "workers.log"), tree=tree)
+        toml = os.path.join(work, "bridge.toml")
+        metrics = free_port()
+        with open(toml, "w") as f:
+            f.write('[bridge]\nnode = "gw"\nstate_dir = "%s"\nsocket = "%s"\n'
+                    'metrics = "127.0.0.1:%d"\n[log]\ndir = "%s"\npatterns = ["dev/#"]\n\n%s'
+                    % (os.path.join(work, "state"), os.path.join(work, "bridge.sock"),
+                       metrics, log_dir, swarm.toml()))
+        bridge = BridgeProcess(work, toml=toml, tree=tree).start()
+        try:
+            deadline = time.monotonic() + 60
+            while not os.path.exists(bridge.sock):
+                if bridge.proc.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("the bridge did not start; see %s" % bridge.logpath)
+                time.sleep(0.1)
+            cpu0 = _proc(bridge.proc.pid)[0]
+            t0 = time.monotonic()
+            with swarm:
+                # Devices still without a session after this go on spooling:
+                # the figures say how many had one (ever_up).
+                _wait(swarm, lambda p: p["ever_up"] == devices, 60 + devices / 20, show)
+                lg0, ts0 = _log_figures(metrics), time.monotonic()
+                _wait(swarm, lambda p: False, steady, show)
+                t_restart = None
+                if outage:
+                    swarm.phase()              # steady ACK latency: acknowledged by now
+                    broker.stop()              # SIGKILL: the whole site loses its broker
+                    time.sleep(outage)
+                    broker.start()
+                    t_restart = time.time()
+                    swarm.mark()
+                    _wait(swarm, lambda p: not p["undrained"], 120 + devices / 10, show)
+                    _wait(swarm, lambda p: False, steady, show)
+                swarm.stop_publishing()
+                _wait(swarm, lambda p: not p["behind"], 60 + devices / 50, show)
+                lg1, ts1 = _log_figures(metrics), time.monotonic()
+                cpu1, rss, peak = _proc(bridge.proc.pid)
+                t1 = time.monotonic()
+                summary = swarm.summary()
+            bridge.stop()
+        finally:
+            bridge.close()
+    with open(os.path.join(work, "swarm.json"), "w") as f:
+        json.dump(summary, f)
+    report = check(log_dir, summary)
+    fig = figures(summary)
+    fig.update({
+        "outage_s": outage, "steady_s": steady, "workers": swarm.k, "ramp_s": swarm.ramp,
+        "drain_s": round(fig["drained_at"] - t_restart, 2)
+        if t_restart and fig["drained_at"] else None,
+        "bridge_core_share": round((cpu1 - cpu0) / (t1 - t0), 3),
+        "bridge_rss_mib": round(rss / 1024, 1), "bridge_peak_rss_mib": round(peak / 1024, 1),
+        "commits_per_s": round((lg1["syncs"] - lg0["syncs"]) / (ts1 - ts0), 1),
+        "log_dropped": lg1["log_dropped"], "gaps": lg1["gaps"], "bus_dropped": lg1["bus_dropped"],
+        "check": report["totals"], "check_ok": report["ok"]})
+    del fig["drained_at"]
+    return fig
+
+
+def _git(*args):
+    return subprocess.run(["git", "-C", ROOT] + list(args), check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def _archive(ref, dest):
+    """This repository's tree at git ref ``ref``, extracted into dest, with
+    this checkout's simulator (dev/swarm.py) in it."""
+    os.makedirs(dest)
+    arch = subprocess.run(["git", "-C", ROOT, "archive", ref], check=True,
+                          capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", dest], input=arch, check=True)
+    shutil.copy(os.path.join(ROOT, "dev", "swarm.py"), os.path.join(dest, "dev", "swarm.py"))
+    return dest
+
+
+def _label():
+    """This checkout: its commit, and whether the code the trial runs has
+    uncommitted edits."""
+    dirty = _git("status", "--porcelain", "--", "edgebus", "bridge", "tlog")
+    return "%s%s" % (_git("rev-parse", "--short", "HEAD"),
+                     " + uncommitted edits" if dirty else "")
+
+
+def run(smoke=False, baseline=None, show=None, checkout=True):
+    """Every scenario on this checkout's code and, given ``baseline`` (git
+    refs, comma-separated), on those commits' too, interleaved. ``show``: print the
+    swarm's progress (default: in a full run, whose trials take minutes)."""
+    show = not smoke if show is None else show
+    if not (checkout or baseline):
+        raise ValueError("nothing to measure: no baseline and not this checkout")
+    tmp = tempfile.mkdtemp(prefix="edgebus-swarm-bench-")
+    try:
+        trees = []
+        for i, ref in enumerate(baseline.split(",") if baseline else ()):
+            trees.append((_git("rev-parse", "--short", ref),
+                          _archive(ref, os.path.join(tmp, "base-%d" % i))))
+        if checkout:
+            trees.append((_label(), ROOT))
+        out = {"trees": [t[0] for t in trees], "baseline": baseline, "scenarios": [],
+               "spool": DEFAULT_SPOOL, "cpus": os.cpu_count()}
+        for i, (label, n, outage, steady) in enumerate(SMOKE if smoke else FULL):
+            row = {"label": label, "devices": n, "outage_s": outage, "by_tree": {}}
+            for j, (tlabel, tree) in enumerate(trees):
+                f = trial(os.path.join(tmp, "run-%d-%d" % (i, j)), n, outage, steady, tree,
+                          show=show)
+                row["by_tree"][tlabel] = f
+                print("  %s, %s: sessions up %s s, missing acked %d / not acked %d, drain %s s, "
+                      "ACK p50/p99 %s/%s ms, bridge %.0f%% of a core, %s MiB, %s commits/s" % (
+                          label, tlabel, f["sessions_up_s"], f["check"]["acked_missing"],
+                          f["check"]["spooled_missing"] + f["check"]["evicted_missing"],
+                          f["drain_s"], f["ack_p50_ms"], f["ack_p99_ms"],
+                          100 * f["bridge_core_share"], f["bridge_peak_rss_mib"],
+                          f["commits_per_s"]), flush=True)
+            out["scenarios"].append(row)
+        return out
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    import argparse
+    ap = argparse.ArgumentParser(prog="python -m dev.bench.swarm_bench",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("--smoke", action="store_true")
+    ap.add_argument("--baseline", help="git refs (comma-separated) whose code is measured too")
+    ap.add_argument("--baseline-only", action="store_true",
+                    help="measure only the baseline, not this checkout")
+    a = ap.parse_args()
+    print(json.dumps(run(a.smoke, a.baseline, checkout=not a.baseline_only), indent=1))

@@ -1,0 +1,547 @@
+"""A swarm of simulated devices: thousands of CPython devices over MQTT, many
+per process (``edgebus fleet`` runs the real firmware, one MicroPython
+process a device, which two cores cannot take to thousands).
+
+Each device is an ``edgebus.Bus``, a ``Link`` (initiator, ack on, the
+default reliable class, ``sensor/#`` exported) and the ``edgebus.link.mqtt``
+transport, reopened with backoff and jitter as the firmware's uplink does.
+It publishes ``sensor/temp`` readings ({"n": k}: the k-th reading is the
+link's number k) at ``rate`` per second from its start, spooled while no
+session is up. Node ids and keys are deterministic (``<prefix>-<i>``,
+``key-<prefix>-<i>``), so ``bridge_toml()`` gives the bridge's ``[mqtt]``
+devices. The devices are spread over worker processes (one per core by
+default), their starts staggered over ``ramp`` seconds.
+
+Per device it records the readings sent, the highest number acknowledged
+(the ACK frames the device receives: what frees its spool), what its spool
+still holds and evicted, its sessions and when the first came up, and the
+ACK latency of every reading (publish to the ACK that frees it, on the
+device's clock), split into readings published while a session was up
+(``live``: acknowledged before ``phase()``, e.g. the start of an outage;
+``after``: acknowledged after it) and while none was (``spooled``). ``check()`` reads a bridge's
+telemetry log (tlog's public reader) against that summary: for every device,
+acknowledged but missing (must be 0), missing but still spooled or evicted,
+duplicates and gaps.
+
+usage: python -m dev.swarm --devices 3000 --rate 1 --mqtt HOST:PORT --seconds 60 --out DIR
+       python -m dev.swarm --devices 3000 --mqtt HOST:PORT --print-toml
+       python -m dev.swarm check LOG_DIR DIR/swarm.json
+(run the bridge with the printed ``[mqtt]`` fragment and a ``[log]`` first.)
+"""
+import argparse
+import asyncio
+import collections
+import json
+import os
+import sys
+import time
+
+import edgebus
+from bridge.links import Backoff
+from edgebus.compat import wait_for
+from edgebus.link import wire
+from edgebus.link.link import Link
+from edgebus.link.mqtt import MqttTransport
+
+TOPIC = ("sensor", "temp")
+DEFAULT_SPOOL = 32768        # the unix board's spool (boards/unix.json), as `edgebus fleet`
+BACKOFF = (0.5, 10.0)        # the firmware uplink's backoff_min / backoff_max
+
+
+def node_name(prefix, i):
+    """The i-th device's node id (1-based)."""
+    return "%s-%d" % (prefix, i)
+
+
+def node_key(node):
+    return "key-" + node
+
+
+def default_workers():
+    return max(1, os.cpu_count() or 1)
+
+
+def _pct(hist, q):
+    """The q-quantile (0..1) of a histogram {ms: count}, or None when empty."""
+    n = sum(hist.values())
+    if not n:
+        return None
+    want = q * (n - 1)
+    seen = 0
+    for ms in sorted(hist):
+        seen += hist[ms]
+        if seen > want:
+            return ms
+    return max(hist)
+
+
+# -- a device (in a worker process) ---------------------------------------
+
+class Device:
+    """One simulated device: bus, link, MQTT transport, readings."""
+
+    def __init__(self, node, broker, rate, spool, heartbeat, start_at, hist):
+        self.node = node
+        self.broker = broker
+        self.period = 1.0 / rate
+        self.start_at = start_at              # wall clock
+        self.bus = edgebus.Bus()
+        self.conn = self.bus.connect()
+        self.link = Link(self.bus, node, key=node_key(node).encode(), role="initiator",
+                         link_id="uplink", peer="host", exports=[("sensor/#", "")],
+                         imports=(), export_calls=(), import_calls=(), heartbeat=heartbeat,
+                         status=False, spool=spool)
+        self.hist = hist                      # {"live"|"after"|"spooled": {ms: count}}
+        self.sent = 0                         # readings published: numbers 1..sent
+        self.acked = 0                        # every number up to it acknowledged
+        self.unacked = collections.deque()    # (n, monotonic publish time, live)
+        self.t_up = None                      # wall clock of the first session up
+        self.opens = self.open_failures = 0
+        self.target = None                    # drain: the sent count at mark()
+        self.t_drained = None
+        self.after = False                    # phase() came: live ACKs count as "after"
+        self.publishing = True
+
+    def on_ack(self, n):
+        """An ACK N arrived: every number below N is durable at the bridge."""
+        if n - 1 <= self.acked:
+            return
+        self.acked = n - 1
+        now = time.monotonic()
+        q = self.unacked
+        while q and q[0][0] < n:
+            _, t, live = q.popleft()
+            h = self.hist["after" if live and self.after else "live" if live else "spooled"]
+            ms = int(1000 * (now - t))
+            h[ms] = h.get(ms, 0) + 1
+        if self.target is not None and self.t_drained is None and self.acked >= self.target:
+            self.t_drained = time.time()
+
+    def publish(self):
+        self.sent += 1
+        self.unacked.append((self.sent, time.monotonic(), self.link.status == "up"))
+        self.conn.publish(TOPIC, {"n": self.sent, "temp": 20.0 + self.sent % 10})
+
+    async def readings(self):
+        due = time.monotonic()
+        while self.publishing:
+            self.publish()
+            due += self.period
+            await asyncio.sleep(max(0.0, due - time.monotonic()))
+
+    async def uplink(self):
+        """Keep a transport open, as firmware/uplink.py does: backoff with
+        jitter between attempts, back to the shortest after a session."""
+        backoff = Backoff(*BACKOFF)
+        self.link.start()
+        while True:
+            sessions = self.link.counters.get("sessions", 0)
+            t = Transport(self, self.broker[0], self.broker[1], node=self.node)
+            try:
+                await wait_for(t.open(), 10)
+            except Exception:              # refused, unreachable, no CONNACK: back off
+                self.open_failures += 1
+                if t.w is not None:        # connected, refused: not open, so close() skips it
+                    t.w.close()
+                t = None
+            if t is not None:
+                self.opens += 1
+                t.on_peer = self.link.peer_presence
+                await self.link.run(t)
+                t.close()
+            if self.link.counters.get("sessions", 0) > sessions:
+                backoff.reset()
+            await asyncio.sleep(backoff.next())
+
+    def summary(self):
+        sp = self.link.spool_stats()
+        c = self.link.counters
+        return {"node": self.node, "sid": self.link.sid, "sent": self.sent,
+                "acked": self.acked, "tx_seq": self.link.tx_seq, "spooled": sp["depth"],
+                "spool_evicted": sp["evicted"], "spool_refused": sp["refused"],
+                "sessions": c.get("sessions", 0), "start": self.start_at, "up": self.t_up,
+                "opens": self.opens, "open_failures": self.open_failures,
+                "drain_target": self.target, "drained": self.t_drained,
+                "state": self.link.status}
+
+
+class Transport(MqttTransport):
+    """The device's MQTT transport, telling the device of each ACK as it
+    arrives (its acknowledged mark and ACK latency, on the device)."""
+
+    def __init__(self, dev, *a, **kw):
+        super().__init__(*a, **kw)
+        self.dev = dev
+
+    async def recv(self):
+        bodies = await super().recv()
+        for b in bodies or ():
+            if b[0] & wire.TYPE_MASK == wire.ACK:
+                try:
+                    obj = wire.decode(b)[2]
+                except wire.WireError:
+                    continue                   # the link counts it
+                if type(obj) is int:           # a list: an earlier boot's (none here)
+                    self.dev.on_ack(obj)
+        return bodies
+
+
+# -- a worker process ----------------------------------------------------------
+
+def _say(obj):
+    sys.stdout.write(json.dumps(obj) + "\n")
+    sys.stdout.flush()
+
+
+class Worker:
+    """The devices first..first+count-1 of a swarm of total, in this process."""
+
+    def __init__(self, a):
+        host, _, port = a.mqtt.rpartition(":")
+        self.hist = {"live": {}, "after": {}, "spooled": {}}
+        self.devices = []
+        for i in range(a.first, a.first + a.count):
+            start = a.t0 + a.ramp * (i - 1) / max(1, a.total)
+            self.devices.append(Device(node_name(a.prefix, i), (host, int(port)), a.rate,
+                                       a.spool, a.heartbeat, start, self.hist))
+        self.tasks = []
+
+    async def _start(self, d):
+        await asyncio.sleep(max(0.0, d.start_at - time.time()))
+        self.tasks.append(asyncio.create_task(d.uplink()))
+        self.tasks.append(asyncio.create_task(d.readings()))
+
+    async def _watch(self):
+        while True:
+            now = time.time()
+            for d in self.devices:
+                if d.t_up is None and d.link.status == "up":
+                    d.t_up = now
+            await asyncio.sleep(0.1)
+
+    def progress(self):
+        ds = self.devices
+        return {"devices": len(ds), "started": sum(1 for d in ds if d.start_at <= time.time()),
+                "up": sum(1 for d in ds if d.link.status == "up"),
+                "ever_up": sum(1 for d in ds if d.t_up is not None),
+                "sent": sum(d.sent for d in ds), "acked": sum(d.acked for d in ds),
+                "behind": sum(1 for d in ds if d.acked < d.sent),
+                "evicted": sum(d.link.spool_stats()["evicted"] for d in ds),
+                "undrained": sum(1 for d in ds if d.target is not None and d.t_drained is None)}
+
+    async def run(self):
+        loop = asyncio.get_running_loop()
+        starts = [asyncio.create_task(self._start(d)) for d in self.devices]
+        watch = asyncio.create_task(self._watch())
+        sys.stdout.write("ready %d\n" % len(self.devices))
+        sys.stdout.flush()
+        while True:
+            line = await loop.run_in_executor(None, sys.stdin.readline)
+            cmd = line.split()
+            if not cmd or cmd[0] == "quit":
+                break
+            if cmd[0] == "progress":
+                _say(self.progress())
+            elif cmd[0] == "mark":         # the drain target: what each device sent by now
+                for d in self.devices:
+                    d.target, d.t_drained = d.sent, None
+                    if d.acked >= d.target:
+                        d.t_drained = time.time()
+                _say({"marked": len(self.devices)})
+            elif cmd[0] == "phase":         # ACKs from now on are another phase's
+                for d in self.devices:
+                    d.after = True
+                _say({"phase": len(self.devices)})
+            elif cmd[0] == "stop":          # no more readings
+                for d in self.devices:
+                    d.publishing = False
+                _say({"stopped": len(self.devices)})
+            elif cmd[0] == "summary":
+                _say({"devices": [d.summary() for d in self.devices], "ack_ms": self.hist})
+            else:
+                _say({"error": "unknown command %r" % cmd[0]})
+        for t in starts + [watch]:
+            t.cancel()
+        await asyncio.gather(*[d.link.close("swarm done") for d in self.devices],
+                             return_exceptions=True)
+        for t in self.tasks:
+            t.cancel()
+
+
+def _worker_main(argv):
+    ap = argparse.ArgumentParser(prog="python -m dev.swarm worker")
+    for name, kind in (("--first", int), ("--count", int), ("--total", int), ("--prefix", str),
+                       ("--mqtt", str), ("--rate", float), ("--ramp", float), ("--t0", float),
+                       ("--spool", int), ("--heartbeat", float)):
+        ap.add_argument(name, type=kind, required=True)
+    asyncio.run(Worker(ap.parse_args(argv)).run())
+    return 0
+
+
+# -- the swarm (the controlling process) ---------------------------------------
+
+class Swarm:
+    """``devices`` simulated devices on the broker (host, port), over
+    ``workers`` processes (default: one per core), started over ``ramp``
+    seconds (default: 1 ms a device; 0: all at once). Worker errors go to
+    ``log`` (a file path), if given. ``tree``: the checkout whose edgebus the
+    workers run (it must hold this dev/swarm.py; default: this one)."""
+
+    def __init__(self, devices, broker, rate=1.0, workers=None, ramp=None, prefix="swarm",
+                 spool=DEFAULT_SPOOL, heartbeat=5.0, log=None, tree=None):
+        if devices < 1 or rate <= 0:
+            raise ValueError("a swarm needs at least one device and a rate above 0")
+        self.n = devices
+        self.broker = broker
+        self.rate = rate
+        self.k = max(1, min(workers or default_workers(), devices))
+        self.ramp = devices / 1000.0 if ramp is None else ramp
+        self.prefix = prefix
+        self.spool = spool
+        self.heartbeat = heartbeat
+        self.log = log
+        self.tree = tree
+        self.children = []
+        self.t0 = None
+
+    def nodes(self):
+        return [node_name(self.prefix, i) for i in range(1, self.n + 1)]
+
+    def bridge_config(self):
+        """The bridge's [mqtt] part for this swarm (as tools/fleet.py's)."""
+        return {"mqtt": {"url": "mqtt://%s:%d" % self.broker,
+                         "devices": [{"node": n, "key": node_key(n)} for n in self.nodes()]}}
+
+    def toml(self):
+        """The bridge TOML fragment joining this swarm."""
+        from tools.fleet import bridge_toml
+        return bridge_toml(self.bridge_config())
+
+    def start(self):
+        from dev.bench.procs import ROOT, Child, python
+        self.t0 = time.time() + 1.0           # the workers' imports come first
+        per, extra = divmod(self.n, self.k)
+        first = 1
+        for w in range(self.k):
+            count = per + (1 if w < extra else 0)
+            self.children.append(Child(python(
+                "dev.swarm", "worker", "--first", first, "--count", count, "--total", self.n,
+                "--prefix", self.prefix, "--mqtt", "%s:%d" % self.broker, "--rate", self.rate,
+                "--ramp", self.ramp, "--t0", self.t0, "--spool", self.spool,
+                "--heartbeat", self.heartbeat), cwd=self.tree or ROOT, log=self.log))
+            first += count
+        for c in self.children:
+            c.expect("ready", 60)
+        return self
+
+    def _ask(self, cmd, timeout=60):
+        for c in self.children:
+            c.send(cmd)
+        return [json.loads(c.line(timeout)) for c in self.children]
+
+    def progress(self):
+        """Totals over the workers: devices, started, up (now), ever_up, sent,
+        acked, behind (devices with readings not acknowledged), evicted,
+        undrained (devices short of their mark() target)."""
+        tot = {}
+        for r in self._ask("progress"):
+            for k, v in r.items():
+                tot[k] = tot.get(k, 0) + v
+        tot["t"] = round(time.time() - self.t0, 1)
+        return tot
+
+    def wait(self, cond, timeout, show=False, every=1.0):
+        """Poll progress() until cond(progress) holds; returns (ok, progress)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            p = self.progress()
+            if show:
+                print(progress_line(p), flush=True)
+            if cond(p):
+                return True, p
+            if time.monotonic() >= deadline:
+                return False, p
+            time.sleep(every)
+
+    def mark(self):
+        """From now on, note when each device's acknowledged mark reaches what
+        it has sent by now (the drain after an outage)."""
+        self._ask("mark")
+
+    def phase(self):
+        """ACKs of live readings from now on count apart (``after``): the
+        steady figures end here (call it as an outage starts)."""
+        self._ask("phase")
+
+    def stop_publishing(self):
+        self._ask("stop")
+
+    def summary(self):
+        """Every device's figures, and the ACK latency histograms merged."""
+        out = {"devices": [], "ack_ms": {"live": {}, "after": {}, "spooled": {}}, "rate": self.rate,
+               "workers": self.k, "ramp_s": self.ramp, "t0": self.t0, "spool": self.spool}
+        for r in self._ask("summary", 120):
+            out["devices"] += r["devices"]
+            for kind, h in r["ack_ms"].items():
+                m = out["ack_ms"][kind]
+                for ms, n in h.items():
+                    m[int(ms)] = m.get(int(ms), 0) + n
+        return out
+
+    def close(self):
+        for c in self.children:
+            c.close()
+        self.children = []
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def progress_line(p):
+    return ("swarm: %5.1f s  up %d/%d (ever %d)  sent %d  acked %d  behind %d  evicted %d%s"
+            % (p["t"], p["up"], p["devices"], p["ever_up"], p["sent"], p["acked"], p["behind"],
+               p["evicted"], "  undrained %d" % p["undrained"] if p.get("undrained") else ""))
+
+
+def figures(summary):
+    """The summary's headline figures: sessions up (s from the first start),
+    ACK p50/p99 (ms) of readings published with a session up, acknowledged
+    before phase() (``ack_``) and after it (``ack_after_``), and with no session
+    (``ack_spooled_``), sent, acknowledged, and when the last device drained
+    (wall clock, when marked)."""
+    ds = summary["devices"]
+    ups = [d["up"] for d in ds if d["up"] is not None]
+    drained = [d["drained"] for d in ds if d["drain_target"] is not None]
+    h = summary["ack_ms"]
+    return {"devices": len(ds), "ever_up": len(ups),
+            "sessions_up_s": round(max(ups) - min(d["start"] for d in ds), 2)
+            if len(ups) == len(ds) else None,
+            "sent": sum(d["sent"] for d in ds), "acked": sum(d["acked"] for d in ds),
+            "spool_evicted": sum(d["spool_evicted"] for d in ds),
+            "sessions": sum(d["sessions"] for d in ds),
+            "ack_p50_ms": _pct(h["live"], 0.5), "ack_p99_ms": _pct(h["live"], 0.99),
+            "ack_after_p50_ms": _pct(h["after"], 0.5), "ack_after_p99_ms": _pct(h["after"], 0.99),
+            "ack_spooled_p50_ms": _pct(h["spooled"], 0.5),
+            "ack_spooled_p99_ms": _pct(h["spooled"], 0.99),
+            "drained_at": max(drained) if drained and None not in drained else None}
+
+
+# -- the checker ---------------------------------------------------------------
+
+def check(log_dir, summary):
+    """Every device's readings in the bridge's log (``log_dir``, read with
+    tlog.read_log: sealed segments) against what it sent and had
+    acknowledged (``summary``: Swarm.summary() or its JSON). Per device:
+    ``acked_missing`` (acknowledged, not in the log: must be 0),
+    ``spooled_missing`` (not acknowledged, not in the log, still in the
+    device's spool), ``evicted_missing`` (the rest: evicted from a full
+    spool, counted there), ``duplicates`` (records of a number beyond its
+    first), ``gaps`` (numbers below the highest logged one that are not
+    logged) and ``unknown`` (logged numbers the device never sent). Returns
+    {"devices": {node: counts}, "totals": counts, "ok": no acked_missing,
+    duplicates nor unknown}."""
+    import tlog
+    devs = {d["node"]: d for d in summary["devices"]}
+    seen = {n: collections.Counter() for n in devs}
+    for _pos, r in tlog.read_log(log_dir, decode_payload=False):
+        d = devs.get(r.get("peer_node"))
+        if d is not None and r.get("peer_sid") == d["sid"] and r["topic"][2:] == TOPIC:
+            seen[d["node"]][r["seq"]] += 1
+    out = {}
+    keys = ("logged", "acked_missing", "spooled_missing", "evicted_missing", "duplicates",
+            "gaps", "unknown")
+    tot = dict.fromkeys(keys, 0)
+    for node, d in devs.items():
+        got = seen[node]
+        spool_from = d["tx_seq"] - d["spooled"]       # the spool holds [spool_from, tx_seq)
+        top = max(got) if got else 0
+        c = {"logged": len(got),
+             "acked_missing": sum(1 for k in range(1, d["acked"] + 1) if k not in got),
+             "spooled_missing": sum(1 for k in range(max(d["acked"] + 1, spool_from),
+                                                     d["sent"] + 1) if k not in got),
+             "evicted_missing": sum(1 for k in range(d["acked"] + 1, min(spool_from, d["sent"] + 1))
+                                    if k not in got),
+             "duplicates": sum(v - 1 for v in got.values()),
+             "gaps": sum(1 for k in range(1, top) if k not in got),
+             "unknown": sum(1 for k in got if not 1 <= k <= d["sent"])}
+        out[node] = c
+        for k in keys:
+            tot[k] += c[k]
+    return {"devices": out, "totals": tot,
+            "ok": tot["acked_missing"] == 0 and tot["duplicates"] == 0 and tot["unknown"] == 0}
+
+
+# -- the command ---------------------------------------------------------------
+
+def _check_main(argv):
+    ap = argparse.ArgumentParser(prog="python -m dev.swarm check",
+                                 description="check a bridge's log against a swarm's summary")
+    ap.add_argument("log_dir")
+    ap.add_argument("summary", help="the swarm.json a run wrote")
+    a = ap.parse_args(argv)
+    with open(a.summary) as f:
+        res = check(a.log_dir, json.load(f))
+    bad = {n: c for n, c in res["devices"].items()
+           if c["acked_missing"] or c["duplicates"] or c["unknown"]}
+    print(json.dumps({"totals": res["totals"], "ok": res["ok"],
+                      "bad_devices": dict(sorted(bad.items())[:20])}, indent=1))
+    return 0 if res["ok"] else 1
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["worker"]:
+        return _worker_main(argv[1:])
+    if argv[:1] == ["check"]:
+        return _check_main(argv[1:])
+    ap = argparse.ArgumentParser(prog="python -m dev.swarm", description=__doc__.splitlines()[0])
+    ap.add_argument("--devices", "-n", type=int, default=100)
+    ap.add_argument("--mqtt", required=True, metavar="HOST:PORT", help="the broker")
+    ap.add_argument("--rate", type=float, default=1.0, help="readings/s per device")
+    ap.add_argument("--seconds", type=float, default=60.0,
+                    help="how long the devices publish (then they wait for their ACKs)")
+    ap.add_argument("--workers", type=int, help="processes (default: one per core)")
+    ap.add_argument("--ramp", type=float, help="seconds over which the devices start "
+                    "(default: 1 ms a device; 0: all at once)")
+    ap.add_argument("--prefix", default="swarm", help="node ids are PREFIX-1..PREFIX-N")
+    ap.add_argument("--spool", type=int, default=DEFAULT_SPOOL, help="spool bytes per device")
+    ap.add_argument("--out", default="out/swarm", help="where swarm.json goes")
+    ap.add_argument("--print-toml", action="store_true",
+                    help="print the bridge's [mqtt] fragment for these devices and exit")
+    a = ap.parse_args(argv)
+    host, _, port = a.mqtt.rpartition(":")
+    if not host or not port.isdigit():
+        ap.error("--mqtt takes HOST:PORT")
+    if a.devices < 1 or a.rate <= 0:
+        ap.error("--devices must be at least 1 and --rate above 0")
+    sw = Swarm(a.devices, (host, int(port)), a.rate, a.workers, a.ramp, a.prefix, a.spool,
+               log=os.path.join(a.out, "workers.log"))
+    if a.print_toml:
+        print(sw.toml())
+        return 0
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "bridge-devices.toml"), "w") as f:
+        f.write(sw.toml())
+    with sw:
+        print("swarm: %d devices in %d processes on %s; bridge fragment in %s" % (
+            a.devices, sw.k, a.mqtt, os.path.join(a.out, "bridge-devices.toml")), flush=True)
+        try:
+            sw.wait(lambda p: p["t"] >= a.seconds, a.seconds + 5, show=True)
+            sw.stop_publishing()
+            sw.wait(lambda p: not p["behind"], 60, show=True)
+        except KeyboardInterrupt:
+            pass
+        summary = sw.summary()
+    path = os.path.join(a.out, "swarm.json")
+    with open(path, "w") as f:
+        json.dump(summary, f)
+    print(json.dumps(figures(summary)))
+    print("wrote %s; check a log with: python -m dev.swarm check LOG_DIR %s" % (path, path))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
