@@ -26,6 +26,9 @@ IDLE = 1.0
 WARN_EVERY = 10.0
 # Pushback is reported as current for this long after the last frame held.
 PUSHBACK_RECENT = 2.0
+# The most numbered frames a device may have sent and not acknowledged
+# (its window, protocol 11), however few devices share the log.
+WINDOW_MAX = 256
 
 
 class Appender:
@@ -74,6 +77,8 @@ class Appender:
         self._acked = {}             # link_id -> the mark last acknowledged
         self._position = self.writer.position()
         self._t_held = float("-inf")  # when hold() last said yes
+        self._closed = False          # the devices' windows shut: the log is behind
+        self._window = None           # the window the durable links were last given
         self._drops = (0, float("-inf"))        # dropped(), and when it last grew
         self._warned = (float("-inf"), 0, 0)   # (when, held, dropped) at the last warning
 
@@ -87,12 +92,45 @@ class Appender:
     def hold(self, link=None):
         """Link.hold for durable links: true while the log's backlog is at
         high water, so what they would deliver now could not be sure of a
-        place (they push back, the devices keep it spooled)."""
+        place (they push back, the devices keep it spooled). Devices that
+        honour a window are told to stop at once (pace)."""
         for s in self.subs:
             if s.stats()["queued"] >= self.high:
                 self._t_held = time.monotonic()
+                if not self._closed:
+                    self._closed = True
+                    self.pace()
                 return True
         return False
+
+    def window(self):
+        """The window every durable link's device gets: the log's room up to
+        high water shared among them, so that together they never send more
+        than it holds (and the hold above stays a safety net for devices
+        without windows); 0 while the log is behind. A power of two, so it
+        changes seldom as devices come and go (each change is a frame a
+        device)."""
+        if self._closed:
+            return 0
+        share = self.high // max(1, sum(1 for l in list(self.links.values()) if l.durable))
+        w = 1
+        while w * 2 <= share and w < WINDOW_MAX:
+            w *= 2
+        return w
+
+    def pace(self, sweep=False):
+        """Give the durable links the window when it changed (or, sweeping,
+        every link that does not have it yet: links come and go). The log
+        reopens once its backlog is down to half of high water."""
+        if self._closed and self.queued() <= self.high // 2:
+            self._closed = False
+        w = self.window()
+        if w == self._window and not sweep:
+            return
+        self._window = w
+        for l in list(self.links.values()):
+            if l.durable:
+                l.window(w)
 
     def _take(self):
         """Every message queued now, each once."""
@@ -201,6 +239,9 @@ class Appender:
                     await self._work(self.writer.tick)   # rolls by age, applies retention
                     last_tick = now
                     self._watch(now)
+                    self.pace(sweep=True)
+                elif self._closed:
+                    self.pace()
                 batch = self._take()
                 due = self._t_commit + period
                 if now >= due and (batch or self.unsynced or self._marks_moved()):

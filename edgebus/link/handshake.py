@@ -29,7 +29,9 @@ def _side(link, auth):
     if w is not None:
         s["wall"] = w - s["ms"]   # this side's Unix time at ms 0 of its clock
     if link.ack:
-        s["caps"] = [wire.CAP_ACK, wire.CAP_HIST]
+        s["caps"] = [wire.CAP_ACK, wire.CAP_HIST, wire.CAP_FLOW]
+        if link._rx_window is not None:
+            s["win"] = link._rx_window    # the window from the first frame on (protocol 11)
     return s
 
 
@@ -160,6 +162,9 @@ def session_up(link, hello, ack):
     link.peer_sid = sid
     caps = peer.get("caps")
     link._acking = link.ack and type(caps) is list and wire.CAP_ACK in caps
+    link._flow = link._acking and wire.CAP_FLOW in caps
+    w = peer.get("win")
+    link._tx_window = w if link._flow and type(w) is int and w >= 0 else None
     link._rx_acked = 0
     link._stuck = False
     link.generation = st["generation"]

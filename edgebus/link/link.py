@@ -1,14 +1,12 @@
 """Link: joins a bus to a peer bus over a transport (docs/protocol.md).
 
 One Link object lives as long as its node's boot (its ``sid``); ``run()``
-drives one transport connection at a time and may be called again after the
-transport ends. The session logic is transport-free: ``run()`` feeds it frame
-bodies and sends the bodies it produces.
+drives one transport connection at a time, again after it ends, feeding the
+transport-free session logic frame bodies and sending those it produces.
 
-The Link holds all the state; the work is done by module-level functions
-over it, one module per concern (cheaper on MicroPython than mixins):
-``rules`` (topic rules), ``handshake`` (session start), ``tx`` (sending),
-``rx`` (receiving) and ``calls`` (routes, proxies, served calls).
+The Link holds all the state; module-level functions over it do the work, one
+module per concern (cheaper on MicroPython than mixins): ``rules``,
+``handshake``, ``tx`` (sending), ``rx`` (receiving), ``calls`` (routes, calls).
 """
 from .. import compat, topic
 from . import calls, handshake, presence, routes, rules, rx, tx, wire
@@ -113,6 +111,7 @@ class Link:
         self.ack = ack
         self.durable = durable
         self._acking = False
+        self._flow, self._tx_window, self._rx_window = False, None, None   # protocol 11
         self._rx_acked = 0          # the last ACK sent, and when (the first goes at once,
         self._t_ack = -1.0          # also on a board whose clock starts at 0 at boot)
         self._stuck = False         # a loss in flight: RESEND asked
@@ -277,6 +276,7 @@ class Link:
     # -- frames ----------------------------------------------------------
     next_body = tx.next_body    # a function over the link: the method, no wrapper
     refuse = tx.refuse
+    window = tx.window
 
     def feed(self, body):
         """Handle one received frame body (never raises)."""

@@ -58,6 +58,8 @@ def handle(link, t, seq, obj, blob):
         return calls.on_routes(link, obj)
     if t == wire.REFUSE:
         return on_refuse(link, obj)
+    if t == wire.WINDOW:
+        return tx.on_window(link, obj)
     if t >= wire.ACK and (t == wire.HIST or type(obj) is list):   # earlier boots' (protocol 14)
         if link._journal is not None and t <= wire.RESEND:
             return link._journal.on_old(link, t, obj)

@@ -33,6 +33,26 @@ def refuse(link, n, reason, sid=None):
         control(link, wire.REFUSE, [n, str(reason)[:160]] + ([sid] if sid else []))
 
 
+def window(link, w):
+    """Link.window: the owner's pace for the peer (protocol 11): it may have
+    at most ``w`` numbered frames sent and not acknowledged (0: send none
+    now; None: no limit). Said with WINDOW when it changes, to a peer that honours it
+    ("flow"); a new session hears it in HELLO_ACK or HELLO."""
+    if w == link._rx_window:
+        return
+    link._rx_window = w
+    if link.status == wire.UP and link._flow:
+        control(link, wire.WINDOW, -1 if w is None else w)
+
+
+def on_window(link, w):
+    """WINDOW: the peer's pace (-1: none)."""
+    if type(w) is not int:
+        return link.count("bad_frames")
+    link._tx_window = None if w < 0 else w
+    link._wake.set()
+
+
 def held(link, key, n):
     """A numbered frame not taken: the owner's hold (Link.hold) is on. The
     peer keeps it spooled; rx.release() asks for it again from ``n``."""
@@ -100,6 +120,9 @@ def data_next(link):
             # said out loud, so the receiver does not ask for them again.
             link._tx_next = seq
             return wire.encode(wire.SKIP, seq)
+        w = link._tx_window
+        if w is not None and seq >= sp.seq_at(sp.head) + w:
+            return None     # w past the oldest unacknowledged: it waits for an ACK
         link._tx_next = seq + 1
         link._t_data = compat.now()
         if f & spool.SENT:
@@ -304,6 +327,8 @@ def on_ack(link, n):
         link._journal.ack(n)
     if link._tx_next < n:
         link._tx_next = n
+    if link._tx_window is not None:
+        link._wake.set()    # the window moved with the ACK
 
 
 def on_resend(link, n):

@@ -53,10 +53,12 @@ RESEND = 19     # receiver: N is missing (lost in flight); send again from N  ("
 SKIP = 20       # sender: N is next; what you lack below N is lost for good  ("ack")
 HIST = 21       # sender: an earlier boot's entry [sid, seq, wall] + its body  ("hist")
 REFUSE = 22     # receiver: [N, reason, sid?]: N will never be durable here  ("ack")
+WINDOW = 23     # receiver: W: at most W numbers sent and not acknowledged  ("flow")
 
 # Capabilities this side can offer in HELLO / HELLO_ACK ("caps").
 CAP_ACK = "ack"
 CAP_HIST = "hist"   # takes HIST, and ACK/RESEND/SKIP [n, sid] for earlier boots
+CAP_FLOW = "flow"   # honours WINDOW: the receiver paces what is sent ahead of its ACKs
 
 # Session states: a link's public ``status``.
 DOWN = "down"
@@ -70,7 +72,7 @@ TYPE_MASK = 0x3F
 
 NAMES = ("", "HELLO", "HELLO_ACK", "AUTH", "ERROR", "BYE", "PING", "PONG", "SYNCSTART",
          "SYNC", "SYNCEND", "PUB", "RET", "UNRET", "CALL", "REPLY", "FAIL", "ROUTES", "ACK",
-         "RESEND", "SKIP", "HIST", "REFUSE")
+         "RESEND", "SKIP", "HIST", "REFUSE", "WINDOW")
 
 
 class WireError(ValueError):
