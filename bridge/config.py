@@ -14,6 +14,11 @@ EXAMPLE = os.fspath(importlib.resources.files("bridge") / "example.toml")
 
 # The log's group commit period (dev/bench/log_bench.py measured it: BENCHMARKS.md).
 DEFAULT_COMMIT_MS = 20
+# The log's queue (messages): its room up to high water is shared among the
+# durable links as their windows (telemetry.py), so it is sized for a fleet:
+# 65,536 gives each of 5,000 devices 8 frames ahead of its last ACK.
+DEFAULT_LOG_QUEUE = 65536
+LOG_QUEUE_RANGE = (64, 1048576)
 MAX_COMMIT_MS = 10000
 CLIENT_QUEUE = 32        # messages per feed a local socket client gets by default
 MAX_CLIENT_QUEUE = 65536
@@ -87,6 +92,7 @@ class Config:
     retention_bytes: int | None = None
     retention_seconds: float | None = None
     commit_ms: float = DEFAULT_COMMIT_MS    # group commit: a sync point at most this often
+    log_queue: int = DEFAULT_LOG_QUEUE      # messages waiting for the log's writer, at most
     heartbeat: float = 5.0
     queue_len: int = 64
     # Per local socket client (the shell commands, attach_local): how many
@@ -195,12 +201,18 @@ def parse(data, base_dir="."):
     if "log" in top:
         lg = _take(top["log"], "[log]", {
             "dir": str, "patterns": list, "segment_bytes": int, "segment_seconds": NUM,
-            "retention_bytes": int, "retention_seconds": NUM, "commit_ms": NUM})
+            "retention_bytes": int, "retention_seconds": NUM, "commit_ms": NUM,
+            "queue": int})
         cfg.log_dir = lg.get("dir")
         c = lg.get("commit_ms", cfg.commit_ms)
         if not 0 <= c <= MAX_COMMIT_MS:
             raise ConfigError("[log]: commit_ms must be between 0 (a sync point after every "
                               "write) and %d milliseconds, got %r" % (MAX_COMMIT_MS, c))
+        q = lg.get("queue", DEFAULT_LOG_QUEUE)
+        if not LOG_QUEUE_RANGE[0] <= q <= LOG_QUEUE_RANGE[1]:
+            raise ConfigError("[log]: queue must be between %d and %d messages, got %r"
+                              % (LOG_QUEUE_RANGE + (q,)))
+        cfg.log_queue = q
         for k in ("segment_bytes", "segment_seconds", "retention_bytes", "retention_seconds",
                   "commit_ms"):
             if k in lg:

@@ -113,7 +113,7 @@ class Bridge:
         self.tasks.append(asyncio.create_task(self._persist_state()))
         if cfg.log_dir:
             from bridge.telemetry import Appender, resume_links
-            self.appender = Appender(self.bus, cfg, links=self.links)
+            self.appender = Appender(self.bus, cfg, links=self.links, queue_len=cfg.log_queue)
             resume_links(self.state.data, cfg.log_dir)     # the writer has recovered the log
             self.tasks.append(asyncio.create_task(self.appender.run()))
         self.tasks.append(asyncio.create_task(self._status_endpoint()))
