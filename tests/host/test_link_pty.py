@@ -3,12 +3,9 @@ the real micropython binary on one end of a pty pair, the host side under
 CPython with pyserial-asyncio on the other end (tools/ptycable.py joins them)."""
 import asyncio
 import pytest
-import serial_asyncio
 
-import edgebus
-from edgebus.link.link import Link
-from edgebus.link.stream import StreamTransport
 from tests.conftest import until
+from tests.host import devicekit
 from tools.ptycable import PtyCable
 
 DEVICE_HEAP = "160K"   # core + link on the 64-bit unix port, plus the script
@@ -20,18 +17,7 @@ def device(link_device):
 
 
 async def _host(cable, key, body):
-    bus = edgebus.Bus(q_length=256)
-    link = Link(bus, "host", key=key, role="responder",
-                imports=[("#", "dev/{node}")], import_calls=[("#", "dev/{node}")],
-                exports=[("dev/{node}/cmd/#", "dev/{node}"), ("host/#", "")],
-                export_calls=[("host/#", "")], heartbeat=0.5)
-    r, w = await serial_asyncio.open_serial_connection(url=cable.b, baudrate=115200)
-    task = asyncio.create_task(link.run(StreamTransport(r, w)))
-    try:
-        return await body(bus, link)
-    finally:
-        await link.close()
-        task.cancel()
+    return await devicekit.host(cable, key, body)
 
 
 def test_micropython_device_to_cpython_host_over_pty(device):
