@@ -4,11 +4,13 @@ which every device link acknowledges what it had delivered before it.
 
 The event loop only moves messages: one worker thread, the writer's only
 caller, appends them, syncs and seals (a version-2 seal writes a whole
-segment as Parquet), so neither a sync nor a seal stalls the links. While a
-batch is being written the next one waits in the log's queues; their fill is
-the log's backlog, and durable links ask hold() before they take a numbered
-frame (docs/protocol.md 11): past high water they push back instead of
-delivering what the log might not hold."""
+segment as Parquet), so neither a sync nor a seal stalls the links. The loop
+hands it batches without waiting for each (at most TRIPS in flight) and
+acknowledges a commit's marks when its trip is back. Past that, messages wait
+in the log's queues; their fill is the log's backlog. The durable links'
+devices share its room as their windows, and the links ask hold() before they
+take a numbered frame (docs/protocol.md 11): past high water they push back
+instead of delivering what the log might not hold."""
 import asyncio
 import logging
 import time
@@ -26,6 +28,8 @@ IDLE = 1.0
 WARN_EVERY = 10.0
 # Pushback is reported as current for this long after the last frame held.
 PUSHBACK_RECENT = 2.0
+# Trips to the worker in flight at once before the loop waits for one.
+TRIPS = 3
 # The most numbered frames a device may have sent and not acknowledged
 # (its window, protocol 11), however few devices share the log.
 WINDOW_MAX = 256
@@ -78,6 +82,9 @@ class Appender:
         self._position = self.writer.position()
         self._t_held = float("-inf")  # when hold() last said yes
         self._closed = False          # the devices' windows shut: the log is behind
+        self._trips = []              # the worker's trips not yet back, oldest first
+        self._failed = None           # what a trip raised: the log stops
+        self._sent_marks = {}         # the marks of the last commit sent
         self._window = None           # the window the durable links were last given
         self._drops = (0, float("-inf"))        # dropped(), and when it last grew
         self._warned = (float("-inf"), 0, 0)   # (when, held, dropped) at the last warning
@@ -164,22 +171,43 @@ class Appender:
             self.writer.flush()
         return n, bad, self.writer.position()
 
-    async def _work(self, fn, *args):
-        """fn(*args) in the worker thread. Nothing else touches the writer
-        meanwhile: a cancelled caller waits for it before letting go."""
+    def _trip(self, fn, *args, marks=None):
+        """fn(*args) in the worker thread, not awaited: the loop goes on taking
+        and sending batches while the worker writes (on a loop that serves
+        thousands of links, each await of a result costs a whole turn of it).
+        The single worker keeps the trips in order; _back() handles each
+        result on the loop, and with ``marks`` (a commit) acknowledges them."""
         fut = asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
-        try:
-            return await asyncio.shield(fut)
-        except asyncio.CancelledError:
-            await asyncio.wait([fut])
-            raise
+        fut.add_done_callback(lambda f: self._back(f, marks, time.monotonic()))
+        self._trips.append(fut)
 
-    async def _write(self, batch, sync):
-        n, bad, self._position = await self._work(self._append, batch, sync)
+    def _back(self, fut, marks, t0):
+        """A trip's result, on the loop: a failure stops the log (run raises
+        it); a batch written is counted, its refused records told; a commit's
+        marks are acknowledged: what they cover is durable now."""
+        if fut.cancelled():
+            return
+        e = fut.exception()
+        if e is not None:
+            self._failed = self._failed or e
+            self.wake.set()
+            return
+        r = fut.result()
+        if r is None:                     # housekeeping (writer.tick)
+            return
+        n, bad, self._position = r
         self._refuse(bad)
         self.appended += n
-        self.unsynced = 0 if sync else self.unsynced + n
-        return n
+        if marks is None:
+            return
+        self.last_sync_ms = round(1000 * (time.monotonic() - t0), 3)
+        self.syncs += 1
+        for k, m in marks.items():
+            link = self.links.get(k)
+            if m[0] is not None and link is not None and m != self._acked.get(k):
+                link.acknowledge(m[0])
+        self._acked.update(marks)
+        self._watch(time.monotonic())
 
     def _refuse(self, bad):
         """Each record refused: counted, said, and refused to its device."""
@@ -207,26 +235,21 @@ class Appender:
         return {k: (l.rx_mark(), l.counters.get("sessions")) for k, l in list(self.links.items())}
 
     def _marks_moved(self):
-        return any(v != self._acked.get(k) for k, v in self._marks().items())
+        sent = self._sent_marks
+        return any(v != sent.get(k) for k, v in self._marks().items())
 
-    async def commit(self, batch=()):
-        """One group commit: marks, last batch (with ``batch``, taken just
-        before: nothing was published in between), sync point, acknowledgements."""
-        self._t_commit = t0 = time.monotonic()
-        marks = self._marks()
+    def commit(self, batch=()):
+        """Send one group commit: the marks, the last batch (with ``batch``,
+        taken just before: nothing was published in between), a sync point;
+        the marks are acknowledged when it is back (_back). Whatever a link
+        had delivered when its mark was taken is in that batch or an earlier
+        trip's, which the worker wrote first."""
+        self._t_commit = time.monotonic()
+        marks = self._sent_marks = self._marks()
         batch = list(batch) + self._take()
-        sync = bool(self.unsynced or batch)
         self.last_commit_records = self.unsynced + len(batch)
-        await self._write(batch, sync)
-        if sync:
-            self.last_sync_ms = round(1000 * (time.monotonic() - t0), 3)
-            self.syncs += 1
-        for k, m in marks.items():
-            link = self.links.get(k)
-            if m[0] is not None and link is not None and m != self._acked.get(k):
-                link.acknowledge(m[0])
-        self._acked = marks
-        self._watch(time.monotonic())
+        self.unsynced = 0
+        self._trip(self._append, batch, True, marks=marks)
 
     async def run(self):
         last_tick = float("-inf")
@@ -234,9 +257,17 @@ class Appender:
         try:
             while True:
                 self.wake.clear()
+                if self._failed is not None:
+                    raise self._failed
+                self._trips = [f for f in self._trips if not f.done()]
+                if len(self._trips) >= TRIPS:
+                    # The worker is behind: wait for its oldest trip; meanwhile
+                    # the queues fill and, at high water, the links hold.
+                    await asyncio.wait([self._trips[0]])
+                    continue
                 now = time.monotonic()
                 if now - last_tick >= IDLE:
-                    await self._work(self.writer.tick)   # rolls by age, applies retention
+                    self._trip(self.writer.tick)   # rolls by age, applies retention
                     last_tick = now
                     self._watch(now)
                     self.pace(sweep=True)
@@ -245,11 +276,12 @@ class Appender:
                 batch = self._take()
                 due = self._t_commit + period
                 if now >= due and (batch or self.unsynced or self._marks_moved()):
-                    await self.commit(batch)   # one trip to the worker: append and sync
+                    self.commit(batch)
                     continue
                 if batch:
                     # Written as it comes, without a sync: the commit's batch stays small.
-                    await self._write(batch, False)
+                    self.unsynced += len(batch)
+                    self._trip(self._append, batch, False)
                     continue
                 timeout = max(0.0, due - now) if self.unsynced else IDLE
                 try:
@@ -296,12 +328,13 @@ class Appender:
         return "ok"
 
     def close(self):
-        """Append what is left, then seal the active segment (durable)."""
+        """Let the worker finish its trips, append what is left, then seal
+        the active segment (durable)."""
+        self._pool.shutdown(wait=True)
         self.drain()
         self.writer.close()
         self.unsynced = 0
         self.conn.disconnect()
-        self._pool.shutdown(wait=True)
 
     def stats(self):
         return {"dir": self.writer.path, "appended": self.appended, "dropped": self.dropped(),

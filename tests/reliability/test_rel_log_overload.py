@@ -9,6 +9,8 @@ import asyncio
 import time
 import uuid
 
+import pytest
+
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
 import edgebus
@@ -78,9 +80,13 @@ def _logged(log_dir):
     return out
 
 
-async def _scenario(log_dir, n_dev, burst, queue_len, sync_s, bad=(), seen=None):
+async def _scenario(log_dir, n_dev, burst, queue_len, sync_s, bad=(), seen=None, windows=True):
+    """windows=False: the appender gives no windows, as to devices without
+    the flow capability (docs/protocol.md 11): only its hold paces them."""
     host = edgebus.Bus()
     a = _appender(host, log_dir, queue_len, sync_s)
+    if not windows:
+        a.pace = lambda sweep=False: None
     fleet = Fleet(host, a, n_dev)
     fleet.spool()
     task = asyncio.create_task(a.run())
@@ -131,21 +137,29 @@ def _check(log_dir, fleet, burst, bad=()):
         assert dl.counters.get("refused_by_peer", 0) == len(bad), dl.counters
 
 
+@pytest.mark.parametrize("windows", [True, False])
 @settings(max_examples=6, deadline=None, derandomize=True, phases=(Phase.generate,),
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(n_dev=st.integers(2, 5), burst=st.integers(20, 120), queue_len=st.integers(8, 48),
        sync_ms=st.integers(5, 40))
 def test_acknowledged_readings_are_logged_under_a_burst_on_a_slow_log(tmp_path, n_dev, burst,
-                                                                     queue_len, sync_ms):
+                                                                     queue_len, sync_ms,
+                                                                     windows):
     log_dir = str(tmp_path / uuid.uuid4().hex)
     seen = set()
     fleet, st = asyncio.run(_scenario(log_dir, n_dev, burst, queue_len, sync_ms / 1000,
-                                      seen=seen))
+                                      seen=seen, windows=windows))
     _check(log_dir, fleet, burst)
-    # The burst was more than the log's queue: the links pushed back and the
-    # devices delivered everything once the log had room.
     assert st["dropped"] == 0, st
-    assert st["held"] > 0 and "pushing back" in seen, (st, seen)
+    if windows:
+        # Paced by their windows, the devices never sent what the log had no
+        # room for: nothing held back, nothing sent twice.
+        assert st["held"] == 0, st
+        assert all(dl.counters.get("retransmitted", 0) == 0 for _, _, dl, _ in fleet.devs)
+    else:
+        # The burst was more than the log's queue: the links pushed back and
+        # the devices delivered everything once the log had room.
+        assert st["held"] > 0 and "pushing back" in seen, (st, seen)
     for _, _, dl, _ in fleet.devs:
         assert dl.counters.get("acked", 0) == burst, dl.counters
 
@@ -169,7 +183,7 @@ def test_the_operator_is_told_when_the_log_pushes_back(tmp_path, caplog):
     """The bridge's log says so (rate-limited) and `edgebus status` shows it."""
     from bridge.status import render
     caplog.set_level("WARNING", "edgebus.bridge")
-    fleet, st = asyncio.run(_scenario(str(tmp_path / "log"), 2, 60, 8, 0.01))
+    fleet, st = asyncio.run(_scenario(str(tmp_path / "log"), 2, 60, 8, 0.01, windows=False))
     warnings = [r.getMessage() for r in caplog.records if "the log is behind" in r.getMessage()]
     assert len(warnings) == 1 and "held back" in warnings[0], warnings   # once per 10 s
     text = render({"node": "gw", "uptime": 1, "bus": {"connections": 1, "retained": 0,
