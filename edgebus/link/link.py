@@ -11,7 +11,8 @@ over it, one module per concern (cheaper on MicroPython than mixins):
 ``rx`` (receiving) and ``calls`` (routes, proxies, served calls).
 """
 from .. import compat, topic
-from . import calls, handshake, presence, routes, rules, rx, tx, wire
+from . import calls, handshake, presence, routes, rules, rx, seal, tx, wire
+from .seal import TAIL as SEAL_TAIL
 from .spool import Spool
 
 
@@ -38,6 +39,8 @@ class Link:
     most, written in blocks of ``journal_block`` bytes; None: off.
     ``priority``: the rank of the routes learned over this link where several
     links offer one topic (higher first, then fewest hops; routes.py).
+    ``seal`` (with a key): "offer" seals the session when the peer offers it
+    too (seal.py), "require" refuses a peer that does not, "off" never seals.
     """
 
     def __init__(self, bus, node, key=None, role="initiator", link_id=None, peer=None,
@@ -46,9 +49,11 @@ class Link:
                  max_pending=8, max_sync=512, out_queue=32, status=True, sid=None,
                  state=None, principal=None, max_len=1024, spool=2048,
                  spool_policy="drop_oldest", ack=True, durable=False, journal=None,
-                 journal_bytes=262144, journal_block=4096, priority=0):
+                 journal_bytes=262144, journal_block=4096, priority=0, seal="offer"):
         if role not in ("initiator", "responder"):
             raise ValueError("role must be 'initiator' or 'responder'")
+        if seal not in ("offer", "require", "off"):
+            raise ValueError("seal must be 'offer', 'require' or 'off'")
         if max_len < wire.MIN_LEN:
             raise ValueError("max_len %d leaves no room for the handshake: at least %d"
                              % (max_len, wire.MIN_LEN))
@@ -65,6 +70,14 @@ class Link:
         self.max_sync = max_sync
         self.out_queue = out_queue
         self.max_len = max_len    # the largest frame body; the transport's limit too
+        # Sealed sessions (seal.py): per-direction keys, frame counters, the
+        # buffer frames are sealed in; a body leaves room for a seal's tail.
+        self.seal = seal
+        self._seal = None
+        self._s_tx = self._s_rx = 0
+        self._s_buf = None
+        self._t_doubt = 0.0
+        self._room = max_len - SEAL_TAIL if key is not None and seal != "off" else max_len
         # Peer continuity across sessions (and across restarts, if the caller
         # persists it): generation and the next sequence number expected.
         self.state = state if state is not None else {}
@@ -276,8 +289,12 @@ class Link:
 
     def feed(self, body):
         """Handle one received frame body (never raises)."""
-        self._t_rx = compat.now()
         self.count("frames_in")
+        if self._seal is not None or body and body[0] & wire.F_SEAL:
+            body = seal.opened(self, body)
+            if body is None:     # refused, counted: not even a sign of life
+                return
+        self._t_rx = compat.now()
         t = None
         try:
             t, seq, obj, blob = wire.decode(body)
@@ -401,6 +418,8 @@ class Link:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
+            if self._seal is not None:
+                b = seal.out(self, b)
             try:
                 await transport.send(b)
             except OSError as e:
@@ -432,7 +451,9 @@ class Link:
         t = self._transport
         if t is not None and self.status == wire.UP:
             try:
-                await t.send(wire.encode(wire.BYE, {"reason": reason}))
+                b = wire.encode(wire.BYE, {"reason": reason})
+                # its own buffer: the writer may be sending from the link's
+                await t.send(seal.out(self, b, memoryview(bytearray(len(b) + SEAL_TAIL))))
             except OSError:
                 pass
         self.end_session(reason)

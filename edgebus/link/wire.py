@@ -56,6 +56,7 @@ HIST = 21       # sender: an earlier boot's entry [sid, seq, wall] + its body  (
 # Capabilities this side can offer in HELLO / HELLO_ACK ("caps").
 CAP_ACK = "ack"
 CAP_HIST = "hist"   # takes HIST, and ACK/RESEND/SKIP [n, sid] for earlier boots
+CAP_SEAL = "seal"   # every frame after AUTH carries a counter and tag (seal.py)
 
 # Session states: a link's public ``status``.
 DOWN = "down"
@@ -63,9 +64,10 @@ HELLO_SENT = "hello_sent"
 ACK_SENT = "ack_sent"
 UP = "up"
 
+F_SEAL = 0x20   # a counter and tag end the body (seal.py)
 F_SEQ = 0x40    # a 16-bit sequence number follows the type byte
 F_BIN = 0x80    # a varint JSON length follows; the payload is the raw tail
-TYPE_MASK = 0x3F
+TYPE_MASK = 0x1F
 
 NAMES = ("", "HELLO", "HELLO_ACK", "AUTH", "ERROR", "BYE", "PING", "PONG", "SYNCSTART",
          "SYNC", "SYNCEND", "PUB", "RET", "UNRET", "CALL", "REPLY", "FAIL", "ROUTES", "ACK",
@@ -225,9 +227,10 @@ except ImportError:
         return r == 0
 
 
-def proof(key, role, hello, ack):
+def proof(key, role, hello, ack, bound=""):
     """Proof that ``role`` ('I' or 'R') knows key, bound to both sides' nonces,
-    session ids and node ids, so no proof can be replayed into another session."""
+    session ids and node ids, so no proof can be replayed into another session
+    (and to ``bound``, what else the handshake fixes: seal.bound)."""
     m = "|".join(("edgebus-link-1", role, hello["nonce"], ack["nonce"], hello["sid"],
-                  ack["sid"], str(hello["node"]), str(ack["node"])))
+                  ack["sid"], str(hello["node"]), str(ack["node"]))) + bound
     return hexlify(mac(key, m.encode())).decode()
