@@ -76,6 +76,23 @@ def hello(link):
     link._hello_wait = wire.jitter(min(max(link._hello_wait * 2, 0.5), link.handshake_timeout))
 
 
+def peer_presence(link, online):
+    """The transport's word on the peer (e.g. its MQTT presence): gone
+    ends the session now; back makes an initiator say HELLO now
+    (Link.peer_presence)."""
+    if not online:
+        link.count("peer_offline")
+        if link.status == wire.UP:
+            link.end_session("peer offline")
+    elif link.role == "initiator" and link._transport is not None and (
+            link.status == wire.DOWN or link.status == wire.HELLO_SENT
+            and compat.now() - link._t_state > 0.5):   # a HELLO just sent is not redone
+        link.count("peer_online")
+        link._hello_wait = 0
+        link._retry_at = 0.0
+        hello(link)
+
+
 def _clock(link, h):
     """How to read the peer's clock (its "ms" field): the Unix ms offset,
     from its own wall clock if it has one, else from ours now."""

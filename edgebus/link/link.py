@@ -70,12 +70,9 @@ class Link:
         self.max_sync = max_sync
         self.out_queue = out_queue
         self.max_len = max_len    # the largest frame body; the transport's limit too
-        # Sealed sessions (seal.py): per-direction keys, frame counters, the
-        # buffer frames are sealed in; a body leaves room for a seal's tail.
-        self.seal = seal
-        self._seal = None
+        self.seal = seal          # sealed sessions (seal.py): keys, frame counters,
+        self._seal = self._s_buf = None    # the sealing buffer; a body leaves a seal's room
         self._s_tx = self._s_rx = 0
-        self._s_buf = None
         self._t_doubt = 0.0
         self._room = max_len - SEAL_TAIL if key is not None and seal != "off" else max_len
         # Peer continuity across sessions (and across restarts, if the caller
@@ -247,20 +244,7 @@ class Link:
         self._backoff = min(self._backoff * 2, 60)
         self._retry_at = compat.now() + wire.jitter(self._backoff)
 
-    def peer_presence(self, online):
-        """The transport's word on the peer (e.g. its MQTT presence): gone
-        ends the session now; back makes an initiator say HELLO now."""
-        if not online:
-            self.count("peer_offline")
-            if self.status == wire.UP:
-                self.end_session("peer offline")
-        elif self.role == "initiator" and self._transport is not None and (
-                self.status == wire.DOWN or self.status == wire.HELLO_SENT
-                and compat.now() - self._t_state > 0.5):   # a HELLO just sent is not redone
-            self.count("peer_online")
-            self._hello_wait = 0
-            self._retry_at = 0.0
-            handshake.hello(self)
+    peer_presence = handshake.peer_presence   # the transport's word on the peer
 
     # -- acknowledgements (what this side received) -----------------------
     def rx_mark(self):
@@ -408,6 +392,8 @@ class Link:
         while True:
             try:
                 b = self.next_body()
+                if b is not None and self._seal is not None:
+                    b = seal.out(self, b)
             except MemoryError:
                 # A small board under pressure: skip this turn, never stop the
                 # writer (a dead writer would leave the link silent for good).
@@ -418,8 +404,6 @@ class Link:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            if self._seal is not None:
-                b = seal.out(self, b)
             try:
                 await transport.send(b)
             except OSError as e:
@@ -451,9 +435,7 @@ class Link:
         t = self._transport
         if t is not None and self.status == wire.UP:
             try:
-                b = wire.encode(wire.BYE, {"reason": reason})
-                # its own buffer: the writer may be sending from the link's
-                await t.send(seal.out(self, b, memoryview(bytearray(len(b) + SEAL_TAIL))))
+                await t.send(seal.out(self, wire.encode(wire.BYE, {"reason": reason}), True))
             except OSError:
                 pass
         self.end_session(reason)

@@ -81,10 +81,10 @@ def start(link, key, hello, ack, on):
     link._s_rx = 0
 
 
-def out(link, body, buf=None):
-    """``body`` sealed (a view into ``buf``, by default the link's buffer,
-    valid until the next call), or body itself when the session is not
-    sealed or the frame is a handshake frame."""
+def out(link, body, fresh=False):
+    """``body`` sealed (a view into the link's buffer, valid until the next
+    call; with ``fresh``, into a buffer of its own), or body itself when the
+    session is not sealed or the frame is a handshake frame."""
     ks = link._seal
     if ks is None or body[0] & wire.TYPE_MASK <= wire.AUTH:
         return body
@@ -94,7 +94,7 @@ def out(link, body, buf=None):
         return body
     link._s_tx = c
     n = len(body)
-    mv = buf or link._s_buf
+    mv = memoryview(bytearray(n + TAIL)) if fresh else link._s_buf
     if mv is None or len(mv) < n + TAIL:
         # Kept for the boot, grown to the longest frame sealed so far (in
         # 64-byte steps): the heap pays for the frames a link sends, not max_len.
@@ -132,7 +132,7 @@ def opened(link, body):
         return _refuse(link, "forged", "unsealed %s in a sealed session"
                        % (wire.NAMES[t] if t < len(wire.NAMES) else t))
     mv = memoryview(body)
-    if n < TAIL + 2:
+    if n <= TAIL:
         return _refuse(link, "forged", "sealed frame too short")
     if ks is None:   # no keys (a restarted responder): what it says needs no seal
         return mv[:n - TAIL]

@@ -13,8 +13,8 @@ def too_big(link, n, what):
     if n <= link._room:
         return False
     link.count("oversize_out")
-    link.last_error = "%s of %d bytes exceeds %d (max_len %d, less a seal's room): not sent" % (
-        what, n, link._room, link.max_len)
+    link.last_error = "%s of %d bytes exceeds max_len %d%s: not sent" % (
+        what, n, link.max_len, "" if link._room == link.max_len else " less a seal's room")
     return True
 
 
