@@ -70,10 +70,9 @@ class Link:
         self.max_sync = max_sync
         self.out_queue = out_queue
         self.max_len = max_len    # the largest frame body; the transport's limit too
-        self.seal = seal          # sealed sessions (seal.py): keys, frame counters,
-        self._seal = self._s_buf = None    # the sealing buffer; a body leaves a seal's room
-        self._s_tx = self._s_rx = 0
-        self._t_doubt = 0.0
+        self.seal = seal          # sealed sessions (seal.py): keys, the tail buffer,
+        self._seal = self._s_buf = None    # frame counters, the last doubt; a body
+        self._s_tx = self._s_rx = self._t_doubt = 0    # leaves a seal's room
         self._room = max_len - SEAL_TAIL if key is not None and seal != "off" else max_len
         # Peer continuity across sessions (and across restarts, if the caller
         # persists it): generation and the next sequence number expected.
@@ -274,7 +273,7 @@ class Link:
     def feed(self, body):
         """Handle one received frame body (never raises)."""
         self.count("frames_in")
-        if self._seal is not None or body and body[0] & wire.F_SEAL:
+        if self._seal is not None or self.status != wire.UP:
             body = seal.opened(self, body)
             if body is None:     # refused, counted: not even a sign of life
                 return
@@ -392,8 +391,7 @@ class Link:
         while True:
             try:
                 b = self.next_body()
-                if b is not None and self._seal is not None:
-                    b = seal.out(self, b)
+                tl = seal.out(self, b) if b is not None else None   # the seal: counter, tag
             except MemoryError:
                 # A small board under pressure: skip this turn, never stop the
                 # writer (a dead writer would leave the link silent for good).
@@ -405,7 +403,7 @@ class Link:
                 await self._wake.wait()
                 continue
             try:
-                await transport.send(b)
+                await (transport.send(b) if tl is None else transport.send(b, tl))
             except OSError as e:
                 self.last_error = "send failed: %s" % e
                 self.count("send_errors")
@@ -435,7 +433,9 @@ class Link:
         t = self._transport
         if t is not None and self.status == wire.UP:
             try:
-                await t.send(seal.out(self, wire.encode(wire.BYE, {"reason": reason}), True))
+                b = wire.encode(wire.BYE, {"reason": reason})
+                tl = seal.out(self, b, True)   # its own tail: the writer may be sending
+                await (t.send(b) if tl is None else t.send(b, tl))
             except OSError:
                 pass
         self.end_session(reason)

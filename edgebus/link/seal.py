@@ -1,15 +1,16 @@
 """Sealed sessions (docs/protocol.md section 17, capability "seal"): session
-keys from the handshake, and a tag and counter on every frame after AUTH.
+keys from the handshake, and a counter and tag on every frame after AUTH.
 
 Per direction: a key derived from the device key and both sides' nonces,
-sids and nodes (HKDF-style over HMAC-SHA256), a 32-bit frame counter that
-only goes up, and a 64-bit tag (HMAC-SHA256 truncated) over the body and the
+sids and nodes (HKDF over HMAC-SHA256), a 32-bit frame counter that only
+goes up, and a 64-bit tag (HMAC-SHA256 truncated) over the body and the
 counter. A frame whose tag does not verify is refused (``forged``), one whose
 counter does not advance too (``replayed``); neither ends the session.
 
-Cost per frame: one copy of the body into a buffer kept for the boot and two
-SHA-256 objects (CPython copies the keyed states; MicroPython's sha256 has no
-copy(), so it hashes the 64-byte pads again).
+Cost per frame: two SHA-256 objects and their digests (CPython copies the
+keyed states; MicroPython's sha256 has no copy(), so it hashes the 64-byte
+pads again). The body is not copied: counter and tag go to the transport as
+a tail (frame.encode) from a 12-byte buffer kept for the boot.
 """
 import hashlib
 from .. import compat
@@ -30,16 +31,17 @@ def _pads(k):
     return (hashlib.sha256(i), hashlib.sha256(o)) if _keyed else (i, o)
 
 
-def _mac(p, q, data):
-    """HMAC-SHA256 of data with the keyed starts p, q (_pads)."""
+def _mac(p, q, data, more=None):
+    """HMAC-SHA256 of data (then more) with the keyed starts p, q (_pads)."""
     if _keyed:
         h = p.copy()
-        h.update(data)
         g = q.copy()
     else:
         h = hashlib.sha256(p)
-        h.update(data)
         g = hashlib.sha256(q)
+    h.update(data)
+    if more is not None:
+        h.update(more)
     g.update(h.digest())
     return g.digest()
 
@@ -79,65 +81,60 @@ def start(link, key, hello, ack, on):
     link._seal = keys(key, link.role, hello, ack)
     link._s_tx = 0
     link._s_rx = 0
+    if link._s_buf is None:   # once per boot: the tail, and a view of its counter
+        t = bytearray(TAIL)
+        link._s_buf = (t, memoryview(t)[:4])
 
 
 def out(link, body, fresh=False):
-    """``body`` sealed (a view into the link's buffer, valid until the next
-    call; with ``fresh``, into a buffer of its own), or body itself when the
-    session is not sealed or the frame is a handshake frame."""
+    """The seal of ``body``: its tail (counter and tag) in the link's buffer,
+    valid until the next call (with ``fresh``, in a buffer of its own); or
+    None when the session is not sealed or the frame is a handshake frame."""
     ks = link._seal
     if ks is None or body[0] & wire.TYPE_MASK <= wire.AUTH:
-        return body
+        return None
     c = link._s_tx + 1
     if c > CTR_MAX:   # never reused under one key: a new handshake, new keys
         link.end_session("seal counter exhausted")
-        return body
+        return None
     link._s_tx = c
-    n = len(body)
-    mv = memoryview(bytearray(n + TAIL)) if fresh else link._s_buf
-    if mv is None or len(mv) < n + TAIL:
-        # Kept for the boot, grown to the longest frame sealed so far (in
-        # 64-byte steps): the heap pays for the frames a link sends, not max_len.
-        mv = link._s_buf = memoryview(bytearray((n + TAIL + 63) & ~63))
-    mv[:n] = body
-    mv[0] |= wire.F_SEAL
-    mv[n] = c >> 24
-    mv[n + 1] = (c >> 16) & 0xFF
-    mv[n + 2] = (c >> 8) & 0xFF
-    mv[n + 3] = c & 0xFF
-    n += 4
-    mv[n:n + 8] = memoryview(_mac(ks[0], ks[1], mv[:n]))[:8]
-    return mv[:n + 8]
+    if fresh:
+        t = bytearray(TAIL)
+        ctr = memoryview(t)[:4]
+    else:
+        t, ctr = link._s_buf
+    t[0] = c >> 24
+    t[1] = (c >> 16) & 0xFF
+    t[2] = (c >> 8) & 0xFF
+    t[3] = c & 0xFF
+    t[4:] = memoryview(_mac(ks[0], ks[1], body, ctr))[:8]
+    return t
 
 
 def opened(link, body):
     """The body of a received frame without its seal, or None when it is
     refused (counted: ``forged`` or ``replayed``; nothing in it is acted on).
-    Unsealed handshake frames pass (a restarted peer says HELLO); an
-    unsealed ERROR while sealed is refused, but an initiator then checks
-    that its peer still answers (a responder that restarted says
-    ``no_session`` unsealed, as it has no keys)."""
+    Handshake frames are never sealed (a restarted peer says HELLO). A side
+    without keys outside a session cannot read a session frame (it may be
+    sealed), so only its type is kept: that type with the body ``0``, which
+    rx counts as ``unauthenticated`` (a responder answers ``no_session``).
+    An ERROR that fails makes an initiator check that its peer still
+    answers: a restarted responder says ``no_session`` with no seal."""
     n = len(body)
     if not n:
         return body
+    t = body[0] & wire.TYPE_MASK
+    if t <= wire.AUTH:
+        return body
     ks = link._seal
-    if not body[0] & wire.F_SEAL:
-        if ks is None:
-            return body
-        t = body[0] & wire.TYPE_MASK
-        if t <= wire.AUTH:
-            return body
+    if ks is None:
+        return body if link.status == wire.UP or t <= wire.BYE else bytes((t,)) + b"0"
+    mv = memoryview(body)
+    if n <= TAIL or not wire.same(memoryview(_mac(ks[2], ks[3], mv[:n - 8]))[:8], mv[n - 8:]):
         if t == wire.ERROR and link.role == "initiator" and link.status == wire.UP:
             _doubt(link)
-        return _refuse(link, "forged", "unsealed %s in a sealed session"
+        return _refuse(link, "forged", "no valid seal on a %s"
                        % (wire.NAMES[t] if t < len(wire.NAMES) else t))
-    mv = memoryview(body)
-    if n <= TAIL:
-        return _refuse(link, "forged", "sealed frame too short")
-    if ks is None:   # no keys (a restarted responder): what it says needs no seal
-        return mv[:n - TAIL]
-    if not wire.same(memoryview(_mac(ks[2], ks[3], mv[:n - 8]))[:8], mv[n - 8:]):
-        return _refuse(link, "forged", "tag does not verify")
     c = (mv[n - 12] << 24) | (mv[n - 11] << 16) | (mv[n - 10] << 8) | mv[n - 9]
     if c <= link._s_rx:
         return _refuse(link, "replayed", "frame counter %d not above %d" % (c, link._s_rx))
@@ -152,8 +149,8 @@ def _refuse(link, what, why):
 
 
 def _doubt(link):
-    """An unsealed ERROR (perhaps no_session from a restarted responder, or
-    an outsider's): PING, and end the session by liveness unless a sealed
+    """An ERROR with no valid seal (no_session from a restarted responder,
+    or an outsider's): PING, and end the session by liveness unless a sealed
     frame answers within min(2 s, heartbeat). At most once a second."""
     now = compat.now()
     if now - link._t_doubt < 1.0:

@@ -64,10 +64,9 @@ HELLO_SENT = "hello_sent"
 ACK_SENT = "ack_sent"
 UP = "up"
 
-F_SEAL = 0x20   # a counter and tag end the body (seal.py)
 F_SEQ = 0x40    # a 16-bit sequence number follows the type byte
 F_BIN = 0x80    # a varint JSON length follows; the payload is the raw tail
-TYPE_MASK = 0x1F
+TYPE_MASK = 0x3F
 
 NAMES = ("", "HELLO", "HELLO_ACK", "AUTH", "ERROR", "BYE", "PING", "PONG", "SYNCSTART",
          "SYNC", "SYNCEND", "PUB", "RET", "UNRET", "CALL", "REPLY", "FAIL", "ROUTES", "ACK",

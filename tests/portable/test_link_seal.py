@@ -30,7 +30,7 @@ def test_every_frame_after_auth_is_sealed_and_data_flows():
         def tap(data):
             b = frame.decode(data)
             if b is not None:
-                seen.append(b[0])
+                seen.append(b)
             return data
         j.start()
         j.ta.writer.filter = tap
@@ -39,9 +39,13 @@ def test_every_frame_after_auth_is_sealed_and_data_flows():
         j.dev.connect().publish("sensor/t", 21)
         m = await asyncio.wait_for(sub.recv(), 3)
         assert m.payload == 21 and m.origin.extra["seq"] == 1
-        types = [h & wire.TYPE_MASK for h in seen]
-        assert types[:2] == [wire.HELLO, wire.AUTH] and wire.PUB in types
-        assert all(h & wire.F_SEAL for h in seen[2:]) and not seen[0] & wire.F_SEAL
+        assert [b[0] for b in seen[:2]] == [wire.HELLO, wire.AUTH]
+        wire.decode(seen[1])                   # AUTH: no seal
+        # after it, every frame ends with counter 1, 2, 3, ... and a tag
+        ctrs = [int.from_bytes(bytes(b[-12:-8]), "big") for b in seen[2:]]
+        assert ctrs == list(range(1, len(seen) - 1))
+        types = [wire.decode(b[:-12])[0] for b in seen[2:]]
+        assert wire.PUB in types and wire.SYNCSTART in types
         assert j.dl.counters.get("forged", 0) == j.hl.counters.get("forged", 0) == 0
         await j.stop()
     run(main())

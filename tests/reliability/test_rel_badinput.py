@@ -68,7 +68,7 @@ CASES = [
     ("deeply nested JSON (balanced, 494 deep, fits 1 KB sealed)",
      lambda j: data(wire.PUB, seq_of(j), ["sensor/deep", None])[:-5] + deep(494) + b"]",
      None, None),
-    ("unknown message type", lambda j: wire.encode(30, {"future": 1}), "unknown_type", None),
+    ("unknown message type", lambda j: wire.encode(42, {"future": 1}), "unknown_type", None),
     ("data frame without a sequence number", lambda j: wire.encode(wire.PUB, ["sensor/x", 1]),
      "bad_frames", None),
     ("wrong shape (PUB with an object)", lambda j: data(wire.PUB, seq_of(j), {"t": "sensor/x"}),
