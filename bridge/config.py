@@ -94,6 +94,9 @@ class Config:
     commit_ms: float = DEFAULT_COMMIT_MS    # group commit: a sync point at most this often
     log_queue: int = DEFAULT_LOG_QUEUE      # messages waiting for the log's writer, at most
     heartbeat: float = 5.0
+    # Sealed sessions on every keyed link (docs/protocol.md section 17):
+    # "offer" (sealed when the peer offers it too), "require", "off".
+    seal: str = "offer"
     queue_len: int = 64
     # Per local socket client (the shell commands, attach_local): how many
     # messages each of its export feeds holds while the client reads; beyond
@@ -189,7 +192,10 @@ def parse(data, base_dir="."):
                                  "acl": list, "peer": list})
     b = _take(top.get("bridge", {}), "[bridge]", {
         "node": str, "state_dir": str, "socket": str, "metrics": str, "heartbeat": NUM,
-        "queue_len": int, "client_queue": int, "relay_calls": list})
+        "seal": str, "queue_len": int, "client_queue": int, "relay_calls": list})
+    if b.get("seal", "offer") not in ("offer", "require", "off"):
+        raise ConfigError("[bridge]: seal must be \"offer\", \"require\" or \"off\", got %r"
+                          % (b["seal"],))
     if not 1 <= b.get("client_queue", CLIENT_QUEUE) <= MAX_CLIENT_QUEUE:
         raise ConfigError("[bridge]: client_queue must be between 1 and %d messages, got %r"
                           % (MAX_CLIENT_QUEUE, b["client_queue"]))

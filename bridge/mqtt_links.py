@@ -90,10 +90,10 @@ class _DeviceTransport:
                 self.conn.resume_reading()
         return out
 
-    async def send(self, body):
+    async def send(self, body, tail=None):
         if self.closed:
             raise OSError("MQTT connection closed")
-        await self.conn.publish(self.down, frame.encode(body, self.max_len))
+        await self.conn.publish(self.down, frame.encode(body, self.max_len, False, tail))
 
     def close(self):
         if not self.closed:
@@ -128,7 +128,7 @@ class MqttLinks:
             link_id = "mqtt:" + node
             self.links[node] = Link(bridge.bus, bridge.cfg.node, key=key, role="responder",
                                     link_id=link_id, peer=node,
-                                    heartbeat=bridge.cfg.heartbeat,
+                                    heartbeat=bridge.cfg.heartbeat, seal=bridge.cfg.seal,
                                     state=bridge.state.for_link(link_id),
                                     **bridge.durability(),
                                     **device_rules(bridge.cfg.relay_calls))

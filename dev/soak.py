@@ -179,6 +179,18 @@ CASES = [
      "change nothing; '../' and list topics stay under dev/<node>/; wildcard topics and routes "
      "refused", [R + "test_rel_security.py::test_device_cannot", R + "test_rel_security.py::test_sync",
                  "tests/portable/test_link_data.py::test_remote_cannot"], None),
+    ("Security", "Forged, replayed and foreign frames refused in a sealed session",
+     "a flipped tag bit, a replayed frame, a frame sealed in another session, unsealed or "
+     "foreign ACK/RESEND/SKIP/BYE/ERROR/PUB: each refused and counted (forged, replayed), the "
+     "session up, nothing delivered or freed; an unsealed ERROR only makes the initiator ask",
+     ["tests/portable/test_link_seal.py::test_a_flipped",
+      "tests/portable/test_link_seal.py::test_forged", "tests/portable/test_link_seal.py::test_an_unsealed"],
+     None),
+    ("Security", "The seal is negotiated and cannot be stripped",
+     "an old (unsealed) peer links unless the other side requires the seal (seal_refused); "
+     "seal removed from HELLO or HELLO_ACK on the way: no session (downgrades, auth_failures)",
+     ["tests/portable/test_link_seal.py::test_an_old_peer",
+      "tests/portable/test_link_seal.py::test_a_seal_stripped"], None),
     ("Security", "Local-only topics never cross a link",
      "link/# and local/# never exported, whatever the rules",
      ["tests/portable/test_link_data.py::test_local_only"], None),

@@ -120,12 +120,12 @@ class Uplink:
         fails is taken back when the link counts it (its send_errors)."""
         send = t.send
 
-        def counted(body):
+        def counted(body, tail=None):
             self._settle()
             self._pending = body[0] & F_SEQ
             if self._pending:
                 self.sent += 1
-            return send(body)
+            return send(body, tail)
         t.send = counted
         return t
 

@@ -3,6 +3,7 @@ portable, run in-process on CPython (dev/bench/link_bench.py) and as a script
 on the MicroPython unix port (from the .mpy bundle).
 
 usage: link_ack_script.py rate N REPS WINDOW     (one JSON line)
+       link_ack_script.py seal N REPS WINDOW
        link_ack_script.py spool SIZE,... N0,... JOURNAL_DIR JOURNAL_BYTES [HEALTH_S,...]
 
 rate: a device link and a host link joined by the in-memory byte pipe (real
@@ -13,6 +14,9 @@ arrival, REPS runs each of ack=True (the capability offered, so negotiated:
 numbered entries kept in the spool until the host's ACK frees them) and
 ack=False (not offered: the peers link as protocol 1, the spool frees an
 entry as it is sent), interleaved so that noise hits both alike.
+
+seal: the same with acks on, sealed (seal="offer" on both: a counter and tag
+on every frame, docs/protocol.md section 17) vs unsealed (seal="off").
 
 spool: the firmware's temp service readings (firmware/services/temp.py: the
 same payload, from its service connection) put into the firmware's uplink
@@ -42,18 +46,20 @@ def _ns():
     return time.time_ns()
 
 
-async def _rate(n, ack, window):
+async def _rate(n, ack, window, seal="offer"):
     dev, host = Bus(q_length=8), Bus(q_length=8)
     dl = Link(dev, "dev", key=b"k", exports=[("sensor/#", "")], heartbeat=5.0,
-              out_queue=window + 8, spool=(window + 8) * 128 + 4096, ack=ack, status=False)
+              out_queue=window + 8, spool=(window + 8) * 128 + 4096, ack=ack, status=False,
+              seal=seal)
     hl = Link(host, "host", key=b"k", role="responder", imports=[("#", "dev")], heartbeat=5.0,
-              ack=ack, status=False)
+              ack=ack, status=False, seal=seal)
     ta, tb = pair()
     tasks = [asyncio.create_task(dl.run(ta)), asyncio.create_task(hl.run(tb))]
     while dl.status != "up" or hl.counters.get("syncs", 0) < 1:
         await asyncio.sleep(0.01)
-    if dl._acking != ack:
-        raise RuntimeError("acks negotiated %s, wanted %s" % (dl._acking, ack))
+    if dl._acking != ack or (dl._seal is not None) != (seal != "off"):
+        raise RuntimeError("negotiated acks %s, seal %s; wanted %s, %s"
+                           % (dl._acking, dl._seal is not None, ack, seal))
     sub = host.connect().subscribe("dev/sensor/#", queue_len=window + 64)
     c = dev.connect()
     base = dl.counters.get("frames_out", 0)
@@ -76,11 +82,16 @@ async def _rate(n, ack, window):
             "frames_in_dev": dl.counters.get("frames_in", 0)}
 
 
-def rate(n, reps, window):
+def rate(n, reps, window, what="ack"):
+    """{"on": runs, "off": runs}: acks (or with what="seal", the seal) on and off."""
     on, off = [], []
     for _ in range(reps):
-        on.append(asyncio.run(_rate(n, True, window)))
-        off.append(asyncio.run(_rate(n, False, window)))
+        if what == "seal":
+            on.append(asyncio.run(_rate(n, True, window)))
+            off.append(asyncio.run(_rate(n, True, window, "off")))
+        else:
+            on.append(asyncio.run(_rate(n, True, window)))
+            off.append(asyncio.run(_rate(n, False, window)))
     return {"on": on, "off": off}
 
 
@@ -97,13 +108,16 @@ async def _spool(size, n0, journal=None, journal_bytes=262144, health=0, period_
     compat.now = lambda: clock[0] / 1000
     # The firmware's own uplink Link (firmware/uplink.py: its export rules,
     # out_queue, classes) on the firmware's bus and service connections.
-    from firmware.boot import BOARD
+    from firmware.boot import DEFAULTS
     from firmware.main import Ctx
     from firmware.uplink import Uplink
     cfg = {"node": "dev1", "key": "k", "uplink": {"kind": "uart"}, "health_period": health,
            "link": {"journal": journal, "journal_bytes": journal_bytes}}
-    bus = Bus(q_length=BOARD["queues"]["bus"])
-    ctx = Ctx(bus, cfg, None, BOARD)
+    board = dict(DEFAULTS)    # the firmware's values without a board.json (the spool is set below)
+    board["name"] = None
+    board["manifest"] = None
+    bus = Bus(q_length=board["queues"]["bus"])
+    ctx = Ctx(bus, cfg, None, board)
     ctx.spool = bytearray(size)
     ctx.uplink = Uplink(ctx)
     link = ctx.link
@@ -153,8 +167,8 @@ def spool(sizes, n0s, journal_dir, journal_bytes, health=()):
 
 def main(argv):
     import json
-    if argv[0] == "rate":
-        r = rate(int(argv[1]), int(argv[2]), int(argv[3]))
+    if argv[0] in ("rate", "seal"):
+        r = rate(int(argv[1]), int(argv[2]), int(argv[3]), "seal" if argv[0] == "seal" else "ack")
     else:
         r = spool([int(x) for x in argv[1].split(",")], [int(x) for x in argv[2].split(",")],
                   argv[3], int(argv[4]), [int(x) for x in argv[5].split(",")] if len(argv) > 5

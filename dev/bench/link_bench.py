@@ -12,7 +12,7 @@ import statistics
 import tempfile
 
 import edgebus
-from edgebus.link import frame, wire
+from edgebus.link import frame, seal, wire
 from edgebus.link.link import Link
 from edgebus.link.pipe import pair
 from edgebus.link.stream import PolledTransport, StreamTransport
@@ -32,14 +32,17 @@ TOPIC = "sensor/temp"
 
 
 def wire_bytes():
-    """Bytes on a stream for one PUB of a binary payload of 8, 64, 512 bytes."""
+    """Bytes on a stream for one PUB of a binary payload of 8, 64, 512 bytes,
+    unsealed and sealed (seal.TAIL more: the frame counter and tag)."""
     out = []
     for n in (8, 64, 512):
         body = wire.encode(wire.PUB, [TOPIC, None], seq=1234, blob=os.urandom(n))
         on_line = len(frame.encode(body, lead=True))
+        sealed = len(frame.encode(bytes(body) + bytes(seal.TAIL), lead=True))
         topic_json = len(('["%s",null]' % TOPIC).encode())
-        out.append({"payload": n, "on_line": on_line,
+        out.append({"payload": n, "on_line": on_line, "on_line_sealed": sealed,
                     "framing_and_header": on_line - n - topic_json - 1,  # 1: varint JSON length
+                    "framing_header_seal": sealed - n - topic_json - 1,
                     "topic_and_json": topic_json + 1,
                     "efficiency": n / on_line})
     return out
@@ -127,14 +130,15 @@ def _ack_figures(r):
             / r["messages"]}
 
 
-def ack_cost(smoke=False):
-    """Messages/s over the in-memory byte pipe with acks on and off,
-    interleaved, on CPython (in this process) and on the MicroPython unix
-    port (.mpy bundle)."""
+def ack_cost(smoke=False, what="ack"):
+    """Messages/s over the in-memory byte pipe with acks (what="seal": the
+    seal) on and off, interleaved, on CPython (in this process) and on the
+    MicroPython unix port (.mpy bundle)."""
     n, nm, reps = (500, 300, 1) if smoke else (20000, 5000, 9)
-    cp = link_ack_script.rate(n, reps, WINDOW)
+    cp = link_ack_script.rate(n, reps, WINDOW, what)
     cp["messages"] = n
-    r = mpyrun.run(ACK_SCRIPT, ["rate", str(nm), str(reps), str(WINDOW)], heap="256K",
+    r = mpyrun.run(ACK_SCRIPT, ["rate" if what == "ack" else what, str(nm), str(reps),
+                                str(WINDOW)], heap="256K",
                    capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
         raise RuntimeError("MicroPython link benchmark failed:\n" + r.stdout + r.stderr)
@@ -195,6 +199,7 @@ def spool_cover():
 def run(smoke=False):
     return {"wire": wire_bytes(), "pty": pty_throughput(smoke),
             "roundtrips_per_s": call_roundtrips(smoke), "acks": ack_cost(smoke),
+            "seal": ack_cost(smoke, "seal"),
             "spool_cover": spool_cover()}
 
 

@@ -452,6 +452,19 @@ def _link_acks(lk):
                   b["cpython"][2], "{:,}".format(b["cpython"][0]), "{:,}".format(b["cpython"][1]),
                   b["micropython"][2], "{:,}".format(b["micropython"][0]),
                   "{:,}".format(b["micropython"][1]))]
+    se = lk.get("seal")
+    if se:
+        L += ["", "### Cost of the seal", "",
+              "The same pipe and workload, acks on, %d runs each, interleaved: *sealed* "
+              "(`seal` negotiated: every frame after AUTH carries a 32-bit counter and a 64-bit "
+              "HMAC-SHA256 tag, checked on arrival; docs/protocol.md section 17) vs *unsealed* "
+              "(`Link(..., seal=\"off\")`)." % se["reps"], "",
+              "| runtime | sealed, msgs/s | unsealed, msgs/s | sealed / unsealed |",
+              "|---|---|---|---|"]
+        for k, name in (("cpython", "CPython"), ("micropython", "MicroPython unix port (`.mpy`)")):
+            r = se[k]
+            L.append("| %s | %s | %s | %.2f× |" % (name, _mmm(r["on"]), _mmm(r["off"]),
+                                                   r["ratio"]))
     sc = lk.get("spool_cover")
     if sc:
         hs = sc["health"]
@@ -670,12 +683,13 @@ def markdown(res, out, md_dir=None):
               "Bytes on a byte stream for one PUB of a binary payload on topic `sensor/temp` "
               "(COBS + CRC-16 + delimiters + type + 16-bit seq = framing and header; the JSON "
               "part carries the topic).", "",
-              "| payload | bytes on the line | framing + header | topic + JSON | payload share |",
-              "|---|---|---|---|---|"]
+              "| payload | bytes on the line | framing + header | sealed: on the line | sealed: "
+              "framing + header + seal | topic + JSON | payload share |",
+              "|---|---|---|---|---|---|---|"]
         for w in lk["wire"]:
-            L.append("| %d B | %d | %d | %d | %.0f%% |" % (
-                w["payload"], w["on_line"], w["framing_and_header"], w["topic_and_json"],
-                100 * w["efficiency"]))
+            L.append("| %d B | %d | %d | %s | %s | %d | %.0f%% |" % (
+                w["payload"], w["on_line"], w["framing_and_header"], w.get("on_line_sealed", "–"),
+                w.get("framing_header_seal", "–"), w["topic_and_json"], 100 * w["efficiency"]))
         p = lk["pty"]
         L += ["", "Over a real pty pair paced at %s baud (8N1; `tools/ptycable.py`), device "
               "link on a polled tty, host link on pyserial-asyncio, %d-byte payloads:" % (

@@ -106,23 +106,29 @@ def max_encoded_len(max_len=MAX_LEN):
     return n + 1 + n // 254
 
 
-def encode(body, max_len=MAX_LEN, lead=False):
+def encode(body, max_len=MAX_LEN, lead=False, tail=None):
     """The frame for body (bytes-like), delimiter included, as bytes.
 
     With lead=True the frame also starts with a delimiter (what a writer
-    sends first on a freshly (re)opened stream).  Raises ValueError if body
-    is longer than max_len bytes.
+    sends first on a freshly (re)opened stream).  ``tail`` (bytes-like)
+    ends the body: a seal (seal.py), framed with it and never copied to it.
+    Raises ValueError if body and tail are longer than max_len bytes.
     """
-    n = len(body)
+    nb = len(body)
+    n = nb + (len(tail) if tail is not None else 0)
     _check(n, max_len)
     if n < 252:
         c = crc16(body)
+        if tail is not None:
+            c = crc16(tail, c)
         # Body and CRC fit one COBS block (at most 253 bytes): encode in
         # place, each 0x00 becoming the code byte of the run that follows it.
         s = 2 if lead else 1        # out[s - 1]: first code byte
         e = s + n + 2               # out[e]: the delimiter
         out = bytearray(e + 1)
-        out[s:s + n] = body
+        out[s:s + nb] = body
+        if tail is not None:
+            out[s + nb:s + n] = tail
         out[e - 2] = c >> 8
         out[e - 1] = c & 0xFF
         p = s - 1
@@ -137,7 +143,7 @@ def encode(body, max_len=MAX_LEN, lead=False):
     mv = memoryview(buf)            # no copy of the block per piece
     out = bytearray(max_encoded_len(n) + 2)
     j = 0
-    for k in blocks(body, buf, max_len, lead):
+    for k in blocks(body, buf, max_len, lead, tail):
         out[j:j + k] = mv[:k]
         j += k
     return bytes(memoryview(out)[:j])
@@ -153,16 +159,20 @@ def _check(n, max_len):
                          % (n, max_len))
 
 
-def blocks(body, buf, max_len=MAX_LEN, lead=False):
+def blocks(body, buf, max_len=MAX_LEN, lead=False, tail=None):
     """The frame for body as pieces: yields k for each piece, buf[:k], until
     the delimiter. buf (a bytearray of at least BLOCK bytes) is reused for
     every piece, so a writer that sends each before asking for the next
     (PolledTransport) needs no frame-sized block of heap, which a board's
     fragmented heap may not have. The bytes are those of encode()."""
-    n = len(body)
+    nb = len(body)
+    n = nb + (len(tail) if tail is not None else 0)
     _check(n, max_len)
     src = memoryview(body)
     c = crc16(body)
+    if tail is not None:
+        c = crc16(tail, c)
+        tv = memoryview(tail)
     total = n + 2
     if lead:
         buf[0] = 0
@@ -174,7 +184,13 @@ def blocks(body, buf, max_len=MAX_LEN, lead=False):
         k = total - i if total - i < 254 else 254
         m = n if n < i + k else i + k
         if i < m:
-            buf[1:1 + m - i] = src[i:m]
+            if m <= nb:
+                buf[1:1 + m - i] = src[i:m]
+            else:                   # the tail's bytes: after the body's
+                j = i if i > nb else nb
+                if i < nb:
+                    buf[1:1 + nb - i] = src[i:nb]
+                buf[1 + j - i:1 + m - i] = tv[j - nb:m - nb]
         for p in range(m, i + k):
             buf[1 + p - i] = c >> 8 if p == n else c & 0xFF
         z = buf.find(_ZERO, 1, 1 + k)

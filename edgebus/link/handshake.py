@@ -1,7 +1,7 @@
 """The link's handshake: HELLO, HELLO_ACK and AUTH, keys and proofs, and
 the start of a session (the end is Link.end_session)."""
 from .. import compat
-from . import calls, rules, tx, wire
+from . import calls, rules, seal, tx, wire
 
 
 def key_for(link, node):
@@ -23,25 +23,76 @@ def error(link, code, msg):
 
 
 def _side(link, auth):
-    s = {"v": wire.VERSION, "node": link.node, "sid": link.sid, "nonce": wire.nonce(),
+    sealing = auth and link.seal != "off"
+    # A side that offers seal marks its nonce (not hex, so never an old
+    # peer's): the proofs cover both nonces, so a man in the middle who
+    # strips "seal" from caps is caught by the mark it cannot remove.
+    s = {"v": wire.VERSION, "node": link.node, "sid": link.sid,
+         "nonce": (seal.MARK if sealing else "") + wire.nonce(),
          "hb": int(link.heartbeat * 1000), "auth": auth, "ms": compat.ms()}
     w = compat.wall_ms()
     if w is not None:
         s["wall"] = w - s["ms"]   # this side's Unix time at ms 0 of its clock
-    if link.ack:
-        s["caps"] = [wire.CAP_ACK, wire.CAP_HIST, wire.CAP_FLOW]
-        if link._rx_window is not None:
-            s["win"] = link._rx_window    # the window from the first frame on (protocol 11)
+    caps = [wire.CAP_ACK, wire.CAP_HIST, wire.CAP_FLOW] if link.ack else []
+    if sealing:
+        caps.append(wire.CAP_SEAL)
+    if caps:
+        s["caps"] = caps
+    if link.ack and link._rx_window is not None:
+        s["win"] = link._rx_window    # the window from the first frame on (protocol 11)
     return s
+
+
+def _proof(key, role, hello, ack):
+    # Both sides offer seal: the proof binds their caps and clocks too.
+    x = ""
+    if seal.offered(hello) and seal.offered(ack):
+        x = "|" + seal.bound(hello) + "|" + seal.bound(ack)
+    return wire.proof(key, role, hello, ack, x)
+
+
+def _unsealed(link, mine, theirs):
+    """Refuse (True) a session that would not be sealed although this side
+    offers seal: the peer's nonce says it offers seal too (caps stripped on
+    the way: a downgrade), or this side requires it."""
+    if not seal.offered(mine) or seal.offered(theirs):
+        return False
+    if theirs["nonce"].startswith(seal.MARK):
+        link.count("downgrades")
+        _refuse(link, "downgrade", "seal was stripped from the handshake", "downgrade")
+        return True
+    if link.seal == "require":
+        link.count("seal_refused")
+        _refuse(link, "seal_required", "this link requires a sealed session", "unsealed peer")
+        return True
+    return False
 
 
 def hello(link):
     """Open a session (initiator): send HELLO, and again after a short wait
     (doubling, with jitter, up to handshake_timeout) until an answer."""
     link._mine = _side(link, link._key is not None)
+    link._seal = None    # this handshake's frames go unsealed; session_up seals
     tx.control(link, wire.HELLO, link._mine)
     link._set_state(wire.HELLO_SENT)
     link._hello_wait = wire.jitter(min(max(link._hello_wait * 2, 0.5), link.handshake_timeout))
+
+
+def peer_presence(link, online):
+    """The transport's word on the peer (e.g. its MQTT presence): gone
+    ends the session now; back makes an initiator say HELLO now
+    (Link.peer_presence)."""
+    if not online:
+        link.count("peer_offline")
+        if link.status == wire.UP:
+            link.end_session("peer offline")
+    elif link.role == "initiator" and link._transport is not None and (
+            link.status == wire.DOWN or link.status == wire.HELLO_SENT
+            and compat.now() - link._t_state > 0.5):   # a HELLO just sent is not redone
+        link.count("peer_online")
+        link._hello_wait = 0
+        link._retry_at = 0.0
+        hello(link)
 
 
 def _clock(link, h):
@@ -84,6 +135,7 @@ def on_hello(link, h):
         link.end_session("new hello")
     # Reply on the control queue even though we are 'down'.
     link._set_state(wire.ACK_SENT)
+    link._seal = None
     if _check(link, h) is None:
         return link.end_session("bad hello")
     if link.peer is not None and h["node"] != link.peer:
@@ -101,10 +153,12 @@ def on_hello(link, h):
     link._theirs = h
     _clock(link, h)
     link._mine = _side(link, key is not None)
+    if _unsealed(link, link._mine, h):
+        return
     ack = dict(link._mine)
     ack["to"] = h["nonce"][:8]   # which HELLO this answers: a retried HELLO's stale answer is ignored
     if key is not None:
-        ack["proof"] = wire.proof(key, "R", h, link._mine)
+        ack["proof"] = _proof(key, "R", h, link._mine)
     tx.control(link, wire.HELLO_ACK, ack)
 
 
@@ -119,11 +173,15 @@ def on_ack(link, a):
     key = key_for(link, a["node"])
     if key is not None:
         p = a.get("proof")
-        if type(p) is not str or not wire.same(p.encode(), wire.proof(key, "R", link._mine, a).encode()):
-            _refuse(link, "auth_failed", "the peer does not know this link's key", "auth failed")
+        if type(p) is not str or not wire.same(p.encode(), _proof(key, "R", link._mine, a).encode()):
+            _refuse(link, "auth_failed", "the peer does not know this link's key"
+                    " (or the handshake was altered)", "auth failed")
             link.retry_later()
             return
-        tx.control(link, wire.AUTH, {"proof": wire.proof(key, "I", link._mine, a)})
+        if _unsealed(link, link._mine, a):
+            link.retry_later()
+            return
+        tx.control(link, wire.AUTH, {"proof": _proof(key, "I", link._mine, a)})
     elif a.get("auth"):
         return _refuse(link, "auth_failed", "authentication required on one side only",
                        "auth mismatch")
@@ -140,7 +198,7 @@ def on_auth(link, a):
     key = key_for(link, h["node"])
     if key is not None:
         p = a.get("proof")
-        if type(p) is not str or not wire.same(p.encode(), wire.proof(key, "I", h, link._mine).encode()):
+        if type(p) is not str or not wire.same(p.encode(), _proof(key, "I", h, link._mine).encode()):
             return _refuse(link, "auth_failed", "the peer does not know this link's key",
                            "auth failed")
     session_up(link, h, link._mine)
@@ -165,6 +223,8 @@ def session_up(link, hello, ack):
     link._flow = link._acking and wire.CAP_FLOW in caps
     w = peer.get("win")
     link._tx_window = w if link._flow and type(w) is int and w >= 0 else None
+    mine = hello if link.role == "initiator" else ack
+    seal.start(link, key_for(link, node), hello, ack, seal.offered(mine) and seal.offered(peer))
     link._rx_acked = 0
     link._stuck = False
     link.generation = st["generation"]

@@ -9,34 +9,33 @@ module per concern (cheaper on MicroPython than mixins): ``rules``,
 ``handshake``, ``tx`` (sending), ``rx`` (receiving), ``calls`` (routes, calls).
 """
 from .. import compat, topic
-from . import calls, handshake, presence, routes, rules, rx, tx, wire
+from . import calls, handshake, presence, routes, rules, rx, seal, tx, wire
+from .seal import TAIL as SEAL_TAIL
 from .spool import Spool
 
 
 class Link:
     """A federation link for ``bus``; see docs/protocol.md for the rules.
 
-    ``exports``/``imports``: data rules, lists of (pattern, prefix): exported
-    local topics lose ``prefix`` on the wire; imported wire topics gain it.
-    ``export_calls``/``import_calls``: the same for endpoints offered to the
-    peer and the peer's endpoints proxied here. ``{node}`` in a rule stands
-    for the peer's node id. ``key`` is bytes, a callable(node) -> bytes|None,
-    or None for an unauthenticated link (both sides must agree).
-    ``principal`` is who the link acts as on this bus (for the authoriser);
-    ``state`` holds the peer's generation and may be persisted by the owner.
-    An export rule may name a delivery class third: "reliable" (the default
-    for publishes: spooled until the peer acknowledges it) or "latest"
-    (sent once; retained changes always are, the snapshot repairs them).
-    ``spool``: bytes for what waits to be sent or acknowledged, and its
-    ``spool_policy`` when full. ``ack``: offer acknowledgements (the "ack"
-    capability). ``durable``: acknowledge only what the owner confirms with
-    acknowledge(), not what reached this bus. ``journal``: a directory for
-    the flash spool (journal.py: reliable entries survive a reboot and are
-    delivered later under this boot's provenance), of ``journal_bytes`` at
-    most, written in blocks of ``journal_block`` bytes; None: off.
-    ``priority``: the rank of the routes learned over this link where several
-    links offer one topic (higher first, then fewest hops; routes.py).
-    ``hold``: None or the owner's admission, callable(link) (rx.py, protocol 11).
+    ``exports``/``imports``: data rules, lists of (pattern, prefix): exported local topics lose
+    ``prefix`` on the wire; imported wire topics gain it. ``export_calls``/``import_calls``:
+    the same for endpoints offered to the peer and the peer's endpoints proxied here.
+    ``{node}`` in a rule stands for the peer's node id. ``key`` is bytes, a callable(node) ->
+    bytes|None, or None for an unauthenticated link (both sides must agree). ``principal`` is
+    who the link acts as on this bus (for the authoriser); ``state`` holds the peer's
+    generation and may be persisted by the owner. An export rule may name a delivery class
+    third: "reliable" (the default for publishes: spooled until the peer acknowledges it) or
+    "latest" (sent once; retained changes always are, the snapshot repairs them). ``spool``:
+    bytes for what waits to be sent or acknowledged, and its ``spool_policy`` when full.
+    ``ack``: offer acknowledgements (the "ack" capability). ``durable``: acknowledge only what
+    the owner confirms with acknowledge(), not what reached this bus. ``journal``: a directory
+    for the flash spool (journal.py: reliable entries survive a reboot and are delivered later
+    under this boot's provenance), of ``journal_bytes`` at most, written in blocks of
+    ``journal_block`` bytes; None: off. ``priority``: the rank of the routes learned over this
+    link where several links offer one topic (higher first, then fewest hops; routes.py).
+    ``hold``: None or the owner's admission, callable(link) (rx.py, protocol 11). ``seal``
+    (with a key): "offer" seals the session when the peer offers it too (seal.py), "require"
+    refuses a peer that does not, "off" never seals.
     """
 
     def __init__(self, bus, node, key=None, role="initiator", link_id=None, peer=None,
@@ -45,9 +44,12 @@ class Link:
                  max_pending=8, max_sync=512, out_queue=32, status=True, sid=None,
                  state=None, principal=None, max_len=1024, spool=2048,
                  spool_policy="drop_oldest", ack=True, durable=False, journal=None,
-                 journal_bytes=262144, journal_block=4096, priority=0, hold=None):
+                 journal_bytes=262144, journal_block=4096, priority=0, hold=None,
+                 seal="offer"):
         if role not in ("initiator", "responder"):
             raise ValueError("role must be 'initiator' or 'responder'")
+        if seal not in ("offer", "require", "off"):
+            raise ValueError("seal must be 'offer', 'require' or 'off'")
         if max_len < wire.MIN_LEN:
             raise ValueError("max_len %d leaves no room for the handshake: at least %d"
                              % (max_len, wire.MIN_LEN))
@@ -64,6 +66,10 @@ class Link:
         self.max_sync = max_sync
         self.out_queue = out_queue
         self.max_len = max_len    # the largest frame body; the transport's limit too
+        self.seal = seal          # sealed sessions (seal.py): keys, the tail buffer,
+        self._seal = self._s_buf = None    # frame counters, the last doubt; a body
+        self._s_tx = self._s_rx = self._t_doubt = 0    # leaves a seal's room
+        self._room = max_len - SEAL_TAIL if key is not None and seal != "off" else max_len
         # Peer continuity across sessions (and across restarts, if the caller
         # persists it): generation and the next sequence number expected.
         self.state = state if state is not None else {}
@@ -236,20 +242,7 @@ class Link:
         self._backoff = min(self._backoff * 2, 60)
         self._retry_at = compat.now() + wire.jitter(self._backoff)
 
-    def peer_presence(self, online):
-        """The transport's word on the peer (e.g. its MQTT presence): gone
-        ends the session now; back makes an initiator say HELLO now."""
-        if not online:
-            self.count("peer_offline")
-            if self.status == wire.UP:
-                self.end_session("peer offline")
-        elif self.role == "initiator" and self._transport is not None and (
-                self.status == wire.DOWN or self.status == wire.HELLO_SENT
-                and compat.now() - self._t_state > 0.5):   # a HELLO just sent is not redone
-            self.count("peer_online")
-            self._hello_wait = 0
-            self._retry_at = 0.0
-            handshake.hello(self)
+    peer_presence = handshake.peer_presence   # the transport's word on the peer
 
     # -- acknowledgements (what this side received) -----------------------
     def rx_mark(self):
@@ -280,8 +273,12 @@ class Link:
 
     def feed(self, body):
         """Handle one received frame body (never raises)."""
-        self._t_rx = compat.now()
         self.count("frames_in")
+        if self._seal is not None or self.status != wire.UP:
+            body = seal.opened(self, body)
+            if body is None:     # refused, counted: not even a sign of life
+                return
+        self._t_rx = compat.now()
         t = None
         try:
             t, seq, obj, blob = wire.decode(body)
@@ -394,6 +391,7 @@ class Link:
         while True:
             try:
                 b = self.next_body()
+                tl = seal.out(self, b) if b is not None else None   # the seal: counter, tag
             except MemoryError:
                 # A small board under pressure: skip this turn, never stop the
                 # writer (a dead writer would leave the link silent for good).
@@ -405,7 +403,7 @@ class Link:
                 await self._wake.wait()
                 continue
             try:
-                await transport.send(b)
+                await (transport.send(b) if tl is None else transport.send(b, tl))
             except OSError as e:
                 self.last_error = "send failed: %s" % e
                 self.count("send_errors")
@@ -435,7 +433,9 @@ class Link:
         t = self._transport
         if t is not None and self.status == wire.UP:
             try:
-                await t.send(wire.encode(wire.BYE, {"reason": reason}))
+                b = wire.encode(wire.BYE, {"reason": reason})
+                tl = seal.out(self, b, True)   # its own tail: the writer may be sending
+                await (t.send(b) if tl is None else t.send(b, tl))
             except OSError:
                 pass
         self.end_session(reason)

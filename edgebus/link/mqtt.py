@@ -202,10 +202,10 @@ class MqttTransport:
         self.close()
         return None
 
-    async def send(self, body):
+    async def send(self, body, tail=None):
         if self.closed:
             raise OSError("MQTT connection closed")
-        await self._publish(self.up, encode(body, self.max_len))
+        await self._publish(self.up, encode(body, self.max_len, False, tail))
 
     def close(self):
         """Close without DISCONNECT: the broker then publishes our last will."""

@@ -1,7 +1,8 @@
 """Transports for a Link: byte streams carrying COBS frames.
 
 A transport has ``async recv()`` -> list of frame bodies (None at the end),
-``async send(body)``, ``close()`` and ``stats()``. Message transports (MQTT)
+``async send(body, tail=None)`` (``tail``: a seal, framed after the body),
+``close()`` and ``stats()``. Message transports (MQTT)
 implement the same four with one frame per message (see frame.decode).
 An in-process pair for tests is in ``pipe`` (a device never loads it).
 """
@@ -42,12 +43,12 @@ class StreamTransport:
             return None
         return self.frames.feed(data)
 
-    async def send(self, body):
+    async def send(self, body, tail=None):
         if self.closed:
             raise OSError("transport closed")
         # A delimiter before every frame too: the rest of a frame cut short on
         # the line then ends there, and only that frame is lost, not the next.
-        self.writer.write(encode(body, self.max_len, True))
+        self.writer.write(encode(body, self.max_len, True, tail))
         await self.writer.drain()
 
     def close(self):
@@ -95,7 +96,7 @@ class PolledTransport:
             await compat.asyncio.sleep(self.poll_ms / 1000)
         return None
 
-    async def send(self, body):
+    async def send(self, body, tail=None):
         if self.closed:
             raise OSError("transport closed")
         # Block by block through one small buffer (frame.blocks, leading
@@ -107,7 +108,7 @@ class PolledTransport:
         # entry evicted before it was acknowledged.
         buf = self._buf
         mv = self._bmv
-        for k in blocks(body, buf, self.max_len, True):
+        for k in blocks(body, buf, self.max_len, True, tail):
             n = 0
             while n < k:   # a UART or tty may take part of a write, or none
                 try:

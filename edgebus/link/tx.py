@@ -8,11 +8,13 @@ RTO = 2.0       # s: first wait for an ACK of the tail before a pause (doubles t
 
 
 def too_big(link, n, what):
-    """True (counted, said in last_error) if a body of ``n`` bytes exceeds max_len."""
-    if n <= link.max_len:
+    """True (counted, said in last_error) if a body of ``n`` bytes exceeds
+    max_len (less seal.TAIL on a link with a key: a sealed frame must fit)."""
+    if n <= link._room:
         return False
     link.count("oversize_out")
-    link.last_error = "%s of %d bytes exceeds max_len %d: not sent" % (what, n, link.max_len)
+    link.last_error = "%s of %d bytes exceeds max_len %d%s: not sent" % (
+        what, n, link.max_len, "" if link._room == link.max_len else " less a seal's room")
     return True
 
 

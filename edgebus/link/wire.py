@@ -59,6 +59,7 @@ WINDOW = 23     # receiver: W: at most W numbers sent and not acknowledged  ("fl
 CAP_ACK = "ack"
 CAP_HIST = "hist"   # takes HIST, and ACK/RESEND/SKIP [n, sid] for earlier boots
 CAP_FLOW = "flow"   # honours WINDOW: the receiver paces what is sent ahead of its ACKs
+CAP_SEAL = "seal"   # every frame after AUTH carries a counter and tag (seal.py)
 
 # Session states: a link's public ``status``.
 DOWN = "down"
@@ -228,9 +229,10 @@ except ImportError:
         return r == 0
 
 
-def proof(key, role, hello, ack):
+def proof(key, role, hello, ack, bound=""):
     """Proof that ``role`` ('I' or 'R') knows key, bound to both sides' nonces,
-    session ids and node ids, so no proof can be replayed into another session."""
+    session ids and node ids, so no proof can be replayed into another session
+    (and to ``bound``, what else the handshake fixes: seal.bound)."""
     m = "|".join(("edgebus-link-1", role, hello["nonce"], ack["nonce"], hello["sid"],
-                  ack["sid"], str(hello["node"]), str(ack["node"])))
+                  ack["sid"], str(hello["node"]), str(ack["node"]))) + bound
     return hexlify(mac(key, m.encode())).decode()

@@ -383,6 +383,9 @@ def test_bad_config_is_a_clear_error(tmp_path):
     r = subprocess.run([sys.executable, "-m", "bridge.daemon", "--config", str(p)], cwd=ROOT,
                        capture_output=True, text=True)
     assert r.returncode == 2 and "needs key or key_file" in r.stderr
+    with pytest.raises(bridge_config.ConfigError, match="seal must be"):
+        bridge_config.load(_cfg(tmp_path, '[bridge]\nseal = "yes"\n'))
+    assert bridge_config.load(_cfg(tmp_path, '[bridge]\nseal = "require"\n')).seal == "require"
     p.write_text('[bridge]\nnodes = "x"\n')
     r = subprocess.run([sys.executable, "-m", "bridge.daemon", "--config", str(p)], cwd=ROOT,
                        capture_output=True, text=True)

@@ -140,6 +140,22 @@ def test_blocks_and_encode_give_the_bytes_of_plain_cobs():
             assert _pieces(b, True) == encode(bytes(b), MAX_LEN, True) == _ref(b, True), (n, z)
 
 
+def test_a_tail_is_framed_as_the_end_of_the_body():
+    # A seal's counter and tag go to the encoders as a tail (no copy of the
+    # body to append it): the bytes are those of body + tail, across blocks.
+    tail = bytes([0, 1, 2, 0, 0xFF, 0, 7, 8, 9, 0, 11, 0])
+    for n in list(range(0, 6)) + list(range(236, 246)) + list(range(490, 500)) + [MAX_LEN - 12]:
+        for body in _bodies(n):
+            want = encode(body + tail, MAX_LEN, True)
+            assert encode(body, MAX_LEN, True, tail) == want, n
+            buf = bytearray(BLOCK)
+            out = bytearray()
+            for k in blocks(memoryview(body), buf, MAX_LEN, True, tail):
+                out += buf[:k]
+            assert bytes(out) == want, n
+    assert "exceeds" in str(raises(ValueError, encode, bytes(MAX_LEN - 11), MAX_LEN, False, tail))
+
+
 def test_blocks_refuse_an_oversized_body():
     e = raises(ValueError, _pieces, bytes(MAX_LEN + 1), False)
     assert "exceeds the maximum" in str(e)

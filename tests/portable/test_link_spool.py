@@ -2,7 +2,7 @@
 the spool keeps readings through outages, losses are said, never silent."""
 import asyncio
 from tests.portable.support import run
-from tests.portable.linkkit import Joined, until, synced
+from tests.portable.linkkit import Joined, sealed, until, synced
 
 MPY_HEAP = "256K"   # eight tests with two links each, run in one interpreter
 
@@ -167,7 +167,7 @@ def test_a_numbered_frame_that_does_not_decode_is_asked_for_once_then_a_counted_
         # what the device's json made of a value JSON cannot hold: bad JSON, good CRC
         s = j.dl.tx_seq
         j.dl._tx_seq = s + 1
-        j.hl.feed(bytes([11 | 0x40, s >> 8, s & 0xFF]) + b'["n",{bad')
+        j.hl.feed(sealed(j.dl, bytes([11 | 0x40, s >> 8, s & 0xFF]) + b'["n",{bad'))
         c.publish("sensor/n", 3)
         assert (await asyncio.wait_for(sub.recv(), 3)).payload == 3
         assert j.hl.counters.get("bad_frames") == 1

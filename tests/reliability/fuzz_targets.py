@@ -26,6 +26,7 @@ import sys
 import edgebus
 from edgebus.link import frame, handshake, rules, wire
 from edgebus.link.link import Link
+from tests.portable.linkkit import sealed
 
 KEY = b"fuzz-key"
 MAX_LEN = wire.MIN_LEN   # small (more bodies hit the limit), yet room for the handshake
@@ -94,7 +95,7 @@ class Session:
         for _ in range(4):
             for a, b in ((self.dl, self.hl), (self.hl, self.dl)):
                 while a._ctl:
-                    b.feed(a._ctl.pop(0))
+                    b.feed(sealed(a, a._ctl.pop(0)))   # as the writer sends it
         assert self.hl.status == "up", self.hl.last_error
         self.n = 0
 
@@ -149,6 +150,8 @@ class Session:
             # handlers instead of stopping at unknown_type.
             if b:
                 b = bytes([(b[0] % 18) | (b[0] & 0xC0)]) + b[1:]
+                # sealed as the device would: the handlers, not the seal, are fuzzed
+                b = sealed(self.dl, b)
             self.hl.feed(b)            # never raises
         await asyncio.sleep(0)         # let proxies spawned by ROUTES run once
         self.check()

@@ -15,12 +15,13 @@ import pytest
 import edgebus
 from edgebus.link import frame, wire
 from edgebus.link.link import Link
-from tests.portable.linkkit import Joined, synced, until
+from tests.portable.linkkit import Joined, sealed, synced, until
 
 
 def inject(j, body, max_len=frame.MAX_LEN):
-    """Put one frame body on the device -> host line, as the device would."""
-    j.ta.writer.write(frame.encode(bytes(body), max_len, True))
+    """Put one frame body on the device -> host line, as the device would
+    (sealed: its bad input, not an outsider's)."""
+    j.ta.writer.write(frame.encode(sealed(j.dl, bytes(body)), max_len, True))
 
 
 def seq_of(j):
@@ -64,8 +65,8 @@ CASES = [
     ("deeply nested JSON (unbalanced)",
      lambda j: bytes([wire.PUB | wire.F_SEQ]) + seq_of(j).to_bytes(2, "big") + b"[" * 1000,
      "bad_frames", "nested too deeply"),
-    ("deeply nested JSON (balanced, 500 deep, fits 1 KB)",
-     lambda j: data(wire.PUB, seq_of(j), ["sensor/deep", None])[:-5] + deep(500) + b"]",
+    ("deeply nested JSON (balanced, 494 deep, fits 1 KB sealed)",
+     lambda j: data(wire.PUB, seq_of(j), ["sensor/deep", None])[:-5] + deep(494) + b"]",
      None, None),
     ("unknown message type", lambda j: wire.encode(42, {"future": 1}), "unknown_type", None),
     ("data frame without a sequence number", lambda j: wire.encode(wire.PUB, ["sensor/x", 1]),
@@ -120,7 +121,7 @@ def test_bad_input_is_counted_with_a_clear_error_and_nothing_breaks(case, make, 
             d, x = 0, m.payload
             while type(x) is list:
                 d, x = d + 1, (x[0] if x else None)
-            assert d == 500
+            assert d == 494
         elif counter.startswith("t:"):
             k = counter[2:]
             await until(lambda: j.tb.frames.stats()[k] == tb[k] + 1)

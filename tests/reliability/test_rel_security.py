@@ -25,7 +25,7 @@ from bridge.daemon import Bridge
 from edgebus.link import wire
 from edgebus.link.stream import StreamTransport
 from tests.conftest import ROOT, until
-from tests.portable.linkkit import Joined, synced
+from tests.portable.linkkit import Joined, sealed, synced
 from dev.broker import Mosquitto, free_port
 from tools.ptycable import PtyCable
 
@@ -182,7 +182,8 @@ def test_sync_cannot_smuggle_a_sequence_number():
         for body in (wire.encode(wire.SYNCSTART, {"seq": j.dl.tx_seq, "n": 1}),
                      wire.encode(wire.SYNC, ["sensor/s", 1, {"seq": 5, "ts": 9}]),
                      wire.encode(wire.SYNCEND, {"seq": j.dl.tx_seq, "n": 1})):
-            j.ta.writer.write(frame.encode(body, frame.MAX_LEN, True))
+            # sent as the device itself would (sealed): a device's own lie
+            j.ta.writer.write(frame.encode(sealed(j.dl, body), frame.MAX_LEN, True))
         await until(lambda: view.get("dev/dev1/sensor/s") is not None)
         assert view.get("dev/dev1/sensor/s").origin.extra == {"ts": 9}
         await j.stop()

@@ -1,0 +1,169 @@
+"""Sealed sessions (docs/protocol.md section 17): every frame after AUTH
+carries a counter and a tag; a forged, replayed or foreign frame is refused
+and counted, nothing in it is acted on, and the session stays up. Old peers
+still link unless a side requires the seal; a stripped seal is caught."""
+import asyncio
+import json
+from tests.portable.support import run
+from tests.portable.linkkit import Joined, sealed, until, synced
+from edgebus.link import frame, wire
+
+MPY_HEAP = "256K"   # two or four links per test, their pipes and route tables
+
+
+async def _flowing(**kw):
+    j = Joined(**kw).start()
+    sub = j.host.connect().subscribe("dev/dev1/sensor/#", queue_len=16)
+    await until(lambda: synced(j))
+    return j, sub
+
+
+def _refused(link, what, before, n=1):
+    return link.counters.get(what, 0) == before + n and link.status == "up"
+
+
+def test_every_frame_after_auth_is_sealed_and_data_flows():
+    async def main():
+        seen = []
+        j = Joined()
+
+        def tap(data):
+            b = frame.decode(data)
+            if b is not None:
+                seen.append(b)
+            return data
+        j.start()
+        j.ta.writer.filter = tap
+        sub = j.host.connect().subscribe("dev/dev1/sensor/#", queue_len=16)
+        await until(lambda: synced(j))
+        j.dev.connect().publish("sensor/t", 21)
+        m = await asyncio.wait_for(sub.recv(), 3)
+        assert m.payload == 21 and m.origin.extra["seq"] == 1
+        assert [b[0] for b in seen[:2]] == [wire.HELLO, wire.AUTH]
+        wire.decode(seen[1])                   # AUTH: no seal
+        # after it, every frame ends with counter 1, 2, 3, ... and a tag
+        ctrs = [int.from_bytes(bytes(b[-12:-8]), "big") for b in seen[2:]]
+        assert ctrs == list(range(1, len(seen) - 1))
+        types = [wire.decode(b[:-12])[0] for b in seen[2:]]
+        assert wire.PUB in types and wire.SYNCSTART in types
+        assert j.dl.counters.get("forged", 0) == j.hl.counters.get("forged", 0) == 0
+        await j.stop()
+    run(main())
+
+
+def test_a_flipped_tag_bit_a_replay_and_a_foreign_frame_are_refused():
+    async def main():
+        j, sub = await _flowing()
+        other, _ = await _flowing()           # same key, another session
+        hl = j.hl
+        n = hl.state["rx_next"]
+        j.dl._tx_seq = n + 1                  # the device skips the number we forge with
+        good = sealed(j.dl, wire.encode(wire.PUB, ["sensor/f", 7], n))
+        flipped = bytearray(good)
+        flipped[-1] ^= 0x01
+        f0 = hl.counters.get("forged", 0)
+        hl.feed(flipped)
+        assert _refused(hl, "forged", f0) and hl.state["rx_next"] == n
+        hl.feed(sealed(other.dl, wire.encode(wire.PUB, ["sensor/f", 8], n)))
+        assert _refused(hl, "forged", f0, 2) and hl.state["rx_next"] == n
+        assert sub.recv_nowait() is None
+        hl.feed(good)                          # the genuine frame itself is taken
+        assert (await asyncio.wait_for(sub.recv(), 3)).payload == 7
+        r0 = hl.counters.get("replayed", 0)
+        hl.feed(good)                          # again: its tag holds, its counter is old
+        assert _refused(hl, "replayed", r0) and sub.recv_nowait() is None
+        assert hl.counters.get("duplicates", 0) == 0   # refused before the data layer
+        await j.stop()
+        await other.stop()
+    run(main())
+
+
+def test_forged_control_frames_free_nothing_and_end_nothing():
+    async def main():
+        # durable: the host acknowledges only what its owner confirms, so the
+        # device's readings wait in its spool for an ACK
+        j, sub = await _flowing(host_kw={"durable": True})
+        other, _ = await _flowing()
+        dl, hl = j.dl, j.hl
+        dc = j.dev.connect()
+        for i in range(3):
+            dc.publish("sensor/s", i)
+            await asyncio.wait_for(sub.recv(), 3)
+        depth = dl.spool_stats()["depth"]
+        assert depth == 3
+        n = hl.state["rx_next"]
+        for t, obj, to in ((wire.ACK, 10 ** 6, dl), (wire.RESEND, 1, dl),
+                           (wire.SKIP, n + 5, hl), (wire.BYE, {"reason": "x"}, hl),
+                           (wire.BYE, {"reason": "x"}, dl),
+                           (wire.ERROR, {"code": "protocol", "msg": "x"}, hl)):
+            for forged in (wire.encode(t, obj),                 # no seal at all
+                           sealed(other.hl if to is dl else other.dl, wire.encode(t, obj))):
+                f0 = to.counters.get("forged", 0)
+                to.feed(forged)
+                assert _refused(to, "forged", f0), (wire.NAMES[t], to.counters)
+        assert dl.spool_stats()["depth"] == depth          # nothing freed
+        assert dl.counters.get("resends", 0) == 0 and dl.counters.get("retransmitted", 0) == 0
+        assert hl.state["rx_next"] == n and hl.counters.get("gaps", 0) == 0
+        assert dl.counters["sessions"] == 1 and hl.counters["sessions"] == 1
+        # the genuine ACK frees them
+        hl.acknowledge(hl.rx_mark())
+        await until(lambda: dl.spool_stats()["depth"] == 0)
+        await j.stop()
+        await other.stop()
+    run(main())
+
+
+def test_an_unsealed_error_to_the_initiator_is_refused_and_the_peer_asked():
+    async def main():
+        j, sub = await _flowing()
+        dl = j.dl
+        dl.rtt = None
+        f0 = dl.counters.get("forged", 0)
+        dl.feed(wire.encode(wire.ERROR, {"code": "no_session", "msg": "x"}))
+        assert _refused(dl, "forged", f0)
+        await until(lambda: dl.rtt is not None)   # its PING answered, sealed: the peer is there
+        assert dl.status == "up" and dl.counters["sessions"] == 1
+        await j.stop()
+    run(main())
+
+
+def test_an_old_peer_links_unsealed_unless_the_other_side_requires_the_seal():
+    async def main():
+        j, sub = await _flowing(dev_kw={"seal": "off"})
+        assert j.hl._seal is None and j.dl._seal is None
+        j.dev.connect().publish("sensor/o", 1)
+        assert (await asyncio.wait_for(sub.recv(), 3)).payload == 1
+        await j.stop()
+        j = Joined(dev_kw={"seal": "off"}, host_kw={"seal": "require"}).start()
+        await until(lambda: j.hl.counters.get("seal_refused", 0) >= 1)
+        assert j.hl.status != "up" and j.dl.status != "up"
+        assert j.dl.last_error and "seal_required" in j.dl.last_error
+        await j.stop()
+    run(main())
+
+
+def _strip_seal(kind):
+    """A man in the middle: removes "seal" from the caps of ``kind`` frames."""
+    def f(data):
+        b = frame.decode(data)
+        if b is None or b[0] != kind:
+            return data
+        obj = json.loads(b[1:])
+        obj["caps"] = [c for c in obj["caps"] if c != wire.CAP_SEAL]
+        return frame.encode(wire.encode(kind, obj), frame.MAX_LEN, True)
+    return f
+
+
+def test_a_seal_stripped_from_either_side_of_the_handshake_is_caught():
+    async def main():
+        for kind in (wire.HELLO, wire.HELLO_ACK):
+            j = Joined()
+            j.start()
+            (j.ta if kind == wire.HELLO else j.tb).writer.filter = _strip_seal(kind)
+            await until(lambda: j.hl.counters.get("auth_failures", 0) >= 1
+                        or j.dl.counters.get("auth_failures", 0) >= 1)
+            assert j.hl.status != "up" and j.dl.counters.get("sessions", 0) == 0
+            if kind == wire.HELLO:   # the responder sees the initiator's seal mark
+                assert j.hl.counters.get("downgrades", 0) >= 1
+            await j.stop()
+    run(main())
