@@ -72,10 +72,10 @@ def mpy_script(mpy_tree, path):
 @pytest.fixture
 def link_device(mpy_tree):
     """Start tests/mpy/link_device.py under the real micropython binary:
-    link_device(uplink, key, count, node=None, heap="160K") -> Popen. Killed at
+    link_device(uplink, key, count, node=None, heap="192K") -> Popen. Killed at
     the end of the test."""
     for start in mpy_script(mpy_tree, os.path.join(ROOT, "tests", "mpy", "link_device.py")):
-        yield lambda uplink, key, count, node=None, heap="160K": start(
+        yield lambda uplink, key, count, node=None, heap="192K": start(
             [uplink, key, str(count)] + ([node] if node else []), heap)
 
 

@@ -60,11 +60,12 @@ def keys(key, role, hello, ack):
 
 def bound(side):
     """What a proof binds of one side's HELLO or HELLO_ACK beyond m(role)
-    when both offer seal: its capabilities, heartbeat and clock, so a man in
-    the middle cannot change them (or strip "seal") unnoticed."""
+    when both offer seal: its capabilities, heartbeat, clock and window, so a
+    man in the middle cannot change them (or strip "seal") unnoticed."""
     caps = side.get("caps")
     caps = ",".join(str(c) for c in caps) if type(caps) is list else ""
-    return "%s;%s;%s;%s" % (caps, side.get("hb"), side.get("ms"), side.get("wall"))
+    return "%s;%s;%s;%s;%s" % (caps, side.get("hb"), side.get("ms"), side.get("wall"),
+                               side.get("win"))
 
 
 def offered(side):

@@ -18,7 +18,7 @@ from bridge.status import fetch, render
 from tests.conftest import ROOT, until
 from tools.ptycable import PtyCable
 
-DEVICE_HEAP = "160K"   # core + link with its spool on the 64-bit unix port
+DEVICE_HEAP = "192K"   # core + link (sealed) with its spool on the 64-bit unix port
 
 
 @pytest.fixture

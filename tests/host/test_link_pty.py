@@ -8,7 +8,7 @@ from tests.conftest import until
 from tests.host import devicekit
 from tools.ptycable import PtyCable
 
-DEVICE_HEAP = "160K"   # core + link on the 64-bit unix port, plus the script
+DEVICE_HEAP = "192K"   # core + link (sealed) on the 64-bit unix port, plus the script
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from edgebus.link.link import Link
 from tests.conftest import ROOT, mpy_script, until
 
 PRESENCE = "edgebus/_bridge"
-DEVICE_HEAP = "160K"
+DEVICE_HEAP = "192K"   # core + link (sealed) on the 64-bit unix port
 
 
 @pytest.fixture
