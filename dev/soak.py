@@ -132,8 +132,9 @@ CASES = [
     ("Faults", "The bridge's log slower than its devices (overload, issue 23)",
      "a slow log (each sync sleeps 5-40 ms, a queue of 8-48 messages) under a burst from 2-5 "
      "devices, half of it spooled: for every device, acknowledged ⊆ logged and every reading "
-     "logged or still in its spool; the links held back (pushback), nothing dropped, all "
-     "delivered in the end; a record the log cannot hold is refused to its device, never "
+     "logged or still in its spool, nothing dropped, all delivered in the end; devices paced "
+     "by their windows send nothing twice and are never held back, devices without windows "
+     "are held back (pushback); a record the log cannot hold is refused to its device, never "
      "acknowledged as written; the bridge warns and its status says so",
      [R + "test_rel_log_overload.py"], None),
     ("Faults", "Device wall clock jumps back and forward",
