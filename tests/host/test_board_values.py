@@ -21,7 +21,7 @@ from tools.ptycable import PtyCable
 pytestmark = pytest.mark.micropython
 
 NODE, KEY = "b1", "board-key"
-HEAP = "224K"      # the 64-bit unix port's objects are about twice a board's
+HEAP = "256K"      # the 64-bit unix port's objects are about twice a board's
 
 
 def _start(start, board, bundle, cfg):

@@ -2,7 +2,7 @@
 real micropython binary on one end of a pty cable (tools/ptycable.py), a
 CPython host Link (responder, pyserial-asyncio) on the other end.
 
-Heap: the device runs with -X heapsize=224K: on the 64-bit unix port the
+Heap: the device runs with -X heapsize=256K: on the 64-bit unix port the
 modules' code is on the heap (~92 KB; frozen into flash on boards), see
 tests/host/test_device_heap.py and firmware/README.md "Memory".
 """
@@ -18,7 +18,7 @@ from tests.host import devicekit
 from tools import mpybuild
 from tools.ptycable import PtyCable
 
-DEVICE_HEAP = "224K"
+DEVICE_HEAP = "256K"
 NODE = "d1"
 KEY = "k1"
 

@@ -171,8 +171,12 @@ async def _failure(aw):
 
 # -- the portable core suite on the board, driven with mpremote over its REPL UART
 
-PORTABLE = sorted(f[:-3] for f in os.listdir(os.path.join(ROOT, "tests", "portable"))
-                  if f.startswith("test_") and f.endswith(".py"))
+# Every module but those that need a network stack, which the board lacks
+# (a module says so with NETWORK = True).
+PORTABLE = sorted(m for m in (f[:-3] for f in os.listdir(os.path.join(ROOT, "tests", "portable"))
+                              if f.startswith("test_") and f.endswith(".py"))
+                  if not getattr(__import__("tests.portable." + m, fromlist=["_"]), "NETWORK",
+                                 False))
 
 
 # The tests' own code and their second Link (a pair per test) live on the heap
