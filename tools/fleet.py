@@ -107,9 +107,12 @@ class Fleet:
         # The shared bundle on the module path, as frozen modules are on a board.
         env = dict(os.environ, MICROPYPATH=".frozen:" + self.bundle)
         with open(d["log"], "a") as log:
+            # A session of its own: a Ctrl-C or SIGTERM for the fleet is the
+            # fleet's to handle (it stops them), not a device exit to restart.
             d["proc"] = subprocess.Popen(
                 [mpybuild.micropython(), "-X", "heapsize=" + self.heap, "-m", "firmware.main",
-                 "config.json"], cwd=d["dir"], env=env, stdout=log, stderr=subprocess.STDOUT)
+                 "config.json"], cwd=d["dir"], env=env, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True)
         d["wanted"] = True
 
     def start(self, node=None):
