@@ -35,7 +35,10 @@ def compile_file(src, dst, arch=None, opt=0, source_name=None):
 
 def compile_tree(root, packages, out, arch=None, opt=0):
     """Compile every .py under each package dir (relative to root) into out,
-    keeping the layout; returns {relative .mpy path: size in bytes}."""
+    keeping the layout; returns {relative .mpy path: size in bytes}. Each
+    module's source name is its path in the tree, as a bundle's (edgebus
+    build): an absolute one is a longer string on the device's heap per
+    module, so what a test measures would hang on where the checkout lies."""
     sizes = {}
     for pkg in packages:
         for dirpath, _dirs, files in os.walk(os.path.join(root, pkg)):
@@ -44,7 +47,8 @@ def compile_tree(root, packages, out, arch=None, opt=0):
                     continue
                 rel = os.path.relpath(os.path.join(dirpath, f), root)
                 dst = os.path.join(out, rel[:-3] + ".mpy")
-                compile_file(os.path.join(root, rel), dst, arch, opt)
+                compile_file(os.path.join(root, rel), dst, arch, opt,
+                             source_name=rel.replace(os.sep, "/"))
                 sizes[rel[:-3] + ".mpy"] = os.path.getsize(dst)
     return sizes
 

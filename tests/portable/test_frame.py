@@ -6,7 +6,7 @@ from tests.portable.support import raises
 # Importing edgebus.link imports the core package first (~38 KB on the 64-bit
 # unix port, about half that on 32-bit boards); the reader's two 1 KB buffers
 # and this module need the rest.
-MPY_HEAP = "96K"
+MPY_HEAP = "128K"   # MAX_LEN frames, whole and block by block, several 1 KB buffers live at once
 
 
 def _body(n, seed=0):
