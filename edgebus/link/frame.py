@@ -266,6 +266,27 @@ def decode(frame, max_len=MAX_LEN):
     return bytes(body[:m - 2])
 
 
+def message(body, max_len=MAX_LEN, tail=None, bare=False):
+    """One transport message (MQTT) for body and tail: the frame (encode),
+    or with ``bare`` (a sealed session whose peer offered "bare") 0x00 and
+    the body and tail as they are: the seal's tag checks them far better
+    than the CRC, and the transport delimits and checks its messages."""
+    if not bare:
+        return encode(body, max_len, False, tail)
+    n = len(body) + (len(tail) if tail is not None else 0)
+    _check(n, max_len)
+    return b"\x00" + body + tail if tail is not None else b"\x00" + body
+
+
+def unmessage(msg, max_len=MAX_LEN):
+    """The body of one transport message (message()), or None if it is not
+    valid. A frame never starts with 0x00 on a message transport (encode
+    without lead), so a leading 0x00 marks a bare body."""
+    if len(msg) and msg[0] == 0:
+        return bytes(msg[1:]) if 1 < len(msg) <= max_len + 1 else None
+    return decode(msg, max_len)
+
+
 # -- the streaming reader -----------------------------------------------------
 
 class FrameReader:

@@ -35,7 +35,7 @@ def _side(link, auth):
         s["wall"] = w - s["ms"]   # this side's Unix time at ms 0 of its clock
     caps = [wire.CAP_ACK, wire.CAP_HIST, wire.CAP_FLOW] if link.ack else []
     if sealing:
-        caps.append(wire.CAP_SEAL)
+        caps += seal.caps(link, link._transport)
     if caps:
         s["caps"] = caps
     if link.ack and link._rx_window is not None:
@@ -52,27 +52,30 @@ def _proof(key, role, hello, ack):
 
 
 def _unsealed(link, mine, theirs):
-    """Refuse (True) a session that would not be sealed although this side
-    offers seal: the peer's nonce says it offers seal too (caps stripped on
-    the way: a downgrade), or this side requires it."""
-    if not seal.offered(mine) or seal.offered(theirs):
+    """Refuse (True) a session less sealed than this side asks: the peer's
+    nonce says it offers seal although its caps do not (stripped on the way:
+    a downgrade); this side requires a seal ("auto", "mac") or encryption
+    ("encrypt") that the peer does not offer."""
+    if not seal.offered(mine):
         return False
-    if theirs["nonce"].startswith(seal.MARK):
+    if not seal.offered(theirs) and theirs["nonce"].startswith(seal.MARK):
         link.count("downgrades")
         _refuse(link, "downgrade", "seal was stripped from the handshake", "downgrade")
         return True
-    if link.seal == "require":
-        link.count("seal_refused")
-        _refuse(link, "seal_required", "this link requires a sealed session", "unsealed peer")
-        return True
-    return False
+    if link.seal == "offer" or seal.offered(theirs) and (
+            link.seal != "encrypt" or seal.offered(theirs, wire.CAP_ENC)):
+        return False
+    link.count("seal_refused")
+    _refuse(link, "seal_required", "this link requires %s session" % (
+        "an encrypted" if link.seal == "encrypt" else "a sealed"), "unsealed peer")
+    return True
 
 
 def hello(link):
     """Open a session (initiator): send HELLO, and again after a short wait
     (doubling, with jitter, up to handshake_timeout) until an answer."""
+    seal.stop(link)      # this handshake's frames go unsealed; session_up seals
     link._mine = _side(link, link._key is not None)
-    link._seal = None    # this handshake's frames go unsealed; session_up seals
     tx.control(link, wire.HELLO, link._mine)
     link._set_state(wire.HELLO_SENT)
     link._hello_wait = wire.jitter(min(max(link._hello_wait * 2, 0.5), link.handshake_timeout))
@@ -135,7 +138,7 @@ def on_hello(link, h):
         link.end_session("new hello")
     # Reply on the control queue even though we are 'down'.
     link._set_state(wire.ACK_SENT)
-    link._seal = None
+    seal.stop(link)
     if _check(link, h) is None:
         return link.end_session("bad hello")
     if link.peer is not None and h["node"] != link.peer:

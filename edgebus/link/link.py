@@ -10,7 +10,7 @@ module per concern (cheaper on MicroPython than mixins): ``rules``,
 """
 from .. import compat, topic
 from . import calls, handshake, presence, routes, rules, rx, seal, tx, wire
-from .seal import TAIL as SEAL_TAIL
+from .seal import TAIL as SEAL_TAIL, check as seal_check
 from .spool import Spool
 
 
@@ -34,8 +34,9 @@ class Link:
     ``journal_block`` bytes; None: off. ``priority``: the rank of the routes learned over this
     link where several links offer one topic (higher first, then fewest hops; routes.py).
     ``hold``: None or the owner's admission, callable(link) (rx.py, protocol 11). ``seal``
-    (with a key): "offer" seals the session when the peer offers it too (seal.py), "require"
-    refuses a peer that does not, "off" never seals.
+    (with a key; seal.py): "auto" seals every session (a peer that cannot is refused) and
+    encrypts it where both sides can, "encrypt" always encrypts, "mac" never does, "offer"
+    seals (and encrypts) where the peer offers it, "off" never seals.
     """
 
     def __init__(self, bus, node, key=None, role="initiator", link_id=None, peer=None,
@@ -45,11 +46,10 @@ class Link:
                  state=None, principal=None, max_len=1024, spool=2048,
                  spool_policy="drop_oldest", ack=True, durable=False, journal=None,
                  journal_bytes=262144, journal_block=4096, priority=0, hold=None,
-                 seal="offer"):
+                 seal="auto"):
         if role not in ("initiator", "responder"):
             raise ValueError("role must be 'initiator' or 'responder'")
-        if seal not in ("offer", "require", "off"):
-            raise ValueError("seal must be 'offer', 'require' or 'off'")
+        seal_check(seal)
         if max_len < wire.MIN_LEN:
             raise ValueError("max_len %d leaves no room for the handshake: at least %d"
                              % (max_len, wire.MIN_LEN))
@@ -390,8 +390,7 @@ class Link:
     async def _writer(self, transport):
         while True:
             try:
-                b = self.next_body()
-                tl = seal.out(self, b) if b is not None else None   # the seal: counter, tag
+                b, tl = seal.out(self, self.next_body())   # the seal: counter, tag
             except MemoryError:
                 # A small board under pressure: skip this turn, never stop the
                 # writer (a dead writer would leave the link silent for good).
@@ -433,8 +432,8 @@ class Link:
         t = self._transport
         if t is not None and self.status == wire.UP:
             try:
-                b = wire.encode(wire.BYE, {"reason": reason})
-                tl = seal.out(self, b, True)   # its own tail: the writer may be sending
+                # its own tail: the writer may be sending
+                b, tl = seal.out(self, wire.encode(wire.BYE, {"reason": reason}), True)
                 await (t.send(b) if tl is None else t.send(b, tl))
             except OSError:
                 pass

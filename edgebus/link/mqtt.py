@@ -17,7 +17,7 @@ forgets), PUBLISH and PINGREQ, in ~150 lines that never block the scheduler
 cost a board running the bus and the link cannot spare.
 """
 from .. import compat
-from .frame import MAX_LEN, encode, decode
+from .frame import MAX_LEN, message, unmessage
 
 
 class MqttError(OSError):
@@ -84,6 +84,7 @@ class MqttTransport:
         # (a board reconnecting on a fragmented heap may not find 2 KB again).
         self.counters = {"frames": 0, "crc_errors": 0, "silent": 0}
         self.closed = True
+        self.bare = False   # the link's to set: its sealed session's peer takes bare bodies
         self.r = self.w = None
 
     async def open(self):
@@ -193,7 +194,7 @@ class MqttTransport:
                     if t == self.bridge and self.on_peer is not None:
                         self.on_peer(body[2 + n:] == b"online")
                     continue
-                b = decode(body[2 + n:], self.max_len)
+                b = unmessage(body[2 + n:], self.max_len)
                 if b is None:
                     self.counters["crc_errors"] += 1
                     continue
@@ -205,7 +206,7 @@ class MqttTransport:
     async def send(self, body, tail=None):
         if self.closed:
             raise OSError("MQTT connection closed")
-        await self._publish(self.up, encode(body, self.max_len, False, tail))
+        await self._publish(self.up, message(body, self.max_len, tail, self.bare))
 
     def close(self):
         """Close without DISCONNECT: the broker then publishes our last will."""

@@ -1,26 +1,41 @@
-"""Sealed sessions (docs/protocol.md section 17, capability "seal"): session
-keys from the handshake, and a counter and tag on every frame after AUTH.
+"""Sealed sessions (docs/protocol.md section 17, capabilities "seal", "enc"
+and "bare"): session keys from the handshake, and a counter and tag on every
+frame after AUTH; encrypted too when both sides offer "enc".
 
 Per direction: a key derived from the device key and both sides' nonces,
 sids and nodes (HKDF over HMAC-SHA256), a 32-bit frame counter that only
 goes up, and a 64-bit tag (HMAC-SHA256 truncated) over the body and the
 counter. A frame whose tag does not verify is refused (``forged``), one whose
-counter does not advance too (``replayed``); neither ends the session.
+counter does not advance too (``replayed``); neither ends the session. An
+encrypted session also derives an AES-128 key per direction and encrypts
+everything after a body's type byte with AES-CTR (cipher.py) before the tag
+is computed (encrypt-then-MAC: nothing is decrypted before it verifies).
 
 Cost per frame: two SHA-256 objects and their digests (CPython copies the
 keyed states; MicroPython's sha256 has no copy(), so it hashes the 64-byte
-pads again). The body is not copied: counter and tag go to the transport as
-a tail (frame.encode) from a 12-byte buffer kept for the boot.
+pads again). Unless encrypted, the body is not copied: counter and tag go to
+the transport as a tail (frame.encode) from a 12-byte buffer kept for the boot.
 """
 import hashlib
 from .. import compat
-from . import tx, wire
+from . import cipher, tx, wire
 
 TAIL = 12           # counter (4) + tag (8) after the body
 MARK = "s"          # starts the nonce of a side that offers seal (never hex)
 CTR_MAX = 0xFFFFFFFF
 
+MODES = ("auto", "encrypt", "mac", "offer", "off")
+
 _keyed = hasattr(hashlib.sha256(), "copy")   # CPython: keep the keyed states, copy per frame
+
+
+def check(mode):
+    """Refuse (ValueError, saying why) a seal mode this runtime cannot keep."""
+    if mode not in MODES:
+        raise ValueError("seal must be one of %s, got %r" % (", ".join(MODES), mode))
+    if mode == "encrypt" and cipher.BACKEND is None:
+        raise ValueError("seal 'encrypt' needs AES, which this runtime lacks (MicroPython: "
+                         "cryptolib; CPython: the cryptography package): use seal 'mac'")
 
 
 def _pads(k):
@@ -46,16 +61,22 @@ def _mac(p, q, data, more=None):
     return g.digest()
 
 
-def keys(key, role, hello, ack):
+def keys(key, role, hello, ack, enc=False):
     """This side's (tx inner, tx outer, rx inner, rx outer) for the session of
-    ``hello`` and ``ack``: HKDF-Extract with the handshake as salt, then one
-    HKDF-Expand block per direction (RFC 5869, L = 32)."""
+    ``hello`` and ``ack``, then with ``enc`` its (tx, rx) AES keys:
+    HKDF-Extract with the handshake as salt, then one HKDF-Expand block per
+    direction and purpose (RFC 5869, L = 32; AES-128 takes 16 bytes)."""
     salt = "|".join(("edgebus-seal-1", hello["nonce"], ack["nonce"], hello["sid"],
                      ack["sid"], str(hello["node"]), str(ack["node"]))).encode()
     prk = wire.mac(salt, key)
     ir = _pads(wire.mac(prk, b"edgebus-seal-1 I>R\x01"))
     ri = _pads(wire.mac(prk, b"edgebus-seal-1 R>I\x01"))
-    return ir + ri if role == "initiator" else ri + ir
+    ks = ir + ri if role == "initiator" else ri + ir
+    if not enc:
+        return ks
+    ei = cipher.key(wire.mac(prk, b"edgebus-seal-1 I>R enc\x01")[:16])
+    er = cipher.key(wire.mac(prk, b"edgebus-seal-1 R>I enc\x01")[:16])
+    return ks + ((ei, er) if role == "initiator" else (er, ei))
 
 
 def bound(side):
@@ -68,18 +89,44 @@ def bound(side):
                                side.get("win"))
 
 
-def offered(side):
-    """True if the HELLO or HELLO_ACK ``side`` lists seal."""
+def offered(side, cap=wire.CAP_SEAL):
+    """True if the HELLO or HELLO_ACK ``side`` lists ``cap`` (seal)."""
     caps = side.get("caps")
-    return type(caps) is list and wire.CAP_SEAL in caps
+    return type(caps) is list and cap in caps
+
+
+def caps(link, transport):
+    """What this side offers when it authenticates: seal, enc where it may
+    encrypt, bare where its transport can send a body unframed."""
+    if link.seal == "off":
+        return []
+    c = [wire.CAP_SEAL]
+    if link.seal != "mac" and cipher.BACKEND is not None:
+        c.append(wire.CAP_ENC)
+    if transport is not None and hasattr(transport, "bare"):
+        c.append(wire.CAP_BARE)
+    return c
+
+
+def stop(link):
+    """No seal, and framed messages, until the next session starts."""
+    link._seal = None
+    t = link._transport
+    if t is not None and hasattr(t, "bare"):
+        t.bare = False
 
 
 def start(link, key, hello, ack, on):
-    """Seal the session now starting (both offered seal) or not."""
+    """Seal the session now starting (both offered seal) or not; encrypt it
+    and send bodies bare where both offered that too."""
     if not on:
-        link._seal = None
+        stop(link)
         return
-    link._seal = keys(key, link.role, hello, ack)
+    enc = offered(hello, wire.CAP_ENC) and offered(ack, wire.CAP_ENC)
+    link._seal = keys(key, link.role, hello, ack, enc)
+    t = link._transport
+    if t is not None and hasattr(t, "bare"):
+        t.bare = offered(hello, wire.CAP_BARE) and offered(ack, wire.CAP_BARE)
     link._s_tx = 0
     link._s_rx = 0
     if link._s_buf is None:   # once per boot: the tail, and a view of its counter
@@ -87,17 +134,25 @@ def start(link, key, hello, ack, on):
         link._s_buf = (t, memoryview(t)[:4])
 
 
-def out(link, body, fresh=False):
-    """The seal of ``body``: its tail (counter and tag) in the link's buffer,
-    valid until the next call (with ``fresh``, in a buffer of its own); or
-    None when the session is not sealed or the frame is a handshake frame."""
+def encrypted(link):
+    """True while the session is sealed and encrypted."""
     ks = link._seal
-    if ks is None or body[0] & wire.TYPE_MASK <= wire.AUTH:
-        return None
+    return ks is not None and len(ks) > 4
+
+
+def out(link, body, fresh=False):
+    """``body`` as sent and its seal: (body, tail), the tail (counter and tag)
+    in the link's buffer, valid until the next call (with ``fresh``, in a
+    buffer of its own), the body encrypted in an encrypted session; or
+    (body, None) when the session is not sealed or the frame is a handshake
+    frame."""
+    ks = link._seal
+    if ks is None or body is None or body[0] & wire.TYPE_MASK <= wire.AUTH:
+        return body, None
     c = link._s_tx + 1
     if c > CTR_MAX:   # never reused under one key: a new handshake, new keys
         link.end_session("seal counter exhausted")
-        return None
+        return body, None
     link._s_tx = c
     if fresh:
         t = bytearray(TAIL)
@@ -108,8 +163,10 @@ def out(link, body, fresh=False):
     t[1] = (c >> 16) & 0xFF
     t[2] = (c >> 8) & 0xFF
     t[3] = c & 0xFF
+    if len(ks) > 4:   # the type byte stays clear: it says how to read the rest
+        body = bytes((body[0],)) + cipher.ctr(ks[4], c, memoryview(body)[1:])
     t[4:] = memoryview(_mac(ks[0], ks[1], body, ctr))[:8]
-    return t
+    return body, t
 
 
 def opened(link, body):
@@ -140,6 +197,8 @@ def opened(link, body):
     if c <= link._s_rx:
         return _refuse(link, "replayed", "frame counter %d not above %d" % (c, link._s_rx))
     link._s_rx = c
+    if len(ks) > 4:
+        return bytes((body[0],)) + cipher.ctr(ks[5], c, mv[1:n - TAIL])
     return mv[:n - TAIL]
 
 

@@ -60,6 +60,8 @@ CAP_ACK = "ack"
 CAP_HIST = "hist"   # takes HIST, and ACK/RESEND/SKIP [n, sid] for earlier boots
 CAP_FLOW = "flow"   # honours WINDOW: the receiver paces what is sent ahead of its ACKs
 CAP_SEAL = "seal"   # every frame after AUTH carries a counter and tag (seal.py)
+CAP_ENC = "enc"     # a sealed session encrypts what follows each type byte (cipher.py)
+CAP_BARE = "bare"   # a sealed session's messages may be bodies without COBS and CRC (frame.py)
 
 # Session states: a link's public ``status``.
 DOWN = "down"

@@ -56,8 +56,8 @@ async def until(cond, timeout=3.0, step=0.01):
 def sealed(link, body):
     """``body`` as ``link`` sends it now (sealed when its session is): what its
     peer takes as genuine, for tests that put frames in by hand."""
-    t = seal.out(link, body, True)
-    return bytes(body) + (bytes(t) if t is not None else b"")
+    b, t = seal.out(link, body, True)
+    return bytes(b) + (bytes(t) if t is not None else b"")
 
 
 def up(j):

@@ -6,7 +6,7 @@ import asyncio
 import json
 from tests.portable.support import run
 from tests.portable.linkkit import Joined, sealed, until, synced
-from edgebus.link import frame, wire
+from edgebus.link import frame, seal, wire
 
 MPY_HEAP = "256K"   # two or four links per test, their pipes and route tables
 
@@ -44,7 +44,7 @@ def test_every_frame_after_auth_is_sealed_and_data_flows():
         # after it, every frame ends with counter 1, 2, 3, ... and a tag
         ctrs = [int.from_bytes(bytes(b[-12:-8]), "big") for b in seen[2:]]
         assert ctrs == list(range(1, len(seen) - 1))
-        types = [wire.decode(b[:-12])[0] for b in seen[2:]]
+        types = [b[0] & wire.TYPE_MASK for b in seen[2:]]   # clear even when encrypted
         assert wire.PUB in types and wire.SYNCSTART in types
         assert j.dl.counters.get("forged", 0) == j.hl.counters.get("forged", 0) == 0
         await j.stop()
@@ -127,14 +127,14 @@ def test_an_unsealed_error_to_the_initiator_is_refused_and_the_peer_asked():
     run(main())
 
 
-def test_an_old_peer_links_unsealed_unless_the_other_side_requires_the_seal():
+def test_an_old_peer_links_unsealed_only_where_the_other_side_offers():
     async def main():
-        j, sub = await _flowing(dev_kw={"seal": "off"})
+        j, sub = await _flowing(dev_kw={"seal": "off"}, host_kw={"seal": "offer"})
         assert j.hl._seal is None and j.dl._seal is None
         j.dev.connect().publish("sensor/o", 1)
         assert (await asyncio.wait_for(sub.recv(), 3)).payload == 1
         await j.stop()
-        j = Joined(dev_kw={"seal": "off"}, host_kw={"seal": "require"}).start()
+        j = Joined(dev_kw={"seal": "off"}).start()   # the default: "auto", a seal required
         await until(lambda: j.hl.counters.get("seal_refused", 0) >= 1)
         assert j.hl.status != "up" and j.dl.status != "up"
         assert j.dl.last_error and "seal_required" in j.dl.last_error
@@ -142,28 +142,92 @@ def test_an_old_peer_links_unsealed_unless_the_other_side_requires_the_seal():
     run(main())
 
 
-def _strip_seal(kind):
-    """A man in the middle: removes "seal" from the caps of ``kind`` frames."""
+def _tapped(**kw):
+    """Joined links whose device-to-host frames are recorded as they cross."""
+    seen = []
+
+    def tap(data):
+        seen.append(data)
+        return data
+    j = Joined(**kw).start()
+    j.ta.writer.filter = tap
+    return j, seen
+
+
+def test_an_encrypted_session_hides_what_it_carries():
+    async def main():
+        enc = {"seal": "encrypt"}
+        j, seen = _tapped(dev_kw=enc, host_kw=enc)
+        sub = j.host.connect().subscribe("dev/dev1/sensor/#", queue_len=16)
+        await until(lambda: synced(j))
+        assert seal.encrypted(j.dl) and seal.encrypted(j.hl)
+        j.dev.connect().publish("sensor/secret", "plain-reading-4711")
+        m = await asyncio.wait_for(sub.recv(), 3)
+        assert m.payload == "plain-reading-4711"
+        wire_bytes = b"".join(seen)
+        assert b"plain-reading" not in wire_bytes and b"sensor/secret" not in wire_bytes
+        # a bit flipped in the ciphertext: refused by the tag, nothing decrypted
+        n = j.hl.state["rx_next"]
+        j.dl._tx_seq = n + 1
+        good = bytearray(sealed(j.dl, wire.encode(wire.PUB, ["sensor/f", 7], n)))
+        good[3] ^= 0x01
+        f0 = j.hl.counters.get("forged", 0)
+        j.hl.feed(good)
+        assert _refused(j.hl, "forged", f0) and sub.recv_nowait() is None
+        await j.stop()
+        mac = {"seal": "mac"}                 # on both sides: readable, but sealed
+        j, seen = _tapped(dev_kw=mac, host_kw=mac)
+        sub = j.host.connect().subscribe("dev/dev1/sensor/#", queue_len=16)
+        await until(lambda: synced(j))
+        assert j.dl._seal is not None and not seal.encrypted(j.dl)
+        j.dev.connect().publish("sensor/secret", "plain-reading-4711")
+        await asyncio.wait_for(sub.recv(), 3)
+        assert b"plain-reading-4711" in b"".join(seen)
+        await j.stop()
+    run(main())
+
+
+def test_a_side_that_must_encrypt_refuses_a_peer_that_only_seals():
+    async def main():
+        for dev, host, refuser in (("mac", "encrypt", "hl"), ("encrypt", "mac", "dl")):
+            j = Joined(dev_kw={"seal": dev}, host_kw={"seal": host}).start()
+            await until(lambda: getattr(j, refuser).counters.get("seal_refused", 0) >= 1)
+            assert j.hl.status != "up" and j.dl.counters.get("sessions", 0) == 0
+            await j.stop()
+        for dev in ("offer", "auto"):          # each encrypts where the peer asks
+            j, sub = await _flowing(dev_kw={"seal": dev}, host_kw={"seal": "encrypt"})
+            assert seal.encrypted(j.dl)
+            await j.stop()
+        j, sub = await _flowing(dev_kw={"seal": "auto"}, host_kw={"seal": "mac"})
+        assert j.dl._seal is not None and not seal.encrypted(j.dl)
+        await j.stop()
+    run(main())
+
+
+def _strip_seal(kind, cap=wire.CAP_SEAL):
+    """A man in the middle: removes ``cap`` from the caps of ``kind`` frames."""
     def f(data):
         b = frame.decode(data)
         if b is None or b[0] != kind:
             return data
         obj = json.loads(b[1:])
-        obj["caps"] = [c for c in obj["caps"] if c != wire.CAP_SEAL]
+        obj["caps"] = [c for c in obj["caps"] if c != cap]
         return frame.encode(wire.encode(kind, obj), frame.MAX_LEN, True)
     return f
 
 
 def test_a_seal_stripped_from_either_side_of_the_handshake_is_caught():
     async def main():
-        for kind in (wire.HELLO, wire.HELLO_ACK):
-            j = Joined()
+        offer = {"seal": "offer"}
+        for kind, cap in ((wire.HELLO, wire.CAP_SEAL), (wire.HELLO_ACK, wire.CAP_SEAL),
+                          (wire.HELLO, wire.CAP_ENC), (wire.HELLO_ACK, wire.CAP_ENC)):
+            j = Joined(dev_kw=offer, host_kw=offer)
             j.start()
-            (j.ta if kind == wire.HELLO else j.tb).writer.filter = _strip_seal(kind)
+            (j.ta if kind == wire.HELLO else j.tb).writer.filter = _strip_seal(kind, cap)
             await until(lambda: j.hl.counters.get("auth_failures", 0) >= 1
                         or j.dl.counters.get("auth_failures", 0) >= 1)
             assert j.hl.status != "up" and j.dl.counters.get("sessions", 0) == 0
-            if kind == wire.HELLO:   # the responder sees the initiator's seal mark
+            if kind == wire.HELLO and cap == wire.CAP_SEAL:   # the initiator's seal mark
                 assert j.hl.counters.get("downgrades", 0) >= 1
             await j.stop()
     run(main())

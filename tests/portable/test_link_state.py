@@ -118,7 +118,7 @@ def test_wrong_key_gets_no_session_and_a_clear_error_on_both_ends():
 def test_replayed_hello_is_refused():
     async def main():
         host = edgebus.Bus()
-        hl = Link(host, "host", key=b"k", role="responder")
+        hl = Link(host, "host", key=b"k", role="responder", seal="offer")   # an unsealed HELLO
         sent = []
 
         class Capture:
