@@ -8,6 +8,8 @@ import os
 import tomllib
 from dataclasses import dataclass, field
 
+from edgebus.link import cipher
+
 # The annotated example configuration, installed with the package.
 EXAMPLE = os.fspath(importlib.resources.files("bridge") / "example.toml")
 
@@ -25,6 +27,7 @@ MAX_CLIENT_QUEUE = 65536
 # How often the log seals its active segment: what readers (Spark) can see is
 # at most this old, plus the ingest job's trigger (docs/spark.md, fresh rows).
 DEFAULT_SEGMENT_SECONDS = 10.0
+SEALS = ("auto", "encrypt", "mac", "offer", "off")
 
 
 class ConfigError(ValueError):
@@ -38,6 +41,7 @@ class Device:
     port: str
     key: bytes
     baud: int = 115200
+    seal: str | None = None              # None: [bridge] seal
 
 
 @dataclass
@@ -50,6 +54,7 @@ class Mqtt:
     tls_ca: str | None = None
     prefix: str = "edgebus"              # frames on <prefix>/<node>/up and .../down
     keys: dict = field(default_factory=dict)   # node -> key (bytes)
+    seals: dict = field(default_factory=dict)  # node -> seal, where the device sets its own
     mirror: list = field(default_factory=list)  # host-bus patterns mirrored as plain MQTT
 
 
@@ -67,6 +72,7 @@ class Peer:
     import_calls: list = field(default_factory=list)
     priority: int = 0
     backoff_max: float = 10.0
+    seal: str | None = None              # None: [bridge] seal
 
 
 @dataclass
@@ -94,9 +100,13 @@ class Config:
     commit_ms: float = DEFAULT_COMMIT_MS    # group commit: a sync point at most this often
     log_queue: int = DEFAULT_LOG_QUEUE      # messages waiting for the log's writer, at most
     heartbeat: float = 5.0
-    # Sealed sessions on every keyed link (docs/protocol.md section 17):
-    # "offer" (sealed when the peer offers it too), "require", "off".
-    seal: str = "offer"
+    # Sealed sessions on every keyed link (docs/protocol.md section 17), per
+    # link kind unless a [[serial]], [mqtt].devices or [[peer]] entry says:
+    # "auto" (by threat: "encrypt" over MQTT and TCP, where anyone on the
+    # broker or the path reads along; "mac" on a serial line), "encrypt",
+    # "mac" (every frame authenticated, readable), "offer" (sealed where the
+    # peer offers it: old peers link unsealed), "off".
+    seal: str = "auto"
     queue_len: int = 64
     # Per local socket client (the shell commands, attach_local): how many
     # messages each of its export feeds holds while the client reads; beyond
@@ -109,6 +119,14 @@ class Config:
     # Host-bus endpoints offered to every device link, so a device can call
     # another device's action through the bridge (e.g. "dev/+/sys/config/get").
     relay_calls: list = field(default_factory=list)
+
+    def seal_for(self, kind, own=None):
+        """The seal mode of a link of ``kind`` ("serial", "mqtt", "peer")
+        whose entry says ``own`` (None: the [bridge] default)."""
+        s = own or self.seal
+        if s == "auto":
+            return "mac" if kind == "serial" else "encrypt"
+        return s
 
 
 def _key(d, where):
@@ -170,20 +188,32 @@ def _peer(d, where):
     pp = _take(d, where, {"node": str, "key": str, "key_file": str, "connect": str,
                           "listen": str, "exports": list, "imports": list,
                           "export_calls": list, "import_calls": list, "priority": int,
-                          "backoff_max": NUM})
+                          "backoff_max": NUM, "seal": str})
     if "node" not in pp:
         raise ConfigError("%s: node is required (the other bridge's node id)" % where)
     if ("connect" in pp) == ("listen" in pp):
         raise ConfigError("%s: give connect (this bridge dials) or listen (the peer dials "
                           "here), not both or neither" % where)
     peer = Peer(pp["node"], _key(d, where), priority=pp.get("priority", 0),
-                backoff_max=pp.get("backoff_max", 10.0))
+                backoff_max=pp.get("backoff_max", 10.0), seal=_seal(pp, where))
     for name in ("connect", "listen"):
         if name in pp:
             setattr(peer, name, _address(pp[name], where, name))
     for name in ("exports", "imports", "export_calls", "import_calls"):
         setattr(peer, name, _rules(pp.get(name, []), where, name))
     return peer
+
+
+def _seal(d, where):
+    """The table's seal mode, checked (None when it names none)."""
+    s = d.get("seal")
+    if s is not None and s not in SEALS:
+        raise ConfigError("%s: seal must be one of %s, got %r"
+                          % (where, ", ".join('"%s"' % m for m in SEALS), s))
+    if s == "encrypt" and cipher.BACKEND is None:
+        raise ConfigError("%s: seal \"encrypt\" needs the cryptography package "
+                          "(pip install cryptography)" % where)
+    return s
 
 
 def parse(data, base_dir="."):
@@ -193,9 +223,7 @@ def parse(data, base_dir="."):
     b = _take(top.get("bridge", {}), "[bridge]", {
         "node": str, "state_dir": str, "socket": str, "metrics": str, "heartbeat": NUM,
         "seal": str, "queue_len": int, "client_queue": int, "relay_calls": list})
-    if b.get("seal", "offer") not in ("offer", "require", "off"):
-        raise ConfigError("[bridge]: seal must be \"offer\", \"require\" or \"off\", got %r"
-                          % (b["seal"],))
+    _seal(b, "[bridge]")
     if not 1 <= b.get("client_queue", CLIENT_QUEUE) <= MAX_CLIENT_QUEUE:
         raise ConfigError("[bridge]: client_queue must be between 1 and %d messages, got %r"
                           % (MAX_CLIENT_QUEUE, b["client_queue"]))
@@ -227,11 +255,13 @@ def parse(data, base_dir="."):
             cfg.log_patterns = lg["patterns"]
     for i, d in enumerate(top.get("serial", [])):
         where = "[[serial]] #%d" % (i + 1)
-        s = _take(d, where, {"node": str, "port": str, "baud": int, "key": str, "key_file": str})
+        s = _take(d, where, {"node": str, "port": str, "baud": int, "key": str, "key_file": str,
+                             "seal": str})
         for k in ("node", "port"):
             if k not in s:
                 raise ConfigError("%s: %s is required" % (where, k))
-        cfg.serial.append(Device(s["node"], s["port"], _key(d, where), s.get("baud", 115200)))
+        cfg.serial.append(Device(s["node"], s["port"], _key(d, where), s.get("baud", 115200),
+                                 _seal(s, where)))
     nodes = [d.node for d in cfg.serial]
     if len(set(nodes)) != len(nodes):
         raise ConfigError("[[serial]]: node ids must be unique, got %s" % nodes)
@@ -242,10 +272,12 @@ def parse(data, base_dir="."):
         mq = Mqtt(**{k: v for k, v in m.items() if k not in ("devices",)})
         for i, d in enumerate(m.get("devices", [])):
             where = "[mqtt].devices #%d" % (i + 1)
-            dd = _take(d, where, {"node": str, "key": str, "key_file": str})
+            dd = _take(d, where, {"node": str, "key": str, "key_file": str, "seal": str})
             if "node" not in dd:
                 raise ConfigError("%s: node is required" % where)
             mq.keys[dd["node"]] = _key(d, where)
+            if "seal" in dd:
+                mq.seals[dd["node"]] = _seal(dd, where)
         cfg.mqtt = mq
     for i, d in enumerate(top.get("peer", [])):
         cfg.peers.append(_peer(d, "[[peer]] #%d" % (i + 1)))

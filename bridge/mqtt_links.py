@@ -54,9 +54,10 @@ class _DeviceTransport:
         self.ready = asyncio.Event()
         self.frames = frame.FrameReader(max_len)   # counters only
         self.closed = False
+        self.bare = False   # the link's to set: its sealed session's peer takes bare bodies
 
     def deliver(self, payload):
-        body = frame.decode(payload, self.max_len)
+        body = frame.unmessage(payload, self.max_len)
         f = self.frames
         if body is None:
             f.crc_errors += 1
@@ -93,7 +94,7 @@ class _DeviceTransport:
     async def send(self, body, tail=None):
         if self.closed:
             raise OSError("MQTT connection closed")
-        await self.conn.publish(self.down, frame.encode(body, self.max_len, False, tail))
+        await self.conn.publish(self.down, frame.message(body, self.max_len, tail, self.bare))
 
     def close(self):
         if not self.closed:
@@ -128,7 +129,8 @@ class MqttLinks:
             link_id = "mqtt:" + node
             self.links[node] = Link(bridge.bus, bridge.cfg.node, key=key, role="responder",
                                     link_id=link_id, peer=node,
-                                    heartbeat=bridge.cfg.heartbeat, seal=bridge.cfg.seal,
+                                    heartbeat=bridge.cfg.heartbeat,
+                                    seal=bridge.cfg.seal_for("mqtt", mq.seals.get(node)),
                                     state=bridge.state.for_link(link_id),
                                     **bridge.durability(),
                                     **device_rules(bridge.cfg.relay_calls))

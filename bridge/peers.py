@@ -26,7 +26,8 @@ def peer_link(bridge, p):
     link_id = "peer:" + p.node
     link = Link(bridge.bus, bridge.cfg.node, key=p.key,
                 role="initiator" if p.connect else "responder", link_id=link_id,
-                peer=p.node, heartbeat=bridge.cfg.heartbeat, seal=bridge.cfg.seal,
+                peer=p.node, heartbeat=bridge.cfg.heartbeat,
+                seal=bridge.cfg.seal_for("peer", p.seal),
                 state=bridge.state.for_link(link_id), exports=p.exports, imports=p.imports,
                 export_calls=p.export_calls, import_calls=p.import_calls,
                 priority=p.priority, max_len=PEER_MAX_LEN, spool=host_spool(PEER_MAX_LEN, 64))

@@ -28,7 +28,7 @@ SECTIONS = {
              "spool": "i", "spool_policy": "s", "exports": "l", "imports": "l",
              "export_calls": "l", "import_calls": "l",
              # the flash spool: a directory (boards: under /; unix: the working dir)
-             "journal": "s0", "journal_bytes": "i", "status": "b"},
+             "journal": "s0", "journal_bytes": "i", "status": "b", "seal": "s"},
     "queues": {"bus": "i", "full": "s"},
     # a WiFi station joined before the uplink (firmware/wifi.py); absent: none
     "network": {"ssid": "S", "password": "s0", "driver": "s", "join_timeout": "n",
@@ -128,6 +128,7 @@ def validate(cfg):
             if len(r) == 3 and r[2] not in ("reliable", "latest"):
                 raise ConfigError("link.exports class must be 'reliable' or 'latest', not %r"
                                   % (r[2],))
+    seal(cfg)
     j = cfg.get("link", {}).get("journal")
     if j is not None and (not j or ".." in j.split("/") or len(j) > 64):
         raise ConfigError("link.journal must be a directory name without '..' (at most 64 "
@@ -143,6 +144,17 @@ def validate(cfg):
         elif type(s) is not str:
             raise ConfigError("services entries must be module names or objects")
     return cfg
+
+
+def seal(cfg):
+    """Check link.seal (docs/protocol.md 17; "auto", the default, is
+    resolved by firmware/uplink.py): "encrypt" needs AES in this build."""
+    s = cfg.get("link", {}).get("seal", "auto")
+    if s not in ("auto", "encrypt", "mac", "offer", "off"):
+        raise ConfigError("link.seal must be auto, encrypt, mac, offer or off, not %r" % (s,))
+    if s == "encrypt" and __import__("edgebus.link.cipher").link.cipher.BACKEND is None:
+        raise ConfigError("link.seal encrypt needs AES, and this build has no cryptolib: "
+                          "use mac (frames authenticated, not hidden)")
 
 
 def load(path):

@@ -14,6 +14,7 @@ import gc
 import sys
 from os import urandom
 from edgebus.compat import now
+from edgebus.link import cipher
 from edgebus.link.link import Link
 from edgebus.link.wire import F_SEQ
 from firmware import ConfigError
@@ -57,13 +58,19 @@ class Uplink:
         self._why = None
         self._cut = False         # the watcher cancelled the link's run
         key = cfg.get("key")
+        # "auto": insist on encryption over MQTT, where anyone on the broker
+        # reads along, if this build has AES; else (a UART, no cryptolib) the
+        # link's "auto": sealed, and encrypted where the bridge asks and can.
+        self.seal = lc.get("seal", "auto")
+        if self.seal == "auto" and k == "mqtt" and cipher.BACKEND:
+            self.seal = "encrypt"
         exports = lc.get("exports", EXPORTS)
         journal = lc.get("journal")
         if journal and journal[0] != "/" and sys.platform not in ("linux", "darwin", "win32"):
             journal = "/" + journal   # a board: under the filesystem root
         block = ctx.board.get("budget", {}).get("fs_block", 4096)
         self.link = Link(ctx.bus, ctx.node, key=key.encode() if key else None,
-                         sid=sid,
+                         sid=sid, seal=self.seal,
                          role="initiator", link_id="uplink", peer="host",
                          exports=_pairs(exports),
                          imports=_pairs(lc.get("imports", IMPORTS)),

@@ -33,7 +33,7 @@ def info(ctx):
             "manifest": b.get("manifest"), "queues": b.get("queues"), "budget": b.get("budget"),
             "impl": "%s %d.%d.%d" % (im.name, v[0], v[1], v[2]), "platform": sys.platform,
             "uptime": int(ctx.uptime()), "mem_free": f, "mem_alloc": a,
-            "reset_cause": reset_cause()}
+            "reset_cause": reset_cause(), "seal": ctx.link.seal if ctx.link else None}
 
 
 async def start(ctx, opts):

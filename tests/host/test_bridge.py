@@ -385,7 +385,14 @@ def test_bad_config_is_a_clear_error(tmp_path):
     assert r.returncode == 2 and "needs key or key_file" in r.stderr
     with pytest.raises(bridge_config.ConfigError, match="seal must be"):
         bridge_config.load(_cfg(tmp_path, '[bridge]\nseal = "yes"\n'))
-    assert bridge_config.load(_cfg(tmp_path, '[bridge]\nseal = "require"\n')).seal == "require"
+    c = bridge_config.load(_cfg(tmp_path, '[bridge]\n[mqtt]\ndevices = [{node = "a", key = "k",'
+                                          ' seal = "mac"}, {node = "b", key = "k"}]\n'))
+    assert c.seal == "auto" and c.seal_for("serial") == "mac" and c.seal_for("peer") == "encrypt"
+    assert c.seal_for("mqtt", c.mqtt.seals.get("a")) == "mac"
+    assert c.seal_for("mqtt", c.mqtt.seals.get("b")) == "encrypt"
+    with pytest.raises(bridge_config.ConfigError, match=r"\[\[serial\]\] #1: seal must be"):
+        bridge_config.load(_cfg(tmp_path, '[[serial]]\nnode = "d"\nport = "/dev/x"\nkey = "k"\n'
+                                          'seal = "require"\n'))
     p.write_text('[bridge]\nnodes = "x"\n')
     r = subprocess.run([sys.executable, "-m", "bridge.daemon", "--config", str(p)], cwd=ROOT,
                        capture_output=True, text=True)

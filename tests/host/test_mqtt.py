@@ -17,7 +17,7 @@ from bridge import config as bridge_config
 from bridge import mqtt_conn, mqtt_links
 from bridge.daemon import Bridge
 from tests.conftest import until
-from edgebus.link import frame
+from edgebus.link import frame, seal
 from dev.broker import Mosquitto
 
 DEVICE_HEAP = "192K"   # core + link + MQTT transport on the 64-bit unix port
@@ -58,6 +58,10 @@ def test_device_over_mqtt_with_provenance_calls_and_presence(tmp_path, broker, d
         assert o.generation == 1 and o.extra["seq"] >= 1
         assert await c.call("dev/d1/sys/echo", "x", timeout=3) == {"echo": "x"}
         link = b.links["mqtt:d1"]
+        # Sealed by default over MQTT: encrypted (the device's AES is cryptolib's
+        # ECB on this port), and the messages carry bare bodies (no COBS, no CRC).
+        assert seal.encrypted(link) and b.mqtt.transports["d1"].bare
+        assert link.counters.get("frames_in", 0) > count and not link.counters.get("forged")
         # The device dies without a goodbye: the broker's last will takes the
         # session down well before the liveness timeout would.
         dev.kill()
