@@ -38,9 +38,9 @@ def _request(q):
         raise Refused("payload must be {\"node\": str, \"grace\": seconds, \"timeout\": seconds}")
     grace = q.get("grace", 86400)
     timeout = q.get("timeout", DEVICE_TIMEOUT)
-    for name, v, hi in (("grace", grace, MAX_GRACE), ("timeout", timeout, 600)):
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= hi:
-            raise Refused("%s must be between 0 and %g seconds, got %r" % (name, hi, v))
+    for name, v, lo, hi in (("grace", grace, 0, MAX_GRACE), ("timeout", timeout, 0.1, 600)):
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi:
+            raise Refused("%s must be between %g and %d seconds, got %r" % (name, lo, hi, v))
     return q["node"], float(grace), float(timeout)
 
 
