@@ -8,6 +8,7 @@ import os
 import tomllib
 from dataclasses import dataclass, field
 
+from bridge.keystore import KeyStore, KeyStoreError
 from edgebus.link import cipher
 
 # The annotated example configuration, installed with the package.
@@ -39,7 +40,7 @@ class Device:
     """A device joined over a serial port."""
     node: str
     port: str
-    key: bytes
+    key: bytes | None          # None: the keystore holds it
     baud: int = 115200
     seal: str | None = None              # None: [bridge] seal
 
@@ -53,7 +54,7 @@ class Mqtt:
     password: str | None = None
     tls_ca: str | None = None
     prefix: str = "edgebus"              # frames on <prefix>/<node>/up and .../down
-    keys: dict = field(default_factory=dict)   # node -> key (bytes)
+    keys: dict = field(default_factory=dict)   # node -> key (bytes; None: in the keystore)
     seals: dict = field(default_factory=dict)  # node -> seal, where the device sets its own
     mirror: list = field(default_factory=list)  # host-bus patterns mirrored as plain MQTT
 
@@ -63,7 +64,7 @@ class Peer:
     """Another bridge joined over TCP ([[peer]]): dialled at ``connect`` or
     awaited at ``listen`` (each a (host, port)); rules as a Link's."""
     node: str
-    key: bytes
+    key: bytes | None          # None: the keystore holds it
     connect: tuple | None = None
     listen: tuple | None = None
     exports: list = field(default_factory=list)
@@ -89,6 +90,7 @@ class Acl:
 class Config:
     node: str = "gateway"
     state_dir: str = "./edgebus-state"
+    keys: str | None = None              # the keystore (bridge/keystore.py); None: <state_dir>/keys
     socket: str | None = None            # unix socket for local processes and `edgebus status`
     metrics: str | None = None           # "host:port" for Prometheus /metrics
     log_dir: str | None = None           # telemetry log; None: no log
@@ -129,7 +131,9 @@ class Config:
         return s
 
 
-def _key(d, where):
+def _key(d, where, store):
+    """The inline key or key_file's; None when neither is given and the
+    keystore holds the node's key (which overrides both anyway)."""
     if "key" in d:
         k = d["key"]
         if not isinstance(k, str) or not k:
@@ -141,7 +145,13 @@ def _key(d, where):
                 return f.read().strip()
         except OSError as e:
             raise ConfigError("%s: key_file %s: %s" % (where, d["key_file"], e.strerror))
-    raise ConfigError("%s: needs key or key_file (the device's shared key)" % where)
+    try:
+        if store.read(d.get("node", "")) is not None:
+            return None
+    except KeyStoreError as e:
+        raise ConfigError("%s: %s" % (where, e))
+    raise ConfigError("%s: needs key or key_file (the device's shared key), or a key in the "
+                      "keystore %s (edgebus keys new NODE)" % (where, store.path))
 
 
 def _take(d, where, spec):
@@ -184,7 +194,7 @@ def _rules(v, where, name):
     return out
 
 
-def _peer(d, where):
+def _peer(d, where, store):
     pp = _take(d, where, {"node": str, "key": str, "key_file": str, "connect": str,
                           "listen": str, "exports": list, "imports": list,
                           "export_calls": list, "import_calls": list, "priority": int,
@@ -194,7 +204,7 @@ def _peer(d, where):
     if ("connect" in pp) == ("listen" in pp):
         raise ConfigError("%s: give connect (this bridge dials) or listen (the peer dials "
                           "here), not both or neither" % where)
-    peer = Peer(pp["node"], _key(d, where), priority=pp.get("priority", 0),
+    peer = Peer(pp["node"], _key(d, where, store), priority=pp.get("priority", 0),
                 backoff_max=pp.get("backoff_max", 10.0), seal=_seal(pp, where))
     for name in ("connect", "listen"):
         if name in pp:
@@ -221,7 +231,8 @@ def parse(data, base_dir="."):
     top = _take(data, "config", {"bridge": dict, "log": dict, "serial": list, "mqtt": dict,
                                  "acl": list, "peer": list})
     b = _take(top.get("bridge", {}), "[bridge]", {
-        "node": str, "state_dir": str, "socket": str, "metrics": str, "heartbeat": NUM,
+        "node": str, "state_dir": str, "keys": str, "socket": str, "metrics": str,
+        "heartbeat": NUM,
         "seal": str, "queue_len": int, "client_queue": int, "relay_calls": list})
     _seal(b, "[bridge]")
     if not 1 <= b.get("client_queue", CLIENT_QUEUE) <= MAX_CLIENT_QUEUE:
@@ -232,6 +243,9 @@ def parse(data, base_dir="."):
             raise ConfigError("[bridge]: relay_calls must be topic patterns (strings), got %r"
                               % (p,))
     cfg = Config(**b)
+    cfg.keys = os.path.normpath(os.path.join(base_dir, cfg.keys or os.path.join(
+        cfg.state_dir, "keys")))
+    store = KeyStore(cfg.keys)
     if "log" in top:
         lg = _take(top["log"], "[log]", {
             "dir": str, "patterns": list, "segment_bytes": int, "segment_seconds": NUM,
@@ -260,8 +274,8 @@ def parse(data, base_dir="."):
         for k in ("node", "port"):
             if k not in s:
                 raise ConfigError("%s: %s is required" % (where, k))
-        cfg.serial.append(Device(s["node"], s["port"], _key(d, where), s.get("baud", 115200),
-                                 _seal(s, where)))
+        cfg.serial.append(Device(s["node"], s["port"], _key(d, where, store),
+                                 s.get("baud", 115200), _seal(s, where)))
     nodes = [d.node for d in cfg.serial]
     if len(set(nodes)) != len(nodes):
         raise ConfigError("[[serial]]: node ids must be unique, got %s" % nodes)
@@ -275,12 +289,12 @@ def parse(data, base_dir="."):
             dd = _take(d, where, {"node": str, "key": str, "key_file": str, "seal": str})
             if "node" not in dd:
                 raise ConfigError("%s: node is required" % where)
-            mq.keys[dd["node"]] = _key(d, where)
+            mq.keys[dd["node"]] = _key(d, where, store)
             if "seal" in dd:
                 mq.seals[dd["node"]] = _seal(dd, where)
         cfg.mqtt = mq
     for i, d in enumerate(top.get("peer", [])):
-        cfg.peers.append(_peer(d, "[[peer]] #%d" % (i + 1)))
+        cfg.peers.append(_peer(d, "[[peer]] #%d" % (i + 1), store))
     nodes = [p.node for p in cfg.peers]
     if len(set(nodes)) != len(nodes):
         raise ConfigError("[[peer]]: node ids must be unique, got %s" % nodes)

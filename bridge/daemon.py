@@ -14,7 +14,8 @@ import sys
 import time
 
 import edgebus
-from bridge import acl, callerinfo, config as bridge_config, links
+from bridge import acl, callerinfo, config as bridge_config, links, rotation
+from bridge.keystore import KeyStore
 from edgebus.compat import wait_for
 
 log = logging.getLogger("edgebus.bridge")
@@ -42,6 +43,7 @@ class Bridge:
         self.bus = edgebus.Bus(q_length=cfg.queue_len, authoriser=self.auth)
         self.conn = self.bus.connect(principal=("bridge", cfg.node))
         self.state = links.StateFile(cfg.state_dir)
+        self.keystore = KeyStore(cfg.keys or os.path.join(cfg.state_dir, "keys"))
         self.links = {}
         self.transports = {}
         self.stopping = False
@@ -118,6 +120,7 @@ class Bridge:
             self.tasks.append(asyncio.create_task(self.appender.run()))
         self.tasks.append(asyncio.create_task(self._status_endpoint()))
         self.tasks.append(asyncio.create_task(callerinfo.serve(self)))
+        self.tasks.append(asyncio.create_task(rotation.serve(self)))
         for dev in cfg.serial:
             self.tasks.append(asyncio.create_task(links.run_serial(self, dev)))
         if self.mqtt is not None:

@@ -97,8 +97,8 @@ async def run_serial(bridge, dev):
                   dev.node, e)
         return None
     link_id = "serial:" + dev.node
-    link = Link(bridge.bus, bridge.cfg.node, key=dev.key, role="responder", link_id=link_id,
-                peer=dev.node, heartbeat=bridge.cfg.heartbeat,
+    link = Link(bridge.bus, bridge.cfg.node, key=bridge.keystore.source(dev.node, dev.key),
+                role="responder", link_id=link_id, peer=dev.node, heartbeat=bridge.cfg.heartbeat,
                 seal=bridge.cfg.seal_for("serial", dev.seal),
                 state=bridge.state.for_link(link_id), **bridge.durability(),
                 **device_rules(bridge.cfg.relay_calls))

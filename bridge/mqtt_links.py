@@ -127,7 +127,8 @@ class MqttLinks:
         self.unknown = 0
         for node, key in mq.keys.items():
             link_id = "mqtt:" + node
-            self.links[node] = Link(bridge.bus, bridge.cfg.node, key=key, role="responder",
+            self.links[node] = Link(bridge.bus, bridge.cfg.node,
+                                    key=bridge.keystore.source(node, key), role="responder",
                                     link_id=link_id, peer=node,
                                     heartbeat=bridge.cfg.heartbeat,
                                     seal=bridge.cfg.seal_for("mqtt", mq.seals.get(node)),

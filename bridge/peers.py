@@ -24,7 +24,7 @@ CONNECT_TIMEOUT = 10.0
 def peer_link(bridge, p):
     """The Link for [[peer]] ``p`` (its id is ``peer:<node>``)."""
     link_id = "peer:" + p.node
-    link = Link(bridge.bus, bridge.cfg.node, key=p.key,
+    link = Link(bridge.bus, bridge.cfg.node, key=bridge.keystore.source(p.node, p.key),
                 role="initiator" if p.connect else "responder", link_id=link_id,
                 peer=p.node, heartbeat=bridge.cfg.heartbeat,
                 seal=bridge.cfg.seal_for("peer", p.seal),

@@ -69,7 +69,9 @@ class Uplink:
         if journal and journal[0] != "/" and sys.platform not in ("linux", "darwin", "win32"):
             journal = "/" + journal   # a board: under the filesystem root
         block = ctx.board.get("budget", {}).get("fs_block", 4096)
-        self.link = Link(ctx.bus, ctx.node, key=key.encode() if key else None,
+        # The config's key as it is at each handshake: sys/key/set changes it
+        # for the next session without a restart.
+        self.link = Link(ctx.bus, ctx.node, key=(lambda node: cfg["key"]) if key else None,
                          sid=sid, seal=self.seal,
                          role="initiator", link_id="uplink", peer="host",
                          exports=_pairs(exports),

@@ -27,6 +27,8 @@ COMMANDS = {
     "call": ("tools.call", "call an endpoint on the host bus and print its reply", "bridge"),
     "whoami": ("tools.whoami", "the principal the bridge sees for you (uid, gid, pid)",
                "bridge"),
+    "keys": ("tools.keys", "device keys: rotate NODE over its session, new NODE, list",
+             "bridge"),
     "status": ("bridge.status", "a snapshot of a running bridge: links, peers, counters", "bridge"),
     "ingest": ("ingest.job", "stream the telemetry log into a Parquet table with Spark", "spark"),
     "report": ("ingest.report", "per-device counts, gaps and rates from the ingested table", "spark"),

@@ -1,17 +1,43 @@
 """The link's handshake: HELLO, HELLO_ACK and AUTH, keys and proofs, and
 the start of a session (the end is Link.end_session)."""
+from binascii import hexlify
 from .. import compat
 from . import calls, rules, seal, tx, wire
 
 
-def key_for(link, node):
-    """The key (bytes) for peer ``node``, or None for no authentication."""
+def kid(key):
+    """The key id of ``key`` (bytes): 8 hex digits of a MAC under it, which
+    tell a side holding several keys for a peer which one the peer uses
+    (protocol 5) and nothing about the key."""
+    return hexlify(wire.mac(key, b"edgebus-kid-1")).decode()[:8]
+
+
+def key_for(link, node, side=None):
+    """The key (bytes) of this handshake with peer ``node``, or None for no
+    authentication. Given ``side`` (the peer's HELLO or HELLO_ACK; {} for an
+    initiator's own HELLO) it is chosen and kept for the handshake: of the
+    keys the link takes for node (``Link(key=...)``: bytes or str, a
+    non-empty list of them newest first, or a callable(node) returning one),
+    the one whose kid the peer names, else the first."""
+    if side is None:
+        return link._hkey
     k = link._key
     if callable(k):
         k = k(node)
-    if type(k) is str:
-        k = k.encode()
-    return k
+    if type(k) is not list:
+        k = [k]
+    pick = k[0]
+    want = side.get("kid")
+    if want is not None and len(k) > 1:
+        for c in k:
+            c = c.encode() if type(c) is str else c
+            if kid(c) == want:
+                pick = c
+                break
+    if type(pick) is str:
+        pick = pick.encode()
+    link._hkey = pick
+    return pick
 
 
 def error(link, code, msg):
@@ -76,6 +102,9 @@ def hello(link):
     (doubling, with jitter, up to handshake_timeout) until an answer."""
     seal.stop(link)      # this handshake's frames go unsealed; session_up seals
     link._mine = _side(link, link._key is not None)
+    key = key_for(link, link.peer, {})
+    if key is not None:
+        link._mine["kid"] = kid(key)
     tx.control(link, wire.HELLO, link._mine)
     link._set_state(wire.HELLO_SENT)
     link._hello_wait = wire.jitter(min(max(link._hello_wait * 2, 0.5), link.handshake_timeout))
@@ -149,13 +178,15 @@ def on_hello(link, h):
         error(link, "replay", "hello nonce already used")
         return link.end_session("replayed hello")
     link._recent = (link._recent + [h["nonce"]])[-16:]
-    key = key_for(link, h["node"])
+    key = key_for(link, h["node"], h)
     if (key is None) != (not h.get("auth")):
         return _refuse(link, "auth_failed", "authentication required on one side only",
                        "auth mismatch")
     link._theirs = h
     _clock(link, h)
     link._mine = _side(link, key is not None)
+    if key is not None:
+        link._mine["kid"] = kid(key)
     if _unsealed(link, link._mine, h):
         return
     ack = dict(link._mine)
@@ -173,7 +204,7 @@ def on_ack(link, a):
         return link.count("stale_acks")
     if _check(link, a) is None:
         return link.end_session("bad hello_ack")
-    key = key_for(link, a["node"])
+    key = key_for(link, a["node"], a)
     if key is not None:
         p = a.get("proof")
         if type(p) is not str or not wire.same(p.encode(), _proof(key, "R", link._mine, a).encode()):

@@ -20,8 +20,8 @@ class Link:
     ``exports``/``imports``: data rules, lists of (pattern, prefix): exported local topics lose
     ``prefix`` on the wire; imported wire topics gain it. ``export_calls``/``import_calls``:
     the same for endpoints offered to the peer and the peer's endpoints proxied here.
-    ``{node}`` in a rule stands for the peer's node id. ``key`` is bytes, a callable(node) ->
-    bytes|None, or None for an unauthenticated link (both sides must agree). ``principal`` is
+    ``{node}`` in a rule stands for the peer's node id. ``key``: bytes, a list (newest first; the
+    peer's kid picks), a callable(node) -> either, or None (no auth on both sides). ``principal`` is
     who the link acts as on this bus (for the authoriser); ``state`` holds the peer's
     generation and may be persisted by the owner. An export rule may name a delivery class
     third: "reliable" (the default for publishes: spooled until the peer acknowledges it) or
@@ -82,7 +82,7 @@ class Link:
         self.generation = None
         self.status = wire.DOWN
         # Rules: as given, then resolved for the peer's node per session.
-        self._key = key
+        self._key, self._hkey = key, None    # as given; this handshake's (handshake.key_for)
         self._rule_src = (exports, imports, export_calls, import_calls)
         self._local_only = []
         for p in local_only:

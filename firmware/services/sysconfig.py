@@ -1,9 +1,14 @@
-"""sys/config/get and sys/config/set: the device config over the bus.
+"""sys/config/get, sys/config/set and sys/key/set: the device config over the bus.
 
 get: null -> the whole config (key and passwords redacted), "section" -> that part.
 set: an object of changes (sections merged one level deep, null removes a key),
-validated, then saved atomically. node and key stay unless the config has
-"allow_identity_change": true (which itself cannot be set remotely).
+validated, then saved atomically. node stays unless the config has
+"allow_identity_change": true (which itself cannot be set remotely); key
+never changes here: it moves only wrapped, through sys/key/set.
+key/set: null -> {"kid"} of the key in use; {"nonce", "wrapped", "check"}
+(edgebus.link.keywrap, loaded for the call) -> the new key saved like a
+config change, {"kid"} of it. The running session goes on; the next
+handshake uses the new key.
 """
 import asyncio
 from firmware import ConfigError, transient, unload
@@ -58,9 +63,22 @@ def _set(ctx, req):
         return req.fail("invalid config change: this device's bundle is built for board %s "
                         "(its board.json): deploy the bundle for %s to change its board"
                         % (b["name"], ch["board"]))
+    if type(ch) is dict and "key" in ch:
+        return req.fail("invalid config change: key moves only wrapped under the key in use "
+                        "(sys/key/set: edgebus keys rotate)")
+    keys = _save(ctx, req, ch, ctx.config.get("allow_identity_change", False))
+    if keys is not None:
+        req.reply({"saved": True, "changed": keys,
+                   "restart_needed": [k for k in keys if k in RESTART]})
+        ctx.log("config changed: %s" % ", ".join(keys))
+
+
+def _save(ctx, req, ch, identity):
+    """Apply change ch: merged, validated, saved atomically, live in
+    ctx.config; its keys, or None when req failed with the reason."""
     cf = transient("firmware.config")
     try:
-        new = cf.merge(ctx.config, ch, ctx.config.get("allow_identity_change", False))
+        new = cf.merge(ctx.config, ch, identity)
         cf.save(ctx.config_path, new)
     except ConfigError as e:
         return req.fail("invalid config change: %s" % e)
@@ -69,12 +87,31 @@ def _set(ctx, req):
     finally:
         cf = None
         unload("firmware.config")
-    keys = sorted(ch)
     ctx.config.clear()
     ctx.config.update(new)     # services reading ctx.config see it at once
-    req.reply({"saved": True, "changed": keys,
-               "restart_needed": [k for k in keys if k in RESTART]})
-    ctx.log("config changed: %s" % ", ".join(keys))
+    return sorted(ch)
+
+
+def _key(ctx, req):
+    from edgebus.link.handshake import kid    # resident: the uplink's link uses it
+    old = ctx.config.get("key")
+    if not old:
+        return req.fail("this device has no key (its link is unauthenticated); a first key "
+                        "is written into its config.json (edgebus keys new)")
+    if req.payload is None:
+        return req.reply({"kid": kid(old.encode())})
+    kw = transient("edgebus.link.keywrap")
+    try:
+        new = kw.unwrap(old.encode(), req.payload)
+    except ValueError as e:
+        return req.fail("key unchanged: %s" % e)
+    finally:
+        kw = None
+        unload("edgebus.link.keywrap")
+    if _save(ctx, req, {"key": new}, True) is not None:
+        k = kid(new.encode())
+        req.reply({"kid": k})
+        ctx.log("key changed: kid %s; the next session uses it" % k)
 
 
 async def _loop(ctx, ep, fn):
@@ -86,3 +123,4 @@ def start(ctx, opts):
     c = ctx.connect("sys")
     asyncio.create_task(_loop(ctx, c.bind("sys/config/get", queue_len=2), _get))
     asyncio.create_task(_loop(ctx, c.bind("sys/config/set", queue_len=2), _set))
+    asyncio.create_task(_loop(ctx, c.bind("sys/key/set", queue_len=2), _key))
