@@ -148,12 +148,10 @@ class Link:
             self._journal = Journal(journal, self.sid, journal_bytes, journal_block)
         self._hist = None
         # Receiving: the snapshot being received.
-        self._rx_sync = None
-        self._rx_overflow = False
+        self._rx_sync, self._rx_overflow = None, False
         # Calls: forwarded (call id -> (Request, route, offer)), served, routes sent.
         self._pending = {}
-        self._next_cid = 1
-        self._served = 0
+        self._next_cid, self._served = 1, 0
         self._routes_sent = None
         self._offered = None      # local keys of those routes (presence notices)
         self._tasks = []
@@ -161,10 +159,8 @@ class Link:
         self._transport = None
         self._wake = compat.Event()
         self._freed = compat.Event()
-        self._t_rx = 0.0
-        self._t_tx = 0.0
+        self._t_rx = self._t_tx = self._t_status = 0.0
         self._t_state = compat.now()
-        self._t_status = 0.0
         self._status_on = status
         self._status_seen = None
         self._dirty = True
@@ -174,6 +170,11 @@ class Link:
     def tx_seq(self):
         """The sequence number the next sequenced frame will carry."""
         return self._tx_seq
+
+    @property
+    def tx_acked(self):
+        """Every sequence number below it is acknowledged (by any peer)."""
+        return self._tx_acked
 
     def count(self, name, n=1):
         """Add ``n`` to counter ``name``."""

@@ -29,7 +29,9 @@ else:
         return bytes(b[i:j])
 
 VERSION = 1
-MIN_LEN = 320   # smallest max_len: HELLO_ACK is ~250 bytes plus the node name
+# The smallest max_len: a HELLO_ACK with every capability, its kid and proof
+# is about 310 bytes plus the node name (at most 64).
+MIN_LEN = 400
 
 HELLO = 1       # initiator -> responder: opens a session
 HELLO_ACK = 2   # responder -> initiator: its side plus proof of the key
