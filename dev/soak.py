@@ -52,7 +52,8 @@ OUTSIDER = [R + "test_rel_outsider.py::test_" + t for t in (
     "each_frame_is_refused_counted_and_the_session_stays_up",
     "no_call_of_the_outsiders_is_served",
     "every_genuine_reading_arrives_once_in_order_and_none_of_the_outsiders",
-    "every_frame_after_the_handshake_is_tagged", "an_outsider_reads_nothing")]
+    "every_frame_after_the_handshake_is_tagged", "an_outsider_reads_nothing",
+    "edgebus_status_counts_the_refused_frames_among_the_errors")]
 
 # (section, case, what is checked, tests: node-id prefixes, figures case name or None)
 CASES = [
@@ -202,9 +203,10 @@ CASES = [
      "and a captured genuine frame replayed byte for byte: no reply, no reboot, the session up "
      "(`sessions`, `session_ends`), every reading once in order (`gaps`, `duplicates`, "
      "`resends`, `retransmitted` unchanged), none of its readings on the host bus; the bridge "
-     "counts each (`forged`, `replayed`), the device says so in `last_error`; every frame "
-     "after the handshake tagged. Expected failures (xfail): the device's own `forged` and "
-     "`replayed` in sys/health; nothing readable (encryption)",
+     "counts each (`forged`, `replayed`, in its status), the device says so in `last_error`; "
+     "every frame after the handshake tagged. Expected failures (xfail): the device's own "
+     "`forged` and `replayed` in sys/health; them in `edgebus status`'s ERRS; nothing "
+     "readable (encryption)",
      [t + "[mqtt]" for t in OUTSIDER] + [R + "test_rel_outsider.py::test_the_fleet_device"],
      None),
     ("Security", "A man in the middle of a [[peer]] link gets nothing acted on",
@@ -213,8 +215,9 @@ CASES = [
      "seal; a captured frame replayed) put between genuine frames both ways: no call served, "
      "both sessions up (`sessions`), readings both ways once in order (`gaps`, `duplicates`, "
      "`resends` unchanged), none of its readings on either bus; each side counts what it got "
-     "(`forged`, `replayed`); every frame after the handshake tagged. Expected failure (xfail): "
-     "nothing readable (encryption)", [t + "[peer]" for t in OUTSIDER], None),
+     "(`forged`, `replayed`, in its status); every frame after the handshake tagged. Expected "
+     "failures (xfail): them in `edgebus status`'s ERRS; nothing readable (encryption)",
+     [t + "[peer]" for t in OUTSIDER], None),
     ("Security", "The seal is negotiated and cannot be stripped",
      "an old (unsealed) peer links unless the other side requires the seal (seal_refused); "
      "seal removed from HELLO or HELLO_ACK on the way: no session (downgrades, auth_failures)",

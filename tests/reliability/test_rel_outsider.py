@@ -13,7 +13,9 @@ and every genuine reading arrives once, in order; each frame is counted
 (``forged``, ``replayed``) by the side it reached.
 
 One run per transport (module fixtures ``mqtt`` and ``peer``); the tests read
-what it saw. With ``SEAL = "off"`` the same trial runs unsealed, and fails."""
+what it saw. With ``SEAL = "off"`` the same trial runs unsealed, and fails.
+Known gaps are strict xfails: nothing readable (encryption), a device's own
+``forged``/``replayed`` in sys/health, and those in `edgebus status`'s ERRS."""
 import asyncio
 import os
 from collections import Counter
@@ -21,6 +23,7 @@ from collections import Counter
 import pytest
 
 from bridge import config as bridge_config
+from bridge import status
 from bridge.daemon import Bridge
 from bridge.peers import PEER_MAX_LEN
 from dev.broker import Mosquitto, free_port
@@ -135,19 +138,28 @@ def foreign(msgs):
 
 
 def snapshot(links):
-    """Each link's counters, state and peer boot, as its status shows them."""
+    """What each bridge's status (its answer on bridge/status) says of the
+    link ``links`` names ({name: (bridge, link id)}): the counters, state and
+    peer boot, and ``shown_errs``, the ERRS column `edgebus status` prints."""
     out = {}
-    for k, link in links.items():
-        s = link.stats()
-        out[k] = dict(s["counters"], status=s["state"], peer_sid=s["peer_sid"])
+    for k, (bridge, lid) in links.items():
+        st = bridge.stats()
+        s = st["links"][lid]
+        row = [r for r in status.render(st).splitlines() if r.startswith(lid + " ")][0]
+        out[k] = dict(s["counters"], status=s["state"], peer_sid=s["peer_sid"],
+                      shown_errs=int(row.split()[8]))
     return out
+
+
+def delta(after, before, k):
+    return after.get(k, 0) - before.get(k, 0)
 
 
 def refused(links, before, want):
     """True once each link counted what was sent to it."""
-    return all(links[k].counters.get("forged", 0) - before[k].get("forged", 0) >= f
-               and links[k].counters.get("replayed", 0) - before[k].get("replayed", 0) >= r
-               for k, (f, r) in want.items())
+    now = snapshot(links)
+    return all(delta(now[k], before[k], "forged") >= f and
+               delta(now[k], before[k], "replayed") >= r for k, (f, r) in want.items())
 
 
 async def settle(cond, timeout=20):
@@ -216,7 +228,7 @@ def mqtt_trial(tmp):
             pump = asyncio.create_task(collect(c.subscribe("dev/#", queue_len=64), seen))
             get = ("dev", node, "sys", "config", "get")
             await until(lambda: get in b.bus.endpoints(), 60)
-            links = {"bridge": b.links["mqtt:" + node]}
+            links = {"bridge": (b, "mqtt:" + node)}
             assert await c.call(get, "node", timeout=5) == node   # a genuine call, captured
             await until(lambda: of_type(heard(down), wire.CALL) and of_type(heard(up), wire.PUB)
                         and health(seen) is not None)
@@ -328,7 +340,7 @@ def peer_trial(tmp):
                   asyncio.create_task(_readings(sc, "site/probe/sensor/temp"))]
         get = ("dev", "probe", "sys", "config", "get")
         await until(lambda: get in site.bus.endpoints() and at_site and at_gw, 30)
-        links = {"site": site.links["peer:gw"], "gw": gw.links["peer:site"]}
+        links = {"site": (site, "peer:gw"), "gw": (gw, "peer:site")}
         assert await sc.call(get, "node", timeout=5) == "probe"   # a genuine call, captured
         fs = relay.frames
         await until(lambda: of_type(fs["down"], wire.CALL) and of_type(fs["down"], wire.PUB))
@@ -388,8 +400,8 @@ def trial(request):
 def test_each_frame_is_refused_counted_and_the_session_stays_up(trial):
     assert trial["settled"], trial["links"]
     for name, (before, after, (forged, replayed)) in trial["links"].items():
-        assert after.get("forged", 0) - before.get("forged", 0) == forged, (name, after)
-        assert after.get("replayed", 0) - before.get("replayed", 0) == replayed, (name, after)
+        assert delta(after, before, "forged") == forged, (name, after)
+        assert delta(after, before, "replayed") == replayed, (name, after)
         for k in ("sessions", "peer_sid", "duplicates", "gaps", "resends"):
             assert after.get(k) == before.get(k), (name, k, before, after)
         assert after["status"] == "up", (name, after)
@@ -441,5 +453,12 @@ def test_the_fleet_device_did_not_reboot_and_says_what_it_refused(mqtt):
 def test_the_fleet_device_counts_each_frame_it_refused(mqtt):
     before, after = mqtt["device"]["health"]
     forged, replayed = mqtt["device"]["sent"]
-    assert after.get("forged", 0) - before.get("forged", 0) == forged
-    assert after.get("replayed", 0) - before.get("replayed", 0) == replayed
+    assert delta(after, before, "forged") == forged
+    assert delta(after, before, "replayed") == replayed
+
+
+@pytest.mark.xfail(strict=True, reason="edgebus status: ERRS does not count forged or replayed "
+                   "(bridge/status.py: render)")
+def test_edgebus_status_counts_the_refused_frames_among_the_errors(trial):
+    for name, (before, after, (forged, replayed)) in trial["links"].items():
+        assert delta(after, before, "shown_errs") >= forged + replayed, (name, after)
