@@ -53,7 +53,7 @@ def render(st):
     for lid, s in st["links"].items():
         c = s["counters"]
         errs = sum(c.get(k, 0) for k in ("bad_frames", "auth_failures", "errors", "refused",
-                                         "denied")) + sum((s.get("transport") or {}).get(k, 0)
+                                         "denied", "forged", "replayed")) + sum((s.get("transport") or {}).get(k, 0)
                                                           for k in ("crc_errors", "cobs_errors"))
         L.append("%-22s %-10s %-14s %4s %7d %7d %6d %6d %6d %s" % (
             lid[:22], s["state"], (s.get("peer") or "-")[:14], s.get("generation") or "-",

@@ -6,7 +6,7 @@ from firmware import mem
 
 _LINK = ("sessions", "session_ends", "frames_in", "frames_out", "gaps", "dropped_out",
          "liveness_timeouts", "auth_failures", "bad_frames", "acked", "retransmitted",
-         "spool_dropped")
+         "spool_dropped", "forged", "replayed")
 
 
 def health(ctx):
