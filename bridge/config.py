@@ -226,6 +226,12 @@ def _seal(d, where):
     return s
 
 
+def _keys_dir(b, base_dir):
+    """The keystore directory the [bridge] table ``b`` names, resolved."""
+    return os.path.normpath(os.path.join(base_dir, b.get("keys") or os.path.join(
+        b.get("state_dir") or Config.state_dir, "keys")))
+
+
 def parse(data, base_dir="."):
     """A Config from a parsed TOML document (a dict)."""
     top = _take(data, "config", {"bridge": dict, "log": dict, "serial": list, "mqtt": dict,
@@ -243,8 +249,7 @@ def parse(data, base_dir="."):
             raise ConfigError("[bridge]: relay_calls must be topic patterns (strings), got %r"
                               % (p,))
     cfg = Config(**b)
-    cfg.keys = os.path.normpath(os.path.join(base_dir, cfg.keys or os.path.join(
-        cfg.state_dir, "keys")))
+    cfg.keys = _keys_dir(b, base_dir)
     store = KeyStore(cfg.keys)
     if "log" in top:
         lg = _take(top["log"], "[log]", {
@@ -316,19 +321,33 @@ def parse(data, base_dir="."):
     return cfg
 
 
-def load(path):
-    """A Config from a TOML file; ConfigError with the file named on any problem."""
+def _read(path):
     try:
         with open(path, "rb") as f:
-            data = tomllib.load(f)
+            return tomllib.load(f)
     except OSError as e:
         raise ConfigError("%s: %s" % (path, e.strerror))
     except tomllib.TOMLDecodeError as e:
         raise ConfigError("%s: not valid TOML: %s" % (path, e))
+
+
+def load(path):
+    """A Config from a TOML file; ConfigError with the file named on any problem."""
+    data = _read(path)
     try:
         return parse(data, os.path.dirname(os.path.abspath(path)))
     except ConfigError as e:
         raise ConfigError("%s: %s" % (path, e))
+
+
+def keystore_dir(path):
+    """The keystore directory of the configuration at ``path``, read without
+    the rest of it (whose devices may still lack their keys)."""
+    b = _read(path).get("bridge", {})
+    if not isinstance(b, dict) or not isinstance(b.get("keys", ""), str) \
+            or not isinstance(b.get("state_dir", ""), str):
+        raise ConfigError("%s: [bridge]: keys and state_dir must be strings" % path)
+    return _keys_dir(b, os.path.dirname(os.path.abspath(path)))
 
 
 # The environment variable naming the bridge's socket for the shell commands.

@@ -66,7 +66,7 @@ def _store(args):
         return KeyStore(args.keys)
     if args.config:
         try:
-            return KeyStore(bridge_config.load(args.config).keys)
+            return KeyStore(bridge_config.keystore_dir(args.config))
         except bridge_config.ConfigError as e:
             raise bc.Fail(2, str(e))
     return KeyStore(os.path.join(bridge_config.Config.state_dir, "keys"))

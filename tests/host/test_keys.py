@@ -170,4 +170,11 @@ def test_keys_new_provisions_a_device_and_refuses_to_overwrite(tmp_path):
         with pytest.raises(bridge_config.ConfigError, match="or a key in the keystore"):
             bridge_config.parse({"bridge": {"keys": str(keys)},
                                  "mqtt": {"devices": [{"node": "n2"}]}})
+        # as the README goes: the node listed first, keyless; then `keys new --config`
+        toml = tmp_path / "bridge.toml"
+        toml.write_text('[bridge]\nstate_dir = "st"\n[mqtt]\ndevices = [{node = "n2"}]\n')
+        rc, out, err = await run_edgebus("", "keys", "new", "n2", "--config", str(toml))
+        assert rc == 0, err
+        assert bridge_config.load(str(toml)).mqtt.keys == {"n2": None}
+        assert KeyStore(str(tmp_path / "st" / "keys")).read("n2") is not None
     asyncio.run(main())
