@@ -1,9 +1,8 @@
 """AES-128-CTR for sealed sessions that encrypt (seal.py, protocol 17).
 
 One backend per runtime, whichever this build has:
-- ``cryptolib`` with CTR (MicroPython built with MICROPY_PY_CRYPTOLIB_CTR,
-  e.g. ESP32 and RP2 builds with networking): a new cipher per frame, since
-  its counter is set only when one is made;
+- ``cryptolib`` with CTR (MicroPython built with MICROPY_PY_CRYPTOLIB_CTR):
+  a new cipher per frame, since its counter is set only when one is made;
 - ``cryptolib`` with ECB only (the unix port from PyPI): the counter blocks
   encrypted with ECB in one call and XORed in as big integers (C speed; a
   Python loop over the bytes costs ~10x more);
