@@ -93,6 +93,7 @@ class Config:
     keys: str | None = None              # the keystore (bridge/keystore.py); None: <state_dir>/keys
     socket: str | None = None            # unix socket for local processes and `edgebus status`
     metrics: str | None = None           # "host:port" for Prometheus /metrics
+    metrics_links: int = 100             # per-link series for at most this many (trouble first)
     log_dir: str | None = None           # telemetry log; None: no log
     log_patterns: list = field(default_factory=lambda: ["dev/#"])
     segment_bytes: int = 64 * 1024 * 1024
@@ -238,9 +239,12 @@ def parse(data, base_dir="."):
                                  "acl": list, "peer": list})
     b = _take(top.get("bridge", {}), "[bridge]", {
         "node": str, "state_dir": str, "keys": str, "socket": str, "metrics": str,
-        "heartbeat": NUM,
+        "metrics_links": int, "heartbeat": NUM,
         "seal": str, "queue_len": int, "client_queue": int, "relay_calls": list})
     _seal(b, "[bridge]")
+    if not 0 <= b.get("metrics_links", 0) <= 1000000:
+        raise ConfigError("[bridge]: metrics_links must be between 0 (fleet totals only) and "
+                          "1000000 links, got %r" % (b["metrics_links"],))
     if not 1 <= b.get("client_queue", CLIENT_QUEUE) <= MAX_CLIENT_QUEUE:
         raise ConfigError("[bridge]: client_queue must be between 1 and %d messages, got %r"
                           % (MAX_CLIENT_QUEUE, b["client_queue"]))

@@ -14,7 +14,7 @@ import sys
 import time
 
 import edgebus
-from bridge import acl, callerinfo, config as bridge_config, links, rotation
+from bridge import acl, callerinfo, config as bridge_config, links, rotation, status
 from bridge.keystore import KeyStore
 from edgebus.compat import wait_for
 
@@ -80,9 +80,13 @@ class Bridge:
         except asyncio.TimeoutError:
             pass
 
-    def stats(self):
+    def stats(self, links=None):
+        """The bridge's state: every link's stats (or those of the ids
+        ``links``), the fleet's totals, the bus, the log."""
+        ls = self.links
         return {"node": self.cfg.node, "uptime": round(time.time() - self.started, 1),
-                "links": {k: l.stats() for k, l in sorted(self.links.items())},
+                "links": {k: ls[k].stats() for k in (sorted(ls) if links is None else links)},
+                "fleet": status.totals(ls.values()),
                 "bus": self.bus.stats(),
                 "log": self.appender.stats() if self.appender else None,
                 "mqtt": self.mqtt.stats() if self.mqtt else None,
@@ -91,7 +95,10 @@ class Bridge:
     async def _status_endpoint(self):
         ep = self.conn.bind("bridge/status", queue_len=4)
         async for req in ep:
-            req.reply(self.stats())
+            try:
+                req.reply(status.page(self, req.payload))
+            except ValueError as e:
+                req.fail(str(e))
 
     async def _persist_state(self, period=0.2):
         """Save the peer state as soon as a session comes up with a new peer

@@ -1,15 +1,44 @@
 """Prometheus /metrics for the bridge (prometheus-client), read at scrape time
-from the same stats that `edgebus status` prints."""
+from the same stats that `edgebus status` prints: the fleet's totals, and
+per-link series for at most ``[bridge] metrics_links`` links (the ones in
+trouble first), so that a scrape stays small and quick at any fleet size."""
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from bridge.status import ERRORS
+
+
+def trouble(links, n):
+    """The ids of at most ``n`` of ``links`` ({id: Link}) most worth a look:
+    those without a session first, then by errors and gaps; all of them when
+    there are no more than ``n``."""
+    if len(links) <= n:
+        return sorted(links)
+
+    def rank(kv):
+        c = kv[1].counters
+        return (kv[1].status == "up", -sum(c.get(k, 0) for k in ERRORS + ("gaps",)), kv[0])
+    return sorted(k for k, _ in sorted(links.items(), key=rank)[:n])
+
 
 class BridgeCollector:
-    def __init__(self, bridge):
+    def __init__(self, bridge, per_link=100):
         self.bridge = bridge
+        self.per_link = per_link
 
     def collect(self):
-        st = self.bridge.stats()
+        b = self.bridge
+        st = b.stats(trouble(b.links, self.per_link))
+        f = st["fleet"]
+        states = GaugeMetricFamily("edgebus_links", "links by state", labels=["state"])
+        for s in ("up", "down", "hello_sent", "ack_sent"):
+            states.add_metric([s], f["states"].get(s, 0))
+        yield states
+        fleet = CounterMetricFamily("edgebus_fleet_events",
+                                    "link counters summed over every link", labels=["counter"])
+        for k, v in sorted(f["counters"].items()):
+            fleet.add_metric([k], v)
+        yield fleet
         up = GaugeMetricFamily("edgebus_link_up", "1 when the link's session is up",
                                labels=["link", "peer"])
         gen = GaugeMetricFamily("edgebus_link_generation", "the peer's generation",
@@ -66,5 +95,5 @@ def serve(bridge, addr):
     """Start the /metrics HTTP server on addr ("host:port"); returns (server, thread)."""
     host, _, port = addr.rpartition(":")
     reg = CollectorRegistry()
-    reg.register(BridgeCollector(bridge))
+    reg.register(BridgeCollector(bridge, bridge.cfg.metrics_links))
     return start_http_server(int(port), addr=host, registry=reg)

@@ -1,5 +1,7 @@
-"""`edgebus status`: a human-readable snapshot of a running bridge (links,
-peers, generations, queues, drop/gap/error counters), asked over its socket."""
+"""`edgebus status`: a snapshot of a running bridge (links, peers,
+generations, queues, drop/gap/error counters), asked over its socket; and
+the pages the bridge answers it with (``page``), so that a fleet of any size
+fits the socket's frames."""
 import asyncio
 import json
 
@@ -7,16 +9,70 @@ import edgebus
 from bridge.config import default_socket
 from bridge.links import attach_local
 
+# A reply's links take at most this many bytes of JSON (one link's stats are
+# ~1 KB): the rest come in later pages, and a reply fits the local socket's
+# 64 KiB frame with room for the bridge's own stats.
+PAGE_BYTES = 40 * 1024
+ERRORS = ("bad_frames", "auth_failures", "errors", "refused", "denied", "forged", "replayed")
+
 
 def add_arguments(p):
     p.add_argument("--socket", "-s", default=default_socket(),
                    help="the bridge's unix socket (its [bridge] socket setting; default "
                         "$EDGEBUS_SOCKET, else %(default)s)")
     p.add_argument("--json", action="store_true", help="print the raw JSON")
+    p.add_argument("--link", metavar="ID", help="only this link (e.g. mqtt:pump-4)")
+    p.add_argument("--summary", action="store_true",
+                   help="the bridge and the fleet's totals, no row per link")
     p.add_argument("--timeout", type=float, default=3.0)
 
 
-async def fetch(path, timeout=3.0):
+def totals(links):
+    """The fleet at a glance: how many links, by state, and every counter
+    summed over them."""
+    states, sums = {}, {}
+    n = 0
+    for lk in links:
+        n += 1
+        states[lk.status] = states.get(lk.status, 0) + 1
+        for k, v in lk.counters.items():
+            sums[k] = sums.get(k, 0) + v
+    return {"links": n, "states": states, "counters": sums}
+
+
+def page(bridge, req):
+    """The bridge's answer to bridge/status ``req``: null or {"from": i}:
+    its stats with the links from the i-th (by id) on, as many as fit
+    PAGE_BYTES, and "next", where the next page starts (null: none);
+    {"links": false}: none of them; {"link": id}: that one."""
+    req = {} if req is None else req
+    if not isinstance(req, dict) or set(req) - {"from", "link", "links"}:
+        raise ValueError('bridge/status takes null, {"from": N}, {"links": false} or '
+                         '{"link": ID}')
+    if "link" in req:
+        if req["link"] not in bridge.links:
+            raise ValueError("no link %r" % (req["link"],))
+        return dict(bridge.stats([req["link"]]), next=None)
+    i = req.get("from", 0)
+    if type(i) is not int or i < 0:
+        raise ValueError("from must be a link index, got %r" % (i,))
+    st = bridge.stats(())
+    if req.get("links", True) is False:
+        return dict(st, next=None)
+    ids = sorted(bridge.links)
+    size, j = 0, i
+    while j < len(ids):
+        s = bridge.links[ids[j]].stats()
+        size += len(json.dumps(s))
+        if size > PAGE_BYTES and j > i:
+            break
+        st["links"][ids[j]] = s
+        j += 1
+    return dict(st, next=j if j < len(ids) else None)
+
+
+async def fetch(path, timeout=3.0, req=None):
+    """The bridge's status, every page of it (or the one ``req`` asks for)."""
     bus = edgebus.Bus()
     link, task = await attach_local(bus, path, node="status", exports=(), imports=(),
                                     export_calls=(), import_calls=[("bridge/#", "")])
@@ -25,7 +81,13 @@ async def fetch(path, timeout=3.0):
             if ("bridge", "status") in bus.endpoints():
                 break
             await asyncio.sleep(0.02)
-        return await bus.connect().call("bridge/status", None, timeout=timeout)
+        c = bus.connect()
+        st = await c.call("bridge/status", req, timeout=timeout)
+        while req is None and st.get("next") is not None:
+            more = await c.call("bridge/status", {"from": st["next"]}, timeout=timeout)
+            st["links"].update(more["links"])
+            st["next"] = more["next"]
+        return st
     finally:
         await link.close("done")
         task.cancel()
@@ -47,14 +109,22 @@ def render(st):
                      "frames held back so far" % (
                          lg["state"].upper() if lg["state"] != "ok" else "ok", lg["queued"],
                          lg["queue_len"], lg["high_water"], lg["held"]))
+    f = st.get("fleet")
+    if f:
+        c = f["counters"]
+        L.append("links %d: %s; frames %d in, %d out; %d gaps, %d errors" % (
+            f["links"], ", ".join("%d %s" % (n, s) for s, n in sorted(f["states"].items()))
+            or "none", c.get("frames_in", 0), c.get("frames_out", 0), c.get("gaps", 0),
+            sum(c.get(k, 0) for k in ERRORS)))
+    if not st["links"]:
+        return "\n".join(L)
     L.append("")
     L.append("%-22s %-10s %-14s %4s %7s %7s %6s %6s %6s %s" % (
         "LINK", "STATE", "PEER", "GEN", "IN", "OUT", "GAPS", "DROPS", "ERRS", "LAST ERROR"))
     for lid, s in st["links"].items():
         c = s["counters"]
-        errs = sum(c.get(k, 0) for k in ("bad_frames", "auth_failures", "errors", "refused",
-                                         "denied", "forged", "replayed")) + sum((s.get("transport") or {}).get(k, 0)
-                                                          for k in ("crc_errors", "cobs_errors"))
+        errs = sum(c.get(k, 0) for k in ERRORS) + sum(
+            (s.get("transport") or {}).get(k, 0) for k in ("crc_errors", "cobs_errors"))
         L.append("%-22s %-10s %-14s %4s %7d %7d %6d %6d %6d %s" % (
             lid[:22], s["state"], (s.get("peer") or "-")[:14], s.get("generation") or "-",
             c.get("frames_in", 0), c.get("frames_out", 0), c.get("gaps", 0),
@@ -64,10 +134,11 @@ def render(st):
 
 def run(args):
     try:
-        st = asyncio.run(fetch(args.socket, args.timeout))
+        req = {"link": args.link} if args.link else {"links": False} if args.summary else None
+        st = asyncio.run(fetch(args.socket, args.timeout, req))
     except (OSError, ConnectionError) as e:
         raise SystemExit("edgebus status: cannot reach the bridge at %s: %s" % (args.socket, e))
     except edgebus.CallError as e:
-        raise SystemExit("edgebus status: the bridge did not answer: %s" % e)
+        raise SystemExit("edgebus status: %s" % e)
     print(json.dumps(st, indent=1) if args.json else render(st))
     return 0

@@ -510,3 +510,55 @@ key = "k"
     assert 'edgebus_link_events_total{counter="port_errors",link="serial:nowhere"}' in text
     assert "edgebus_bus_connections" in text
     assert "edgebus_log_syncs_total 0.0" in text and "edgebus_log_unsynced 0.0" in text
+
+
+def test_a_fleet_of_links_in_status_pages_and_small_metrics(tmp_path):
+    """1,000 configured devices (no broker: every link down): `edgebus status`
+    gets them all over several replies that each fit the socket's frame; a
+    summary and one link on request; /metrics has the fleet's totals and
+    per-link series for metrics_links of them only."""
+    import json
+    import urllib.request
+    from bridge import status
+    from dev.broker import free_port
+    port = free_port()
+    devices = ",\n".join('{node = "d%04d", key = "k"}' % i for i in range(1000))
+    cfg = bridge_config.load(_cfg(tmp_path, f"""
+[bridge]
+state_dir = "state"
+socket = "{tmp_path}/b.sock"
+metrics = "127.0.0.1:{port}"
+metrics_links = 5
+[mqtt]
+url = "mqtt://127.0.0.1:{free_port()}"
+devices = [
+{devices}
+]
+"""))
+
+    async def main():
+        b = Bridge(cfg)
+        t = asyncio.create_task(b.run())
+        await until(lambda: os.path.exists(cfg.socket), 10)
+        pages = [status.page(b, None)]
+        while pages[-1]["next"] is not None:
+            pages.append(status.page(b, {"from": pages[-1]["next"]}))
+        st = await fetch(cfg.socket, 10)
+        summary = await fetch(cfg.socket, 10, {"links": False})
+        one = await fetch(cfg.socket, 10, {"link": "mqtt:d0042"})
+        with pytest.raises(edgebus.CallError, match="no link"):
+            await fetch(cfg.socket, 10, {"link": "mqtt:nobody"})
+        body = await asyncio.to_thread(
+            lambda: urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5).read())
+        b.stop()
+        await t
+        return pages, st, summary, one, body.decode()
+    pages, st, summary, one, text = asyncio.run(main())
+    assert len(pages) > 2 and all(len(json.dumps(p)) < 60000 for p in pages)
+    ids = sorted(k for k in st["links"] if not k.startswith("local:"))   # and the asker's
+    assert ids == ["mqtt:d%04d" % i for i in range(1000)]
+    assert st["fleet"]["states"]["down"] == 1000
+    assert summary["links"] == {} and "1000 down" in render(summary)
+    assert list(one["links"]) == ["mqtt:d0042"]
+    assert 'edgebus_links{state="down"} 1000.0' in text
+    assert text.count("edgebus_link_up{") == 5
