@@ -57,6 +57,10 @@ class Mqtt:
     keys: dict = field(default_factory=dict)   # node -> key (bytes; None: in the keystore)
     seals: dict = field(default_factory=dict)  # node -> seal, where the device sets its own
     mirror: list = field(default_factory=list)  # host-bus patterns mirrored as plain MQTT
+    # Devices not in `devices` link too when the keystore holds their key
+    # (`edgebus keys new`), from their first frame on: no restart, and no
+    # bridge memory for a device until it comes.
+    keystore: bool = False
 
 
 @dataclass
@@ -291,7 +295,7 @@ def parse(data, base_dir="."):
     if "mqtt" in top:
         m = _take(top["mqtt"], "[mqtt]", {
             "url": str, "client_id": str, "username": str, "password": str, "tls_ca": str,
-            "prefix": str, "devices": list, "mirror": list})
+            "prefix": str, "devices": list, "mirror": list, "keystore": bool})
         mq = Mqtt(**{k: v for k, v in m.items() if k not in ("devices",)})
         for i, d in enumerate(m.get("devices", [])):
             where = "[mqtt].devices #%d" % (i + 1)

@@ -24,6 +24,7 @@ from paho.mqtt.properties import Properties
 
 from bridge import mqtt_conn
 from bridge.links import Backoff, device_rules
+from bridge.keystore import KeyStoreError
 from edgebus import Message
 from edgebus.link import frame
 from edgebus.link.link import Link
@@ -125,17 +126,45 @@ class MqttLinks:
         self.connected = False
         self.connects = 0
         self.unknown = 0
+        self._live = None        # while connected: (connection, full set, link tasks)
         for node, key in mq.keys.items():
-            link_id = "mqtt:" + node
-            self.links[node] = Link(bridge.bus, bridge.cfg.node,
-                                    key=bridge.keystore.source(node, key), role="responder",
-                                    link_id=link_id, peer=node,
-                                    heartbeat=bridge.cfg.heartbeat,
-                                    seal=bridge.cfg.seal_for("mqtt", mq.seals.get(node)),
-                                    state=bridge.state.for_link(link_id),
-                                    **bridge.durability(),
-                                    **device_rules(bridge.cfg.relay_calls))
-            bridge.links[link_id] = self.links[node]
+            self._add(node, key)
+
+    def _add(self, node, key):
+        """The Link of device ``node`` (its key: the keystore's, else ``key``)."""
+        link_id = "mqtt:" + node
+        b = self.bridge
+        link = self.links[node] = Link(b.bus, b.cfg.node, key=b.keystore.source(node, key),
+                                       role="responder", link_id=link_id, peer=node,
+                                       heartbeat=b.cfg.heartbeat,
+                                       seal=b.cfg.seal_for("mqtt", self.mq.seals.get(node)),
+                                       state=b.state.for_link(link_id), **b.durability(),
+                                       **device_rules(b.cfg.relay_calls))
+        b.links[link_id] = link
+        return link
+
+    def _attach(self, node, link):
+        """Run ``link`` over the live connection: its transport and task."""
+        conn, full, tasks = self._live
+        p = self.mq.prefix
+        t = _DeviceTransport(conn, "%s/%s/down" % (p, node), link.max_len, full)
+        self.transports[node] = t
+        self._up["%s/%s/up" % (p, node)] = t
+        tasks.append(asyncio.create_task(link.run(t)))
+        return t
+
+    def _arrived(self, node):
+        """A device the configuration does not list, taken on its first frame
+        when [mqtt] keystore is on and the keystore holds its key (so a
+        device provisioned with `edgebus keys new` needs no restart)."""
+        ks = self.bridge.keystore
+        try:
+            if self._live is None or not self.mq.keystore or ks.read(node) is None:
+                return None
+        except KeyStoreError:      # a name that cannot be a key file, or a bad file
+            return None
+        log.info("mqtt: %s has a key in the keystore: linking it", node)
+        return self._attach(node, self._add(node, None))
 
     def _tls(self):
         return ssl.create_default_context(cafile=self.mq.tls_ca) if self.tls else None
@@ -169,12 +198,9 @@ class MqttLinks:
                     self.connects += 1
                     backoff.reset()
                     log.info("mqtt: connected to %s:%d", self.host, self.port)
-                    full = set()
-                    for node, link in self.links.items():
-                        t = _DeviceTransport(conn, "%s/%s/down" % (p, node), link.max_len, full)
-                        self.transports[node] = t
-                        self._up["%s/%s/up" % (p, node)] = t
-                        tasks.append(asyncio.create_task(link.run(t)))
+                    self._live = (conn, set(), tasks)
+                    for node, link in list(self.links.items()):
+                        self._attach(node, link)
                     conn.resume_reading()        # paused by connect() until now
                     # Subscribed and reading: the devices may come (back) now.
                     await conn.publish(self.presence, b"online", retain=True)
@@ -183,6 +209,7 @@ class MqttLinks:
                         raise why
                 finally:
                     self._up = {}
+                    self._live = None
                     for t in self.transports.values():
                         t.close()
                     for t in tasks:
@@ -213,7 +240,11 @@ class MqttLinks:
         node, kind = parts[1], parts[2]
         link = self.links.get(node)
         if link is None:
-            self.unknown += 1     # a device without a configured key never gets in
+            t = self._arrived(node) if kind == "up" else None
+            if t is None:
+                self.unknown += 1     # a device without a key never gets in
+            else:
+                t.deliver(payload)
             return
         if kind == "state":
             online = payload == b"online"

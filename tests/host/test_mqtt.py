@@ -220,3 +220,36 @@ def test_refused_credentials_are_logged_and_retried_then_accepted(tmp_path, capl
         assert br.mqtt.connects == 1
     finally:
         b.close()
+
+
+def test_a_device_provisioned_into_the_keystore_links_without_a_restart(tmp_path, broker,
+                                                                        device):
+    """[mqtt] keystore = true: a device the configuration does not list links
+    from its first frame once `edgebus keys new` put its key in the keystore,
+    the bridge running all along; one without a key file never does."""
+    from bridge.keystore import KeyStore
+    keys = tmp_path / "keys"
+    cfg = bridge_config.parse(
+        {"bridge": {"node": "gw", "state_dir": str(tmp_path / "state"), "heartbeat": 0.5,
+                    "keys": str(keys)},
+         "mqtt": {"url": "mqtt://127.0.0.1:%d" % broker.port, "client_id": "bridge-ks",
+                  "keystore": True}})
+
+    async def main():
+        b = Bridge(cfg)
+        task = asyncio.create_task(b.run())
+        sub = b.bus.connect().subscribe("dev/+/sensor/count", queue_len=64)
+        await until(lambda: b.mqtt.connected, 10)
+        stranger = device(broker.port, "k-stranger", 5, node="stranger")
+        await until(lambda: b.mqtt.unknown >= 1, 15)       # its HELLO, refused
+        assert "mqtt:stranger" not in b.links
+        KeyStore(str(keys)).write("late1", {"key": "k-late", "since": 0})   # as keys new does
+        dev = device(broker.port, "k-late", 5, node="late1")
+        got = [await asyncio.wait_for(sub.recv(), 20) for _ in range(5)]
+        assert {m.topic[1] for m in got} == {"late1"} and [m.payload for m in got] == list(range(5))
+        assert b.links["mqtt:late1"].status == "up" and "mqtt:stranger" not in b.links
+        stranger.kill()
+        dev.kill()
+        b.stop()
+        await task
+    asyncio.run(main())
