@@ -52,8 +52,12 @@ OUTSIDER = [R + "test_rel_outsider.py::test_" + t for t in (
     "each_frame_is_refused_counted_and_the_session_stays_up",
     "no_call_of_the_outsiders_is_served",
     "every_genuine_reading_arrives_once_in_order_and_none_of_the_outsiders",
-    "every_frame_after_the_handshake_is_tagged", "an_outsider_reads_nothing",
+    "every_frame_after_the_handshake_is_tagged",
     "edgebus_status_counts_the_refused_frames_among_the_errors")]
+# Its encrypted run at the defaults, on both transports: [mqtt_enc], [peer_enc].
+OUTSIDER_ENC = [R + "test_rel_outsider.py::test_at_the_defaults_" + t for t in (
+    "no_frame_after_the_handshake_is_readable", "the_genuine_call_and_readings_go_through",
+    "blind_forgeries_and_a_replay_are_refused_and_counted")]
 
 # (section, case, what is checked, tests: node-id prefixes, figures case name or None)
 CASES = [
@@ -197,17 +201,20 @@ CASES = [
      None),
     ("Security", "An outsider on the broker gets no call, reading, ACK or BYE acted on",
      "a paho client with no key on the broker of a real `edgebus fleet` device and the bridge, "
-     "knowing only `edgebus.link.frame` and `wire`: on `down` CALL sys/config/get and "
-     "sys/reboot, ACK and SKIP for a high number, RESEND, BYE, ERROR; on `up` PUBs with the "
-     "next sequence numbers and the same controls; each bare and with a random 12-byte seal, "
-     "and a captured genuine frame replayed byte for byte: no reply, no reboot, the session up "
-     "(`sessions`, `session_ends`), every reading once in order (`gaps`, `duplicates`, "
-     "`resends`, `retransmitted` unchanged), none of its readings on the host bus; the bridge "
-     "counts each (`forged`, `replayed`, in its status), the device says so in `last_error`; "
-     "every frame after the handshake tagged. Expected failures (xfail): the device's own "
-     "`forged` and `replayed` in sys/health; them in `edgebus status`'s ERRS; nothing "
-     "readable (encryption)",
-     [t + "[mqtt]" for t in OUTSIDER] + [R + "test_rel_outsider.py::test_the_fleet_device"],
+     "knowing only `edgebus.link.frame` and `wire`. Sealed with `mac` at both ends, so it reads "
+     "every frame and forges from them: on `down` CALL sys/config/get and sys/reboot, ACK and "
+     "SKIP for a high number, RESEND, BYE, ERROR; on `up` PUBs with the next sequence numbers "
+     "and the same controls; each bare and COBS-framed, without a seal and with a random "
+     "12-byte one, and a captured genuine frame replayed byte for byte: no reply, no reboot, "
+     "the session up (`sessions`, `session_ends`), every reading once in order (`gaps`, "
+     "`duplicates`, `resends`, `retransmitted` unchanged), none of its readings on the host "
+     "bus; the bridge and the device count each (`forged`, `replayed`, in the bridge's status "
+     "and ERRS, the device's sys/health and `last_error`); every frame after the handshake "
+     "tagged. At the defaults (encrypted): no topic or payload readable after the handshake, "
+     "the genuine call and readings go through, a CALL forged from the documented shape and a "
+     "replayed frame each refused and counted, nothing answered",
+     [t + "[mqtt]" for t in OUTSIDER] + [t + "[mqtt_enc]" for t in OUTSIDER_ENC]
+     + [R + "test_rel_outsider.py::test_the_fleet_device"],
      None),
     ("Security", "A man in the middle of a [[peer]] link gets nothing acted on",
      "two bridges over TCP through the outsider's relay: the same frames (a CALL to a gateway "
@@ -215,9 +222,11 @@ CASES = [
      "seal; a captured frame replayed) put between genuine frames both ways: no call served, "
      "both sessions up (`sessions`), readings both ways once in order (`gaps`, `duplicates`, "
      "`resends` unchanged), none of its readings on either bus; each side counts what it got "
-     "(`forged`, `replayed`, in its status); every frame after the handshake tagged. Expected "
-     "failures (xfail): them in `edgebus status`'s ERRS; nothing readable (encryption)",
-     [t + "[peer]" for t in OUTSIDER], None),
+     "(`forged`, `replayed`, in its status and ERRS); every frame after the handshake tagged "
+     "(both bridges `seal = \"mac\"`, so the relay reads all). At the defaults (encrypted): "
+     "nothing readable, the call and readings go through, a forged CALL and a replay refused "
+     "and counted",
+     [t + "[peer]" for t in OUTSIDER] + [t + "[peer_enc]" for t in OUTSIDER_ENC], None),
     ("Security", "The seal is negotiated and cannot be stripped",
      "an old (unsealed) peer links unless the other side requires the seal (seal_refused); "
      "seal removed from HELLO or HELLO_ACK on the way: no session (downgrades, auth_failures)",

@@ -1,21 +1,28 @@
 """The outsider trial (issue 24), with real parts: someone who holds no key
 and knows only the public protocol (``edgebus.link.frame`` and ``wire``,
-docs/protocol.md sections 1, 2, 14 and 17) sits on the broker of an MQTT
-device link, or in the middle of a ``[[peer]]`` link's TCP connection. It
-reads every frame and sends its own, framed as the real peer frames them:
-CALLs, PUBs with the next sequence numbers, an ACK and a SKIP for a high
-number, RESEND, BYE and ERROR, each bare and with a random 12-byte seal, and
-one genuine frame it captured, replayed byte for byte.
+docs/protocol.md sections 1, 2, 10, 14 and 17) sits on the broker of an MQTT
+device link (a real ``edgebus fleet`` device and the bridge), or in the middle
+of a ``[[peer]]`` link's TCP connection, and sends its own frames, framed as
+the transport frames them (on MQTT bare and COBS-framed, section 1).
 
-Sealed (section 17), nothing of it is acted on: no call served, no reading
-taken as the peer's, nothing freed, skipped or rewound, the session stays up
-and every genuine reading arrives once, in order; each frame is counted
-(``forged``, ``replayed``) by the side it reached.
+The injection trial (fixtures ``mqtt``, ``peer``) faces the strongest
+outsider, one who reads everything: both ends seal with ``"mac"`` (the
+bridge's ``seal``, the device's ``link.seal``), so every body is readable and
+the outsider shapes its forgeries from the genuine frames: CALLs like the
+genuine one (and sys/reboot), PUBs with the next sequence numbers, an ACK and
+a SKIP for a high number, RESEND, BYE and ERROR, each without a seal and with
+a random 12-byte one, and a genuine frame replayed. Nothing of it is acted on:
+no call served, no reading taken as the peer's, nothing freed, skipped or
+rewound, the session stays up and every genuine reading arrives once, in
+order; each frame is counted (``forged``, ``replayed``) by the side it
+reached. With ``SEAL = "off"`` the same trial runs unsealed, and fails.
 
-One run per transport (module fixtures ``mqtt`` and ``peer``); the tests read
-what it saw. With ``SEAL = "off"`` the same trial runs unsealed, and fails.
-Over MQTT and TCP the sessions are encrypted (the bridge's and the
-firmware's default there), so the outsider also reads nothing."""
+The blind trial (fixtures ``mqtt_enc``, ``peer_enc``) runs at the defaults
+(no seal setting anywhere), which encrypt over MQTT and TCP: after the
+handshake no captured frame shows a topic or payload, yet the genuine call
+and readings go through; the outsider, who now reads only the type bytes,
+forges a CALL from the documented shape and replays a captured frame, and
+neither is acted on, each counted."""
 import asyncio
 import os
 from collections import Counter
@@ -32,14 +39,26 @@ from edgebus.link import frame, wire
 from tests.conftest import until
 from tools.fleet import Fleet
 
-SEAL = "offer"          # [bridge] seal of every bridge here; "off": the trial unsealed
+SEAL = "mac"            # both ends of the injection trial; "off": the trial unsealed
 SEAL_LEN = 12           # counter (4) and tag (8) after a sealed body (section 17)
 KEY = "outsider-trial-key"
 MARK = "outsider"       # a key in every payload the outsider makes up
 CALL_ID = 0x7FFF0000    # the outsider's call ids, from here up
 HIGH = 60000            # the sequence number its ACK and SKIP name
 SETTLE = 20             # genuine readings waited for after the attack
+WAYS = ("up", "down")   # up: from the device (MQTT) or the dialler (TCP)
+# What a readable frame after the handshake would show.
+PLAIN = (b"sensor/temp", b'"simulated"', b"sys/config/get", b'"n":')
 REAL_DEVICE = [pytest.mark.mosquitto, pytest.mark.micropython]
+
+
+def kind(body):
+    """A body's type: its first byte stays clear even encrypted (section 17)."""
+    return body[0] & wire.TYPE_MASK
+
+
+def of_type(bodies, *types):
+    return [b for b in bodies if kind(b) in types]
 
 
 def read(body):
@@ -51,10 +70,6 @@ def read(body):
         except wire.WireError:
             pass
     return None
-
-
-def of_type(bodies, t):
-    return [b for b in bodies if (read(b) or (None,))[0] == t]
 
 
 def forgeries(seen, calls=()):
@@ -81,41 +96,33 @@ ENDS = (wire.encode(wire.BYE, {"reason": MARK}),
         wire.encode(wire.ERROR, {"code": "protocol", "msg": MARK}))
 
 
-def attack(seen, replay, calls=(), lead=False):
-    """The outsider's frames one way in two rounds, and the (forged,
-    replayed) each round should count: the forgeries of ``seen``, each bare
-    and with a random seal tail, and the genuine body ``replay`` again as it
-    was framed; then BYE and ERROR, bare and with a random seal tail."""
-    def framed(bodies):
-        return [frame.encode(b, lead=lead, tail=t) for b in bodies
-                for t in (None, os.urandom(SEAL_LEN))]
-    acts = framed(forgeries(seen, calls))
-    return (acts + [frame.encode(replay, lead=lead)], framed(ENDS)), ((len(acts), 1),
-                                                                    (2 * len(ENDS), 0))
+def framed(bodies, forms):
+    """Each body in each transport form, without a seal and with a random one."""
+    return [f(b, t) for b in bodies for f in forms for t in (None, os.urandom(SEAL_LEN))]
 
 
-async def strike(links, plan, send, done):
-    """Carry out ``plan`` ({way: (link name or None, attack(...))}) round by
-    round, each once every link counted the last (and done() holds); returns
-    (all counted, links' counters before, each link's (forged, replayed))."""
-    before = snapshot(links)
-    want = {}
-    ok = True
-    for r in (0, 1):
-        for way, (name, (frames, counts)) in plan.items():
-            send(way, frames[r])
-            if name is not None:
-                f, n = want.get(name, (0, 0))
-                want[name] = (f + counts[r][0], n + counts[r][1])
-        ok = await settle(lambda: refused(links, before, want) and done()) and ok
-    return ok, before, want
+def attack(seen, replay, forms, calls=()):
+    """The reading outsider's rounds one way, each (frames, (forged,
+    replayed) to count): the forgeries of ``seen`` and the genuine body
+    ``replay`` again, framed as the genuine frames (``forms[0]``); then BYE
+    and ERROR."""
+    acts = framed(forgeries(seen, calls), forms)
+    ends = framed(ENDS, forms)
+    return [(acts + [forms[0](replay, None)], (len(acts), 1)), (ends, (len(ends), 0))]
+
+
+def blind(topic, replay, forms):
+    """The blind outsider's round one way: a CALL to ``topic`` made from the
+    documented shape (section 10) and the captured body ``replay`` again."""
+    acts = framed([wire.encode(wire.CALL, [CALL_ID, topic, None, 5000, None])], forms)
+    return [(acts + [forms[0](replay, None)], (len(acts), 1))]
 
 
 def after_handshake(bodies):
     """The bodies after the last handshake frame (HELLO, HELLO_ACK, AUTH)."""
     start = 0
     for i, b in enumerate(bodies):
-        if b[0] & wire.TYPE_MASK <= wire.AUTH:
+        if kind(b) <= wire.AUTH:
             start = i + 1
     return bodies[start:]
 
@@ -136,7 +143,14 @@ def foreign(msgs):
     return [m for m in msgs if type(m.payload) is dict and MARK in m.payload]
 
 
-def snapshot(links):
+def health(msgs):
+    """The link part of the last sys/health in ``msgs`` (not a forged one), or None."""
+    h = [m.payload["link"] for m in msgs if m.topic[-2:] == ("sys", "health")
+         and type(m.payload) is dict and "link" in m.payload]
+    return h[-1] if h else None
+
+
+def link_status(links):
     """What each bridge's status (its answer on bridge/status) says of the
     link ``links`` names ({name: (bridge, link id)}): the counters, state and
     peer boot, and ``shown_errs``, the ERRS column `edgebus status` prints."""
@@ -154,9 +168,9 @@ def delta(after, before, k):
     return after.get(k, 0) - before.get(k, 0)
 
 
-def refused(links, before, want):
-    """True once each link counted what was sent to it."""
-    now = snapshot(links)
+def refused(rig, before, want):
+    """True once each party counted what was sent to it."""
+    now = rig.snapshot()
     return all(delta(now[k], before[k], "forged") >= f and
                delta(now[k], before[k], "replayed") >= r for k, (f, r) in want.items())
 
@@ -171,92 +185,177 @@ async def settle(cond, timeout=20):
         return False
 
 
+async def strike(rig, plan):
+    """Carry out ``plan`` ({way: rounds}, attack() or blind()) round by round,
+    each once its receiver (``rig.receiver[way]``) counted the last and the
+    rig saw every frame out; returns (all counted, parties' counters before,
+    each party's (forged, replayed) sent)."""
+    before = rig.snapshot()
+    want = {}
+    ok = True
+    for r in range(max(map(len, plan.values()))):
+        for way, rounds in plan.items():
+            if r < len(rounds):
+                frames, (f, n) = rounds[r]
+                rig.inject(way, frames)
+                k = rig.receiver[way]
+                want[k] = tuple(map(sum, zip(want.get(k, (0, 0)), (f, n))))
+        ok = await settle(lambda: refused(rig, before, want) and rig.done()) and ok
+    return ok, before, want
+
+
+async def more_readings(rig):
+    """True once every genuine reading stream grew by SETTLE."""
+    n0 = {k: max(v) for k, v in rig.readings().items()}
+    return await settle(lambda: all(max(v) >= n0[k] + SETTLE
+                                    for k, v in rig.readings().items()))
+
+
 def answers(bodies, genuine):
     """(REPLY/FAIL values to the outsider's calls, REPLYs to the genuine call)."""
-    res = [r[2] for r in map(read, bodies) if r is not None and r[0] in (wire.REPLY, wire.FAIL)]
+    res = [r[2] for r in map(read, of_type(bodies, wire.REPLY, wire.FAIL)) if r is not None]
     return [v for v in res if v[0] >= CALL_ID], sum(1 for v in res if v[0] == genuine)
 
 
-def health(msgs):
-    """The link part of the last sys/health in ``msgs``, or None."""
-    h = [m.payload for m in msgs if m.topic[-2:] == ("sys", "health")]
-    return h[-1]["link"] if h else None
+def outcome(rig, ok, before, want):
+    after = rig.snapshot()
+    return {"settled": ok, "parties": {k: (before[k], after[k], want[k]) for k in want},
+            "bridges": list(rig.links), "readings": rig.readings(), "foreign": rig.foreign(),
+            "frames": {w: after_handshake(rig.bodies(w)) for w in WAYS}}
+
+
+async def reading_trial(rig):
+    """The injection trial: the outsider reads the genuine frames (seal
+    "mac") and forges from them."""
+    assert await rig.call() == rig.callee     # a genuine call, captured
+    await until(lambda: of_type(rig.bodies("down"), wire.CALL)
+                and of_type(rig.bodies("up"), wire.PUB) and rig.ready())
+    up, down = rig.bodies("up"), rig.bodies("down")
+    call = of_type(down, wire.CALL)[-1]
+    forms = rig.forms()
+    ok, before, want = await strike(rig, {
+        "up": attack(up, of_type(up, wire.PUB)[-1], forms),
+        "down": attack(down, call, forms, rig.calls)})
+    ok = await more_readings(rig) and ok
+    return dict(outcome(rig, ok, before, want),
+                answers=answers(rig.bodies("up"), read(call)[2][0]))
+
+
+async def blind_trial(rig):
+    """The outsider at the defaults (encrypted): it forges from the
+    documented shapes and replays captured frames, picked by type byte."""
+    got = await rig.call()
+    await until(lambda: of_type(rig.bodies("down"), wire.CALL)
+                and of_type(rig.bodies("up"), wire.PUB, wire.REPLY) and rig.ready())
+
+    def replies():
+        return sum(len(of_type(rig.bodies(w), wire.REPLY, wire.FAIL)) for w in WAYS)
+    r0 = replies()
+    up, down = rig.bodies("up"), rig.bodies("down")
+    forms = rig.forms()
+    ok, before, want = await strike(rig, {
+        "up": blind(rig.call_topic, of_type(up, wire.PUB)[-1], forms),
+        "down": blind(rig.call_topic, of_type(down, wire.CALL)[-1], forms)})
+    ok = await more_readings(rig) and ok
+    return dict(outcome(rig, ok, before, want), call=(got, rig.callee), replies=(r0, replies()))
 
 
 # -- an outsider on the broker of an MQTT device link ---------------------------
 
-def mqtt_trial(tmp):
+class BrokerRig:
+    """A fleet device and the bridge over mosquitto, and the outsider: a
+    paho client on the broker that hears every message and publishes its own."""
+
+    receiver = {"up": "bridge", "down": "device"}
+    calls = ["sys/reboot"]
+    call_topic = "sys/config/get"
+
+    def __init__(self, fleet, port):
+        self.node = self.callee = fleet.devices[0]["node"]
+        self.topic = {w: "edgebus/%s/%s" % (self.node, w) for w in WAYS}
+        self.spy = Watcher(port, ["edgebus/#"], client_id="outsider")
+        self.own = Counter()       # what the outsider published (the spy hears it too)
+        self.seen = []             # the host bus's dev/# messages
+
+    def messages(self, way):
+        """The peers' messages one way. A replay is a genuine message again:
+        its copies heard last are the outsider's."""
+        ms = [m[2] for m in self.spy.messages(self.topic[way])]
+        left = Counter(ms)
+        left.subtract(self.own)
+        got = []
+        for m in ms:
+            if left[m] > 0:
+                left[m] -= 1
+                got.append(m)
+        return got
+
+    def bodies(self, way):
+        return [b for b in map(frame.unmessage, self.messages(way)) if b]
+
+    def forms(self):
+        """Framed as the genuine messages are (bare in a sealed session whose
+        ends list "bare"), then the other way: a receiver takes both."""
+        forms = [lambda b, t: frame.message(b, tail=t, bare=True),
+                 lambda b, t: frame.message(b, tail=t)]
+        return forms if self.messages("up")[-1][0] == 0 else forms[::-1]
+
+    def inject(self, way, frames):
+        for f in frames:
+            self.own[f] += 1
+            self.spy.c.publish(self.topic[way], f, 0)
+
+    def done(self):
+        heard = Counter(m[2] for m in self.spy.messages())
+        return all(heard[f] >= k for f, k in self.own.items())
+
+    def ready(self):
+        return health(self.seen) is not None
+
+    def snapshot(self):
+        h = health(self.seen)
+        return dict(link_status(self.links), device=dict(h, status=h["state"]))
+
+    def readings(self):
+        return {"device": numbers(self.seen)}
+
+    def foreign(self):
+        return foreign(self.seen)
+
+
+def broker_run(tmp, trial, seal=None):
+    """``trial(rig)`` on a BrokerRig; ``seal``: the bridge's seal and the
+    device's link.seal (None: the defaults)."""
+    device = {"link": {"seal": seal}} if seal else None
     with Mosquitto() as broker, Fleet(tmp / "fleet", mqtt=1, period=0.1, health_period=0.5,
-                                      broker=("127.0.0.1", broker.port)) as fleet:
-        dev = fleet.devices[0]
-        node = dev["node"]
-        up, down = "edgebus/%s/up" % node, "edgebus/%s/down" % node
-        spy = Watcher(broker.port, ["edgebus/#"], client_id="outsider")
-        own = Counter()           # what the outsider published (the spy hears it too)
-
-        def heard(topic):
-            """The peers' frames on topic. A replay is a genuine frame again:
-            its copies heard last are the outsider's."""
-            ms = [m[2] for m in spy.messages(topic)]
-            left = Counter(ms)
-            left.subtract(own)
-            got = []
-            for m in ms:
-                if left[m] > 0:
-                    left[m] -= 1
-                    got.append(frame.decode(m))
-            return [b for b in got if b is not None]
-
-        def echoed():
-            heard = Counter(m[2] for m in spy.messages())
-            return all(heard[f] >= k for f, k in own.items())
-
-        def inject(topic, frames):
-            for f in frames:
-                own[f] += 1
-                spy.c.publish(topic, f, 0)
-        cfg = bridge_config.parse(dict(fleet.bridge_config(("127.0.0.1", broker.port)), bridge={
-            "state_dir": str(tmp / "state"), "heartbeat": 1.0, "seal": SEAL}))
+                                      broker=("127.0.0.1", broker.port),
+                                      config=device) as fleet:
+        rig = BrokerRig(fleet, broker.port)
+        more = {"seal": seal} if seal else {}
+        cfg = bridge_config.parse(dict(fleet.bridge_config(("127.0.0.1", broker.port)), bridge=dict(
+            state_dir=str(tmp / "state"), heartbeat=1.0, **more)))
         fleet.start()
 
         async def main():
             b = Bridge(cfg)
             task = asyncio.create_task(b.run())
             c = b.bus.connect()
-            seen = []
-            pump = asyncio.create_task(collect(c.subscribe("dev/#", queue_len=64), seen))
-            get = ("dev", node, "sys", "config", "get")
-            await until(lambda: get in b.bus.endpoints(), 60)
-            links = {"bridge": (b, "mqtt:" + node)}
-            assert await c.call(get, "node", timeout=5) == node   # a genuine call, captured
-            await until(lambda: of_type(heard(down), wire.CALL) and of_type(heard(up), wire.PUB)
-                        and health(seen) is not None)
-            mark = len(seen)
-            call = of_type(heard(down), wire.CALL)[-1]
-            to_dev = attack(heard(down), call, calls=["sys/reboot"])
-            ok, before, want = await strike(links, {
-                up: ("bridge", attack(heard(up), of_type(heard(up), wire.PUB)[-1])),
-                down: (None, to_dev)}, inject, echoed)
-            n0 = max(numbers(seen))
-            ok = await settle(lambda: max(numbers(seen)) >= n0 + SETTLE) and ok
-            late = len(seen)
-            ok = await settle(lambda: health(seen[late:]) is not None) and ok
-            after = snapshot(links)
-            b.stop()
-            await task
-            pump.cancel()
-            return {"settled": ok, "links": {k: (before[k], after[k], want[k]) for k in links},
-                    "readings": {"device": numbers(seen)}, "foreign": foreign(seen),
-                    "answers": answers(heard(up), read(call)[2][0]),
-                    "device": {"health": (health(seen[:mark]), health(seen[late:])),
-                               "sent": tuple(map(sum, zip(*to_dev[1])))}}
+            pump = asyncio.create_task(collect(c.subscribe("dev/#", queue_len=64), rig.seen))
+            get = ("dev", rig.node, "sys", "config", "get")
+            rig.links = {"bridge": (b, "mqtt:" + rig.node)}
+            rig.call = lambda: c.call(get, "node", timeout=5)
+            try:
+                await until(lambda: get in b.bus.endpoints(), 60)
+                return await trial(rig)
+            finally:
+                b.stop()
+                await task
+                pump.cancel()
         try:
             res = asyncio.run(main())
         finally:
-            spy.close()
-        res["device"]["restarts"] = dev["restarts"]
-        res["frames"] = {"up": after_handshake(heard(up)), "down": after_handshake(heard(down))}
-        res["plain"] = [b"sensor/temp", b'"simulated"', b"sys/config/get"]
+            rig.spy.close()
+        res["restarts"] = fleet.devices[0]["restarts"]
         return res
 
 
@@ -313,56 +412,83 @@ class Relay:
             w.close()
 
 
-def peer_trial(tmp):
+class PathRig:
+    """Two bridges, "gw" dialling "site" through the Relay: readings both
+    ways, a gateway endpoint the site calls (frames "down" to gw)."""
+
+    receiver = {"up": "site", "down": "gw"}
+    calls = ()
+    callee = "probe"
+    call_topic = "dev/probe/sys/config/get"
+
+    def __init__(self, relay, site, gw):
+        self.relay = relay
+        self.links = {"site": (site, "peer:gw"), "gw": (gw, "peer:site")}
+        self.at = {"to site": [], "to gw": []}
+
+    def bodies(self, way):
+        return self.relay.frames[way]
+
+    def forms(self):
+        return [lambda b, t: frame.encode(b, lead=True, tail=t)]
+
+    def inject(self, way, frames):
+        self.relay.inject(way, frames)
+
+    def done(self):
+        return True
+
+    ready = done
+
+    def snapshot(self):
+        return link_status(self.links)
+
+    def readings(self):
+        return {k: numbers(v) for k, v in self.at.items()}
+
+    def foreign(self):
+        return foreign(self.at["to site"] + self.at["to gw"])
+
+
+def path_run(tmp, trial, seal=None):
+    """``trial(rig)`` on a PathRig; ``seal``: both bridges' (None: the default)."""
+    more = {"seal": seal} if seal else {}
+
     async def main():
         site_port = free_port()
         relay = await Relay(site_port).start()
         site = Bridge(bridge_config.parse({
-            "bridge": {"node": "site", "state_dir": str(tmp / "site"), "heartbeat": 0.5,
-                       "seal": SEAL},
+            "bridge": dict(node="site", state_dir=str(tmp / "site"), heartbeat=0.5, **more),
             "peer": [{"node": "gw", "key": KEY, "listen": "127.0.0.1:%d" % site_port,
                       "imports": ["dev/#"], "import_calls": ["dev/#"], "exports": ["site/#"]}]}))
         gw = Bridge(bridge_config.parse({
-            "bridge": {"node": "gw", "state_dir": str(tmp / "gw"), "heartbeat": 0.5,
-                       "seal": SEAL},
+            "bridge": dict(node="gw", state_dir=str(tmp / "gw"), heartbeat=0.5, **more),
             "peer": [{"node": "site", "key": KEY, "connect": "127.0.0.1:%d" % relay.port,
                       "backoff_max": 0.5, "exports": ["dev/#"], "export_calls": ["dev/+/sys/#"],
                       "imports": ["site/#"]}]}))
+        rig = PathRig(relay, site, gw)
         tasks = [asyncio.create_task(x.run()) for x in (site, gw)]
         sc, gc = site.bus.connect(), gw.bus.connect()
-        at_site, at_gw = [], []
-        ep = gc.bind("dev/probe/sys/config/get", queue_len=8)
-        tasks += [asyncio.create_task(collect(sc.subscribe("dev/#", queue_len=256), at_site)),
-                  asyncio.create_task(collect(gc.subscribe("site/#", queue_len=256), at_gw)),
+        ep = gc.bind(rig.call_topic, queue_len=8)
+        tasks += [asyncio.create_task(collect(sc.subscribe("dev/#", queue_len=256),
+                                              rig.at["to site"])),
+                  asyncio.create_task(collect(gc.subscribe("site/#", queue_len=256),
+                                              rig.at["to gw"])),
                   asyncio.create_task(_serve(ep)),
                   asyncio.create_task(_readings(gc, "dev/probe/sensor/temp")),
                   asyncio.create_task(_readings(sc, "site/probe/sensor/temp"))]
-        get = ("dev", "probe", "sys", "config", "get")
-        await until(lambda: get in site.bus.endpoints() and at_site and at_gw, 30)
-        links = {"site": (site, "peer:gw"), "gw": (gw, "peer:site")}
-        assert await sc.call(get, "node", timeout=5) == "probe"   # a genuine call, captured
-        fs = relay.frames
-        await until(lambda: of_type(fs["down"], wire.CALL) and of_type(fs["down"], wire.PUB))
-        call = of_type(fs["down"], wire.CALL)[-1]
-        ok, before, want = await strike(links, {
-            "up": ("site", attack(fs["up"], of_type(fs["up"], wire.PUB)[-1], lead=True)),
-            "down": ("gw", attack(fs["down"], call, lead=True))}, relay.inject, lambda: True)
-        n0 = (max(numbers(at_site)), max(numbers(at_gw)))
-        ok = await settle(lambda: max(numbers(at_site)) >= n0[0] + SETTLE
-                          and max(numbers(at_gw)) >= n0[1] + SETTLE) and ok
-        after = snapshot(links)
-        for x in (gw, site):
-            x.stop()
-        await asyncio.gather(*tasks[:2])
-        for t in tasks[2:]:
-            t.cancel()
-        relay.close()
-        return {"settled": ok, "links": {k: (before[k], after[k], want[k]) for k in links},
-                "readings": {"to site": numbers(at_site), "to gw": numbers(at_gw)},
-                "foreign": foreign(at_site + at_gw),
-                "answers": answers(fs["up"], read(call)[2][0]),
-                "frames": {k: after_handshake(v) for k, v in fs.items()},
-                "plain": [b"sensor/temp", b"sys/config/get", b'"n":']}
+        get = tuple(rig.call_topic.split("/"))
+        rig.call = lambda: sc.call(get, "node", timeout=5)
+        try:
+            await until(lambda: get in site.bus.endpoints() and all(rig.at.values()), 30)
+            return await trial(rig)
+        finally:
+            for x in (gw, site):
+                x.stop()
+            await asyncio.gather(*tasks[:2])
+            for t in tasks[2:]:
+                t.cancel()
+            relay.close()
     return asyncio.run(main())
 
 
@@ -381,12 +507,22 @@ async def _readings(c, topic):
 
 @pytest.fixture(scope="module")
 def mqtt(tmp_path_factory):
-    return mqtt_trial(tmp_path_factory.mktemp("mqtt"))
+    return broker_run(tmp_path_factory.mktemp("mqtt"), reading_trial, SEAL)
 
 
 @pytest.fixture(scope="module")
 def peer(tmp_path_factory):
-    return peer_trial(tmp_path_factory.mktemp("peer"))
+    return path_run(tmp_path_factory.mktemp("peer"), reading_trial, SEAL)
+
+
+@pytest.fixture(scope="module")
+def mqtt_enc(tmp_path_factory):
+    return broker_run(tmp_path_factory.mktemp("mqtt_enc"), blind_trial)
+
+
+@pytest.fixture(scope="module")
+def peer_enc(tmp_path_factory):
+    return path_run(tmp_path_factory.mktemp("peer_enc"), blind_trial)
 
 
 @pytest.fixture(params=[pytest.param("mqtt", marks=REAL_DEVICE), "peer"])
@@ -394,16 +530,35 @@ def trial(request):
     return request.getfixturevalue(request.param)
 
 
-# -- what the trials saw ---------------------------------------------------------
+@pytest.fixture(params=[pytest.param("mqtt_enc", marks=REAL_DEVICE), "peer_enc"])
+def defaults(request):
+    return request.getfixturevalue(request.param)
+
+
+# -- what the injection trial saw -------------------------------------------------
+
+def refusals_counted(trial):
+    """Each party counted exactly what was sent to it and its session is up."""
+    assert trial["settled"], trial["parties"]
+    for name, (before, after, (forged, replayed)) in trial["parties"].items():
+        assert delta(after, before, "forged") == forged, (name, before, after)
+        assert delta(after, before, "replayed") == replayed, (name, before, after)
+        assert after["sessions"] == before["sessions"], (name, before, after)
+        assert after["status"] == "up", (name, after)
+
+
+def readings_in_order(trial):
+    assert trial["foreign"] == []
+    for name, ns in trial["readings"].items():
+        assert len(ns) > SETTLE and ns == list(range(ns[0], ns[0] + len(ns))), (name, ns)
+
 
 def test_each_frame_is_refused_counted_and_the_session_stays_up(trial):
-    assert trial["settled"], trial["links"]
-    for name, (before, after, (forged, replayed)) in trial["links"].items():
-        assert delta(after, before, "forged") == forged, (name, after)
-        assert delta(after, before, "replayed") == replayed, (name, after)
-        for k in ("sessions", "peer_sid", "duplicates", "gaps", "resends"):
+    refusals_counted(trial)
+    for name in trial["bridges"]:
+        before, after, _ = trial["parties"][name]
+        for k in ("peer_sid", "duplicates", "gaps", "resends"):
             assert after.get(k) == before.get(k), (name, k, before, after)
-        assert after["status"] == "up", (name, after)
 
 
 def test_no_call_of_the_outsiders_is_served(trial):
@@ -412,9 +567,7 @@ def test_no_call_of_the_outsiders_is_served(trial):
 
 
 def test_every_genuine_reading_arrives_once_in_order_and_none_of_the_outsiders(trial):
-    assert trial["foreign"] == []
-    for name, ns in trial["readings"].items():
-        assert len(ns) > SETTLE and ns == list(range(ns[0], ns[0] + len(ns))), (name, ns)
+    readings_in_order(trial)
 
 
 def test_every_frame_after_the_handshake_is_tagged(trial):
@@ -423,21 +576,14 @@ def test_every_frame_after_the_handshake_is_tagged(trial):
         ctrs = [int.from_bytes(b[-SEAL_LEN:-8], "big") for b in bodies]
         assert ctrs == list(range(1, len(bodies) + 1)), (way, ctrs[:20])
         for b in bodies:
-            wire.decode(b[:-SEAL_LEN])        # what is left is a body
-
-
-def test_an_outsider_reads_nothing(trial):
-    for way, bodies in trial["frames"].items():
-        for b in bodies:
-            assert not any(p in b for p in trial["plain"]), (way, b)
+            wire.decode(b[:-SEAL_LEN])        # what is left is a readable body
 
 
 @pytest.mark.mosquitto
 @pytest.mark.micropython
 def test_the_fleet_device_did_not_reboot_and_says_what_it_refused(mqtt):
-    d = mqtt["device"]
-    before, after = d["health"]
-    assert d["restarts"] == 0
+    before, after, _ = mqtt["parties"]["device"]
+    assert mqtt["restarts"] == 0
     assert after["state"] == "up" and after["sid"] == before["sid"]
     for k in ("sessions", "session_ends", "retransmitted", "gaps"):
         assert after[k] == before[k], (k, before, after)
@@ -447,12 +593,35 @@ def test_the_fleet_device_did_not_reboot_and_says_what_it_refused(mqtt):
 @pytest.mark.mosquitto
 @pytest.mark.micropython
 def test_the_fleet_device_counts_each_frame_it_refused(mqtt):
-    before, after = mqtt["device"]["health"]
-    forged, replayed = mqtt["device"]["sent"]
+    before, after, (forged, replayed) = mqtt["parties"]["device"]
     assert delta(after, before, "forged") == forged
     assert delta(after, before, "replayed") == replayed
 
 
 def test_edgebus_status_counts_the_refused_frames_among_the_errors(trial):
-    for name, (before, after, (forged, replayed)) in trial["links"].items():
+    for name in trial["bridges"]:
+        before, after, (forged, replayed) = trial["parties"][name]
         assert delta(after, before, "shown_errs") >= forged + replayed, (name, after)
+
+
+# -- what the blind trial saw (the defaults) --------------------------------------
+
+def test_at_the_defaults_no_frame_after_the_handshake_is_readable(defaults):
+    for way, bodies in defaults["frames"].items():
+        assert len(bodies) > SETTLE and of_type(bodies, wire.PUB, wire.CALL), way
+        ctrs = [int.from_bytes(b[-SEAL_LEN:-8], "big") for b in bodies]
+        assert ctrs == list(range(1, len(bodies) + 1)), (way, ctrs[:20])
+        for b in bodies:
+            assert not any(p in b for p in PLAIN), (way, b)
+
+
+def test_at_the_defaults_the_genuine_call_and_readings_go_through(defaults):
+    got, want = defaults["call"]
+    assert got == want
+    readings_in_order(defaults)
+
+
+def test_at_the_defaults_blind_forgeries_and_a_replay_are_refused_and_counted(defaults):
+    refusals_counted(defaults)
+    before, after = defaults["replies"]
+    assert after == before, "an outsider's call was answered"
