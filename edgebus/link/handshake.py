@@ -4,6 +4,11 @@ from binascii import hexlify
 from .. import compat
 from . import calls, rules, seal, tx, wire
 
+# Handshakes kept in progress at once: a slow peer's answer to an earlier
+# HELLO (a fleet storming a busy bridge) still makes a session instead of
+# being stale, as does an AUTH answering an earlier HELLO_ACK.
+KEEP = 4
+
 
 def kid(key):
     """The key id of ``key`` (bytes): 8 hex digits of a MAC under it, which
@@ -102,6 +107,8 @@ def hello(link):
     (doubling, with jitter, up to handshake_timeout) until an answer."""
     seal.stop(link)      # this handshake's frames go unsealed; session_up seals
     link._mine = _side(link, link._key is not None)
+    link._hs = (link._hs if link.status == wire.HELLO_SENT else [])[1 - KEEP:] + [
+        (None, link._mine)]
     key = key_for(link, link.peer, {})
     if key is not None:
         link._mine["kid"] = kid(key)
@@ -163,6 +170,7 @@ def _refuse(link, code, msg, why):
 def on_hello(link, h):
     if link.role != "responder":
         return link.count("unexpected")
+    prev = link._hs if link.status == wire.ACK_SENT else []
     if link.status == wire.UP:
         link.end_session("new hello")
     # Reply on the control queue even though we are 'down'.
@@ -182,13 +190,14 @@ def on_hello(link, h):
     if (key is None) != (not h.get("auth")):
         return _refuse(link, "auth_failed", "authentication required on one side only",
                        "auth mismatch")
-    link._theirs = h
     _clock(link, h)
     link._mine = _side(link, key is not None)
     if key is not None:
         link._mine["kid"] = kid(key)
     if _unsealed(link, link._mine, h):
         return
+    # The same boot's earlier HELLOs stay answerable (KEEP); another boot's go.
+    link._hs = [e for e in prev if e[0]["sid"] == h["sid"]][1 - KEEP:] + [(h, link._mine)]
     ack = dict(link._mine)
     ack["to"] = h["nonce"][:8]   # which HELLO this answers: a retried HELLO's stale answer is ignored
     if key is not None:
@@ -200,8 +209,14 @@ def on_ack(link, a):
     if link.role != "initiator" or link.status != wire.HELLO_SENT:
         return link.count("unexpected")
     to = a.get("to")
-    if to is not None and to != link._mine["nonce"][:8]:
+    for _, mine in reversed(link._hs):
+        if to is None or to == mine["nonce"][:8]:
+            break
+    else:
         return link.count("stale_acks")
+    if mine is not link._mine:
+        link.count("earlier_acks")     # the answer to an earlier HELLO: taken
+        link._mine = mine
     if _check(link, a) is None:
         return link.end_session("bad hello_ack")
     key = key_for(link, a["node"], a)
@@ -228,18 +243,18 @@ def on_ack(link, a):
 def on_auth(link, a):
     if link.role != "responder" or link.status != wire.ACK_SENT:
         return link.count("unexpected")
-    h = link._theirs
-    key = key_for(link, h["node"])
-    if key is not None:
-        p = a.get("proof")
-        if type(p) is not str or not wire.same(p.encode(), _proof(key, "I", h, link._mine).encode()):
-            return _refuse(link, "auth_failed", "the peer does not know this link's key",
-                           "auth failed")
-    session_up(link, h, link._mine)
+    p = a.get("proof")
+    for h, mine in reversed(link._hs):    # the AUTH may answer an earlier HELLO_ACK
+        key = key_for(link, h["node"], h)
+        if key is None or type(p) is str and wire.same(
+                p.encode(), _proof(key, "I", h, mine).encode()):
+            return session_up(link, h, mine)
+    _refuse(link, "auth_failed", "the peer does not know this link's key", "auth failed")
 
 
 def session_up(link, hello, ack):
     """Both sides proved the key: start the session."""
+    link._hs = []
     peer = ack if link.role == "initiator" else hello
     sid = peer["sid"]
     st = link.state

@@ -102,9 +102,9 @@ class Link:
         self._conn = bus.connect(principal=principal if principal is not None
                                  else ("link", self.link_id))
         self._imp = None          # derived connection for what arrives, per session
-        # Handshake: our side and theirs, initiator nonces seen (replay guard).
-        self._mine = None
-        self._theirs = None
+        # Handshake: our latest side; those in progress, (peer's HELLO or None,
+        # our side) newest last (handshake.py); initiator nonces seen (replay guard).
+        self._mine, self._hs = None, []
         self._recent = []
         self._session = 0
         self._backoff = 5.0         # the retry delay after an error; handshake_timeout once up

@@ -169,3 +169,42 @@ def test_memory_error_in_a_tick_is_counted_and_the_timers_go_on():
         assert up(j)
         await j.stop()
     run(main())
+
+
+def test_a_late_answer_to_an_earlier_hello_still_makes_the_session():
+    """A busy responder answers HELLO 1 after the initiator has sent HELLO 2
+    (a fleet storming a bridge): that answer is taken, not dropped as stale,
+    and the responder takes the AUTH for it, so no handshake is wasted."""
+    from edgebus.link import frame, wire
+
+    async def main():
+        j = Joined(hb=0.5)
+        held, hellos = [], []
+
+        def hold_acks(data):
+            b = frame.decode(data)
+            if b is not None and b[0] & wire.TYPE_MASK == wire.HELLO_ACK:
+                held.append(data)
+                return b""
+            return data
+
+        def count_hellos(data):
+            b = frame.decode(data)
+            if b is not None and b[0] & wire.TYPE_MASK == wire.HELLO:
+                hellos.append(data)
+            return data
+        j.start()
+        j.tb.writer.filter = hold_acks
+        j.ta.writer.filter = count_hellos
+        await until(lambda: len(held) >= 2)          # HELLO 1 and its retry both answered
+        j.tb.writer.filter = None
+        j.tb.writer.write(held[0])                   # the answer to HELLO 1, late
+        await until(lambda: up(j))
+        assert j.dl.counters.get("earlier_acks") == 1
+        assert j.dl.counters.get("stale_acks", 0) == 0 and j.dl.counters["sessions"] == 1
+        assert j.hl.counters.get("auth_failures", 0) == 0 and j.hl.counters["sessions"] == 1
+        sub = j.host.connect().subscribe("dev/dev1/sensor/#", queue_len=4)
+        j.dev.connect().publish("sensor/late", 1)
+        assert (await asyncio.wait_for(sub.recv(), 3)).payload == 1
+        await j.stop()
+    run(main())
