@@ -66,10 +66,11 @@ def config(port, over, board="unix"):
     return cfg
 
 
-async def _workload(port, seconds, alive, seen=None, calls=0):
+async def _workload(port, seconds, alive, seen=None, calls=0, seal="auto"):
     """The host side; returns the list of steps that answered. seen (a dict)
     gets the last sys/health payload and, when calls > 0, the rate of that
-    many sys/config/get calls in a row ("calls_per_s")."""
+    many sys/config/get calls in a row ("calls_per_s"). seal: the host
+    link's (its "auto" refuses an unsealed device: "off" for one)."""
     import serial_asyncio
     import edgebus
     from edgebus.link.link import Link
@@ -77,7 +78,7 @@ async def _workload(port, seconds, alive, seen=None, calls=0):
     bus = edgebus.Bus(q_length=64)
     link = Link(bus, "host", key=KEY.encode(), role="responder",
                 imports=[("#", "dev/{node}")], import_calls=[("#", "dev/{node}")],
-                heartbeat=0.5)
+                heartbeat=0.5, seal=seal)
     r, w = await serial_asyncio.open_serial_connection(url=port, baudrate=115200)
     task = asyncio.create_task(link.run(StreamTransport(r, w)))
     done = []

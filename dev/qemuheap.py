@@ -12,7 +12,8 @@ finds the smallest heap the workload runs in (a build per step, ~30 s each).
 subscription, per retained topic, per publish) with mpremote over its REPL,
 and the same script on the unix port beside them.
 
-usage: python -m dev.qemuheap [--heap 64K | --bisect [--step KB] | --costs] [--micropython SRC]
+usage: python -m dev.qemuheap [--heap 64K | --bisect [--step KB] | --costs] [--seal MODE]
+                               [--micropython SRC]
 """
 import argparse
 import asyncio
@@ -36,13 +37,15 @@ def _kb(heap):
     return int(str(heap).rstrip("K")) * 1024 if str(heap).endswith("K") else int(heap)
 
 
-def run(src, heap, seconds=2.0, calls=0, log=lambda *a: None):
+def run(src, heap, seconds=2.0, calls=0, log=lambda *a: None, seal="auto"):
     """One boot with a heap of `heap` bytes (or "48K"): devheap.run's dict plus
-    boot_s, health and calls_per_s, and the build's sizes in "build"."""
+    boot_s, health and calls_per_s, and the build's sizes in "build". seal:
+    the device's link.seal and the host link's ("off": an unsealed session)."""
     board = boards.load_board(BOARD)
     meta = firmware.build(board, src, heap=_kb(heap), log=log)
     with tempfile.TemporaryDirectory() as state:
         cfg = devheap.config(1, {}, board=BOARD)
+        cfg["link"]["seal"] = seal
         qemuboard.prepare_flash(board, state, qemuboard.device_files(board, cfg))
         qb = qemuboard.QemuBoard(board, meta["image"], state, repl="pty", uart="pty")
         t0 = time.monotonic()
@@ -55,7 +58,8 @@ def run(src, heap, seconds=2.0, calls=0, log=lambda *a: None):
             except AssertionError:
                 boot_s = None
             seen = {}
-            done = asyncio.run(devheap._workload(qb.uart_port, seconds, qb.alive, seen, calls)) \
+            done = asyncio.run(devheap._workload(qb.uart_port, seconds, qb.alive, seen, calls,
+                                                seal)) \
                 if boot_s is not None else []
         finally:
             con.close()
@@ -136,18 +140,21 @@ def main(argv=None):
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--costs", action="store_true", help="the core's heap costs only")
     ap.add_argument("--step", type=int, default=4, help="bisection step in KB (default 4)")
+    ap.add_argument("--seal", default="auto", help="the device's link.seal and the host "
+                    "link's (default auto: sealed, mac on this board; off: unsealed)")
     a = ap.parse_args(argv)
     if a.costs:
         for k, v in costs(a.micropython).items():
             print("%-5s %s" % (k, v))
         return
-    r = run(a.micropython, a.heap, a.seconds, calls=50, log=print)
+    r = run(a.micropython, a.heap, a.seconds, calls=50, log=print, seal=a.seal)
     r.pop("output")
     print(json.dumps(r, indent=1))
     if a.bisect:
         hi = devheap.smallest_heap(None, lo=24, hi=_kb(a.heap) // 1024, step=a.step,
                                    seconds=a.seconds,
-                                   run=lambda _t, h, s: run(a.micropython, h, s, log=print))
+                                   run=lambda _t, h, s: run(a.micropython, h, s, log=print,
+                                                           seal=a.seal))
         print("smallest heap that runs the workload: %d KB" % hi)
 
 

@@ -22,6 +22,9 @@ NODE, KEY = "b1", "k"
 RAW_TOPIC = "raw/sensor/v"
 PACE_MS = 5                       # the paced runs: 200 messages/s
 LOG_PREFIX = "edgebuslog"         # the bridge with a log: its own MQTT prefix
+# The bridge's seal per device node: NODE takes its [bridge] seal, "auto" (on
+# MQTT: encrypt); the others set their entry's seal, and the device the same.
+SEAL_NODES = {"mac": NODE + "m", "off": NODE + "o"}
 
 
 def _lat(samples):
@@ -66,11 +69,13 @@ class Bench:
         cfg = os.path.join(self.tmp, name + ".json")
         c = {"bridge": {"state_dir": os.path.join(self.tmp, name + "-state"), "heartbeat": 2.0},
              "mqtt": dict({"url": "mqtt://127.0.0.1:%d" % self.port, "client_id": "bench-" + name,
-                           "devices": [{"node": NODE, "key": KEY}]}, **(mqtt or {}))}
+                           "devices": [{"node": NODE, "key": KEY}] + [
+                               {"node": v, "key": KEY, "seal": k} for k, v in SEAL_NODES.items()]},
+                          **(mqtt or {}))}
         c.update(extra)
         with open(cfg, "w") as f:
             json.dump(c, f)
-        return Child(python("dev.bench.bridge_procs", "bridge", cfg, "dev/%s/sensor/#" % NODE)
+        return Child(python("dev.bench.bridge_procs", "bridge", cfg, "dev/+/sensor/#")
                      + (["--profile", profile] if profile else []), log=self.log)
 
     def _run(self, rx, sender, n, timeout, device=False):
@@ -94,11 +99,12 @@ class Bench:
                                % (res["received"], n, res["gaps"], self.log))
         return res
 
-    def edgebus(self, n, pace=0, timeout=60, ack=True, log=False):
+    def edgebus(self, n, pace=0, timeout=60, ack=True, log=False, seal="auto"):
         """The CPython device -> the bridge (log: the one writing its log);
-        ack: the device offers acknowledgements."""
-        dev = python("dev.bench.bridge_device", "127.0.0.1", self.port, NODE, KEY, n, pace,
-                     n + 16, 0, int(ack), LOG_PREFIX if log else "edgebus")
+        ack: the device offers acknowledgements; seal: its and the bridge's."""
+        dev = python("dev.bench.bridge_device", "127.0.0.1", self.port,
+                     SEAL_NODES.get(seal, NODE), KEY, n, pace, n + 16, 0, int(ack),
+                     LOG_PREFIX if log else "edgebus", seal)
         return self._run(self.bridge_log if log else self.bridge, dev, n, timeout, device=True)
 
     def micropython(self, n, pace=0, timeout=60):
@@ -129,9 +135,11 @@ def _figures(runs):
             "latency": _lat([x for r in runs for x in r["lat"]])}
 
 
-# The acknowledgement variants of the CPython device's bursts: name -> edgebus() args.
+# The variants of the CPython device's bursts: name -> edgebus() args. "on"
+# is the default (acks on, sealed and encrypted); seal_*: acks on, so sealed.
 VARIANTS = (("on", {"ack": True}), ("off", {"ack": False}),
-            ("log_on", {"ack": True, "log": True}), ("log_off", {"ack": False, "log": True}))
+            ("log_on", {"ack": True, "log": True}), ("log_off", {"ack": False, "log": True}),
+            ("seal_mac", {"seal": "mac"}), ("seal_off", {"seal": "off"}))
 
 
 def _ack_lat(runs):
@@ -179,7 +187,11 @@ def run(smoke=False, profile=None):
         d = {"msgs_per_s": summary([r["rate"] for r in rs]), "of_paho": med / paho_med,
              "rx_cpu_us_per_msg": _figures(rs)["rx_cpu_us_per_msg"],
              "acks_in": statistics.median(r["device"]["acks"] for r in rs),
-             "retransmitted": sum(r["device"].get("retransmitted", 0) for r in rs)}
+             "retransmitted": sum(r["device"].get("retransmitted", 0) for r in rs),
+             "negotiated": sorted(set("%s%s%s" % (
+                 "sealed" if r["device"]["sealed"] else "unsealed",
+                 ", encrypted" if r["device"]["encrypted"] else "",
+                 ", bare" if r["device"]["bare"] else "") for r in rs))}
         done = [r["device"]["acked_s"] for r in rs if r["device"]["acked_s"]]
         if done:       # publish -> every message acknowledged at the device
             d["acked_msgs_per_s"] = summary([n / x for x in done])
@@ -187,6 +199,9 @@ def run(smoke=False, profile=None):
     for k in ("on", "log_on"):
         off = acks[k.replace("on", "off")]["msgs_per_s"]["median"]
         acks[k]["of_off"] = acks[k]["msgs_per_s"]["median"] / off
+    for k in ("on", "seal_mac"):      # the seal vs unsealed, acks on in all three
+        acks[k]["of_unsealed"] = (acks[k]["msgs_per_s"]["median"]
+                                  / acks["seal_off"]["msgs_per_s"]["median"])
     return {"messages": n, "paced_messages": m, "mpy_messages": mn, "reps": reps,
             "edgebus_msgs_per_s": E["msgs_per_s"], "paho_msgs_per_s": R["msgs_per_s"],
             "ratio": statistics.median(r["rate"] for r in eb) / paho_med,

@@ -3,7 +3,7 @@ an edgebus link over MQTT (edgebus.link.mqtt) that publishes N stamped
 messages on sensor/v, then idles until it is killed. Portable: the same file runs on
 CPython and on the MicroPython unix port (from the .mpy bundle).
 
-usage: bridge_device.py HOST PORT NODE KEY N PACE_MS OUT_QUEUE WINDOW [ACK [PREFIX]]
+usage: bridge_device.py HOST PORT NODE KEY N PACE_MS OUT_QUEUE WINDOW [ACK [PREFIX [SEAL]]]
 
 Each payload carries its send time ``t`` (time.time_ns(): one clock for every
 process on the machine, both runtimes) and its index ``i``. PACE_MS > 0
@@ -12,13 +12,15 @@ keeps at most WINDOW messages ahead of what the link has sent (a small
 device's out_queue cannot hold a whole burst); 0 publishes the burst at once
 into an out_queue big enough for it. ACK 0 does not offer acknowledgements
 (the peers link as protocol 1); 1 (the default) does. PREFIX: the MQTT
-topic prefix (the bridge's [mqtt] prefix), "edgebus" by default.
+topic prefix (the bridge's [mqtt] prefix), "edgebus" by default. SEAL: the
+link's seal mode ("auto" by default).
 
 Prints "sent N" once the link has sent every message, then (once every
 message is acknowledged, or 30 s later) one JSON line: when the last
 acknowledgement came ("acked_s", seconds from the first publish; null if
-not all were) and each message's publish -> acknowledgement latency at this
-device ("ack_ms", the ACK covering it arriving back here).
+not all were), each message's publish -> acknowledgement latency at this
+device ("ack_ms", the ACK covering it arriving back here) and what the session
+negotiated ("sealed", "encrypted", "bare").
 """
 import sys
 import json
@@ -28,7 +30,7 @@ import asyncio
 from edgebus import Bus
 from edgebus.link.link import Link
 from edgebus.link.mqtt import MqttTransport
-from edgebus.link import tx
+from edgebus.link import seal as sealing, tx
 
 PAD = "x" * 40      # ~60-byte payloads, like the in-process benchmark had
 
@@ -53,13 +55,14 @@ def _on_ack(link, n, _orig=tx.on_ack):
 tx.on_ack = _on_ack   # rx calls it through the module: every ACK passes here
 
 
-async def main(host, port, node, key, n, pace_ms, out_queue, window, ack=1, prefix="edgebus"):
+async def main(host, port, node, key, n, pace_ms, out_queue, window, ack=1, prefix="edgebus",
+               seal="auto"):
     bus = Bus(q_length=8)
     link = Link(bus, node, key=key.encode(), exports=[("sensor/#", "")], heartbeat=2.0,
                 out_queue=out_queue, spool=out_queue * 128 + 4096,   # as much as the queue
-                ack=bool(ack))
-    t = await MqttTransport(host, port, node=node, prefix=prefix).open()
-    asyncio.create_task(link.run(t))
+                ack=bool(ack), seal=seal)
+    tr = await MqttTransport(host, port, node=node, prefix=prefix).open()
+    asyncio.create_task(link.run(tr))
     while link.status != "up":
         await asyncio.sleep(0.01)
     await asyncio.sleep(0.2)            # the snapshot and routes go out first
@@ -102,7 +105,8 @@ async def main(host, port, node, key, n, pace_ms, out_queue, window, ack=1, pref
                       "retransmitted": k.get("retransmitted", 0),
                       "ack_timeouts": k.get("ack_timeouts", 0), "resends": k.get("resends", 0),
                       "acked_s": (ACKS[-1][0] - t_pub[0]) / 1e9 if done else None,
-                      "ack_ms": lat}))
+                      "ack_ms": lat, "sealed": link._seal is not None,
+                      "encrypted": sealing.encrypted(link), "bare": tr.bare}))
     fl = getattr(sys.stdout, "flush", None)
     if fl:
         fl()
@@ -114,4 +118,5 @@ async def main(host, port, node, key, n, pace_ms, out_queue, window, ack=1, pref
 if __name__ == "__main__":
     a = sys.argv[1:]
     asyncio.run(main(a[0], int(a[1]), a[2], a[3], int(a[4]), float(a[5]), int(a[6]), int(a[7]),
-                     int(a[8]) if len(a) > 8 else 1, a[9] if len(a) > 9 else "edgebus"))
+                     int(a[8]) if len(a) > 8 else 1, a[9] if len(a) > 9 else "edgebus",
+                     a[10] if len(a) > 10 else "auto"))

@@ -7,12 +7,13 @@ import glob
 import inspect
 import json
 import os
+import random
 import shutil
 import statistics
 import tempfile
 
 import edgebus
-from edgebus.link import frame, seal, wire
+from edgebus.link import cipher, frame, seal, wire
 from edgebus.link.link import Link
 from edgebus.link.pipe import pair
 from edgebus.link.stream import PolledTransport, StreamTransport
@@ -32,19 +33,37 @@ TOPIC = "sensor/temp"
 
 
 def wire_bytes():
-    """Bytes on a stream for one PUB of a binary payload of 8, 64, 512 bytes,
-    unsealed and sealed (seal.TAIL more: the frame counter and tag)."""
+    """Bytes for one PUB of a binary payload of 8, 64, 512 bytes: on a byte
+    stream (a frame with its lead delimiter) and as an MQTT message
+    (frame.message), unsealed, sealed (seal.TAIL more: the frame counter and
+    tag) and, on MQTT, sealed and bare (0x00, body and tail, no COBS or CRC).
+    Encrypted: the body after its type byte through cipher.ctr (the same
+    length; COBS may take a byte more or less per 254 of it on a stream).
+    Payloads are pseudo-random from a fixed seed, so the figures repeat.
+    "over_*": what the framing, header and seal add
+    (the bytes less the payload and the topic's JSON)."""
+    key = cipher.key(bytes(16)) if cipher.BACKEND else None
+    tail = bytes(seal.TAIL)
     out = []
     for n in (8, 64, 512):
-        body = wire.encode(wire.PUB, [TOPIC, None], seq=1234, blob=os.urandom(n))
-        on_line = len(frame.encode(body, lead=True))
-        sealed = len(frame.encode(bytes(body) + bytes(seal.TAIL), lead=True))
-        topic_json = len(('["%s",null]' % TOPIC).encode())
-        out.append({"payload": n, "on_line": on_line, "on_line_sealed": sealed,
-                    "framing_and_header": on_line - n - topic_json - 1,  # 1: varint JSON length
-                    "framing_header_seal": sealed - n - topic_json - 1,
-                    "topic_and_json": topic_json + 1,
-                    "efficiency": n / on_line})
+        body = bytes(wire.encode(wire.PUB, [TOPIC, None], seq=1234, blob=random.Random(n).randbytes(n)))
+        enc = body[:1] + cipher.ctr(key, 1, body[1:]) if key else None
+        topic_json = len(('["%s",null]' % TOPIC).encode()) + 1   # 1: varint JSON length
+        sizes = {"on_line": len(frame.encode(body, lead=True)),
+                 "on_line_sealed": len(frame.encode(body, lead=True, tail=tail)),
+                 "mqtt": len(frame.message(body)),
+                 "mqtt_sealed": len(frame.message(body, tail=tail)),
+                 "mqtt_bare": len(frame.message(body, tail=tail, bare=True))}
+        if enc is not None:
+            sizes["on_line_encrypted"] = len(frame.encode(enc, lead=True, tail=tail))
+            sizes["mqtt_bare_encrypted"] = len(frame.message(enc, tail=tail, bare=True))
+        row = {"payload": n, "topic_and_json": topic_json, "efficiency": n / sizes["on_line"]}
+        row.update(sizes)
+        row.update({"over_" + k: v - n - topic_json for k, v in sizes.items()})
+        # the names the report has used for the byte stream
+        row["framing_and_header"] = row["over_on_line"]
+        row["framing_header_seal"] = row["over_on_line_sealed"]
+        out.append(row)
     return out
 
 
@@ -130,10 +149,21 @@ def _ack_figures(r):
             / r["messages"]}
 
 
+def _seal_figures(r):
+    """Per seal mode its rates and the ratio of its median to unsealed's."""
+    off = statistics.median(x["rate"] for x in r["off"])
+    out = {"backend": r["backend"]}
+    for m in link_ack_script.SEALS:
+        if m in r:
+            rates = [x["rate"] for x in r[m]]
+            out[m] = {"rate": summary(rates), "of_off": statistics.median(rates) / off}
+    return out
+
+
 def ack_cost(smoke=False, what="ack"):
-    """Messages/s over the in-memory byte pipe with acks (what="seal": the
-    seal) on and off, interleaved, on CPython (in this process) and on the
-    MicroPython unix port (.mpy bundle)."""
+    """Messages/s over the in-memory byte pipe with acks on and off (what=
+    "seal": sealed with "mac", "encrypt" and "off"), interleaved, on CPython
+    (in this process) and on the MicroPython unix port (.mpy bundle)."""
     n, nm, reps = (500, 300, 1) if smoke else (20000, 5000, 9)
     cp = link_ack_script.rate(n, reps, WINDOW, what)
     cp["messages"] = n
@@ -144,7 +174,8 @@ def ack_cost(smoke=False, what="ack"):
         raise RuntimeError("MicroPython link benchmark failed:\n" + r.stdout + r.stderr)
     mp = json.loads(r.stdout.strip().splitlines()[-1])
     mp["messages"] = nm
-    return {"window": WINDOW, "cpython": _ack_figures(cp), "micropython": _ack_figures(mp),
+    fig = _seal_figures if what == "seal" else _ack_figures
+    return {"window": WINDOW, "cpython": fig(cp), "micropython": fig(mp),
             "messages": n, "mpy_messages": nm, "reps": reps}
 
 

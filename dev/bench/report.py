@@ -155,6 +155,7 @@ def _bridge_section(res, out, md_dir):
                  pl["micropython"]["p50_ms"], pl["micropython"]["p99_ms"]),
               "", "Gaps counted by the bridge over all runs: %d." % br["gaps"]]
         L += _bridge_acks(res, br)
+        L += _bridge_seal(br)
         png = _plot_latency(br, out)
         if png:
             L += ["", "![bridge latency distribution](%s)" % os.path.relpath(png, md_dir)]
@@ -267,6 +268,33 @@ def _bridge_acks(res, br):
                   a["on"]["retransmitted"], a["log_on"]["retransmitted"])]
     if ACKS_BRIDGE_NOTE:
         L += ["", ACKS_BRIDGE_NOTE]
+    return L
+
+
+def _bridge_seal(br):
+    """The seal through mosquitto: the acks table's *acks on* row is the default
+    (sealed, encrypted, bare) beside devices whose bridge entry says mac or off."""
+    a = br.get("acks", {})
+    if "seal_off" not in a:
+        return []
+    L = ["", "### The seal through mosquitto", "",
+         "The same CPython device and bursts, acks on, in the same interleaved runs, to the "
+         "bridge above with its seal `\"off\"`, `\"mac\"` and `\"encrypt\"` for the device "
+         "(a `[mqtt].devices` entry's `seal`, the device's `Link(seal=...)` the same; "
+         "`encrypt` is the bridge's `[bridge] seal = \"auto\"` on MQTT, the *acks on* row "
+         "above). A sealed session over MQTT sends bare messages (0x00, body, seal; no COBS "
+         "or CRC) when both sides offer it, as these do; *negotiated* is the device's word "
+         "on each session.", "",
+         "| bridge seal | negotiated | msgs/s to the host bus | vs off | vs raw paho (goal ≥ "
+         "0.5×) | bridge CPU per message |", "|---|---|---|---|---|---|"]
+    for k, name in (("seal_off", "off"), ("seal_mac", "mac"), ("on", "encrypt (auto)")):
+        r = a[k]
+        L.append("| %s | %s | %s | %s | %.2f× | %s µs |" % (
+            name, "; ".join(r.get("negotiated", [])), _mmm(r["msgs_per_s"]),
+            "%.2f×" % r["of_unsealed"] if "of_unsealed" in r else "1×", r["of_paho"],
+            _mmm(r["rx_cpu_us_per_msg"])))
+    L.append("| raw paho publisher → subscriber | | %s | | 1× | %s µs |" % (
+        _mmm(br["paho_msgs_per_s"]), _mmm(br["rx_cpu_us_per_msg"]["paho"])))
     return L
 
 
@@ -455,16 +483,24 @@ def _link_acks(lk):
     se = lk.get("seal")
     if se:
         L += ["", "### Cost of the seal", "",
-              "The same pipe and workload, acks on, %d runs each, interleaved: *sealed* "
-              "(`seal` negotiated: every frame after AUTH carries a 32-bit counter and a 64-bit "
-              "HMAC-SHA256 tag, checked on arrival; docs/protocol.md section 17) vs *unsealed* "
-              "(`Link(..., seal=\"off\")`)." % se["reps"], "",
-              "| runtime | sealed, msgs/s | unsealed, msgs/s | sealed / unsealed |",
-              "|---|---|---|---|"]
+              "The same pipe and workload, acks on, %d runs each, interleaved: *mac* (`Link(..., "
+              "seal=\"mac\")` on both: every frame after AUTH carries a 32-bit counter and a "
+              "64-bit HMAC-SHA256 tag, checked on arrival; docs/protocol.md section 17), "
+              "*encrypt* (`seal=\"encrypt\"`: AES-128-CTR over each body after its type byte, "
+              "then the tag) and *off* (`seal=\"off\"`: unsealed). AES backend "
+              "(`edgebus/link/cipher.py`'s `BACKEND`): CPython `%s`; the unix port `%s` (its "
+              "`cryptolib` has ECB only, so the counter blocks are built in Python and encrypted "
+              "in one ECB call)." % (se["reps"], se["cpython"]["backend"],
+                                     se["micropython"]["backend"]), "",
+              "| runtime | mac, msgs/s | encrypt, msgs/s | off, msgs/s | mac / off | encrypt / off "
+              "| encrypt / mac |", "|---|---|---|---|---|---|---|"]
         for k, name in (("cpython", "CPython"), ("micropython", "MicroPython unix port (`.mpy`)")):
             r = se[k]
-            L.append("| %s | %s | %s | %.2f× |" % (name, _mmm(r["on"]), _mmm(r["off"]),
-                                                   r["ratio"]))
+            e = r.get("encrypt")
+            L.append("| %s | %s | %s | %s | %.2f× | %s | %s |" % (
+                name, _mmm(r["mac"]["rate"]), _mmm(e["rate"]) if e else "(no AES)",
+                _mmm(r["off"]["rate"]), r["mac"]["of_off"], "%.2f×" % e["of_off"] if e else "–",
+                "%.2f×" % (e["of_off"] / r["mac"]["of_off"]) if e else "–"))
     sc = lk.get("spool_cover")
     if sc:
         hs = sc["health"]
@@ -680,16 +716,25 @@ def markdown(res, out, md_dir=None):
     lk = res.get("link")
     if lk:
         L += ["", "## 3. Link", "",
-              "Bytes on a byte stream for one PUB of a binary payload on topic `sensor/temp` "
-              "(COBS + CRC-16 + delimiters + type + 16-bit seq = framing and header; the JSON "
-              "part carries the topic).", "",
-              "| payload | bytes on the line | framing + header | sealed: on the line | sealed: "
-              "framing + header + seal | topic + JSON | payload share |",
-              "|---|---|---|---|---|---|---|"]
+              "Bytes for one PUB of a binary payload (pseudo-random, a fixed seed) on topic "
+              "`sensor/temp`, on a byte stream (a frame: COBS + CRC-16 + delimiters) and as an "
+              "MQTT message (the frame without its lead delimiter; *bare* in a sealed session "
+              "whose peer offers it: 0x00, the body and the seal, no COBS or CRC; "
+              "docs/protocol.md sections 1 and 17), unsealed, sealed (a 4-byte counter and an "
+              "8-byte tag) and encrypted (the body after its type byte through AES-CTR: the "
+              "same length, so on a stream COBS may take a byte more or less per 254). Each "
+              "cell: the bytes, and in parentheses what framing, header (type + 16-bit seq) "
+              "and seal add to the payload and the topic's JSON (%d bytes here). Goals: ≤ 20 "
+              "added on a byte stream sealed; on MQTT, fewer than sealed and framed." % (
+                  lk["wire"][0]["topic_and_json"]), "",
+              "| payload | stream: unsealed | stream: sealed | stream: encrypted | MQTT: unsealed "
+              "| MQTT: sealed, framed | MQTT: sealed, bare | MQTT: encrypted, bare | payload "
+              "share (stream, unsealed) |", "|---|---|---|---|---|---|---|---|---|"]
         for w in lk["wire"]:
-            L.append("| %d B | %d | %d | %s | %s | %d | %.0f%% |" % (
-                w["payload"], w["on_line"], w["framing_and_header"], w.get("on_line_sealed", "–"),
-                w.get("framing_header_seal", "–"), w["topic_and_json"], 100 * w["efficiency"]))
+            L.append("| %d B | %s | %.0f%% |" % (w["payload"], " | ".join(
+                "%d (%d)" % (w[k], w["over_" + k]) if k in w else "–"
+                for k in ("on_line", "on_line_sealed", "on_line_encrypted", "mqtt", "mqtt_sealed",
+                          "mqtt_bare", "mqtt_bare_encrypted")), 100 * w["efficiency"]))
         p = lk["pty"]
         L += ["", "Over a real pty pair paced at %s baud (8N1; `tools/ptycable.py`), device "
               "link on a polled tty, host link on pyserial-asyncio, %d-byte payloads:" % (
