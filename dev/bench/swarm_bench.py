@@ -56,18 +56,23 @@ def _proc(pid):
 
 def _log_figures(port):
     """The log's sync points, appends and drops, the links' gaps and the
-    bus's drops, from the bridge's Prometheus /metrics (`edgebus status`'s
-    reply for thousands of links is larger than a link frame may be)."""
+    bus's drops, from the bridge's Prometheus /metrics (one cheap scrape at
+    any fleet size: the fleet's totals)."""
     want = {"edgebus_log_syncs_total": "syncs", "edgebus_log_appended_total": "appended",
             "edgebus_log_dropped_total": "log_dropped", "edgebus_bus_dropped_total": "bus_dropped"}
     out = dict.fromkeys(list(want.values()) + ["gaps"], 0)
+    fleet = None     # the fleet's total; a baseline tree has per-link series only
     with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=60) as r:
         for line in r.read().decode().splitlines():
             name, _, value = line.rpartition(" ")
             if name in want:
                 out[want[name]] = int(float(value))
+            elif name == 'edgebus_fleet_events_total{counter="gaps"}':
+                fleet = int(float(value))
             elif name.startswith("edgebus_link_events_total{") and 'counter="gaps"' in name:
                 out["gaps"] += int(float(value))
+    if fleet is not None:
+        out["gaps"] = fleet
     return out
 
 
@@ -76,15 +81,16 @@ def _wait(swarm, cond, timeout, show):
     return swarm.wait(cond, timeout, show=show, every=5.0 if swarm.n > 100 else 0.2)
 
 
-def trial(work, devices, outage=0.0, steady=10.0, tree=ROOT, workers=None, show=False):
+def trial(work, devices, outage=0.0, steady=10.0, tree=ROOT, workers=None, show=False,
+          rate=1.0, ramp=None):
     """One run in directory ``work`` (which keeps the log, tlog/, and the
     swarm's summary, swarm.json): returns the figures (see the module doc)
     with the checker's totals."""
     os.makedirs(work, exist_ok=True)
     log_dir = os.path.join(work, "tlog")
     with Mosquitto() as broker:
-        swarm = Swarm(devices, ("127.0.0.1", broker.port), workers=workers,
-                      log=os.path.join(work, "workers.log"), tree=tree)
+        swarm = Swarm(devices, ("127.0.0.1", broker.port), rate=rate, workers=workers,
+                      ramp=ramp, log=os.path.join(work, "workers.log"), tree=tree)
         toml = os.path.join(work, "bridge.toml")
         metrics = free_port()
         with open(toml, "w") as f:

@@ -171,6 +171,14 @@ def on_hello(link, h):
     if link.role != "responder":
         return link.count("unexpected")
     prev = link._hs if link.status == wire.ACK_SENT else []
+    last = link._hs[-1][0] if link._hs and link.status != wire.DOWN else None
+    if last is not None and last["sid"] == h.get("sid") and h.get("nonce") not in link._recent \
+            and type(h.get("ms")) is int and type(last.get("ms")) is int \
+            and h["ms"] <= last["ms"]:
+        # A retry the peer sent before the HELLO in hand (the session's, or
+        # the latest answered), arriving late: redoing it would end a
+        # session the peer already has, or answer what it no longer waits for.
+        return link.count("stale_hellos")
     if link.status == wire.UP:
         link.end_session("new hello")
     # Reply on the control queue even though we are 'down'.
@@ -254,7 +262,7 @@ def on_auth(link, a):
 
 def session_up(link, hello, ack):
     """Both sides proved the key: start the session."""
-    link._hs = []
+    link._hs = [(hello, ack)] if link.role == "responder" else []   # the session's HELLO
     peer = ack if link.role == "initiator" else hello
     sid = peer["sid"]
     st = link.state

@@ -208,3 +208,26 @@ def test_a_late_answer_to_an_earlier_hello_still_makes_the_session():
         assert (await asyncio.wait_for(sub.recv(), 3)).payload == 1
         await j.stop()
     run(main())
+
+
+def test_a_retried_hello_arriving_after_the_session_does_not_end_it():
+    """A HELLO the initiator sent before the one that made the session (a
+    retry a busy broker delivers late) is ignored; a later one starts over."""
+    from edgebus.link import wire
+
+    async def main():
+        j = Joined(hb=0.5)
+        j.start()
+        await until(lambda: synced(j))
+        hl = j.hl
+        ms = hl._hs[-1][0]["ms"]                      # the session's HELLO
+        hello = {"v": 1, "node": "dev1", "sid": j.dl.sid, "nonce": wire.nonce(), "hb": 500,
+                 "auth": True, "ms": ms - 1}
+        hl.feed(wire.encode(wire.HELLO, hello))
+        assert hl.counters.get("stale_hellos") == 1 and hl.status == "up"
+        assert hl.counters["sessions"] == 1 and hl.counters.get("session_ends", 0) == 0
+        hl.feed(wire.encode(wire.HELLO, dict(hello, nonce=wire.nonce(), ms=ms + 1)))
+        assert hl.status != "up" and hl.counters["session_ends"] == 1
+        await until(lambda: up(j))                    # and the device makes a new one
+        await j.stop()
+    run(main())
