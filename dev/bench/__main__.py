@@ -37,7 +37,7 @@ PARTS = {
     "fleet": ("bridge: a fleet of MicroPython devices over MQTT", "fleet", fleet_bench.run),
     "spark": ("spark: ingest rows/s vs Spark's JSON source, publish -> queryable", "spark",
               spark_bench.run),
-    "swarm": ("bridge: a swarm of CPython devices through a broker outage, and steady",
+    "swarm": ("bridge: a swarm of CPython devices through a broker outage, steady, and a start-up storm",
               "swarm", swarm_bench.run),
 }
 

@@ -649,11 +649,12 @@ def _swarm_section(sw):
     cols = [(r, t, r["by_tree"][t]) for r in sw["scenarios"] for t in sw["trees"]
             if t in r["by_tree"]]
     f0 = cols[0][2]
-    L = ["", "## 8. A swarm: thousands of devices through a broker outage", "",
+    L = ["", "## 8. A swarm: thousands of devices through a broker outage and a start-up storm", "",
          "`dev/swarm.py` runs the devices: CPython, %d processes, each device an "
          "`edgebus.Bus`, a `Link` (ack on, the reliable class, a %s-byte spool) and the "
          "`edgebus.link.mqtt` transport, reopened with the firmware uplink's backoff; each "
-         "publishes 1 reading/s from its start, the starts spread over 1 ms a device. They go "
+         "publishes 1 reading/s from its start, the starts spread over 1 ms a device (in the "
+         "storm, 0.2 readings/s and every device started at once). They go "
          "through a real mosquitto into one `edgebus-bridge` process with its telemetry log "
          "(durable links: a reading is acknowledged once the log synced it). The outage is "
          "site-wide: mosquitto SIGKILLed, started again on the same port after the time "

@@ -33,11 +33,15 @@ from dev.swarm import DEFAULT_SPOOL, Swarm, check, figures
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-# (label, devices, outage s, seconds of steady readings before it and after the drain)
-FULL = [("3,000 devices, 30 s outage", 3000, 30.0, 20.0),
-        ("5,000 devices steady", 5000, 0.0, 60.0)]
-SMOKE = [("30 devices, 3 s outage", 30, 3.0, 2.0),
-         ("50 devices steady", 50, 0.0, 3.0)]
+# (label, devices, outage s, seconds of steady readings before it and after the
+# drain, readings/s per device, seconds over which the devices start: None is
+# 1 ms a device, 0 all at once: a start-up storm)
+FULL = [("3,000 devices, 30 s outage", 3000, 30.0, 20.0, 1.0, None),
+        ("5,000 devices steady", 5000, 0.0, 60.0, 1.0, None),
+        ("10,000 devices started at once, 0.2/s", 10000, 0.0, 20.0, 0.2, 0)]
+SMOKE = [("30 devices, 3 s outage", 30, 3.0, 2.0, 1.0, None),
+         ("50 devices steady", 50, 0.0, 3.0, 1.0, None),
+         ("100 devices started at once, 0.2/s", 100, 0.0, 2.0, 0.2, 0)]
 
 
 def _proc(pid):
@@ -54,6 +58,11 @@ def _proc(pid):
     return cpu, mem.get("VmRSS", 0), mem.get("VmHWM", 0)
 
 
+# The bridge's counters (summed over its links) that say how sessions started and ended.
+CHURN = ("sessions", "session_ends", "liveness_timeouts", "presence_offline", "stale_hellos",
+         "stale_acks", "earlier_acks", "replays", "auth_failures", "unexpected", "errors")
+
+
 def _log_figures(port):
     """The log's sync points, appends and drops, the links' gaps and the
     bus's drops, from the bridge's Prometheus /metrics (one cheap scrape at
@@ -67,8 +76,11 @@ def _log_figures(port):
             name, _, value = line.rpartition(" ")
             if name in want:
                 out[want[name]] = int(float(value))
-            elif name == 'edgebus_fleet_events_total{counter="gaps"}':
-                fleet = int(float(value))
+            elif name.startswith("edgebus_fleet_events_total{"):
+                k = name.split('"')[1]
+                out.setdefault("fleet", {})[k] = int(float(value))   # the bridge's side
+                if k == "gaps":
+                    fleet = out["fleet"][k]
             elif name.startswith("edgebus_link_events_total{") and 'counter="gaps"' in name:
                 out["gaps"] += int(float(value))
     if fleet is not None:
@@ -144,6 +156,7 @@ def trial(work, devices, outage=0.0, steady=10.0, tree=ROOT, workers=None, show=
         "bridge_rss_mib": round(rss / 1024, 1), "bridge_peak_rss_mib": round(peak / 1024, 1),
         "commits_per_s": round((lg1["syncs"] - lg0["syncs"]) / (ts1 - ts0), 1),
         "log_dropped": lg1["log_dropped"], "gaps": lg1["gaps"], "bus_dropped": lg1["bus_dropped"],
+        "bridge_links": {k: v for k, v in lg1.get("fleet", {}).items() if k in CHURN},
         "check": report["totals"], "check_ok": report["ok"]})
     del fig["drained_at"]
     return fig
@@ -190,11 +203,11 @@ def run(smoke=False, baseline=None, show=None, checkout=True):
             trees.append((_label(), ROOT))
         out = {"trees": [t[0] for t in trees], "baseline": baseline, "scenarios": [],
                "spool": DEFAULT_SPOOL, "cpus": os.cpu_count()}
-        for i, (label, n, outage, steady) in enumerate(SMOKE if smoke else FULL):
+        for i, (label, n, outage, steady, rate, ramp) in enumerate(SMOKE if smoke else FULL):
             row = {"label": label, "devices": n, "outage_s": outage, "by_tree": {}}
             for j, (tlabel, tree) in enumerate(trees):
                 f = trial(os.path.join(tmp, "run-%d-%d" % (i, j)), n, outage, steady, tree,
-                          show=show)
+                          show=show, rate=rate, ramp=ramp)
                 row["by_tree"][tlabel] = f
                 print("  %s, %s: sessions up %s s, missing acked %d / not acked %d, drain %s s, "
                       "ACK p50/p99 %s/%s ms, bridge %.0f%% of a core, %s MiB, %s commits/s" % (

@@ -8,6 +8,12 @@ from . import calls, rules, seal, tx, wire
 # HELLO (a fleet storming a busy bridge) still makes a session instead of
 # being stale, as does an AUTH answering an earlier HELLO_ACK.
 KEEP = 4
+# A responder's half-done handshake waits for the AUTH this many times
+# handshake_timeout (the span of KEEP retries at the initiator's longest
+# wait): under a storm the way back takes longer than one timeout (10,000
+# devices at once: ~1 in 15 AUTHs came too late for 1x, and the devices
+# counted a session the bridge never had).
+HOLD = KEEP
 
 
 def kid(key):

@@ -301,7 +301,7 @@ class Link:
         """Timers: handshake retry, heartbeats, liveness, routes, acks, status."""
         now = compat.now()
         s = self.status
-        if s == wire.ACK_SENT and now - self._t_state > self.handshake_timeout:
+        if s == wire.ACK_SENT and now - self._t_state > handshake.HOLD * self.handshake_timeout:
             self.count("handshake_timeouts")
             self.end_session("handshake timeout")
         elif s == wire.HELLO_SENT and now - self._t_state > self._hello_wait:
