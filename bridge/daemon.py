@@ -80,13 +80,13 @@ class Bridge:
         except asyncio.TimeoutError:
             pass
 
-    def stats(self, links=None):
+    def stats(self, links=None, fleet=True):
         """The bridge's state: every link's stats (or those of the ids
-        ``links``), the fleet's totals, the bus, the log."""
+        ``links``), the fleet's totals (unless not ``fleet``), the bus, the log."""
         ls = self.links
         return {"node": self.cfg.node, "uptime": round(time.time() - self.started, 1),
                 "links": {k: ls[k].stats() for k in (sorted(ls) if links is None else links)},
-                "fleet": status.totals(ls.values()),
+                "fleet": status.totals(ls.values()) if fleet else None,
                 "bus": self.bus.stats(),
                 "log": self.appender.stats() if self.appender else None,
                 "mqtt": self.mqtt.stats() if self.mqtt else None,

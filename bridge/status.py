@@ -56,7 +56,7 @@ def page(bridge, req):
     i = req.get("from", 0)
     if type(i) is not int or i < 0:
         raise ValueError("from must be a link index, got %r" % (i,))
-    st = bridge.stats(())
+    st = bridge.stats((), fleet=i == 0)   # the totals once, with the first page
     if req.get("links", True) is False:
         return dict(st, next=None)
     ids = sorted(bridge.links)

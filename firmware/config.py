@@ -152,7 +152,8 @@ def seal(cfg):
     s = cfg.get("link", {}).get("seal", "auto")
     if s not in ("auto", "encrypt", "mac", "offer", "off"):
         raise ConfigError("link.seal must be auto, encrypt, mac, offer or off, not %r" % (s,))
-    if s == "encrypt" and __import__("edgebus.link.cipher").link.cipher.BACKEND is None:
+    from edgebus.link import cipher
+    if s == "encrypt" and cipher.BACKEND is None:
         raise ConfigError("link.seal encrypt needs AES, and this build has no cryptolib: "
                           "use mac (frames authenticated, not hidden)")
 
