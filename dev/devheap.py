@@ -31,7 +31,7 @@ from tools.ptycable import PtyCable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NODE, KEY = "d1", "k1"
-WAIT = 15.0        # seconds per step: generous, as a loaded CI machine may be slow
+WAIT = 30.0        # seconds per step: generous, as a loaded CI machine may be slow
 # The imports firmware.main makes before any service runs: the code share.
 _IMPORTS = ("import gc,asyncio;gc.collect();a=gc.mem_alloc();"
             "import edgebus,edgebus.link.link,edgebus.link.stream,firmware.main,"
