@@ -42,21 +42,44 @@ def device_rules(relay_calls=(), node_placeholder="{node}"):
             "exports": [(p + "/cmd/#", p)], "export_calls": [(c, "") for c in relay_calls]}
 
 
+class _LinkState(dict):
+    """One link's state: a dict (the Link's ``state``) that tells its file
+    when a new peer boot's generation is set, the change that must reach
+    the disk soon (Bridge._persist_state), so nothing scans every link."""
+
+    __slots__ = ("file",)
+
+    def __setitem__(self, k, v):
+        dict.__setitem__(self, k, v)
+        if k == "generation":
+            self.file.generations += 1
+
+
 class StateFile:
     """Peer state (generation, next sequence number) per link, in one JSON file
-    written atomically, so generations keep increasing across bridge restarts."""
+    written atomically, so generations keep increasing across bridge restarts.
+    ``generations`` counts generations set since the start."""
 
     def __init__(self, state_dir):
         os.makedirs(state_dir, exist_ok=True)
         self.path = os.path.join(state_dir, "links.json")
+        self.generations = 0
         try:
             with open(self.path) as f:
-                self.data = json.load(f)
+                data = json.load(f)
         except (OSError, ValueError):
-            self.data = {}
+            data = {}
+        self.data = {}
+        for k, v in (data.items() if isinstance(data, dict) else ()):
+            if isinstance(v, dict):
+                self.for_link(k).update(v)
 
     def for_link(self, link_id):
-        return self.data.setdefault(link_id, {})
+        st = self.data.get(link_id)
+        if st is None:
+            st = self.data[link_id] = _LinkState()
+            st.file = self
+        return st
 
     def save(self):
         tmp = self.path + ".tmp"
