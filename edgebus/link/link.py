@@ -38,6 +38,8 @@ class Link:
     encrypts it where both sides can, "encrypt" always encrypts, "mac" never does, "offer"
     seals (and encrypts) where the peer offers it, "off" never seals.
     """
+    ticks = True          # run() ticks it; False: its owner calls tick() (thousands of links)
+    status_every = 1.0    # s between status publications while only counters change
 
     def __init__(self, bus, node, key=None, role="initiator", link_id=None, peer=None,
                  exports=(), imports=(), export_calls=(), import_calls=(),
@@ -81,7 +83,6 @@ class Link:
         self.peer_sid = None
         self.generation = None
         self.status = wire.DOWN
-        self.ticks = True         # run() ticks; False: the owner calls tick() (many links)
         # Rules: as given, then resolved for the peer's node per session.
         self._key, self._hkey = key, None    # as given; this handshake's (handshake.key_for)
         self._rule_src = (exports, imports, export_calls, import_calls)
@@ -160,8 +161,7 @@ class Link:
         self._freed = compat.Event()
         self._t_rx = self._t_tx = self._t_status = 0.0
         self._t_state = compat.now()
-        self._status_on = status
-        self._status_seen = None
+        self._status_on, self._status_seen = status, None
         self._dirty = True
 
     # -- bookkeeping ---------------------------------------------------
@@ -326,8 +326,8 @@ class Link:
                 rx.timers(self, now)
                 if self._acking:
                     tx.tail_timeout(self, now)
-        # Status goes out on a state change at once, else at most once a second.
-        if self._dirty and (self.status != self._status_seen or now - self._t_status >= 1.0):
+        # Status goes out on a state change at once, else at most every status_every s.
+        if self._dirty and (self.status != self._status_seen or now - self._t_status >= self.status_every):
             self._status_seen = self.status
             self._t_status = now
             self.publish_status()
