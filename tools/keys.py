@@ -149,9 +149,7 @@ def listing(args):
     store = _store(args)
     now = time.time()
     rows = []
-    names = sorted(f[:-5] for f in os.listdir(store.path) if f.endswith(".json")) \
-        if os.path.isdir(store.path) else []
-    for node in names:
+    for node in store.nodes():
         try:
             rec = store.read(node)
         except KeyStoreError as e:
