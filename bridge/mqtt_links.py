@@ -101,6 +101,11 @@ class _DeviceTransport:
         if not self.closed:
             self.closed = True
             self.ready.set()
+        full = self.full
+        if self in full:          # its link reads no more: it must not hold the others
+            full.discard(self)
+            if not full:
+                self.conn.resume_reading()
 
     def stats(self):
         return self.frames.stats()
@@ -142,6 +147,10 @@ class MqttLinks:
             # The mode is the running one's: a reload does not change it.
             for n in held if self.mq.shard else set(self.links) & set(held):
                 want.setdefault(n, (None, None))
+        for n in [n for n in want if "+" in n or "#" in n]:
+            # In a topic it would be a wildcard: every device's frames.
+            log.error("mqtt: node id %r has an MQTT wildcard (+ or #): not linked", n)
+            del want[n]
         return want
 
     def _add(self, node, key, seal=None):
@@ -190,10 +199,13 @@ class MqttLinks:
                 self._attach(n, link)
             if n not in changed:
                 log.info("mqtt: %s linked (added)", n)
-        if self._live is not None and self.mq.shard and new:
-            await self._resubscribe(self._live[0], self._topics(new), False)
-            # Devices still waiting for an answer to their HELLO say it again now.
-            await self._live[0].publish(self.presence, b"online", retain=True)
+        live = self._live
+        if live is not None and self.mq.shard and new:
+            await self._resubscribe(live[0], self._topics(new), False)
+            try:     # devices still waiting for an answer to their HELLO say it again now
+                await live[0].publish(self.presence, b"online", retain=True)
+            except OSError:
+                pass     # the connection ended: the next one says it
         if gone or new:
             self.bridge.state.save()
         return {"added": sorted(set(new) - set(changed)), "removed": sorted(set(gone) - set(changed)),
@@ -220,10 +232,11 @@ class MqttLinks:
         t = self.transports.pop(node, None)
         if t is not None:
             self._up.pop("%s/%s/up" % (self.mq.prefix, node), None)
+        up = link.status == "up"
         await link.close("device moved off this bridge" if why == "released"
                          else "device re-linked")
-        log.info("mqtt: %s %s", node, "released (removed): BYE sent, link dropped"
-                 if why == "released" else "re-linked (its key or seal changed)")
+        log.info("mqtt: %s %s", node, "re-linked (its key or seal changed)" if why != "released"
+                 else "released (removed): %s, link dropped" % ("BYE sent" if up else "no session"))
 
     def _attach(self, node, link):
         """Run ``link`` over the live connection: its transport and task."""

@@ -14,6 +14,7 @@ restart, which one line says too. Local users reach it through the ACL
 import dataclasses
 import logging
 
+import edgebus
 from bridge import config as bridge_config
 
 log = logging.getLogger("edgebus.bridge")
@@ -72,5 +73,7 @@ async def on_signal(bridge):
     """SIGHUP: the same reload, in turn with the calls (its outcome is logged)."""
     try:
         await bridge.conn.call(RELOAD, None, timeout=CALL_TIMEOUT)
-    except Exception:        # Refused or failed: reload() has logged why
+    except edgebus.Failed:   # refused or failed: reload() has logged why
         pass
+    except edgebus.CallError as e:     # not served yet (starting), or stopping
+        log.warning("reload on SIGHUP: %s", e.reason)

@@ -89,8 +89,9 @@ async def move(args):
     except bc.Fail:
         os.replace(stage, src)           # A holds it still: as it was
         raise
-    bc.emit("%s: released by %s (%s)" % (node, a.node, "BYE sent, link dropped; what it "
-            "logged stays in its log" if node in r["removed"] else "it held no link"))
+    bc.emit("%s: released by %s (%s)" % (node, a.node, "its session ended, no link or "
+            "subscription left; what it logged stays in its log" if node in r["removed"]
+            else "it held no link"))
     os.replace(stage, dst)
     try:
         r = await _reload(b_sock)
