@@ -142,7 +142,8 @@ def new(args):
         print("the device's config.json needs \"key\": \"%s\" (or run again with "
               "--device-config FILE --force)" % key)
     print("then list %s in the bridge's configuration ([[serial]] or [mqtt].devices, no key "
-          "needed there: the keystore holds it) and restart the bridge" % args.node)
+          "needed there: the keystore holds it) and reload the bridge (edgebus devices reload), "
+          "unless [mqtt] keystore = true takes it as it is" % args.node)
 
 
 def listing(args):
