@@ -300,11 +300,12 @@ class MqttLinks:
                     self._live = (conn, set(), tasks)
                     for node, link in list(self.links.items()):
                         self._attach(node, link)
+                    conn.resume_reading()        # paused by connect() until now
                     if self.mq.shard:       # devices a reload changed while connecting
+                        # (after resume_reading: the acknowledgements are read too)
                         want = set(self.subscriptions())
                         await self._resubscribe(conn, list(conn.topics - want), True)
                         await self._resubscribe(conn, list(want - conn.topics), False)
-                    conn.resume_reading()        # paused by connect() until now
                     # Subscribed and reading: the devices may come (back) now.
                     await conn.publish(self.presence, b"online", retain=True)
                     why = await conn.closed
