@@ -37,7 +37,7 @@ async def _reload(sock):
 
 
 def _changes(r):
-    return "%d device(s): added %s, removed %s, changed %s" % (
+    return "%d device(s); added: %s; removed: %s; changed: %s" % (
         r["devices"], *(", ".join(r[k]) or "none" for k in ("added", "removed", "changed")))
 
 
