@@ -106,11 +106,10 @@ class Bridge:
         sid: a bridge killed without a goodbye (SIGKILL, power loss) would
         otherwise restart from an older file and hand the next device boot a
         generation that is already in the log."""
-        saved = {}
+        saved = self.state.generations
         while True:
-            now = {k: (l.peer_sid, l.generation) for k, l in self.links.items()
-                   if l.peer_sid is not None}
-            if any(saved.get(k) != v for k, v in now.items()):
+            now = self.state.generations
+            if now != saved:
                 self.state.save()
                 saved = now
             await asyncio.sleep(period)

@@ -42,21 +42,44 @@ def device_rules(relay_calls=(), node_placeholder="{node}"):
             "exports": [(p + "/cmd/#", p)], "export_calls": [(c, "") for c in relay_calls]}
 
 
+class _LinkState(dict):
+    """One link's state: a dict (the Link's ``state``) that tells its file
+    when a new peer boot's generation is set, the change that must reach
+    the disk soon (Bridge._persist_state), so nothing scans every link."""
+
+    __slots__ = ("file",)
+
+    def __setitem__(self, k, v):
+        dict.__setitem__(self, k, v)
+        if k == "generation":
+            self.file.generations += 1
+
+
 class StateFile:
     """Peer state (generation, next sequence number) per link, in one JSON file
-    written atomically, so generations keep increasing across bridge restarts."""
+    written atomically, so generations keep increasing across bridge restarts.
+    ``generations`` counts generations set since the start."""
 
     def __init__(self, state_dir):
         os.makedirs(state_dir, exist_ok=True)
         self.path = os.path.join(state_dir, "links.json")
+        self.generations = 0
         try:
             with open(self.path) as f:
-                self.data = json.load(f)
+                data = json.load(f)
         except (OSError, ValueError):
-            self.data = {}
+            data = {}
+        self.data = {}
+        for k, v in (data.items() if isinstance(data, dict) else ()):
+            if isinstance(v, dict):
+                self.for_link(k).update(v)
 
     def for_link(self, link_id):
-        return self.data.setdefault(link_id, {})
+        st = self.data.get(link_id)
+        if st is None:
+            st = self.data[link_id] = _LinkState()
+            st.file = self
+        return st
 
     def save(self):
         tmp = self.path + ".tmp"
@@ -65,6 +88,35 @@ class StateFile:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
+
+
+# Links ticked per slice of a shared ticker's pass, between which the loop
+# serves others: a pass over 10,000 links takes tens of ms in one go.
+TICK_SLICE = 500
+
+
+async def tick_links(links, heartbeat):
+    """Tick every Link in ``links`` (a dict, read live), each set
+    ``ticks = False``, at the period a link's own ticker keeps (a quarter
+    second, or a quarter of a shorter heartbeat): one task for thousands of
+    links instead of a task and a timer each, which at 5,000 links is 20,000
+    wakes a second. A link's tick that raises is logged and the rest go on."""
+    period = min(0.25, heartbeat / 4)
+    loop = asyncio.get_running_loop()
+    while True:
+        t0 = loop.time()
+        batch = list(links.values())
+        for i in range(0, len(batch), TICK_SLICE):
+            for link in batch[i:i + TICK_SLICE]:
+                try:
+                    link.tick()
+                except Exception as e:    # one link's fault must not stop the others' timers
+                    link.count("tick_errors")
+                    link.last_error = "tick: %r" % (e,)
+                    if link.counters["tick_errors"] == 1:
+                        log.exception("%s: tick failed", link.link_id)
+            await asyncio.sleep(0)
+        await asyncio.sleep(max(0.0, period - (loop.time() - t0)))
 
 
 class Backoff:

@@ -23,7 +23,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from bridge import mqtt_conn
-from bridge.links import Backoff, device_rules
+from bridge.links import Backoff, device_rules, tick_links
 from bridge.keystore import KeyStoreError
 from edgebus import Message
 from edgebus.link import frame
@@ -163,6 +163,7 @@ class MqttLinks:
                                        seal=b.cfg.seal_for("mqtt", seal),
                                        state=b.state.for_link(link_id), **b.durability(),
                                        **device_rules(b.cfg.relay_calls))
+        link.ticks = False        # _links_forever ticks them all from one task
         b.links[link_id] = link
         self.devices[node] = (key, seal)
         return link
@@ -300,6 +301,8 @@ class MqttLinks:
                     self._live = (conn, set(), tasks)
                     for node, link in list(self.links.items()):
                         self._attach(node, link)
+                    tasks.append(asyncio.create_task(tick_links(self.links,
+                                                                self.bridge.cfg.heartbeat)))
                     conn.resume_reading()        # paused by connect() until now
                     if self.mq.shard:       # devices a reload changed while connecting
                         # (after resume_reading: the acknowledgements are read too)

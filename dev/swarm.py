@@ -38,6 +38,10 @@ import time
 
 import edgebus
 from bridge.links import Backoff
+try:
+    from bridge.links import tick_links
+except ImportError:      # a baseline tree (the bench's) from before shared tickers
+    tick_links = None
 from edgebus.compat import wait_for
 from edgebus.link.link import Link
 from edgebus.link.mqtt import MqttTransport
@@ -200,6 +204,14 @@ class Worker:
             self.devices.append(Device(node_name(a.prefix, i), (host, int(port)), a.rate,
                                        a.spool, a.heartbeat, start, self.hist))
         self.tasks = []
+        # One ticker for the process's links where the Link lets its owner
+        # tick (a baseline tree's may not): the simulator's own cost, not a
+        # device's, which has one link and its own ticker.
+        self.links = {d.node: d.link for d in self.devices
+                      if tick_links is not None and hasattr(d.link, "ticks")}
+        for link in self.links.values():
+            link.ticks = False
+        self.heartbeat = a.heartbeat
 
     async def _start(self, d):
         await asyncio.sleep(max(0.0, d.start_at - time.time()))
@@ -228,6 +240,8 @@ class Worker:
         loop = asyncio.get_running_loop()
         starts = [asyncio.create_task(self._start(d)) for d in self.devices]
         watch = asyncio.create_task(self._watch())
+        ticker = asyncio.create_task(tick_links(self.links, self.heartbeat) if self.links
+                                     else asyncio.sleep(0))
         sys.stdout.write("ready %d\n" % len(self.devices))
         sys.stdout.flush()
         while True:
@@ -255,7 +269,7 @@ class Worker:
                 _say({"devices": [d.summary() for d in self.devices], "ack_ms": self.hist})
             else:
                 _say({"error": "unknown command %r" % cmd[0]})
-        for t in starts + [watch]:
+        for t in starts + [watch, ticker]:
             t.cancel()
         await asyncio.gather(*[d.link.close("swarm done") for d in self.devices],
                              return_exceptions=True)

@@ -6,7 +6,10 @@ One backend per runtime, whichever this build has:
 - ``cryptolib`` with ECB only (the unix port from PyPI): the counter blocks
   encrypted with ECB in one call and XORed in as big integers (C speed; a
   Python loop over the bytes costs ~10x more);
-- ``cryptography`` on CPython (a maintained library, not our own AES).
+- ``cryptography`` on CPython (a maintained library, not our own AES): the
+  same counter blocks through one ECB context per session key, which is 3x
+  cheaper per frame than a CTR cipher made per frame (1.9 against 5.8 us for a
+  reading), and a bridge does that for every frame of thousands of devices.
 None of them: ``BACKEND`` is None and the seal can only authenticate
 (``seal="mac"``); a link asked to encrypt says so when it is made.
 
@@ -34,9 +37,13 @@ else:
 
 
 def key(k):
-    """What ``ctr`` takes for the 16-byte key ``k``: the key itself, or (ECB)
-    the cipher with its key schedule, made once per session."""
-    return cryptolib.aes(k, 1) if BACKEND == "cryptolib-ecb" else k
+    """What ``ctr`` takes for the 16-byte key ``k``: the key itself (CTR), or
+    the ECB encryption of blocks with its key schedule, made once per session."""
+    if BACKEND == "cryptolib-ecb":
+        return cryptolib.aes(k, 1).encrypt
+    if BACKEND == "cryptography":
+        return Cipher(algorithms.AES(k), modes.ECB()).encryptor().update
+    return k
 
 
 def _iv(c):
@@ -51,15 +58,12 @@ def ctr(k, c, data):
     n = len(data)
     if not n:
         return b""
-    if BACKEND == "cryptography":
-        e = Cipher(algorithms.AES(k), modes.CTR(_iv(c))).encryptor()
-        return e.update(data) + e.finalize()
     if BACKEND == "cryptolib-ctr":
         return cryptolib.aes(k, 6, _iv(c)).encrypt(data)
     blocks = bytearray(_iv(c) * ((n + 15) >> 4))
     for i in range(1, len(blocks) >> 4):
         blocks[(i << 4) + 14] = i >> 8    # frames are < 64 KiB: two bytes of block number
         blocks[(i << 4) + 15] = i & 0xFF
-    s = k.encrypt(blocks)
+    s = k(blocks)
     x = int.from_bytes(data, "big") ^ int.from_bytes(memoryview(s)[:n], "big")
     return x.to_bytes(n, "big")

@@ -81,12 +81,11 @@ class Link:
         self.peer_sid = None
         self.generation = None
         self.status = wire.DOWN
+        self.ticks = True         # run() ticks; False: the owner calls tick() (many links)
         # Rules: as given, then resolved for the peer's node per session.
         self._key, self._hkey = key, None    # as given; this handshake's (handshake.key_for)
         self._rule_src = (exports, imports, export_calls, import_calls)
-        self._local_only = []
-        for p in local_only:
-            self._local_only.append(topic.pattern(p, bus.s_wild, bus.m_wild)[1])
+        self._local_only = [topic.pattern(p, bus.s_wild, bus.m_wild)[1] for p in local_only]
         self._node_rules = False  # do the export rules name {node}?
         for r in exports:
             for x in r[:2]:
@@ -367,7 +366,7 @@ class Link:
             self._hello_wait = 0
             handshake.hello(self)
         writer = compat.asyncio.create_task(self._writer(transport))
-        ticker = compat.asyncio.create_task(self._ticker())
+        ticker = compat.asyncio.create_task(self._ticker()) if self.ticks else None
         try:
             while True:
                 bodies = await transport.recv()
@@ -383,7 +382,8 @@ class Link:
                     self._wake.set()
         finally:
             writer.cancel()
-            ticker.cancel()
+            if ticker is not None:
+                ticker.cancel()
             self._transport = None
             self.end_session("transport closed")
             self.publish_status()

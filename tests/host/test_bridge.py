@@ -562,3 +562,62 @@ devices = [
     assert list(one["links"]) == ["mqtt:d0042"]
     assert 'edgebus_links{state="down"} 1000.0' in text
     assert text.count("edgebus_link_up{") == 5
+
+
+def test_one_task_ticks_many_links_and_a_failing_tick_stops_none(caplog):
+    """tick_links drives the timers of links that do not tick themselves
+    (heartbeats: each side learns its round trip from PONGs); a link whose
+    tick raises is counted and logged once, and the others go on."""
+    from bridge.links import tick_links
+    from edgebus.link.link import Link
+    from edgebus.link.pipe import pair
+
+    async def main():
+        links = {}
+        for i in range(3):
+            a = Link(edgebus.Bus(), "d%d" % i, key=b"k", role="initiator", heartbeat=0.2)
+            b = Link(edgebus.Bus(), "gw", key=b"k", role="responder", heartbeat=0.2)
+            links["d%d" % i], links["gw%d" % i] = a, b
+        for link in links.values():
+            link.ticks = False
+        broken = links["d2"]
+
+        def fail():
+            raise RuntimeError("boom")
+        broken.tick = fail
+        tasks = []
+        for i in range(3):
+            ta, tb = pair()
+            tasks += [asyncio.create_task(links["d%d" % i].run(ta)),
+                      asyncio.create_task(links["gw%d" % i].run(tb))]
+        ticker = asyncio.create_task(tick_links(links, 0.2))
+        try:
+            await until(lambda: all(links[k].rtt is not None for k in ("d0", "gw0", "d1", "gw1"))
+                        and broken.counters.get("tick_errors", 0) > 3, 20)
+        finally:
+            for t in tasks + [ticker]:
+                t.cancel()
+            await asyncio.gather(*tasks, ticker, return_exceptions=True)
+        return broken
+    caplog.set_level("ERROR", "edgebus.bridge")
+    broken = asyncio.run(main())
+    assert broken.rtt is None and "boom" in broken.last_error
+    assert [r.getMessage() for r in caplog.records] == ["d2:initiator: tick failed"]
+
+
+def test_the_state_file_counts_each_new_generation(tmp_path):
+    """A link's state is a dict that tells its file when a new peer boot's
+    generation is set (the bridge saves the file soon after), and nothing
+    else it writes (rx_next moves with every frame); it loads what it saved."""
+    from bridge.links import StateFile
+    f = StateFile(str(tmp_path))
+    st = f.for_link("mqtt:a")
+    st["rx_next"] = 5
+    assert f.generations == 0
+    st["generation"] = st.get("generation", 0) + 1
+    assert f.generations == 1 and f.for_link("mqtt:a") is st
+    f.save()
+    g = StateFile(str(tmp_path))
+    assert g.for_link("mqtt:a") == {"rx_next": 5, "generation": 1} and g.generations == 0
+    g.for_link("mqtt:a")["generation"] = 2
+    assert g.generations == 1

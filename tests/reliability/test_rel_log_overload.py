@@ -25,8 +25,8 @@ KEY = b"k"
 HB = 0.4            # link timers tick every 0.1 s: a held link asks again soon
 
 
-def _appender(host, log_dir, queue_len, sync_s):
-    cfg = bridge_config.parse({"log": {"dir": log_dir, "patterns": ["dev/#"], "commit_ms": 5,
+def _appender(host, log_dir, queue_len, sync_s, patterns=("dev/#",)):
+    cfg = bridge_config.parse({"log": {"dir": log_dir, "patterns": list(patterns), "commit_ms": 5,
                                        "segment_seconds": 3600}})
     a = Appender(host, cfg, queue_len=queue_len)
     flush = a.writer.flush
@@ -189,3 +189,34 @@ def test_the_operator_is_told_when_the_log_pushes_back(tmp_path, caplog):
     text = render({"node": "gw", "uptime": 1, "bus": {"connections": 1, "retained": 0,
                                                       "dropped": 0}, "log": st, "links": {}})
     assert "log health: " in text and "%d data frames held back" % st["held"] in text, text
+
+
+def test_readings_the_log_does_not_take_are_acknowledged_too(tmp_path):
+    """A commit reads the marks of the links that delivered a logged record;
+    a durable link whose readings the log's patterns do not take (its mark
+    moves without a record) is acknowledged by the sweep over every link,
+    and one whose readings are logged is acknowledged as before."""
+    async def main():
+        host = edgebus.Bus()
+        a = _appender(host, str(tmp_path / "log"), 256, 0.001, patterns=("dev/d0/#",))
+        fleet = Fleet(host, a, 2)
+        task = asyncio.create_task(a.run())
+        fleet.spool()
+        fleet.start()
+        for _, c, _, _ in fleet.devs:
+            for k in range(30):
+                c.publish("sensor/t", {"k": k})
+        try:
+            await until(lambda: all(dl.counters.get("acked", 0) == 30
+                                    for _, _, dl, _ in fleet.devs), timeout=30)
+        finally:
+            await fleet.stop()
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            a.close()
+        return fleet
+    fleet = asyncio.run(main())
+    logged = _logged(str(tmp_path / "log"))
+    d0, d1 = fleet.devs[0], fleet.devs[1]
+    assert sorted(logged[(d0[3].link_id, d0[2].sid)]) == list(range(1, 31))
+    assert (d1[3].link_id, d1[2].sid) not in logged, logged.keys()
