@@ -92,6 +92,10 @@ def test_a_shard_takes_only_its_devices_and_reloads_them_without_a_restart(
             assert sorted(b.mqtt.subscriptions()) == [
                 "edgebus/d1/state", "edgebus/d1/up", "edgebus/d2/state", "edgebus/d2/up"]
             assert b.mqtt.stats()["subscriptions"] == 4          # on the broker too
+            # Its key can be rotated like a listed device's (it has no session yet).
+            with pytest.raises(edgebus.Failed) as e:
+                await c.call("bridge/keys/rotate", {"node": "d2"}, timeout=10)
+            assert "device offline: d2 has no session" in str(e.value.reason)
 
             # d1 out of the configuration: BYE, no link, no subscription; the
             # device is told, so it is not waiting for a liveness timeout.
