@@ -61,6 +61,11 @@ class Mqtt:
     # (`edgebus keys new`), from their first frame on: no restart, and no
     # bridge memory for a device until it comes.
     keystore: bool = False
+    # One shard of several bridges on this broker: subscribe to this bridge's
+    # devices' topics only (its list, and with keystore every node with a key
+    # file: no arrival on a first frame, a reload takes new ones), and never
+    # say "offline" on the presence topic the shards share.
+    shard: bool = False
 
 
 @dataclass
@@ -295,8 +300,12 @@ def parse(data, base_dir="."):
     if "mqtt" in top:
         m = _take(top["mqtt"], "[mqtt]", {
             "url": str, "client_id": str, "username": str, "password": str, "tls_ca": str,
-            "prefix": str, "devices": list, "mirror": list, "keystore": bool})
+            "prefix": str, "devices": list, "mirror": list, "keystore": bool, "shard": bool})
         mq = Mqtt(**{k: v for k, v in m.items() if k not in ("devices",)})
+        if mq.shard and "client_id" not in m:
+            # Shards on one broker need client ids of their own: a second
+            # client with the same id would take the connection over.
+            mq.client_id = "edgebus-bridge-" + cfg.node
         for i, d in enumerate(m.get("devices", [])):
             where = "[mqtt].devices #%d" % (i + 1)
             dd = _take(d, where, {"node": str, "key": str, "key_file": str, "seal": str})

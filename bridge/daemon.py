@@ -14,7 +14,7 @@ import sys
 import time
 
 import edgebus
-from bridge import acl, callerinfo, config as bridge_config, links, rotation, status
+from bridge import acl, callerinfo, config as bridge_config, links, reload, rotation, status
 from bridge.keystore import KeyStore
 from edgebus.compat import wait_for
 
@@ -37,8 +37,9 @@ class JsonFormatter(logging.Formatter):
 class Bridge:
     """The host bus and everything joined to it."""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, config_path=None):
         self.cfg = cfg
+        self.config_path = config_path      # read again by a reload (None: the keystore only)
         self.auth = acl.make(cfg)
         self.bus = edgebus.Bus(q_length=cfg.queue_len, authoriser=self.auth)
         self.conn = self.bus.connect(principal=("bridge", cfg.node))
@@ -127,6 +128,7 @@ class Bridge:
         self.tasks.append(asyncio.create_task(self._status_endpoint()))
         self.tasks.append(asyncio.create_task(callerinfo.serve(self)))
         self.tasks.append(asyncio.create_task(rotation.serve(self)))
+        self.tasks.append(asyncio.create_task(reload.serve(self)))
         for dev in cfg.serial:
             self.tasks.append(asyncio.create_task(links.run_serial(self, dev)))
         if self.mqtt is not None:
@@ -208,10 +210,17 @@ def main(argv=None):
         return 2
 
     async def run():
-        b = Bridge(cfg)
+        b = Bridge(cfg, args.config)
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, b.stop)
+        reloads = set()          # the event loop keeps only weak references to tasks
+
+        def hup():
+            t = asyncio.ensure_future(reload.on_signal(b))
+            reloads.add(t)
+            t.add_done_callback(reloads.discard)
+        loop.add_signal_handler(signal.SIGHUP, hup)
         if await b.run():
             # asyncio.run() would wait for the stuck tasks forever; the log is
             # sealed and the state saved, so leave now, and say so in the status.

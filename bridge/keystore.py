@@ -40,6 +40,14 @@ class KeyStore:
             raise KeyStoreError("node id %r cannot name a key file" % (node,))
         return os.path.join(self.path, node + ".json")
 
+    def nodes(self):
+        """The nodes with a key file, sorted (none when the directory is missing)."""
+        try:
+            names = os.listdir(self.path)
+        except FileNotFoundError:
+            return []
+        return sorted(f[:-5] for f in names if f.endswith(".json") and not f.startswith("."))
+
     def read(self, node):
         """node's record, or None when it has no file; KeyStoreError for a
         file that is not a valid record."""

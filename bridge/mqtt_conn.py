@@ -30,20 +30,35 @@ from edgebus.compat import wait_for
 # PUBLISH packets handled per event-loop turn at most, so that the links
 # (and everything else on the loop) run between large reads.
 READ_BATCH = 1024
+# Topics per SUBSCRIBE or UNSUBSCRIBE packet: a shard's thousands of device
+# topics go in a few packets of ~15 KB each, acknowledged one by one.
+SUB_BATCH = 500
 
 
 class MqttError(OSError):
     """The broker refused or broke the connection."""
 
 
+class _Acks:
+    """The packets of one (un)subscription: ``done(refused topics)`` is called
+    once the broker acknowledged them all."""
+
+    def __init__(self, done):
+        self.mids = set()
+        self.refused = []
+        self.done = done
+
+
 class Connection:
     """One broker connection; open it with :func:`connect`. Subscriptions are
-    made in paho's on_connect, so a connection is only handed out subscribed."""
+    made in paho's on_connect, so a connection is only handed out subscribed;
+    :meth:`subscribe` and :meth:`unsubscribe` change them while it runs."""
 
     def __init__(self, client_id, on_message, topics, keepalive, will=None):
         self.loop = asyncio.get_running_loop()
         self.on_message = on_message
-        self.topics = list(topics)
+        self.topics = set(topics)        # subscribed (or being subscribed) now
+        self._acks = {}                  # packet id -> its _Acks
         self.closed = self.loop.create_future()   # result: why it ended (None: by us)
         self.ready = self.loop.create_future()    # CONNACK and SUBACK both accepted
         self.received = 0                # PUBLISH packets handed to on_message
@@ -60,6 +75,7 @@ class Connection:
         self.keepalive = keepalive
         c.on_connect = self._on_connect
         c.on_subscribe = self._on_subscribe
+        c.on_unsubscribe = self._on_subscribe    # UNSUBACK: the same bookkeeping
         c.on_message = self._on_message
         c.on_disconnect = self._on_disconnect
         if will is not None:             # (topic, payload): retained, QoS 0
@@ -72,18 +88,44 @@ class Connection:
             return
         # (Re)subscribe on every CONNACK: with a clean session the broker
         # keeps no subscriptions of ours across connections.
-        rc, _ = client.subscribe([(t, 0) for t in self.topics])
-        if rc != paho.MQTT_ERR_SUCCESS:
-            self._end(MqttError("subscribe failed: %s" % paho.error_string(rc)))
+        try:
+            self._send(False, sorted(self.topics), self._subscribed)
+        except MqttError as e:
+            self._end(e)
 
-    def _on_subscribe(self, client, userdata, mid, reasons, properties):
-        bad = [t for t, r in zip(self.topics, reasons) if r.is_failure]
-        if bad:
-            self._end(MqttError("broker refused a subscription to %s" % ", ".join(bad)))
+    def _subscribed(self, refused):
+        if refused:
+            self._end(MqttError("broker refused a subscription to %s" % ", ".join(refused)))
         elif not self.ready.done():
             # Hold the frames until the caller has somewhere to put them.
             self.pause_reading()
             self.ready.set_result(None)
+
+    def _send(self, unsub, topics, done):
+        """(UN)SUBSCRIBE topics (QoS 0) in packets of SUB_BATCH; done(refused)
+        once every packet is acknowledged."""
+        acks = _Acks(done)
+        if not topics:
+            done([])
+            return
+        c = self.client
+        for i in range(0, len(topics), SUB_BATCH):
+            batch = topics[i:i + SUB_BATCH]
+            rc, mid = c.unsubscribe(batch) if unsub else c.subscribe([(t, 0) for t in batch])
+            if rc != paho.MQTT_ERR_SUCCESS:
+                raise MqttError("%s failed: %s" % ("unsubscribe" if unsub else "subscribe",
+                                                   paho.error_string(rc)))
+            acks.mids.add(mid)
+            self._acks[mid] = (acks, batch)
+
+    def _on_subscribe(self, client, userdata, mid, reasons, properties):
+        acks, batch = self._acks.pop(mid, (None, None))
+        if acks is None:
+            return
+        acks.refused += [t for t, r in zip(batch, reasons) if r.is_failure]
+        acks.mids.discard(mid)
+        if not acks.mids:
+            acks.done(acks.refused)
 
     def _on_message(self, client, userdata, msg):
         self.received += 1
@@ -195,6 +237,27 @@ class Connection:
             self.reading = True
             # TLS may hold decrypted bytes the selector cannot see.
             self.loop.call_soon(self._readable)
+
+    async def subscribe(self, topics):
+        """Subscribe to more topics now; the ones the broker refused."""
+        self.topics.update(topics)
+        return await self._change(False, topics)
+
+    async def unsubscribe(self, topics):
+        """Drop subscriptions; returns once the broker acknowledged it."""
+        self.topics.difference_update(topics)
+        await self._change(True, topics)
+
+    async def _change(self, unsub, topics):
+        if self.closed.done():
+            raise MqttError("MQTT connection closed")
+        fut = self.loop.create_future()
+        self._send(unsub, sorted(topics), lambda refused: fut.done() or fut.set_result(refused))
+        # The connection may end first: then the next one subscribes afresh.
+        await asyncio.wait([fut, self.closed], return_when=asyncio.FIRST_COMPLETED)
+        if not fut.done():
+            raise MqttError("MQTT connection closed")
+        return fut.result()
 
     def close(self, goodbye=None):
         """DISCONNECT and close (the broker then drops our last will).

@@ -103,6 +103,11 @@ class _DeviceTransport:
         if not self.closed:
             self.closed = True
             self.ready.set()
+        full = self.full
+        if self in full:          # its link reads no more: it must not hold the others
+            full.discard(self)
+            if not full:
+                self.conn.resume_reading()
 
     def stats(self):
         return self.frames.stats()
@@ -129,17 +134,35 @@ class MqttLinks:
         self.connects = 0
         self.unknown = 0
         self._live = None        # while connected: (connection, full set, link tasks)
-        for node, key in mq.keys.items():
-            self._add(node, key)
+        self.devices = {}        # node -> (key, seal) its link was made with
+        for node, entry in self.wanted(mq).items():
+            self._add(node, *entry)
 
-    def _add(self, node, key):
+    def wanted(self, mq):
+        """{node: (key, seal)}: the devices ``mq`` gives this bridge: its
+        list and, with the keystore on, in a shard every node with a key file,
+        else the nodes that arrived (linked on their first frame) while their
+        key file lasts."""
+        want = {n: (k, mq.seals.get(n)) for n, k in mq.keys.items()}
+        if mq.keystore:
+            held = self.bridge.keystore.nodes()
+            # The mode is the running one's: a reload does not change it.
+            for n in held if self.mq.shard else set(self.links) & set(held):
+                want.setdefault(n, (None, None))
+        for n in [n for n in want if "+" in n or "#" in n]:
+            # In a topic it would be a wildcard: every device's frames.
+            log.error("mqtt: node id %r has an MQTT wildcard (+ or #): not linked", n)
+            del want[n]
+        return want
+
+    def _add(self, node, key, seal=None):
         """The Link of device ``node`` (its key: the keystore's, else ``key``)."""
         link_id = "mqtt:" + node
         b = self.bridge
         link = self.links[node] = Link(b.bus, b.cfg.node, key=b.keystore.source(node, key),
                                        role="responder", link_id=link_id, peer=node,
                                        heartbeat=b.cfg.heartbeat,
-                                       seal=b.cfg.seal_for("mqtt", self.mq.seals.get(node)),
+                                       seal=b.cfg.seal_for("mqtt", seal),
                                        state=b.state.for_link(link_id), **b.durability(),
                                        **device_rules(b.cfg.relay_calls))
         link.ticks = False        # _links_forever ticks them all from one task
@@ -148,7 +171,79 @@ class MqttLinks:
         # at 5,000 devices. A change of state still goes out at once.
         link.status_every = STATUS_EVERY
         b.links[link_id] = link
+        self.devices[node] = (key, seal)
         return link
+
+    def _topics(self, nodes):
+        """The topics a shard subscribes to for ``nodes``."""
+        p = self.mq.prefix
+        return [t for n in nodes for t in ("%s/%s/up" % (p, n), "%s/%s/state" % (p, n))]
+
+    def subscriptions(self):
+        """What this bridge subscribes to: its devices' topics (a shard) or all."""
+        p = self.mq.prefix
+        return self._topics(self.links) if self.mq.shard else [p + "/+/up", p + "/+/state"]
+
+    async def update(self, mq):
+        """Apply ``mq``, a reloaded [mqtt] (the same url, prefix and mode):
+        links for new devices, BYE and no link for removed ones, a new link
+        for one whose key or seal changed. Returns {"added", "removed",
+        "changed"}: node lists."""
+        want = self.wanted(mq)
+        old = self.devices
+        gone = [n for n in old if n not in want or want[n] != old[n]]
+        new = [n for n in want if n not in old or want[n] != old[n]]
+        changed = sorted(set(gone) & set(new))
+        self.mq.keys, self.mq.seals, self.mq.keystore = mq.keys, mq.seals, mq.keystore
+        live = self._live
+        await asyncio.gather(*(self._drop(n, "changed" if n in changed else "released")
+                               for n in gone))
+        if live is not None and self.mq.shard and gone:
+            await self._resubscribe(live[0], self._topics(gone), True)
+        for n in new:
+            link = self._add(n, *want[n])
+            if self._live is not None:
+                self._attach(n, link)
+            if n not in changed:
+                log.info("mqtt: %s linked (added)", n)
+        live = self._live
+        if live is not None and self.mq.shard and new:
+            await self._resubscribe(live[0], self._topics(new), False)
+            try:     # devices still waiting for an answer to their HELLO say it again now
+                await live[0].publish(self.presence, b"online", retain=True)
+            except OSError:
+                pass     # the connection ended: the next one says it
+        if gone or new:
+            self.bridge.state.save()
+        return {"added": sorted(set(new) - set(changed)), "removed": sorted(set(gone) - set(changed)),
+                "changed": changed}
+
+    async def _resubscribe(self, conn, topics, unsub):
+        try:
+            if unsub:
+                await conn.unsubscribe(topics)
+            else:
+                refused = await conn.subscribe(topics)
+                if refused:
+                    log.error("mqtt: the broker refused a subscription to %s: those devices "
+                              "get no session here", ", ".join(refused))
+        except OSError:
+            pass     # the connection ended: the next one subscribes to what is wanted then
+
+    async def _drop(self, node, why):
+        """End device ``node``'s session with a BYE and forget its link (its
+        peer state stays in the state file, for when it comes back)."""
+        link = self.links.pop(node)
+        del self.devices[node]
+        self.bridge.links.pop(link.link_id, None)
+        t = self.transports.pop(node, None)
+        if t is not None:
+            self._up.pop("%s/%s/up" % (self.mq.prefix, node), None)
+        up = link.status == "up"
+        await link.close("device moved off this bridge" if why == "released"
+                         else "device re-linked")
+        log.info("mqtt: %s %s", node, "re-linked (its key or seal changed)" if why != "released"
+                 else "released (removed): %s, link dropped" % ("BYE sent" if up else "no session"))
 
     def _attach(self, node, link):
         """Run ``link`` over the live connection: its transport and task."""
@@ -157,6 +252,7 @@ class MqttLinks:
         t = _DeviceTransport(conn, "%s/%s/down" % (p, node), link.max_len, full)
         self.transports[node] = t
         self._up["%s/%s/up" % (p, node)] = t
+        tasks[:] = [x for x in tasks if not x.done()]   # released devices' runs
         tasks.append(asyncio.create_task(link.run(t)))
         return t
 
@@ -171,7 +267,7 @@ class MqttLinks:
         except KeyStoreError:      # a name that cannot be a key file, or a bad file
             return None
         log.info("mqtt: %s has a key in the keystore: linking it", node)
-        return self._attach(node, self._add(node, None))
+        return self._attach(node, self._add(node, None, None))
 
     def _tls(self):
         return ssl.create_default_context(cafile=self.mq.tls_ca) if self.tls else None
@@ -189,16 +285,19 @@ class MqttLinks:
 
     async def _links_forever(self):
         backoff = Backoff()
-        p = self.mq.prefix
+        # Shards share the broker's presence topic: one going must not say
+        # "offline" to every shard's devices (they find a gone bridge by
+        # their liveness timeout instead).
+        bye = None if self.mq.shard else (self.presence, b"offline")
         while not self.bridge.stopping:
             conn = None
             try:
                 # Subscribed in paho's on_connect: connect() returns once the
                 # broker accepted both the client and the subscriptions.
                 conn = await mqtt_conn.connect(self.host, self.port, self.mq.client_id,
-                                               self._on_message, (p + "/+/up", p + "/+/state"),
+                                               self._on_message, self.subscriptions(),
                                                self.mq.username, self.mq.password, self._tls(),
-                                               keepalive=30, will=(self.presence, b"offline"))
+                                               keepalive=30, will=bye)
                 tasks = []
                 try:
                     self.connected = True
@@ -211,6 +310,11 @@ class MqttLinks:
                     tasks.append(asyncio.create_task(tick_links(self.links,
                                                                 self.bridge.cfg.heartbeat)))
                     conn.resume_reading()        # paused by connect() until now
+                    if self.mq.shard:       # devices a reload changed while connecting
+                        # (after resume_reading: the acknowledgements are read too)
+                        want = set(self.subscriptions())
+                        await self._resubscribe(conn, list(conn.topics - want), True)
+                        await self._resubscribe(conn, list(want - conn.topics), False)
                     # Subscribed and reading: the devices may come (back) now.
                     await conn.publish(self.presence, b"online", retain=True)
                     why = await conn.closed
@@ -233,7 +337,7 @@ class MqttLinks:
                 if conn is not None:
                     # Leaving with the connection up (a stop): say "offline"
                     # ourselves, as a clean DISCONNECT drops the last will.
-                    conn.close(goodbye=(self.presence, b"offline"))
+                    conn.close(goodbye=bye)
             self.connected = False
             self.bridge.state.save()
             await self.bridge.sleep(backoff.next())
@@ -326,4 +430,6 @@ class MqttLinks:
 
     def stats(self):
         return {"connected": self.connected, "connects": self.connects,
-                "unknown_devices": self.unknown}
+                "unknown_devices": self.unknown, "devices": len(self.links),
+                "shard": self.mq.shard,
+                "subscriptions": len(self._live[0].topics) if self._live else 0}

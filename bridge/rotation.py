@@ -73,11 +73,12 @@ async def rotate(bridge, node, grace, timeout):
     """Rotate node's key; the outcome as a dict, or Refused."""
     store = bridge.keystore
     devices = {d.node: d.key for d in bridge.cfg.serial}
-    if bridge.cfg.mqtt is not None:
+    if bridge.mqtt is not None:
+        devices.update(dict.fromkeys(bridge.mqtt.links))   # also those the keystore holds
         devices.update(bridge.cfg.mqtt.keys)
     if node not in devices:
-        raise Refused("unknown node %r: not a device of this bridge ([[serial]] or "
-                      "[mqtt].devices)" % node)
+        raise Refused("unknown node %r: not a device of this bridge ([[serial]], "
+                      "[mqtt].devices, or a key file it has linked)" % node)
     held = (await _ask(bridge, node, None, timeout)).get("kid")
     try:
         if store.read(node) is None:     # the configuration's key: the keystore takes over

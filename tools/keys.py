@@ -142,16 +142,15 @@ def new(args):
         print("the device's config.json needs \"key\": \"%s\" (or run again with "
               "--device-config FILE --force)" % key)
     print("then list %s in the bridge's configuration ([[serial]] or [mqtt].devices, no key "
-          "needed there: the keystore holds it) and restart the bridge" % args.node)
+          "needed there: the keystore holds it) and reload the bridge (edgebus devices reload), "
+          "unless [mqtt] keystore = true takes it as it is" % args.node)
 
 
 def listing(args):
     store = _store(args)
     now = time.time()
     rows = []
-    names = sorted(f[:-5] for f in os.listdir(store.path) if f.endswith(".json")) \
-        if os.path.isdir(store.path) else []
-    for node in names:
+    for node in store.nodes():
         try:
             rec = store.read(node)
         except KeyStoreError as e:

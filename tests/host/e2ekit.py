@@ -1,5 +1,5 @@
 """Helpers shared by the end-to-end tests that run devices, bridges and the
-ingest job (test_e2e_fleet_spark.py, test_e2e_failover.py)."""
+ingest job (test_e2e_fleet_spark.py, test_e2e_failover.py, test_e2e_shard.py)."""
 import argparse
 import json
 import time
@@ -28,6 +28,26 @@ def ingest_once(spark, log, table, ckpt):
     q = job.start(spark, args)
     q.awaitTermination()
     assert q.exception() is None
+
+
+def once_each(rows, summary, nodes):
+    """Assert that the table (rows with peer_node, peer_sid, seq; summary:
+    ingest.report.summarize's) holds one history per device of ``nodes``,
+    whatever gateway carried each reading: every number from 1 to the last
+    exactly once, no hole and no copy, no gap. Returns {node: its
+    sequenced rows}."""
+    sessions = {s["peer_node"]: s for s in summary["sessions"]}
+    assert sorted(sessions) == sorted(nodes) and len(summary["sessions"]) == len(nodes)
+    out = {}
+    for n in nodes:
+        mine = out[n] = [r for r in rows if r["peer_node"] == n and r["seq"] is not None]
+        assert {r["peer_sid"] for r in mine} == {sessions[n]["peer_sid"]}
+        seqs = sorted(r["seq"] for r in mine)
+        assert seqs == list(range(1, seqs[-1] + 1)), \
+            (n, sorted(set(range(1, seqs[-1] + 1)) - set(seqs)))
+        s = sessions[n]
+        assert not s["gaps"] and s["missing"] == 0, (n, s)
+    return out
 
 
 def past(log_dir, nodes, floor, by):
