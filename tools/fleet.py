@@ -277,6 +277,10 @@ def run(args):
                       journal=args.journal, config=parse_sets(args.set))
     except (boards.BoardError, ValueError) as e:
         raise SystemExit("edgebus fleet: %s" % e)
+    # Before anything is printed: a caller that read "Ctrl-C stops the fleet"
+    # may send SIGTERM at once, which must stop the devices, not kill us.
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
     fleet.start()
     frag = bridge_toml(fleet.bridge_config(broker))
     if args.config_out:
@@ -289,8 +293,6 @@ def run(args):
                                                    fleet.out))
     print("join them with edgebus-bridge using:\n\n" + frag)
     print("Ctrl-C stops the fleet. A device that exits is started again.", flush=True)
-    stop = []
-    signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
     seen = 0
     try:
         while not stop:
