@@ -70,6 +70,11 @@ class BridgeCollector:
                                   value=b.get("overflows", 0))
         yield GaugeMetricFamily("edgebus_bus_retained", "retained topics on the host bus",
                                 value=b["retained"])
+        mq = st.get("mqtt")
+        if mq and mq.get("broker_dropped") is not None:
+            yield CounterMetricFamily("edgebus_broker_dropped",
+                                      "messages the MQTT broker dropped (its queues full) since "
+                                      "the bridge connected", value=mq["broker_dropped"])
         lg = st.get("log")
         if lg:
             yield CounterMetricFamily("edgebus_log_appended", "records appended to the log",

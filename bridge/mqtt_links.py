@@ -16,6 +16,7 @@ import asyncio
 import json
 import logging
 import ssl
+import time
 from urllib.parse import urlparse
 
 import aiomqtt
@@ -40,6 +41,14 @@ HIGH = 1024
 LIMIT = 16384
 # Seconds between a device link's status publications while only its counters move.
 STATUS_EVERY = 10.0
+# Mosquitto's count of the messages it dropped, for queues past their limits
+# (max_queued_messages: QoS 0 messages to a client that reads too slowly,
+# such as a bridge behind on a fleet's frames). Frames lost there are lost
+# to the links too (retransmissions, a handshake retried), so the bridge says
+# so. A broker without it (or refusing $SYS) leaves the figure out.
+BROKER_DROPPED = "$SYS/broker/publish/messages/dropped"
+# The warning about it: at most this often.
+WARN_EVERY = 10.0
 
 
 class _DeviceTransport:
@@ -133,6 +142,9 @@ class MqttLinks:
         self.connected = False
         self.connects = 0
         self.unknown = 0
+        self.broker_dropped = None   # what the broker dropped since we connected; None: not told
+        self._dropped_base = None    # the broker's count when we connected (it counts from its start)
+        self._warned = (float("-inf"), 0)   # (when, broker_dropped) at the last warning
         self._live = None        # while connected: (connection, full set, link tasks)
         self.devices = {}        # node -> (key, seal) its link was made with
         for node, entry in self.wanted(mq).items():
@@ -315,6 +327,8 @@ class MqttLinks:
                         want = set(self.subscriptions())
                         await self._resubscribe(conn, list(conn.topics - want), True)
                         await self._resubscribe(conn, list(want - conn.topics), False)
+                    self._dropped_base = None
+                    tasks.append(asyncio.create_task(self._watch_broker(conn)))
                     # Subscribed and reading: the devices may come (back) now.
                     await conn.publish(self.presence, b"online", retain=True)
                     why = await conn.closed
@@ -342,10 +356,39 @@ class MqttLinks:
             self.bridge.state.save()
             await self.bridge.sleep(backoff.next())
 
+    async def _watch_broker(self, conn):
+        """Best effort: the broker's dropped-message count (BROKER_DROPPED)."""
+        try:
+            await conn.subscribe([BROKER_DROPPED])
+        except OSError:
+            pass     # the connection ended; a refusal is an answer too (no figure)
+
+    def _broker_dropped(self, payload):
+        try:
+            n = int(payload)
+        except ValueError:
+            return
+        if self._dropped_base is None or n < self._dropped_base:   # new connection or broker
+            self._dropped_base = n - (self.broker_dropped or 0)
+        self.broker_dropped = n - self._dropped_base
+        now = time.monotonic()
+        t, seen = self._warned
+        if self.broker_dropped > seen and now - t >= WARN_EVERY:
+            log.warning("mqtt: the broker dropped %d message(s) since the last warning (%d in "
+                        "all): its queue for a slow client was full. Device frames lost there "
+                        "come again (retransmissions, handshakes retried) at a cost; for a "
+                        "fleet give the broker room (mosquitto: max_queued_messages, README "
+                        "\"Running 10,000 devices\")", self.broker_dropped - seen,
+                        self.broker_dropped)
+            self._warned = (now, self.broker_dropped)
+
     def _on_message(self, topic, payload):
         t = self._up.get(topic)
         if t is not None:        # the hot path: a frame from a known device
             t.deliver(payload)
+            return
+        if topic == BROKER_DROPPED:
+            self._broker_dropped(payload)
             return
         parts = topic.split("/")
         if len(parts) != 3:
@@ -431,5 +474,6 @@ class MqttLinks:
     def stats(self):
         return {"connected": self.connected, "connects": self.connects,
                 "unknown_devices": self.unknown, "devices": len(self.links),
+                "broker_dropped": self.broker_dropped,
                 "shard": self.mq.shard,
                 "subscriptions": len(self._live[0].topics) if self._live else 0}

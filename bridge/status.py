@@ -109,6 +109,12 @@ def render(st):
                      "frames held back so far" % (
                          lg["state"].upper() if lg["state"] != "ok" else "ok", lg["queued"],
                          lg["queue_len"], lg["high_water"], lg["held"]))
+    mq = st.get("mqtt")
+    if mq:
+        L.append("mqtt: %s, %d device(s)%s, %d unknown device(s) refused, broker dropped %s" % (
+            "connected" if mq["connected"] else "NOT CONNECTED", mq.get("devices", 0),
+            " (shard)" if mq.get("shard") else "", mq["unknown_devices"],
+            "?" if mq.get("broker_dropped") is None else mq["broker_dropped"]))
     f = st.get("fleet")
     if f:
         c = f["counters"]

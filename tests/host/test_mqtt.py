@@ -253,3 +253,53 @@ def test_a_device_provisioned_into_the_keystore_links_without_a_restart(tmp_path
         b.stop()
         await task
     asyncio.run(main())
+
+
+def test_the_bridge_reports_messages_the_broker_dropped(tmp_path, caplog):
+    """Mosquitto drops QoS 0 messages to a client that does not read past
+    max_queued_messages; frames lost there cost the links retransmissions
+    and handshakes, so the bridge reads the broker's count ($SYS) and says so:
+    in its stats (status, /metrics) and in a warning naming the setting."""
+    import socket
+    from bridge.status import render
+    caplog.set_level("WARNING", "edgebus.bridge")
+    with Mosquitto(options=["max_queued_messages 5", "sys_interval 1"]) as broker:
+        # A subscriber that never reads: its socket fills, then the broker drops.
+        sink = socket.create_connection(("127.0.0.1", broker.port))
+        sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        cid = b"slow-sink"
+        sink.sendall(b"\x10" + bytes([12 + len(cid)]) + b"\x00\x04MQTT\x04\x02\x00\x3c"
+                     + len(cid).to_bytes(2, "big") + cid)          # CONNECT, clean session
+        assert sink.recv(4)[:2] == b"\x20\x02"                      # CONNACK
+        sink.sendall(b"\x82\x08\x00\x01\x00\x03s/x\x00")           # SUBSCRIBE s/x QoS 0
+        assert sink.recv(5)[:1] == b"\x90"                          # SUBACK
+        cfg = bridge_config.parse({"bridge": {"state_dir": str(tmp_path / "state"),
+                                              "socket": str(tmp_path / "b.sock")},
+                                   "mqtt": {"url": "mqtt://127.0.0.1:%d" % broker.port,
+                                            "devices": []}})
+
+        async def main():
+            b = Bridge(cfg)
+            task = asyncio.create_task(b.run())
+            try:
+                await until(lambda: b.mqtt.connected and b.mqtt.broker_dropped is not None, 15)
+                pub = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="flood")
+                pub.connect("127.0.0.1", broker.port)
+                pub.loop_start()
+                try:
+                    for _ in range(400):
+                        pub.publish("s/x", bytes(65536))
+                    await until(lambda: (b.mqtt.broker_dropped or 0) > 0, 20)
+                finally:
+                    pub.disconnect()
+                    pub.loop_stop()
+                return b.stats()
+            finally:
+                b.stop()
+                await task
+        st = asyncio.run(main())
+        sink.close()
+    assert st["mqtt"]["broker_dropped"] > 0
+    assert "broker dropped %d" % st["mqtt"]["broker_dropped"] in render(st)
+    warned = [r.getMessage() for r in caplog.records if "broker dropped" in r.getMessage()]
+    assert warned and "max_queued_messages" in warned[0], warned
