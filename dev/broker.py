@@ -24,9 +24,10 @@ class Mosquitto:
     """A mosquitto process listening on 127.0.0.1:port only; stop() and start()
     again keep the same port, so clients can be tested across a broker restart."""
 
-    def __init__(self, port=None, tls=None):
+    def __init__(self, port=None, tls=None, options=()):
         """tls: {"ca", "cert", "key"} file paths: the listener speaks TLS only,
-        with that server certificate (clients verify it against ca)."""
+        with that server certificate (clients verify it against ca).
+        options: more mosquitto.conf lines (e.g. "sys_interval 1")."""
         self.port = port or free_port()
         self.dir = tempfile.mkdtemp(prefix="edgebus-mosquitto-")
         self.conf = os.path.join(self.dir, "mosquitto.conf")
@@ -38,6 +39,7 @@ class Mosquitto:
         with open(self.conf, "w") as f:
             f.write("listener %d 127.0.0.1\nallow_anonymous true\npersistence false\n"
                     "log_dest stderr\nset_tcp_nodelay true\n" % self.port)
+            f.write("".join(line + "\n" for line in options))
             if tls:
                 f.write("cafile %s\ncertfile %s\nkeyfile %s\n" % tuple(
                     self._readable(tls[k]) for k in ("ca", "cert", "key")))

@@ -694,9 +694,18 @@ def _swarm_section(sw):
         lambda f: _ms_pair(f.get("ack_after_p50_ms"), f.get("ack_after_p99_ms")))
     row("ACK p50 / p99, ms (readings published with none: spooled)",
         lambda f: _ms_pair(f["ack_spooled_p50_ms"], f["ack_spooled_p99_ms"]))
-    row("bridge CPU, share of one core", lambda f: "%.0f%%" % (100 * f["bridge_core_share"]))
+    row("CPU, share of one core: the bridge / the devices' processes / mosquitto",
+        lambda f: " / ".join("–" if f.get(k) is None else "%.0f%%" % (100 * f[k]) for k in (
+            "bridge_core_share", "devices_core_share", "broker_core_share")))
+    row("the machine's cores busy (all processes)",
+        lambda f: "–" if f.get("machine_busy") is None else "%.0f%%" % (100 * f["machine_busy"]))
+    row("bridge RSS per device: configured / with its session up",
+        lambda f: "–" if f.get("rss_per_device_kib") is None else "%s / %s KiB" % (
+            _f(f["rss_per_configured_kib"]), _f(f["rss_per_device_kib"])))
     row("bridge peak RSS", lambda f: _f(f["bridge_peak_rss_mib"], " MiB"))
     row("group commits/s (the log's sync points)", lambda f: _f(f["commits_per_s"]))
+    row("messages mosquitto dropped (its queues past their limits)",
+        lambda f: "–" if f.get("broker_dropped") is None else _f(f["broker_dropped"]))
     row("records the log's subscription dropped / gaps the links counted",
         lambda f: "%s / %s" % (_f(f["log_dropped"]), _f(f["gaps"])))
     if any(f.get("ramp_s") == 0 for _, _, f in cols):

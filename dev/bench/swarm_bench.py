@@ -28,7 +28,7 @@ import time
 import urllib.request
 
 from dev.broker import Mosquitto, free_port
-from dev.presence import BridgeProcess
+from dev.presence import BridgeProcess, retained
 from dev.swarm import DEFAULT_SPOOL, Swarm, check, figures
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -42,6 +42,13 @@ FULL = [("3,000 devices, 30 s outage", 3000, 30.0, 20.0, 1.0, None),
 SMOKE = [("30 devices, 3 s outage", 30, 3.0, 2.0, 1.0, None),
          ("50 devices steady", 50, 0.0, 3.0, 1.0, None),
          ("100 devices started at once, 0.2/s", 100, 0.0, 2.0, 0.2, 0)]
+
+
+# The broker as docs/bridge.md configures it for a fleet: mosquitto drops QoS 0
+# messages to a client past max_queued_messages (1,000 by default), and the
+# bridge is one client for every device's frames. $SYS every second: its count
+# of dropped messages is fresh at the end of a trial.
+BROKER = ["max_queued_messages 100000", "sys_interval 1"]
 
 
 def _proc(pid):
@@ -88,6 +95,34 @@ def _log_figures(port):
     return out
 
 
+def _started(work, tree, metrics, broker_port, devices=None):
+    """A bridge with its log (in ``work``) for the ``[mqtt]`` fragment
+    ``devices`` (None: no device), once its socket is there."""
+    os.makedirs(work, exist_ok=True)
+    toml = os.path.join(work, "bridge.toml")
+    with open(toml, "w") as f:
+        f.write('[bridge]\nnode = "gw"\nstate_dir = "%s"\nsocket = "%s"\n'
+                'metrics = "127.0.0.1:%d"\n[log]\ndir = "%s"\npatterns = ["dev/#"]\n\n%s'
+                % (os.path.join(work, "state"), os.path.join(work, "bridge.sock"), metrics,
+                   os.path.join(work, "tlog"), devices or
+                   '[mqtt]\nurl = "mqtt://127.0.0.1:%d"\ndevices = []\n' % broker_port))
+    bridge = BridgeProcess(work, toml=toml, tree=tree).start()
+    deadline = time.monotonic() + 60
+    while not os.path.exists(bridge.sock):
+        if bridge.proc.poll() is not None or time.monotonic() > deadline:
+            bridge.close()
+            raise RuntimeError("the bridge did not start; see %s" % bridge.logpath)
+        time.sleep(0.1)
+    return bridge
+
+
+def _machine():
+    """(busy, total) CPU time of the whole machine, in clock ticks, from /proc/stat."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return sum(v) - v[3] - v[4], sum(v)       # idle and iowait are not busy
+
+
 def _wait(swarm, cond, timeout, show):
     # Polling only paces the phases: the figures are timed in the workers.
     return swarm.wait(cond, timeout, show=show, every=5.0 if swarm.n > 100 else 0.2)
@@ -100,38 +135,34 @@ def trial(work, devices, outage=0.0, steady=10.0, tree=ROOT, workers=None, show=
     with the checker's totals."""
     os.makedirs(work, exist_ok=True)
     log_dir = os.path.join(work, "tlog")
-    with Mosquitto() as broker:
+    with Mosquitto(options=BROKER) as broker:
         swarm = Swarm(devices, ("127.0.0.1", broker.port), rate=rate, workers=workers,
                       ramp=ramp, log=os.path.join(work, "workers.log"), tree=tree)
-        toml = os.path.join(work, "bridge.toml")
         metrics = free_port()
-        with open(toml, "w") as f:
-            f.write('[bridge]\nnode = "gw"\nstate_dir = "%s"\nsocket = "%s"\n'
-                    'metrics = "127.0.0.1:%d"\n[log]\ndir = "%s"\npatterns = ["dev/#"]\n\n%s'
-                    % (os.path.join(work, "state"), os.path.join(work, "bridge.sock"),
-                       metrics, log_dir, swarm.toml()))
-        bridge = BridgeProcess(work, toml=toml, tree=tree).start()
+        # The same bridge with no device first: its RSS is what the fleet adds to.
+        idle = _started(os.path.join(work, "idle"), tree, metrics, broker.port)
+        rss_idle = _proc(idle.proc.pid)[1]
+        idle.stop()
+        idle.close()
+        bridge = _started(work, tree, metrics, broker.port, swarm.toml())
         try:
-            deadline = time.monotonic() + 60
-            while not os.path.exists(bridge.sock):
-                if bridge.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the bridge did not start; see %s" % bridge.logpath)
-                time.sleep(0.1)
-            cpu0 = _proc(bridge.proc.pid)[0]
+            cpu0, rss0, _ = _proc(bridge.proc.pid)     # every device configured, none come
+            m0 = _machine()
             t0 = time.monotonic()
             with swarm:
                 # Devices still without a session after this go on spooling:
                 # the figures say how many had one (ever_up).
                 _wait(swarm, lambda p: p["ever_up"] == devices, 60 + devices / 20, show)
+                rss_up = _proc(bridge.proc.pid)[1]
                 lg0, ts0 = _log_figures(metrics), time.monotonic()
                 _wait(swarm, lambda p: False, steady, show)
-                t_restart = None
+                t_restart = t_restart_mono = None
                 if outage:
                     swarm.phase()              # steady ACK latency: acknowledged by now
                     broker.stop()              # SIGKILL: the whole site loses its broker
                     time.sleep(outage)
                     broker.start()
-                    t_restart = time.time()
+                    t_restart, t_restart_mono = time.time(), time.monotonic()
                     swarm.mark()
                     _wait(swarm, lambda p: not p["undrained"], 120 + devices / 10, show)
                     _wait(swarm, lambda p: False, steady, show)
@@ -139,6 +170,10 @@ def trial(work, devices, outage=0.0, steady=10.0, tree=ROOT, workers=None, show=
                 _wait(swarm, lambda p: not p["behind"], 60 + devices / 50, show)
                 lg1, ts1 = _log_figures(metrics), time.monotonic()
                 cpu1, rss, peak = _proc(bridge.proc.pid)
+                dev_cpu = sum(_proc(c.p.pid)[0] for c in swarm.children)
+                mq_cpu = _proc(broker.proc.pid)[0]
+                mq_dropped = retained(broker.port, "$SYS/broker/publish/messages/dropped", 5)
+                m1 = _machine()
                 t1 = time.monotonic()
                 summary = swarm.summary()
             bridge.stop()
@@ -153,7 +188,18 @@ def trial(work, devices, outage=0.0, steady=10.0, tree=ROOT, workers=None, show=
         "drain_s": round(fig["drained_at"] - t_restart, 2)
         if t_restart and fig["drained_at"] else None,
         "bridge_core_share": round((cpu1 - cpu0) / (t1 - t0), 3),
+        # Who else had the machine: the simulator's processes together, the
+        # broker (since its last start), and how busy all cores were.
+        "devices_core_share": round(dev_cpu / (t1 - t0), 3),
+        "broker_core_share": round(mq_cpu / (t1 - (t_restart_mono or t0)), 3),
+        "machine_busy": round((m1[0] - m0[0]) / max(1, m1[1] - m0[1]), 3),
+        # QoS 0 messages the broker dropped (queues past its limits), since its last start.
+        "broker_dropped": int(mq_dropped[0]) if mq_dropped else None,
         "bridge_rss_mib": round(rss / 1024, 1), "bridge_peak_rss_mib": round(peak / 1024, 1),
+        "bridge_rss_idle_mib": round(rss_idle / 1024, 1),
+        # What a device adds: configured (before it comes), and with its session up.
+        "rss_per_device_kib": round((rss_up - rss_idle) / devices, 1),
+        "rss_per_configured_kib": round((rss0 - rss_idle) / devices, 1),
         "commits_per_s": round((lg1["syncs"] - lg0["syncs"]) / (ts1 - ts0), 1),
         "log_dropped": lg1["log_dropped"], "gaps": lg1["gaps"], "bus_dropped": lg1["bus_dropped"],
         "bridge_links": {k: v for k, v in lg1.get("fleet", {}).items() if k in CHURN},
