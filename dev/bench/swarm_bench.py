@@ -44,7 +44,7 @@ SMOKE = [("30 devices, 3 s outage", 30, 3.0, 2.0, 1.0, None),
          ("100 devices started at once, 0.2/s", 100, 0.0, 2.0, 0.2, 0)]
 
 
-# The broker as docs/bridge.md configures it for a fleet: mosquitto drops QoS 0
+# The broker as the README configures it for a fleet: mosquitto drops QoS 0
 # messages to a client past max_queued_messages (1,000 by default), and the
 # bridge is one client for every device's frames. $SYS every second: its count
 # of dropped messages is fresh at the end of a trial.
