@@ -51,6 +51,19 @@ BROKER_DROPPED = "$SYS/broker/publish/messages/dropped"
 WARN_EVERY = 10.0
 
 
+class _Frames:
+    """A device transport's frame counters (a stream's FrameReader counts the
+    same, but holds a frame's buffer, 1 KB a device, that messages never need)."""
+
+    __slots__ = ("frames", "crc_errors", "oversize")
+
+    def __init__(self):
+        self.frames = self.crc_errors = self.oversize = 0
+
+    def stats(self):
+        return {"frames": self.frames, "crc_errors": self.crc_errors, "oversize": self.oversize}
+
+
 class _DeviceTransport:
     """The link transport of one device: bodies arrive through a list the
     connection's reader fills; sends are publishes on the device's down topic.
@@ -64,7 +77,7 @@ class _DeviceTransport:
         self.full = full
         self.pending = []
         self.ready = asyncio.Event()
-        self.frames = frame.FrameReader(max_len)   # counters only
+        self.frames = _Frames()
         self.closed = False
         self.bare = False   # the link's to set: its sealed session's peer takes bare bodies
 
@@ -476,4 +489,5 @@ class MqttLinks:
                 "unknown_devices": self.unknown, "devices": len(self.links),
                 "broker_dropped": self.broker_dropped,
                 "shard": self.mq.shard,
-                "subscriptions": len(self._live[0].topics) if self._live else 0}
+                "subscriptions": len(self._live[0].topics - {BROKER_DROPPED}) if self._live
+                else 0}
