@@ -642,6 +642,19 @@ def _ms_pair(a, b):
     return "%s / %s" % ("–" if a is None else _f(a), "–" if b is None else _f(b))
 
 
+def _limit(f):
+    """Which process held a swarm trial back: the bridge's loop when it had
+    a core to itself and used it, else the machine when every core was busy."""
+    if f.get("machine_busy") is None:
+        return "–"
+    if f["bridge_core_share"] >= 0.9:
+        return "the bridge (a core, its loop's thread)"
+    if f["machine_busy"] >= 0.9:
+        return "the machine: every core busy (bridge %.0f%%, devices %.0f%%)" % (
+            100 * f["bridge_core_share"], 100 * f["devices_core_share"])
+    return "none saturated"
+
+
 def _swarm_section(sw):
     """Section 8: issue 23's trial (dev/bench/swarm_bench.py)."""
     if not sw:
@@ -699,6 +712,7 @@ def _swarm_section(sw):
             "bridge_core_share", "devices_core_share", "broker_core_share")))
     row("the machine's cores busy (all processes)",
         lambda f: "–" if f.get("machine_busy") is None else "%.0f%%" % (100 * f["machine_busy"]))
+    row("the limit", _limit)
     row("bridge RSS per device: configured / with its session up",
         lambda f: "–" if f.get("rss_per_device_kib") is None else "%s / %s KiB" % (
             _f(f["rss_per_configured_kib"]), _f(f["rss_per_device_kib"])))
