@@ -403,6 +403,22 @@ class MqttLinks:
                         self.broker_dropped)
             self._warned = (now, self.broker_dropped)
 
+    def stop_reading(self):
+        """The bridge is stopping: take no more frames, and drop those its
+        links have not taken yet; returns how many. Nothing they carry was
+        acknowledged, so each device sends it again to the next bridge; a
+        backlog (a start-up storm) would only keep the stop from its turn."""
+        if self._live is None:
+            return 0
+        conn, full, _tasks = self._live
+        full.clear()               # no transport's recv() resumes reading now
+        conn.pause_reading()
+        n = 0
+        for t in self.transports.values():
+            n += len(t.pending)
+            t.pending = []
+        return n
+
     def _on_message(self, topic, payload):
         t = self._up.get(topic)
         if t is not None:        # the hot path: a frame from a known device
