@@ -234,7 +234,7 @@ class Bridge:
         # run() unfreezes when the stop is made.
         gc.freeze()
         if self.mqtt is not None:
-            self.dropped_at_stop = self.mqtt.stop_reading()
+            self.dropped_at_stop += self.mqtt.stop_reading()
         self.stopping = True
         self._stop.set()
 
@@ -263,8 +263,18 @@ def main(argv=None):
     async def run():
         b = Bridge(cfg, args.config)
         loop = asyncio.get_running_loop()
+
+        def on_signal(signum, frame):
+            # Python runs this at once, between two bytecodes of whatever the
+            # loop is doing; a handler of the loop's own waits for its turn,
+            # which in a start-up storm comes after every link has been fed
+            # its backlog (seconds). The backlog goes here; the stop runs on
+            # the loop's next turn.
+            if b.mqtt is not None and not b.stopping:
+                b.dropped_at_stop += b.mqtt.drop_backlog()
+            loop.call_soon_threadsafe(b.stop)
         for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, b.stop)
+            signal.signal(sig, on_signal)
         reloads = set()          # the event loop keeps only weak references to tasks
 
         def hup():

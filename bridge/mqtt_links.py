@@ -405,18 +405,24 @@ class MqttLinks:
 
     def stop_reading(self):
         """The bridge is stopping: take no more frames, and drop those its
-        links have not taken yet; returns how many. Nothing they carry was
-        acknowledged, so each device sends it again to the next bridge; a
-        backlog (a start-up storm) would only keep the stop from its turn."""
+        links have not taken yet; returns how many (drop_backlog)."""
         if self._live is None:
             return 0
         conn, full, _tasks = self._live
         full.clear()               # no transport's recv() resumes reading now
         conn.pause_reading()
+        return self.drop_backlog()
+
+    def drop_backlog(self):
+        """Drop the frames the links have not taken yet; returns how many.
+        Nothing they carry was acknowledged, so each device sends it again
+        to the next bridge; at a stop, a backlog (a start-up storm) would
+        only keep the stop from its turn. Plain list swaps: safe from a
+        signal handler, between any two bytecodes."""
         n = 0
-        for t in self.transports.values():
-            n += len(t.pending)
-            t.pending = []
+        for t in list(self.transports.values()):
+            q, t.pending = t.pending, []
+            n += len(q)
         return n
 
     def _on_message(self, topic, payload):
