@@ -24,8 +24,8 @@ log = logging.getLogger("edgebus.bridge")
 # A stop's bounds, whatever the fleet's size. BYEs go out for STOP_BYE_S at
 # most: a device still to be told then learns of the stop without one (over
 # MQTT from the bridge's retained "offline" presence, published as its
-# connection closes; a serial device or a peer by its liveness timeout). A
-# step that waits on lines or tasks (a BYE on a stalled line, the tasks'
+# connection closes; a shard's device, which is told no "offline", a serial
+# device or a peer by its liveness timeout). A step that waits on lines or tasks (a BYE on a stalled line, the tasks'
 # ends) waits STOP_STEP_TIMEOUT at most. Sealing the log is bounded by its
 # queue (log_queue), saving the state by the file's size.
 STOP_BYE_S = 1.0
