@@ -271,7 +271,7 @@ def main(argv=None):
             # its backlog (seconds). The backlog goes here; the stop runs on
             # the loop's next turn.
             if b.mqtt is not None and not b.stopping:
-                b.dropped_at_stop += b.mqtt.drop_backlog()
+                b.dropped_at_stop += b.mqtt.stop_reading(pause=False)
             loop.call_soon_threadsafe(b.stop)
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, on_signal)

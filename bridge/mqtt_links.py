@@ -403,26 +403,18 @@ class MqttLinks:
                         self.broker_dropped)
             self._warned = (now, self.broker_dropped)
 
-    def stop_reading(self):
-        """The bridge is stopping: take no more frames, and drop those its
-        links have not taken yet; returns how many (drop_backlog)."""
-        if self._live is None:
-            return 0
-        conn, full, _tasks = self._live
-        full.clear()               # no transport's recv() resumes reading now
-        conn.pause_reading()
-        return self.drop_backlog()
-
-    def drop_backlog(self):
-        """Drop the frames the links have not taken yet; returns how many.
-        Nothing they carry was acknowledged, so each device sends it again
-        to the next bridge; at a stop, a backlog (a start-up storm) would
-        only keep the stop from its turn. Plain list swaps: safe from a
-        signal handler, between any two bytecodes."""
+    def stop_reading(self, pause=True):
+        """The bridge is stopping: drop the frames the links have not taken
+        (unacknowledged: their devices send them again; a storm's backlog
+        would keep the stop from its turn), returns how many, and read no
+        more. List swaps only with ``pause`` false: safe in a signal handler."""
         n = 0
         for t in list(self.transports.values()):
             q, t.pending = t.pending, []
             n += len(q)
+        if pause and self._live is not None:
+            self._live[1].clear()     # no transport's recv() resumes reading now
+            self._live[0].pause_reading()
         return n
 
     def _on_message(self, topic, payload):
