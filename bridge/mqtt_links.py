@@ -403,6 +403,20 @@ class MqttLinks:
                         self.broker_dropped)
             self._warned = (now, self.broker_dropped)
 
+    def stop_reading(self, pause=True):
+        """The bridge is stopping: drop the frames the links have not taken
+        (unacknowledged: their devices send them again; a storm's backlog
+        would keep the stop from its turn), returns how many, and read no
+        more. List swaps only with ``pause`` false: safe in a signal handler."""
+        n = 0
+        for t in list(self.transports.values()):
+            q, t.pending = t.pending, []
+            n += len(q)
+        if pause and self._live is not None:
+            self._live[1].clear()     # no transport's recv() resumes reading now
+            self._live[0].pause_reading()
+        return n
+
     def _on_message(self, topic, payload):
         t = self._up.get(topic)
         if t is not None:        # the hot path: a frame from a known device

@@ -45,6 +45,9 @@ EXISTING = [
     "tests/host/test_failover_serial.py",
     "tests/portable/test_link_relay.py",
     "tests/host/test_peers.py",
+    "tests/host/test_fleet.py::test_a_device_gives_up_on_a_broker_that_never_answers",
+    "tests/portable/test_mqtt_deadlines.py",
+    "tests/host/test_bridge_stop.py",
 ]
 
 # The outsider trial's checks (issue 24), each run on both transports: [mqtt], [peer].
@@ -129,6 +132,21 @@ CASES = [
      "is withdrawn hop by hop; a site bridge loses and regains a gateway's device routes",
      ["tests/portable/test_link_relay.py::test_a_route_that_vanishes",
       "tests/host/test_peers.py::test_a_site_host"], None),
+    ("Faults", "A broker that accepts TCP and never answers (no CONNACK)",
+     "a stand-in broker on the device's port takes the connection and stays silent: a real "
+     "firmware device gives up within its `connect_timeout` (the error in its log) and tries "
+     "again, several times; a real mosquitto then on that port: the session comes up and the "
+     "readings taken meanwhile arrive from the spool, no gap. The transport alone (CPython and "
+     "MicroPython): no CONNACK, and a broker silent after it, each end the connection within "
+     "the deadline; one that answers its PINGREQs keeps it",
+     ["tests/host/test_fleet.py::test_a_device_gives_up_on_a_broker_that_never_answers",
+      "tests/portable/test_mqtt_deadlines.py"], None),
+    ("Faults", "Bridge stopped (SIGTERM) at fleet size with sessions up",
+     "a bridge process with 2,000 configured MQTT devices, 20 CPython devices (dev/swarm.py) "
+     "with sessions and readings flowing: it exits 0 with its state saved (each device's boot "
+     "and at least all it acknowledged); every acknowledged reading is in the log; started "
+     "again, it takes the rest from the devices' spools: every reading once, no gap",
+     ["tests/host/test_bridge_stop.py"], None),
     ("Faults", "Spark job killed and restarted from its checkpoint",
      "SIGKILL of the JVM and Python mid-batch, restart from the checkpoint: each record exactly "
      "once in the table (existing test, run by the soak)",
@@ -250,6 +268,13 @@ CASES = [
      "edgebus fleet devices (real firmware) -> mosquitto -> bridge process -> telemetry log; "
      "zero gaps/drops/duplicates/seq holes asserted, RSS flat asserted (generous)",
      [R + "test_rel_load.py"], "load: 50 MicroPython devices over MQTT at 20 msg/s"),
+    ("Load", "Start-up storm: devices started at the same instant",
+     "300 (CI) or 1,000 (soak) CPython devices (dev/swarm.py) at 1 reading/s, all started at "
+     "once against one bridge process with its log, over a real mosquitto: every device gets "
+     "a session and only one (the bridge's links: as many sessions as devices, no session "
+     "ended, no liveness timeout; each device one session); every reading in the log once, "
+     "none acknowledged and missing (dev/swarm.check)",
+     [R + "test_rel_storm.py"], "load: devices started at once (start-up storm)"),
 ]
 
 

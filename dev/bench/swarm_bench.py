@@ -13,8 +13,9 @@ time the post-outage flush takes to drain (from the broker's restart until
 every device's acknowledged mark reached what it had sent by then), ACK
 p50/p99 of readings published while a session was up (publish to the ACK
 that freed it, on the device; acknowledged before the outage, and after),
-and group commits per second (the log's sync points, from the bridge's
-/metrics).
+group commits per second (the log's sync points, from the bridge's
+/metrics), and the bridge's stop with every session up (SIGTERM to its exit,
+``stop_s``).
 
 Baseline commits can be measured beside this checkout in the same run
 (``--baseline REF[,REF...]``): its tree (``git archive``, plus this dev/swarm.py)
@@ -176,7 +177,9 @@ def trial(work, devices, outage=0.0, steady=10.0, tree=ROOT, workers=None, show=
                 m1 = _machine()
                 t1 = time.monotonic()
                 summary = swarm.summary()
-            bridge.stop()
+                t_stop = time.monotonic()      # the devices still connected
+                bridge.stop(timeout=120)
+                stop_s = time.monotonic() - t_stop
         finally:
             bridge.close()
     with open(os.path.join(work, "swarm.json"), "w") as f:
@@ -201,6 +204,7 @@ def trial(work, devices, outage=0.0, steady=10.0, tree=ROOT, workers=None, show=
         "rss_per_device_kib": round((rss_up - rss_idle) / devices, 1),
         "rss_per_configured_kib": round((rss0 - rss_idle) / devices, 1),
         "commits_per_s": round((lg1["syncs"] - lg0["syncs"]) / (ts1 - ts0), 1),
+        "stop_s": round(stop_s, 2),
         "log_dropped": lg1["log_dropped"], "gaps": lg1["gaps"], "bus_dropped": lg1["bus_dropped"],
         "bridge_links": {k: v for k, v in lg1.get("fleet", {}).items() if k in CHURN},
         "check": report["totals"], "check_ok": report["ok"]})
