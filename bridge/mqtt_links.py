@@ -5,40 +5,26 @@ retained <prefix>/<node>/state that each device's last will sets to
 "online" once the connection is subscribed (it can take frames), "offline"
 by its last will or, on a clean stop, published just before DISCONNECT; the
 devices subscribe to it (docs/protocol.md, "MQTT presence"). Optionally
-mirrors chosen host-bus topics as plain MQTT JSON.
+mirrors chosen host-bus topics as plain MQTT JSON (bridge/mqtt_mirror.py).
 
 The frames' connection is paho-mqtt driven by the event loop
-(bridge/mqtt_conn.py): paho hands each frame to its device's
-_DeviceTransport, which queues it in a plain list that the device's Link
-takes in one batch. The mirror needs MQTT 5 user properties and runs on
-aiomqtt, on a connection of its own (<client_id>-mirror)."""
+(bridge/mqtt_conn.py): paho hands each frame to its device's transport
+(bridge/mqtt_transport.py), which the device's Link reads."""
 import asyncio
-import json
 import logging
 import ssl
 import time
 from urllib.parse import urlparse
 
-import aiomqtt
-from paho.mqtt.packettypes import PacketTypes
-from paho.mqtt.properties import Properties
-
-from bridge import mqtt_conn
+from bridge import mqtt_conn, mqtt_mirror
 from bridge.links import Backoff, device_rules, tick_links
 from bridge.keystore import KeyStoreError
-from edgebus import Message
-from edgebus.link import frame
+from bridge.mqtt_transport import DeviceTransport
 from edgebus.link.link import Link
 
 log = logging.getLogger("edgebus.bridge")
 
 
-# Frames waiting for a device's link: past HIGH the connection stops reading
-# (the broker and TCP hold the rest) until every device's queue is below it
-# again; past LIMIT a frame is dropped and counted. Reading stops within the
-# packet that crossed HIGH, so LIMIT is a safety net.
-HIGH = 1024
-LIMIT = 16384
 # Seconds between a device link's status publications while only its counters move.
 STATUS_EVERY = 10.0
 # Mosquitto's count of the messages it dropped, for queues past their limits
@@ -49,98 +35,6 @@ STATUS_EVERY = 10.0
 BROKER_DROPPED = "$SYS/broker/publish/messages/dropped"
 # The warning about it: at most this often.
 WARN_EVERY = 10.0
-
-
-class _Frames:
-    """A device transport's frame counters (a stream's FrameReader counts the
-    same, but holds a frame's buffer, 1 KB a device, that messages never need)."""
-
-    __slots__ = ("frames", "crc_errors", "oversize")
-
-    def __init__(self):
-        self.frames = self.crc_errors = self.oversize = 0
-
-    def stats(self):
-        return {"frames": self.frames, "crc_errors": self.crc_errors, "oversize": self.oversize}
-
-
-class _DeviceTransport:
-    """The link transport of one device: bodies arrive through a list the
-    connection's reader fills; sends are publishes on the device's down topic.
-    ``full`` is shared by the transports of one connection: the ones past
-    HIGH, for which the connection has stopped reading."""
-
-    def __init__(self, conn, down, max_len, full):
-        self.conn = conn
-        self.down = down
-        self.max_len = max_len
-        self.full = full
-        self.pending = []
-        # The link's recv() waiting, else None: a future made per wait costs
-        # less than an Event kept per device (its deque of waiters, ~0.6 KB).
-        self.waiter = None
-        self.frames = _Frames()
-        self.closed = False
-        self.bare = False   # the link's to set: its sealed session's peer takes bare bodies
-
-    def deliver(self, payload):
-        body = frame.unmessage(payload, self.max_len)
-        f = self.frames
-        if body is None:
-            f.crc_errors += 1
-            return
-        f.frames += 1
-        q = self.pending
-        n = len(q)
-        if n >= HIGH:
-            if n >= LIMIT:
-                f.oversize += 1     # counted: the link sees the gap
-                return
-            self.full.add(self)
-            self.conn.pause_reading()
-        q.append(body)
-        w = self.waiter
-        if w is not None and not w.done():
-            w.set_result(None)
-
-    async def recv(self):
-        """Every body that arrived since the last call (None at the end)."""
-        while not self.pending:
-            if self.closed:
-                return None
-            self.waiter = asyncio.get_running_loop().create_future()
-            try:
-                await self.waiter
-            finally:
-                self.waiter = None
-        out = self.pending
-        self.pending = []
-        full = self.full
-        if full and self in full:
-            full.discard(self)
-            if not full:
-                self.conn.resume_reading()
-        return out
-
-    async def send(self, body, tail=None):
-        if self.closed:
-            raise OSError("MQTT connection closed")
-        await self.conn.publish(self.down, frame.message(body, self.max_len, tail, self.bare))
-
-    def close(self):
-        if not self.closed:
-            self.closed = True
-            w = self.waiter
-            if w is not None and not w.done():
-                w.set_result(None)
-        full = self.full
-        if self in full:          # its link reads no more: it must not hold the others
-            full.discard(self)
-            if not full:
-                self.conn.resume_reading()
-
-    def stats(self):
-        return self.frames.stats()
 
 
 class MqttLinks:
@@ -282,7 +176,7 @@ class MqttLinks:
         """Run ``link`` over the live connection: its transport and task."""
         conn, full, tasks = self._live
         p = self.mq.prefix
-        t = _DeviceTransport(conn, "%s/%s/down" % (p, node), link.max_len, full)
+        t = DeviceTransport(conn, "%s/%s/down" % (p, node), link.max_len, full)
         self.transports[node] = t
         self._up["%s/%s/up" % (p, node)] = t
         tasks[:] = [x for x in tasks if not x.done()]   # released devices' runs
@@ -302,13 +196,15 @@ class MqttLinks:
         log.info("mqtt: %s has a key in the keystore: linking it", node)
         return self._attach(node, self._add(node, None, None))
 
-    def _tls(self):
+    def tls_context(self):
+        """The SSL context for the broker (mqtts://), or None."""
         return ssl.create_default_context(cafile=self.mq.tls_ca) if self.tls else None
 
     async def run(self):
         tasks = []
         if self.mq.mirror:
-            tasks.append(asyncio.create_task(self._mirror_forever()))
+            tasks.append(asyncio.create_task(mqtt_mirror.run(self.bridge, self.mq, self.host,
+                                                             self.port, self.tls_context())))
         try:
             await self._links_forever()
         finally:
@@ -329,7 +225,8 @@ class MqttLinks:
                 # broker accepted both the client and the subscriptions.
                 conn = await mqtt_conn.connect(self.host, self.port, self.mq.client_id,
                                                self._on_message, self.subscriptions(),
-                                               self.mq.username, self.mq.password, self._tls(),
+                                               self.mq.username, self.mq.password,
+                                               self.tls_context(),
                                                keepalive=30, will=bye)
                 tasks = []
                 try:
@@ -444,67 +341,6 @@ class MqttLinks:
                 # The broker delivered the device's last will: no need to wait
                 # for the liveness timeout.
                 link.end_session("device offline (MQTT last will)")
-
-    async def _mirror_forever(self):
-        """The mirror on a connection of its own (aiomqtt, MQTT 5 for the user
-        properties), reconnecting like the links' connection."""
-        backoff = Backoff()
-        while True:
-            try:
-                async with aiomqtt.Client(
-                        self.host, self.port, identifier=self.mq.client_id + "-mirror",
-                        username=self.mq.username, password=self.mq.password,
-                        tls_context=self._tls(), protocol=aiomqtt.ProtocolVersion.V5,
-                        keepalive=30, timeout=2.0) as client:
-                    # timeout: aiomqtt waits this long for a disconnect to be
-                    # confirmed (10 s by default); a stop allows each step 5 s.
-                    backoff.reset()
-                    await self._mirror(client)
-            except aiomqtt.MqttError as e:
-                log.warning("mqtt mirror: %s; reconnecting", e)
-            await self.bridge.sleep(backoff.next())
-
-    async def _mirror(self, client):
-        """Publish chosen host-bus topics as plain MQTT: JSON payloads, retained
-        where retained, provenance in MQTT 5 user properties."""
-        conn = self.bridge.bus.connect(principal=("bridge", "mqtt-mirror"))
-        wake = asyncio.Event()
-        obs = []
-        for pat in self.mq.mirror:
-            o = conn.observe(pat, queue_len=1024)
-            o.wake_on(wake)
-            obs.append(o)
-        try:
-            while True:
-                wake.clear()
-                for o in obs:
-                    while True:
-                        item = o.recv_nowait()
-                        if item is None:
-                            break
-                        await self._mirror_one(client, item)
-                await wake.wait()
-        finally:
-            conn.disconnect()
-
-    async def _mirror_one(self, client, item):
-        topic = "/".join(str(t) for t in item.topic)
-        retain = type(item) is not Message
-        if retain and item.op == "unretain":
-            payload = b""          # an empty retained message clears it on the broker
-        else:
-            p = item.payload
-            try:
-                payload = json.dumps(p) if not isinstance(p, (bytes, bytearray)) else bytes(p)
-            except (TypeError, ValueError, RecursionError):
-                return
-        o = item.origin
-        props = Properties(PacketTypes.PUBLISH)
-        props.UserProperty = [(k, str(v)) for k, v in (
-            ("origin_kind", o.kind), ("link_id", o.link_id), ("peer_node", o.peer_node),
-            ("peer_sid", o.peer_sid), ("generation", o.generation),
-            ("seq", (o.extra or {}).get("seq"))) if v is not None]
-        await client.publish(topic, payload, retain=retain, properties=props)
 
     def stats(self):
         return {"connected": self.connected, "connects": self.connects,

@@ -14,7 +14,7 @@ import paho.mqtt.client as paho
 import pytest
 
 from bridge import config as bridge_config
-from bridge import mqtt_conn, mqtt_links
+from bridge import mqtt_conn, mqtt_links, mqtt_transport
 from bridge.daemon import Bridge
 from tests.conftest import until
 from edgebus.link import frame, seal
@@ -142,7 +142,7 @@ def _publish_all(port, topic, payloads):
 
 
 def test_reading_pauses_under_backpressure_and_nothing_is_lost(broker, monkeypatch):
-    monkeypatch.setattr(mqtt_links, "HIGH", 50)
+    monkeypatch.setattr(mqtt_transport, "HIGH", 50)
     n = 3000
     bodies = [b"frame %d" % i for i in range(n)]
 
@@ -153,7 +153,7 @@ def test_reading_pauses_under_backpressure_and_nothing_is_lost(broker, monkeypat
                                        ("edgebus/d1/up",))
         assert not conn.reading          # paused until there is a transport
         full = set()
-        t = box["t"] = mqtt_links._DeviceTransport(conn, "edgebus/d1/down", 256, full)
+        t = box["t"] = mqtt_transport.DeviceTransport(conn, "edgebus/d1/down", 256, full)
         conn.resume_reading()
         done = threading.Event()
         pub = asyncio.get_running_loop().run_in_executor(None, lambda: (_publish_all(
@@ -161,9 +161,9 @@ def test_reading_pauses_under_backpressure_and_nothing_is_lost(broker, monkeypat
         # Nobody takes the frames: the connection stops reading at HIGH and
         # stays stopped while the rest waits in the broker and TCP buffers.
         await until(lambda: not conn.reading, 10)
-        assert full == {t} and len(t.pending) == mqtt_links.HIGH + 1
+        assert full == {t} and len(t.pending) == mqtt_transport.HIGH + 1
         await asyncio.sleep(0.3)
-        assert len(t.pending) == mqtt_links.HIGH + 1
+        assert len(t.pending) == mqtt_transport.HIGH + 1
         got = []
         while len(got) < n:
             got += await asyncio.wait_for(t.recv(), 10)

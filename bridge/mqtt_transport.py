@@ -1,0 +1,107 @@
+"""The link transport of one MQTT device on the bridge's shared broker
+connection (bridge/mqtt_links.py): the connection's reader hands it each
+frame, which it queues in a plain list that the device's Link takes in one
+batch; a send is a publish on the device's down topic."""
+import asyncio
+
+from edgebus.link import frame
+
+
+# Frames waiting for a device's link: past HIGH the connection stops reading
+# (the broker and TCP hold the rest) until every device's queue is below it
+# again; past LIMIT a frame is dropped and counted. Reading stops within the
+# packet that crossed HIGH, so LIMIT is a safety net.
+HIGH = 1024
+LIMIT = 16384
+
+
+class Frames:
+    """A device transport's frame counters (a stream's FrameReader counts the
+    same, but holds a frame's buffer, 1 KB a device, that messages never need)."""
+
+    __slots__ = ("frames", "crc_errors", "oversize")
+
+    def __init__(self):
+        self.frames = self.crc_errors = self.oversize = 0
+
+    def stats(self):
+        return {"frames": self.frames, "crc_errors": self.crc_errors, "oversize": self.oversize}
+
+
+class DeviceTransport:
+    """The link transport of one device: bodies arrive through a list the
+    connection's reader fills; sends are publishes on the device's down topic.
+    ``full`` is shared by the transports of one connection: the ones past
+    HIGH, for which the connection has stopped reading."""
+
+    def __init__(self, conn, down, max_len, full):
+        self.conn = conn
+        self.down = down
+        self.max_len = max_len
+        self.full = full
+        self.pending = []
+        # The link's recv() waiting, else None: a future made per wait costs
+        # less than an Event kept per device (its deque of waiters, ~0.6 KB).
+        self.waiter = None
+        self.frames = Frames()
+        self.closed = False
+        self.bare = False   # the link's to set: its sealed session's peer takes bare bodies
+
+    def deliver(self, payload):
+        body = frame.unmessage(payload, self.max_len)
+        f = self.frames
+        if body is None:
+            f.crc_errors += 1
+            return
+        f.frames += 1
+        q = self.pending
+        n = len(q)
+        if n >= HIGH:
+            if n >= LIMIT:
+                f.oversize += 1     # counted: the link sees the gap
+                return
+            self.full.add(self)
+            self.conn.pause_reading()
+        q.append(body)
+        w = self.waiter
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    async def recv(self):
+        """Every body that arrived since the last call (None at the end)."""
+        while not self.pending:
+            if self.closed:
+                return None
+            self.waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self.waiter
+            finally:
+                self.waiter = None
+        out = self.pending
+        self.pending = []
+        full = self.full
+        if full and self in full:
+            full.discard(self)
+            if not full:
+                self.conn.resume_reading()
+        return out
+
+    async def send(self, body, tail=None):
+        if self.closed:
+            raise OSError("MQTT connection closed")
+        await self.conn.publish(self.down, frame.message(body, self.max_len, tail, self.bare))
+
+    def close(self):
+        if not self.closed:
+            self.closed = True
+            w = self.waiter
+            if w is not None and not w.done():
+                w.set_result(None)
+        full = self.full
+        if self in full:          # its link reads no more: it must not hold the others
+            full.discard(self)
+            if not full:
+                self.conn.resume_reading()
+
+    def stats(self):
+        return self.frames.stats()
