@@ -234,9 +234,9 @@ class Bridge:
         if self.stopping:
             return
         # Stopping makes garbage (a BYE, a status, a task per link) that would
-        # set off full collections over every link's objects (0.3-2 s each at
-        # 10,000 devices); nothing made before the stop is garbage to find.
-        # run() unfreezes when the stop is made.
+        # set off full collections over what the sessions made since run()'s
+        # freeze (0.3-2 s each at 10,000 devices); nothing made before the
+        # stop is garbage to find. run() unfreezes it all when the stop is made.
         gc.freeze()
         if self.mqtt is not None:
             self.dropped_at_stop += self.mqtt.stop_reading()
