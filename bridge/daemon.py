@@ -25,9 +25,10 @@ log = logging.getLogger("edgebus.bridge")
 # most: a device still to be told then learns of the stop without one (over
 # MQTT from the bridge's retained "offline" presence, published as its
 # connection closes; a shard's device, which is told no "offline", a serial
-# device or a peer by its liveness timeout). A step that waits on lines or tasks (a BYE on a stalled line, the tasks'
-# ends) waits STOP_STEP_TIMEOUT at most. Sealing the log is bounded by its
-# queue (log_queue), saving the state by the file's size.
+# device or a peer by its liveness timeout). A step that waits on lines or
+# tasks (a BYE on a stalled line, the tasks' ends) waits STOP_STEP_TIMEOUT at
+# most. Sealing the log is bounded by its queue (log_queue), saving the state
+# by the file's size.
 STOP_BYE_S = 1.0
 STOP_STEP_TIMEOUT = 5.0
 

@@ -58,7 +58,7 @@ class MqttLinks:
         self.connects = 0
         self.unknown = 0
         self.broker_dropped = None   # what the broker dropped since we connected; None: not told
-        self._dropped_base = None    # the broker's count when we connected (it counts from its start)
+        self._dropped_base = None    # the broker's count when we connected (from its start)
         self._warned = (float("-inf"), 0)   # (when, broker_dropped) at the last warning
         self._live = None        # while connected: (connection, full set, link tasks)
         self.devices = {}        # node -> (key, seal) its link was made with
