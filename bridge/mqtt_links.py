@@ -337,10 +337,10 @@ class MqttLinks:
         if kind == "state":
             online = payload == b"online"
             link.count("presence_online" if online else "presence_offline")
-            if not online and link.status == "up":
-                # The broker delivered the device's last will: no need to wait
-                # for the liveness timeout.
-                link.end_session("device offline (MQTT last will)")
+            if not online:
+                # The device's last will, or anyone's word on the broker: a
+                # sealed session ends only if the device does not answer now.
+                link.peer_presence(False)
 
     def stats(self):
         return {"connected": self.connected, "connects": self.connects,

@@ -125,12 +125,16 @@ def hello(link):
 
 def peer_presence(link, online):
     """The transport's word on the peer (e.g. its MQTT presence): gone
-    ends the session now; back makes an initiator say HELLO now
-    (Link.peer_presence)."""
+    ends the session now, or in a sealed one (anyone on the broker can say
+    "offline") unless the peer answers within seconds; back makes an
+    initiator say HELLO now (Link.peer_presence)."""
     if not online:
         link.count("peer_offline")
         if link.status == wire.UP:
-            link.end_session("peer offline")
+            if link._seal is not None:
+                seal.doubt(link)
+            else:
+                link.end_session("peer offline")
     elif link.role == "initiator" and link._transport is not None and (
             link.status == wire.DOWN or link.status == wire.HELLO_SENT
             and compat.now() - link._t_state > 0.5):   # a HELLO just sent is not redone

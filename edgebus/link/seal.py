@@ -190,7 +190,7 @@ def opened(link, body):
     mv = memoryview(body)
     if n <= TAIL or not wire.same(memoryview(_mac(ks[2], ks[3], mv[:n - 8]))[:8], mv[n - 8:]):
         if t == wire.ERROR and link.role == "initiator" and link.status == wire.UP:
-            _doubt(link)
+            doubt(link)
         return _refuse(link, "forged", "no valid seal on a %s"
                        % (wire.NAMES[t] if t < len(wire.NAMES) else t))
     c = (mv[n - 12] << 24) | (mv[n - 11] << 16) | (mv[n - 10] << 8) | mv[n - 9]
@@ -208,10 +208,11 @@ def _refuse(link, what, why):
     return None
 
 
-def _doubt(link):
-    """An ERROR with no valid seal (no_session from a restarted responder,
-    or an outsider's): PING, and end the session by liveness unless a sealed
-    frame answers within min(2 s, heartbeat). At most once a second."""
+def doubt(link):
+    """Word that the peer is gone that anyone could have sent (an ERROR with
+    no valid seal: no_session from a restarted responder, or an outsider's;
+    an MQTT presence "offline"): PING, and end the session by liveness unless
+    a sealed frame answers within min(2 s, heartbeat). At most once a second."""
     now = compat.now()
     if now - link._t_doubt < 1.0:
         return

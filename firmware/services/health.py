@@ -6,7 +6,7 @@ from firmware import mem
 
 _LINK = ("sessions", "session_ends", "frames_in", "frames_out", "gaps", "dropped_out",
          "liveness_timeouts", "auth_failures", "bad_frames", "acked", "retransmitted",
-         "spool_dropped", "forged", "replayed")
+         "spool_dropped", "forged", "replayed", "peer_offline")
 
 
 def health(ctx):

@@ -265,3 +265,32 @@ def test_a_seal_stripped_from_either_side_of_the_handshake_is_caught():
                 assert j.hl.counters.get("downgrades", 0) >= 1
             await j.stop()
     run(main())
+
+
+def test_word_that_a_sealed_peer_is_gone_is_checked_not_obeyed():
+    """Anyone on a broker can publish a presence "offline": in a sealed
+    session the link PINGs and keeps the session when the peer answers
+    sealed; a peer that answers nothing loses it within min(2 s, heartbeat).
+    Unsealed, the word ends the session at once."""
+    async def main():
+        j, _ = await _flowing(hb=2.0)
+        assert j.dl._seal is not None
+        n = j.dl.counters["sessions"]
+        j.dl.peer_presence(False)                  # the peer is alive and answers
+        await until(lambda: j.dl.counters.get("peer_offline") == 1)
+        rx = j.dl.counters.get("frames_in", 0)
+        await until(lambda: j.dl.counters.get("frames_in", 0) > rx, 3)   # its PONG
+        await asyncio.sleep(2.5)                   # past the check's 2 s: still up
+        assert j.dl.status == "up" and j.dl.counters["sessions"] == n
+        j.tasks[1].cancel()                        # now it is gone: nothing answers
+        j.dl.peer_presence(False)
+        # ended by the check (2 s), well before the liveness timeout (3 heartbeats: 6 s)
+        await until(lambda: j.dl.status != "up", 4.5)
+        j.ta.close()
+        await asyncio.gather(*j.tasks, return_exceptions=True)
+        j, _ = await _flowing(hb=0.5, dev_kw={"seal": "off"}, host_kw={"seal": "off"})
+        assert j.dl._seal is None
+        j.dl.peer_presence(False)
+        assert j.dl.status != "up" and j.dl.counters.get("session_ends") == 1
+        await j.stop()
+    run(main())

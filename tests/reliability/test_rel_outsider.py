@@ -236,6 +236,7 @@ async def reading_trial(rig):
     ok, before, want = await strike(rig, {
         "up": attack(up, of_type(up, wire.PUB)[-1], forms),
         "down": attack(down, call, forms, rig.calls)})
+    rig.forge_presence()
     ok = await more_readings(rig) and ok
     return dict(outcome(rig, ok, before, want),
                 answers=answers(rig.bodies("up"), read(call)[2][0]))
@@ -256,6 +257,7 @@ async def blind_trial(rig):
     ok, before, want = await strike(rig, {
         "up": blind(rig.call_topic, of_type(up, wire.PUB)[-1], forms),
         "down": blind(rig.call_topic, of_type(down, wire.CALL)[-1], forms)})
+    rig.forge_presence()
     ok = await more_readings(rig) and ok
     return dict(outcome(rig, ok, before, want), call=(got, rig.callee), replies=(r0, replies()))
 
@@ -304,6 +306,13 @@ class BrokerRig:
         for f in frames:
             self.own[f] += 1
             self.spy.c.publish(self.topic[way], f, 0)
+
+    def forge_presence(self):
+        """Says "offline" for the device (to the bridge) and for the bridge
+        (to the device), as only their last wills should: each side checks
+        its sealed peer still answers, and the sessions stay up."""
+        self.spy.c.publish("edgebus/%s/state" % self.node, b"offline", 0)
+        self.spy.c.publish("edgebus/_bridge", b"offline", 0)
 
     def done(self):
         heard = Counter(m[2] for m in self.spy.messages())
@@ -420,6 +429,9 @@ class PathRig:
     calls = ()
     callee = "probe"
     call_topic = "dev/probe/sys/config/get"
+
+    def forge_presence(self):
+        """A [[peer]] link has no presence to forge."""
 
     def __init__(self, relay, site, gw):
         self.relay = relay
