@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# edgebus developer entry point: ./do setup | demo | test | bench | soak [args]
+# edgebus developer entry point: ./do setup | demo | test | check | bench | soak [args]
 # Every command sets up what it needs first (idempotent), so on a fresh
 # machine with Python 3.11 and apt, `./do demo` and `./do test` just work.
 set -euo pipefail
@@ -63,6 +63,14 @@ case "$cmd" in
         "$PY" -m pytest "$@"
         if [ $# -eq 0 ]; then "$PY" -m dev.bench --smoke; fi
         ;;
+    check)
+        setup
+        # The gates CI runs before the tests: lint (with a cap on each function's
+        # branches), formatting, and type checks on the host packages.
+        "$VENV/bin/ruff" check .
+        "$VENV/bin/ruff" format --check .
+        "$VENV/bin/mypy"
+        ;;
     bench)
         setup
         "$PY" -m dev.bench "$@"
@@ -72,7 +80,7 @@ case "$cmd" in
         "$PY" -m dev.soak "$@"
         ;;
     *)
-        echo "usage: ./do setup | demo [--seconds N] | test [pytest args, e.g. -m "not slow"] | bench [--smoke] | soak [--short]"
+        echo "usage: ./do setup | demo [--seconds N] | test [pytest args, e.g. -m "not slow"] | check | bench [--smoke] | soak [--short]"
         exit 2
         ;;
 esac
