@@ -64,7 +64,7 @@ class KeyStore:
             with open(p) as f:
                 rec = json.load(f)
         except (OSError, ValueError) as e:
-            raise KeyStoreError("%s: %s" % (p, e))
+            raise KeyStoreError("%s: %s" % (p, e)) from None
         if not isinstance(rec, dict) or not isinstance(rec.get("key"), str) or not rec["key"] \
                 or not all(isinstance(e, dict) and isinstance(e.get("key"), str)
                            for e in rec.get("pending", []) + rec.get("previous", [])):

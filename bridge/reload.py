@@ -42,7 +42,7 @@ async def reload(bridge):
         cfg = bridge_config.load(path) if path else bridge.cfg
     except bridge_config.ConfigError as e:
         log.error("reload: %s; running on with the configuration loaded before", e)
-        raise Refused("configuration not reloaded: %s" % e)
+        raise Refused("configuration not reloaded: %s" % e) from None
     if bridge.mqtt is None or cfg.mqtt is None:
         why = "an [mqtt] section %s takes a restart" % ("added" if cfg.mqtt else "removed")
         log.error("reload: %s; running on with the configuration loaded before", why)

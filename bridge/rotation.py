@@ -63,10 +63,10 @@ async def _ask(bridge, node, payload, timeout, pending=None):
             if pending is not None:
                 why += ("; the new key (kid %s) stays accepted beside the old one until the "
                         "next rotation finds which one it holds" % kid(pending.encode()))
-            raise Refused(why)
+            raise Refused(why) from None
         if pending is not None:
             bridge.keystore.drop(node, pending)
-        raise Refused(why)
+        raise Refused(why) from None
 
 
 async def rotate(bridge, node, grace, timeout):
@@ -88,7 +88,7 @@ async def rotate(bridge, node, grace, timeout):
         keys = store.accepted(node)
         rec = store.read(node)
     except (KeyStoreError, UnicodeDecodeError) as e:
-        raise Refused("keystore: %s" % e)
+        raise Refused("keystore: %s" % e) from None
     old = next((k for k in keys if kid(k.encode()) == held), None)
     if old is None:
         raise Refused("%s holds a key (kid %s) that this bridge does not accept" % (node, held))

@@ -66,7 +66,7 @@ class Mosquitto:
             except OSError:
                 if self.proc.poll() is not None:
                     with open(self.log, errors="replace") as f:
-                        raise RuntimeError("mosquitto exited: " + f.read()[-2000:])
+                        raise RuntimeError("mosquitto exited: " + f.read()[-2000:]) from None
                 time.sleep(0.05)
         raise RuntimeError("mosquitto did not listen on port %d" % self.port)
 

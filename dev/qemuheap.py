@@ -67,7 +67,9 @@ def run(src, heap, seconds=2.0, calls=0, log=lambda *a: None, seal="auto"):
         out = con.text
     m = re.search(r"READY .*mem_alloc=(\d+) mem_free=(\d+) mem_code=(\d+) mem_data=(\d+)", out)
     ok = done == devheap.STEPS and "MemoryError" not in out
-    g = (lambda i: int(m.group(i)) if m else None)
+    def g(i):
+        return int(m.group(i)) if m else None
+
     return {"heap": _kb(heap), "ok": ok, "steps": done, "output": out, "boot_s": boot_s,
             "ready_alloc": g(1), "ready_free": g(2), "code": g(3), "data": g(4),
             "health": seen.get("health"), "calls_per_s": seen.get("calls_per_s"),

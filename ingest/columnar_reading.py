@@ -23,7 +23,7 @@ def read_range(opts, part, fname):
     sid, start = part.segment, part.start
     stats = ReadStats()
     bad = []
-    for first, t in columnar.read_rows(fname, sid, start, part.end, stats, columns=names):
+    for _first, t in columnar.read_rows(fname, sid, start, part.end, stats, columns=names):
         t = t.select(names)
         times = t.column("ts_host_time")
         if times.null_count:

@@ -83,7 +83,7 @@ def report(opts, part, fname, bad, missing):
     for r in bad:
         log.warning("edgebus: skipped corrupt log data in %s at offset %d (%s bytes): %s",
                     r["file"], r["offset"], r["bytes"], r["reason"])
-    for first, last in missing:
+    for first, _last in missing:
         log.warning("edgebus: segment %d of %s vanished before it was read", first, opts.path)
     if not opts.corrupt_dir:
         return

@@ -51,7 +51,7 @@ def _bridge(path):
     try:
         cfg = bridge_config.load(path)
     except bridge_config.ConfigError as e:
-        raise bc.Fail(2, str(e))
+        raise bc.Fail(2, str(e)) from None
     if cfg.mqtt is None or not cfg.socket:
         raise bc.Fail(2, "%s: a bridge with [mqtt] and a [bridge] socket moves devices" % path)
     return cfg, KeyStore(cfg.keys), cfg.socket
@@ -78,7 +78,7 @@ async def move(args):
         if b_keys.read(node) is not None:
             raise bc.Fail(1, "%s already has a key file in %s" % (node, b_keys.path))
     except KeyStoreError as e:
-        raise bc.Fail(1, str(e))
+        raise bc.Fail(1, str(e)) from None
     src, dst = a_keys.file(node), b_keys.file(node)
     os.makedirs(b_keys.path, mode=0o700, exist_ok=True)
     stage = os.path.join(b_keys.path, ".%s.json.moving" % node)   # not a node's name
@@ -97,7 +97,7 @@ async def move(args):
         r = await _reload(b_sock)
     except bc.Fail as e:
         raise bc.Fail(e.code, "%s: its key is in %s's keystore, which takes it at its next "
-                      "reload: %s" % (node, b.node, e))
+                      "reload: %s" % (node, b.node, e)) from None
     bc.emit("%s: taken by %s; the device resends what %s had not acknowledged"
             % (node, b.node, a.node))
 

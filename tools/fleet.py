@@ -276,7 +276,7 @@ def run(args):
                       broker=broker, period=args.period, board=args.board,
                       journal=args.journal, config=parse_sets(args.set))
     except (boards.BoardError, ValueError) as e:
-        raise SystemExit("edgebus fleet: %s" % e)
+        raise SystemExit("edgebus fleet: %s" % e) from None
     # Before anything is printed: a caller that read "Ctrl-C stops the fleet"
     # may send SIGTERM at once, which must stop the devices, not kill us.
     stop = []

@@ -68,7 +68,7 @@ def _store(args):
         try:
             return KeyStore(bridge_config.keystore_dir(args.config))
         except bridge_config.ConfigError as e:
-            raise bc.Fail(2, str(e))
+            raise bc.Fail(2, str(e)) from None
     return KeyStore(os.path.join(bridge_config.Config.state_dir, "keys"))
 
 
@@ -100,7 +100,7 @@ def _device_config(path, node, key, force):
         with open(src) as f:
             cfg = json.load(f)
     except (OSError, ValueError) as e:
-        raise bc.Fail(1, "%s: %s" % (src, e))
+        raise bc.Fail(1, "%s: %s" % (src, e)) from None
     if src != path:
         cfg["node"] = node
     elif cfg.get("node") != node and not force:
@@ -123,7 +123,7 @@ def new(args):
         old = store.read(args.node)
     except KeyStoreError as e:
         if not args.force:
-            raise bc.Fail(1, "%s (--force replaces it)" % e)
+            raise bc.Fail(1, "%s (--force replaces it)" % e) from None
         old = None
     if old is not None and not args.force:
         raise bc.Fail(1, "%s already has a key (kid %s) in %s; --force replaces it, and the "
