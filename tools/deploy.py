@@ -326,6 +326,66 @@ def _exec(t, code, what):
         raise DeployError("%s: the board stopped answering (%s)" % (what, e)) from None
 
 
+def _make_dirs(t, root, write, dev_dirs):
+    """Create the directories the files to write need, parents first."""
+    need = sorted({"/".join(p.split("/")[:i]) for p in write
+                   for i in range(1, p.count("/") + 1)} - dev_dirs,
+                  key=lambda d: d.count("/"))
+    if need:
+        _exec(t, "import os\nfor d in %r:\n try:\n  os.mkdir(d)\n except OSError:\n  pass"
+              % [root + d for d in need], "creating directories")
+
+
+def _write_files(t, root, write, sources, cfg, local, nbytes):
+    """Write each file in write with a progress bar, then read back their hashes."""
+    bar = progress(nbytes)
+    try:
+        for p in write:
+            if p == "config.json" and cfg is not None:
+                data = cfg
+            else:
+                with open(sources[p], "rb") as f:
+                    data = f.read()
+            bar.set_postfix_str(p)
+            seen = [0]
+
+            def step(done, _total, seen=seen):
+                bar.update(done - seen[0])
+                seen[0] = done
+            try:
+                t.fs_writefile(root + p, data, chunk_size=CHUNK, progress_callback=step)
+            except OSError as e:
+                if e.errno == errno.ENOSPC:
+                    raise DeployError("the board's filesystem is full while writing %s: "
+                                      "remove files or build a smaller bundle" % p) from None
+                raise DeployError("writing %s on the board: %s" % (p, e)) from None
+    finally:
+        bar.close()
+    # Read back what was written (one more exec) rather than trust the line.
+    got, _ = _hash_on_device(t, root, [], write)
+    bad = [p for p in write if got.get(p) not in (local[p], "?")]  # ?: no hashlib
+    if bad:
+        raise DeployError("the board's copy of %s differs after writing: retry the "
+                          "deploy (a noisy serial line?)" % ", ".join(bad))
+
+
+def _restart(t, board, reset, log):
+    """Leave the raw REPL, soft-resetting the board when asked and it can."""
+    if not reset:
+        t.exit_raw_repl()
+    elif board["device"]["soft_reset"]:
+        # Friendly REPL first: a soft reset from there runs boot.py and main.py.
+        t.exit_raw_repl()
+        t.serial.write(b"\x04")
+        got = t.read_until(1, b"soft reboot", timeout=3)
+        log("soft reset: %s" % ("done, main.py runs" if got.endswith(b"soft reboot")
+                                else "sent (no confirmation)"))
+    else:
+        t.exit_raw_repl()
+        log("note: board %s has no soft reset (Ctrl-D would end the process); "
+            "the files are in place, start the runtime yourself" % board["name"])
+
+
 def deploy(board, port, bundle, config=None, baud=115200, timeout=10.0, reset=True, log=print):
     """Copy bundle (and config) to the board on port; returns a summary dict."""
     if board["runtime"] != "micropython":
@@ -366,61 +426,14 @@ def deploy(board, port, bundle, config=None, baud=115200, timeout=10.0, reset=Tr
                 len(write), len(local), nbytes,
                 ", %d stale to remove" % len(stale) if stale else ""))
 
-        need = sorted({"/".join(p.split("/")[:i]) for p in write
-                       for i in range(1, p.count("/") + 1)} - dev_dirs,
-                      key=lambda d: d.count("/"))
-        if need:
-            _exec(t, "import os\nfor d in %r:\n try:\n  os.mkdir(d)\n except OSError:\n  pass"
-                  % [root + d for d in need], "creating directories")
+        _make_dirs(t, root, write, dev_dirs)
         if write:
-            bar = progress(nbytes)
-            try:
-                for p in write:
-                    if p == "config.json" and cfg is not None:
-                        data = cfg
-                    else:
-                        with open(sources[p], "rb") as f:
-                            data = f.read()
-                    bar.set_postfix_str(p)
-                    seen = [0]
-
-                    def step(done, _total, seen=seen):
-                        bar.update(done - seen[0])
-                        seen[0] = done
-                    try:
-                        t.fs_writefile(root + p, data, chunk_size=CHUNK, progress_callback=step)
-                    except OSError as e:
-                        if e.errno == errno.ENOSPC:
-                            raise DeployError("the board's filesystem is full while writing %s: "
-                                              "remove files or build a smaller bundle" % p) \
-                                from None
-                        raise DeployError("writing %s on the board: %s" % (p, e)) from None
-            finally:
-                bar.close()
-            # Read back what was written (one more exec) rather than trust the line.
-            got, _ = _hash_on_device(t, root, [], write)
-            bad = [p for p in write if got.get(p) not in (local[p], "?")]  # ?: no hashlib
-            if bad:
-                raise DeployError("the board's copy of %s differs after writing: retry the "
-                                  "deploy (a noisy serial line?)" % ", ".join(bad))
+            _write_files(t, root, write, sources, cfg, local, nbytes)
         if stale:
             _exec(t, "import os\nfor p in %r:\n os.remove(p)" % [root + p for p in stale],
                   "removing stale files")
             log("removed: " + ", ".join(stale))
-
-        if not reset:
-            t.exit_raw_repl()
-        elif board["device"]["soft_reset"]:
-            # Friendly REPL first: a soft reset from there runs boot.py and main.py.
-            t.exit_raw_repl()
-            t.serial.write(b"\x04")
-            got = t.read_until(1, b"soft reboot", timeout=3)
-            log("soft reset: %s" % ("done, main.py runs" if got.endswith(b"soft reboot")
-                                    else "sent (no confirmation)"))
-        else:
-            t.exit_raw_repl()
-            log("note: board %s has no soft reset (Ctrl-D would end the process); "
-                "the files are in place, start the runtime yourself" % board["name"])
+        _restart(t, board, reset, log)
         return {"written": write, "removed": stale, "unchanged": len(local) - len(write),
                 "bytes": nbytes, "ident": ident}
     except (serial.SerialException, OSError) as e:
