@@ -81,6 +81,46 @@ def _say(obj):
 
 # -- the bridge ----------------------------------------------------------------
 
+async def _sessions_up(b, k, timeout):
+    """Wait up to timeout s for k sessions up; returns how many are."""
+    limit = time.time() + timeout
+    while time.time() < limit:
+        if sum(1 for l in b.links.values() if l.status == "up") >= k:
+            break
+        await asyncio.sleep(0.1)
+    return sum(1 for l in b.links.values() if l.status == "up")
+
+
+async def _expect(sub, n, limit):
+    """Stamp n messages (or those within limit s of each other)."""
+    tally = Tally()
+    try:
+        while tally.count < n:
+            # Waits only when nothing is queued: a wait_for per message
+            # would cost this receiver more than the bridge's own work.
+            m = sub.recv_nowait() or await asyncio.wait_for(sub.recv(), limit)
+            tally.stamped(m.payload, ns())
+    except asyncio.TimeoutError:
+        pass
+    return tally.result(n)
+
+
+async def _window(sub, seconds):
+    """Count the numbered messages that arrive within seconds."""
+    tally = Tally()
+    end = time.time() + seconds
+    while True:
+        left = end - time.time()
+        if left <= 0:
+            break
+        try:
+            m = await asyncio.wait_for(sub.recv(), left)
+        except asyncio.TimeoutError:
+            break
+        tally.numbered(m.topic[1], m.payload)
+    return tally.result()
+
+
 async def _bridge(cfg_path, pattern, profile):
     from bridge import config as bridge_config
     from bridge.daemon import Bridge
@@ -105,43 +145,16 @@ async def _bridge(cfg_path, pattern, profile):
         gaps0 = sum(l.counters.get("gaps", 0) for l in b.links.values())
         while sub.recv_nowait() is not None:     # leftovers of an earlier run
             pass
-        tally = Tally()
         if cmd[0] == "up":
-            k, limit = int(cmd[1]), time.time() + float(cmd[2])
-            while time.time() < limit:
-                up = sum(1 for l in b.links.values() if l.status == "up")
-                if up >= k:
-                    break
-                await asyncio.sleep(0.1)
-            _say({"up": sum(1 for l in b.links.values() if l.status == "up")})
+            _say({"up": await _sessions_up(b, int(cmd[1]), float(cmd[2]))})
             continue
         if prof:
             prof.enable()
+        _say("ok")
         if cmd[0] == "expect":
-            n, limit = int(cmd[1]), float(cmd[2])
-            _say("ok")
-            try:
-                while tally.count < n:
-                    # Waits only when nothing is queued: a wait_for per message
-                    # would cost this receiver more than the bridge's own work.
-                    m = sub.recv_nowait() or await asyncio.wait_for(sub.recv(), limit)
-                    tally.stamped(m.payload, ns())
-            except asyncio.TimeoutError:
-                pass
-            res = tally.result(n)
-        else:   # window
-            _say("ok")
-            end = time.time() + float(cmd[1])
-            while True:
-                left = end - time.time()
-                if left <= 0:
-                    break
-                try:
-                    m = await asyncio.wait_for(sub.recv(), left)
-                except asyncio.TimeoutError:
-                    break
-                tally.numbered(m.topic[1], m.payload)
-            res = tally.result()
+            res = await _expect(sub, int(cmd[1]), float(cmd[2]))
+        else:
+            res = await _window(sub, float(cmd[1]))
         if prof:
             prof.disable()
         res["gaps"] = sum(l.counters.get("gaps", 0) for l in b.links.values()) - gaps0
