@@ -245,12 +245,26 @@ class Bridge:
         self._stop.set()
 
 
+class _NoPandas:
+    """Refuses to import pandas in the daemon. pyarrow imports pandas, where it is
+    installed, at its first array to check for pandas types: ~45 MB of RSS and 0.4 s
+    on the log's worker at the first seal, for a daemon that writes Parquet from lists.
+    pyarrow goes on without it when the import fails."""
+
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        if name == "pandas":
+            raise ModuleNotFoundError("edgebus-bridge does not load pandas", name=name)
+        return None
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="edgebus-bridge", description=__doc__.splitlines()[0])
     ap.add_argument("--config", "-c", help="the bridge's TOML configuration")
     ap.add_argument("--log-format", choices=("json", "text"), default="json")
     ap.add_argument("--verbose", "-v", action="store_true")
     args = ap.parse_args(argv)
+    sys.meta_path.insert(0, _NoPandas)
     h = logging.StreamHandler()
     h.setFormatter(JsonFormatter() if args.log_format == "json"
                    else logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
