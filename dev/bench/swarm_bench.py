@@ -228,10 +228,10 @@ def _archive(ref, dest):
     return dest
 
 
-def _label():
-    """This checkout: its commit, and whether the code the trial runs has
-    uncommitted edits."""
-    dirty = _git("status", "--porcelain", "--", "edgebus", "bridge", "tlog")
+def checkout_label(paths=("edgebus", "bridge", "tlog")):
+    """This checkout: its commit, and whether the code under paths (by default
+    what the trial runs) has uncommitted edits."""
+    dirty = _git("status", "--porcelain", "--", *paths)
     return "%s%s" % (_git("rev-parse", "--short", "HEAD"),
                      " + uncommitted edits" if dirty else "")
 
@@ -250,7 +250,7 @@ def run(smoke=False, baseline=None, show=None, checkout=True):
             trees.append((_git("rev-parse", "--short", ref),
                           _archive(ref, os.path.join(tmp, "base-%d" % i))))
         if checkout:
-            trees.append((_label(), ROOT))
+            trees.append((checkout_label(), ROOT))
         out = {"trees": [t[0] for t in trees], "baseline": baseline, "scenarios": [],
                "spool": DEFAULT_SPOOL, "cpus": os.cpu_count()}
         for i, (label, n, outage, steady, rate, ramp) in enumerate(SMOKE if smoke else FULL):
