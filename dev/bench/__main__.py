@@ -21,13 +21,12 @@ import platform
 import sys
 import time
 
+from dev import checkout
 from dev.bench import (bridge_bench, core_cpython, core_mpy, fleet_bench, link_bench,
                        log_bench, report, spark_bench, swarm_bench)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESULTS = os.path.join(ROOT, "dev", "bench", "results")
-# The code a part measures: a checkout with edits here says so beside its commit.
-PRODUCT = ("edgebus", "firmware", "boards", "bridge", "tlog", "ingest", "tools")
 
 
 # name -> (what it prints, the result key, the function)
@@ -71,7 +70,7 @@ def _measure(ap, args, only, jpath):
         if res.get("meta", {}).get("smoke") != args.smoke:
             ap.error("%s holds a %s run: refresh it whole" % (
                 jpath, "smoke" if res.get("meta", {}).get("smoke") else "full"))
-    commit = swarm_bench.checkout_label(PRODUCT)
+    commit = checkout.label()
     for name in PARTS:
         if name in only:
             date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
