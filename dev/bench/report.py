@@ -141,7 +141,8 @@ def _core_mpy(res):
               import_asyncio=_f(med("import_asyncio")),
               per_subscription=_f(med("per_subscription_q8")),
               per_retained=_f(med("per_retained_topic")), per_endpoint=_f(med("per_endpoint_q1")),
-              alloc_1=_f(med("alloc_per_publish_1sub")), alloc_10=_f(med("alloc_per_publish_10subs")),
+              alloc_1=_f(med("alloc_per_publish_1sub")),
+              alloc_10=_f(med("alloc_per_publish_10subs")),
               max_subs=_f(mp["max_subscriptions_q8_in_64K"]), device=_block(device),
               speed="\n".join(speed))
 
@@ -296,12 +297,13 @@ def _bridge_acks(res, br):
                        high=_f(ps["max"]), reps="%d" % br["reps"])
     ahead = [k for k in ("on", "log_on") if a[k]["of_off"] > 1]
     if ahead:
-        cpu = ["%+.0f%% %s" % (100 * (a[k]["rx_cpu_us_per_msg"]["median"]
-                                      / a[k.replace("on", "off")]["rx_cpu_us_per_msg"]["median"] - 1),
-                               "without the log" if k == "on" else "with it")
-               for k in ("on", "log_on")]
-        L += [""] + _t("bridge_acks_ahead", ratios=", ".join("%.2f×" % a[k]["of_off"] for k in ahead),
-                       cpu=" and ".join(cpu))
+        def cpu(k):
+            off = a[k.replace("on", "off")]["rx_cpu_us_per_msg"]["median"]
+            return "%+.0f%% %s" % (100 * (a[k]["rx_cpu_us_per_msg"]["median"] / off - 1),
+                                   "without the log" if k == "on" else "with it")
+        L += [""] + _t("bridge_acks_ahead",
+                       ratios=", ".join("%.2f×" % a[k]["of_off"] for k in ahead),
+                       cpu=" and ".join(cpu(k) for k in ("on", "log_on")))
     if "retransmitted" in a["on"]:
         L += [""] + _t("bridge_retransmitted", no_log="%d" % a["on"]["retransmitted"],
                        log="%d" % a["log_on"]["retransmitted"])

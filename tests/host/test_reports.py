@@ -12,7 +12,7 @@ from dev import soak
 from dev.bench import report
 from tests.conftest import ROOT
 
-DOCS = ["BENCHMARKS.md", "RELIABILITY.md", "README.md", "ARCHITECTURE.md", "boards/README.md",
+DOCS = ["BENCHMARKS.md", "RELIABILITY.md", "README.md", "ARCHITECTURE.md", "*/README.md",
         "docs/*.md", "dev/bench/templates/*.md", "dev/soak_templates/*"]
 CODE = ("edgebus", "firmware", "boards", "bridge", "tlog", "ingest", "tools", "dev", "tests")
 ISSUE = r"\bissues? #?\d+"
