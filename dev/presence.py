@@ -1,6 +1,6 @@
 """python -m dev.presence [--tree DIR]... [--cycles N] [--out FILE]
 
-Issue #13's figures: outage -> session-up over MQTT, for a bridge restart
+The recovery figures: outage -> session-up over MQTT, for a bridge restart
 (SIGKILL, started again at once) and for a broker restart (mosquitto SIGKILL,
 started again at once). Real parts: mosquitto on a free loopback port
 (dev/broker.py), the bridge as its own process, one device running the real

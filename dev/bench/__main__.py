@@ -9,6 +9,10 @@ DIR. --only runs some parts (core, mpy, link, bridge, log, fleet, spark, swarm)
 and keeps the other figures from the benchmarks.json already there. --baseline
 REF[,REF...]: the parts that take one (swarm) also measure these commits' code
 (--baseline-only: only it, e.g. while this checkout holds unfinished edits).
+--render runs nothing: it writes BENCHMARKS.md again from the benchmarks.json
+in --out (after a change to the report or its templates).
+Each part's date and commit go into the results' meta (``parts``), which the
+report's header lists.
 """
 import argparse
 import json
@@ -17,6 +21,7 @@ import platform
 import sys
 import time
 
+from dev import checkout
 from dev.bench import (bridge_bench, core_cpython, core_mpy, fleet_bench, link_bench,
                        log_bench, report, spark_bench, swarm_bench)
 
@@ -54,6 +59,28 @@ def _run_part(name, res, smoke, baseline=None, baseline_only=False):
         res[key] = fn(smoke)
 
 
+def _measure(ap, args, only, jpath):
+    """Run the parts in only into the results at jpath (the others keep theirs
+    with --only), each recorded in meta["parts"] with its date and commit."""
+    res = {"meta": {"smoke": args.smoke, "python": sys.version.split()[0],
+                    "machine": platform.machine(), "cpus": os.cpu_count(), "parts": {}}}
+    if args.only and os.path.exists(jpath):
+        with open(jpath) as f:
+            res = json.load(f)          # the parts not run keep their figures
+        if res.get("meta", {}).get("smoke") != args.smoke:
+            ap.error("%s holds a %s run: refresh it whole" % (
+                jpath, "smoke" if res.get("meta", {}).get("smoke") else "full"))
+    commit = checkout.label()
+    for name in PARTS:
+        if name in only:
+            date = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+            _run_part(name, res, args.smoke, args.baseline, args.baseline_only)
+            res["meta"]["parts"][name] = {"date": date, "commit": commit}
+    with open(jpath, "w") as f:
+        json.dump(res, f, indent=1)
+    return res
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m dev.bench", description=__doc__.splitlines()[0])
     ap.add_argument("--smoke", action="store_true", help="a short run that checks the benchmarks work")
@@ -65,6 +92,8 @@ def main(argv=None):
                     "part measures beside this checkout's, in the same run")
     ap.add_argument("--baseline-only", action="store_true",
                     help="the swarm part measures only the --baseline")
+    ap.add_argument("--render", action="store_true",
+                    help="run nothing: write BENCHMARKS.md from the stored benchmarks.json")
     args = ap.parse_args(argv)
     if args.baseline_only and not args.baseline:
         ap.error("--baseline-only needs --baseline REF")
@@ -75,32 +104,12 @@ def main(argv=None):
     out = args.out or (os.path.join(ROOT, "out", "bench-smoke") if args.smoke else RESULTS)
     md_dir = ROOT if os.path.abspath(out) == RESULTS else out
     os.makedirs(out, exist_ok=True)
-    t0 = time.time()
-    meta = {"smoke": args.smoke, "python": sys.version.split()[0],
-            "machine": platform.machine(), "cpus": os.cpu_count(),
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-    res = {"meta": meta}
     jpath = os.path.join(out, "benchmarks.json")
-    if args.only and os.path.exists(jpath):
+    if args.render:
         with open(jpath) as f:
-            res = json.load(f)          # the parts not run keep their figures
-        if res.get("meta", {}).get("smoke") != args.smoke:
-            ap.error("%s holds a %s run: refresh it whole" % (
-                jpath, "smoke" if res.get("meta", {}).get("smoke") else "full"))
-    for name in PARTS:
-        if name in only:
-            _run_part(name, res, args.smoke, args.baseline, args.baseline_only)
-    seconds = round(time.time() - t0, 1)
-    if res["meta"] is not meta:
-        # Newest first; an earlier refresh stays listed while some part it ran was not run again.
-        keep = [e for e in (res["meta"].get("refreshed") or "").split("; ")
-                if e and not set(e.split(" on ")[0].split(", ")) <= set(only)]
-        res["meta"]["refreshed"] = "; ".join(
-            ["%s on %s, in %s s" % (", ".join(only), meta["date"], seconds)] + keep)
+            res = json.load(f)
     else:
-        meta["seconds"] = seconds
-    with open(jpath, "w") as f:
-        json.dump(res, f, indent=1)
+        res = _measure(ap, args, only, jpath)
     md = report.markdown(res, out, md_dir)
     with open(os.path.join(md_dir, "BENCHMARKS.md"), "w") as f:
         f.write(md)

@@ -25,7 +25,7 @@ from tools.ptycable import PtyCable
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ACK_SCRIPT = link_ack_script.__file__
 WINDOW = 16             # a board's uplink out_queue (boards/unix.json, esp32.json)
-RATE = 20               # readings/s for the outage figure (issue 13's goal)
+RATE = 20               # readings/s for the outage figure (its goal: 10 s)
 DAY = 86400 * RATE      # the reading counter after a day at RATE
 HEALTH = (10, 2)        # sys/health periods: the firmware's default, `edgebus fleet`'s
 

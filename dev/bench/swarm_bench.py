@@ -1,4 +1,4 @@
-"""Issue 23's trial as a benchmark: thousands of devices (dev/swarm.py:
+"""The swarm trial as a benchmark: thousands of devices (dev/swarm.py:
 CPython devices, many per process) publishing 1 reading/s each over a real
 mosquitto into one edgebus-bridge (its own process) with its telemetry log
 (durable links: a device's reading is acknowledged once the log synced it).
@@ -28,6 +28,7 @@ import tempfile
 import time
 import urllib.request
 
+from dev.checkout import label as checkout_label
 from dev.broker import Mosquitto, free_port
 from dev.presence import BridgeProcess, retained
 from dev.swarm import DEFAULT_SPOOL, Swarm, check, figures
@@ -228,14 +229,6 @@ def _archive(ref, dest):
     return dest
 
 
-def _label():
-    """This checkout: its commit, and whether the code the trial runs has
-    uncommitted edits."""
-    dirty = _git("status", "--porcelain", "--", "edgebus", "bridge", "tlog")
-    return "%s%s" % (_git("rev-parse", "--short", "HEAD"),
-                     " + uncommitted edits" if dirty else "")
-
-
 def run(smoke=False, baseline=None, show=None, checkout=True):
     """Every scenario on this checkout's code and, given ``baseline`` (git
     refs, comma-separated), on those commits' too, interleaved. ``show``: print the
@@ -250,7 +243,7 @@ def run(smoke=False, baseline=None, show=None, checkout=True):
             trees.append((_git("rev-parse", "--short", ref),
                           _archive(ref, os.path.join(tmp, "base-%d" % i))))
         if checkout:
-            trees.append((_label(), ROOT))
+            trees.append((checkout_label(("edgebus", "bridge", "tlog")), ROOT))
         out = {"trees": [t[0] for t in trees], "baseline": baseline, "scenarios": [],
                "spool": DEFAULT_SPOOL, "cpus": os.cpu_count()}
         for i, (label, n, outage, steady, rate, ramp) in enumerate(SMOKE if smoke else FULL):

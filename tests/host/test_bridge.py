@@ -264,7 +264,7 @@ def test_group_commit_survives_sigkill_and_restart_resumes_from_the_log(tmp_path
 
 def test_bridge_sigkilled_mid_stream_loses_and_doubles_nothing(tmp_path, link_device,
                                                                 monkeypatch):
-    """Issue #13 end to end: a MicroPython device streams over a pty into a
+    """Lossless delivery end to end: a MicroPython device streams over a pty into a
     bridge process that is SIGKILLed mid-stream; the device keeps what was not
     acknowledged (acknowledged = made durable by a group commit) and sends it
     again to the restarted bridge, which drops what its log already holds:

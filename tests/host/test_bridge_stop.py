@@ -1,4 +1,4 @@
-"""The bridge's stop at fleet size (issue 25), with real parts: a bridge
+"""The bridge's stop at fleet size, with real parts: a bridge
 process with its telemetry log and 2,000 configured MQTT devices, 20 of them
 CPython devices (dev/swarm.py) with sessions up and readings flowing over a
 real mosquitto. SIGTERM: the bridge exits 0 with its state saved, and every

@@ -1,4 +1,4 @@
-"""End to end, gateway failover (issue #16, docs/protocol.md "Failover"):
+"""End to end, gateway failover (docs/protocol.md "Failover"):
 real-firmware MicroPython devices configured with a primary and a backup
 gateway, each gateway its own mosquitto and its own bridge process with its
 own telemetry log. The primary bridge is SIGKILLed mid-stream: the devices

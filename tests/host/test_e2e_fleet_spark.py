@@ -1,6 +1,6 @@
 """End to end: simulated MicroPython devices -> MQTT -> bridge -> telemetry log
 -> `edgebus ingest --once` -> table -> `edgebus report`, through the faults of
-issue #13 in one run: the broker SIGKILLed, then the bridge SIGKILLed, then
+lossless delivery in one run: the broker SIGKILLed, then the bridge SIGKILLed, then
 both at once, each restarted after an outage.
 
 Real parts only: mosquitto (dev/broker.py), the real firmware on the real
@@ -138,7 +138,7 @@ def test_fleet_to_table_holds_every_reading_once_through_broker_and_bridge_kills
         health = sorted(
             ({"seq": r["seq"], **json.loads(r["payload"])}
              for r in mine if r["topic"] == "dev/%s/sys/health" % n), key=lambda h: h["seq"])
-        # Lossless (issue #13): every number the device spent up to its last
+        # Lossless: every number the device spent up to its last
         # report is in the table exactly once; no fault left a hole.
         assert seqs == list(range(1, seqs[-1] + 1)), \
             (n, sorted(set(range(1, seqs[-1] + 1)) - set(seqs)))

@@ -1,5 +1,5 @@
-"""End to end, a fleet sharded over two bridges sharing one broker (issue 25;
-README, "Running 10,000 devices on one or several bridges"): real-firmware
+"""End to end, a fleet sharded over two bridges sharing one broker (README,
+"Running 10,000 devices on one or several bridges"): real-firmware
 MicroPython devices, one mosquitto, two bridge processes ([mqtt] shard =
 true), each with its own keystore, state and telemetry log. A SIGHUP with a
 configuration that does not load changes nothing. Then a device is moved from

@@ -235,7 +235,7 @@ def test_spark_submit_runs_the_job_module(spark, tmp_path):
 
 
 def test_retransmitted_copies_are_removed_and_late_is_kept(spark, tmp_path):
-    """Issue #13's recovery as the log sees it: the bridge logged seq 0..119 of
+    """Lossless recovery as the log sees it: the bridge logged seq 0..119 of
     a device boot, then died before acknowledging 80..119; the device
     retransmits them out of its spool (late, logged again 30 s later) and then
     delivers 120..159, held in the spool during the outage, late too. The

@@ -1,4 +1,4 @@
-"""The reliability suite (issue #7): faults, bad input, security, load.
+"""The reliability suite: faults, bad input, security, load.
 
 Short by default (CI runs it with the rest of pytest); long with ``--soak``
 or ``EDGEBUS_SOAK=1``. ``python -m dev.soak`` runs the long form and writes

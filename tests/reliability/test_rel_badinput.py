@@ -1,4 +1,4 @@
-"""Bad input on a live link (issue #7): every kind gets a clear error, a
+"""Bad input on a live link: every kind gets a clear error, a
 counter, and no crash; the session stays up and the next good message gets
 through. The frames go through the real stream path (COBS + CRC framing, the
 FrameReader, Link.run) of a host link joined to a device link.

@@ -1,4 +1,4 @@
-"""Bad device input reaching the bridge's own consumers (issue #7): the
+"""Bad device input reaching the bridge's own consumers: the
 telemetry log and the MQTT mirror refuse what they cannot hold, count it,
 and keep going."""
 import asyncio

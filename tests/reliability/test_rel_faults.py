@@ -1,4 +1,4 @@
-"""Faults (issues #7, #13): inject, recover, then check that nothing was lost
+"""Faults: inject, recover, then check that nothing was lost
 or duplicated: within the device's spool every message it sent is delivered
 exactly once, in order (acknowledged delivery, docs/protocol.md section 14);
 what a fault still costs (line noise) is counted as a gap, never silent;
@@ -465,7 +465,7 @@ def test_bridge_sigkilled_during_log_appends(tmp_path, rel, rel_device):
     for sid, rs in by_sid.items():
         seqs = [r["seq"] for r in rs]
         assert seqs == sorted(seqs)
-        # Lossless (issue #13): the device keeps what the bridge has not made
+        # Lossless (acknowledged delivery): the device keeps what the bridge has not made
         # durable and sends it again to the restarted bridge, which resumes
         # from its log; so each boot's numbers run from 1 without a hole and
         # every reading it published is logged once. (Only the first boot's

@@ -1,4 +1,4 @@
-"""Fuzzing the frame decoder and the link session (issue #7): the targets in
+"""Fuzzing the frame decoder and the link session: the targets in
 fuzz_targets.py under Hypothesis, and under atheris (coverage guided) when it
 is installed. Short in CI; with --soak well over 100,000 generated inputs.
 Properties of the reader against a reference, and of a damaged line between

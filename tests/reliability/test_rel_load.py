@@ -1,4 +1,4 @@
-"""Load (issue #7): the fleet simulator's MicroPython devices (the real
+"""Load: the fleet simulator's MicroPython devices (the real
 firmware, tools/fleet.py) over real mosquitto into the bridge (its own
 process) and its telemetry log: 50 devices at 20 messages/s each. Figures
 (messages/s, device -> log latency p50/p99, bridge RSS over time) go to

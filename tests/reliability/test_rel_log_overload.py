@@ -1,4 +1,4 @@
-"""The bridge's log under overload (issue 23): a log slower than its devices
+"""The bridge's log under overload: a log slower than its devices
 (a sync that sleeps, a queue of a few dozen messages) under a burst. What a
 durable link acknowledges is always in the log: the link pushes back while
 the log is behind (the device keeps its readings spooled and sends them

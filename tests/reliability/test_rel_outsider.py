@@ -1,4 +1,4 @@
-"""The outsider trial (issue 24), with real parts: someone who holds no key
+"""The outsider trial, with real parts: someone who holds no key
 and knows only the public protocol (``edgebus.link.frame`` and ``wire``,
 docs/protocol.md sections 1, 2, 10, 14 and 17) sits on the broker of an MQTT
 device link (a real ``edgebus fleet`` device and the bridge), or in the middle

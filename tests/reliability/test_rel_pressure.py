@@ -1,4 +1,4 @@
-"""Slow consumers and clock jumps (issue #7).
+"""Slow consumers and clock jumps (the reliability suite).
 
 Slow consumers: publishers never block, every loss is counted on the feed
 that lost it, memory stays bounded (tracemalloc, generous bound). Ring

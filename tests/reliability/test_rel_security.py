@@ -1,4 +1,4 @@
-"""Security (issue #7), end to end against the real bridge.
+"""Security, end to end against the real bridge.
 
 Covered elsewhere, and listed in RELIABILITY.md: wrong key over a pty
 (tests/host/test_link_pty.py::test_wrong_key_over_pty_gives_no_session),

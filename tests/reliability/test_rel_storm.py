@@ -1,4 +1,4 @@
-"""A start-up storm (issue 25): CPython devices (dev/swarm.py; 300 in CI,
+"""A start-up storm: CPython devices (dev/swarm.py; 300 in CI,
 1,000 in the soak) all started at the same instant against one bridge
 process with its telemetry log, over a real mosquitto. Every device gets a
 session, and only one: the bridge counts as many sessions as devices and
