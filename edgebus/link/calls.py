@@ -4,6 +4,12 @@ from .. import compat, errors, topic
 from . import presence, routes, rules, tx, wire
 
 
+def reset(link):
+    """No calls forwarded (end_session fails those that were), no ROUTES sent."""
+    link._pending = {}
+    link._routes_sent = None
+
+
 def send_routes(link):
     """Send ROUTES, the sorted wire topics of the endpoints this side offers
     the peer (relayed ones as [topic, path]), if they changed since last sent."""

@@ -108,6 +108,12 @@ def _unsealed(link, mine, theirs):
     return True
 
 
+def retry_later(link):
+    """Link.retry_later: after a refusal, the next HELLO waits (doubling up to 60 s)."""
+    link._backoff = min(link._backoff * 2, 60)
+    link._retry_at = compat.now() + wire.jitter(link._backoff)
+
+
 def hello(link):
     """Open a session (initiator): send HELLO, and again after a short wait
     (doubling, with jitter, up to handshake_timeout) until an answer."""
@@ -132,7 +138,7 @@ def peer_presence(link, online):
         link.count("peer_offline")
         if link.status == wire.UP:
             if link._seal is not None:
-                seal.doubt(link)
+                link._doubt()
             else:
                 link.end_session("peer offline")
     elif link.role == "initiator" and link._transport is not None and (
@@ -149,14 +155,13 @@ def _clock(link, h):
     from its own wall clock if it has one, else from ours now."""
     ms = h.get("ms")
     if type(ms) is not int:
-        link._peer_ms0 = link._clock_off = None
+        link._clock = None
         return
     w = h.get("wall")
     if type(w) is not int:
         w = compat.wall_ms()
         w = None if w is None else w - ms
-    link._peer_ms0 = ms
-    link._clock_off = w
+    link._clock = (ms, w)
 
 
 def _check(link, h):
@@ -288,12 +293,8 @@ def session_up(link, hello, ack):
     caps = peer.get("caps")
     link._acking = link.ack and type(caps) is list and wire.CAP_ACK in caps
     link._flow = link._acking and wire.CAP_FLOW in caps
-    w = peer.get("win")
-    link._tx_window = w if link._flow and type(w) is int and w >= 0 else None
     mine = hello if link.role == "initiator" else ack
     seal.start(link, key_for(link, node), hello, ack, seal.offered(mine) and seal.offered(peer))
-    link._rx_acked = 0
-    link._stuck = False
     link.generation = st["generation"]
     link._session += 1
     link.count("sessions")
@@ -308,12 +309,11 @@ def session_up(link, hello, ack):
     link._imports = rules.resolve(rs[1], link.bus, node)
     link._export_calls = rules.resolve(rs[2], link.bus, node)
     link._import_calls = rules.resolve(rs[3], link.bus, node)
-    tx.start(link, node)
+    tx.start(link, node, peer.get("win"))
     if link._journal is not None:
         from . import journal
         journal.up(link, peer)
     link._set_state(wire.UP)
     link._backoff = link.handshake_timeout
     link._hello_wait = 0
-    link._routes_sent = None
     calls.send_routes(link)

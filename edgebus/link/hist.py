@@ -61,9 +61,7 @@ def on_frame(link, t, obj, blob):
             return link.count("bad_frames")
         o = _old(link, sid)
         if o[1] is not None and n > o[1]:
-            link.count("gaps", n - o[1])
-            link.count("gap_events")
-            link.last_gap = (o[1], n - 1)
+            link._gap(o[1], n - 1)
         if o[1] is None or n > o[1]:
             o[1] = n
         return
@@ -87,7 +85,7 @@ def on_frame(link, t, obj, blob):
     if t != wire.PUB and t != wire.RET and t != wire.UNRET:
         return link.count("bad_frames")
     if link.hold is not None and link.hold(link):
-        return tx.held(link, sid, seq if exp is None else exp)
+        return link._hold_back(sid, seq if exp is None else exp)
     o[1] = seq + 1
     k = rules.map_in(link, body[0], link._imports)
     if k is None:

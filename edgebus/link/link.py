@@ -7,6 +7,9 @@ transport-free session logic frame bodies and sending those it produces.
 The Link holds all the state; module-level functions over it do the work, one
 module per concern (cheaper on MicroPython than mixins): ``rules``,
 ``handshake``, ``tx`` (sending), ``rx`` (receiving), ``calls`` (routes, calls).
+Each field has one owner, the concern that writes it: ``__init__`` sets them
+in one block per owner, and an owner's ``reset(link)`` sets what a session's
+end resets, both at the start and in ``end_session``.
 """
 from .. import compat, topic
 from . import calls, handshake, presence, routes, rules, rx, seal, tx, wire
@@ -55,6 +58,10 @@ class Link:
         if max_len < wire.MIN_LEN:
             raise ValueError("max_len %d leaves no room for the handshake: at least %d"
                              % (max_len, wire.MIN_LEN))
+        # The state, grouped by owner: a "-- NAME.py:" block's fields are written by that
+        # module alone (and here); each owner's reset() sets what a session's end resets,
+        # here and in end_session (tests/host/test_layout_link.py holds both).
+        # -- link.py: configuration, status, the transport, liveness, timers --
         self.bus = bus
         self.node = node
         self.role = role
@@ -68,23 +75,19 @@ class Link:
         self.max_sync = max_sync
         self.out_queue = out_queue
         self.max_len = max_len    # the largest frame body; the transport's limit too
-        self.seal = seal          # sealed sessions (seal.py): keys, the tail buffer,
-        self._seal = self._s_buf = None    # frame counters, the last doubt; a body
-        self._s_tx = self._s_rx = self._t_doubt = 0    # leaves a seal's room
+        self.seal = seal          # sealed sessions (seal.py); a body leaves a seal's room
         self._room = max_len - SEAL_TAIL if key is not None and seal != "off" else max_len
+        self.ack = ack            # acknowledgements offered (negotiated: _acking)
+        self.durable = durable    # acknowledge only what the owner confirms
+        self.hold = hold
         # Peer continuity across sessions (and across restarts, if the caller
         # persists it): generation and the next sequence number expected.
         self.state = state if state is not None else {}
         self.counters = {}
-        self.last_error = None
-        self.last_gap = None      # (first, last) sequence numbers of the latest gap
-        self.rtt = None           # seconds, from the latest PONG
-        self.peer_node = None
-        self.peer_sid = None
-        self.generation = None
         self.status = wire.DOWN
+        self._t_state = compat.now()
+        self._key = key           # as given (handshake.key_for picks one)
         # Rules: as given, then resolved for the peer's node per session.
-        self._key, self._hkey = key, None    # as given; this handshake's (handshake.key_for)
         self._rule_src = (exports, imports, export_calls, import_calls)
         self._local_only = [topic.pattern(p, bus.s_wild, bus.m_wild)[1] for p in local_only]
         self._node_rules = False  # do the export rules name {node}?
@@ -93,76 +96,73 @@ class Link:
                 if type(x) is str and "{node}" in x:
                     self._node_rules = True
         rules.resolve(exports, bus, None)   # a bad rule or class fails here, not at a session
-        self._exports = []
-        self._imports = []
-        self._export_calls = []
-        self._import_calls = []
         # Everything the link does on this bus is done as principal (the
         # authoriser's subject): by default ("link", link_id).
         self._conn = bus.connect(principal=principal if principal is not None
                                  else ("link", self.link_id))
-        self._imp = None          # derived connection for what arrives, per session
-        # Handshake: our latest side; those in progress, (peer's HELLO or None,
-        # our side) newest last (handshake.py); initiator nonces seen (replay guard).
-        self._mine, self._hs = None, []
-        self._recent = []
-        self._session = 0
-        self._backoff = 5.0         # the retry delay after an error; handshake_timeout once up
-        self._retry_at = 0.0        # no HELLO before (after an error)
-        self._hello_wait = 0        # the current HELLO retry interval
-        self._t_nosess = 0.0        # last ERROR no_session sent
-        self._peer_ms0 = None       # the peer's clock (ms) at its HELLO / HELLO_ACK
-        self._clock_off = None      # ms to add to the peer's clock for Unix time
-        # Acknowledgements: offered, negotiated this session, owner-gated.
-        self.ack = ack
-        self.durable = durable
-        self._acking = False
-        self._flow, self._tx_window, self._rx_window = False, None, None   # protocol 11
-        self._rx_acked = 0          # the last ACK sent, and when (the first goes at once,
-        self._t_ack = -1.0          # also on a board whose clock starts at 0 at boot)
-        self._stuck = False         # a loss in flight: RESEND asked
-        self.hold = hold
-        self._held = None           # {None (this boot) or an earlier sid: first held}
-        self._bad = None            # an undecodable frame's number, asked for again once
-        self._t_resend = 0.0
-        self._t_acked = self._t_data = 0.0   # last ACK that freed entries; last numbered frame out
-        self._rto = tx.RTO          # the wait before the unacknowledged tail goes again
-        # Sending: control and call queues, export observers, the snapshot.
-        self._ctl = []
-        self._calls = []
-        self._credit = 4
-        self._obs = []            # [(observer, rule)] for exports, per peer node
-        self._obs_node = False
-        self._obs_drops = []
-        self._tx_seq = 1
-        self._tx_next = 1         # the number the peer is told comes next
-        self._tx_acked = 0        # every number below it acknowledged, by any peer
-        self._spool = Spool(spool, spool_policy)
-        self._pump = None         # the task spooling exports between transports
-        self._snap = None         # messages of the snapshot being sent
-        self._snap_i = -1
-        # The flash spool (imported only when on) and earlier boots' frames in.
-        self._journal = None
+        self._spool = Spool(spool, spool_policy)   # what waits for an ACK (tx.py fills it)
+        self._journal = None      # the flash spool (imported only when on)
         if journal is not None:
             from .journal import Journal
             self._journal = Journal(journal, self.sid, journal_bytes, journal_block)
-        self._hist = None
-        # Receiving: the snapshot being received.
-        self._rx_sync, self._rx_overflow = None, False
-        # Calls: forwarded (call id -> (Request, route, offer)), served, routes sent.
-        self._pending = {}
-        self._next_cid, self._served = 1, 0
-        self._routes_sent = None
-        self._offered = None      # local keys of those routes (presence notices)
-        self._tasks = []
-        # Driving: transport, wakeups, timers, status publication.
         self._transport = None
+        self._pump = None         # the task spooling exports between transports
         self._wake = compat.Event()
         self._freed = compat.Event()
-        self._t_rx = self._t_tx = self._t_status = 0.0
-        self._t_state = compat.now()
+        self._t_rx = self._t_tx = self._t_status = 0.0   # last frame in, out; status published
+        self._t_doubt = 0.0       # the last _doubt()
         self._status_on, self._status_seen = status, None
         self._dirty = True
+        # -- any module: the latest error, said by whichever concern met it --
+        self.last_error = None
+        # -- handshake.py: the peer, keys, handshakes in progress, the session's terms --
+        self.peer_node = self.peer_sid = self.generation = None
+        self._hkey = None         # this handshake's key (key_for)
+        self._mine = None         # our latest side
+        self._hs = []             # in progress: (peer's HELLO or None, our side), newest last
+        self._recent = []         # initiator nonces seen (replay guard)
+        self._session = 0
+        self._backoff = 5.0       # the retry delay after an error; handshake_timeout once up
+        self._retry_at = 0.0      # no HELLO before (after an error)
+        self._hello_wait = 0      # the current HELLO retry interval
+        self._clock = None        # the peer's: (its ms at HELLO / HELLO_ACK, ms to Unix or None)
+        self._acking = self._flow = False   # negotiated: acknowledgements, WINDOW honoured
+        self._imp = None          # derived connection for what arrives, per session
+        self._imports = []        # the rules resolved for the peer's node
+        self._export_calls = []
+        self._import_calls = []
+        # -- seal.py: the session's keys, the tail buffer, frame counters --
+        self._seal = self._s_buf = None
+        self._s_tx = self._s_rx = 0
+        # -- tx.py: control queue, export observers, numbers out, pace, retransmission --
+        self._ctl = []
+        self._credit = 4
+        self._obs = []            # [observer, rule, its losses counted] per export rule
+        self._obs_node = False    # the peer node they observe for
+        self._exports = []
+        self._tx_seq = 1
+        self._tx_next = 1         # the number the peer is told comes next
+        self._tx_acked = 0        # every number below it acknowledged, by any peer
+        self._tx_window = self._rx_window = None   # the peer's pace; ours for it (protocol 11)
+        self._t_acked = self._t_data = 0.0   # last ACK that freed entries; last numbered frame out
+        self._rto = tx.RTO        # the wait before the unacknowledged tail goes again
+        tx.reset(self)            # calls queued, the snapshot out
+        # -- rx.py: numbers in, gaps, holds, ACKs sent, the snapshot in --
+        self.rtt = None           # seconds, from the latest PONG
+        self.last_gap = None      # (first, last) sequence numbers of the latest gap
+        self._held = None         # {None (this boot) or an earlier sid: first held}
+        self._bad = None          # an undecodable frame's number, asked for again once
+        self._t_resend = self._t_nosess = 0.0   # last RESEND asked; ERROR no_session sent
+        self._t_ack = -1.0        # the last ACK sent: the first goes at once (clocks from 0)
+        rx.reset(self)            # not stuck, the snapshot in, the last ACK's number
+        # -- hist.py: earlier boots' entries in --
+        self._hist = None
+        # -- calls.py: calls forwarded and served, routes sent --
+        self._next_cid, self._served = 1, 0
+        self._tasks = []
+        calls.reset(self)
+        # -- presence.py: the endpoints offered, for notices --
+        self._offered = None
 
     # -- bookkeeping ---------------------------------------------------
     @property
@@ -217,16 +217,15 @@ class Link:
             self._conn.retain(self.status_topic(), self.stats())
 
     def end_session(self, why):
-        """End the session: pending calls fail, proxies go, state is kept."""
+        """End the session: pending calls fail, proxies go, state is kept; what
+        each owner keeps per session goes back to its start (its reset())."""
         was = self.status
         self._set_state(wire.DOWN)
-        self._stuck = False
-        self._snap = None
-        self._rx_sync = None
-        self._calls = []
         for p in list(self._pending.values()):
             p[0].abandon("session_reset")
-        self._pending = {}
+        tx.reset(self)
+        rx.reset(self)
+        calls.reset(self)
         self._freed.set()
         routes.withdraw(self)
         if self._offered:
@@ -237,40 +236,30 @@ class Link:
             self.count("session_ends")
             self.last_error = self.last_error or why
 
-    def retry_later(self):
-        """After a refusal: the next HELLO waits (doubling up to 60 s)."""
-        self._backoff = min(self._backoff * 2, 60)
-        self._retry_at = compat.now() + wire.jitter(self._backoff)
-
+    # -- functions over the link, in their owners' modules, as methods (no wrapper) --
+    retry_later = handshake.retry_later
     peer_presence = handshake.peer_presence   # the transport's word on the peer
-
-    # -- acknowledgements (what this side received) -----------------------
-    def rx_mark(self):
-        """A mark of everything received from the peer boot so far, or None;
-        once earlier boots' entries came (HIST), theirs too (a third item)."""
-        if self._hist is not None:
-            from . import hist
-            return hist.mark(self)
-        n = self.state.get("rx_next")
-        return None if n is None or self.peer_sid is None else (self.peer_sid, n)
-
-    def acknowledge(self, mark):
-        """The owner made everything under ``mark`` durable: tell the peer."""
-        if mark is None or self.status != wire.UP or not self._acking:
-            return
-        if mark[0] == self.peer_sid and mark[1] is not None and mark[1] > self._rx_acked:
-            self._rx_acked = mark[1]
-            self._t_ack = compat.now()
-            tx.control(self, wire.ACK, mark[1])
-        if len(mark) > 2:
-            from . import hist
-            hist.acknowledge(self, mark[2])
-
-    # -- frames ----------------------------------------------------------
-    next_body = tx.next_body    # a function over the link: the method, no wrapper
+    rx_mark = rx.rx_mark      # acknowledgements: what this side received
+    acknowledge = rx.acknowledge
+    _gap = rx.gap             # for hist.py too, which cannot import rx.py
+    _hold_back = rx.hold_back
+    next_body = tx.next_body
     refuse = tx.refuse
     window = tx.window
 
+    def _doubt(self):
+        """Word that the peer is gone that anyone could have sent (an ERROR with
+        no valid seal: no_session from a restarted responder, or an outsider's;
+        an MQTT presence "offline"): PING, and end the session by liveness unless
+        a sealed frame answers within min(2 s, heartbeat). At most once a second."""
+        now = compat.now()
+        if now - self._t_doubt < 1.0:
+            return
+        self._t_doubt = now
+        tx.control(self, wire.PING, int(now * 1000))
+        self._t_rx = min(self._t_rx, now - 3 * self.heartbeat + min(2.0, self.heartbeat))
+
+    # -- frames ----------------------------------------------------------
     def feed(self, body):
         """Handle one received frame body (never raises)."""
         self.count("frames_in")

@@ -1,7 +1,39 @@
 """The link's receiving side: frames dispatched by type, data in with
-sequence numbers and gaps, and the retained snapshot (SYNCSTART/SYNC/SYNCEND)."""
+sequence numbers and gaps, holds, acknowledgements, and the retained snapshot
+(SYNCSTART/SYNC/SYNCEND)."""
 from .. import compat, errors
 from . import calls, handshake, rules, tx, wire
+
+
+def reset(link):
+    """The receiving side between sessions (Link.__init__, end_session): not
+    stuck, no snapshot coming, no ACK sent."""
+    link._stuck = False
+    link._rx_sync, link._rx_overflow = None, False
+    link._rx_acked = 0
+
+
+def rx_mark(link):
+    """Link.rx_mark: a mark of everything received from the peer boot so far,
+    or None; once earlier boots' entries came (HIST), theirs too (a third item)."""
+    if link._hist is not None:
+        from . import hist
+        return hist.mark(link)
+    n = link.state.get("rx_next")
+    return None if n is None or link.peer_sid is None else (link.peer_sid, n)
+
+
+def acknowledge(link, mark):
+    """Link.acknowledge: the owner made everything under ``mark`` durable: tell the peer."""
+    if mark is None or link.status != wire.UP or not link._acking:
+        return
+    if mark[0] == link.peer_sid and mark[1] is not None and mark[1] > link._rx_acked:
+        link._rx_acked = mark[1]
+        link._t_ack = compat.now()
+        tx.control(link, wire.ACK, mark[1])
+    if len(mark) > 2:
+        from . import hist
+        hist.acknowledge(link, mark[2])
 
 
 def handle(link, t, seq, obj, blob):
@@ -74,11 +106,24 @@ def handle(link, t, seq, obj, blob):
     link.count("unknown_type")
 
 
-
-def _gap(link, first, last):
+def gap(link, first, last):
+    """Link._gap: the peer's numbers ``first``..``last`` are lost: counted, and
+    said in last_gap."""
     link.count("gaps", last - first + 1)
     link.count("gap_events")
     link.last_gap = (first, last)
+
+
+def hold_back(link, key, n):
+    """Link._hold_back: a numbered frame not taken, as the owner's hold (Link.hold)
+    is on. The peer keeps it spooled; release() asks for it again from ``n``
+    (per boot ``key``: None for the current one)."""
+    link.count("held")
+    h = link._held
+    if h is None:
+        h = link._held = {}
+    if key not in h:
+        h[key] = n
 
 
 def extra_in(link, obj, i, seq):
@@ -92,10 +137,11 @@ def extra_in(link, obj, i, seq):
     elif "seq" in x:
         del x["seq"]     # an unsequenced frame (SYNC) has none: never the sender's
     ms = obj[i + 1] if len(obj) > i + 1 else None
-    if type(ms) is int and link._peer_ms0 is not None:
-        if link._clock_off is not None and "ts" not in x:   # a publisher's own ts wins
-            x["ts"] = (ms + link._clock_off) / 1000
-        if ms <= link._peer_ms0:
+    c = link._clock
+    if type(ms) is int and c is not None:
+        if c[1] is not None and "ts" not in x:   # a publisher's own ts wins
+            x["ts"] = (ms + c[1]) / 1000
+        if ms <= c[0]:
             x["late"] = True
         elif "late" in x:
             del x["late"]
@@ -114,7 +160,7 @@ def seq_of(link, s16):
         link.count("duplicates")
         return None
     if link.hold is not None and link._acking and link.hold(link):
-        tx.held(link, None, exp)
+        hold_back(link, None, exp)
         return None
     h = link._held
     if h is not None and None in h:   # taken again: the peer is back at the hole, or
@@ -126,7 +172,7 @@ def seq_of(link, s16):
             link.count("out_of_order")
             resend(link, exp)
             return None
-        _gap(link, exp, exp + d - 1)
+        gap(link, exp, exp + d - 1)
     full = exp + d
     st["rx_next"] = full + 1
     link._stuck = False
@@ -147,7 +193,7 @@ def undecodable(link, s16):
         return resend(link, exp)
     full = seq_of(link, s16)
     if full is not None:
-        _gap(link, full, full)
+        gap(link, full, full)
 
 
 def resend(link, n):
@@ -200,7 +246,7 @@ def on_skip(link, n):
     st = link.state
     exp = st.get("rx_next")
     if exp is not None and n > exp:
-        _gap(link, exp, n - 1)
+        gap(link, exp, n - 1)
     if exp is None or n > exp:
         st["rx_next"] = n
         link._stuck = False
@@ -250,7 +296,7 @@ def on_snapshot(link, t, obj, blob):
                     link.count("acked_elsewhere", a - exp)
                     lo = a
                 if nxt > lo:
-                    _gap(link, lo, nxt - 1)
+                    gap(link, lo, nxt - 1)
             if exp is None or nxt > exp:        # never back: what we have stays had
                 st["rx_next"] = nxt
         link._rx_sync = {}

@@ -17,8 +17,7 @@ pads again). Unless encrypted, the body is not copied: counter and tag go to
 the transport as a tail (frame.encode) from a 12-byte buffer kept for the boot.
 """
 import hashlib
-from .. import compat
-from . import cipher, tx, wire
+from . import cipher, wire
 
 TAIL = 12           # counter (4) + tag (8) after the body
 MARK = "s"          # starts the nonce of a side that offers seal (never hex)
@@ -190,7 +189,7 @@ def opened(link, body):
     mv = memoryview(body)
     if n <= TAIL or not wire.same(memoryview(_mac(ks[2], ks[3], mv[:n - 8]))[:8], mv[n - 8:]):
         if t == wire.ERROR and link.role == "initiator" and link.status == wire.UP:
-            doubt(link)
+            link._doubt()
         return _refuse(link, "forged", "no valid seal on a %s"
                        % (wire.NAMES[t] if t < len(wire.NAMES) else t))
     c = (mv[n - 12] << 24) | (mv[n - 11] << 16) | (mv[n - 10] << 8) | mv[n - 9]
@@ -206,16 +205,3 @@ def _refuse(link, what, why):
     link.count(what)
     link.last_error = "%s frame refused: %s" % (what, why)
     return None
-
-
-def doubt(link):
-    """Word that the peer is gone that anyone could have sent (an ERROR with
-    no valid seal: no_session from a restarted responder, or an outsider's;
-    an MQTT presence "offline"): PING, and end the session by liveness unless
-    a sealed frame answers within min(2 s, heartbeat). At most once a second."""
-    now = compat.now()
-    if now - link._t_doubt < 1.0:
-        return
-    link._t_doubt = now
-    tx.control(link, wire.PING, int(now * 1000))
-    link._t_rx = min(link._t_rx, now - 3 * link.heartbeat + min(2.0, link.heartbeat))

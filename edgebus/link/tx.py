@@ -55,17 +55,6 @@ def on_window(link, w):
     link._wake.set()
 
 
-def held(link, key, n):
-    """A numbered frame not taken: the owner's hold (Link.hold) is on. The
-    peer keeps it spooled; rx.release() asks for it again from ``n``."""
-    link.count("held")
-    h = link._held
-    if h is None:
-        h = link._held = {}
-    if key not in h:
-        h[key] = n
-
-
 def call_frame(link, t, obj, blob=None):
     """Queue a CALL, REPLY or FAIL; a CALL too large raises, a reply too
     large becomes a FAIL the caller sees."""
@@ -138,12 +127,11 @@ def pump(link):
     """Move what the export observers hold into the spool, numbered and
     encoded now (so an item waits as bytes, not as an object, and its time
     is the time it left the bus)."""
-    obs = link._obs
     t = None
-    for i in range(len(obs)):
-        o, rule = obs[i]
+    for e in link._obs:
+        o, rule = e[0], e[1]
         while True:
-            account_drops(link, i)
+            account_drops(link, e)
             item = o.recv_nowait()
             if item is None:
                 break
@@ -191,14 +179,14 @@ def exportable(link, k, rule, origin):
     return not rules.local(link, k)
 
 
-def account_drops(link, i):
-    d = link._obs[i][0].dropped()
-    lost = d - link._obs_drops[i]
+def account_drops(link, e):
+    d = e[0].dropped()
+    lost = d - e[2]
     if lost:
         # Overflowed messages still consume sequence numbers, so the peer
         # sees the loss as a gap instead of never knowing.
         link._tx_seq += lost
-        link._obs_drops[i] = d
+        e[2] = d
         link.count("dropped_out", lost)
 
 
@@ -252,16 +240,15 @@ def observe(link, node):
     from now on what the bus exports is numbered and spooled."""
     if link._obs_node == node:
         return
-    for o, _ in link._obs:
-        o.close()
+    for e in link._obs:
+        e[0].close()
     src = link._rule_src[0]
     exports = rules.resolve(src, link.bus, node)
     link._obs = []
     for r, rule in zip(src, exports):
         o = link._conn.observe(rules.subst(r[0], node), queue_len=link.out_queue)
         o.wake_on(link._wake)   # the writer (or the idle pump) serves every observer
-        link._obs.append((o, rule))
-    link._obs_drops = [0] * len(link._obs)
+        link._obs.append([o, rule, 0])
     link._exports = exports
     link._obs_node = node
     sp = link._spool
@@ -270,13 +257,23 @@ def observe(link, node):
         sp.ack(link._tx_seq)
 
 
-def start(link, node):
-    """The sending side of a new session with peer ``node``: what waits is
+def reset(link):
+    """The sending side between sessions (Link.__init__, end_session): no
+    call frames queued, no snapshot going."""
+    link._calls = []
+    link._snap = None
+    link._snap_i = -1
+
+
+def start(link, node, win):
+    """The sending side of a new session with peer ``node``, whose pace is
+    ``win`` (its HELLO's "win", honoured when it takes "flow"): what waits is
     spooled, then either kept for sending again (acknowledged sessions:
     reliable data from the oldest unacknowledged on; latest data, which the
     snapshot replaces, dropped) or dropped (the peer does not acknowledge, as
     in protocol version 1 without the capability); then the snapshot of the
     retained facts, which the peer gets first."""
+    link._tx_window = win if link._flow and type(win) is int and win >= 0 else None
     observe(link, node if link._node_rules else None)
     pump(link)
     sp = link._spool
@@ -290,12 +287,12 @@ def start(link, node):
         sp.ack(link._tx_seq)
         link._tx_next = link._tx_seq
     snap = []
-    for o, rule in link._obs:
+    for e in link._obs:
+        rule = e[1]
         for m in link.bus._store.query(rule[0], []):
             if exportable(link, m.topic, rule, m.origin):
                 snap.append((m, rule))
     link._snap = snap
-    link._snap_i = -1
 
 
 def snap_next(link):

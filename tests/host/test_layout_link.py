@@ -1,0 +1,195 @@
+"""The Link's state has one owner per field (ARCHITECTURE.md): ``Link.__init__``
+sets the fields in one block per owner, headed ``# -- NAME.py:`` (``# -- any
+module:`` for the latest error, which every concern reports). Outside link.py
+only a field's owner assigns ``link.<field>``; a field set in an owner's
+``reset(link)`` belongs to that owner, and every reset runs in both ``__init__``
+and ``end_session``, so end_session repeats no initial value itself."""
+import ast
+import os
+import re
+
+from tests.conftest import ROOT
+
+EDGEBUS = os.path.join(ROOT, "edgebus")
+LINK = "link/link.py"
+HEADER = re.compile(r"\s*# -- (\S+?)(\.py| module):")
+
+
+def _sources():
+    """{path under edgebus/: source} of every module of edgebus/."""
+    out = {}
+    for d, _, files in os.walk(EDGEBUS):
+        for f in files:
+            if f.endswith(".py"):
+                p = os.path.join(d, f)
+                out[os.path.relpath(p, EDGEBUS).replace(os.sep, "/")] = open(p).read()
+    return out
+
+
+def _targets(node):
+    """The expressions an assignment statement binds (tuples unpacked)."""
+    if isinstance(node, ast.Assign):
+        todo = list(node.targets)
+    elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+        todo = [node.target]
+    else:
+        return
+    while todo:
+        t = todo.pop()
+        if isinstance(t, (ast.Tuple, ast.List)):
+            todo.extend(t.elts)
+        elif isinstance(t, ast.Starred):
+            todo.append(t.value)
+        else:
+            yield t, node
+
+
+def _writes(tree, name):
+    """(field, line, assignment) for each ``name.field = ...`` under ``tree``."""
+    for node in ast.walk(tree):
+        for t, a in _targets(node):
+            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) \
+                    and t.value.id == name:
+                yield t.attr, t.lineno, a
+
+
+def _def(body, name):
+    for n in body:
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name:
+            return n
+    return None
+
+
+def _resets(fn):
+    """The modules whose reset(self) ``fn`` calls: ["tx", ...]."""
+    return [n.func.value.id for n in ast.walk(fn)
+            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+            and n.func.attr == "reset" and isinstance(n.func.value, ast.Name)]
+
+
+def check(sources):
+    """({field: owner}, problems) of ``sources`` ({path under edgebus/: source},
+    LINK among them); an owner is a path, or "any"."""
+    out = []
+    pkg = LINK.rpartition("/")[0] + "/"
+    trees = {p: ast.parse(s) for p, s in sources.items()}
+    cls = [n for n in trees[LINK].body if isinstance(n, ast.ClassDef) and n.name == "Link"][0]
+    init, end = _def(cls.body, "__init__"), _def(cls.body, "end_session")
+    # The owners' blocks: each header owns the lines down to the next one.
+    heads = []
+    for i, line in enumerate(sources[LINK].split("\n"), 1):
+        m = HEADER.match(line)
+        if m and init.lineno <= i <= init.end_lineno:
+            heads.append((i, "any" if m.group(2) == " module" else pkg + m.group(1) + ".py"))
+    owner = {}
+
+    def own(field, who, where):
+        if owner.setdefault(field, who) != who:
+            out.append("%s: %s owned by %s and %s" % (where, field, owner[field], who))
+    for field, line, _ in _writes(init, "self"):
+        who = [h[1] for h in heads if h[0] < line]
+        own(field, who[-1] if who else None, "%s:%d" % (LINK, line))
+    first = set(owner)
+    resets = {}
+    for p, tree in trees.items():
+        r = _def(tree.body, "reset") if p.startswith(pkg) else None
+        if r is not None:
+            resets[p] = r
+            for field, line, _ in _writes(r, r.args.args[0].arg):
+                if field in first:
+                    out.append("%s:%d: %s is set in __init__ and reset()" % (p, line, field))
+                own(field, p, "%s:%d" % (p, line))
+    for f in sorted(f for f, who in owner.items() if who is None):
+        out.append("%s: %s is in no owner's block" % (LINK, f))
+    # Each reset at the start and at a session's end; no initial value again.
+    for fn in (init, end):
+        called = {pkg + m + ".py" for m in _resets(fn)}
+        for p in sorted(set(resets) - called):
+            out.append("%s: %s does not call %s reset()" % (LINK, fn.name, p))
+    start = {f: ast.dump(a.value) for f, _, a in _writes(init, "self")
+             if isinstance(a, ast.Assign)}
+    for field, line, a in _writes(end, "self"):
+        if owner.get(field) in resets and field not in first:
+            out.append("%s:%d: end_session sets %s, which %s reset() sets"
+                       % (LINK, line, field, owner[field]))
+        elif isinstance(a, ast.Assign) and start.get(field) == ast.dump(a.value):
+            out.append("%s:%d: end_session sets %s as __init__ does: its owner's reset()"
+                       % (LINK, line, field))
+    # Who writes what: link.py only the fields __init__ sets, another module its own.
+    for field, line, _ in _writes(cls, "self"):
+        if field not in owner:
+            out.append("%s:%d: self.%s is not set in __init__" % (LINK, line, field))
+    for p, tree in sorted(trees.items()):
+        if p == LINK:
+            continue
+        for field, line, _ in _writes(tree, "link"):
+            who = owner.get(field)
+            if who is None:
+                out.append("%s:%d: link.%s is no Link field (set it in __init__)"
+                           % (p, line, field))
+            elif who not in (p, "any"):
+                out.append("%s:%d: link.%s belongs to %s" % (p, line, field, who))
+    return owner, out
+
+
+def test_each_link_field_is_written_by_its_owner():
+    owner, found = check(_sources())
+    assert found == []
+    assert (owner["_s_tx"], owner["_hs"], owner["_tx_seq"], owner["last_error"]) == (
+        "link/seal.py", "link/handshake.py", "link/tx.py", "any")
+    assert (owner["_stuck"], owner["_pending"]) == ("link/rx.py", "link/calls.py")  # by reset()
+
+
+def test_a_write_by_another_module_is_caught_in_the_tree():
+    src = _sources()
+    src["link/tx.py"] += "\n\ndef planted(link):\n    link._hs = []\n"
+    assert [p for p in check(src)[1] if p.startswith("link/tx.py:")] == [
+        "link/tx.py:%d: link._hs belongs to link/handshake.py" % (src["link/tx.py"].count("\n"))]
+
+
+LINK_SRC = '''
+class Link:
+    def __init__(self):
+        # -- link.py: configuration --
+        self.node = 1
+        self.status = "down"
+        # -- any module: the latest error --
+        self.last_error = None
+        # -- tx.py: sending --
+        self._q = []
+        tx.reset(self)
+        # -- rx.py: receiving --
+        self._n = 0
+        rx.reset(self)
+
+    def end_session(self, why):
+        self.status = "down"
+        self._late = 1
+        self._snap = None
+        tx.reset(self)
+'''
+TX_SRC = "def reset(link):\n    link._snap = None\n    link._q = []\n"
+RX_SRC = '''def reset(link):
+    link._stuck = False
+
+def on(link):
+    link._n, link._q = 1, []
+    link._snap += 1
+    link.last_error = "bad"
+    link.made_up = 2
+'''
+
+
+def test_planted_violations_are_caught():
+    found = check({LINK: LINK_SRC, "link/tx.py": TX_SRC, "link/rx.py": RX_SRC,
+                      "bus.py": "def f(link):\n    link._n = 1\n"})[1]
+    want = ["link/link.py: end_session does not call link/rx.py reset()",
+            "link/link.py:17: end_session sets status as __init__ does: its owner's reset()",
+            "link/link.py:18: self._late is not set in __init__",
+            "link/link.py:19: end_session sets _snap, which link/tx.py reset() sets",
+            "link/tx.py:3: _q is set in __init__ and reset()",
+            "bus.py:2: link._n belongs to link/rx.py",
+            "link/rx.py:5: link._q belongs to link/tx.py",
+            "link/rx.py:6: link._snap belongs to link/tx.py",
+            "link/rx.py:8: link.made_up is no Link field (set it in __init__)"]
+    assert sorted(found) == sorted(want)
