@@ -12,7 +12,7 @@ alive, used to go back to the primary (failover.py, docs/protocol.md
 import asyncio
 import gc
 import sys
-from os import urandom
+from edgebus.backoff import Backoff
 from edgebus.compat import now
 from edgebus.link import cipher
 from edgebus.link.link import Link
@@ -43,10 +43,9 @@ class Uplink:
         except ImportError as e:
             raise ConfigError("uplink kind %r is not in this build (firmware/uplink_%s.py): %s"
                               % (k, k, e))
-        self.bmin = u.get("backoff_min", 0.5)
         # 10 s: after an outage the device is back within 10 s of its broker or
         # line, which the default spool outlasts (a 10 s outage at 20 readings/s).
-        self.bmax = u.get("backoff_max", 10)
+        self.backoff = Backoff(u.get("backoff_min", 0.5), u.get("backoff_max", 10))
         self.reopen_after = u.get("reopen_after", 60)
         hb = lc.get("heartbeat", 5.0)
         self.fo = None            # one gateway: failover.py is not even loaded
@@ -98,7 +97,6 @@ class Uplink:
         self.opens = 0
         self.open_failures = 0
         self.ends = 0
-        self.backoff = 0
         self.last_error = None
         self.transport = None
         self._run = None          # the link's run over self.transport
@@ -114,7 +112,7 @@ class Uplink:
     def stats(self):
         self._settle()
         s = {"kind": self.kind, "opens": self.opens, "open_failures": self.open_failures,
-             "ends": self.ends, "backoff": self.backoff,
+             "ends": self.ends, "backoff": self.backoff.last,
              "last_error": self.last_error, "sent": self.sent,
              "tx_seq": self.link.tx_seq}   # not Link.stats(): two dicts per health period
         if self.fo is not None:
@@ -193,14 +191,14 @@ class Uplink:
     async def run(self):
         log = self.ctx.log
         self.link.start()   # spool from now on: nothing before the first session is lost
-        delay = self.bmin
+        bo = self.backoff
         net = self.ctx.net
         while True:
             if net is not None and not net.up.is_set():
                 # No network: opening would only fail and grow the backoff.
                 log("uplink %s: waiting for the network" % self.kind)
                 await net.up.wait()
-                delay = self.bmin
+                bo.reset()
             sessions = self.link.counters.get("sessions", 0)
             gc.collect()    # before allocating a transport: less fragmentation
             try:
@@ -233,16 +231,13 @@ class Uplink:
                 self.ends += 1
                 log("uplink %s: transport ended (%s)" % (self.kind, self.link.last_error))
             if self.link.counters.get("sessions", 0) > sessions:
-                delay = self.bmin    # a session came up: start the backoff again
+                bo.reset()    # a session came up: start the backoff again
             fo = self.fo
             if fo is not None and (self._why is not None or fo.silent(now())):
                 # Same Link, same sid: the next gateway gets this boot's
                 # unacknowledged tail first (the session start goes back to it).
                 fo.move(now(), self._to, self._why or "silent")
                 log("uplink %s: gateway %s" % (self.kind, fo.last_move))
-                delay = self.bmin    # the other gateway at once, not after the backoff
+                bo.reset()    # the other gateway at once, not after the backoff
             self._to = self._why = None
-            # full jitter on the upper half: spreads a fleet's reconnects
-            self.backoff = delay * (0.5 + urandom(1)[0] / 512)
-            await asyncio.sleep(self.backoff)
-            delay = min(delay * 2, self.bmax)
+            await asyncio.sleep(bo.next())

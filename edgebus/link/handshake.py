@@ -1,7 +1,7 @@
 """The link's handshake: HELLO, HELLO_ACK and AUTH, keys and proofs, and
 the start of a session (the end is Link.end_session)."""
 from binascii import hexlify
-from .. import compat
+from .. import backoff, compat
 from . import calls, rules, seal, tx, wire
 
 # Handshakes kept in progress at once: a slow peer's answer to an earlier
@@ -120,7 +120,8 @@ def hello(link):
         link._mine["kid"] = kid(key)
     tx.control(link, wire.HELLO, link._mine)
     link._set_state(wire.HELLO_SENT)
-    link._hello_wait = wire.jitter(min(max(link._hello_wait * 2, 0.5), link.handshake_timeout))
+    link._hello_wait = backoff.jitter(backoff.grow(link._hello_wait, 0.5, link.handshake_timeout),
+                                      0.75)
 
 
 def peer_presence(link, online):

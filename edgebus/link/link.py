@@ -8,7 +8,7 @@ The Link holds all the state; module-level functions over it do the work, one
 module per concern (cheaper on MicroPython than mixins): ``rules``,
 ``handshake``, ``tx`` (sending), ``rx`` (receiving), ``calls`` (routes, calls).
 """
-from .. import compat, topic
+from .. import backoff, compat, topic
 from . import calls, handshake, presence, routes, rules, rx, seal, tx, wire
 from .seal import TAIL as SEAL_TAIL, check as seal_check
 from .spool import Spool
@@ -239,8 +239,8 @@ class Link:
 
     def retry_later(self):
         """After a refusal: the next HELLO waits (doubling up to 60 s)."""
-        self._backoff = min(self._backoff * 2, 60)
-        self._retry_at = compat.now() + wire.jitter(self._backoff)
+        self._backoff = backoff.grow(self._backoff, 0, 60)
+        self._retry_at = compat.now() + backoff.jitter(self._backoff, 0.75)
 
     peer_presence = handshake.peer_presence   # the transport's word on the peer
 
