@@ -11,6 +11,7 @@ import socket
 import struct
 
 
+import tlog
 from bridge import textmode
 from bridge.config import CLIENT_QUEUE
 from edgebus.backoff import Backoff
@@ -82,12 +83,8 @@ class StateFile:
         return st
 
     def save(self):
-        tmp = self.path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(self.data, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        data = json.dumps(self.data).encode()
+        tlog.write_atomically(self.path, self.path + ".tmp", lambda f: f.write(data))
 
 
 # Links ticked per slice of a shared ticker's pass, between which the loop

@@ -36,7 +36,9 @@ def unload(name):
 
 
 def write_atomic(path, text):
-    """Write a file whole or not at all: a temp file, then rename over the old one."""
+    """Write a file whole or not at all: a temp file, then rename over the old one.
+    The device's own, not the host's (tlog.write_atomically): MicroPython has
+    no os.fsync nor a directory to fsync; littlefs and FAT commit on close."""
     import os
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
