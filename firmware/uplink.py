@@ -17,12 +17,7 @@ from edgebus.compat import now
 from edgebus.link import cipher
 from edgebus.link.link import Link
 from edgebus.link.wire import F_SEQ
-from firmware import ConfigError
-
-EXPORTS = [["sensor/#", ""], ["sys/#", ""]]
-IMPORTS = [["cmd/#", ""]]
-EXPORT_CALLS = [["sys/#", ""]]
-IMPORT_CALLS = [["host/#", ""]]
+from firmware import ConfigError, opt
 
 
 def _pairs(rules):
@@ -43,16 +38,15 @@ class Uplink:
         except ImportError as e:
             raise ConfigError("uplink kind %r is not in this build (firmware/uplink_%s.py): %s"
                               % (k, k, e))
-        # 10 s: after an outage the device is back within 10 s of its broker or
-        # line, which the default spool outlasts (a 10 s outage at 20 readings/s).
-        self.backoff = Backoff(u.get("backoff_min", 0.5), u.get("backoff_max", 10))
-        self.reopen_after = u.get("reopen_after", 60)
-        hb = lc.get("heartbeat", 5.0)
+        self.backoff = Backoff(opt(u, "uplink", "backoff_min"), opt(u, "uplink", "backoff_max"))
+        self.reopen_after = opt(u, "uplink", "reopen_after")
+        hb = opt(lc, "link", "heartbeat")
         self.fo = None            # one gateway: failover.py is not even loaded
         if u.get("gateways"):
             from firmware import failover
-            self.fo = failover.Failover(failover.gateways(u), u.get("failover_after", 3) * hb,
-                                        u.get("failback", True), u.get("probe_every", 30), now())
+            self.fo = failover.Failover(failover.gateways(u), opt(u, "uplink", "failover_after")
+                                        * hb, opt(u, "uplink", "failback"),
+                                        opt(u, "uplink", "probe_every"), now())
         self._to = None           # a gateway the watcher chose to move to, and why
         self._why = None
         self._cut = False         # the watcher cancelled the link's run
@@ -60,10 +54,10 @@ class Uplink:
         # "auto": insist on encryption over MQTT, where anyone on the broker
         # reads along, if this build has AES; else (a UART, no cryptolib) the
         # link's "auto": sealed, and encrypted where the bridge asks and can.
-        self.seal = lc.get("seal", "auto")
+        self.seal = opt(lc, "link", "seal")
         if self.seal == "auto" and k == "mqtt" and cipher.BACKEND:
             self.seal = "encrypt"
-        exports = lc.get("exports", EXPORTS)
+        exports = opt(lc, "link", "exports")
         journal = lc.get("journal")
         if journal and journal[0] != "/" and sys.platform not in ("linux", "darwin", "win32"):
             journal = "/" + journal   # a board: under the filesystem root
@@ -74,22 +68,22 @@ class Uplink:
                          sid=sid, seal=self.seal,
                          role="initiator", link_id="uplink", peer="host",
                          exports=_pairs(exports),
-                         imports=_pairs(lc.get("imports", IMPORTS)),
-                         export_calls=_pairs(lc.get("export_calls", EXPORT_CALLS)),
-                         import_calls=_pairs(lc.get("import_calls", IMPORT_CALLS)),
+                         imports=_pairs(opt(lc, "link", "imports")),
+                         export_calls=_pairs(opt(lc, "link", "export_calls")),
+                         import_calls=_pairs(opt(lc, "link", "import_calls")),
                          heartbeat=hb,
                          # Its status retained on the device bus (link/uplink) is
                          # off unless asked for: sys/health carries the same
                          # counters, and the dict rebuilt each second is ~1 KB
                          # of a board's heap.
-                         status=lc.get("status", False),
-                         handshake_timeout=lc.get("handshake_timeout", 5.0),
+                         status=opt(lc, "link", "status"),
+                         handshake_timeout=opt(lc, "link", "handshake_timeout"),
                          out_queue=lc.get("out_queue",
                                           ctx.board.get("queues", {}).get("uplink_tx", 16)),
-                         max_pending=lc.get("max_pending", 4),
+                         max_pending=opt(lc, "link", "max_pending"),
                          spool=ctx.spool,
-                         spool_policy=lc.get("spool_policy", "drop_oldest"), journal=journal,
-                         journal_bytes=lc.get("journal_bytes", 262144), journal_block=block)
+                         spool_policy=opt(lc, "link", "spool_policy"), journal=journal,
+                         journal_bytes=opt(lc, "link", "journal_bytes"), journal_block=block)
         ctx.link = self.link
         prep = getattr(self.mod, "prepare", None)
         if prep is not None:

@@ -12,6 +12,7 @@ simulator, which has the same API. Loaded only when "network" is configured.
 import asyncio
 from edgebus.backoff import Backoff
 from edgebus.compat import now
+from firmware import opt
 
 # The status codes that end a join attempt, by their names in the port's
 # network module (not every port has every one).
@@ -22,7 +23,7 @@ FAILS = ("STAT_WRONG_PASSWORD", "STAT_NO_AP_FOUND", "STAT_CONNECT_FAIL", "STAT_A
 class Wifi:
     def __init__(self, ctx, cfg):
         self.ctx = ctx
-        drv = cfg.get("driver", "network")
+        drv = opt(cfg, "network", "driver")
         mod = __import__(drv)
         for part in drv.split(".")[1:]:
             mod = getattr(mod, part)
@@ -30,8 +31,9 @@ class Wifi:
         self.wlan = mod.WLAN(mod.STA_IF)
         self.ssid = cfg["ssid"]
         self.password = cfg.get("password")
-        self.join_timeout = cfg.get("join_timeout", 20)
-        self.backoff = Backoff(cfg.get("backoff_min", 1), cfg.get("backoff_max", 30))
+        self.join_timeout = opt(cfg, "network", "join_timeout")
+        self.backoff = Backoff(opt(cfg, "network", "backoff_min"),
+                               opt(cfg, "network", "backoff_max"))
         self.up = asyncio.Event()
         self.state = "down"
         self.joins = 0
