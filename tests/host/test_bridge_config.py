@@ -2,6 +2,7 @@
 every key of every table, fed a value it must refuse, ends edgebus-bridge
 with exit 2 and one line naming the table and the key, never a traceback."""
 import json
+import logging
 import math
 import os
 import socket
@@ -96,6 +97,9 @@ def test_every_key_refuses_a_bad_value_in_one_line(tmp_path, monkeypatch, capsys
     def started(*a, **kw):
         raise Started()
     monkeypatch.setattr(daemon, "Bridge", started)
+    # main() sets up logging: the root logger is as it was after the test
+    monkeypatch.setattr(logging.root, "handlers", list(logging.root.handlers))
+    monkeypatch.setattr(logging.root, "level", logging.root.level)
     (tmp_path / "afile").write_text("")
     rc, err, _ = _run(tmp_path, BASE, capsys)
     assert rc is Started, err          # the base is valid: only the bad value stops it
