@@ -3,13 +3,17 @@
 Every section is optional; what is missing takes the default below, so an
 empty file (or none) is a valid configuration of a bridge with no links.
 """
+import contextlib
 import importlib.resources
 import os
+import tempfile
 import tomllib
 from dataclasses import dataclass, field
 
 from bridge.keystore import KeyStore, KeyStoreError
+from bridge.schema import SEALS, ConfigError, address, label, take  # noqa: F401 (SEALS, ConfigError: this module's API too)
 from edgebus.link import cipher
+from tlog import LogError
 
 # The annotated example configuration, installed with the package.
 EXAMPLE = os.fspath(importlib.resources.files("bridge") / "example.toml")
@@ -21,18 +25,10 @@ DEFAULT_COMMIT_MS = 20
 # durable links as their windows (telemetry.py), so it is sized for a fleet:
 # 65,536 gives each of 5,000 devices 8 frames ahead of its last ACK.
 DEFAULT_LOG_QUEUE = 65536
-LOG_QUEUE_RANGE = (64, 1048576)
-MAX_COMMIT_MS = 10000
 CLIENT_QUEUE = 32        # messages per feed a local socket client gets by default
-MAX_CLIENT_QUEUE = 65536
 # How often the log seals its active segment: what readers (Spark) can see is
 # at most this old, plus the ingest job's trigger (docs/spark.md, fresh rows).
 DEFAULT_SEGMENT_SECONDS = 10.0
-SEALS = ("auto", "encrypt", "mac", "offer", "off")
-
-
-class ConfigError(ValueError):
-    """A configuration that cannot run; the message says which key and why."""
 
 
 @dataclass
@@ -145,10 +141,7 @@ def _key(d, where, store):
     """The inline key or key_file's; None when neither is given and the
     keystore holds the node's key (which overrides both anyway)."""
     if "key" in d:
-        k = d["key"]
-        if not isinstance(k, str) or not k:
-            raise ConfigError("%s: key must be a non-empty string" % where)
-        return k.encode()
+        return d["key"].encode()
     if "key_file" in d:
         try:
             with open(d["key_file"], "rb") as f:
@@ -164,72 +157,28 @@ def _key(d, where, store):
                       "keystore %s (edgebus keys new NODE)" % (where, store.path))
 
 
-def _take(d, where, spec):
-    """Type-check known keys of a table and refuse unknown ones."""
-    for k in d:
-        if k not in spec:
-            raise ConfigError("%s: unknown key %r (known: %s)" % (where, k, ", ".join(sorted(spec))))
-    out = {}
-    for k, types in spec.items():
-        if k in d:
-            v = d[k]
-            if not isinstance(v, types) or isinstance(v, bool) and bool not in (
-                    types if isinstance(types, tuple) else (types,)):
-                raise ConfigError("%s: %s has the wrong type (%s)" % (where, k, type(v).__name__))
-            out[k] = v
-    return out
-
-
-NUM = (int, float)
-
-
-def _address(v, where, name):
-    host, _, port = v.rpartition(":")
-    if not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ConfigError("%s: %s must be host:port, got %r" % (where, name, v))
-    return host.strip("[]"), int(port)
-
-
-def _rules(v, where, name):
-    """[(pattern, prefix)] from a list of patterns or [pattern, prefix] pairs."""
-    out = []
-    for r in v:
-        if isinstance(r, str) and r:
-            out.append((r, ""))
-        elif isinstance(r, list) and len(r) == 2 and all(isinstance(x, str) for x in r):
-            out.append((r[0], r[1]))
-        else:
-            raise ConfigError("%s: %s entries are patterns or [pattern, prefix], got %r"
-                              % (where, name, r))
-    return out
-
-
-def _peer(d, where, store):
-    pp = _take(d, where, {"node": str, "key": str, "key_file": str, "connect": str,
-                          "listen": str, "exports": list, "imports": list,
-                          "export_calls": list, "import_calls": list, "priority": int,
-                          "backoff_max": NUM, "seal": str})
+def _peer(d, i, store, base_dir):
+    where = label("peer", i)
+    pp = take(d, "peer", base_dir, i)
     if "node" not in pp:
         raise ConfigError("%s: node is required (the other bridge's node id)" % where)
     if ("connect" in pp) == ("listen" in pp):
         raise ConfigError("%s: give connect (this bridge dials) or listen (the peer dials "
                           "here), not both or neither" % where)
-    peer = Peer(pp["node"], _key(d, where, store), priority=pp.get("priority", 0),
+    peer = Peer(pp["node"], _key(pp, where, store), priority=pp.get("priority", 0),
                 backoff_max=pp.get("backoff_max", 10.0), seal=_seal(pp, where))
     for name in ("connect", "listen"):
         if name in pp:
-            setattr(peer, name, _address(pp[name], where, name))
+            setattr(peer, name, address(pp[name]))
     for name in ("exports", "imports", "export_calls", "import_calls"):
-        setattr(peer, name, _rules(pp.get(name, []), where, name))
+        if name in pp:
+            setattr(peer, name, pp[name])
     return peer
 
 
 def _seal(d, where):
-    """The table's seal mode, checked (None when it names none)."""
+    """The table's seal mode (None when it names none); one the runtime can make."""
     s = d.get("seal")
-    if s is not None and s not in SEALS:
-        raise ConfigError("%s: seal must be one of %s, got %r"
-                          % (where, ", ".join('"%s"' % m for m in SEALS), s))
     if s == "encrypt" and cipher.BACKEND is None:
         raise ConfigError("%s: seal \"encrypt\" needs the cryptography package "
                           "(pip install cryptography)" % where)
@@ -242,99 +191,69 @@ def _keys_dir(b, base_dir):
         b.get("state_dir") or Config.state_dir, "keys")))
 
 
+def _nodes_unique(items, name):
+    nodes = [x.node for x in items]
+    if len(set(nodes)) != len(nodes):
+        raise ConfigError("%s: node ids must be unique, got %s" % (label(name), nodes))
+
+
 def parse(data, base_dir="."):
-    """A Config from a parsed TOML document (a dict)."""
-    top = _take(data, "config", {"bridge": dict, "log": dict, "serial": list, "mqtt": dict,
-                                 "acl": list, "peer": list})
-    b = _take(top.get("bridge", {}), "[bridge]", {
-        "node": str, "state_dir": str, "keys": str, "socket": str, "metrics": str,
-        "metrics_links": int, "heartbeat": NUM,
-        "seal": str, "queue_len": int, "client_queue": int, "relay_calls": list})
+    """A Config from a parsed TOML document (a dict); paths resolved against base_dir."""
+    top = data
+    for k, v in top.items():
+        if k not in ("bridge", "log", "serial", "mqtt", "acl", "peer"):
+            raise ConfigError("config: unknown table %r (known: acl, bridge, log, mqtt, peer, "
+                              "serial)" % k)
+        if not isinstance(v, list if k in ("serial", "acl", "peer") else dict):
+            raise ConfigError("%s: must be %s" % (label(k), "an array of tables ([[%s]])" % k
+                                                  if k in ("serial", "acl", "peer") else "a table"))
+    b = take(top.get("bridge", {}), "bridge", base_dir)
     _seal(b, "[bridge]")
-    if not 0 <= b.get("metrics_links", 0) <= 1000000:
-        raise ConfigError("[bridge]: metrics_links must be between 0 (fleet totals only) and "
-                          "1000000 links, got %r" % (b["metrics_links"],))
-    if not 1 <= b.get("client_queue", CLIENT_QUEUE) <= MAX_CLIENT_QUEUE:
-        raise ConfigError("[bridge]: client_queue must be between 1 and %d messages, got %r"
-                          % (MAX_CLIENT_QUEUE, b["client_queue"]))
-    for p in b.get("relay_calls", ()):
-        if not isinstance(p, str) or not p:
-            raise ConfigError("[bridge]: relay_calls must be topic patterns (strings), got %r"
-                              % (p,))
     cfg = Config(**b)
     cfg.keys = _keys_dir(b, base_dir)
+    cfg.state_dir = os.path.normpath(os.path.join(base_dir, cfg.state_dir))
     store = KeyStore(cfg.keys)
     if "log" in top:
-        lg = _take(top["log"], "[log]", {
-            "dir": str, "patterns": list, "segment_bytes": int, "segment_seconds": NUM,
-            "retention_bytes": int, "retention_seconds": NUM, "commit_ms": NUM,
-            "queue": int})
-        cfg.log_dir = lg.get("dir")
-        c = lg.get("commit_ms", cfg.commit_ms)
-        if not 0 <= c <= MAX_COMMIT_MS:
-            raise ConfigError("[log]: commit_ms must be between 0 (a sync point after every "
-                              "write) and %d milliseconds, got %r" % (MAX_COMMIT_MS, c))
-        q = lg.get("queue", DEFAULT_LOG_QUEUE)
-        if not LOG_QUEUE_RANGE[0] <= q <= LOG_QUEUE_RANGE[1]:
-            raise ConfigError("[log]: queue must be between %d and %d messages, got %r"
-                              % (LOG_QUEUE_RANGE + (q,)))
-        cfg.log_queue = q
-        for k in ("segment_bytes", "segment_seconds", "retention_bytes", "retention_seconds",
-                  "commit_ms"):
+        lg = take(top["log"], "log", base_dir)
+        for k, attr in (("dir", "log_dir"), ("patterns", "log_patterns"), ("queue", "log_queue"),
+                        ("segment_bytes",) * 2, ("segment_seconds",) * 2,
+                        ("retention_bytes",) * 2, ("retention_seconds",) * 2,
+                        ("commit_ms",) * 2):
             if k in lg:
-                setattr(cfg, k, lg[k])
-        if "patterns" in lg:
-            cfg.log_patterns = lg["patterns"]
+                setattr(cfg, attr, lg[k])
     for i, d in enumerate(top.get("serial", [])):
-        where = "[[serial]] #%d" % (i + 1)
-        s = _take(d, where, {"node": str, "port": str, "baud": int, "key": str, "key_file": str,
-                             "seal": str})
+        s = take(d, "serial", base_dir, i)
+        where = label("serial", i)
         for k in ("node", "port"):
             if k not in s:
                 raise ConfigError("%s: %s is required" % (where, k))
-        cfg.serial.append(Device(s["node"], s["port"], _key(d, where, store),
+        cfg.serial.append(Device(s["node"], s["port"], _key(s, where, store),
                                  s.get("baud", 115200), _seal(s, where)))
-    nodes = [d.node for d in cfg.serial]
-    if len(set(nodes)) != len(nodes):
-        raise ConfigError("[[serial]]: node ids must be unique, got %s" % nodes)
+    _nodes_unique(cfg.serial, "serial")
     if "mqtt" in top:
-        m = _take(top["mqtt"], "[mqtt]", {
-            "url": str, "client_id": str, "username": str, "password": str, "tls_ca": str,
-            "prefix": str, "devices": list, "mirror": list, "keystore": bool, "shard": bool})
+        m = take(top["mqtt"], "mqtt", base_dir)
         mq = Mqtt(**{k: v for k, v in m.items() if k not in ("devices",)})
         if mq.shard and "client_id" not in m:
             # Shards on one broker need client ids of their own: a second
             # client with the same id would take the connection over.
             mq.client_id = "edgebus-bridge-" + cfg.node
         for i, d in enumerate(m.get("devices", [])):
-            where = "[mqtt].devices #%d" % (i + 1)
-            dd = _take(d, where, {"node": str, "key": str, "key_file": str, "seal": str})
+            where = label("mqtt.devices", i)
+            dd = take(d, "mqtt.devices", base_dir, i)
             if "node" not in dd:
                 raise ConfigError("%s: node is required" % where)
-            mq.keys[dd["node"]] = _key(d, where, store)
+            mq.keys[dd["node"]] = _key(dd, where, store)
             if "seal" in dd:
                 mq.seals[dd["node"]] = _seal(dd, where)
         cfg.mqtt = mq
     for i, d in enumerate(top.get("peer", [])):
-        cfg.peers.append(_peer(d, "[[peer]] #%d" % (i + 1), store))
-    nodes = [p.node for p in cfg.peers]
-    if len(set(nodes)) != len(nodes):
-        raise ConfigError("[[peer]]: node ids must be unique, got %s" % nodes)
+        cfg.peers.append(_peer(d, i, store, base_dir))
+    _nodes_unique(cfg.peers, "peer")
     for i, a in enumerate(top.get("acl", [])):
-        where = "[[acl]] #%d" % (i + 1)
-        aa = _take(a, where, {"uid": int, "read": list, "write": list, "call": list,
-                              "serve": list})
+        aa = take(a, "acl", base_dir, i)
         if "uid" not in aa:
-            raise ConfigError("%s: uid is required" % where)
+            raise ConfigError("%s: uid is required" % label("acl", i))
         cfg.acl.append(Acl(**aa))
-    for name in ("state_dir", "socket", "log_dir"):
-        v = getattr(cfg, name)
-        if v is not None and not os.path.isabs(v):
-            setattr(cfg, name, os.path.normpath(os.path.join(base_dir, v)))
-    if cfg.metrics is not None:
-        host, _, port = cfg.metrics.rpartition(":")
-        if not host or not port.isdigit():
-            raise ConfigError("[bridge]: metrics must be host:port, got %r" % cfg.metrics)
     return cfg
 
 
@@ -355,6 +274,39 @@ def load(path):
         return parse(data, os.path.dirname(os.path.abspath(path)))
     except ConfigError as e:
         raise ConfigError("%s: %s" % (path, e))
+
+
+@contextlib.contextmanager
+def blame(where, key, value, what):
+    """Turn what a step of the bridge's start raises over this key's value
+    (a directory it cannot make, an address it cannot bind, a log another
+    writer holds) into the ConfigError that names it: "WHERE: KEY VALUE: WHAT: why"."""
+    try:
+        yield
+    except (OSError, ValueError, LogError) as e:
+        raise ConfigError("%s: %s %s: %s: %s" % (
+            where, key, value, what, getattr(e, "strerror", None) or e)) from None
+
+
+def prepare(cfg):
+    """Make the directories cfg names and prove the bridge can write in them
+    and read its files (the daemon's first step; a tool that reads a
+    configuration makes nothing): ConfigError naming the key otherwise."""
+    made = [("[bridge]", "state_dir", cfg.state_dir, cfg.state_dir, None),
+            ("[bridge]", "keys", cfg.keys, cfg.keys, 0o700),
+            ("[log]", "dir", cfg.log_dir, cfg.log_dir, None),
+            ("[bridge]", "socket", cfg.socket, cfg.socket and os.path.dirname(cfg.socket), None)]
+    for where, key, value, d, mode in made:
+        if value is None:
+            continue
+        with blame(where, key, value, "cannot make it or write in it"):
+            os.makedirs(d, **({} if mode is None else {"mode": mode}), exist_ok=True)
+            with tempfile.TemporaryFile(dir=d):    # can write there (a read-only mount: no)
+                pass
+    if cfg.mqtt is not None and cfg.mqtt.tls_ca:
+        with blame("[mqtt]", "tls_ca", cfg.mqtt.tls_ca, "cannot read it"):
+            with open(cfg.mqtt.tls_ca, "rb"):
+                pass
 
 
 def keystore_dir(path):

@@ -130,9 +130,12 @@ class Bridge:
         embedding program decides what to do with them (the daemon exits)."""
         cfg = self.cfg
         self.tasks.append(asyncio.create_task(self._persist_state()))
+        blame = bridge_config.blame     # a start step that fails names its key
         if cfg.log_dir:
             from bridge.telemetry import Appender, resume_links
-            self.appender = Appender(self.bus, cfg, links=self.links, queue_len=cfg.log_queue)
+            with blame("[log]", "dir", cfg.log_dir, "cannot open the log"):
+                self.appender = Appender(self.bus, cfg, links=self.links,
+                                         queue_len=cfg.log_queue)
             resume_links(self.state.data, cfg.log_dir)     # the writer has recovered the log
             self.tasks.append(asyncio.create_task(self.appender.run()))
         self.tasks.append(asyncio.create_task(self._status_endpoint()))
@@ -146,16 +149,20 @@ class Bridge:
         servers = []
         if cfg.peers:
             from bridge import peers
-            for p in cfg.peers:
+            for i, p in enumerate(cfg.peers):
                 if p.connect:
                     self.tasks.append(asyncio.create_task(peers.dial(self, p)))
                 else:
-                    servers.append(await peers.listen(self, p))
+                    with blame("[[peer]] #%d" % (i + 1), "listen", "%s:%d" % p.listen,
+                               "cannot listen"):
+                        servers.append(await peers.listen(self, p))
         if cfg.socket:
-            servers.append(await links.serve_local(self, cfg.socket))
+            with blame("[bridge]", "socket", cfg.socket, "cannot listen"):
+                servers.append(await links.serve_local(self, cfg.socket))
         if cfg.metrics:
             from bridge import metrics
-            self.metrics = metrics.serve(self, cfg.metrics)
+            with blame("[bridge]", "metrics", cfg.metrics, "cannot listen"):
+                self.metrics = metrics.serve(self, cfg.metrics)
         log.info("bridge %s running: %d serial link(s), socket %s, log %s", cfg.node,
                  len(cfg.serial), cfg.socket, cfg.log_dir)
         # What exists now (every configured link, the modules) lives as long
@@ -279,6 +286,11 @@ def main(argv=None):
     except bridge_config.ConfigError as e:
         print("edgebus-bridge: %s" % e, file=sys.stderr)
         return 2
+    try:
+        bridge_config.prepare(cfg)
+    except bridge_config.ConfigError as e:
+        print("edgebus-bridge: %s: %s" % (args.config, e), file=sys.stderr)
+        return 2
 
     async def run():
         b = Bridge(cfg, args.config)
@@ -313,7 +325,11 @@ def main(argv=None):
         sys.stdout.flush()
         os._exit(1 if stuck else 0)
 
-    asyncio.run(run())
+    try:
+        asyncio.run(run())
+    except bridge_config.ConfigError as e:     # a start step's (Bridge.run: blame)
+        print("edgebus-bridge: %s: %s" % (args.config, e), file=sys.stderr)
+        return 2
     return 0
 
 

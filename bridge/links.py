@@ -7,13 +7,14 @@ import asyncio
 import json
 import logging
 import os
-import random
 import socket
 import struct
 
 
+import tlog
 from bridge import textmode
 from bridge.config import CLIENT_QUEUE
+from edgebus.backoff import Backoff
 from edgebus.link.frame import DELIM
 from edgebus.link.link import Link
 from edgebus.link.stream import StreamTransport
@@ -82,12 +83,8 @@ class StateFile:
         return st
 
     def save(self):
-        tmp = self.path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(self.data, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        data = json.dumps(self.data).encode()
+        tlog.write_atomically(self.path, self.path + ".tmp", lambda f: f.write(data))
 
 
 # Links ticked per slice of a shared ticker's pass, between which the loop
@@ -119,21 +116,15 @@ async def tick_links(links, heartbeat):
         await asyncio.sleep(max(0.0, period - (loop.time() - t0)))
 
 
-class Backoff:
-    """Exponential backoff with jitter, so many devices do not retry in step."""
+# 2 s cap: a gateway's broker and serial ports are local (retrying costs
+# nothing), and every second it stays away is a second devices must spool.
+RETRY_CAP = 2.0
 
-    # 2 s cap: a gateway's broker and serial ports are local (retrying costs
-    # nothing), and every second it stays away is a second devices must spool.
-    def __init__(self, first=0.5, cap=2.0):
-        self.first, self.cap, self.cur = first, cap, first
 
-    def reset(self):
-        self.cur = self.first
-
-    def next(self):
-        d = self.cur * (0.5 + random.random() / 2)
-        self.cur = min(self.cur * 2, self.cap)
-        return d
+def retry_backoff(cap=RETRY_CAP):
+    """The bridge's retry delays (a port, the broker, a peer): from half a
+    second, doubling up to cap, jittered so many devices do not retry in step."""
+    return Backoff(0.5, cap)
 
 
 async def run_serial(bridge, dev):
@@ -155,7 +146,7 @@ async def run_serial(bridge, dev):
                 state=bridge.state.for_link(link_id), **bridge.durability(),
                 **device_rules(bridge.cfg.relay_calls))
     bridge.links[link_id] = link
-    backoff = Backoff()
+    backoff = retry_backoff()
     while not bridge.stopping:
         try:
             r, w = await serial_asyncio.open_serial_connection(url=dev.port, baudrate=dev.baud)

@@ -17,7 +17,7 @@ import time
 from urllib.parse import urlparse
 
 from bridge import mqtt_conn, mqtt_mirror
-from bridge.links import Backoff, device_rules, tick_links
+from bridge.links import device_rules, retry_backoff, tick_links
 from bridge.keystore import KeyStoreError
 from bridge.mqtt_transport import DeviceTransport
 from edgebus.link.link import Link
@@ -213,7 +213,7 @@ class MqttLinks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _links_forever(self):
-        backoff = Backoff()
+        backoff = retry_backoff()
         # Shards share the broker's presence topic: one going must not say
         # "offline" to every shard's devices (they find a gone bridge by
         # their liveness timeout instead).

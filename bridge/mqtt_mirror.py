@@ -10,7 +10,7 @@ import aiomqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from bridge.links import Backoff
+from bridge.links import retry_backoff
 from edgebus import Message
 
 log = logging.getLogger("edgebus.bridge")
@@ -20,7 +20,7 @@ async def run(bridge, mq, host, port, tls):
     """Mirror ``mq.mirror``'s patterns of ``bridge``'s bus to the broker at
     host:port (``tls``: an SSL context or None), reconnecting like the links'
     connection, until cancelled."""
-    backoff = Backoff()
+    backoff = retry_backoff()
     while True:
         try:
             async with aiomqtt.Client(

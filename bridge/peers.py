@@ -9,7 +9,7 @@ import logging
 from edgebus.compat import wait_for
 from edgebus.link.link import Link
 from edgebus.link.stream import StreamTransport
-from bridge.links import Backoff, host_spool
+from bridge.links import host_spool, retry_backoff
 
 log = logging.getLogger("edgebus.bridge")
 
@@ -39,7 +39,7 @@ async def dial(bridge, p):
     """Keep the link to peer ``p`` up: connect, run, reconnect with backoff."""
     link = peer_link(bridge, p)
     host, port = p.connect
-    backoff = Backoff(cap=p.backoff_max)
+    backoff = retry_backoff(p.backoff_max)
     while not bridge.stopping:
         try:
             r, w = await wait_for(asyncio.open_connection(host, port), CONNECT_TIMEOUT)

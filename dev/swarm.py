@@ -37,7 +37,10 @@ import sys
 import time
 
 import edgebus
-from bridge.links import Backoff
+try:
+    from edgebus.backoff import Backoff
+except ImportError:      # a baseline tree (the bench's) from before edgebus.backoff
+    from bridge.links import Backoff
 try:
     from bridge.links import tick_links
 except ImportError:      # a baseline tree (the bench's) from before shared tickers

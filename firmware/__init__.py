@@ -11,6 +11,34 @@ def mem():
         return None, None
 
 
+# Every device config key's default (firmware/README.md), in one table: section
+# ("" the top level; "mqtt" the uplink keys an mqtt uplink reads) -> {key:
+# default}; readers take values through opt(). A key not here defaults to
+# off (None) or to the board's value (ctx.board: queues, uart). Constants
+# only, built once at import: what the device keeps resident for them.
+DEFAULTS = {
+    "": {"health_period": 10, "info_period": 60, "watchdog_ms": 0,
+         "allow_identity_change": False},
+    # 10 s backoff cap: after an outage the device is back within 10 s of its
+    # broker or line, which the default spool outlasts (10 s at 20 readings/s).
+    "uplink": {"backoff_min": 0.5, "backoff_max": 10, "reopen_after": 60, "poll_ms": 5,
+               "failover_after": 3, "failback": True, "probe_every": 30},
+    "mqtt": {"port": 1883, "prefix": "edgebus", "keepalive": 30, "connect_timeout": 10},
+    "link": {"heartbeat": 5.0, "handshake_timeout": 5.0, "max_pending": 4,
+             "spool_policy": "drop_oldest", "journal_bytes": 262144, "status": False,
+             "seal": "auto", "exports": [["sensor/#", ""], ["sys/#", ""]],
+             "imports": [["cmd/#", ""]], "export_calls": [["sys/#", ""]],
+             "import_calls": [["host/#", ""]]},
+    "network": {"driver": "network", "join_timeout": 20, "backoff_min": 1, "backoff_max": 30},
+}
+
+
+def opt(d, section, key):
+    """Key's value in d (a section of the config, or a gateway's overlay of
+    it), else its default in DEFAULTS[section]."""
+    return d[key] if key in d else DEFAULTS[section][key]
+
+
 class ConfigError(ValueError):
     """A device config (or a change to it) that cannot be used; says why."""
 
@@ -36,7 +64,9 @@ def unload(name):
 
 
 def write_atomic(path, text):
-    """Write a file whole or not at all: a temp file, then rename over the old one."""
+    """Write a file whole or not at all: a temp file, then rename over the old one.
+    The device's own, not the host's (tlog.write_atomically): MicroPython has
+    no os.fsync nor a directory to fsync; littlefs and FAT commit on close."""
     import os
     tmp = path + ".tmp"
     with open(tmp, "w") as f:

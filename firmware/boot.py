@@ -9,7 +9,7 @@ import gc
 import time
 from os import urandom
 import edgebus
-from firmware import ConfigError, mem, write_atomic
+from firmware import ConfigError, mem, opt, write_atomic
 
 BUILTIN = ("info", "health", "reboot", "sysconfig")
 # Heap kept free for transients (JSON, calls, sys/config/set loading the
@@ -175,7 +175,7 @@ async def start(cfg, path, board, ctx_class):
     if code is not None:
         code -= len(spool)    # data, not code
     try:
-        bus = edgebus.Bus(q_length=q.get("bus", 8), full=q.get("full", "drop_oldest"))
+        bus = edgebus.Bus(q_length=q["bus"], full=q["full"])
         ctx = ctx_class(bus, cfg, path, board)
         ctx.spool = spool
         counter = None      # the boot counter sits beside the config file
@@ -215,7 +215,7 @@ def _network(ctx, cfg):
     except ImportError as e:
         raise ConfigError("network: no %s module in this build (%s): a board without a radio "
                           "has no network step; \"driver\": \"firmware.wlansim\" simulates one"
-                          % (cfg.get("driver", "network"), e))
+                          % (opt(cfg, "network", "driver"), e))
 
 
 def start_services(ctx, svcs):

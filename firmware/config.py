@@ -4,7 +4,7 @@ Loaded only while needed (firmware.transient/unload): at boot and for each
 sys/config/set.
 """
 import json
-from firmware import ConfigError, write_atomic
+from firmware import ConfigError, opt, write_atomic
 
 # section -> {key: kinds}: one letter per accepted type (s str, i int, n number,
 # b bool, d object, l list, 0 null), upper case when the key is required.
@@ -106,16 +106,16 @@ def validate(cfg):
             raise ConfigError("uplink.tls.cert and uplink.tls.key go together (the device's "
                               "certificate and its private key)")
     q = cfg.get("queues", {})
-    if q.get("full", "drop_oldest") not in ("drop_oldest", "reject_newest"):
+    if q.get("full") not in (None, "drop_oldest", "reject_newest"):   # None: the board's
         raise ConfigError("queues.full must be 'drop_oldest' or 'reject_newest'")
     for sec, k in (("queues", "bus"), ("link", "out_queue"), ("link", "max_pending")):
         v = cfg.get(sec, {}).get(k)
         if v is not None and not 1 <= v <= 1024:
             raise ConfigError("%s.%s must be between 1 and 1024, not %d" % (sec, k, v))
     lk = cfg.get("link", {})
-    if lk.get("spool_policy", "drop_oldest") not in ("drop_oldest", "drop_newest"):
+    if opt(lk, "link", "spool_policy") not in ("drop_oldest", "drop_newest"):
         raise ConfigError("link.spool_policy must be 'drop_oldest' or 'drop_newest'")
-    if not 1024 <= lk.get("spool", 1024) <= 1048576:
+    if "spool" in lk and not 1024 <= lk["spool"] <= 1048576:   # absent: the board's
         raise ConfigError("link.spool (bytes) must be between 1024 and 1048576, not %d"
                           % lk["spool"])
     for k in ("exports", "imports", "export_calls", "import_calls"):
@@ -149,7 +149,7 @@ def validate(cfg):
 def seal(cfg):
     """Check link.seal (docs/protocol.md 17; "auto", the default, is
     resolved by firmware/uplink.py): "encrypt" needs AES in this build."""
-    s = cfg.get("link", {}).get("seal", "auto")
+    s = opt(cfg.get("link", {}), "link", "seal")
     if s not in ("auto", "encrypt", "mac", "offer", "off"):
         raise ConfigError("link.seal must be auto, encrypt, mac, offer or off, not %r" % (s,))
     from edgebus.link import cipher

@@ -11,6 +11,7 @@ open; silence moves to the next gateway in the list (after the last, the
 first). With ``failback``, a device away from the primary probes it every
 ``probe_every`` seconds and goes back when the probe finds it alive.
 """
+from firmware import opt
 
 
 def gateways(u):
@@ -38,7 +39,7 @@ def name(gw, i):
     if n is not None:
         return n
     if gw.get("host") is not None:
-        return "%s:%s" % (gw["host"], gw.get("port", 1883))
+        return "%s:%s" % (gw["host"], opt(gw, "mqtt", "port"))
     if gw.get("port") is not None:
         return str(gw["port"])
     return str(i)
@@ -162,9 +163,9 @@ def check_config(u, check, schema):
         if u["kind"] == "mqtt" and not g.get("host", u.get("host")):
             raise ConfigError("uplink.host is required for an mqtt uplink (the broker's "
                               "address), in uplink or in each of uplink.gateways")
-    fa = u.get("failover_after", 3)
+    fa = opt(u, "uplink", "failover_after")
     if not 1 <= fa <= 100:
         raise ConfigError("uplink.failover_after (heartbeat periods) must be between 1 and "
                           "100, not %s" % fa)
-    if not 1 <= u.get("probe_every", 30) <= 86400:
+    if not 1 <= opt(u, "uplink", "probe_every") <= 86400:
         raise ConfigError("uplink.probe_every (seconds) must be between 1 and 86400")

@@ -7,7 +7,7 @@ import sys
 import gc
 import asyncio
 from edgebus.compat import now, wait_for
-from firmware import VERSION, ConfigError, mem, transient, unload
+from firmware import VERSION, ConfigError, mem, opt, transient, unload
 
 try:
     import machine
@@ -92,7 +92,7 @@ async def run(cfg, path, board):
         asyncio.create_task(ctx.net.run())
     asyncio.create_task(up.run())
     wdt = None
-    ms = cfg.get("watchdog_ms", 0)
+    ms = opt(cfg, "", "watchdog_ms")
     if ms and machine is not None and hasattr(machine, "WDT"):
         wdt = machine.WDT(timeout=ms)
         ctx.log("watchdog on: %d ms" % ms)

@@ -12,17 +12,12 @@ alive, used to go back to the primary (failover.py, docs/protocol.md
 import asyncio
 import gc
 import sys
-from os import urandom
+from edgebus.backoff import Backoff
 from edgebus.compat import now
 from edgebus.link import cipher
 from edgebus.link.link import Link
 from edgebus.link.wire import F_SEQ
-from firmware import ConfigError
-
-EXPORTS = [["sensor/#", ""], ["sys/#", ""]]
-IMPORTS = [["cmd/#", ""]]
-EXPORT_CALLS = [["sys/#", ""]]
-IMPORT_CALLS = [["host/#", ""]]
+from firmware import ConfigError, opt
 
 
 def _pairs(rules):
@@ -43,17 +38,15 @@ class Uplink:
         except ImportError as e:
             raise ConfigError("uplink kind %r is not in this build (firmware/uplink_%s.py): %s"
                               % (k, k, e))
-        self.bmin = u.get("backoff_min", 0.5)
-        # 10 s: after an outage the device is back within 10 s of its broker or
-        # line, which the default spool outlasts (a 10 s outage at 20 readings/s).
-        self.bmax = u.get("backoff_max", 10)
-        self.reopen_after = u.get("reopen_after", 60)
-        hb = lc.get("heartbeat", 5.0)
+        self.backoff = Backoff(opt(u, "uplink", "backoff_min"), opt(u, "uplink", "backoff_max"))
+        self.reopen_after = opt(u, "uplink", "reopen_after")
+        hb = opt(lc, "link", "heartbeat")
         self.fo = None            # one gateway: failover.py is not even loaded
         if u.get("gateways"):
             from firmware import failover
-            self.fo = failover.Failover(failover.gateways(u), u.get("failover_after", 3) * hb,
-                                        u.get("failback", True), u.get("probe_every", 30), now())
+            self.fo = failover.Failover(failover.gateways(u), opt(u, "uplink", "failover_after")
+                                        * hb, opt(u, "uplink", "failback"),
+                                        opt(u, "uplink", "probe_every"), now())
         self._to = None           # a gateway the watcher chose to move to, and why
         self._why = None
         self._cut = False         # the watcher cancelled the link's run
@@ -61,10 +54,10 @@ class Uplink:
         # "auto": insist on encryption over MQTT, where anyone on the broker
         # reads along, if this build has AES; else (a UART, no cryptolib) the
         # link's "auto": sealed, and encrypted where the bridge asks and can.
-        self.seal = lc.get("seal", "auto")
+        self.seal = opt(lc, "link", "seal")
         if self.seal == "auto" and k == "mqtt" and cipher.BACKEND:
             self.seal = "encrypt"
-        exports = lc.get("exports", EXPORTS)
+        exports = opt(lc, "link", "exports")
         journal = lc.get("journal")
         if journal and journal[0] != "/" and sys.platform not in ("linux", "darwin", "win32"):
             journal = "/" + journal   # a board: under the filesystem root
@@ -75,22 +68,22 @@ class Uplink:
                          sid=sid, seal=self.seal,
                          role="initiator", link_id="uplink", peer="host",
                          exports=_pairs(exports),
-                         imports=_pairs(lc.get("imports", IMPORTS)),
-                         export_calls=_pairs(lc.get("export_calls", EXPORT_CALLS)),
-                         import_calls=_pairs(lc.get("import_calls", IMPORT_CALLS)),
+                         imports=_pairs(opt(lc, "link", "imports")),
+                         export_calls=_pairs(opt(lc, "link", "export_calls")),
+                         import_calls=_pairs(opt(lc, "link", "import_calls")),
                          heartbeat=hb,
                          # Its status retained on the device bus (link/uplink) is
                          # off unless asked for: sys/health carries the same
                          # counters, and the dict rebuilt each second is ~1 KB
                          # of a board's heap.
-                         status=lc.get("status", False),
-                         handshake_timeout=lc.get("handshake_timeout", 5.0),
+                         status=opt(lc, "link", "status"),
+                         handshake_timeout=opt(lc, "link", "handshake_timeout"),
                          out_queue=lc.get("out_queue",
                                           ctx.board.get("queues", {}).get("uplink_tx", 16)),
-                         max_pending=lc.get("max_pending", 4),
+                         max_pending=opt(lc, "link", "max_pending"),
                          spool=ctx.spool,
-                         spool_policy=lc.get("spool_policy", "drop_oldest"), journal=journal,
-                         journal_bytes=lc.get("journal_bytes", 262144), journal_block=block)
+                         spool_policy=opt(lc, "link", "spool_policy"), journal=journal,
+                         journal_bytes=opt(lc, "link", "journal_bytes"), journal_block=block)
         ctx.link = self.link
         prep = getattr(self.mod, "prepare", None)
         if prep is not None:
@@ -98,7 +91,6 @@ class Uplink:
         self.opens = 0
         self.open_failures = 0
         self.ends = 0
-        self.backoff = 0
         self.last_error = None
         self.transport = None
         self._run = None          # the link's run over self.transport
@@ -114,7 +106,7 @@ class Uplink:
     def stats(self):
         self._settle()
         s = {"kind": self.kind, "opens": self.opens, "open_failures": self.open_failures,
-             "ends": self.ends, "backoff": self.backoff,
+             "ends": self.ends, "backoff": self.backoff.last,
              "last_error": self.last_error, "sent": self.sent,
              "tx_seq": self.link.tx_seq}   # not Link.stats(): two dicts per health period
         if self.fo is not None:
@@ -193,14 +185,14 @@ class Uplink:
     async def run(self):
         log = self.ctx.log
         self.link.start()   # spool from now on: nothing before the first session is lost
-        delay = self.bmin
+        bo = self.backoff
         net = self.ctx.net
         while True:
             if net is not None and not net.up.is_set():
                 # No network: opening would only fail and grow the backoff.
                 log("uplink %s: waiting for the network" % self.kind)
                 await net.up.wait()
-                delay = self.bmin
+                bo.reset()
             sessions = self.link.counters.get("sessions", 0)
             gc.collect()    # before allocating a transport: less fragmentation
             try:
@@ -233,16 +225,13 @@ class Uplink:
                 self.ends += 1
                 log("uplink %s: transport ended (%s)" % (self.kind, self.link.last_error))
             if self.link.counters.get("sessions", 0) > sessions:
-                delay = self.bmin    # a session came up: start the backoff again
+                bo.reset()    # a session came up: start the backoff again
             fo = self.fo
             if fo is not None and (self._why is not None or fo.silent(now())):
                 # Same Link, same sid: the next gateway gets this boot's
                 # unacknowledged tail first (the session start goes back to it).
                 fo.move(now(), self._to, self._why or "silent")
                 log("uplink %s: gateway %s" % (self.kind, fo.last_move))
-                delay = self.bmin    # the other gateway at once, not after the backoff
+                bo.reset()    # the other gateway at once, not after the backoff
             self._to = self._why = None
-            # full jitter on the upper half: spreads a fleet's reconnects
-            self.backoff = delay * (0.5 + urandom(1)[0] / 512)
-            await asyncio.sleep(self.backoff)
-            delay = min(delay * 2, self.bmax)
+            await asyncio.sleep(bo.next())

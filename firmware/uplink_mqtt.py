@@ -7,6 +7,7 @@ liveness timeout, back makes it say HELLO at once. probe() asks a gateway's
 broker for that presence without a session, for failback (firmware/failover.py)."""
 from edgebus.compat import MICROPYTHON, wait_for
 from edgebus.link.mqtt import MqttTransport
+from firmware import opt
 
 
 def der(path):
@@ -56,14 +57,14 @@ def _transport(ctx, u, client_id=None, presence=True):
     host = u.get("host")
     if not host:
         raise OSError("no broker: set uplink.host (and uplink.port, default 1883)")
-    port = u.get("port", 1883)
+    port = opt(u, "mqtt", "port")
     if type(port) is not int:
         raise OSError("uplink.port must be the broker's TCP port (an int) for mqtt")
     sslctx, name = tls(u)
-    return MqttTransport(host, port, node=ctx.config["node"], prefix=u.get("prefix", "edgebus"),
-                         client_id=client_id, keepalive=u.get("keepalive", 30),
+    return MqttTransport(host, port, node=ctx.config["node"], prefix=opt(u, "mqtt", "prefix"),
+                         client_id=client_id, keepalive=opt(u, "mqtt", "keepalive"),
                          user=u.get("user"), password=u.get("password"), presence=presence,
-                         connect_timeout=u.get("connect_timeout", 10), ssl=sslctx,
+                         connect_timeout=opt(u, "mqtt", "connect_timeout"), ssl=sslctx,
                          server_hostname=name)
 
 

@@ -2,6 +2,7 @@
 uart.driver where the port has none), a tty path (raw, VMIN=0) on the unix
 port and CPython; both polled by PolledTransport, so reads never block."""
 from edgebus.link.stream import PolledTransport
+from firmware import opt
 
 try:
     import termios
@@ -88,7 +89,7 @@ def open(ctx, u=None):
         f = _open_tty(port)
         _raw(f, baud)
     fr = getattr(ctx, "frames", None)
-    t = UartTransport(f, poll_ms=u.get("poll_ms", 5), frames=fr)
+    t = UartTransport(f, poll_ms=opt(u, "uplink", "poll_ms"), frames=fr)
     ctx.frames = t.frames      # reused by every later reopen (see PolledTransport)
     return t
 

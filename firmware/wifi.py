@@ -10,8 +10,9 @@ Boards: MicroPython's `network` module (network.WLAN). Where no radio exists
 simulator, which has the same API. Loaded only when "network" is configured.
 """
 import asyncio
-from os import urandom
+from edgebus.backoff import Backoff
 from edgebus.compat import now
+from firmware import opt
 
 # The status codes that end a join attempt, by their names in the port's
 # network module (not every port has every one).
@@ -22,7 +23,7 @@ FAILS = ("STAT_WRONG_PASSWORD", "STAT_NO_AP_FOUND", "STAT_CONNECT_FAIL", "STAT_A
 class Wifi:
     def __init__(self, ctx, cfg):
         self.ctx = ctx
-        drv = cfg.get("driver", "network")
+        drv = opt(cfg, "network", "driver")
         mod = __import__(drv)
         for part in drv.split(".")[1:]:
             mod = getattr(mod, part)
@@ -30,9 +31,9 @@ class Wifi:
         self.wlan = mod.WLAN(mod.STA_IF)
         self.ssid = cfg["ssid"]
         self.password = cfg.get("password")
-        self.join_timeout = cfg.get("join_timeout", 20)
-        self.bmin = cfg.get("backoff_min", 1)
-        self.bmax = cfg.get("backoff_max", 30)
+        self.join_timeout = opt(cfg, "network", "join_timeout")
+        self.backoff = Backoff(opt(cfg, "network", "backoff_min"),
+                               opt(cfg, "network", "backoff_max"))
         self.up = asyncio.Event()
         self.state = "down"
         self.joins = 0
@@ -68,13 +69,13 @@ class Wifi:
         log = self.ctx.log
         w = self.wlan
         w.active(True)
-        delay = self.bmin
+        bo = self.backoff
         while True:
             self.state = "joining"
             if await self._join():
                 self.joins += 1
                 self.state = "up"
-                delay = self.bmin
+                bo.reset()
                 log("network: joined %s (#%d, rssi %s)" % (self.ssid, self.joins, self.rssi()))
                 self.up.set()
                 while w.isconnected():
@@ -91,8 +92,7 @@ class Wifi:
             self.failures += 1
             self.state = "down"
             log("network: %s" % self.last_error)
-            await asyncio.sleep(delay * (0.5 + urandom(1)[0] / 512))
-            delay = min(delay * 2, self.bmax)
+            await asyncio.sleep(bo.next())
 
     def rssi(self):
         try:

@@ -29,7 +29,7 @@ from tlog.records import (FIELDS, decode_body, decode_value, encode_body, encode
 from tlog.segments import (LOCK_NAME, earliest_offset, latest_offset, list_segments,
                            parquet_name, sealed_files, segment_end, segment_file, segment_name,
                            start_offset)
-from tlog.names import write_atomically
+from tlog.names import rename_durably, write_atomically
 from tlog.tail import TAIL_BYTES, last_seqs
 from tlog.writer import LogWriter
 
@@ -42,4 +42,5 @@ __all__ = [
     "segment_name", "parquet_name", "list_segments", "sealed_files", "segment_file",
     "segment_end", "start_offset", "json_text", "row_of", "read_segment", "read_log",
     "latest_offset", "earliest_offset", "last_seqs", "TAIL_BYTES", "write_atomically",
+    "rename_durably",
 ]

@@ -1,6 +1,9 @@
 """Segment file names, making directory entries durable, and writing a file
 whole or not at all: what every module that creates, renames or lists
-segment files shares."""
+segment files shares, and the one atomic write of the host side (the bridge's
+state and keystore, ingest's sink, the tools' configs and build outputs: all
+import tlog already, and tlog imports nothing of ours). The device keeps its
+own (firmware.write_atomic: MicroPython cannot fsync a directory)."""
 import os
 
 
@@ -46,3 +49,26 @@ def write_atomically(final, tmp, write, durable=True, mtime=None):
         raise
     if durable:
         fsync_dir(os.path.dirname(final))
+
+
+def rename_durably(tmp, final):
+    """Rename tmp, a file or a directory tree written and closed, to final so
+    that after a crash final is either absent or whole: every file and
+    directory under tmp is fsynced first, final's directory after."""
+    if os.path.isdir(tmp):
+        for d, _, files in os.walk(tmp):
+            for name in files:
+                fd = os.open(os.path.join(d, name), os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+            fsync_dir(d)
+    else:
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    os.replace(tmp, final)
+    fsync_dir(os.path.dirname(os.path.abspath(final)))

@@ -19,6 +19,7 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
+import tlog
 from tools import boards, mpybuild
 
 SKIP_DIRS = ("__pycache__",)
@@ -271,7 +272,7 @@ def build(board, out, sources=None, entry=None, opt=0, log=print):
                 f.write(freeze_manifest(board, srcs, opt))
         if os.path.exists(out):
             shutil.rmtree(out)
-        os.rename(tmp, out)
+        tlog.rename_durably(tmp, out)
         tmp = None
         log("bundle: %s  (or: mpremote mip install %s)"
             % (out, os.path.join(out, "package.json")))

@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 
+import tlog
 from bridge import config as bridge_config
 from bridge.keystore import KeyStore, KeyStoreError
 from bridge.reload import CALL_TIMEOUT, RELOAD
@@ -87,12 +88,12 @@ async def move(args):
     try:
         r = await _reload(a_sock)
     except bc.Fail:
-        os.replace(stage, src)           # A holds it still: as it was
+        tlog.rename_durably(stage, src)      # A holds it still: as it was
         raise
     bc.emit("%s: released by %s (%s)" % (node, a.node, "its session ended, no link or "
             "subscription left; what it logged stays in its log" if node in r["removed"]
             else "it held no link"))
-    os.replace(stage, dst)
+    tlog.rename_durably(stage, dst)
     try:
         r = await _reload(b_sock)
     except bc.Fail as e:

@@ -23,6 +23,7 @@ import sys
 import tarfile
 import time
 
+import tlog
 from tools import boards, build as bundle
 
 ENV_SOURCE = "EDGEBUS_MICROPYTHON"
@@ -272,7 +273,7 @@ def build(board, src=None, heap=None, jobs=None, log=print, only_cached=False):
     if os.path.isdir(out):       # a concurrent build finished first
         shutil.rmtree(tmp)
     else:
-        os.rename(tmp, out)
+        tlog.rename_durably(tmp, out)     # a cache entry is whole, or not there
     prune(board["name"])
     meta["image"] = os.path.join(out, info["image"])
     log("edgebus firmware: built %s in %.0f s: %s (image %d bytes%s)"

@@ -112,7 +112,7 @@ def _device_config(path, node, key, force):
     def fill(f):
         os.fchmod(f.fileno(), 0o600)
         f.write(data)
-    tlog.write_atomically(path, "%s.%d.tmp" % (path, os.getpid()), fill, durable=False)
+    tlog.write_atomically(path, "%s.%d.tmp" % (path, os.getpid()), fill)
     return src == path
 
 

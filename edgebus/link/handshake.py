@@ -1,7 +1,7 @@
 """The link's handshake: HELLO, HELLO_ACK and AUTH, keys and proofs, and
 the start of a session (the end is Link.end_session)."""
 from binascii import hexlify
-from .. import compat
+from .. import backoff, compat
 from . import calls, rules, seal, tx, wire
 
 # Handshakes kept in progress at once: a slow peer's answer to an earlier
@@ -110,8 +110,8 @@ def _unsealed(link, mine, theirs):
 
 def retry_later(link):
     """Link.retry_later: after a refusal, the next HELLO waits (doubling up to 60 s)."""
-    link._backoff = min(link._backoff * 2, 60)
-    link._retry_at = compat.now() + wire.jitter(link._backoff)
+    link._backoff = backoff.grow(link._backoff, 0, 60)
+    link._retry_at = compat.now() + backoff.jitter(link._backoff, 0.75)
 
 
 def hello(link):
@@ -126,7 +126,8 @@ def hello(link):
         link._mine["kid"] = kid(key)
     tx.control(link, wire.HELLO, link._mine)
     link._set_state(wire.HELLO_SENT)
-    link._hello_wait = wire.jitter(min(max(link._hello_wait * 2, 0.5), link.handshake_timeout))
+    link._hello_wait = backoff.jitter(backoff.grow(link._hello_wait, 0.5, link.handshake_timeout),
+                                      0.75)
 
 
 def peer_presence(link, online):

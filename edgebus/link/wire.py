@@ -200,11 +200,6 @@ def nonce():
     return hexlify(urandom(12)).decode()
 
 
-def jitter(x):
-    """x spread over 0.75x .. 1.25x: a fleet's retries do not come in step."""
-    return x * (0.75 + urandom(1)[0] / 512)
-
-
 try:
     import hmac as _hmac  # CPython: the standard library's, constant-time compare too
 

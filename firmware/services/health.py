@@ -2,7 +2,7 @@
 link state and counters."""
 import gc
 import asyncio
-from firmware import mem
+from firmware import mem, opt
 
 _LINK = ("sessions", "session_ends", "frames_in", "frames_out", "gaps", "dropped_out",
          "liveness_timeouts", "auth_failures", "bad_frames", "acked", "retransmitted",
@@ -32,7 +32,7 @@ def health(ctx):
 async def start(ctx, opts):
     c = ctx.connect("sys")
     while True:
-        await asyncio.sleep(opts.get("period", ctx.config.get("health_period", 10)))
+        await asyncio.sleep(opts.get("period", opt(ctx.config, "", "health_period")))
         try:
             c.publish("sys/health", health(ctx))
         except MemoryError:

@@ -3,7 +3,7 @@
 cause; retained again every info_period seconds (uptime moves)."""
 import sys
 import asyncio
-from firmware import VERSION, mem
+from firmware import VERSION, mem, opt
 
 try:
     import machine
@@ -40,4 +40,4 @@ async def start(ctx, opts):
     c = ctx.connect("sys")
     while True:
         c.retain("sys/info", info(ctx))
-        await asyncio.sleep(opts.get("period", ctx.config.get("info_period", 60)))
+        await asyncio.sleep(opts.get("period", opt(ctx.config, "", "info_period")))

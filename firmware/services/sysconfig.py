@@ -11,7 +11,7 @@ config change, {"kid"} of it. The running session goes on; the next
 handshake uses the new key.
 """
 import asyncio
-from firmware import ConfigError, transient, unload
+from firmware import ConfigError, opt, transient, unload
 
 # Keys whose change takes effect at the next start (sys/reboot).
 RESTART = ("uplink", "link", "queues", "services", "watchdog_ms", "board", "node", "key",
@@ -66,7 +66,7 @@ def _set(ctx, req):
     if type(ch) is dict and "key" in ch:
         return req.fail("invalid config change: key moves only wrapped under the key in use "
                         "(sys/key/set: edgebus keys rotate)")
-    keys = _save(ctx, req, ch, ctx.config.get("allow_identity_change", False))
+    keys = _save(ctx, req, ch, opt(ctx.config, "", "allow_identity_change"))
     if keys is not None:
         req.reply({"saved": True, "changed": keys,
                    "restart_needed": [k for k in keys if k in RESTART]})

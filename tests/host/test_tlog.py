@@ -666,3 +666,24 @@ def test_last_seqs_after_a_crash(tmp_path, version):
         # max_bytes bounds the reading to the newest segments (at least one).
         assert tlog.last_seqs(d, max_bytes=1) == {("serial:a", "a2"): 7, ("mqtt:b", "b1"): 107}
     assert tlog.last_seqs(str(tmp_path / "none")) == {}
+
+
+def test_atomic_writes_leave_the_old_file_or_the_new_one(tmp_path):
+    """The host's atomic writes (tlog.names): a failed fill leaves the old
+    file and no temporary; a file or a tree is renamed into place whole."""
+    final, tmp = tmp_path / "state.json", tmp_path / "state.json.tmp"
+    tlog.write_atomically(str(final), str(tmp), lambda f: f.write(b"one"))
+
+    def half(f):
+        f.write(b"tw")
+        raise OSError("disk full")
+    with pytest.raises(OSError):
+        tlog.write_atomically(str(final), str(tmp), half)
+    assert final.read_bytes() == b"one" and not tmp.exists()
+    (tmp_path / "t" / "sub").mkdir(parents=True)
+    (tmp_path / "t" / "sub" / "image").write_bytes(b"new")
+    tlog.rename_durably(str(tmp_path / "t"), str(tmp_path / "out2"))
+    assert (tmp_path / "out2" / "sub" / "image").read_bytes() == b"new"
+    assert not (tmp_path / "t").exists()
+    tlog.rename_durably(str(final), str(tmp_path / "moved.json"))
+    assert (tmp_path / "moved.json").read_bytes() == b"one" and not final.exists()
