@@ -12,8 +12,7 @@ version-1 segments are read and written without it.
 
 from __future__ import annotations
 
-from tlog.reader import ReadStats
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 import json
 import os
 from operator import itemgetter
@@ -24,6 +23,9 @@ import pyarrow.parquet as pq
 
 from tlog.records import FIELDS, decode_value, json_text
 from tlog.names import fsync_dir, parquet_name, write_atomically
+
+if TYPE_CHECKING:
+    from tlog.reader import ReadStats
 
 FORMAT_VERSION = 2
 META_VERSION = b"edgebus.format_version"

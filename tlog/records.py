@@ -3,9 +3,7 @@ the record of an edgebus Message (docs/telemetry-log.md section 3)."""
 
 from __future__ import annotations
 
-from edgebus import Message
-from typing import Any, Callable, Iterable
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 import base64
 import binascii
 import json
@@ -13,6 +11,9 @@ import math
 import time
 
 from tlog.format import MAX_BODY_BYTES
+
+if TYPE_CHECKING:
+    from edgebus import Message
 
 # The body's members, in the order the writer emits them.
 FIELDS = ("ts_host", "topic", "payload", "ts_device", "seq", "origin_kind", "conn_id",
