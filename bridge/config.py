@@ -3,6 +3,10 @@
 Every section is optional; what is missing takes the default below, so an
 empty file (or none) is a valid configuration of a bridge with no links.
 """
+
+from __future__ import annotations
+
+from typing import Any
 import importlib.resources
 import os
 import tomllib
@@ -12,7 +16,9 @@ from bridge.keystore import KeyStore, KeyStoreError
 from edgebus.link import cipher
 
 # The annotated example configuration, installed with the package.
-EXAMPLE = os.fspath(importlib.resources.files("bridge") / "example.toml")
+# (an installed package is on disk: files() gives a Path, which typeshed calls a Traversable)
+EXAMPLE = os.fspath(importlib.resources.files("bridge")  # type: ignore[call-overload]
+                    / "example.toml")
 
 
 # The log's group commit period (dev/bench/log_bench.py measured it: BENCHMARKS.md).
@@ -132,7 +138,7 @@ class Config:
     # another device's action through the bridge (e.g. "dev/+/sys/config/get").
     relay_calls: list = field(default_factory=list)
 
-    def seal_for(self, kind, own=None):
+    def seal_for(self, kind: str, own: str | None = None) -> str:
         """The seal mode of a link of ``kind`` ("serial", "mqtt", "peer")
         whose entry says ``own`` (None: the [bridge] default)."""
         s = own or self.seal
@@ -141,7 +147,7 @@ class Config:
         return s
 
 
-def _key(d, where, store):
+def _key(d: dict[str, Any], where: str, store: KeyStore) -> bytes | None:
     """The inline key or key_file's; None when neither is given and the
     keystore holds the node's key (which overrides both anyway)."""
     if "key" in d:
@@ -164,7 +170,7 @@ def _key(d, where, store):
                       "keystore %s (edgebus keys new NODE)" % (where, store.path))
 
 
-def _take(d, where, spec):
+def _take(d: dict[str, Any], where: str, spec: dict[str, Any]) -> dict[str, Any]:
     """Type-check known keys of a table and refuse unknown ones."""
     for k in d:
         if k not in spec:
@@ -183,14 +189,14 @@ def _take(d, where, spec):
 NUM = (int, float)
 
 
-def _address(v, where, name):
+def _address(v: Any, where: str, name: str) -> tuple[str, int]:
     host, _, port = v.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise ConfigError("%s: %s must be host:port, got %r" % (where, name, v))
     return host.strip("[]"), int(port)
 
 
-def _rules(v, where, name):
+def _rules(v: Any, where: str, name: str) -> list[tuple[str, str]]:
     """[(pattern, prefix)] from a list of patterns or [pattern, prefix] pairs."""
     out = []
     for r in v:
@@ -204,7 +210,7 @@ def _rules(v, where, name):
     return out
 
 
-def _peer(d, where, store):
+def _peer(d: dict[str, Any], where: str, store: KeyStore) -> Peer:
     pp = _take(d, where, {"node": str, "key": str, "key_file": str, "connect": str,
                           "listen": str, "exports": list, "imports": list,
                           "export_calls": list, "import_calls": list, "priority": int,
@@ -224,7 +230,7 @@ def _peer(d, where, store):
     return peer
 
 
-def _seal(d, where):
+def _seal(d: dict[str, Any], where: str) -> str | None:
     """The table's seal mode, checked (None when it names none)."""
     s = d.get("seal")
     if s is not None and s not in SEALS:
@@ -236,13 +242,13 @@ def _seal(d, where):
     return s
 
 
-def _keys_dir(b, base_dir):
+def _keys_dir(b: dict[str, Any], base_dir: str) -> str:
     """The keystore directory the [bridge] table ``b`` names, resolved."""
     return os.path.normpath(os.path.join(base_dir, b.get("keys") or os.path.join(
         b.get("state_dir") or Config.state_dir, "keys")))
 
 
-def parse(data, base_dir="."):
+def parse(data: dict[str, Any], base_dir: str = ".") -> Config:
     """A Config from a parsed TOML document (a dict)."""
     top = _take(data, "config", {"bridge": dict, "log": dict, "serial": list, "mqtt": dict,
                                  "acl": list, "peer": list})
@@ -338,7 +344,7 @@ def parse(data, base_dir="."):
     return cfg
 
 
-def _read(path):
+def _read(path: str) -> dict[str, Any]:
     try:
         with open(path, "rb") as f:
             return tomllib.load(f)
@@ -348,7 +354,7 @@ def _read(path):
         raise ConfigError("%s: not valid TOML: %s" % (path, e))
 
 
-def load(path):
+def load(path: str) -> Config:
     """A Config from a TOML file; ConfigError with the file named on any problem."""
     data = _read(path)
     try:
@@ -357,7 +363,7 @@ def load(path):
         raise ConfigError("%s: %s" % (path, e))
 
 
-def keystore_dir(path):
+def keystore_dir(path: str) -> str:
     """The keystore directory of the configuration at ``path``, read without
     the rest of it (whose devices may still lack their keys)."""
     b = _read(path).get("bridge", {})
@@ -371,7 +377,7 @@ def keystore_dir(path):
 SOCKET_ENV = "EDGEBUS_SOCKET"
 
 
-def default_socket():
+def default_socket() -> str:
     """The socket the host commands reach by default: $EDGEBUS_SOCKET, else
     bridge.sock in the default state directory."""
     return os.environ.get(SOCKET_ENV) or os.path.join(Config.state_dir, "bridge.sock")
