@@ -5,7 +5,7 @@ batch; a send is a publish on the device's down topic."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 import asyncio
 
 from edgebus.link import frame

@@ -11,7 +11,7 @@ spanning the cut belongs to the range before it).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 import logging
 import os
 

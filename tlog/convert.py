@@ -4,7 +4,6 @@ for logs that other engines should read as plain Parquet."""
 
 from __future__ import annotations
 
-from typing import Any
 import os
 
 from tlog import columnar

@@ -3,8 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Generator
-from typing import IO, Any, Iterator
+from typing import Any, Generator, IO
 import os
 import zlib
 

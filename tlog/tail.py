@@ -3,7 +3,6 @@ the writer's owner needs after a restart to know what is already durable."""
 
 from __future__ import annotations
 
-from typing import Any
 import os
 
 from tlog.reader import ReadStats, read_segment

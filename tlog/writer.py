@@ -5,8 +5,7 @@ tlog.columnar and pyarrow) or keeps the row file (version 1)."""
 
 from __future__ import annotations
 
-from typing import Literal
-from typing import Any, Callable
+from typing import Any, Callable, Literal
 import fcntl
 import os
 import time
@@ -71,7 +70,8 @@ class LogWriter:
         self._clock = clock
         self.version = version
         self.gateway = gateway
-        self._rows: list[tuple[Any, ...]] = []  # version 2: the active segment's rows (row_of), for the seal
+        # version 2: the active segment's rows (row_of), for the seal
+        self._rows: list[tuple[Any, ...]] = []
         self._fd: int | None = None  # active segment's fd
         self._active: int | None = None  # active segment id
         self._size = 0               # logical size of the active segment
@@ -81,7 +81,8 @@ class LogWriter:
         self._unsynced = False
         self._failed: BaseException | None = None
         self._closed = False
-        self.recovered: list[tuple[str, str, str]] = []  # (file, action, detail) of the recovery on opening
+        # (file, action, detail) of the recovery on opening
+        self.recovered: list[tuple[str, str, str]] = []
         if not os.path.isdir(self.path):
             os.makedirs(self.path, exist_ok=True)
             fsync_dir(os.path.dirname(self.path))   # make the new directory durable
