@@ -68,7 +68,7 @@ async def _mirror(bridge: Bridge, mq: Mqtt, client: Client) -> None:
         conn.disconnect()
 
 
-async def _publish(client: Client, item: Any) -> None:
+async def _publish(client: Client, item: Any) -> None:  # a Message or RetainedEvent
     topic = "/".join(str(t) for t in item.topic)
     retain = type(item) is not Message
     if retain and item.op == "unretain":

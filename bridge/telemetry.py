@@ -24,6 +24,7 @@ from edgebus.compat import wait_for
 from tlog import LogWriter, last_seqs, record_from_message
 
 if TYPE_CHECKING:
+    from edgebus.feed import Subscription
     from edgebus.link.link import Link
     from edgebus import Bus, Message
     from bridge.config import Config
@@ -77,7 +78,7 @@ class Appender:
         self.high = queue_len - (max(1, queue_len // 8) if reserve is None else reserve)
         if not 0 < self.high < queue_len:
             raise ValueError("reserve must leave room on both sides of high water")
-        self.subs: list[Any] = []  # edgebus Subscriptions
+        self.subs: list[Subscription] = []
         for p in cfg.log_patterns:
             s = self.conn.subscribe(p, queue_len=queue_len, full="reject_newest")
             s.wake_on(self.wake)
@@ -101,7 +102,7 @@ class Appender:
         # commit reads only their marks, and every link's at most once per
         # IDLE (marks that move without a record: gaps, unlogged traffic), so
         # a commit costs what moved, not the fleet (5,000 links: ms per pass).
-        self._moved: set[str] = set()
+        self._moved: set[str | None] = set()
         self._t_sweep = float("-inf")
         self._window: int | None = None           # the window the durable links were last given
         self._drops = (0, float("-inf"))        # dropped(), and when it last grew
