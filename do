@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# edgebus developer entry point: ./do setup | demo | test | bench | soak [args]
+# edgebus developer entry point: ./do setup | demo | test | bench | soak | check [args]
 # Every command sets up what it needs first (idempotent), so on a fresh
 # machine with Python 3.11 and apt, `./do demo` and `./do test` just work.
 set -euo pipefail
@@ -71,8 +71,16 @@ case "$cmd" in
         setup
         "$PY" -m dev.soak "$@"
         ;;
+    check)
+        setup
+        # Types of the host packages, and the core's stubs against its code.
+        "$PY" -m mypy
+        "$PY" -m mypy.stubtest --mypy-config-file pyproject.toml --concise --ignore-missing-stub \
+            edgebus.bus edgebus.conn edgebus.errors edgebus.feed edgebus.request edgebus.values \
+            edgebus.view
+        ;;
     *)
-        echo "usage: ./do setup | demo [--seconds N] | test [pytest args, e.g. -m "not slow"] | bench [--smoke] | soak [--short]"
+        echo "usage: ./do setup | demo [--seconds N] | test [pytest args, e.g. -m "not slow"] | bench [--smoke] | soak [--short] | check"
         exit 2
         ;;
 esac
