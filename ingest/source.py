@@ -41,7 +41,7 @@ try:                                     # pyspark >= 4.2: admission control, av
     from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxBytes, ReadMaxRows,
                                                   SupportsTriggerAvailableNow)
 except ImportError:                      # pragma: no cover - pyspark 4.0/4.1
-    ReadAllAvailable = ReadMaxBytes = ReadMaxRows = None  # type: ignore[assignment, misc]
+    ReadAllAvailable = ReadMaxBytes = ReadMaxRows = None  # type: ignore[assignment, misc]  # absent
 
     class SupportsTriggerAvailableNow:  # type: ignore[no-redef]  # a plain base: never called
         pass
