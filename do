@@ -69,7 +69,11 @@ case "$cmd" in
         # branches), formatting, and type checks on the host packages.
         "$VENV/bin/ruff" check .
         "$VENV/bin/ruff" format --check .
-        "$VENV/bin/mypy"
+        "$PY" -m mypy
+        # The core's typed stubs (edgebus/*.pyi) against its code.
+        "$PY" -m mypy.stubtest --mypy-config-file pyproject.toml --concise --ignore-missing-stub \
+            edgebus.bus edgebus.conn edgebus.errors edgebus.feed edgebus.request edgebus.values \
+            edgebus.view
         ;;
     bench)
         setup

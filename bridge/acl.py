@@ -3,9 +3,16 @@
 bridge's own user or root (the socket's file mode admits every user, so the
 ACL is the only gate); links and the bridge itself are trusted (a device's
 reach is already bounded by its link's import rules and mapped prefix)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable
 import os
 
 from edgebus.topic import ANY, REST, pattern, key
+
+if TYPE_CHECKING:
+    from bridge.config import Acl, Config
 
 # Endpoints any local user may call: they answer the caller about itself
 # (bridge/callerinfo.py), nothing it could not learn by trying.
@@ -21,7 +28,7 @@ class Authoriser:
     with 'uid' is a local user; anything else is trusted. ``trusted``: uids
     allowed everything while they have no [[acl]] entry of their own."""
 
-    def __init__(self, acls, trusted=()):
+    def __init__(self, acls: Iterable[Acl], trusted: Iterable[int] = ()) -> None:
         self.trusted = frozenset(trusted)
         self.by_uid = {}
         for a in acls:
@@ -30,7 +37,7 @@ class Authoriser:
                 for lst in ("read", "write", "call", "serve")}
         self.denied = 0
 
-    def allow(self, ctx):
+    def allow(self, ctx: dict[str, Any]) -> bool | tuple[bool, str]:
         p = ctx["principal"]
         if not isinstance(p, dict) or "uid" not in p:
             return True
@@ -55,7 +62,7 @@ class Authoriser:
                                                 "/".join(str(x) for x in t))
 
 
-def _covers(rule, k):
+def _covers(rule: tuple[Any, ...], k: tuple[Any, ...]) -> bool:
     """Does rule (a pattern key) cover k (a concrete key, or a pattern key whose
     every match the rule also matches)?"""
     for i, r in enumerate(rule):
@@ -73,17 +80,17 @@ def _covers(rule, k):
     return len(rule) == len(k)
 
 
-def trusted_uids():
+def trusted_uids() -> tuple[int, int]:
     """The uids allowed everything without an [[acl]] entry: root and the
     bridge's own user."""
     return (0, os.geteuid())
 
 
-def make(cfg):
+def make(cfg: Config) -> Authoriser:
     return Authoriser(cfg.acl, trusted_uids())
 
 
-def read_patterns(cfg, uid):
+def read_patterns(cfg: Config, uid: int) -> list[str]:
     """What a local user may read, as patterns (a socket client's exports)."""
     for a in cfg.acl:
         if a.uid == uid:

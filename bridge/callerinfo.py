@@ -5,23 +5,31 @@ topic). A publish over a link that the ACL refuses is dropped at the bridge
 and a subscription it does not cover simply stays quiet; asking first lets
 `edgebus pub/sub/watch` say "denied" instead. Both are open to every caller
 (bridge/acl.py): they only tell a caller what it could learn by trying."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
 import asyncio
 
 from edgebus import topic
+
+if TYPE_CHECKING:
+    from edgebus import Request
+    from bridge.daemon import Bridge
 
 WHOAMI = "bridge/whoami"
 MAY = "bridge/may"
 ACTIONS = ("publish", "retain", "subscribe", "watch_retained", "call")
 
 
-def whoami(bridge, req):
+def whoami(bridge: Bridge, req: Request) -> dict[str, Any]:
     o = req.origin
     p = o.principal
     return {"principal": p if isinstance(p, dict) else list(p) if isinstance(p, tuple) else p,
             "link": o.link_id, "bridge": bridge.cfg.node}
 
 
-def may(bridge, req):
+def may(bridge: Bridge, req: Request) -> dict[str, Any]:
     """{"allowed": bool, "reason": str|None} for payload {"action", "topic"}."""
     q = req.payload
     if not isinstance(q, dict) or q.get("action") not in ACTIONS \
@@ -37,9 +45,9 @@ def may(bridge, req):
     return {"allowed": bool(ok), "reason": why}
 
 
-async def serve(bridge):
+async def serve(bridge: Bridge) -> None:
     """Serve both endpoints until cancelled."""
-    async def loop(name, answer):
+    async def loop(name: str, answer: Callable[[Bridge, Request], dict[str, Any]]) -> None:
         async for req in bridge.conn.bind(name, queue_len=8):
             try:
                 req.reply(answer(bridge, req))

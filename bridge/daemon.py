@@ -4,6 +4,10 @@ buses to it (serial ports, MQTT, local unix socket), with a telemetry log.
 usage: edgebus-bridge --config bridge.toml
 (an annotated example configuration is bridge/example.toml, installed with the package)
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable
 import argparse
 import asyncio
 import gc
@@ -18,6 +22,10 @@ import edgebus
 from bridge import acl, callerinfo, config as bridge_config, links, reload, rotation, status
 from bridge.keystore import KeyStore
 from edgebus.compat import wait_for
+
+if TYPE_CHECKING:
+    from bridge.telemetry import Appender
+    from edgebus.link.link import Link
 
 log = logging.getLogger("edgebus.bridge")
 
@@ -36,7 +44,7 @@ STOP_STEP_TIMEOUT = 5.0
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: structured logs a collector can parse."""
 
-    def format(self, r):
+    def format(self, r: logging.LogRecord) -> str:
         d = {"ts": round(r.created, 3), "level": r.levelname.lower(), "msg": r.getMessage()}
         if r.exc_info:
             d["exc"] = self.formatException(r.exc_info)
@@ -46,7 +54,7 @@ class JsonFormatter(logging.Formatter):
 class Bridge:
     """The host bus and everything joined to it."""
 
-    def __init__(self, cfg, config_path=None):
+    def __init__(self, cfg: bridge_config.Config, config_path: str | None = None) -> None:
         self.cfg = cfg
         self.config_path = config_path      # read again by a reload (None: the keystore only)
         self.auth = acl.make(cfg)
@@ -54,44 +62,44 @@ class Bridge:
         self.conn = self.bus.connect(principal=("bridge", cfg.node))
         self.state = links.StateFile(cfg.state_dir)
         self.keystore = KeyStore(cfg.keys or os.path.join(cfg.state_dir, "keys"))
-        self.links = {}
-        self.transports = {}
+        self.links: dict[str, Link] = {}
+        self.transports: dict[str, Any] = {}
         self.stopping = False
         self.dropped_at_stop = 0     # MQTT frames not taken (their devices send them again)
         # With a log, device links acknowledge only what the log made durable
         # (the appender's group commits); without one, what reached the bus.
         self.durable = cfg.log_dir is not None
         self._stop = asyncio.Event()
-        self.appender = None
-        self.mqtt = None
+        self.appender: Appender | None = None
+        self.mqtt: MqttLinks | None = None
         self.started = time.time()
-        self.tasks = []
+        self.tasks: list[asyncio.Task[Any]] = []
         if cfg.mqtt is not None:
             from bridge.mqtt_links import MqttLinks
             self.mqtt = MqttLinks(self, cfg.mqtt)
 
-    def hold(self, link):
+    def hold(self, link: Link) -> bool:
         """Link.hold of the durable links: the log's pushback (telemetry.py)."""
         a = self.appender
         return a is not None and a.hold(link)
 
-    def durability(self):
+    def durability(self) -> dict[str, Any]:
         """A device link's durable= and hold= arguments: with a log, it
         acknowledges only what the log made durable, and holds back while the
         log is behind; without one, it acknowledges what reached the bus."""
         return {"durable": self.durable, "hold": self.hold if self.durable else None}
 
-    def read_patterns(self, uid):
+    def read_patterns(self, uid: int) -> list[str]:
         return acl.read_patterns(self.cfg, uid)
 
-    async def sleep(self, seconds):
+    async def sleep(self, seconds: float) -> None:
         """Sleep, but wake at once when the bridge stops."""
         try:
             await wait_for(self._stop.wait(), seconds)
         except asyncio.TimeoutError:
             pass
 
-    def stats(self, links=None, fleet=True):
+    def stats(self, links: Iterable[str] | None = None, fleet: bool = True) -> dict[str, Any]:
         """The bridge's state: every link's stats (or those of the ids
         ``links``), the fleet's totals (unless not ``fleet``), the bus, the log."""
         ls = self.links
@@ -103,7 +111,7 @@ class Bridge:
                 "mqtt": self.mqtt.stats() if self.mqtt else None,
                 "denied": self.auth.denied if self.auth else 0}
 
-    async def _status_endpoint(self):
+    async def _status_endpoint(self) -> None:
         ep = self.conn.bind("bridge/status", queue_len=4)
         async for req in ep:
             try:
@@ -111,7 +119,7 @@ class Bridge:
             except ValueError as e:
                 req.fail(str(e))
 
-    async def _persist_state(self, period=0.2):
+    async def _persist_state(self, period: float = 0.2) -> None:
         """Save the peer state as soon as a session comes up with a new peer
         sid: a bridge killed without a goodbye (SIGKILL, power loss) would
         otherwise restart from an older file and hand the next device boot a
@@ -124,7 +132,7 @@ class Bridge:
                 saved = now
             await asyncio.sleep(period)
 
-    async def run(self):
+    async def run(self) -> set[asyncio.Task[Any]]:
         """Run until stop(); then close the links, seal the log and save the
         state, each step bounded. Returns the tasks that did not end: an
         embedding program decides what to do with them (the daemon exits)."""
@@ -196,7 +204,7 @@ class Bridge:
                  t3 - t0, said, up, t1 - t0, t2 - t1, t3 - t2, self.dropped_at_stop)
         return stuck
 
-    async def _say_bye(self, deadline):
+    async def _say_bye(self, deadline: float) -> tuple[int, int]:
         """Close each link with a session (Link.close: BYE), starting no
         close after ``deadline`` (monotonic); returns (closed, links with a
         session). A link without a session has nothing to say: its task's end
@@ -206,7 +214,7 @@ class Bridge:
         stalled: a task each."""
         said = 0
 
-        async def bye(links):
+        async def bye(links: list[Link]) -> None:
             nonlocal said
             for link in links:
                 if time.monotonic() >= deadline:
@@ -220,7 +228,8 @@ class Bridge:
         await self._bounded("saying BYE", tasks)
         return said, len(up)
 
-    async def _bounded(self, what, tasks, timeout=STOP_STEP_TIMEOUT):
+    async def _bounded(self, what: str, tasks: Iterable[asyncio.Task[Any]],
+                       timeout: float = STOP_STEP_TIMEOUT) -> set[asyncio.Task[Any]]:
         """Wait for tasks up to timeout; log the ones that did not end."""
         if not tasks:
             return set()
@@ -237,7 +246,7 @@ class Bridge:
                     for fr in t.get_stack(limit=3)))
         return pending
 
-    def stop(self):
+    def stop(self) -> None:
         """Begin the stop, which run() makes: from now on no MQTT frame is taken."""
         if self.stopping:
             return
@@ -259,13 +268,13 @@ class _NoPandas:
     pyarrow goes on without it when the import fails."""
 
     @staticmethod
-    def find_spec(name, path=None, target=None):
+    def find_spec(name: str, path: object = None, target: object = None) -> None:
         if name == "pandas":
             raise ModuleNotFoundError("edgebus-bridge does not load pandas", name=name)
         return None
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="edgebus-bridge", description=__doc__.splitlines()[0])
     ap.add_argument("--config", "-c", help="the bridge's TOML configuration")
     ap.add_argument("--log-format", choices=("json", "text"), default="json")
@@ -292,11 +301,11 @@ def main(argv=None):
         print("edgebus-bridge: %s: %s" % (args.config, e), file=sys.stderr)
         return 2
 
-    async def run():
+    async def run() -> None:
         b = Bridge(cfg, args.config)
         loop = asyncio.get_running_loop()
 
-        def on_signal(signum, frame):
+        def on_signal(signum: int, frame: Any) -> None:
             # Python runs this at once, between two bytecodes of whatever the
             # loop is doing; a handler of the loop's own waits for its turn,
             # which in a start-up storm comes after every link has been fed
@@ -309,7 +318,7 @@ def main(argv=None):
             signal.signal(sig, on_signal)
         reloads = set()          # the event loop keeps only weak references to tasks
 
-        def hup():
+        def hup() -> None:
             t = asyncio.ensure_future(reload.on_signal(b))
             reloads.add(t)
             t.add_done_callback(reloads.discard)

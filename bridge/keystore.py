@@ -8,6 +8,10 @@ overrides the configuration's key or key_file for that node.
      "pending": [{"key": "...", "since": ...}],
      "previous": [{"key": "...", "until": 1767312000}]}
 """
+
+from __future__ import annotations
+
+from typing import Any, Callable, IO
 import json
 import logging
 import os
@@ -19,7 +23,7 @@ import tlog
 log = logging.getLogger("edgebus.bridge")
 
 
-def new_key():
+def new_key() -> str:
     """A fresh device key: 32 random bytes as 64 hex digits."""
     return secrets.token_hex(32)
 
@@ -31,16 +35,17 @@ class KeyStoreError(ValueError):
 class KeyStore:
     """The key files under ``path``; reads are cached until a file changes."""
 
-    def __init__(self, path):
+    def __init__(self, path: str) -> None:
         self.path = path
-        self._cache = {}     # node -> ((mtime_ns, size, inode), record)
+        # node -> ((mtime_ns, size, inode), record)
+        self._cache: dict[str, tuple[Any, dict[str, Any]]] = {}
 
-    def file(self, node):
+    def file(self, node: str) -> str:
         if not node or "/" in node or "\0" in node or node.startswith("."):
             raise KeyStoreError("node id %r cannot name a key file" % (node,))
         return os.path.join(self.path, node + ".json")
 
-    def nodes(self):
+    def nodes(self) -> list[str]:
         """The nodes with a key file, sorted (none when the directory is missing)."""
         try:
             names = os.listdir(self.path)
@@ -48,7 +53,7 @@ class KeyStore:
             return []
         return sorted(f[:-5] for f in names if f.endswith(".json") and not f.startswith("."))
 
-    def read(self, node):
+    def read(self, node: str) -> dict[str, Any] | None:
         """node's record, or None when it has no file; KeyStoreError for a
         file that is not a valid record."""
         p = self.file(node)
@@ -72,7 +77,7 @@ class KeyStore:
         self._cache[node] = (sig, rec)
         return rec
 
-    def accepted(self, node, now=None):
+    def accepted(self, node: str, now: float | None = None) -> list[str] | None:
         """The keys (str) accepted from node now, newest first: the current
         one, pending ones, then previous ones not expired; None without a file."""
         rec = self.read(node)
@@ -82,7 +87,7 @@ class KeyStore:
         return ([rec["key"]] + [e["key"] for e in rec.get("pending", [])]
                 + [e["key"] for e in rec.get("previous", []) if e.get("until", 0) > now])
 
-    def write(self, node, rec):
+    def write(self, node: str, rec: dict[str, Any]) -> dict[str, Any]:
         """Store rec as node's record (expired previous keys dropped)."""
         p = self.file(node)
         os.makedirs(self.path, mode=0o700, exist_ok=True)
@@ -91,40 +96,47 @@ class KeyStore:
                    previous=[e for e in rec.get("previous", []) if e.get("until", 0) > now])
         data = (json.dumps(rec, indent=1) + "\n").encode()
 
-        def fill(f):
+        def fill(f: IO[bytes]) -> None:
             os.fchmod(f.fileno(), 0o600)     # before the key is in it
             f.write(data)
         tlog.write_atomically(p, "%s.%d.tmp" % (p, os.getpid()), fill)
         self._cache.pop(node, None)
         return rec
 
-    def pend(self, node, key):
-        """Add key as sent to node, outcome unknown: accepted until settled."""
+    def _existing(self, node: str) -> dict[str, Any]:
         rec = self.read(node)
+        if rec is None:     # its file went while a rotation ran
+            raise KeyStoreError("%s: no key file" % self.file(node))
+        return rec
+
+    def pend(self, node: str, key: str) -> None:
+        """Add key as sent to node, outcome unknown: accepted until settled."""
+        rec = self._existing(node)
         self.write(node, dict(rec, pending=rec.get("pending", []) + [
             {"key": key, "since": int(time.time())}]))
 
-    def drop(self, node, key):
+    def drop(self, node: str, key: str) -> None:
         """Forget a pending key that node refused or never received."""
-        rec = self.read(node)
+        rec = self._existing(node)
         self.write(node, dict(rec, pending=[e for e in rec.get("pending", [])
                                             if e["key"] != key]))
 
-    def commit(self, node, key, grace):
+    def commit(self, node: str, key: str, grace: float) -> dict[str, Any]:
         """node holds key: it is current; the keys it replaces (the current
         one and any other pending) stay accepted for ``grace`` seconds."""
-        rec = self.read(node)
+        rec = self._existing(node)
         now = time.time()
         gone = [rec["key"]] + [e["key"] for e in rec.get("pending", [])]
         prev = [e for e in rec.get("previous", []) if e["key"] != key] + [
             {"key": k, "until": now + grace} for k in gone if k != key]
         return self.write(node, {"key": key, "since": int(now), "pending": [], "previous": prev})
 
-    def source(self, node, fallback):
+    def source(self, node: str, fallback: bytes | str | None
+               ) -> Callable[[Any], bytes | str | list[str]]:
         """A Link's key= for node: its accepted keys, else ``fallback`` (the
         configuration's key). A key file that cannot be read refuses every
         peer, logged, rather than let one in without a key."""
-        def keys(_peer):
+        def keys(_peer: Any) -> bytes | str | list[str]:
             try:
                 k = self.accepted(node)
             except KeyStoreError as e:

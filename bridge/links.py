@@ -3,6 +3,10 @@
 Each keeps one Link object per device for the bridge's life, so the peer's
 generation and sequence state survive reconnections (and, through the state
 file, restarts of the bridge)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable
 import asyncio
 import json
 import logging
@@ -19,6 +23,13 @@ from edgebus.link.frame import DELIM
 from edgebus.link.link import Link
 from edgebus.link.stream import StreamTransport
 
+if TYPE_CHECKING:
+    from edgebus import Bus
+    from bridge.daemon import Bridge
+    from bridge.config import Device
+    # A Link's rules: (pattern, prefix) pairs.
+    Rules = Iterable[tuple[str, str]]
+
 log = logging.getLogger("edgebus.bridge")
 
 # Local clients are processes on the same host: frames may be as large as a
@@ -26,14 +37,15 @@ log = logging.getLogger("edgebus.bridge")
 LOCAL_MAX_LEN = 65536
 
 
-def host_spool(max_len, burst):
+def host_spool(max_len: int, burst: int) -> int:
     """Spool bytes for a link between hosts whose bodies reach max_len: the
     largest body twice over and a burst of ``burst`` 1 KB ones. A spool
     refuses a body it cannot hold (Link's default, 2 KB, is a board's)."""
     return 2 * (max_len + 16) + burst * 1024
 
 
-def device_rules(relay_calls=(), node_placeholder="{node}"):
+def device_rules(relay_calls: Iterable[str] = (), node_placeholder: str = "{node}"
+                 ) -> dict[str, list[tuple[str, str]]]:
     """The host side of a device link: everything from the device under
     dev/<node>/, commands and calls back under the same prefix; and the
     host-bus endpoints matching ``relay_calls`` offered as they are named
@@ -49,8 +61,9 @@ class _LinkState(dict):
     the disk soon (Bridge._persist_state), so nothing scans every link."""
 
     __slots__ = ("file",)
+    file: StateFile
 
-    def __setitem__(self, k, v):
+    def __setitem__(self, k: str, v: Any) -> None:
         dict.__setitem__(self, k, v)
         if k == "generation":
             self.file.generations += 1
@@ -61,7 +74,7 @@ class StateFile:
     written atomically, so generations keep increasing across bridge restarts.
     ``generations`` counts generations set since the start."""
 
-    def __init__(self, state_dir):
+    def __init__(self, state_dir: str) -> None:
         os.makedirs(state_dir, exist_ok=True)
         self.path = os.path.join(state_dir, "links.json")
         self.generations = 0
@@ -70,19 +83,19 @@ class StateFile:
                 data = json.load(f)
         except (OSError, ValueError):
             data = {}
-        self.data = {}
+        self.data: dict[str, _LinkState] = {}
         for k, v in (data.items() if isinstance(data, dict) else ()):
             if isinstance(v, dict):
                 self.for_link(k).update(v)
 
-    def for_link(self, link_id):
+    def for_link(self, link_id: str) -> _LinkState:
         st = self.data.get(link_id)
         if st is None:
             st = self.data[link_id] = _LinkState()
             st.file = self
         return st
 
-    def save(self):
+    def save(self) -> None:
         data = json.dumps(self.data).encode()
         tlog.write_atomically(self.path, self.path + ".tmp", lambda f: f.write(data))
 
@@ -92,7 +105,7 @@ class StateFile:
 TICK_SLICE = 500
 
 
-async def tick_links(links, heartbeat):
+async def tick_links(links: dict[str, Link], heartbeat: float) -> None:
     """Tick every Link in ``links`` (a dict, read live), each set
     ``ticks = False``, at the period a link's own ticker keeps (a quarter
     second, or a quarter of a shorter heartbeat): one task for thousands of
@@ -121,13 +134,13 @@ async def tick_links(links, heartbeat):
 RETRY_CAP = 2.0
 
 
-def retry_backoff(cap=RETRY_CAP):
+def retry_backoff(cap: float = RETRY_CAP) -> Backoff:
     """The bridge's retry delays (a port, the broker, a peer): from half a
     second, doubling up to cap, jittered so many devices do not retry in step."""
     return Backoff(0.5, cap)
 
 
-async def run_serial(bridge, dev):
+async def run_serial(bridge: Bridge, dev: Device) -> Link | None:
     """Keep a serial device joined: open the port, run the link, and when the
     port vanishes (USB unplug) or fails, retry with backoff until it returns."""
     try:
@@ -176,13 +189,13 @@ async def run_serial(bridge, dev):
     return link
 
 
-def peer_credentials(sock):
+def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
     """(pid, uid, gid) of a unix socket's peer (SO_PEERCRED, Linux)."""
     data = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     return struct.unpack("3i", data)
 
 
-async def serve_local(bridge, path):
+async def serve_local(bridge: Bridge, path: str) -> asyncio.Server:
     """Local processes join the host bus over a unix socket; each connection's
     unix credentials are its principal, so the authoriser scopes it."""
     if os.path.exists(path):
@@ -190,7 +203,7 @@ async def serve_local(bridge, path):
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     n = [0]
 
-    async def handle(reader, writer):
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         pid, uid, gid = peer_credentials(writer.get_extra_info("socket"))
         n[0] += 1
         # A link client's first byte is a frame delimiter, sent once its
@@ -227,8 +240,10 @@ async def serve_local(bridge, path):
     return server
 
 
-async def attach_local(bus, path, node="local", exports=(("#", ""),), imports=(("#", ""),),
-                       export_calls=(("#", ""),), import_calls=(("#", ""),), heartbeat=5.0):
+async def attach_local(bus: Bus, path: str, node: str = "local",
+                       exports: Rules = (("#", ""),), imports: Rules = (("#", ""),),
+                       export_calls: Rules = (("#", ""),), import_calls: Rules = (("#", ""),),
+                       heartbeat: float = 5.0) -> tuple[Link, asyncio.Task[Any]]:
     """Join ``bus`` to the bridge's host bus over its unix socket (the client
     side of serve_local). Returns (link, task); await link.close() to leave."""
     r, w = await asyncio.open_unix_connection(path)

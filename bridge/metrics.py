@@ -2,31 +2,39 @@
 from the same stats that `edgebus status` prints: the fleet's totals, and
 per-link series for at most ``[bridge] metrics_links`` links (the ones in
 trouble first), so that a scrape stays small and quick at any fleet size."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterator
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from bridge.status import ERRORS
 
+if TYPE_CHECKING:
+    from edgebus.link.link import Link
+    from bridge.daemon import Bridge
 
-def trouble(links, n):
+
+def trouble(links: dict[str, Link], n: int) -> list[str]:
     """The ids of at most ``n`` of ``links`` ({id: Link}) most worth a look:
     those without a session first, then by errors and gaps; all of them when
     there are no more than ``n``."""
     if len(links) <= n:
         return sorted(links)
 
-    def rank(kv):
+    def rank(kv: tuple[str, Link]) -> tuple[bool, int, str]:
         c = kv[1].counters
         return (kv[1].status == "up", -sum(c.get(k, 0) for k in ERRORS + ("gaps",)), kv[0])
     return sorted(k for k, _ in sorted(links.items(), key=rank)[:n])
 
 
 class BridgeCollector:
-    def __init__(self, bridge, per_link=100):
+    def __init__(self, bridge: Bridge, per_link: int = 100) -> None:
         self.bridge = bridge
         self.per_link = per_link
 
-    def collect(self):
+    def collect(self) -> Iterator[Any]:
         b = self.bridge
         st = b.stats(trouble(b.links, self.per_link))
         f = st["fleet"]
@@ -96,7 +104,7 @@ class BridgeCollector:
                                     value=1 if lg["state"] == "pushing back" else 0)
 
 
-def serve(bridge, addr):
+def serve(bridge: Bridge, addr: str) -> tuple[Any, Any]:
     """Start the /metrics HTTP server on addr ("host:port"); returns (server, thread)."""
     host, _, port = addr.rpartition(":")
     reg = CollectorRegistry()

@@ -21,11 +21,21 @@ Under backpressure the reader is removed (the broker and TCP hold the rest)
 and re-added when the queues drain. The mirror, which needs MQTT 5 user
 properties, keeps aiomqtt on a connection of its own.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 import asyncio
 
 import paho.mqtt.client as paho
 
 from edgebus.compat import wait_for
+
+if TYPE_CHECKING:
+    from paho.mqtt.reasoncodes import ReasonCode
+    from paho.mqtt.properties import Properties
+    from ssl import SSLContext
+    OnMessage = Callable[[str, bytes | bytearray], Any]   # (topic, payload)
 
 # PUBLISH packets handled per event-loop turn at most, so that the links
 # (and everything else on the loop) run between large reads.
@@ -43,9 +53,9 @@ class _Acks:
     """The packets of one (un)subscription: ``done(refused topics)`` is called
     once the broker acknowledged them all."""
 
-    def __init__(self, done):
-        self.mids = set()
-        self.refused = []
+    def __init__(self, done: Callable[[list[str]], Any]) -> None:
+        self.mids: set[int | None] = set()
+        self.refused: list[str] = []
         self.done = done
 
 
@@ -54,21 +64,22 @@ class Connection:
     made in paho's on_connect, so a connection is only handed out subscribed;
     :meth:`subscribe` and :meth:`unsubscribe` change them while it runs."""
 
-    def __init__(self, client_id, on_message, topics, keepalive, will=None):
+    def __init__(self, client_id: str, on_message: OnMessage, topics: Iterable[str],
+                 keepalive: int, will: tuple[str, bytes] | None = None) -> None:
         self.loop = asyncio.get_running_loop()
         self.on_message = on_message
         self.topics = set(topics)        # subscribed (or being subscribed) now
-        self._acks = {}                  # packet id -> its _Acks
+        self._acks: dict[int | None, tuple[_Acks, list[str]]] = {}  # packet id -> _Acks, topics
         self.closed = self.loop.create_future()   # result: why it ended (None: by us)
         self.ready = self.loop.create_future()    # CONNACK and SUBACK both accepted
         self.received = 0                # PUBLISH packets handed to on_message
-        self.sock = None
+        self.sock: Any = None            # paho's socket while connected
         self.reading = False             # the socket is registered with add_reader
         self.writing = False             # ... with add_writer (its buffer was full)
         self._flush_soon = False
         self._drained = asyncio.Event()
         self._drained.set()
-        self._misc = None
+        self._misc: asyncio.Task[None] | None = None
         c = self.client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=client_id,
                                       protocol=paho.MQTTv311, clean_session=True)
         c.suppress_exceptions = False    # a bug in a callback surfaces, not a log line
@@ -82,7 +93,8 @@ class Connection:
             c.will_set(will[0], will[1], 0, retain=True)
 
     # -- paho callbacks (all run on the event loop) ----------------------------
-    def _on_connect(self, client, userdata, flags, reason, properties):
+    def _on_connect(self, client: paho.Client, userdata: Any, flags: paho.ConnectFlags,
+                    reason: ReasonCode, properties: Properties | None) -> None:
         if reason.is_failure:
             self._end(MqttError("broker refused the connection: %s" % reason))
             return
@@ -93,7 +105,7 @@ class Connection:
         except MqttError as e:
             self._end(e)
 
-    def _subscribed(self, refused):
+    def _subscribed(self, refused: list[str]) -> None:
         if refused:
             self._end(MqttError("broker refused a subscription to %s" % ", ".join(refused)))
         elif not self.ready.done():
@@ -101,7 +113,7 @@ class Connection:
             self.pause_reading()
             self.ready.set_result(None)
 
-    def _send(self, unsub, topics, done):
+    def _send(self, unsub: bool, topics: list[str], done: Callable[[list[str]], Any]) -> None:
         """(UN)SUBSCRIBE topics (QoS 0) in packets of SUB_BATCH; done(refused)
         once every packet is acknowledged."""
         acks = _Acks(done)
@@ -118,27 +130,30 @@ class Connection:
             acks.mids.add(mid)
             self._acks[mid] = (acks, batch)
 
-    def _on_subscribe(self, client, userdata, mid, reasons, properties):
-        acks, batch = self._acks.pop(mid, (None, None))
-        if acks is None:
+    def _on_subscribe(self, client: paho.Client, userdata: Any, mid: int,
+                      reasons: list[ReasonCode], properties: Properties | None) -> None:
+        entry = self._acks.pop(mid, None)
+        if entry is None:
             return
+        acks, batch = entry
         acks.refused += [t for t, r in zip(batch, reasons) if r.is_failure]
         acks.mids.discard(mid)
         if not acks.mids:
             acks.done(acks.refused)
 
-    def _on_message(self, client, userdata, msg):
+    def _on_message(self, client: paho.Client, userdata: Any, msg: paho.MQTTMessage) -> None:
         self.received += 1
         self.on_message(msg.topic, msg.payload)
 
-    def _on_disconnect(self, client, userdata, flags, reason, properties):
+    def _on_disconnect(self, client: paho.Client, userdata: Any, flags: paho.DisconnectFlags,
+                       reason: ReasonCode, properties: Properties | None) -> None:
         # After our own close() this changes nothing: closed is already set.
         # MQTT 3.1.1 brokers just close the socket; paho's reason code then
         # says nothing more than that.
         self._end(MqttError("connection to the broker lost" + (
             " (%s)" % reason if flags.is_disconnect_packet_from_server else "")))
 
-    def _on_socket_close(self, client, userdata, sock):
+    def _on_socket_close(self, client: paho.Client, userdata: Any, sock: Any) -> None:
         if self.reading:
             self.loop.remove_reader(sock)
             self.reading = False
@@ -148,21 +163,21 @@ class Connection:
         self._drained.set()
         self.sock = None
 
-    def _on_register_write(self, client, userdata, sock):
+    def _on_register_write(self, client: paho.Client, userdata: Any, sock: Any) -> None:
         # paho has packets to send: write them later in this loop turn, so
         # that publishes made in one turn go out together.
         if not self._flush_soon:
             self._flush_soon = True
             self.loop.call_soon(self._flush)
 
-    def _on_unregister_write(self, client, userdata, sock):
+    def _on_unregister_write(self, client: paho.Client, userdata: Any, sock: Any) -> None:
         if self.writing:
             self.loop.remove_writer(sock)
             self.writing = False
         self._drained.set()
 
     # -- the event loop's side -------------------------------------------------
-    def _attach(self):
+    def _attach(self) -> None:
         """Register the connected socket with the event loop (after connect)."""
         c = self.client
         self.sock = c.socket()
@@ -175,7 +190,7 @@ class Connection:
             self.loop.call_soon(self._flush)
         self._misc = self.loop.create_task(self._misc_loop())
 
-    def _readable(self):
+    def _readable(self) -> None:
         if not self.reading:
             return                       # paused (or closed) since it was scheduled
         c = self.client
@@ -189,7 +204,7 @@ class Connection:
         # More may be waiting (a socket's or TLS's buffer): come back next turn.
         self.loop.call_soon(self._readable)
 
-    def _flush(self):
+    def _flush(self) -> None:
         self._flush_soon = False
         c = self.client
         if self.sock is None or self.writing:
@@ -201,12 +216,12 @@ class Connection:
             self.writing = True
             self._drained.clear()
 
-    async def _misc_loop(self):
+    async def _misc_loop(self) -> None:
         while not self.closed.done():
             await asyncio.sleep(1)
             self.client.loop_misc()      # PINGREQ; drops a broker silent past the keepalive
 
-    def _end(self, why):
+    def _end(self, why: MqttError | None) -> None:
         if not self.closed.done():
             self.closed.set_result(why)
         if not self.ready.done():
@@ -216,7 +231,7 @@ class Connection:
             self._misc.cancel()
 
     # -- using it --------------------------------------------------------------
-    async def publish(self, topic, payload, retain=False):
+    async def publish(self, topic: str, payload: bytes, retain: bool = False) -> None:
         """Publish at QoS 0; waits only while the socket's buffer is full."""
         if self.closed.done():
             raise MqttError("MQTT connection closed")
@@ -226,40 +241,43 @@ class Connection:
         if self.writing:
             await self._drained.wait()
 
-    def pause_reading(self):
+    def pause_reading(self) -> None:
         if self.reading:
             self.loop.remove_reader(self.sock)
             self.reading = False
 
-    def resume_reading(self):
+    def resume_reading(self) -> None:
         if not self.reading and self.sock is not None and not self.closed.done():
             self.loop.add_reader(self.sock, self._readable)
             self.reading = True
             # TLS may hold decrypted bytes the selector cannot see.
             self.loop.call_soon(self._readable)
 
-    async def subscribe(self, topics):
+    async def subscribe(self, topics: list[str]) -> list[str]:
         """Subscribe to more topics now; the ones the broker refused."""
         self.topics.update(topics)
         return await self._change(False, topics)
 
-    async def unsubscribe(self, topics):
+    async def unsubscribe(self, topics: list[str]) -> None:
         """Drop subscriptions; returns once the broker acknowledged it."""
         self.topics.difference_update(topics)
         await self._change(True, topics)
 
-    async def _change(self, unsub, topics):
+    async def _change(self, unsub: bool, topics: list[str]) -> list[str]:
         if self.closed.done():
             raise MqttError("MQTT connection closed")
         fut = self.loop.create_future()
-        self._send(unsub, sorted(topics), lambda refused: fut.done() or fut.set_result(refused))
+        def done(refused: list[str]) -> None:
+            if not fut.done():
+                fut.set_result(refused)
+        self._send(unsub, sorted(topics), done)
         # The connection may end first: then the next one subscribes afresh.
         await asyncio.wait([fut, self.closed], return_when=asyncio.FIRST_COMPLETED)
         if not fut.done():
             raise MqttError("MQTT connection closed")
         return fut.result()
 
-    def close(self, goodbye=None):
+    def close(self, goodbye: tuple[str, bytes] | None = None) -> None:
         """DISCONNECT and close (the broker then drops our last will).
         ``goodbye`` (topic, payload): published retained just before, if the
         connection is still up, to say what the will would have said."""
@@ -277,8 +295,10 @@ class Connection:
             s.close()
 
 
-async def connect(host, port, client_id, on_message, topics, username=None, password=None,
-                  ssl=None, keepalive=30, timeout=10, will=None):
+async def connect(host: str, port: int, client_id: str, on_message: OnMessage,
+                  topics: Iterable[str], username: str | None = None, password: str | None = None,
+                  ssl: SSLContext | None = None, keepalive: int = 30, timeout: float = 10,
+                  will: tuple[str, bytes] | None = None) -> Connection:
     """A Connection subscribed to ``topics`` (QoS 0), its reading paused:
     call ``resume_reading()`` once ``on_message`` can take messages.
     ``will`` (topic, payload): the last will, retained, QoS 0.
@@ -298,7 +318,10 @@ async def connect(host, port, client_id, on_message, topics, username=None, pass
     try:
         await asyncio.shield(fut)
     except asyncio.CancelledError:
-        fut.add_done_callback(lambda f: f.cancelled() or f.exception() or conn.close())
+        def close_if_connected(f: asyncio.Future[Any]) -> None:
+            if not (f.cancelled() or f.exception()):
+                conn.close()
+        fut.add_done_callback(close_if_connected)
         raise
     try:
         conn._attach()

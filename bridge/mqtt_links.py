@@ -10,6 +10,10 @@ mirrors chosen host-bus topics as plain MQTT JSON (bridge/mqtt_mirror.py).
 The frames' connection is paho-mqtt driven by the event loop
 (bridge/mqtt_conn.py): paho hands each frame to its device's transport
 (bridge/mqtt_transport.py), which the device's Link reads."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable
 import asyncio
 import logging
 import ssl
@@ -21,6 +25,12 @@ from bridge.links import device_rules, retry_backoff, tick_links
 from bridge.keystore import KeyStoreError
 from bridge.mqtt_transport import DeviceTransport
 from edgebus.link.link import Link
+
+if TYPE_CHECKING:
+    from bridge.mqtt_conn import Connection
+    from bridge.daemon import Bridge
+    from bridge.config import Mqtt
+    from ssl import SSLContext
 
 log = logging.getLogger("edgebus.bridge")
 
@@ -40,7 +50,7 @@ WARN_EVERY = 10.0
 class MqttLinks:
     """Keeps the broker connection and one Link per configured device."""
 
-    def __init__(self, bridge, mq):
+    def __init__(self, bridge: Bridge, mq: Mqtt) -> None:
         self.bridge = bridge
         self.mq = mq
         u = urlparse(mq.url)
@@ -51,21 +61,25 @@ class MqttLinks:
         self.tls = u.scheme == "mqtts"
         # Two levels: never one of a device's <prefix>/<node>/<kind> topics.
         self.presence = mq.prefix + "/_bridge"
-        self.links = {}
-        self.transports = {}
-        self._up = {}            # "<prefix>/<node>/up" -> that device's transport
+        self.links: dict[str, Link] = {}
+        self.transports: dict[str, DeviceTransport] = {}
+        self._up: dict[str, DeviceTransport] = {}  # "<prefix>/<node>/up" -> that device's transport
         self.connected = False
         self.connects = 0
         self.unknown = 0
-        self.broker_dropped = None   # what the broker dropped since we connected; None: not told
-        self._dropped_base = None    # the broker's count when we connected (from its start)
+        # what the broker dropped since we connected; None: not told
+        self.broker_dropped: int | None = None
+        # the broker's count when we connected (from its start)
+        self._dropped_base: int | None = None
         self._warned = (float("-inf"), 0)   # (when, broker_dropped) at the last warning
-        self._live = None        # while connected: (connection, full set, link tasks)
-        self.devices = {}        # node -> (key, seal) its link was made with
+        # while connected: (connection, full set, link tasks)
+        self._live: tuple[Connection, set[DeviceTransport], list[asyncio.Task[Any]]] | None = None
+        # node -> (key, seal) its link was made with
+        self.devices: dict[str, tuple[bytes | None, str | None]] = {}
         for node, entry in self.wanted(mq).items():
             self._add(node, *entry)
 
-    def wanted(self, mq):
+    def wanted(self, mq: Mqtt) -> dict[str, tuple[bytes | None, str | None]]:
         """{node: (key, seal)}: the devices ``mq`` gives this bridge: its
         list and, with the keystore on, in a shard every node with a key file,
         else the nodes that arrived (linked on their first frame) while their
@@ -82,7 +96,7 @@ class MqttLinks:
             del want[n]
         return want
 
-    def _add(self, node, key, seal=None):
+    def _add(self, node: str, key: bytes | None, seal: str | None = None) -> Link:
         """The Link of device ``node`` (its key: the keystore's, else ``key``)."""
         link_id = "mqtt:" + node
         b = self.bridge
@@ -101,17 +115,17 @@ class MqttLinks:
         self.devices[node] = (key, seal)
         return link
 
-    def _topics(self, nodes):
+    def _topics(self, nodes: Iterable[str]) -> list[str]:
         """The topics a shard subscribes to for ``nodes``."""
         p = self.mq.prefix
         return [t for n in nodes for t in ("%s/%s/up" % (p, n), "%s/%s/state" % (p, n))]
 
-    def subscriptions(self):
+    def subscriptions(self) -> list[str]:
         """What this bridge subscribes to: its devices' topics (a shard) or all."""
         p = self.mq.prefix
         return self._topics(self.links) if self.mq.shard else [p + "/+/up", p + "/+/state"]
 
-    async def update(self, mq):
+    async def update(self, mq: Mqtt) -> dict[str, Any]:
         """Apply ``mq``, a reloaded [mqtt] (the same url, prefix and mode):
         links for new devices, BYE and no link for removed ones, a new link
         for one whose key or seal changed. Returns {"added", "removed",
@@ -145,7 +159,7 @@ class MqttLinks:
         return {"added": sorted(set(new) - set(changed)), "removed": sorted(set(gone) - set(changed)),
                 "changed": changed}
 
-    async def _resubscribe(self, conn, topics, unsub):
+    async def _resubscribe(self, conn: Connection, topics: list[str], unsub: bool) -> None:
         try:
             if unsub:
                 await conn.unsubscribe(topics)
@@ -157,7 +171,7 @@ class MqttLinks:
         except OSError:
             pass     # the connection ended: the next one subscribes to what is wanted then
 
-    async def _drop(self, node, why):
+    async def _drop(self, node: str, why: str) -> None:
         """End device ``node``'s session with a BYE and forget its link (its
         peer state stays in the state file, for when it comes back)."""
         link = self.links.pop(node)
@@ -172,8 +186,9 @@ class MqttLinks:
         log.info("mqtt: %s %s", node, "re-linked (its key or seal changed)" if why != "released"
                  else "released (removed): %s, link dropped" % ("BYE sent" if up else "no session"))
 
-    def _attach(self, node, link):
+    def _attach(self, node: str, link: Link) -> DeviceTransport:
         """Run ``link`` over the live connection: its transport and task."""
+        assert self._live is not None  # for mypy: called only while connected
         conn, full, tasks = self._live
         p = self.mq.prefix
         t = DeviceTransport(conn, "%s/%s/down" % (p, node), link.max_len, full)
@@ -183,7 +198,7 @@ class MqttLinks:
         tasks.append(asyncio.create_task(link.run(t)))
         return t
 
-    def _arrived(self, node):
+    def _arrived(self, node: str) -> DeviceTransport | None:
         """A device the configuration does not list, taken on its first frame
         when [mqtt] keystore is on and the keystore holds its key (so a
         device provisioned with `edgebus keys new` needs no restart)."""
@@ -196,11 +211,11 @@ class MqttLinks:
         log.info("mqtt: %s has a key in the keystore: linking it", node)
         return self._attach(node, self._add(node, None, None))
 
-    def tls_context(self):
+    def tls_context(self) -> SSLContext | None:
         """The SSL context for the broker (mqtts://), or None."""
         return ssl.create_default_context(cafile=self.mq.tls_ca) if self.tls else None
 
-    async def run(self):
+    async def run(self) -> None:
         tasks = []
         if self.mq.mirror:
             tasks.append(asyncio.create_task(mqtt_mirror.run(self.bridge, self.mq, self.host,
@@ -212,7 +227,7 @@ class MqttLinks:
                 t.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
 
-    async def _links_forever(self):
+    async def _links_forever(self) -> None:
         backoff = retry_backoff()
         # Shards share the broker's presence topic: one going must not say
         # "offline" to every shard's devices (they find a gone bridge by
@@ -228,7 +243,7 @@ class MqttLinks:
                                                self.mq.username, self.mq.password,
                                                self.tls_context(),
                                                keepalive=30, will=bye)
-                tasks = []
+                tasks: list[asyncio.Task[Any]] = []
                 try:
                     self.connected = True
                     self.connects += 1
@@ -257,8 +272,8 @@ class MqttLinks:
                     self._live = None
                     for t in self.transports.values():
                         t.close()
-                    for t in tasks:
-                        t.cancel()
+                    for task in tasks:
+                        task.cancel()
                     await asyncio.gather(*tasks, return_exceptions=True)
             except (OSError, asyncio.TimeoutError) as e:
                 # Bad credentials, a refused subscription, an unreachable or
@@ -274,14 +289,14 @@ class MqttLinks:
             self.bridge.state.save()
             await self.bridge.sleep(backoff.next())
 
-    async def _watch_broker(self, conn):
+    async def _watch_broker(self, conn: Connection) -> None:
         """Best effort: the broker's dropped-message count (BROKER_DROPPED)."""
         try:
             await conn.subscribe([BROKER_DROPPED])
         except OSError:
             pass     # the connection ended; a refusal is an answer too (no figure)
 
-    def _broker_dropped(self, payload):
+    def _broker_dropped(self, payload: bytes | bytearray) -> None:
         try:
             n = int(payload)
         except ValueError:
@@ -300,7 +315,7 @@ class MqttLinks:
                         self.broker_dropped)
             self._warned = (now, self.broker_dropped)
 
-    def stop_reading(self, pause=True):
+    def stop_reading(self, pause: bool = True) -> int:
         """The bridge is stopping: drop the frames the links have not taken
         (unacknowledged: their devices send them again; a storm's backlog
         would keep the stop from its turn), returns how many, and read no
@@ -314,7 +329,7 @@ class MqttLinks:
             self._live[0].pause_reading()
         return n
 
-    def _on_message(self, topic, payload):
+    def _on_message(self, topic: str, payload: bytes | bytearray) -> None:
         t = self._up.get(topic)
         if t is not None:        # the hot path: a frame from a known device
             t.deliver(payload)
@@ -342,7 +357,7 @@ class MqttLinks:
                 # sealed session ends only if the device does not answer now.
                 link.peer_presence(False)
 
-    def stats(self):
+    def stats(self) -> dict[str, Any]:
         return {"connected": self.connected, "connects": self.connects,
                 "unknown_devices": self.unknown, "devices": len(self.links),
                 "broker_dropped": self.broker_dropped,

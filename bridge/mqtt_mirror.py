@@ -2,6 +2,10 @@
 other MQTT clients ([mqtt] mirror), retained where retained, provenance in
 MQTT 5 user properties. It needs MQTT 5 and runs on aiomqtt, on a
 connection of its own (<client_id>-mirror) beside the links' connection."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 import asyncio
 import json
 import logging
@@ -13,10 +17,16 @@ from paho.mqtt.properties import Properties
 from bridge.links import retry_backoff
 from edgebus import Message
 
+if TYPE_CHECKING:
+    from aiomqtt import Client
+    from ssl import SSLContext
+    from bridge.daemon import Bridge
+    from bridge.config import Mqtt
+
 log = logging.getLogger("edgebus.bridge")
 
 
-async def run(bridge, mq, host, port, tls):
+async def run(bridge: Bridge, mq: Mqtt, host: str, port: int, tls: SSLContext | None) -> None:
     """Mirror ``mq.mirror``'s patterns of ``bridge``'s bus to the broker at
     host:port (``tls``: an SSL context or None), reconnecting like the links'
     connection, until cancelled."""
@@ -36,7 +46,7 @@ async def run(bridge, mq, host, port, tls):
         await bridge.sleep(backoff.next())
 
 
-async def _mirror(bridge, mq, client):
+async def _mirror(bridge: Bridge, mq: Mqtt, client: Client) -> None:
     conn = bridge.bus.connect(principal=("bridge", "mqtt-mirror"))
     wake = asyncio.Event()
     obs = []
@@ -58,11 +68,11 @@ async def _mirror(bridge, mq, client):
         conn.disconnect()
 
 
-async def _publish(client, item):
+async def _publish(client: Client, item: Any) -> None:  # a Message or RetainedEvent
     topic = "/".join(str(t) for t in item.topic)
     retain = type(item) is not Message
     if retain and item.op == "unretain":
-        payload = b""          # an empty retained message clears it on the broker
+       payload: bytes | str = b""  # an empty retained message clears it on the broker
     else:
         p = item.payload
         try:

@@ -2,9 +2,16 @@
 connection (bridge/mqtt_links.py): the connection's reader hands it each
 frame, which it queues in a plain list that the device's Link takes in one
 batch; a send is a publish on the device's down topic."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
 import asyncio
 
 from edgebus.link import frame
+
+if TYPE_CHECKING:
+    from bridge.mqtt_conn import Connection
 
 
 # Frames waiting for a device's link: past HIGH the connection stops reading
@@ -21,10 +28,10 @@ class Frames:
 
     __slots__ = ("frames", "crc_errors", "oversize")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.frames = self.crc_errors = self.oversize = 0
 
-    def stats(self):
+    def stats(self) -> dict[str, int]:
         return {"frames": self.frames, "crc_errors": self.crc_errors, "oversize": self.oversize}
 
 
@@ -34,20 +41,21 @@ class DeviceTransport:
     ``full`` is shared by the transports of one connection: the ones past
     HIGH, for which the connection has stopped reading."""
 
-    def __init__(self, conn, down, max_len, full):
+    def __init__(self, conn: Connection, down: str, max_len: int, full: set[DeviceTransport]
+                 ) -> None:
         self.conn = conn
         self.down = down
         self.max_len = max_len
         self.full = full
-        self.pending = []
+        self.pending: list[bytes] = []
         # The link's recv() waiting, else None: a future made per wait costs
         # less than an Event kept per device (its deque of waiters, ~0.6 KB).
-        self.waiter = None
+        self.waiter: asyncio.Future[None] | None = None
         self.frames = Frames()
         self.closed = False
         self.bare = False   # the link's to set: its sealed session's peer takes bare bodies
 
-    def deliver(self, payload):
+    def deliver(self, payload: bytes | bytearray) -> None:
         body = frame.unmessage(payload, self.max_len)
         f = self.frames
         if body is None:
@@ -67,14 +75,14 @@ class DeviceTransport:
         if w is not None and not w.done():
             w.set_result(None)
 
-    async def recv(self):
+    async def recv(self) -> list[bytes] | None:
         """Every body that arrived since the last call (None at the end)."""
         while not self.pending:
             if self.closed:
                 return None
-            self.waiter = asyncio.get_running_loop().create_future()
+            self.waiter = w = asyncio.get_running_loop().create_future()
             try:
-                await self.waiter
+                await w
             finally:
                 self.waiter = None
         out = self.pending
@@ -86,12 +94,12 @@ class DeviceTransport:
                 self.conn.resume_reading()
         return out
 
-    async def send(self, body, tail=None):
+    async def send(self, body: bytes, tail: bytes | None = None) -> None:
         if self.closed:
             raise OSError("MQTT connection closed")
         await self.conn.publish(self.down, frame.message(body, self.max_len, tail, self.bare))
 
-    def close(self):
+    def close(self) -> None:
         if not self.closed:
             self.closed = True
             w = self.waiter
@@ -103,5 +111,5 @@ class DeviceTransport:
             if not full:
                 self.conn.resume_reading()
 
-    def stats(self):
+    def stats(self) -> dict[str, int]:
         return self.frames.stats()

@@ -3,6 +3,10 @@ or any two bridges join, with the link protocol, keys and rules a device
 link has. A ``[[peer]]`` with ``connect`` is dialled (and redialled with
 backoff); one with ``listen`` waits for its peer on that address. Routes
 and publishes relay across them by their rules (docs/protocol.md §10)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 import asyncio
 import logging
 
@@ -10,6 +14,10 @@ from edgebus.compat import wait_for
 from edgebus.link.link import Link
 from edgebus.link.stream import StreamTransport
 from bridge.links import host_spool, retry_backoff
+
+if TYPE_CHECKING:
+    from bridge.daemon import Bridge
+    from bridge.config import Peer
 
 log = logging.getLogger("edgebus.bridge")
 
@@ -21,7 +29,7 @@ PEER_MAX_LEN = 65536
 CONNECT_TIMEOUT = 10.0
 
 
-def peer_link(bridge, p):
+def peer_link(bridge: Bridge, p: Peer) -> Link:
     """The Link for [[peer]] ``p`` (its id is ``peer:<node>``)."""
     link_id = "peer:" + p.node
     link = Link(bridge.bus, bridge.cfg.node, key=bridge.keystore.source(p.node, p.key),
@@ -35,9 +43,10 @@ def peer_link(bridge, p):
     return link
 
 
-async def dial(bridge, p):
+async def dial(bridge: Bridge, p: Peer) -> None:
     """Keep the link to peer ``p`` up: connect, run, reconnect with backoff."""
     link = peer_link(bridge, p)
+    assert p.connect is not None  # for mypy: dialled only for a connect address
     host, port = p.connect
     backoff = retry_backoff(p.backoff_max)
     while not bridge.stopping:
@@ -60,14 +69,14 @@ async def dial(bridge, p):
             await bridge.sleep(backoff.next())
 
 
-async def listen(bridge, p):
+async def listen(bridge: Bridge, p: Peer) -> asyncio.Server:
     """Wait for peer ``p`` on its listen address; a new connection replaces
     the current one (the old may be half-open after a network cut).
     Returns the asyncio server."""
     link = peer_link(bridge, p)
-    current = []           # [(writer, task)] of the connection being served
+    current: list[tuple[asyncio.StreamWriter, asyncio.Task[Any]]] = []  # the one served
 
-    async def handle(r, w):
+    async def handle(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:
         while current:
             ow, ot = current.pop()
             ow.close()
@@ -88,5 +97,6 @@ async def listen(bridge, p):
             if current and current[-1][1] is task:
                 current.pop()
 
+    assert p.listen is not None  # for mypy: awaited only at a listen address
     host, port = p.listen
     return await asyncio.start_server(handle, host, port)

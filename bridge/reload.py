@@ -11,11 +11,19 @@ changes (serial ports, peers, the log, the ACL, the broker) wait for a
 restart, which one line says too. Local users reach it through the ACL
 (bridge/acl.py): without an [[acl]] entry only root and the bridge's own user.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 import dataclasses
 import logging
 
 import edgebus
 from bridge import config as bridge_config
+
+if TYPE_CHECKING:
+    from bridge.daemon import Bridge
+    from bridge.config import Config
 
 log = logging.getLogger("edgebus.bridge")
 
@@ -28,13 +36,13 @@ class Refused(Exception):
     """A reload that changed nothing; says why."""
 
 
-def _rest(cfg):
+def _rest(cfg: Config) -> Config:
     """cfg without what a reload applies (the MQTT devices and the keystore switch)."""
     mq = cfg.mqtt and dataclasses.replace(cfg.mqtt, keys={}, seals={}, keystore=False)
     return dataclasses.replace(cfg, mqtt=mq)
 
 
-async def reload(bridge):
+async def reload(bridge: Bridge) -> dict[str, Any]:
     """Apply the configuration file's MQTT devices (and the keystore's); the
     changes as {"added", "removed", "changed", "devices"}, or Refused."""
     path = bridge.config_path
@@ -57,7 +65,7 @@ async def reload(bridge):
     return changes
 
 
-async def serve(bridge):
+async def serve(bridge: Bridge) -> None:
     """Serve bridge/devices/reload until cancelled, one reload at a time."""
     async for req in bridge.conn.bind(RELOAD, queue_len=8):
         try:
@@ -69,7 +77,7 @@ async def serve(bridge):
             req.fail("reload failed: %s: %s" % (type(e).__name__, e))
 
 
-async def on_signal(bridge):
+async def on_signal(bridge: Bridge) -> None:
     """SIGHUP: the same reload, in turn with the calls (its outcome is logged)."""
     try:
         await bridge.conn.call(RELOAD, None, timeout=CALL_TIMEOUT)

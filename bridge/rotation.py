@@ -11,6 +11,10 @@ next rotation settles which one the device holds. Local users reach it
 through the ACL (bridge/acl.py): without an [[acl]] entry only root and the
 bridge's own user may call it; the key never leaves the bridge.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 import asyncio
 import logging
 import secrets
@@ -20,6 +24,10 @@ import edgebus
 from bridge.keystore import KeyStoreError, new_key
 from edgebus.link import keywrap
 from edgebus.link.handshake import kid
+
+if TYPE_CHECKING:
+    from edgebus import Request
+    from bridge.daemon import Bridge
 
 log = logging.getLogger("edgebus.bridge")
 
@@ -33,7 +41,7 @@ class Refused(Exception):
     """A rotation that did not happen (or whose outcome is unknown); says why."""
 
 
-def _request(q):
+def _request(q: Any) -> tuple[str, float, float]:
     if not isinstance(q, dict) or not isinstance(q.get("node"), str):
         raise Refused("payload must be {\"node\": str, \"grace\": seconds, \"timeout\": seconds}")
     grace = q.get("grace", 86400)
@@ -44,7 +52,8 @@ def _request(q):
     return q["node"], float(grace), float(timeout)
 
 
-async def _ask(bridge, node, payload, timeout, pending=None):
+async def _ask(bridge: Bridge, node: str, payload: Any, timeout: float,
+               pending: str | None = None) -> Any:
     """The device's answer to sys/key/set; Refused saying why not. A pending
     key is forgotten when the request surely did not change the device."""
     topic = "dev/%s/sys/key/set" % node
@@ -69,13 +78,13 @@ async def _ask(bridge, node, payload, timeout, pending=None):
         raise Refused(why) from None
 
 
-async def rotate(bridge, node, grace, timeout):
+async def rotate(bridge: Bridge, node: str, grace: float, timeout: float) -> dict[str, Any]:
     """Rotate node's key; the outcome as a dict, or Refused."""
     store = bridge.keystore
     devices = {d.node: d.key for d in bridge.cfg.serial}
     if bridge.mqtt is not None:
         devices.update(dict.fromkeys(bridge.mqtt.links))   # also those the keystore holds
-        devices.update(bridge.cfg.mqtt.keys)
+        devices.update(bridge.cfg.mqtt.keys if bridge.cfg.mqtt else {})
     if node not in devices:
         raise Refused("unknown node %r: not a device of this bridge ([[serial]], "
                       "[mqtt].devices, or a key file it has linked)" % node)
@@ -89,6 +98,8 @@ async def rotate(bridge, node, grace, timeout):
         rec = store.read(node)
     except (KeyStoreError, UnicodeDecodeError) as e:
         raise Refused("keystore: %s" % e) from None
+    if keys is None or rec is None:     # its file went meanwhile
+        raise Refused("keystore: the key file of %s is gone" % node)
     old = next((k for k in keys if kid(k.encode()) == held), None)
     if old is None:
         raise Refused("%s holds a key (kid %s) that this bridge does not accept" % (node, held))
@@ -106,11 +117,11 @@ async def rotate(bridge, node, grace, timeout):
             "old_until": round(time.time() + grace, 3)}
 
 
-async def serve(bridge):
+async def serve(bridge: Bridge) -> None:
     """Serve bridge/keys/rotate until cancelled, one rotation per node at a time."""
     busy = set()
 
-    async def one(req):
+    async def one(req: Request) -> None:
         try:
             node, grace, timeout = _request(req.payload)
             if node in busy:

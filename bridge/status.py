@@ -2,12 +2,21 @@
 generations, queues, drop/gap/error counters), asked over its socket; and
 the pages the bridge answers it with (``page``), so that a fleet of any size
 fits the socket's frames."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable
 import asyncio
 import json
 
 import edgebus
 from bridge.config import default_socket
 from bridge.links import attach_local
+
+if TYPE_CHECKING:
+    import argparse
+    from edgebus.link.link import Link
+    from bridge.daemon import Bridge
 
 # A reply's links take at most this many bytes of JSON (one link's stats are
 # ~1 KB): the rest come in later pages, and a reply fits the local socket's
@@ -16,7 +25,7 @@ PAGE_BYTES = 40 * 1024
 ERRORS = ("bad_frames", "auth_failures", "errors", "refused", "denied", "forged", "replayed")
 
 
-def add_arguments(p):
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--socket", "-s", default=default_socket(),
                    help="the bridge's unix socket (its [bridge] socket setting; default "
                         "$EDGEBUS_SOCKET, else %(default)s)")
@@ -27,10 +36,11 @@ def add_arguments(p):
     p.add_argument("--timeout", type=float, default=3.0)
 
 
-def totals(links):
+def totals(links: Iterable[Link]) -> dict[str, Any]:
     """The fleet at a glance: how many links, by state, and every counter
     summed over them."""
-    states, sums = {}, {}
+    states: dict[str, int] = {}
+    sums: dict[str, int] = {}
     n = 0
     for lk in links:
         n += 1
@@ -40,7 +50,7 @@ def totals(links):
     return {"links": n, "states": states, "counters": sums}
 
 
-def page(bridge, req):
+def page(bridge: Bridge, req: Any) -> dict[str, Any]:
     """The bridge's answer to bridge/status ``req``: null or {"from": i}:
     its stats with the links from the i-th (by id) on, as many as fit
     PAGE_BYTES, and "next", where the next page starts (null: none);
@@ -71,7 +81,8 @@ def page(bridge, req):
     return dict(st, next=j if j < len(ids) else None)
 
 
-async def fetch(path, timeout=3.0, req=None):
+async def fetch(path: str, timeout: float = 3.0, req: dict[str, Any] | None = None
+                ) -> dict[str, Any]:
     """The bridge's status, every page of it (or the one ``req`` asks for)."""
     bus = edgebus.Bus()
     link, task = await attach_local(bus, path, node="status", exports=(), imports=(),
@@ -93,7 +104,7 @@ async def fetch(path, timeout=3.0, req=None):
         task.cancel()
 
 
-def render(st):
+def render(st: dict[str, Any]) -> str:
     L = ["bridge %s  up %ss  bus: %d connections, %d retained, %d dropped, %d disconnected "
          "(could not keep up)" % (st["node"], st["uptime"], st["bus"]["connections"],
                                   st["bus"]["retained"], st["bus"]["dropped"],
@@ -138,7 +149,7 @@ def render(st):
     return "\n".join(L)
 
 
-def run(args):
+def run(args: argparse.Namespace) -> int:
     try:
         req = {"link": args.link} if args.link else {"links": False} if args.summary else None
         st = asyncio.run(fetch(args.socket, args.timeout, req))

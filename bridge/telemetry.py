@@ -11,6 +11,10 @@ in the log's queues; their fill is the log's backlog. The durable links'
 devices share its room as their windows, and the links ask hold() before they
 take a numbered frame (docs/protocol.md 11): past high water they push back
 instead of delivering what the log might not hold."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 import asyncio
 import logging
 import time
@@ -18,6 +22,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 from edgebus.compat import wait_for
 from tlog import LogWriter, last_seqs, record_from_message
+
+if TYPE_CHECKING:
+    from edgebus.feed import Subscription
+    from edgebus.link.link import Link
+    from edgebus import Bus, Message
+    from bridge.config import Config
+
 
 log = logging.getLogger("edgebus.bridge")
 
@@ -51,7 +62,9 @@ class Appender:
     message they deliver has one. A record that cannot be encoded is refused
     to its link (Link.refuse) before the acknowledgement that passes it."""
 
-    def __init__(self, bus, cfg, links=None, queue_len=8192, reserve=None):
+    def __init__(self, bus: Bus, cfg: Config, links: dict[str, Link] | None = None,
+                 queue_len: int = 8192, reserve: int | None = None) -> None:
+        assert cfg.log_dir is not None  # for mypy: the bridge makes one only with a log
         self.writer = LogWriter(cfg.log_dir, segment_bytes=cfg.segment_bytes,
                                 segment_seconds=cfg.segment_seconds,
                                 retention_bytes=cfg.retention_bytes,
@@ -65,7 +78,7 @@ class Appender:
         self.high = queue_len - (max(1, queue_len // 8) if reserve is None else reserve)
         if not 0 < self.high < queue_len:
             raise ValueError("reserve must leave room on both sides of high water")
-        self.subs = []
+        self.subs: list[Subscription] = []
         for p in cfg.log_patterns:
             s = self.conn.subscribe(p, queue_len=queue_len, full="reject_newest")
             s.wake_on(self.wake)
@@ -75,34 +88,34 @@ class Appender:
         self.errors = 0
         self.unsynced = 0            # records appended since the last sync point
         self.syncs = 0
-        self.last_sync_ms = None     # how long the last sync point took
+        self.last_sync_ms: float | None = None  # how long the last sync point took
         self.last_commit_records = 0
         self._t_commit = float("-inf")
-        self._acked = {}             # link_id -> the mark last acknowledged
+        self._acked: dict[str, tuple[Any, Any]] = {}  # link_id -> the mark last acknowledged
         self._position = self.writer.position()
         self._t_held = float("-inf")  # when hold() last said yes
         self._closed = False          # the devices' windows shut: the log is behind
-        self._trips = []              # the worker's trips not yet back, oldest first
-        self._failed = None           # what a trip raised: the log stops
-        self._sent_marks = {}         # the marks of the last commit sent
+        self._trips: list[asyncio.Future[Any]] = []  # the worker's trips not yet back, oldest first
+        self._failed: BaseException | None = None  # what a trip raised: the log stops
+        self._sent_marks: dict[str, tuple[Any, Any]] = {}  # the marks of the last commit sent
         # Links that delivered a record since the last commit's marks: a
         # commit reads only their marks, and every link's at most once per
         # IDLE (marks that move without a record: gaps, unlogged traffic), so
         # a commit costs what moved, not the fleet (5,000 links: ms per pass).
-        self._moved = set()
+        self._moved: set[str | None] = set()
         self._t_sweep = float("-inf")
-        self._window = None           # the window the durable links were last given
+        self._window: int | None = None           # the window the durable links were last given
         self._drops = (0, float("-inf"))        # dropped(), and when it last grew
         self._warned = (float("-inf"), 0, 0)   # (when, held, dropped) at the last warning
 
-    def dropped(self):
+    def dropped(self) -> int:
         return sum(s.dropped() for s in self.subs)
 
-    def queued(self):
+    def queued(self) -> int:
         """The log's backlog: messages waiting in its fullest queue."""
         return max([s.stats()["queued"] for s in self.subs] or [0])
 
-    def hold(self, link=None):
+    def hold(self, link: Link | None = None) -> bool:
         """Link.hold for durable links: true while the log's backlog is at
         high water, so what they would deliver now could not be sure of a
         place (they push back, the devices keep it spooled). Devices that
@@ -116,7 +129,7 @@ class Appender:
                 return True
         return False
 
-    def window(self):
+    def window(self) -> int:
         """The window every durable link's device gets: the log's room up to
         high water shared among them, so that together they never send more
         than it holds (and the hold above stays a safety net for devices
@@ -131,7 +144,7 @@ class Appender:
             w *= 2
         return w
 
-    def pace(self, sweep=False):
+    def pace(self, sweep: bool = False) -> None:
         """Give the durable links the window when it changed (or, sweeping,
         every link that does not have it yet: links come and go). The log
         reopens once its backlog is down to half of high water."""
@@ -145,10 +158,10 @@ class Appender:
             if l.durable:
                 l.window(w)
 
-    def _take(self):
+    def _take(self) -> list[Message]:
         """Every message queued now, each once."""
         out = []
-        seen = set() if len(self.subs) > 1 else None
+        seen: set[int] | None = set() if len(self.subs) > 1 else None
         moved = self._moved
         for s in self.subs:
             while True:
@@ -163,11 +176,12 @@ class Appender:
                 moved.add(m.origin.link_id)
         return out
 
-    def _append(self, batch, sync):
+    def _append(self, batch: list[Message], sync: bool
+                ) -> tuple[int, list[tuple[Message, Exception]], tuple[int, int]]:
         """In the worker: append the batch, then sync if asked; returns the
         count appended and (message, error) for each record refused."""
         n = 0
-        bad = []
+        bad: list[tuple[Message, Exception]] = []
         append = self.writer.append
         for m in batch:
             try:
@@ -179,7 +193,8 @@ class Appender:
             self.writer.flush()
         return n, bad, self.writer.position()
 
-    def _trip(self, fn, *args, marks=None):
+    def _trip(self, fn: Callable[..., Any], *args: Any,
+              marks: dict[str, tuple[Any, Any]] | None = None) -> None:
         """fn(*args) in the worker thread, not awaited: the loop goes on taking
         and sending batches while the worker writes (on a loop that serves
         thousands of links, each await of a result costs a whole turn of it).
@@ -190,7 +205,8 @@ class Appender:
         fut.add_done_callback(lambda f: self._back(f, marks, t0))
         self._trips.append(fut)
 
-    def _back(self, fut, marks, t0):
+    def _back(self, fut: asyncio.Future[Any], marks: dict[str, tuple[Any, Any]] | None, t0: float
+              ) -> None:
         """A trip's result, on the loop: a failure stops the log (run raises
         it); a batch written is counted, its refused records told; a commit's
         marks are acknowledged: what they cover is durable now."""
@@ -218,7 +234,7 @@ class Appender:
         self._acked.update(marks)
         self._watch(time.monotonic())
 
-    def _refuse(self, bad):
+    def _refuse(self, bad: list[tuple[Message, Exception]]) -> None:
         """Each record refused: counted, said, and refused to its device."""
         for m, e in bad:
             self.errors += 1
@@ -230,7 +246,7 @@ class Appender:
                 link.refuse(seq, "not logged: %s" % e,
                             o.peer_sid if o.peer_sid != link.peer_sid else None)
 
-    def drain(self):
+    def drain(self) -> int:
         """Append everything queued now, here (at close); returns how many."""
         n, bad, self._position = self._append(self._take(), False)
         self._refuse(bad)
@@ -238,7 +254,7 @@ class Appender:
         self.unsynced += n
         return n
 
-    def _marks(self, sweep):
+    def _marks(self, sweep: bool) -> dict[str, tuple[Any, Any]]:
         """link_id -> (rx_mark, sessions) of the links that delivered since the
         last commit, or with ``sweep`` of every link: a link acknowledges again
         after a reconnect, even what it acknowledged in its previous session."""
@@ -256,7 +272,7 @@ class Appender:
                 out[k] = (l.rx_mark(), l.counters.get("sessions"))
         return out
 
-    def _sweep_moved(self):
+    def _sweep_moved(self) -> bool:
         """Whether any link's mark moved without a record (checked at most
         once per IDLE, as it reads every link)."""
         sent = self._sent_marks
@@ -264,7 +280,7 @@ class Appender:
         self._moved.update(moved)
         return bool(moved)
 
-    def commit(self, batch=()):
+    def commit(self, batch: Iterable[Message] = ()) -> None:
         """Send one group commit: the marks, the last batch (with ``batch``,
         taken just before: nothing was published in between), a sync point;
         the marks are acknowledged when it is back (_back). Whatever a link
@@ -280,7 +296,7 @@ class Appender:
         self.unsynced = 0
         self._trip(self._append, batch, True, marks=marks)
 
-    async def run(self):
+    async def run(self) -> None:
         last_tick = float("-inf")
         period = self.commit_ms / 1000.0
         try:
@@ -325,10 +341,10 @@ class Appender:
                       e)
             raise
 
-    def _held(self):
+    def _held(self) -> int:
         return sum(l.counters.get("held", 0) for l in list(self.links.values()))
 
-    def _watch(self, now):
+    def _watch(self, now: float) -> None:
         """The operator's warning, at most every WARN_EVERY s, while the log
         pushes back on durable links or drops other traffic."""
         d = self.dropped()
@@ -347,7 +363,7 @@ class Appender:
                     d - dropped0)
         self._warned = (now, held, d)
 
-    def state(self):
+    def state(self) -> str:
         """"pushing back" (durable links held in the last few seconds),
         "dropping" (other traffic refused lately) or "ok"."""
         now = time.monotonic()
@@ -357,7 +373,7 @@ class Appender:
             return "dropping"
         return "ok"
 
-    def close(self):
+    def close(self) -> None:
         """Let the worker finish its trips, append what is left, then seal
         the active segment (durable)."""
         self._pool.shutdown(wait=True)
@@ -366,7 +382,7 @@ class Appender:
         self.unsynced = 0
         self.conn.disconnect()
 
-    def stats(self):
+    def stats(self) -> dict[str, Any]:
         return {"dir": self.writer.path, "appended": self.appended, "dropped": self.dropped(),
                 "errors": self.errors, "position": list(self._position),
                 "commit_ms": self.commit_ms, "syncs": self.syncs,
@@ -375,7 +391,7 @@ class Appender:
                 "held": self._held(), "state": self.state()}
 
 
-def resume_links(states, log_dir):
+def resume_links(states: Mapping[str, dict[str, Any]], log_dir: str) -> int:
     """After a restart, before the links run: each link's peer state (link_id
     -> state dict) whose peer boot has records in the log expects the next
     sequence number after the last one logged, so that frames the device
@@ -387,7 +403,7 @@ def resume_links(states, log_dir):
     keeping it would drop the retransmitted frames that were never logged.
     Nothing past the log's last seq was acknowledged (an acknowledgement
     follows the sync point), so the device still holds it."""
-    last = last_seqs(log_dir)
+    last: dict[tuple[Any, Any], int] = last_seqs(log_dir)
     n = 0
     for link_id, st in sorted(states.items()):
         seq = last.get((link_id, st.get("peer_sid")))

@@ -14,6 +14,10 @@ the feeds deliver, as it comes: ``msg TOPIC JSON``, ``ret TOPIC JSON``,
 FULL says what happens when this client reads slower than the bus delivers:
 drop_oldest (the default), reject_newest, or disconnect, which ends the
 session with ``error overflow PATTERN``; drops are counted as on any feed."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 import asyncio
 import json
 import logging
@@ -22,24 +26,27 @@ import edgebus
 from edgebus.feed import POLICIES
 from edgebus.topic import render
 
+if TYPE_CHECKING:
+    from bridge.daemon import Bridge
+
 log = logging.getLogger("edgebus.bridge")
 QUEUE = 256           # items a feed holds while the client is not reading
 CALL_TIMEOUT = 5.0
 VERBS = "pub, retain, call, sub, watch, whoami, quit"
 
 
-def dumps(v):
+def dumps(v: Any) -> str:
     return json.dumps(v, default=lambda b: {"hex": bytes(b).hex()})
 
 
-def value(text):
+def value(text: str) -> Any:
     try:
         return json.loads(text)
     except ValueError:
         return text
 
 
-def item_line(feed, it):
+def item_line(feed: Any, it: Any) -> str:
     if type(it) is edgebus.Message:
         return "msg %s %s" % (render(it.topic), dumps(it.payload))
     if it.op == "replay_done":
@@ -52,17 +59,18 @@ def item_line(feed, it):
 class TextSession:
     """One text client: its commands in, its answers and feeds out."""
 
-    def __init__(self, bridge, reader, writer, principal, link_id):
+    def __init__(self, bridge: Bridge, reader: asyncio.StreamReader,
+                 writer: asyncio.StreamWriter, principal: Any, link_id: str) -> None:
         self.conn = bridge.bus.connect(principal=principal, origin_factory={
             "kind": "socket", "link_id": link_id})
         self.reader, self.writer, self.link_id = reader, writer, link_id
-        self.feeds = []
+        self.feeds: list[Any] = []  # edgebus feeds
         self.wake = asyncio.Event()
 
-    def say(self, *words):
+    def say(self, *words: str) -> None:
         self.writer.write((" ".join(words) + "\n").encode())
 
-    async def run(self, bridge, first):
+    async def run(self, bridge: Bridge, first: bytes) -> None:
         pump = asyncio.create_task(self.pump())
         stop = asyncio.create_task(self.bye(bridge))
         try:
@@ -73,11 +81,11 @@ class TextSession:
                     break
                 if not line and not first:
                     break
-                line, first = (first + line).decode("utf-8", "replace").strip(), b""
-                if line == "quit":
+                text, first = (first + line).decode("utf-8", "replace").strip(), b""
+                if text == "quit":
                     break
-                if line:
-                    await self.command(line)
+                if text:
+                    await self.command(text)
                     await self.writer.drain()
         except ConnectionError:
             pass
@@ -87,13 +95,13 @@ class TextSession:
             self.conn.disconnect()
             self.writer.close()
 
-    async def bye(self, bridge):
+    async def bye(self, bridge: Bridge) -> None:
         """Say goodbye when the bridge stops (its reader then sees the end)."""
         await bridge.sleep(1e9)
         self.say("bye bridge stopping")
         self.writer.close()
 
-    async def command(self, line):
+    async def command(self, line: str) -> None:
         verb, _, rest = line.partition(" ")
         args = rest.split(None, 1)
         try:
@@ -128,7 +136,7 @@ class TextSession:
         except (ValueError, TypeError) as e:     # a bad topic or FULL
             self.say("error usage", str(e))
 
-    async def pump(self):
+    async def pump(self) -> None:
         """Write what the feeds hold; a feed that overflowed ends the session."""
         while True:
             await self.wake.wait()
@@ -148,7 +156,8 @@ class TextSession:
             await self.writer.drain()
 
 
-async def serve(bridge, reader, writer, first, principal, link_id):
+async def serve(bridge: Bridge, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                first: bytes, principal: Any, link_id: str) -> None:
     log.info("text client %s (uid %d pid %d) connected", link_id, principal["uid"],
              principal["pid"])
     await TextSession(bridge, reader, writer, principal, link_id).run(bridge, first)

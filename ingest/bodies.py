@@ -13,6 +13,7 @@ Needs msgspec (the ``spark`` extra); without it ingest.reading reads every
 range through tlog.
 """
 import operator
+from typing import Any
 
 import msgspec
 
@@ -45,16 +46,16 @@ _topic = operator.attrgetter("topic")
 _extra = operator.attrgetter("extra")
 
 
-def _from_dict(r):
+def _from_dict(r: dict[str, Any]) -> Rec:
     """A Rec from a record dict of tlog (decode_payload=False)."""
-    def raw(v):
+    def raw(v: Any) -> msgspec.Raw:
         return msgspec.Raw(_NULL if v is None else json_text(v).encode("utf-8"))
     return Rec(r["ts_host"], list(r["topic"]), raw(r["payload"]), r["ts_device"], r["seq"],
                r["origin_kind"], r["conn_id"], r["principal"], r["link_id"], r["peer_node"],
                r["peer_sid"], r["generation"], raw(r["extra"]))
 
 
-def _tags_ok(rec):
+def _tags_ok(rec: Rec) -> bool:
     """The $-tags in payload/extra are well formed (checked only when present)."""
     for raw in (rec.payload, rec.extra):
         if b'"$' in bytes(raw):
@@ -65,7 +66,7 @@ def _tags_ok(rec):
     return True
 
 
-def _decode_one(body):
+def _decode_one(body: bytes | memoryview) -> tuple[Rec, None] | tuple[None, str]:
     """(Rec, None) for one body, or (None, reason) if it breaks the rules."""
     try:
         bytes(body).decode("utf-8")
@@ -80,12 +81,12 @@ def _decode_one(body):
         return None, "invalid body: %s" % e
 
 
-def _extra_ok(raw):
+def _extra_ok(raw: msgspec.Raw) -> bool:
     b = bytes(raw)
     return b[:1] == b"{" or b == _NULL
 
 
-def _chunk_ok(recs, tags):
+def _chunk_ok(recs: list[Rec], tags: bool) -> bool:
     """Every record keeps the rules msgspec cannot express: a non-empty topic,
     extra an object or null, well-formed tags (looked at only when the chunk
     has a '"$'). Checked in C-speed passes: compact JSON has no raw newline, so
@@ -98,7 +99,7 @@ def _chunk_ok(recs, tags):
     return not tags or all(map(_tags_ok, recs))
 
 
-def decode_chunk(bodies):
+def decode_chunk(bodies: list[Any]) -> tuple[list[Rec], tuple[int, str | None] | None]:
     """[Rec] for the bodies, and (index, reason) of the first invalid one or None;
     the list holds the records before it."""
     joined = b",".join(bodies)
@@ -109,7 +110,7 @@ def decode_chunk(bodies):
         recs = None
     if recs is not None and _chunk_ok(recs, b'"$' in joined):
         return recs, None
-    out = []
+    out: list[Rec] = []
     for i, b in enumerate(bodies):
         r, why = _decode_one(b)
         if r is None:

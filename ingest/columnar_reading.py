@@ -7,6 +7,10 @@ page checksum or decoding fails) is skipped and reported like corrupt
 version-1 data, by tlog.columnar.read_rows; a row whose ts_host Spark cannot
 hold (its ts_host_time is null) is skipped and reported as unrepresentable.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterator
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -14,8 +18,12 @@ from ingest.corruption import report
 from ingest.schema import arrow_schema
 from tlog import ReadStats, columnar
 
+if TYPE_CHECKING:
+    from ingest.planning import SegmentRange
+    from ingest.offsets import Options
 
-def read_range(opts, part, fname):
+
+def read_range(opts: Options, part: SegmentRange, fname: str) -> Iterator[Any]:
     """Arrow record batches for the rows [part.start, part.end) of the
     version-2 segment part.segment, file fname."""
     schema = arrow_schema()
@@ -43,5 +51,5 @@ def read_range(opts, part, fname):
         report(opts, part, fname, bad, [])
 
 
-def _region(fname, sid, offset, nbytes, reason):
+def _region(fname: str, sid: int, offset: int, nbytes: int | None, reason: str) -> dict[str, Any]:
     return {"file": fname, "segment": sid, "offset": offset, "bytes": nbytes, "reason": reason}

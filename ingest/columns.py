@@ -1,5 +1,9 @@
 """Arrow record batches of SCHEMA, built column by column from the records
 of one version-1 segment: record dicts of tlog, or the bulk decoder's Recs."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 import json
 import operator
 from itertools import accumulate, chain
@@ -10,20 +14,23 @@ from tlog import columnar
 from tlog.columnar import to_double, to_long
 from tlog.records import is_late
 
+if TYPE_CHECKING:
+    from ingest.bodies import Rec
+
 _NULL = b"null"
 _NULL_LEN = len(_NULL)
 # A Rec's attributes are the body's members.
 _G = {k: operator.attrgetter(k) for k in tlog.FIELDS}
 
 
-def from_dicts(pa, schema, sid, offs, recs):
+def from_dicts(pa: Any, schema: Any, sid: int, offs: list[int], recs: list[dict[str, Any]]) -> Any:
     """One record batch from record dicts of tlog.read_segment (decode_payload
     False) at offsets offs of segment sid: the columns a version-2 seal makes."""
     t = columnar.table(list(map(tlog.row_of, recs)), sid, offsets=offs).select(schema.names)
     return pa.RecordBatch.from_arrays(t.combine_chunks().to_batches()[0].columns, schema=schema)
 
 
-def _raw_column(pa, raws, n):
+def _raw_column(pa: Any, raws: list[Any], n: int) -> Any:
     """A string column of raw JSON texts, null where the text is null."""
     lens = list(map(len, raws))
     offsets = pa.array(list(accumulate(lens, initial=0)), pa.int32())
@@ -35,7 +42,7 @@ def _raw_column(pa, raws, n):
     return arr
 
 
-def _late_column(pa, raws, n):
+def _late_column(pa: Any, raws: list[Any], n: int) -> Any:
     """The late column from the extras' raw JSON texts: only texts that hold
     '"late":true' somewhere are decoded, to see it is the top-level member."""
     if LATE_TEXT not in b"".join(raws):
@@ -44,14 +51,14 @@ def _late_column(pa, raws, n):
                     pa.bool_())
 
 
-def _longs(pa, vals):
+def _longs(pa: Any, vals: list[Any]) -> Any:
     try:
         return pa.array(vals, pa.int64())
     except (OverflowError, pa.ArrowInvalid):      # beyond a long: null (the JSON keeps it)
         return pa.array(list(map(to_long, vals)), pa.int64())
 
 
-def from_recs(pa, pc, schema, sid, offs, recs):
+def from_recs(pa: Any, pc: Any, schema: Any, sid: int, offs: list[int], recs: list[Rec]) -> Any:
     """One record batch from Recs of ingest.bodies (payload and extra as raw
     JSON text) at offsets offs of segment sid."""
     n = len(recs)
@@ -74,7 +81,7 @@ def from_recs(pa, pc, schema, sid, offs, recs):
     except (OverflowError, pa.ArrowInvalid, TypeError):
         td = pa.array(list(map(to_double, tdev)), pa.float64())
 
-    def strs(k):
+    def strs(k: str) -> Any:
         return pa.array(list(map(_G[k], recs)), st)
     extras = list(map(_G["extra"], recs))
     arrays = [

@@ -12,6 +12,10 @@ they are removed.  Only while no query writes the table: the caller holds
 with Spark's default interval of 10) is left as it is until it is.
 docs/spark.md says the trade-off.
 """
+
+from __future__ import annotations
+
+from typing import IO, Any, Callable, Iterator
 import fcntl
 import json
 import os
@@ -31,7 +35,7 @@ class TableLocked(Exception):
     """Another `edgebus ingest` holds the table."""
 
 
-def table_lock(table):
+def table_lock(table: str) -> IO[Any]:
     """Hold the table for this process (an open file; closing it releases
     the lock).  TableLocked when another process holds it."""
     os.makedirs(table, exist_ok=True)
@@ -44,7 +48,7 @@ def table_lock(table):
     return f
 
 
-def newest_log_file(table):
+def newest_log_file(table: str) -> tuple[int, str] | None:
     """(batch id, file name) of the newest file of the table's metadata log, or None."""
     meta = os.path.join(table, META)
     found = []
@@ -55,7 +59,7 @@ def newest_log_file(table):
     return max(found) if found else None
 
 
-def read_log_file(fname):
+def read_log_file(fname: str) -> list[dict[str, Any]]:
     """The entries (dicts) of one metadata log file; ValueError when it is not one."""
     with open(fname, encoding="utf-8") as f:
         lines = f.read().splitlines()
@@ -64,25 +68,26 @@ def read_log_file(fname):
     return [json.loads(x) for x in lines[1:] if x]
 
 
-def _local(path):
+def _local(path: str) -> str:
     return path[len("file:"):].replace("///", "/", 1) if path.startswith("file:") else path
 
 
-def _write(final, write):
+def _write(final: str, write: Callable[[IO[Any]], Any]) -> None:
     # Hidden while written: neither Spark's file listing nor its log reader
     # takes a name starting with a dot.
     tmp = os.path.join(os.path.dirname(final), ".tmp-" + os.path.basename(final))
     write_atomically(final, tmp, write)
 
 
-def _bins(entries, target):
+def _bins(entries: list[dict[str, Any]], target: int) -> Iterator[list[dict[str, Any]]]:
     """Groups (>= 2 files) of a partition's small files, each up to target bytes."""
-    by_dir = {}
+    by_dir: dict[str, list[dict[str, Any]]] = {}
     for e in entries:
         if e.get("action", "add") == "add" and not e.get("isDir") and e["size"] < target // 2:
             by_dir.setdefault(os.path.dirname(_local(e["path"])), []).append(e)
     for files in by_dir.values():
-        cur, size = [], 0
+        cur: list[dict[str, Any]] = []
+        size = 0
         for e in sorted(files, key=lambda e: e["path"]):
             if cur and size + e["size"] > target:
                 if len(cur) > 1:
@@ -94,7 +99,7 @@ def _bins(entries, target):
             yield cur
 
 
-def _merge(group):
+def _merge(group: list[dict[str, Any]]) -> tuple[dict[str, Any], int]:
     """Write the rows of group's files as one file beside them (hidden name,
     fsynced, renamed into place); its log entry."""
     import pyarrow as pa
@@ -113,12 +118,12 @@ def _merge(group):
                 modificationTime=int(st.st_mtime * 1000)), merged.num_rows
 
 
-def compact(table, target_bytes=DEFAULT_TARGET_BYTES):
+def compact(table: str, target_bytes: int = DEFAULT_TARGET_BYTES) -> dict[str, Any]:
     """Merge the small files of each partition of the table (the caller holds
     table_lock).  Returns {"files_before", "files_after", "rows", "skipped"}:
     skipped is None or why nothing was done."""
     table = os.path.abspath(table)
-    out = {"files_before": 0, "files_after": 0, "rows": 0, "skipped": None}
+    out: dict[str, Any] = {"files_before": 0, "files_after": 0, "rows": 0, "skipped": None}
     newest = newest_log_file(table)
     if newest is None:
         out["skipped"] = "the table has no committed batch"
@@ -152,7 +157,7 @@ def compact(table, target_bytes=DEFAULT_TARGET_BYTES):
     return out
 
 
-def _unlink_with_crc(fname, only_crc=False):
+def _unlink_with_crc(fname: str, only_crc: bool = False) -> None:
     crc = os.path.join(os.path.dirname(fname), "." + os.path.basename(fname) + ".crc")
     for name in (crc,) if only_crc else (fname, crc):
         try:

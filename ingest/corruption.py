@@ -1,5 +1,9 @@
 """Corrupt data: which range reports a bad region, the warnings, and the
 ``corruptDir`` files with what readers skipped (docs/spark.md, corrupt data)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 import json
 import logging
 import os
@@ -8,10 +12,14 @@ import zlib
 
 import tlog
 
+if TYPE_CHECKING:
+    from ingest.planning import SegmentRange
+    from ingest.offsets import Options
+
 log = logging.getLogger("edgebus.ingest")
 
 
-def region_bytes(reason, offset, nxt, size):
+def region_bytes(reason: str, offset: int, nxt: int | None, size: int) -> int:
     """The length of a bad region of a segment of size bytes that starts at
     offset and ends at nxt (the next valid record; None: the file's end)."""
     if offset == 0 and reason.endswith("segment skipped"):
@@ -21,7 +29,7 @@ def region_bytes(reason, offset, nxt, size):
     return max(0, (size if nxt is None else nxt) - offset)
 
 
-def owned(region, start):
+def owned(region: tuple[str, int, str], start: int) -> bool:
     """Whether the range starting at start reports this bad region.
 
     A range reads on past its end to the first valid record at or after it, so
@@ -43,15 +51,15 @@ class RangeDamage:
     of ``stats`` (a tlog.ReadStats its reads share) that it owns, and the
     records Spark cannot represent.  ``bad`` holds them as report dicts."""
 
-    def __init__(self, part, fname, size):
+    def __init__(self, part: SegmentRange, fname: str, size: int) -> None:
         self.part = part
         self.fname = fname
         self.size = size
         self.stats = tlog.ReadStats()
-        self.bad = []
+        self.bad: list[dict[str, Any]] = []
         self.seen = 0               # entries of stats.corrupt already looked at
 
-    def collect(self, nxt):
+    def collect(self, nxt: int | None) -> None:
         """Take the regions stats gained since the last call; nxt is the
         offset of the valid record after them (None: none before the end)."""
         corrupt = self.stats.corrupt
@@ -63,7 +71,7 @@ class RangeDamage:
                                  "bytes": region_bytes(region[2], region[1], nxt, size)})
         self.seen = len(corrupt)
 
-    def unrepresentable(self, off, ts_host):
+    def unrepresentable(self, off: int, ts_host: float) -> None:
         """Count the record at off as skipped: its ts_host is outside Spark's
         timestamp range."""
         self.bad.append({"file": self.fname, "segment": self.part.segment, "offset": off,
@@ -71,13 +79,14 @@ class RangeDamage:
                          "reason": "unrepresentable record: ts_host %r is outside Spark's "
                                    "timestamp range" % (ts_host,)})
 
-    def report(self, opts):
+    def report(self, opts: Options) -> None:
         """Warn of what was skipped and write it to opts.corrupt_dir, if anything."""
         if self.bad or self.stats.missing:
             report(opts, self.part, self.fname, self.bad, list(self.stats.missing))
 
 
-def report(opts, part, fname, bad, missing):
+def report(opts: Options, part: SegmentRange, fname: str, bad: list[dict[str, Any]],
+           missing: list[tuple[int, int]]) -> None:
     """Log each bad region and vanished segment of a range as a warning and,
     with the corruptDir option, write them to a file named by the range."""
     for r in bad:
@@ -95,19 +104,21 @@ def report(opts, part, fname, bad, missing):
                 % (part.segment, part.start, part.end, _log_tag(opts.path)), doc)
 
 
-def report_missing(opts, missing):
+def report_missing(opts: Options, missing: list[tuple[int, int]]) -> None:
     """Write the segment id ranges a plan found missing to opts.corrupt_dir."""
+    if not opts.corrupt_dir:
+        return
     for first, last in missing:
         _write_json(opts.corrupt_dir, "missing-%020d-%020d-%s.json"
                     % (first, last, _log_tag(opts.path)),
                     {"log": opts.path, "regions": [], "missing": [[first, last]]})
 
 
-def _log_tag(path):
+def _log_tag(path: str) -> str:
     return "%08x" % zlib.crc32(path.encode("utf-8"))
 
 
-def _write_json(directory, name, doc):
+def _write_json(directory: str, name: str, doc: Any) -> None:
     os.makedirs(directory, exist_ok=True)
     # A replayed or speculative task may write the same name at the same time.
     tmp = os.path.join(directory, ".tmp-%s-%s" % (name, uuid.uuid4().hex))
@@ -115,13 +126,14 @@ def _write_json(directory, name, doc):
                           lambda f: f.write(json.dumps(doc, indent=1).encode()), durable=False)
 
 
-def corrupt_report(directory):
+def corrupt_report(directory: str) -> dict[str, list[Any]]:
     """What readers skipped, from a corruptDir: {"regions": [...], "missing": [...]}.
 
     regions: dicts (file, segment, offset, reason, bytes), one per bad region,
     sorted by (segment, offset); missing: sorted [first, last] segment id ranges
     that were planned but not on disk."""
-    regions, missing = {}, set()
+    regions: dict[Any, dict[str, Any]] = {}
+    missing: set[tuple[int, int]] = set()
     try:
         names = sorted(os.listdir(directory))
     except FileNotFoundError:

@@ -21,6 +21,10 @@ log.  Skipped corrupt log data is listed in ``TABLE/_corrupt/``.  --compact
 merges each partition's small files (ingest.compaction) before the query
 starts and, with --once, after it ends; one job writes a table at a time.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable
 import atexit
 import glob
 import json
@@ -32,6 +36,11 @@ import zipfile
 
 from ingest import compaction
 
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql import DataFrame, SparkSession
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 DEFAULT_WATERMARK = 600.0
@@ -39,7 +48,7 @@ DEFAULT_WATERMARK = 600.0
 DEFAULT_TRIGGER_INTERVAL = 2.0
 
 
-def _table_schema():
+def _table_schema() -> StructType:
     from pyspark.sql.types import DateType, StructField, StructType
 
     from ingest.schema import SCHEMA
@@ -50,13 +59,13 @@ def _table_schema():
                                 StructField("peer_node", SCHEMA["peer_node"].dataType, True)])
 
 
-def __getattr__(name):          # TABLE_SCHEMA without importing pyspark at import time
+def __getattr__(name: str) -> Any:          # TABLE_SCHEMA without importing pyspark at import time
     if name == "TABLE_SCHEMA":
         return _table_schema()
     raise AttributeError(name)
 
 
-def add_arguments(p):
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log", required=True, nargs="+", metavar="DIR",
                    help="the bridges' telemetry log directories (one per gateway; a glob "
                         "such as '/srv/tlog/*' is expanded, sorted); the list is fixed "
@@ -84,7 +93,8 @@ def add_arguments(p):
                         "query starts and (with --once) after it ends (docs/spark.md)")
 
 
-def session(master=None, app="edgebus-ingest", conf=None, source=True):
+def session(master: str | None = None, app: str = "edgebus-ingest",
+            conf: dict[str, str] | None = None, source: bool = True) -> SparkSession:
     """A SparkSession for the edgebus commands, with the data source registered.
 
     Without --master and outside spark-submit it runs on local[*]; under
@@ -119,14 +129,15 @@ def session(master=None, app="edgebus-ingest", conf=None, source=True):
         b = b.master(master)
     spark = b.getOrCreate()
     sc = spark.sparkContext
-    if sc.master.startswith("local") and not sc.getConf().contains("spark.sql.shuffle.partitions"):
+    master = sc.master or ""
+    if master.startswith("local") and not sc.getConf().contains("spark.sql.shuffle.partitions"):
         # 200 shuffle (= dedup state) partitions cost seconds per micro-batch on
         # one machine; a checkpoint keeps the number it was created with.
         spark.conf.set("spark.sql.shuffle.partitions", str(max(2, sc.defaultParallelism)))
     for key, value in _SINK_CONF.items():
         if not sc.getConf().contains(key):
             spark.conf.set(key, value)
-    if submitted or not sc.master.startswith("local"):
+    if submitted or not master.startswith("local"):
         _ship_code(spark)
     if source:
         register(spark)
@@ -149,14 +160,14 @@ SMALL_LOCAL = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
                "spark.sql.session.timeZone": "UTC"}
 
 
-def small_session(app):
+def small_session(app: str) -> SparkSession:
     """local[2] with SMALL_LOCAL settings and quiet logs, format("edgebus") registered."""
     spark = session("local[2]", app=app, conf=SMALL_LOCAL)
     spark.sparkContext.setLogLevel("ERROR")
     return spark
 
 
-def _ship_code(spark):
+def _ship_code(spark: SparkSession) -> None:
     """Send tlog/ and ingest/, all the data source imports, to the executors
     (spark-submit on a cluster needs no --py-files then)."""
     fd, zpath = tempfile.mkstemp(prefix="edgebus-", suffix=".zip")
@@ -174,14 +185,14 @@ def _ship_code(spark):
     atexit.register(_unlink, zpath)
 
 
-def _unlink(path):
+def _unlink(path: str) -> None:
     try:
         os.unlink(path)
     except OSError:
         pass
 
 
-def log_dirs(specs):
+def log_dirs(specs: Iterable[str]) -> list[str]:
     """The log directories named by --log: each a directory or a glob
     (expanded, sorted), absolute, in order, each once.  ValueError when a
     name matches no directory."""
@@ -195,7 +206,7 @@ def log_dirs(specs):
     return out
 
 
-def check_logs(checkpoint, logs):
+def check_logs(checkpoint: str, logs: list[str]) -> None:
     """Record the logs a checkpoint's query reads (CHECKPOINT/edgebus-logs.json)
     or, when it has a list already, refuse a different one (ValueError): the
     checkpoint keeps each source's offsets by its place in the list."""
@@ -214,7 +225,8 @@ def check_logs(checkpoint, logs):
                          "job, for another gateway)" % (checkpoint, had, logs))
 
 
-def ingest_frame(spark, logs, watermark=DEFAULT_WATERMARK, corrupt_dir=None, **options):
+def ingest_frame(spark: SparkSession, logs: str | list[str], watermark: float = DEFAULT_WATERMARK,
+                 corrupt_dir: str | None = None, **options: Any) -> DataFrame:
     """The streaming DataFrame the job writes: the records of the log
     directory (or list of them) logs, deduplicated, with a ``date`` column.
     options go to the edgebus source."""
@@ -230,10 +242,12 @@ def ingest_frame(spark, logs, watermark=DEFAULT_WATERMARK, corrupt_dir=None, **o
                 r = r.option(k, str(v))
         one = r.load(log_dir).withColumn("_log", F.lit(i))
         df = one if df is None else df.union(one)
+    if df is None:
+        raise ValueError("no log directory given")
     return deduplicated(df, watermark)
 
 
-def deduplicated(df, watermark=DEFAULT_WATERMARK):
+def deduplicated(df: DataFrame, watermark: float = DEFAULT_WATERMARK) -> DataFrame:
     """df (a stream with the source's columns and ``_log``, the index of the
     log each row comes from) deduplicated per device boot within the
     watermark, with a ``date`` column."""
@@ -255,7 +269,7 @@ def deduplicated(df, watermark=DEFAULT_WATERMARK):
         F.floor(F.col("ts_host") / 86400).cast("int")))
 
 
-def start(spark, args):
+def start(spark: SparkSession, args: argparse.Namespace) -> StreamingQuery:
     """Start the streaming query for parsed args; returns the StreamingQuery."""
     table = os.path.abspath(args.table)
     df = ingest_frame(spark, args.log, args.watermark,
@@ -266,7 +280,8 @@ def start(spark, args):
     return write_table(df, table, args.checkpoint, args.once, args.trigger_interval)
 
 
-def write_table(df, table, checkpoint, once, trigger_interval):
+def write_table(df: DataFrame, table: str, checkpoint: str, once: bool,
+                trigger_interval: float) -> StreamingQuery:
     """Start the query writing the stream df (ingest_frame's) to the table:
     the file sink, partitioned by date and peer_node; availableNow when once,
     else a micro-batch every trigger_interval seconds."""
@@ -282,7 +297,7 @@ def write_table(df, table, checkpoint, once, trigger_interval):
     return w.start()
 
 
-def run(args):
+def run(args: argparse.Namespace) -> int:
     try:
         logs = log_dirs(args.log)
         check_logs(os.path.abspath(args.checkpoint), logs)
@@ -301,7 +316,7 @@ def run(args):
         lock.close()
 
 
-def _compact(table):
+def _compact(table: str) -> None:
     r = compaction.compact(table)
     if r["skipped"]:
         print("edgebus ingest: compaction skipped: %s" % r["skipped"], flush=True)
@@ -310,7 +325,7 @@ def _compact(table):
               % (r["files_before"], r["files_after"], r["rows"]), flush=True)
 
 
-def _run(args):
+def _run(args: argparse.Namespace) -> int:
     if args.compact:
         _compact(os.path.abspath(args.table))
     spark = session(args.master)
@@ -357,29 +372,29 @@ def _run(args):
     return rc
 
 
-def _progress_listener():
+def _progress_listener() -> Any:
     from pyspark.sql.streaming import StreamingQueryListener
 
     class Progress(StreamingQueryListener):
         """Counts what the query read (recentProgress keeps only the last batches)."""
 
-        def __init__(self):
+        def __init__(self) -> None:
             self.rows = self.batches = self.too_old = 0
             self.last_batch = -1
 
-        def onQueryStarted(self, event):
+        def onQueryStarted(self, event: Any) -> None:
             pass
 
-        def onQueryProgress(self, event):
+        def onQueryProgress(self, event: Any) -> None:
             self.batches += 1
             self.rows += event.progress.numInputRows
             self.too_old += sum(op.numRowsDroppedByWatermark for op in event.progress.stateOperators)
             self.last_batch = max(self.last_batch, event.progress.batchId)
 
-        def onQueryIdle(self, event):
+        def onQueryIdle(self, event: Any) -> None:
             pass
 
-        def onQueryTerminated(self, event):
+        def onQueryTerminated(self, event: Any) -> None:
             pass
 
     return Progress()

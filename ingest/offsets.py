@@ -3,6 +3,10 @@
 An offset is ``{"segment": id, "offset": byte}`` (JSON, replayable, like
 Kafka's partition/offset); a position is the same as a (segment, offset)
 tuple, which compares in log order."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
 import json
 import os
 
@@ -15,17 +19,17 @@ DEFAULT_SPLIT_BYTES = 128 * 1024 * 1024      # Spark's spark.sql.files.maxPartit
 MIN_SPLIT_BYTES = 1024
 
 
-def position(offset):
+def position(offset: dict[str, Any]) -> tuple[int, int]:
     """The (segment, offset) tuple of an offset dict."""
     return (int(offset["segment"]), int(offset["offset"]))
 
 
-def offset_dict(segment, offset):
+def offset_dict(segment: int, offset: int) -> dict[str, int]:
     """The offset dict of a position."""
     return {"segment": int(segment), "offset": int(offset)}
 
 
-def canonical(path, pos):
+def canonical(path: str, pos: tuple[int, int]) -> tuple[int, int]:
     """pos with a segment's end written as the start of the next segment.
 
     An offset at a segment's end then names no byte of that segment, so a later
@@ -39,13 +43,13 @@ def canonical(path, pos):
     return pos
 
 
-def latest(path):
+def latest(path: str) -> tuple[int, int] | None:
     """The canonical position just past the newest sealed segment, or None."""
     lo = tlog.latest_offset(path)
     return None if lo is None else canonical(path, lo)
 
 
-def parse_offset(text, what, path):
+def parse_offset(text: str, what: str, path: str) -> dict[str, int]:
     """An offset option: "earliest", "latest" or JSON {"segment": s, "offset": o}."""
     t = text.strip()
     if t == "earliest":
@@ -61,7 +65,8 @@ def parse_offset(text, what, path):
                          '{"segment": N, "offset": N}, not %r' % (what, text)) from None
 
 
-def _int_opt(options, name, default=None, minimum=1):
+def _int_opt(options: Mapping[str, str], name: str, default: int | None = None,
+             minimum: int = 1) -> Any:
     v = options.get(name)
     if v is None or str(v).strip() == "":
         return default
@@ -77,7 +82,7 @@ def _int_opt(options, name, default=None, minimum=1):
 class Options:
     """The parsed options, picklable, shared by the readers."""
 
-    def __init__(self, options, parallelism=None):
+    def __init__(self, options: Mapping[str, str], parallelism: int | None = None) -> None:
         path = options.get("path")
         if not path:
             raise ValueError("edgebus: the log directory is required: load(DIR) or "
@@ -85,11 +90,11 @@ class Options:
         self.path = os.path.abspath(path)
         # Each range costs a Spark task and reads on to a record boundary past
         # its end, so tiny ranges only add overhead.
-        self.split_bytes = max(_int_opt(options, "splitBytes", DEFAULT_SPLIT_BYTES),
+        self.split_bytes: int = max(_int_opt(options, "splitBytes", DEFAULT_SPLIT_BYTES),
                                MIN_SPLIT_BYTES)
-        self.min_partitions = _int_opt(options, "minPartitions", parallelism)
-        self.max_records = _int_opt(options, "maxRecordsPerTrigger")
-        self.max_bytes = _int_opt(options, "maxBytesPerTrigger")
+        self.min_partitions: int | None = _int_opt(options, "minPartitions", parallelism)
+        self.max_records: int | None = _int_opt(options, "maxRecordsPerTrigger")
+        self.max_bytes: int | None = _int_opt(options, "maxBytesPerTrigger")
         cd = options.get("corruptDir")
         self.corrupt_dir = os.path.abspath(cd) if cd else None
         self.starting = options.get("startingOffset") or "earliest"

@@ -8,6 +8,10 @@ per row).  In a version-1 segment cuts need not fall on record boundaries:
 reading from a cut resynchronises on the next valid record (the record
 spanning the cut belongs to the range before it).
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 import logging
 import os
 
@@ -16,6 +20,10 @@ from pyspark.sql.datasource import InputPartition
 import tlog
 from ingest import corruption
 from ingest.offsets import DEFAULT_SPLIT_BYTES, MIN_SPLIT_BYTES, canonical, position
+
+if TYPE_CHECKING:
+    Pos = tuple[int, int]   # (segment id, offset)
+    from ingest.offsets import Options
 
 log = logging.getLogger("edgebus.ingest")
 
@@ -28,7 +36,7 @@ class SegmentRange(InputPartition):
     """Records of one sealed segment whose start offset is in [start, end):
     the unit of reading and of corruption reports.  weight: its bytes."""
 
-    def __init__(self, segment, start, end, weight=None):
+    def __init__(self, segment: int, start: int, end: int, weight: int | None = None) -> None:
         self.segment = segment
         self.start = start
         self.end = end
@@ -39,22 +47,22 @@ class Span:
     """The part [lo, hi) of sealed segment sid between two positions; scale is
     bytes per offset unit (1 in version 1, bytes per row in version 2)."""
 
-    def __init__(self, sid, lo, hi, version, scale):
+    def __init__(self, sid: int, lo: int, hi: int, version: int, scale: float) -> None:
         self.sid, self.lo, self.hi, self.version, self.scale = sid, lo, hi, version, scale
 
     @property
-    def weight(self):
+    def weight(self) -> int:
         return int((self.hi - self.lo) * self.scale)
 
 
 class RangeGroup(InputPartition):
     """One Spark partition: SegmentRanges read one after the other, in log order."""
 
-    def __init__(self, ranges):
+    def __init__(self, ranges: list[SegmentRange]) -> None:
         self.ranges = ranges
 
 
-def spans(path, start, end):
+def spans(path: str, start: Pos, end: Pos) -> tuple[list[Span], list[tuple[int, int]]]:
     """[Span] for the sealed segments between positions start (inclusive) and
     end (exclusive), and the ids missing from that range."""
     s0, o0 = start
@@ -84,7 +92,9 @@ def spans(path, start, end):
     return out, missing
 
 
-def plan(path, start, end, split_bytes=DEFAULT_SPLIT_BYTES, min_partitions=None):
+def plan(path: str, start: dict[str, Any], end: dict[str, Any],
+         split_bytes: int = DEFAULT_SPLIT_BYTES,
+         min_partitions: int | None = None) -> tuple[list[SegmentRange], list[tuple[int, int]]]:
     """The SegmentRanges covering offsets [start, end), of about the target
     size: split_bytes, or less when min_partitions asks for more (at least
     64 KiB). Larger segments are cut; pack() groups the small ones."""
@@ -94,7 +104,7 @@ def plan(path, start, end, split_bytes=DEFAULT_SPLIT_BYTES, min_partitions=None)
                     "before they were read, or quarantined); their records are lost",
                     path, first, last)
     target = _target(sum(sp.weight for sp in found), split_bytes, min_partitions)
-    parts = []
+    parts: list[SegmentRange] = []
     for sp in found:
         lo, hi = sp.lo, sp.hi
         n = max(1, -(-sp.weight // target))
@@ -111,7 +121,8 @@ def plan(path, start, end, split_bytes=DEFAULT_SPLIT_BYTES, min_partitions=None)
     return parts, missing
 
 
-def pack(ranges, split_bytes=DEFAULT_SPLIT_BYTES, min_partitions=None):
+def pack(ranges: list[SegmentRange], split_bytes: int = DEFAULT_SPLIT_BYTES,
+         min_partitions: int | None = None) -> list[RangeGroup]:
     """The partitions for plan()'s ranges: consecutive ranges grouped up to the
     same target size, each range counted with _OPEN_COST (Spark's file
     sources pack small files so; a task per one-minute segment would cost more
@@ -120,7 +131,9 @@ def pack(ranges, split_bytes=DEFAULT_SPLIT_BYTES, min_partitions=None):
     # min_partitions groups into one more, a second wave of tasks on as many cores.
     total = sum(r.weight + _OPEN_COST for r in ranges)
     target = _target(total, split_bytes, min_partitions)
-    groups, cur, size = [], [], 0
+    groups: list[RangeGroup] = []
+    cur: list[SegmentRange] = []
+    size = 0
     for r in ranges:
         n = r.weight + _OPEN_COST
         # A range goes to the slot [k*target, (k+1)*target) holding its middle:
@@ -135,7 +148,7 @@ def pack(ranges, split_bytes=DEFAULT_SPLIT_BYTES, min_partitions=None):
     return groups
 
 
-def partitions(opts, start, end):
+def partitions(opts: Options, start: dict[str, Any], end: dict[str, Any]) -> list[RangeGroup]:
     """The RangeGroups of offsets [start, end) under the options opts; the
     segments missing from the range are written to its corruptDir."""
     ranges, missing = plan(opts.path, start, end, opts.split_bytes, opts.min_partitions)
@@ -144,14 +157,14 @@ def partitions(opts, start, end):
     return pack(ranges, opts.split_bytes, opts.min_partitions)
 
 
-def _target(total, split_bytes, min_partitions):
+def _target(total: int, split_bytes: int, min_partitions: int | None) -> int:
     if min_partitions and total:
         # Ranges made for parallelism stay >= 64 KiB; splitBytes is obeyed.
         return min(split_bytes, max(-(-total // min_partitions), 64 * MIN_SPLIT_BYTES))
     return split_bytes
 
 
-def advance_bytes(path, start, end, max_bytes):
+def advance_bytes(path: str, start: Pos, end: Pos, max_bytes: int) -> Pos:
     """The position at most max_bytes of segment data after start (>= 1 record)."""
     found, _ = spans(path, start, end)
     budget, last = max_bytes, start
@@ -167,7 +180,7 @@ def advance_bytes(path, start, end, max_bytes):
     return canonical(path, last)
 
 
-def advance_rows(path, start, end, max_rows):
+def advance_rows(path: str, start: Pos, end: Pos, max_rows: int) -> Pos:
     """The position of the (max_rows + 1)-th record after start, or end."""
     found, _ = spans(path, start, end)
     n = 0

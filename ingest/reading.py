@@ -15,6 +15,10 @@ msgspec, or when the file header is not clean, the whole range is read record
 by record through tlog.  Bad regions are reported by the range that owns them
 (ingest.corruption.owned).
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterator
 import gc
 import os
 import zlib
@@ -25,10 +29,17 @@ from ingest.corruption import RangeDamage
 from ingest.schema import arrow_schema
 from tlog.columnar import TS_MAX, TS_MIN, fits_timestamp
 
+if TYPE_CHECKING:
+    import mmap
+
+    from ingest.planning import RangeGroup, SegmentRange
+    from ingest.offsets import Options
+    from ingest.bodies import Rec
+
 try:
     from ingest import bodies
 except ImportError:                      # no msgspec: every range is read by tlog
-    bodies = None
+    bodies = None  # type: ignore[assignment]  # the optional-import idiom
 
 # Whether ranges are read in bulk (msgspec is installed).
 BULK = bodies is not None
@@ -37,13 +48,13 @@ _ARROW_ROWS = 8192                       # records per batch, read through tlog
 _CHUNK_ROWS = 16384                      # bodies per msgspec call
 
 
-def read_group(opts, group):
+def read_group(opts: Options, group: RangeGroup) -> Iterator[Any]:
     """Arrow record batches for the ranges of one RangeGroup, in log order."""
     for r in group.ranges:
         yield from read_range(opts, r)
 
 
-def read_range(opts, part):
+def read_range(opts: Options, part: SegmentRange) -> Iterator[Any]:
     """Arrow record batches for one SegmentRange: in bulk when msgspec is
     there and the file header is clean, else by read_range_slow."""
     found = tlog.segment_file(opts.path, part.segment) if part.segment >= 0 else None
@@ -78,7 +89,7 @@ def read_range(opts, part):
             pass
 
 
-def read_range_slow(opts, part):
+def read_range_slow(opts: Options, part: SegmentRange) -> Iterator[Any]:
     """Arrow record batches for one SegmentRange, record by record through
     tlog: the fallback of read_range."""
     import pyarrow as pa
@@ -123,11 +134,13 @@ def read_range_slow(opts, part):
     damage.report(opts)
 
 
-def _frames(mm, size, pos, stop, limit):
+def _frames(mm: mmap.mmap, size: int, pos: int, stop: int, limit: int
+            ) -> tuple[list[int], list[memoryview], int, bool]:
     """Walk whole, CRC-valid frames from pos: (offsets, bodies, next_pos, ok).
     Stops before a record starting at or after stop, after limit frames, or at
     the first frame that is not valid (ok False: next_pos is its offset)."""
-    offs, chunk = [], []
+    offs: list[int] = []
+    chunk: list[memoryview] = []
     unpack = tlog.RECORD_HEADER.unpack_from
     crc32 = zlib.crc32
     hdr, want_magic, want_version, max_len = (tlog.RECORD_HEADER_SIZE, tlog.RECORD_MAGIC,
@@ -151,7 +164,8 @@ def _frames(mm, size, pos, stop, limit):
     return offs, chunk, pos, True
 
 
-def _read_bulk(opts, part, fname, mm, size):
+def _read_bulk(opts: Options, part: SegmentRange, fname: str, mm: mmap.mmap,
+               size: int) -> Iterator[Any]:
     """Arrow record batches for one SegmentRange of a mapped segment whose file
     header is valid."""
     import pyarrow as pa
@@ -161,7 +175,7 @@ def _read_bulk(opts, part, fname, mm, size):
     path, sid, start, end = opts.path, part.segment, part.start, part.end
     damage = RangeDamage(part, fname, size)
 
-    def emit(offs, recs):
+    def emit(offs: list[int], recs: list[Rec]) -> Any:
         ts = pa.array([r.ts_host for r in recs], pa.float64())
         fits = pc.all(pc.and_(pc.greater_equal(ts, TS_MIN),
                               pc.less_equal(ts, TS_MAX))).as_py()

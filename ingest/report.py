@@ -7,10 +7,18 @@ time; per session (peer_node, peer_sid) its seq range and the missing seq
 ranges (gaps); what ingest skipped as corrupt.  --plot writes a PNG of each
 device's message rate over time.  :func:`summarize` returns the same as data.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterable
 import datetime
 import math
 import os
 import sys
+
+if TYPE_CHECKING:
+    import argparse
+    from pyspark.sql import DataFrame, SparkSession
 
 LOCAL = "(local)"           # how rows without a peer_node (host traffic) are shown
 MAX_GAPS_SHOWN = 12
@@ -19,13 +27,13 @@ _NICE_BINS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 108
               21600, 43200, 86400, 7 * 86400)
 
 
-def add_arguments(p):
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--table", required=True, help="the table directory edgebus ingest writes")
     p.add_argument("--plot", metavar="FILE.png", help="write a PNG of per-device message rate")
     p.add_argument("--master", help="Spark master URL (default: local[*])")
 
 
-def read_table(spark, table):
+def read_table(spark: SparkSession, table: str) -> DataFrame:
     """The ingested table as a DataFrame (through the file sink's metadata log, so
     only committed files; an empty table reads as no rows)."""
     from ingest.job import TABLE_SCHEMA
@@ -33,7 +41,7 @@ def read_table(spark, table):
     return spark.read.schema(TABLE_SCHEMA).parquet(os.path.abspath(table))
 
 
-def summarize(spark, table):
+def summarize(spark: SparkSession, table: str) -> dict[str, Any]:
     """The report as data.
 
     {"rows", "first", "last" (ts_host seconds or None),
@@ -53,6 +61,7 @@ def summarize(spark, table):
     df = read_table(spark, table)
     tot = df.agg(F.count(F.lit(1)).alias("n"), F.min("ts_host").alias("lo"),
                  F.max("ts_host").alias("hi")).first()
+    assert tot is not None  # for mypy: an aggregate without groups has one row
     devices = [{
         "peer_node": r["peer_node"], "messages": r["messages"], "sessions": r["sessions"],
         "generations": sorted(r["generations"]), "first_seen": r["first_seen"],
@@ -94,24 +103,24 @@ def summarize(spark, table):
             "corrupt": corrupt_report(os.path.join(os.path.abspath(table), "_corrupt"))}
 
 
-def _utc(ts):
+def _utc(ts: float | None) -> str:
     if ts is None:
         return "-"
     return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).strftime(
         "%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
 
 
-def _table(header, rows):
+def _table(header: list[str], rows: list[list[str]]) -> str:
     cols = [header] + [[str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cols) for i in range(len(header))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cols)
 
 
-def _gens(gs):
+def _gens(gs: Iterable[int]) -> str:
     return ",".join(str(g) for g in gs) or "-"
 
 
-def format_report(s, table):
+def format_report(s: dict[str, Any], table: str) -> str:
     """The printed report for a summarize() result."""
     ndev = sum(d["peer_node"] is not None for d in s["devices"])
     out = ["edgebus report: %s" % table,
@@ -149,7 +158,7 @@ def format_report(s, table):
     return "\n".join(out)
 
 
-def _bin_seconds(span):
+def _bin_seconds(span: float) -> int:
     """A round bin width giving about 100 bins over span seconds."""
     want = span / 100.0
     for b in _NICE_BINS:
@@ -158,7 +167,8 @@ def _bin_seconds(span):
     return _NICE_BINS[-1]
 
 
-def plot_rates(spark, table, png, summary=None):
+def plot_rates(spark: SparkSession, table: str, png: str,
+               summary: dict[str, Any] | None = None) -> int | None:
     """Write a PNG of each device's messages per second over time; returns the
     bin width used (seconds), or None when the table is empty."""
     import matplotlib
@@ -184,7 +194,7 @@ def plot_rates(spark, table, png, summary=None):
               .groupBy("device", "bin").count().collect())
     lo = math.floor(s["first"] / width)
     hi = math.floor(s["last"] / width)
-    series = {}
+    series: dict[str, dict[int, int]] = {}
     for r in counts:
         series.setdefault(r["device"], {})[r["bin"]] = r["count"]
     # Bin edges: one more than bins, the last value repeated so that the last
@@ -194,7 +204,9 @@ def plot_rates(spark, table, png, summary=None):
     fig, ax = plt.subplots(figsize=(10, 5), dpi=100)
     for dev in sorted(series, key=lambda d: -sum(series[d].values())):
         ys = [series[dev].get(b, 0) / width for b in range(lo, hi + 1)]
-        ax.step(xs, ys + ys[-1:], where="post", label=dev, linewidth=1.2)
+        # (matplotlib takes datetimes through its units registry; its stubs want arrays)
+        ax.step(xs, ys + ys[-1:], where="post", label=dev,  # type: ignore[arg-type]
+                linewidth=1.2)
     ax.set_title("edgebus: messages per second per device (%s bins)" % _human(width))
     ax.set_xlabel("time (UTC)")
     ax.set_ylabel("messages / s")
@@ -208,7 +220,7 @@ def plot_rates(spark, table, png, summary=None):
     return width
 
 
-def _human(seconds):
+def _human(seconds: float) -> str:
     if seconds % 86400 == 0:
         return "%d d" % (seconds // 86400)
     if seconds % 3600 == 0:
@@ -218,7 +230,7 @@ def _human(seconds):
     return "%d s" % seconds
 
 
-def run(args):
+def run(args: argparse.Namespace) -> int:
     table = os.path.abspath(args.table)
     if not os.path.isdir(table):
         print("edgebus report: no table at %s (run edgebus ingest first)" % args.table,

@@ -2,6 +2,9 @@
 columns of a version-2 segment (tlog.columnar.SCHEMA) but ``topic_json``.
 The conversions of record values into these types are tlog.columnar's."""
 
+from __future__ import annotations
+
+from typing import Any
 from pyspark.sql.types import (ArrayType, BooleanType, DoubleType, LongType, StringType, StructField,
                                StructType, TimestampType)
 
@@ -29,7 +32,7 @@ SCHEMA = StructType([
 
 
 
-def arrow_schema():
+def arrow_schema() -> Any:
     """SCHEMA as the pyarrow schema of the record batches the readers yield."""
     from pyspark.sql.pandas.types import to_arrow_schema
 

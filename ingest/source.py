@@ -18,6 +18,10 @@ region is logged as a warning naming file and offset and, with the
 ``corruptDir`` option, written to a JSON file there (see
 :func:`ingest.corruption.corrupt_report`).
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Iterator, Sequence, cast
 import logging
 import os
 
@@ -28,13 +32,18 @@ from ingest.offsets import BEGIN, Options, latest, offset_dict, parse_offset, po
 from ingest.reading import read_group
 from ingest.schema import SCHEMA
 
+if TYPE_CHECKING:
+    from pyspark.sql.types import StructType
+    from pyspark.sql.datasource import InputPartition
+    from pyspark.sql import SparkSession
+
 try:                                     # pyspark >= 4.2: admission control, availableNow
     from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxBytes, ReadMaxRows,
                                                   SupportsTriggerAvailableNow)
 except ImportError:                      # pragma: no cover - pyspark 4.0/4.1
-    ReadAllAvailable = ReadMaxBytes = ReadMaxRows = None
+    ReadAllAvailable = ReadMaxBytes = ReadMaxRows = None  # type: ignore[assignment, misc]  # absent
 
-    class SupportsTriggerAvailableNow:   # a plain base: the engine never calls it there
+    class SupportsTriggerAvailableNow:  # type: ignore[no-redef]  # a plain base: never called
         pass
 
 __all__ = ["EdgebusDataSource", "EdgebusBatchReader", "EdgebusStreamReader", "register",
@@ -43,7 +52,7 @@ __all__ = ["EdgebusDataSource", "EdgebusBatchReader", "EdgebusStreamReader", "re
 log = logging.getLogger("edgebus.ingest")
 
 
-def register(spark):
+def register(spark: SparkSession) -> SparkSession:
     """Make ``format("edgebus")`` available in this SparkSession.
 
     The registered class carries the session's default parallelism, which the
@@ -57,7 +66,7 @@ def register(spark):
     return spark
 
 
-def with_parallelism(n):
+def with_parallelism(n: int) -> type[EdgebusDataSource]:
     """EdgebusDataSource whose readers default minPartitions to n. Being made
     here, not importable, the class is pickled by value (cloudpickle), so the
     hint travels to the planning worker."""
@@ -68,60 +77,61 @@ class EdgebusDataSource(DataSource):
     """``format("edgebus")``: the bridge's telemetry log (docs/spark.md)."""
 
     @classmethod
-    def name(cls):
+    def name(cls) -> str:
         return "edgebus"
 
-    def schema(self):
+    def schema(self) -> StructType:
         return SCHEMA
 
-    def _opts(self, schema):
+    def _opts(self, schema: StructType) -> Options:
         if schema is not None and schema != SCHEMA:
             raise ValueError("edgebus: the schema is fixed (docs/spark.md); "
                              "do not pass one, select or cast columns instead")
         return Options(self.options, getattr(self, "parallelism", None) or os.cpu_count())
 
-    def reader(self, schema):
+    def reader(self, schema: StructType) -> EdgebusBatchReader:
         return EdgebusBatchReader(self._opts(schema))
 
-    def streamReader(self, schema):
+    def streamReader(self, schema: StructType) -> EdgebusStreamReader:
         return EdgebusStreamReader(self._opts(schema))
 
 
 class EdgebusBatchReader(DataSourceReader):
     """Every sealed segment at planning time, or [startingOffset, endingOffset)."""
 
-    def __init__(self, opts):
+    def __init__(self, opts: Options) -> None:
         if not os.path.isdir(opts.path):
             raise FileNotFoundError("edgebus: no log directory at %s" % opts.path)
         self.opts = opts
 
-    def partitions(self):
+    def partitions(self) -> Sequence[InputPartition]:
         o = self.opts
         start = parse_offset(o.starting, "startingOffset", o.path)
         end = parse_offset(o.ending, "endingOffset", o.path)
         # Spark wants at least one partition; an empty one reads nothing.
         return planning.partitions(o, start, end) or [planning.RangeGroup([])]
 
-    def read(self, partition):
-        return read_group(self.opts, partition)
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        return read_group(self.opts, cast(planning.RangeGroup, partition))
 
 
 class EdgebusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batches [end of the last batch, newest sealed segment's end), bounded
     by maxRecordsPerTrigger / maxBytesPerTrigger."""
 
-    def __init__(self, opts):
+    def __init__(self, opts: Options) -> None:
         self.opts = opts
-        self._target = None           # availableNow: do not read past this position
+        # availableNow: do not read past this position
+        self._target: tuple[int, int] | None = None
         self._warned = False
 
-    def initialOffset(self):
+    def initialOffset(self) -> dict[str, int]:
         o = self.opts
         if not os.path.isdir(o.path):
             log.warning("edgebus: no log directory at %s yet; waiting for it", o.path)
         return parse_offset(o.starting, "startingOffset", o.path)
 
-    def _latest(self):
+    def _latest(self) -> tuple[int, int] | None:
         lo = latest(self.opts.path)
         if lo is None:
             return None
@@ -129,7 +139,8 @@ class EdgebusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             lo = self._target
         return lo
 
-    def latestOffset(self, start=None, limit=None):
+    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None
+                     ) -> dict[str, Any]:
         # Two signatures: latestOffset() before pyspark 4.2, (start, limit) after.
         lo = self._latest()
         if start is None:
@@ -154,7 +165,7 @@ class EdgebusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 end = min(end, planning.advance_rows(o.path, s, end, max_rows))
         return offset_dict(*end)
 
-    def getDefaultReadLimit(self):
+    def getDefaultReadLimit(self) -> Any:
         if ReadAllAvailable is None:
             return None
         if self.opts.max_records:
@@ -163,18 +174,18 @@ class EdgebusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return ReadMaxBytes(self.opts.max_bytes)
         return ReadAllAvailable()
 
-    def reportLatestOffset(self):
+    def reportLatestOffset(self) -> dict[str, int] | None:
         lo = latest(self.opts.path)
         return offset_dict(*lo) if lo else None
 
-    def prepareForTriggerAvailableNow(self):
+    def prepareForTriggerAvailableNow(self) -> None:
         self._target = latest(self.opts.path) or (-1, 0)
 
-    def partitions(self, start, end):
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
         return planning.partitions(self.opts, start, end)
 
-    def read(self, partition):
-        return read_group(self.opts, partition)
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        return read_group(self.opts, cast(planning.RangeGroup, partition))
 
-    def commit(self, end):
+    def commit(self, end: dict[str, Any]) -> None:
         pass        # the log is the bridge's; its retention decides what is kept

@@ -9,6 +9,10 @@ Readers take row ranges back as Arrow tables (``read_rows``) or record dicts
 module of tlog that needs pyarrow: the row format of the active segment and
 version-1 segments are read and written without it.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 import json
 import os
 from operator import itemgetter
@@ -19,6 +23,9 @@ import pyarrow.parquet as pq
 
 from tlog.records import FIELDS, decode_value, json_text
 from tlog.names import fsync_dir, parquet_name, write_atomically
+
+if TYPE_CHECKING:
+    from tlog.reader import ReadStats
 
 FORMAT_VERSION = 2
 META_VERSION = b"edgebus.format_version"
@@ -58,17 +65,17 @@ SCHEMA = pa.schema([
 _PROV = ("link_id", "peer_node", "peer_sid", "origin_kind", "conn_id", "principal")
 
 
-def fits_timestamp(ts):
+def fits_timestamp(ts: float) -> bool:
     """Whether ts (seconds) is within Spark's timestamp range."""
     return TS_MIN <= ts <= TS_MAX          # ints compare exactly, no overflow
 
 
-def to_long(v):
+def to_long(v: Any) -> Any:
     """v for a long column: null beyond a long's range (the JSON keeps it)."""
     return v if v is None or _I64_MIN <= v <= _I64_MAX else None
 
 
-def to_double(v):
+def to_double(v: Any) -> Any:
     """v for a double column: an int as the nearest double, null beyond a
     double's range."""
     if type(v) is int:
@@ -76,17 +83,17 @@ def to_double(v):
     return v
 
 
-def _column(values, typ, fix):
+def _column(values: list[Any], typ: Any, fix: Callable[[Any], Any]) -> Any:
     try:
         return pa.array(values, typ)
     except (OverflowError, pa.ArrowInvalid, TypeError):   # beyond the type: see fix
         return pa.array(list(map(fix, values)), typ)
 
 
-def _topics(topics):
+def _topics(topics: list[tuple[Any, ...]]) -> tuple[list[Any], list[Any], list[Any]]:
     """The topic, topic_tokens and topic_json columns' values; a gateway sees
     few distinct topics, so each is worked out once."""
-    seen = {}
+    seen: dict[tuple[Any, ...], Any] = {}
     text, tokens, tj = [], [], []
     for tp in topics:
         key = tuple(tp)
@@ -104,12 +111,13 @@ def _topics(topics):
 _AT = {k: i for i, k in enumerate(FIELDS + ("late",))}     # a row_of() tuple's members
 
 
-def table(rows, segment_id, gateway=None, offsets=None):
+def table(rows: list[tuple[Any, ...]], segment_id: int, gateway: str | None = None,
+          offsets: list[int] | None = None) -> Any:
     """The Arrow table of SCHEMA for rows (tlog.records.row_of tuples) of
     segment_id, at rows 0.. or at the given offsets: column by column."""
     n = len(rows)
 
-    def col(k):
+    def col(k: str) -> list[Any]:
         return list(map(itemgetter(_AT[k]), rows))
     topic, tokens, topic_json = _topics(col("topic"))
     ts = _column(col("ts_host"), pa.float64(), to_double)
@@ -138,7 +146,8 @@ def table(rows, segment_id, gateway=None, offsets=None):
     return pa.Table.from_arrays([cols[f.name] for f in SCHEMA], schema=SCHEMA)
 
 
-def write_segment(path, segment_id, rows, gateway=None, mtime=None):
+def write_segment(path: str, segment_id: int, rows: list[tuple[Any, ...]],
+                  gateway: str | None = None, mtime: float | None = None) -> str:
     """Write rows (tlog.records.row_of tuples) as the sealed segment
     ``segment_id`` of the log at path,
     atomically: a hidden temporary file, fsynced (mtime set: the seal time),
@@ -156,7 +165,7 @@ def write_segment(path, segment_id, rows, gateway=None, mtime=None):
     return final
 
 
-def remove_temporaries(path):
+def remove_temporaries(path: str) -> list[str]:
     """Delete what a crash left of unfinished seals (hidden temporary files)."""
     gone = []
     for name in os.listdir(path):
@@ -168,7 +177,7 @@ def remove_temporaries(path):
     return gone
 
 
-def open_segment(fname, segment_id):
+def open_segment(fname: str, segment_id: int) -> tuple[Any, str | None]:
     """(ParquetFile, gateway) of a version-2 segment; raises ValueError (with the
     reason) when the file is not one, or OSError."""
     try:
@@ -186,12 +195,13 @@ def open_segment(fname, segment_id):
     return pf, None if gw is None else gw.decode("utf-8")
 
 
-def row_count(fname):
+def row_count(fname: str) -> int:
     """Rows in a version-2 segment file (its footer); raises if unreadable."""
     return pq.read_metadata(fname).num_rows
 
 
-def read_rows(fname, segment_id, start, end, stats, columns=None):
+def read_rows(fname: str, segment_id: int, start: int, end: int | None, stats: ReadStats,
+              columns: list[str] | None = None) -> Iterator[tuple[int, Any]]:
     """Iterate (first row, Arrow table) over rows [start, end) (end None: all)
     of a version-2 segment, a row group at a time.  A file that cannot be
     opened or names another segment or version is skipped; a row group that
@@ -221,21 +231,22 @@ def read_rows(fname, segment_id, start, end, stats, columns=None):
             break
 
 
-def _size(fname):
+def _size(fname: str) -> int:
     try:
         return os.path.getsize(fname)
     except OSError:
         return 0
 
 
-def _value(text, decode):
+def _value(text: str | None, decode: bool) -> Any:
     if text is None:
         return None
     v = json.loads(text)
     return decode_value(v) if decode else v
 
 
-def read_records(fname, segment_id, start, end, stats, decode_payload):
+def read_records(fname: str, segment_id: int, start: int, end: int | None, stats: ReadStats,
+                 decode_payload: bool) -> Iterator[tuple[int, dict[str, Any]]]:
     """Iterate (row, record dict) like tlog.read_segment, for a version-2
     segment: the thirteen members, topic a tuple (integer tokens restored)."""
     for first, t in read_rows(fname, segment_id, start, end, stats):
@@ -250,7 +261,8 @@ def read_records(fname, segment_id, start, end, stats, decode_payload):
             yield first + i, {k: rec[k] for k in FIELDS}
 
 
-def max_seqs(fname, segment_id, out, stats):
+def max_seqs(fname: str, segment_id: int, out: dict[tuple[str, str], int],
+             stats: ReadStats) -> dict[tuple[str, str], int]:
     """Fold a version-2 segment's highest seq per (link_id, peer_sid) into out;
     what does not read is skipped into stats."""
     for _first, t in read_rows(fname, segment_id, 0, None, stats,

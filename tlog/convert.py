@@ -1,6 +1,9 @@
 """Converting a log's version-1 sealed segments to version 2 (Parquet), in
 place (docs/telemetry-log.md section 8).  Reading needs no conversion: this is
 for logs that other engines should read as plain Parquet."""
+
+from __future__ import annotations
+
 import os
 
 from tlog import columnar
@@ -10,7 +13,7 @@ from tlog.records import row_of
 from tlog.segments import sealed_files
 
 
-def convert_log(path, gateway=None):
+def convert_log(path: str, gateway: str | None = None) -> list[int]:
     """Rewrite every version-1 sealed segment of the log at path as a
     version-2 one of the same id; returns the converted ids.  Each Parquet
     file is in place before its ``.seg`` is removed, so a crash leaves both

@@ -1,5 +1,7 @@
 """The errors the log writer raises."""
 
+from __future__ import annotations
+
 
 class LogError(Exception):
     """The log directory is in a state the writer will not touch, or the

@@ -1,5 +1,8 @@
 """The bytes on disk: file and record headers, framing (docs/telemetry-log.md
 sections 2 and 3)."""
+
+from __future__ import annotations
+
 import struct
 import zlib
 
@@ -19,19 +22,19 @@ RECORD_HEADER_SIZE = RECORD_HEADER.size    # 14
 MAX_BODY_BYTES = 16 * 1024 * 1024
 
 
-def file_header(segment_id):
+def file_header(segment_id: int) -> bytes:
     """The FILE_HEADER_SIZE bytes a segment file starts with."""
     head = FILE_HEADER.pack(FILE_MAGIC, FORMAT_VERSION, 0, segment_id, 0)[:16]
     return head + struct.pack(">I", zlib.crc32(head))
 
 
-def frame(body):
+def frame(body: bytes) -> bytes:
     """A record: its header (with the CRC over header and body), then body."""
     head = struct.pack(">4sHI", RECORD_MAGIC, FORMAT_VERSION, len(body))
     return head + struct.pack(">I", zlib.crc32(body, zlib.crc32(head))) + body
 
 
-def check_file_header(data, segment_id):
+def check_file_header(data: bytes, segment_id: int) -> tuple[str, bool] | None:
     """None if data is a valid header for segment_id, else (reason, fatal).
     fatal means the whole file must be skipped."""
     if len(data) < FILE_HEADER_SIZE:

@@ -4,21 +4,25 @@ segment files shares, and the one atomic write of the host side (the bridge's
 state and keystore, ingest's sink, the tools' configs and build outputs: all
 import tlog already, and tlog imports nothing of ours). The device keeps its
 own (firmware.write_atomic: MicroPython cannot fsync a directory)."""
+
+from __future__ import annotations
+
+from typing import IO, Any, Callable
 import os
 
 
-def segment_name(segment_id, sealed=True):
+def segment_name(segment_id: int, sealed: bool = True) -> str:
     """The file name of a row-format segment: sealed (version 1), or the
     active one (``.open``)."""
     return "%020d.seg%s" % (segment_id, "" if sealed else ".open")
 
 
-def parquet_name(segment_id):
+def parquet_name(segment_id: int) -> str:
     """The file name of a version-2 (Parquet) sealed segment."""
     return "%020d.parquet" % segment_id
 
 
-def fsync_dir(path):
+def fsync_dir(path: str) -> None:
     """Make the directory's entries (creations, renames, unlinks) durable."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -27,7 +31,8 @@ def fsync_dir(path):
         os.close(fd)
 
 
-def write_atomically(final, tmp, write, durable=True, mtime=None):
+def write_atomically(final: str, tmp: str, write: Callable[[IO[Any]], Any], durable: bool = True,
+                     mtime: float | None = None) -> None:
     """Create the file final whole or not at all: write(f) fills tmp (opened
     "wb"), which is then renamed to final; on any error tmp is removed.
     durable: fsync the file before the rename and its directory after;

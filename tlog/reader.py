@@ -1,5 +1,9 @@
 """Reading sealed segments: records in order, bad bytes skipped and reported
 (docs/telemetry-log.md section 7)."""
+
+from __future__ import annotations
+
+from typing import Any, Generator, IO
 import os
 import zlib
 
@@ -19,21 +23,21 @@ class ReadStats:
     regions; missing: list of (first_id, last_id) inclusive ranges of
     segments asked for but not on disk (removed by retention or by hand)."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.records = 0
-        self.corrupt = []
+        self.corrupt: list[tuple[str, int, str]] = []
         self.bytes_skipped = 0
-        self.missing = []
+        self.missing: list[tuple[int, int]] = []
 
     @property
-    def clean(self):
+    def clean(self) -> bool:
         return not self.corrupt and not self.missing
 
-    def _bad(self, file, offset, reason, nbytes):
+    def _bad(self, file: str, offset: int, reason: str, nbytes: int) -> None:
         self.corrupt.append((file, offset, reason))
         self.bytes_skipped += max(0, nbytes)
 
-    def __repr__(self):
+    def __repr__(self) -> str:
         return ("ReadStats(records=%d, corrupt=%d, bytes_skipped=%d, missing=%r)"
                 % (self.records, len(self.corrupt), self.bytes_skipped, self.missing))
 
@@ -41,22 +45,23 @@ class ReadStats:
 class _StatsIter:
     """An iterator that also carries the ReadStats it fills (``.stats``)."""
 
-    def __init__(self, gen, stats):
+    def __init__(self, gen: Generator[Any, None, None], stats: ReadStats) -> None:
         self._gen = gen
         self.stats = stats
 
-    def __iter__(self):
+    def __iter__(self) -> _StatsIter:
         return self
 
-    def __next__(self):
+    def __next__(self) -> Any:
         return next(self._gen)
 
-    def close(self):
+    def close(self) -> None:
         self._gen.close()
 
 
-def read_segment(path, segment_id, start_offset=0, end_offset=None, stats=None,
-                 decode_payload=True):
+def read_segment(path: str, segment_id: int, start_offset: int = 0, end_offset: int | None = None,
+                 stats: ReadStats | None = None,
+                 decode_payload: bool = True) -> _StatsIter:
     """Iterate ``(offset, record)`` for the records of one sealed segment
     whose offset is in [start_offset, end_offset) (end None: to the end).
     Offsets are byte offsets in a version-1 segment, row numbers in a
@@ -73,7 +78,8 @@ def read_segment(path, segment_id, start_offset=0, end_offset=None, stats=None,
     return _StatsIter(gen, stats)
 
 
-def _read_segment(path, segment_id, start, end, stats, decode_payload):
+def _read_segment(path: str, segment_id: int, start: int, end: int | None, stats: ReadStats,
+                  decode_payload: bool) -> Generator[tuple[int, dict[str, Any]], None, None]:
     found = segment_file(path, segment_id)
     if found is None:
         stats.missing.append((segment_id, segment_id))
@@ -132,7 +138,8 @@ def _read_segment(path, segment_id, start, end, stats, decode_payload):
             stats._bad(fname, 0, "read error: %s" % e, 0)
 
 
-def read_log(path, start=None, end=None, stats=None, decode_payload=True):
+def read_log(path: str, start: tuple[int, int] | None = None, end: tuple[int, int] | None = None,
+             stats: ReadStats | None = None, decode_payload: bool = True) -> _StatsIter:
     """Iterate ``((segment_id, offset), record)`` over the sealed segments
     from position start (inclusive; None: the oldest segment) to position end
     (exclusive; None: the end of the newest sealed segment at call time).
@@ -143,7 +150,9 @@ def read_log(path, start=None, end=None, stats=None, decode_payload=True):
     return _StatsIter(_read_log(path, start, end, stats, decode_payload), stats)
 
 
-def _read_log(path, start, end, stats, decode_payload):
+def _read_log(path: str, start: tuple[int, int] | None, end: tuple[int, int | None] | None,
+              stats: ReadStats, decode_payload: bool
+              ) -> Generator[tuple[tuple[int, int], dict[str, Any]], None, None]:
     ids = list_segments(path)
     if end is None:
         if not ids:
@@ -173,14 +182,14 @@ def _read_log(path, start, end, stats, decode_payload):
 class ForwardReader:
     """Chunked random-ish access to a file read forward."""
 
-    def __init__(self, f, start):
+    def __init__(self, f: IO[bytes], start: int) -> None:
         self.f = f
         self.base = start
         self.data = bytearray()
         self.eof = False
         f.seek(start)
 
-    def _fill(self, upto):
+    def _fill(self, upto: int) -> None:
         while self.base + len(self.data) < upto and not self.eof:
             chunk = self.f.read(max(_CHUNK, upto - self.base - len(self.data)))
             if not chunk:
@@ -188,12 +197,12 @@ class ForwardReader:
             else:
                 self.data += chunk
 
-    def get(self, pos, n):
+    def get(self, pos: int, n: int) -> bytes:
         self._fill(pos + n)
         i = pos - self.base
         return bytes(self.data[i:i + n])
 
-    def find(self, pat, pos, limit):
+    def find(self, pat: bytes, pos: int, limit: int) -> int:
         """Index >= pos of pat starting before limit, or -1."""
         while True:
             i = self.data.find(pat, pos - self.base)
@@ -204,7 +213,7 @@ class ForwardReader:
             pos = max(pos, self.base + len(self.data) - len(pat) + 1)
             self._fill(self.base + len(self.data) + _CHUNK)
 
-    def release(self, pos):
+    def release(self, pos: int) -> None:
         """Forget bytes before pos."""
         k = pos - self.base
         if k > _CHUNK:
@@ -212,7 +221,8 @@ class ForwardReader:
             self.base = pos
 
 
-def parse_record(src, pos, decode_payload):
+def parse_record(src: ForwardReader, pos: int, decode_payload: bool
+                 ) -> tuple[dict[str, Any] | None, Any]:
     """The record framed at pos: (record, next position), or (None, reason)
     when the bytes there are not a whole valid record."""
     hdr = src.get(pos, RECORD_HEADER_SIZE)

@@ -1,5 +1,9 @@
 """Record bodies: the thirteen members, their values (JSON with two tags), and
 the record of an edgebus Message (docs/telemetry-log.md section 3)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 import base64
 import binascii
 import json
@@ -7,6 +11,9 @@ import math
 import time
 
 from tlog.format import MAX_BODY_BYTES
+
+if TYPE_CHECKING:
+    from edgebus import Message
 
 # The body's members, in the order the writer emits them.
 FIELDS = ("ts_host", "topic", "payload", "ts_device", "seq", "origin_kind", "conn_id",
@@ -19,15 +26,15 @@ _INT_FIELDS = ("seq", "generation")
 # ---------------------------------------------------------------------------
 # Values: JSON with two tags ($b64 for bytes, $lit to escape)
 
-def _is_int(v):
+def _is_int(v: Any) -> bool:
     return type(v) is int
 
 
-def _is_num(v):
+def _is_num(v: Any) -> bool:
     return (type(v) is int) or (type(v) is float and math.isfinite(v))
 
 
-def encode_value(v):
+def encode_value(v: Any) -> Any:
     """A payload/extra value as a JSON-model value (see the doc, "Values").
 
     bytes-like values become ``{"$b64": "..."}``; a one-member object whose
@@ -63,7 +70,7 @@ def encode_value(v):
     raise TypeError("cannot log a value of type %s" % t.__name__)
 
 
-def decode_value(v):
+def decode_value(v: Any) -> Any:
     """Inverse of :func:`encode_value` on a value parsed from JSON."""
     t = type(v)
     if t is list:
@@ -86,24 +93,25 @@ def decode_value(v):
     return v
 
 
-def _compact_encoder():
+def _compact_encoder() -> Callable[[Any], str]:
     """The encoder of json.dumps(v, ensure_ascii=False, allow_nan=False,
     separators=(",", ":")) made once: dumps builds one per call, which costs
     more than encoding a small record.  No circular-reference check: logged
     values are validated trees (encode_value)."""
     try:
-        from json.encoder import c_encode_basestring, c_make_encoder
+        from json.encoder import (  # type: ignore[attr-defined]  # C parts, not in typeshed
+            c_encode_basestring, c_make_encoder)
     except ImportError:                              # pragma: no cover - no _json
         c_make_encoder = None
     if c_make_encoder is None or c_encode_basestring is None:
         return json.JSONEncoder(ensure_ascii=False, allow_nan=False,
                                 separators=(",", ":")).encode
 
-    def default(o):
+    def default(o: Any) -> Any:
         raise TypeError("Object of type %s is not JSON serializable" % type(o).__name__)
     enc = c_make_encoder(None, default, c_encode_basestring, None, ":", ",", False, False, False)
 
-    def encode(v):
+    def encode(v: Any) -> str:
         return "".join(enc(v, 0))
     return encode
 
@@ -112,7 +120,7 @@ def _compact_encoder():
 json_text = _compact_encoder()
 
 
-def topic_text(tokens):
+def topic_text(tokens: Iterable[Any]) -> str:
     """The 'a/b/c' form of a topic token sequence (ints as decimal text)."""
     return "/".join([str(t) for t in tokens])
 
@@ -120,7 +128,7 @@ def topic_text(tokens):
 # ---------------------------------------------------------------------------
 # Bodies
 
-def _check_record(record):
+def _check_record(record: dict[str, Any]) -> None:
     if not isinstance(record, dict):
         raise TypeError("record must be a dict, not %s" % type(record).__name__)
     unknown = [k for k in record if k not in FIELDS]
@@ -131,19 +139,19 @@ def _check_record(record):
             raise ValueError("record lacks required field %r" % k)
 
 
-def _encode_nested(v):
+def _encode_nested(v: Any) -> Any:
     try:
         return encode_value(v)
     except RecursionError:    # a value nested deeper than Python can recurse
         raise ValueError("record nests too deeply") from None
 
 
-def encode_body(record):
+def encode_body(record: dict[str, Any]) -> bytes:
     """Validated, compact UTF-8 JSON body bytes for a record dict."""
     return dump_body(normalize(record))
 
 
-def normalize(record):
+def normalize(record: dict[str, Any]) -> dict[str, Any]:
     """The body of a record dict as JSON-model values, validated: the thirteen
     members in order, topic a list, payload and extra encoded (tags).  Raises
     TypeError/ValueError for a record the log cannot hold."""
@@ -182,7 +190,7 @@ def normalize(record):
     return body
 
 
-def dump_body(body):
+def dump_body(body: dict[str, Any]) -> bytes:
     """The compact UTF-8 JSON bytes of a body normalize() made."""
     try:
         data = json_text(body).encode("utf-8")
@@ -194,13 +202,13 @@ def dump_body(body):
     return data
 
 
-def is_late(extra):
+def is_late(extra: Any) -> bool:
     """Whether a record's extra (a dict, or None) says late: its member
     ``late`` is JSON true (a reading delivered out of a device's spool)."""
     return type(extra) is dict and extra.get("late") is True
 
 
-def row_of(body):
+def row_of(body: dict[str, Any]) -> tuple[Any, ...]:
     """A body (as normalize() or decode_body(..., False) give it) as the row a
     version-2 seal builds its columns from: the thirteen members in FIELDS
     order, topic a tuple, payload and extra as their JSON text (None for
@@ -214,11 +222,11 @@ def row_of(body):
             body["generation"], None if e is None else json_text(e), is_late(e))
 
 
-def _no_constants(name):
+def _no_constants(name: str) -> Any:
     raise ValueError("non-finite number %s" % name)
 
 
-def decode_body(data, decode_payload):
+def decode_body(data: bytes, decode_payload: bool) -> dict[str, Any]:
     """The record dict of a body whose CRC matched; raises ValueError if the
     body does not follow the schema."""
     try:
@@ -260,7 +268,7 @@ def decode_body(data, decode_payload):
     return rec
 
 
-def record_from_message(msg, ts_host=None):
+def record_from_message(msg: Message, ts_host: float | None = None) -> dict[str, Any]:
     """The record dict for an edgebus Message received now (or at ts_host).
 
     The sender's sequence number and device timestamp are taken from
@@ -273,7 +281,7 @@ def record_from_message(msg, ts_host=None):
     seq = extra.get("seq") if extra else None
     ts = extra.get("ts") if extra else None
 
-    def s(name):
+    def s(name: str) -> str | None:
         v = getattr(o, name, None)
         return v if v is None or type(v) is str else str(v)
 

@@ -2,6 +2,10 @@
 its last whole valid record and sealed (as Parquet in version 2), or removed
 when it holds none or a finished seal already holds it (docs/telemetry-log.md
 section 5)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
 import os
 
 from tlog.errors import LogError
@@ -11,7 +15,8 @@ from tlog.records import row_of
 from tlog.segments import fsync_dir, open_segments, segment_file, segment_name
 
 
-def valid_prefix(fname, segment_id, rows=None):
+def valid_prefix(fname: str, segment_id: int, rows: list[tuple[Any, ...]] | None = None
+                 ) -> tuple[int, int, bool]:
     """(end, count, header_ok) for an .open file: the end offset of its last
     whole valid record when read strictly from the start, no resync.  With a
     list as rows, each valid record is appended to it as a row_of() tuple."""
@@ -31,7 +36,8 @@ def valid_prefix(fname, segment_id, rows=None):
             src.release(pos)
 
 
-def recover(path, clock, version=2, gateway=None):
+def recover(path: str, clock: Callable[[], float], version: int = 2, gateway: str | None = None
+            ) -> list[tuple[str, str, str]]:
     """Seal, remove or quarantine every ``.open`` segment in the log directory
     (the caller holds its lock); clock gives a sealed file's mtime.  version
     is the sealed format: 2 writes the records as a Parquet segment (gateway
@@ -45,7 +51,7 @@ def recover(path, clock, version=2, gateway=None):
     for sid, name in open_segments(path):
         fname = os.path.join(path, name)
         size = os.path.getsize(fname)
-        rows = [] if version == 2 else None
+        rows: list[tuple[Any, ...]] | None = [] if version == 2 else None
         end, count, header_ok = valid_prefix(fname, sid, rows)
         sealed = segment_file(path, sid)
         if sealed is not None:
@@ -60,7 +66,7 @@ def recover(path, clock, version=2, gateway=None):
                 os.rename(fname, fname + ".corrupt")
                 done.append((fname, "quarantined", "bad file header"))
             continue
-        if version == 2:
+        if rows is not None:  # version 2
             columnar.write_segment(path, sid, rows, gateway, mtime=clock())
             os.unlink(fname)
             done.append((fname, "sealed", "%d records as Parquet, %d bytes cut"
@@ -82,7 +88,7 @@ def recover(path, clock, version=2, gateway=None):
     return done
 
 
-def _sealed_already(fname, sealed, count):
+def _sealed_already(fname: str, sealed: tuple[str, int], count: int) -> tuple[str, str, str]:
     """An .open file beside the sealed segment of the same id: a crash between
     a Parquet seal's rename and the row file's removal, so the Parquet file
     holds every record the row file does, and the row file goes.  Anything
@@ -91,11 +97,11 @@ def _sealed_already(fname, sealed, count):
     if version == 2:
         from tlog.columnar import row_count
         try:
-            rows = row_count(sealed_name)
+            n = row_count(sealed_name)
+            rows: int | None = n
+            why = "holds %d rows, the row file %d records" % (n, count)
         except Exception as e:
             rows, why = None, "unreadable (%s)" % e
-        else:
-            why = "holds %d rows, the row file %d records" % (rows, count)
         if rows is not None and rows >= count:
             os.unlink(fname)
             return fname, "removed", "already sealed as %s" % os.path.basename(sealed_name)

@@ -1,11 +1,16 @@
 """Retention: the oldest sealed segments deleted by total size or age
 (docs/telemetry-log.md section 6)."""
+
+from __future__ import annotations
+
+from typing import Callable
 import os
 
 from tlog.segments import fsync_dir, sealed_files
 
 
-def retain(path, retention_bytes, retention_seconds, clock):
+def retain(path: str, retention_bytes: int | None, retention_seconds: float | None,
+           clock: Callable[[], float]) -> list[int]:
     """Delete the oldest sealed segments beyond retention_bytes (total of
     sealed segments) or older than retention_seconds (since sealing, by
     mtime, against clock()).  Only a prefix is deleted, and the newest sealed

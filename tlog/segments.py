@@ -1,5 +1,8 @@
 """The log directory: segment file names, the sealed segments it holds, and
 the lock file (docs/telemetry-log.md section 1)."""
+
+from __future__ import annotations
+
 import os
 import re
 
@@ -14,7 +17,7 @@ _OPEN_RE = re.compile(r"^([0-9]{20})\.seg\.open\Z")
 _ANY_ID_RE = re.compile(r"^([0-9]{20})\.(seg|parquet)")
 
 
-def sealed_files(path):
+def sealed_files(path: str) -> dict[int, tuple[str, int]]:
     """{segment id: (file path, format version)} of the sealed segments in the
     log directory, both versions (never the active ``.open`` one).  A missing
     directory has none."""
@@ -31,13 +34,13 @@ def sealed_files(path):
     return out
 
 
-def list_segments(path):
+def list_segments(path: str) -> list[int]:
     """Sorted ids of the sealed segments in the log directory (never the
     active ``.open`` one).  A missing directory has no segments."""
     return sorted(sealed_files(path))
 
 
-def segment_file(path, segment_id):
+def segment_file(path: str, segment_id: int) -> tuple[str, int] | None:
     """(file path, format version) of a sealed segment, or None when absent."""
     for name, version in ((parquet_name(segment_id), 2), (segment_name(segment_id), 1)):
         fname = os.path.join(path, name)
@@ -46,13 +49,13 @@ def segment_file(path, segment_id):
     return None
 
 
-def start_offset(version):
+def start_offset(version: int) -> int:
     """A segment's first position: the first byte after the file header
     (version 1) or row 0 (version 2)."""
     return FILE_HEADER_SIZE if version == 1 else 0
 
 
-def segment_end(path, segment_id):
+def segment_end(path: str, segment_id: int) -> int | None:
     """The end position of a sealed segment: its byte length (version 1) or
     its row count (version 2); None when it is absent or unreadable."""
     found = segment_file(path, segment_id)
@@ -68,7 +71,7 @@ def segment_end(path, segment_id):
         return None
 
 
-def latest_offset(path):
+def latest_offset(path: str) -> tuple[int, int] | None:
     """(segment id, end) of the newest sealed segment: the position just past
     its last record (segment_end).  None when the log has no sealed segment."""
     for sid in reversed(list_segments(path)):
@@ -78,7 +81,7 @@ def latest_offset(path):
     return None
 
 
-def earliest_offset(path):
+def earliest_offset(path: str) -> tuple[int, int] | None:
     """(segment id, first position) of the oldest sealed segment, or None."""
     files = sealed_files(path)
     if not files:
@@ -87,7 +90,7 @@ def earliest_offset(path):
     return sid, start_offset(files[sid][1])
 
 
-def open_segments(path):
+def open_segments(path: str) -> list[tuple[int, str]]:
     """(segment id, file name) of each active (``.open``) segment in the log
     directory, by name: what a crashed writer left."""
     out = []
@@ -98,7 +101,7 @@ def open_segments(path):
     return out
 
 
-def next_segment_id(path):
+def next_segment_id(path: str) -> int:
     """One more than the highest segment id named by a file of the directory
     (sealed, active or quarantined), or 0."""
     ids = [int(m.group(1)) for m in map(_ANY_ID_RE.match, os.listdir(path)) if m]

@@ -1,5 +1,8 @@
 """The newest records of a log, read segment by segment from the end: what
 the writer's owner needs after a restart to know what is already durable."""
+
+from __future__ import annotations
+
 import os
 
 from tlog.reader import ReadStats, read_segment
@@ -9,7 +12,7 @@ from tlog.segments import sealed_files
 TAIL_BYTES = 64 * 1024 * 1024
 
 
-def last_seqs(path, max_bytes=TAIL_BYTES):
+def last_seqs(path: str, max_bytes: int = TAIL_BYTES) -> dict[tuple[str, str], int]:
     """``{(link_id, peer_sid): highest seq}`` over the newest sealed segments.
 
     Segments are read newest first until at least ``max_bytes`` of them have
@@ -18,7 +21,7 @@ def last_seqs(path, max_bytes=TAIL_BYTES):
     call it after opening the LogWriter, whose recovery seals what a crashed
     writer left in its ``.open`` segment.  Bad bytes are skipped as by
     read_segment; never raises for the log's content."""
-    out = {}
+    out: dict[tuple[str, str], int] = {}
     covered = 0
     files = sealed_files(path)
     for sid in sorted(files, reverse=True):

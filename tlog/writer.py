@@ -2,6 +2,10 @@
 and applies retention (docs/telemetry-log.md section 4).  The active segment
 is always in the row format; sealing writes it as Parquet (version 2, through
 tlog.columnar and pyarrow) or keeps the row file (version 1)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Literal
 import fcntl
 import os
 import time
@@ -37,9 +41,12 @@ class LogWriter:
     Not thread-safe: one caller at a time.
     """
 
-    def __init__(self, path, segment_bytes=64 * 1024 * 1024, segment_seconds=60,
-                 retention_bytes=None, retention_seconds=None, fsync="segment",
-                 fsync_interval=1.0, clock=time.time, version=2, gateway=None):
+    def __init__(self, path: str, segment_bytes: int = 64 * 1024 * 1024,
+                 segment_seconds: float = 60,
+                 retention_bytes: int | None = None, retention_seconds: float | None = None,
+                 fsync: str = "segment",
+                 fsync_interval: float = 1.0, clock: Callable[[], float] = time.time,
+                 version: int = 2, gateway: str | None = None) -> None:
         if version not in (1, 2):
             raise ValueError("version must be 1 or 2")
         if gateway is not None and type(gateway) is not str:
@@ -63,17 +70,19 @@ class LogWriter:
         self._clock = clock
         self.version = version
         self.gateway = gateway
-        self._rows = []              # version 2: the active segment's rows (row_of), for the seal
-        self._fd = None              # active segment's fd
-        self._active = None          # active segment id
+        # version 2: the active segment's rows (row_of), for the seal
+        self._rows: list[tuple[Any, ...]] = []
+        self._fd: int | None = None  # active segment's fd
+        self._active: int | None = None  # active segment id
         self._size = 0               # logical size of the active segment
         self._buf = bytearray()      # appended bytes not yet written
         self._opened_at = 0.0
         self._last_sync = 0.0
         self._unsynced = False
-        self._failed = None
+        self._failed: BaseException | None = None
         self._closed = False
-        self.recovered = []          # (file, action, detail) of the recovery on opening
+        # (file, action, detail) of the recovery on opening
+        self.recovered: list[tuple[str, str, str]] = []
         if not os.path.isdir(self.path):
             os.makedirs(self.path, exist_ok=True)
             fsync_dir(os.path.dirname(self.path))   # make the new directory durable
@@ -94,25 +103,25 @@ class LogWriter:
 
     # -- state ------------------------------------------------------------
 
-    def _check(self):
+    def _check(self) -> None:
         if self._closed:
             raise LogError("writer is closed")
         if self._failed is not None:
             raise LogError("writer failed earlier (%r); reopen the log" % (self._failed,))
 
     @property
-    def active_segment(self):
+    def active_segment(self) -> int | None:
         """Id of the segment being written (its file ends in .open), or None."""
         return self._active
 
-    def position(self):
+    def position(self) -> tuple[int, int]:
         """(segment id, offset) the next append will get if no roll happens
         first; (next segment id, FILE_HEADER_SIZE) when no segment is active."""
         if self._active is None:
             return self._next_id, start_offset(self.version)
         return self._active, self._size if self.version == 1 else len(self._rows)
 
-    def _io(self, fn, *args):
+    def _io(self, fn: Callable[..., Any], *args: Any) -> Any:
         try:
             return fn(*args)
         except BaseException as e:
@@ -121,7 +130,7 @@ class LogWriter:
 
     # -- writing ----------------------------------------------------------
 
-    def append(self, record):
+    def append(self, record: dict[str, Any]) -> tuple[int, int]:
         """Append one record (a dict with the FIELDS keys; ts_host, topic and
         payload required) and return its position (segment_id, offset).
 
@@ -133,16 +142,17 @@ class LogWriter:
         body = normalize(record)
         return self._io(self._append, frame(dump_body(body)), body)
 
-    def _too_old(self, now):
+    def _too_old(self, now: float) -> bool:
         return self.segment_seconds is not None and now - self._opened_at >= self.segment_seconds
 
-    def _append(self, data, body):
+    def _append(self, data: bytes, body: dict[str, Any]) -> tuple[int, int]:
         now = self._clock()
         if self._active is not None:
             if self._too_old(now) or self._size + len(data) > self.segment_bytes:
                 self._seal()
         if self._active is None:
             self._create(now)
+        assert self._active is not None  # for mypy: _create set it
         if self.version == 1:
             pos = (self._active, self._size)
         else:
@@ -159,7 +169,7 @@ class LogWriter:
             self._write_out()
         return pos
 
-    def _create(self, now):
+    def _create(self, now: float) -> None:
         sid = self._next_id
         if sid > MAX_SEGMENT_ID:
             raise LogError("segment ids exhausted")
@@ -176,7 +186,8 @@ class LogWriter:
         self._fd, self._active, self._size = fd, sid, len(head)
         self._opened_at = self._last_sync = now
 
-    def _write_out(self):
+    def _write_out(self) -> None:
+        assert self._fd is not None  # for mypy: called only while a segment is active
         view = memoryview(self._buf)
         done = 0
         try:
@@ -186,14 +197,16 @@ class LogWriter:
             view.release()
             del self._buf[:done]
 
-    def _sync(self, now=None):
+    def _sync(self, now: float | None = None) -> None:
         self._write_out()
+        assert self._fd is not None  # for mypy: called only while a segment is active
         os.fsync(self._fd)
         self._unsynced = False
         self._last_sync = self._clock() if now is None else now
 
-    def _seal(self):
+    def _seal(self) -> int | None:
         sid, fd = self._active, self._fd
+        assert sid is not None and fd is not None  # for mypy: a segment is active
         open_name = os.path.join(self.path, segment_name(sid, sealed=False))
         t = self._clock()
         if self.version == 2:
@@ -219,7 +232,7 @@ class LogWriter:
         self._retain()
         return sid
 
-    def flush(self):
+    def flush(self) -> tuple[int, int]:
         """Sync point: write and fsync the active segment.  When it returns,
         every record appended before survives a crash (recovery seals it).
         Returns position()."""
@@ -228,20 +241,20 @@ class LogWriter:
             self._io(self._sync)
         return self.position()
 
-    def roll(self):
+    def roll(self) -> int | None:
         """Seal the active segment now (if any); returns its id or None."""
         self._check()
         if self._active is None:
             return None
         return self._io(self._seal)
 
-    def tick(self):
+    def tick(self) -> None:
         """Housekeeping for a periodic timer: seal an active segment older
         than segment_seconds, sync under fsync="interval", apply age
         retention.  Cheap when there is nothing to do."""
         self._check()
 
-        def run():
+        def run() -> None:
             now = self._clock()
             if self._active is not None:
                 if self._too_old(now):
@@ -254,7 +267,7 @@ class LogWriter:
                 self._retain()
         self._io(run)
 
-    def close(self):
+    def close(self) -> None:
         """Seal the active segment and release the lock.  Idempotent.  After a
         failure nothing more is written: the next writer's recovery seals what
         is valid on disk."""
@@ -273,12 +286,12 @@ class LogWriter:
                 self._fd = None
             os.close(self._lock_fd)
 
-    def __enter__(self):
+    def __enter__(self) -> LogWriter:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         self.close()
         return False
 
-    def _retain(self):
+    def _retain(self) -> list[int]:
         return retain(self.path, self.retention_bytes, self.retention_seconds, self._clock)

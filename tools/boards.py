@@ -4,6 +4,10 @@
 turned into ints; every problem a user can make in a manifest raises
 ``BoardError`` naming the file, the field and what was expected.
 """
+
+from __future__ import annotations
+
+from typing import Any, Callable, NoReturn
 import difflib
 import importlib.resources
 import json
@@ -13,7 +17,8 @@ import re
 from firmware.boot import MANIFEST, RUNTIME_KEYS
 
 # The manifests install as the package `boards` (from a checkout: boards/).
-BOARDS_DIR = os.fspath(importlib.resources.files("boards"))
+# (installed packages are on disk: files() gives a Path, a Traversable to typeshed)
+BOARDS_DIR = os.fspath(importlib.resources.files("boards"))  # type: ignore[call-overload]
 
 # mpy-cross -march values (py/persistentcode.h order: the index is the arch
 # number stored in .mpy headers and in sys.implementation._mpy).
@@ -30,56 +35,57 @@ class BoardError(ValueError):
     """A board name or manifest a user must fix; the message says how."""
 
 
-def flash_size_bytes(size):
+def flash_size_bytes(size: str) -> int:
     """'4MB' -> 4194304."""
     n, unit = int(size[:-2]), size[-2:]
     return n * (1024 if unit == "KB" else 1024 * 1024)
 
 
 # -- a small schema language: a validator is f(value, where) -> normalised value
+Check = Callable[[Any, str], Any]
 
 class _Optional:
     """Marks an object key that may be absent (value then `default`)."""
 
-    def __init__(self, check, default=None):
+    def __init__(self, check: Check, default: Any = None) -> None:
         self.check, self.default = check, default
 
 
-def _fail(where, expected, value):
+def _fail(where: str, expected: str, value: Any) -> NoReturn:
     raise BoardError("%s: expected %s, got %s" % (where, expected, json.dumps(value)))
 
 
-def _str(value, where):
+def _str(value: Any, where: str) -> str:
     if not isinstance(value, str):
         _fail(where, "a string", value)
     return value
 
 
-def _nonempty(value, where):
+def _nonempty(value: Any, where: str) -> str:
     if not isinstance(value, str) or not value.strip():
         _fail(where, "a non-empty string", value)
     return value
 
 
-def _bool(value, where):
+def _bool(value: Any, where: str) -> bool:
     if not isinstance(value, bool):
         _fail(where, "true or false", value)
     return value
 
 
-def _int(lo=None, hi=None):
-    def check(value, where):
+def _int(lo: int | None = None, hi: int | None = None) -> Check:
+    def check(value: Any, where: str) -> Any:
         # bool is an int subclass; true is not a size.
         if not isinstance(value, int) or isinstance(value, bool):
             _fail(where, "an integer", value)
         if (lo is not None and value < lo) or (hi is not None and value > hi):
-            rng = ">= %d" % lo if hi is None else "%d..%d" % (lo, hi)
+            rng = ">= %s" % lo if hi is None else "%s..%s" % (lo, hi)
             _fail(where, "an integer " + rng, value)
         return value
     return check
 
 
-def _hex(value, where):
+def _hex(value: Any, where: str) -> int:
     """An int, or a hex string like "0x1000" (how esptool and the docs write offsets)."""
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
@@ -88,21 +94,21 @@ def _hex(value, where):
     _fail(where, 'a hex string like "0x1000" or a non-negative integer', value)
 
 
-def _enum(*choices):
-    def check(value, where):
+def _enum(*choices: Any) -> Check:
+    def check(value: Any, where: str) -> Any:
         if value not in choices:
             _fail(where, "one of " + ", ".join(json.dumps(c) for c in choices), value)
         return value
     return check
 
 
-def _version(value, where):
+def _version(value: Any, where: str) -> str:
     if not isinstance(value, str) or not re.fullmatch(r"\d+(\.\d+)*", value):
         _fail(where, 'a version like "1.22"', value)
     return value
 
 
-def _regex(value, where):
+def _regex(value: Any, where: str) -> str:
     _str(value, where)
     try:
         re.compile(value)
@@ -112,32 +118,32 @@ def _regex(value, where):
     return value
 
 
-def _module_name(value, where):
+def _module_name(value: Any, where: str) -> str:
     if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]*", value):
         _fail(where, "a module name", value)
     return value
 
 
-def _nullable(check):
+def _nullable(check: Check) -> Check:
     return lambda value, where: None if value is None else check(value, where)
 
 
-def _list_of(check):
-    def f(value, where):
+def _list_of(check: Check) -> Check:
+    def f(value: Any, where: str) -> Any:
         if not isinstance(value, list):
             _fail(where, "a list", value)
         return [check(v, "%s[%d]" % (where, i)) for i, v in enumerate(value)]
     return f
 
 
-def _str_or_list(value, where):
+def _str_or_list(value: Any, where: str) -> str | list[str]:
     if isinstance(value, list):
         return _list_of(_nonempty)(value, where)
     return _nonempty(value, where)
 
 
-def _obj(spec):
-    def check(value, where):
+def _obj(spec: dict[str, Any]) -> Check:
+    def check(value: Any, where: str) -> Any:
         if not isinstance(value, dict):
             _fail(where, "an object", value)
         unknown = sorted(set(value) - set(spec))
@@ -158,7 +164,7 @@ def _obj(spec):
     return check
 
 
-_FLASH = {
+_FLASH: dict[str, dict[str, Any]] = {
     "none": {"method": _str},
     "esptool": {
         "method": _str,
@@ -188,8 +194,8 @@ _FLASH = {
 }
 
 
-def _flash(value, where):
-    method = value.get("method") if isinstance(value, dict) else None
+def _flash(value: Any, where: str) -> dict[str, Any]:
+    method: Any = value.get("method") if isinstance(value, dict) else None
     if method not in _FLASH:
         if not isinstance(value, dict):
             _fail(where, "an object", value)
@@ -204,7 +210,7 @@ _UART_PINS = {"id": _int(0, 16), "tx": _Optional(_int(0, 64)), "rx": _Optional(_
 _UART_TTY = {"device": _nullable(_nonempty), "baud": _int(300, 10000000)}
 
 
-def _uart(value, where):
+def _uart(value: Any, where: str) -> dict[str, Any]:
     # A board names machine.UART pins; a host (unix port, Linux) names a tty
     # (null: given at run time, e.g. the simulator's pty).
     if isinstance(value, dict) and "device" in value:
@@ -259,7 +265,7 @@ SCHEMA = _obj({
 })
 
 
-def validate(data, name=None, source="manifest"):
+def validate(data: Any, name: str | None = None, source: str = "manifest") -> dict[str, Any]:
     """Check a parsed manifest; returns it normalised. `name` is the expected
     board name (the file's stem). Errors are prefixed with `source`."""
     try:
@@ -289,7 +295,7 @@ def validate(data, name=None, source="manifest"):
     return b
 
 
-def list_boards(boards_dir=None):
+def list_boards(boards_dir: str | None = None) -> list[str]:
     """Names of the boards that have a manifest, sorted."""
     d = boards_dir or BOARDS_DIR
     try:
@@ -298,14 +304,14 @@ def list_boards(boards_dir=None):
         return []
 
 
-def board_path(name, boards_dir=None):
+def board_path(name: str, boards_dir: str | None = None) -> str:
     """The manifest file for `name` (a board name, or a path to a .json file)."""
     if name.endswith(".json") or os.sep in name:
         return name
     return os.path.join(boards_dir or BOARDS_DIR, name + ".json")
 
 
-def load_board(name, boards_dir=None):
+def load_board(name: str, boards_dir: str | None = None) -> dict[str, Any]:
     """The validated manifest of board `name` (or of a manifest file path)."""
     path = board_path(name, boards_dir)
     is_file = path == name
@@ -328,7 +334,7 @@ def load_board(name, boards_dir=None):
     return validate(data, name=stem, source=rel)
 
 
-def runtime_files(board):
+def runtime_files(board: dict[str, Any]) -> dict[str, bytes]:
     """{file name: bytes}: the board.json that travels with a bundle (edgebus
     build), a flashed image (edgebus flash) and the fleet's devices, holding
     the part of the manifest the runtime reads (firmware.boot.load_board)."""
@@ -336,12 +342,12 @@ def runtime_files(board):
     return {MANIFEST: (json.dumps(part, indent=1, sort_keys=True) + "\n").encode()}
 
 
-def mpy_arch_number(arch):
+def mpy_arch_number(arch: str | None) -> int:
     """The arch number .mpy headers and sys.implementation._mpy use (None -> 0)."""
     return MPY_ARCHS.index(arch or "none")
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     """python -m tools.boards [NAME]: validate every manifest (or one) and list them."""
     import sys
     names = (argv if argv is not None else sys.argv[1:]) or list_boards()

@@ -10,6 +10,10 @@ or ``mip.install("http://host/.../package.json")`` installs it) and
 MicroPython freeze manifest of the same sources: built into the firmware (``make BOARD=... FROZEN_MANIFEST=<bundle>/manifest.py`` in
 the port's directory) the modules run from flash and their code takes no heap.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
 import json
 import os
 import re
@@ -22,6 +26,9 @@ from concurrent.futures import ThreadPoolExecutor
 import tlog
 from tools import boards, mpybuild
 
+if TYPE_CHECKING:
+    import argparse
+
 SKIP_DIRS = ("__pycache__",)
 
 
@@ -29,7 +36,7 @@ class BuildError(Exception):
     """A problem the user must fix; the message says how."""
 
 
-def add_arguments(p):
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--board", required=True, metavar="B",
                    help="board name (boards/<B>.json) or a manifest path; known: "
                    + ", ".join(boards.list_boards()))
@@ -44,7 +51,7 @@ def add_arguments(p):
                    help="mpy-cross optimisation level -O (default 0)")
 
 
-def run(args):
+def run(args: argparse.Namespace) -> int:
     try:
         board = boards.load_board(args.board)
         out = args.out or os.path.join("build", board["name"])
@@ -57,7 +64,7 @@ def run(args):
 
 # -- sources
 
-def default_sources():
+def default_sources() -> list[str]:
     """The installed edgebus, plus firmware when it holds .py files (it is optional)."""
     srcs = [mpybuild.package_dir("edgebus")]
     fw = mpybuild.package_dir("firmware")
@@ -66,7 +73,7 @@ def default_sources():
     return srcs
 
 
-def collect(sources):
+def collect(sources: list[str]) -> list[tuple[str, str]]:
     """[(absolute .py path, bundle path of the .py)] for packages and modules, sorted."""
     files = {}
     for src in sources:
@@ -88,7 +95,7 @@ def collect(sources):
     return sorted((p, rel) for rel, p in files.items())
 
 
-def package_version():
+def package_version() -> str:
     """edgebus.__version__, read without importing the package."""
     try:
         with open(os.path.join(mpybuild.package_dir("edgebus"), "__init__.py")) as f:
@@ -100,12 +107,12 @@ def package_version():
 
 # -- .mpy versions
 
-def decode_mpy(n):
+def decode_mpy(n: int) -> tuple[int, int, int]:
     """sys.implementation._mpy -> (version, sub-version, arch number)."""
     return n & 0xFF, (n >> 8) & 3, (n >> 10) & 0x3F
 
 
-def mpy_header(path):
+def mpy_header(path: str) -> tuple[int, int, int]:
     """(version, sub-version, arch number) from a .mpy file header; arch 0 and
     sub 0 mean bytecode only (MicroPython then ignores the sub-version)."""
     with open(path, "rb") as f:
@@ -115,7 +122,7 @@ def mpy_header(path):
     return h[1], h[2] & 3, h[2] >> 2
 
 
-def mpy_cross_version():
+def mpy_cross_version() -> tuple[str, tuple[int, int]]:
     """(MicroPython version of mpy-cross, (mpy version, sub-version))."""
     r = subprocess.run([mpybuild.mpy_cross(), "--version"], capture_output=True, text=True)
     m = re.search(r"MicroPython v(\S+).*mpy v(\d+)(?:\.(\d+))?", r.stdout + r.stderr)
@@ -125,7 +132,7 @@ def mpy_cross_version():
     return m.group(1), (int(m.group(2)), int(m.group(3) or 0))
 
 
-def micropython_mpy():
+def micropython_mpy() -> tuple[str, int]:
     """(version string, sys.implementation._mpy) of the local `micropython` binary."""
     r = subprocess.run([mpybuild.micropython(), "-c",
                         "import sys;print(sys.implementation._mpy);"
@@ -137,7 +144,8 @@ def micropython_mpy():
     return lines[1], int(lines[0])
 
 
-def target_mpy(board, log=print):
+def target_mpy(board: dict[str, Any], log: Callable[[str], None] = print
+               ) -> tuple[int, int | None, str]:
     """What the target loads: (version, sub-version or None, label for messages).
     For the unix board it is the real `micropython` binary's; for others the
     manifest's (the sub-version is checked on the device by deploy)."""
@@ -155,7 +163,8 @@ def target_mpy(board, log=print):
         board["name"], board["firmware"]["min_version"], want)
 
 
-def check_mpy_version(cross, target):
+def check_mpy_version(cross: tuple[str, tuple[int, int]], target: tuple[int, int | None, str]
+                      ) -> None:
     """Refuse a bundle the target cannot load (the .mpy major version must match)."""
     (cross_ver, (cv, csub)), (tv, _, label) = cross, target
     if cv != tv:
@@ -168,23 +177,25 @@ def check_mpy_version(cross, target):
 
 # -- the bundle
 
-def _fmt(n):
+def _fmt(n: int) -> str:
     return "{:,}".format(n)
 
 
-def allocated(size, block):
+def allocated(size: int, block: int) -> int:
     """Bytes a file takes on a filesystem with `block`-byte blocks (0: exact)."""
     return size if not block else max(1, -(-size // block)) * block
 
 
-def _replaceable(out):
+def _replaceable(out: str) -> bool:
     """A directory we may replace: absent, empty, or a bundle we wrote."""
     return (not os.path.exists(out)
             or (os.path.isdir(out) and (not os.listdir(out)
                                         or os.path.isfile(os.path.join(out, "bundle.json")))))
 
 
-def build(board, out, sources=None, entry=None, opt=0, log=print):
+def build(board: dict[str, Any], out: str, sources: list[str] | None = None,
+          entry: str | None = None, opt: int = 0,
+          log: Callable[[str], None] = print) -> dict[str, Any]:
     """Build board's bundle into out and print the size report; returns the report
     dict. Over the flash budget it raises BuildError and leaves out as it was."""
     if not _replaceable(out):
@@ -194,7 +205,7 @@ def build(board, out, sources=None, entry=None, opt=0, log=print):
     entry = _entry(board, entry, srcs)
     cpython = board["runtime"] == "cpython"
     arch = None if cpython else board["mpy"]["arch"]
-    cross = None
+    cross: Any = None           # (mpy-cross version, (mpy version, sub)) unless cpython
     if not cpython:
         cross = mpy_cross_version()
         target = target_mpy(board, log)
@@ -207,7 +218,7 @@ def build(board, out, sources=None, entry=None, opt=0, log=print):
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; a bundle is not
     try:
-        def one(item):
+        def one(item: tuple[str, str]) -> tuple[str, bool]:
             src, rel = item
             if cpython:
                 dest = rel
@@ -236,8 +247,8 @@ def build(board, out, sources=None, entry=None, opt=0, log=print):
         # The board values the runtime runs (queues, spool, budget) travel
         # with the bundle, so deploy and mip put them on the device.
         for name, data in boards.runtime_files(board).items():
-            with open(os.path.join(tmp, name), "wb") as f:
-                f.write(data)
+            with open(os.path.join(tmp, name), "wb") as fb:
+                fb.write(data)
             files[name] = len(data)
 
         block = board["budget"]["fs_block"]
@@ -273,7 +284,7 @@ def build(board, out, sources=None, entry=None, opt=0, log=print):
         if os.path.exists(out):
             shutil.rmtree(out)
         tlog.rename_durably(tmp, out)
-        tmp = None
+        tmp = ""
         log("bundle: %s  (or: mpremote mip install %s)"
             % (out, os.path.join(out, "package.json")))
         return rep
@@ -282,7 +293,8 @@ def build(board, out, sources=None, entry=None, opt=0, log=print):
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def freeze_manifest(board, srcs, opt=0, include="$(PORT_DIR)/boards/manifest.py"):
+def freeze_manifest(board: dict[str, Any], srcs: list[tuple[str, str]], opt: int = 0,
+                    include: str = "$(PORT_DIR)/boards/manifest.py") -> str:
     """A MicroPython freeze manifest (manifest.py) for srcs: the port's own
     manifest (or `include`) plus each module, from its source, at optimisation
     level opt."""
@@ -297,7 +309,7 @@ def freeze_manifest(board, srcs, opt=0, include="$(PORT_DIR)/boards/manifest.py"
     return "\n".join(lines) + "\n"
 
 
-def _entry(board, entry, srcs):
+def _entry(board: dict[str, Any], entry: str | None, srcs: list[tuple[str, str]]) -> str | None:
     if board["runtime"] != "micropython" or board["firmware"]["port"] == "unix":
         if entry and entry != "none":
             raise BuildError("--entry: board %s does not run main.py at boot" % board["name"])
@@ -311,7 +323,8 @@ def _entry(board, entry, srcs):
     return "firmware.main" if any(rel == "firmware/main.py" for _s, rel in srcs) else None
 
 
-def _report(board, rep, cross, arch, log):
+def _report(board: dict[str, Any], rep: dict[str, Any], cross: tuple[str, tuple[int, int]] | None,
+            arch: str | None, log: Callable[[str], None]) -> None:
     if cross:
         what = "%s, mpy v%d.%d, mpy-cross %s" % (arch or "bytecode", cross[1][0], cross[1][1],
                                                  cross[0])

@@ -1,6 +1,10 @@
 """What the shell-typable bus commands (pub, sub, watch, call, whoami) share:
 the socket argument, joining the bridge over its unix socket, VALUE parsing,
 output lines, and one exit code per kind of failure."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Iterable, Self
 import asyncio
 import json
 import sys
@@ -8,6 +12,11 @@ import sys
 import edgebus
 from bridge.config import SOCKET_ENV, ConfigError, default_socket, load
 from bridge.links import attach_local
+
+if TYPE_CHECKING:
+    import argparse
+    from edgebus.link.link import Link
+    from edgebus import Origin
 
 # Exit codes (README.md, "The bus from a shell"); 2 is argparse's usage error.
 DENIED, NO_ROUTE, TIMEOUT, UNREACHABLE, GONE, FAILED, OVERFLOW = 3, 4, 5, 6, 7, 8, 9
@@ -21,19 +30,19 @@ ROUTE_WAIT = 5.0     # s for the session and the bridge's routes to come up
 class Fail(Exception):
     """A failure the command reports as one line and exits with ``code``."""
 
-    def __init__(self, code, msg):
+    def __init__(self, code: int, msg: str) -> None:
         super().__init__(msg)
         self.code = code
 
 
-def add_socket(p):
+def add_socket(p: argparse.ArgumentParser) -> None:
     p.add_argument("--socket", "-s", help="the bridge's unix socket (default: $%s, else "
                    "%s)" % (SOCKET_ENV, default_socket()))
     p.add_argument("--config", "-c", help="take the socket from this bridge configuration")
     p.epilog = EPILOG
 
 
-def socket_path(args):
+def socket_path(args: argparse.Namespace) -> str:
     if args.socket:
         return args.socket
     if args.config:
@@ -47,7 +56,7 @@ def socket_path(args):
     return default_socket()
 
 
-def value(text):
+def value(text: str) -> Any:
     """VALUE as JSON if it parses, else the string itself."""
     try:
         return json.loads(text)
@@ -55,7 +64,7 @@ def value(text):
         return text
 
 
-def render(v):
+def render(v: Any) -> str:
     """A payload for a text line: strings as they are, the rest as JSON."""
     if isinstance(v, str):
         return v
@@ -64,32 +73,34 @@ def render(v):
     return json.dumps(v)
 
 
-def jsonable(v):
+def jsonable(v: Any) -> Any:
     return {"hex": bytes(v).hex()} if isinstance(v, (bytes, bytearray)) else v
 
 
-def provenance(origin):
+def provenance(origin: Origin) -> dict[str, Any]:
     """What the client knows of a message's origin: the bridge it came
     through and the extra fields (sequence number, time...) it carried."""
     return {"bridge": origin.peer_node, "extra": dict(origin.extra or {})}
 
 
-def emit(line):
+def emit(line: str) -> None:
     print(line, flush=True)
 
 
 class Session:
     """A bus joined to the bridge's host bus over its unix socket."""
 
-    def __init__(self, path, exports=(), imports=(), q_length=64):
+    def __init__(self, path: str, exports: Iterable[tuple[str, str]] = (),
+                 imports: Iterable[tuple[str, str]] = (), q_length: int = 64) -> None:
         self.path = path
         self.bus = edgebus.Bus(q_length=q_length)
         self.conn = self.bus.connect()
         self.exports = list(exports)
         self.imports = list(imports)
-        self.link = self.task = None
+        self.link: Link | None = None
+        self.task: asyncio.Task[Any] | None = None
 
-    async def __aenter__(self):
+    async def __aenter__(self) -> Self:
         try:
             self.link, self.task = await attach_local(
                 self.bus, self.path, node="cli", exports=self.exports, imports=self.imports,
@@ -104,20 +115,21 @@ class Session:
                          "these commands offers no bridge/whoami)" % (self.path, ROUTE_WAIT))
         return self
 
-    async def __aexit__(self, *exc):
+    async def __aexit__(self, *exc: object) -> None:
+        assert self.link is not None and self.task is not None  # for mypy: entered
         await self.link.close("done")
         self.task.cancel()
 
-    async def until(self, cond, timeout, what):
+    async def until(self, cond: Callable[[], Any], timeout: float, what: str) -> None:
         for _ in range(int(timeout / 0.01)):
             if cond():
                 return
-            if self.task.done():
+            if self.task is not None and self.task.done():
                 raise Fail(GONE, "the bridge at %s closed the connection" % self.path)
             await asyncio.sleep(0.01)
         raise Fail(UNREACHABLE, what)
 
-    async def call(self, topic, payload, timeout):
+    async def call(self, topic: str, payload: Any, timeout: float) -> Any:
         """The reply, or Fail with the code of what went wrong."""
         try:
             return await self.conn.call(topic, payload, timeout=timeout)
@@ -135,18 +147,19 @@ class Session:
                 raise Fail(NO_ROUTE, "no route: nothing serves %s" % topic)
             raise Fail(FAILED, "%s: %s" % (topic, e.reason))
 
-    async def check(self, action, topic, what):
+    async def check(self, action: str, topic: str, what: str) -> None:
         """Fail(DENIED) unless the bridge's ACL lets us do action on topic."""
         r = await self.call("bridge/may", {"action": action, "topic": topic}, ROUTE_WAIT)
         if not r["allowed"]:
             raise Fail(DENIED, "denied: %s (%s)" % (what, r.get("reason")))
 
-    async def gone(self):
+    async def gone(self) -> None:
         """Wait until the bridge closes the connection."""
+        assert self.task is not None  # for mypy: entered
         await asyncio.wait({self.task})
 
 
-def main(name, coro):
+def main(name: str, coro: Coroutine[Any, Any, int | None]) -> int:
     """Run a command's coroutine; its Fail becomes one line and the exit code."""
     try:
         return asyncio.run(coro) or 0
@@ -162,7 +175,8 @@ def main(name, coro):
         return 0
 
 
-async def follow(s, feed, show, count=None):
+async def follow(s: Session, feed: Any, show: Callable[[Any], bool | None],
+                 count: int | None = None) -> None:
     """Print feed items with show() until count of them, an overflow, or the
     bridge going away (each a Fail)."""
     gone = asyncio.ensure_future(s.gone())
@@ -185,7 +199,7 @@ async def follow(s, feed, show, count=None):
     gone.cancel()
 
 
-def add_feed(p):
+def add_feed(p: argparse.ArgumentParser) -> None:
     """Options of the commands that print a feed (sub, watch)."""
     from edgebus.feed import POLICIES
     p.add_argument("--json", action="store_true",

@@ -1,11 +1,18 @@
 """`edgebus call TOPIC [VALUE]`: call the endpoint at TOPIC on the host bus
 (a device's sys/info, the bridge's bridge/status...) and print its reply."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
 import json
 
 from tools import busclient as bc
 
+if TYPE_CHECKING:
+    import argparse
 
-def add_arguments(p):
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("topic", help="the endpoint, e.g. dev/node-1/sys/info")
     p.add_argument("value", nargs="?", default="null",
                    help="the request: JSON if it parses, else a string (default null)")
@@ -15,11 +22,11 @@ def add_arguments(p):
     bc.add_socket(p)
 
 
-async def call(args):
+async def call(args: argparse.Namespace) -> None:
     async with bc.Session(bc.socket_path(args)) as s:
         r = await s.call(args.topic, bc.value(args.value), args.timeout)
     bc.emit(json.dumps(bc.jsonable(r)) if args.json else bc.render(r))
 
 
-def run(args):
+def run(args: argparse.Namespace) -> int:
     return bc.main("call", call(args))

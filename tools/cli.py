@@ -4,6 +4,10 @@ Each subcommand lives in its own module and is imported only when used, so a
 missing optional dependency (pyspark, esptool, ...) affects only the commands
 that need it, with a clear message.
 """
+
+from __future__ import annotations
+
+from typing import Any
 import argparse
 import importlib
 import sys
@@ -37,7 +41,7 @@ COMMANDS = {
 }
 
 
-def _load(name):
+def _load(name: str) -> Any:
     mod, _, extra = COMMANDS[name]
     try:
         return importlib.import_module(mod)
@@ -46,7 +50,7 @@ def _load(name):
                  "pip install 'edgebus[%s]'" % (name, mod, e, extra))
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(prog="edgebus", description="edgebus host tools")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")

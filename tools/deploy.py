@@ -7,6 +7,10 @@ files that differ are written, stale files in the bundle's packages are removed
 so ``main.py`` runs. The unix port has no soft reset (Ctrl-D ends the process):
 it is attached without one (mpremote's ``resume``) and left running.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
 import ast
 import contextlib
 import errno
@@ -21,6 +25,9 @@ from firmware.config import EXAMPLE_KEY
 from tools import boards, executables
 from tools.build import decode_mpy
 
+if TYPE_CHECKING:
+    import argparse
+
 CHUNK = 256  # bytes per write exec: what mpremote uses, safe for small heaps
 
 
@@ -28,7 +35,7 @@ class DeployError(Exception):
     """A problem the user must fix; the message says how."""
 
 
-def add_arguments(p):
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--board", required=True, metavar="B", help="board name or manifest path")
     p.add_argument("--port", required=True, metavar="P",
                    help="serial port of the board's REPL, e.g. /dev/ttyUSB0 (the unix "
@@ -41,7 +48,7 @@ def add_arguments(p):
     p.add_argument("--no-reset", action="store_true", help="leave the board running as it is")
 
 
-def run(args):
+def run(args: argparse.Namespace) -> int:
     try:
         board = boards.load_board(args.board)
         deploy(board, args.port, args.bundle or os.path.join("build", board["name"]),
@@ -55,7 +62,7 @@ def run(args):
 
 # -- the local side
 
-def load_bundle(bundle, board):
+def load_bundle(bundle: str, board: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """[(device path relative to the root, local file)] from the bundle's package.json."""
     pj, bj = os.path.join(bundle, "package.json"), os.path.join(bundle, "bundle.json")
     if not (os.path.isfile(pj) and os.path.isfile(bj)):
@@ -79,7 +86,7 @@ def load_bundle(bundle, board):
     return meta, files
 
 
-def read_config(path, board=None):
+def read_config(path: str, board: str | None = None) -> bytes:
     """The config file's bytes, after checking it is a JSON object (and, given
     a board name, that the config names no other board: the device would stop
     at boot on the bundle's board.json)."""
@@ -149,12 +156,13 @@ del _h,_w
 """
 
 
-def sha256_file(path):
+def sha256_file(path: str) -> str:
     with open(path, "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def plan(local, device_files, owned_dirs):
+def plan(local: dict[str, str], device_files: dict[str, str], owned_dirs: list[str]
+         ) -> tuple[list[str], list[str]]:
     """(paths to write, device paths to remove); local maps path -> sha256 and
     device_files maps path -> sha256 ('?' when the device cannot hash)."""
     write = [p for p, h in local.items() if device_files.get(p) != h]
@@ -168,10 +176,10 @@ def plan(local, device_files, owned_dirs):
 class _TextProgress:
     """A plain progress line when tqdm is not installed."""
 
-    def __init__(self, total, desc):
+    def __init__(self, total: int, desc: str) -> None:
         self.total, self.done, self.desc, self.tty = total, 0, desc, sys.stderr.isatty()
 
-    def update(self, n):
+    def update(self, n: int) -> None:
         self.done += n
         if self.tty:
             pct = 100 * self.done // max(self.total, 1)
@@ -180,16 +188,16 @@ class _TextProgress:
                                                                  self.done, self.total))
             sys.stderr.flush()
 
-    def set_postfix_str(self, s):
+    def set_postfix_str(self, s: str) -> None:
         if not self.tty:
             sys.stderr.write("  %s\n" % s)
 
-    def close(self):
+    def close(self) -> None:
         if self.tty:
             sys.stderr.write("\n")
 
 
-def progress(total, desc="deploy"):
+def progress(total: int, desc: str = "deploy") -> Any:
     try:
         from tqdm import tqdm
     except ImportError:
@@ -199,7 +207,7 @@ def progress(total, desc="deploy"):
 
 # -- the board
 
-def open_board(port, baud, timeout):
+def open_board(port: str, baud: int, timeout: float) -> Any:
     """An mpremote SerialTransport on port, or a DeployError saying why not."""
     try:
         from mpremote.transport_serial import SerialTransport
@@ -218,7 +226,7 @@ def open_board(port, baud, timeout):
         raise DeployError(_open_failure(port, baud)) from None
 
 
-def _open_failure(port, baud):
+def _open_failure(port: str, baud: int) -> str:
     # SerialTransport reports every failure as "failed to access"; pyserial says why.
     import serial
     try:
@@ -239,7 +247,7 @@ def _open_failure(port, baud):
     return "cannot open port %s (it opened on a second try: retry)" % port
 
 
-def _guess_boards(platform, machine):
+def _guess_boards(platform: str, machine: str) -> list[str]:
     """Board names whose manifest matches what the device reports."""
     out = []
     for n in boards.list_boards():
@@ -252,12 +260,13 @@ def _guess_boards(platform, machine):
     return out
 
 
-def _platforms(device):
+def _platforms(device: dict[str, Any]) -> list[str]:
     p = device["platform"]
     return p if isinstance(p, list) else [p]
 
 
-def check_device(board, meta, ident, port):
+def check_device(board: dict[str, Any], meta: dict[str, Any], ident: tuple[Any, ...],
+                 port: str) -> None:
     """Refuse a device that is not this board or cannot load this bundle."""
     name, platform, machine, mpy, version = ident
     if name != "micropython":
@@ -289,7 +298,7 @@ def check_device(board, meta, ident, port):
                                 v, sub))
 
 
-def _enter_raw(t, soft_reset, port, timeout, baud):
+def _enter_raw(t: Any, soft_reset: bool, port: str, timeout: float, baud: int) -> None:
     from mpremote.transport import TransportError
     try:
         # mpremote prints what it read when it gives up; our message says more.
@@ -302,7 +311,8 @@ def _enter_raw(t, soft_reset, port, timeout, baud):
             "press reset and retry" % (port, timeout, baud)) from None
 
 
-def _hash_on_device(t, root, dirs, files):
+def _hash_on_device(t: Any, root: str, dirs: list[str], files: list[str]
+                    ) -> tuple[dict[str, str], set[str]]:
     """({path: sha256} for files under dirs and in files, {dirs that exist}) in one exec."""
     out = _exec(t, HASH % ([root + d for d in dirs], [root + p for p in files]),
                 "hashing the board's files")
@@ -316,7 +326,7 @@ def _hash_on_device(t, root, dirs, files):
     return found, seen_dirs
 
 
-def _exec(t, code, what):
+def _exec(t: Any, code: str, what: str) -> str:
     from mpremote.transport import TransportError, TransportExecError
     try:
         return t.exec(code).decode("utf-8", "replace")
@@ -326,7 +336,7 @@ def _exec(t, code, what):
         raise DeployError("%s: the board stopped answering (%s)" % (what, e)) from None
 
 
-def _make_dirs(t, root, write, dev_dirs):
+def _make_dirs(t: Any, root: str, write: list[str], dev_dirs: set[str]) -> None:
     """Create the directories the files to write need, parents first."""
     need = sorted({"/".join(p.split("/")[:i]) for p in write
                    for i in range(1, p.count("/") + 1)} - dev_dirs,
@@ -336,7 +346,8 @@ def _make_dirs(t, root, write, dev_dirs):
               % [root + d for d in need], "creating directories")
 
 
-def _write_files(t, root, write, sources, cfg, local, nbytes):
+def _write_files(t: Any, root: str, write: list[str], sources: dict[str, str],
+                 cfg: bytes | None, local: dict[str, str], nbytes: int) -> None:
     """Write each file in write with a progress bar, then read back their hashes."""
     bar = progress(nbytes)
     try:
@@ -349,7 +360,7 @@ def _write_files(t, root, write, sources, cfg, local, nbytes):
             bar.set_postfix_str(p)
             seen = [0]
 
-            def step(done, _total, seen=seen):
+            def step(done: int, _total: int, seen: list[int] = seen) -> None:
                 bar.update(done - seen[0])
                 seen[0] = done
             try:
@@ -369,7 +380,7 @@ def _write_files(t, root, write, sources, cfg, local, nbytes):
                           "deploy (a noisy serial line?)" % ", ".join(bad))
 
 
-def _restart(t, board, reset, log):
+def _restart(t: Any, board: dict[str, Any], reset: bool, log: Callable[[str], None]) -> None:
     """Leave the raw REPL, soft-resetting the board when asked and it can."""
     if not reset:
         t.exit_raw_repl()
@@ -386,7 +397,9 @@ def _restart(t, board, reset, log):
             "the files are in place, start the runtime yourself" % board["name"])
 
 
-def deploy(board, port, bundle, config=None, baud=115200, timeout=10.0, reset=True, log=print):
+def deploy(board: dict[str, Any], port: str, bundle: str, config: str | None = None,
+           baud: int = 115200, timeout: float = 10.0, reset: bool = True,
+           log: Callable[[str], None] = print) -> dict[str, Any]:
     """Copy bundle (and config) to the board on port; returns a summary dict."""
     if board["runtime"] != "micropython":
         raise DeployError(

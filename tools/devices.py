@@ -7,6 +7,10 @@ same). move NODE --from A.toml --to B.toml: a device whose key file is in
 bridge A's keystore goes to bridge B, both reachable from this host: A
 releases it first (BYE, no link, no subscription), then its key file goes
 into B's keystore and B takes it, so no moment has both answering it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 import json
 import os
 import shutil
@@ -17,8 +21,13 @@ from bridge.keystore import KeyStore, KeyStoreError
 from bridge.reload import CALL_TIMEOUT, RELOAD
 from tools import busclient as bc
 
+if TYPE_CHECKING:
+    from bridge.keystore import KeyStore
+    from bridge.config import Config
+    import argparse
 
-def add_arguments(p):
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     r = sub.add_parser("reload", help="the bridge reads its devices and keystore again")
     r.add_argument("--json", action="store_true", help="print the changes as JSON")
@@ -32,22 +41,22 @@ def add_arguments(p):
                    help="the configuration of the bridge that takes it")
 
 
-async def _reload(sock):
+async def _reload(sock: str) -> Any:
     async with bc.Session(sock) as s:
         return await s.call(RELOAD, None, CALL_TIMEOUT + bc.ROUTE_WAIT)
 
 
-def _changes(r):
+def _changes(r: dict[str, Any]) -> str:
     return "%d device(s); added: %s; removed: %s; changed: %s" % (
         r["devices"], *(", ".join(r[k]) or "none" for k in ("added", "removed", "changed")))
 
 
-async def reload(args):
+async def reload(args: argparse.Namespace) -> None:
     r = await _reload(bc.socket_path(args))
     bc.emit(json.dumps(r) if args.json else _changes(r))
 
 
-def _bridge(path):
+def _bridge(path: str) -> tuple[Config, KeyStore, str]:
     """(Config, KeyStore, socket) of the bridge configured at path."""
     try:
         cfg = bridge_config.load(path)
@@ -55,15 +64,17 @@ def _bridge(path):
         raise bc.Fail(2, str(e)) from None
     if cfg.mqtt is None or not cfg.socket:
         raise bc.Fail(2, "%s: a bridge with [mqtt] and a [bridge] socket moves devices" % path)
+    assert cfg.keys is not None  # for mypy: load() resolves it
     return cfg, KeyStore(cfg.keys), cfg.socket
 
 
-async def move(args):
+async def move(args: argparse.Namespace) -> None:
     node = args.node
     a, a_keys, a_sock = _bridge(args.src)
     b, b_keys, b_sock = _bridge(args.dst)
+    assert a.mqtt is not None and b.mqtt is not None  # for mypy: _bridge checked
     for cfg, path in ((a, args.src), (b, args.dst)):
-        if node in cfg.mqtt.keys:
+        if node in cfg.mqtt.keys:  # type: ignore[union-attr]  # (checked above)
             raise bc.Fail(1, "%s lists %s in [mqtt].devices: move that entry by hand (remove "
                           "it there, reload, add it to the other, reload); this command moves "
                           "key files" % (path, node))
@@ -103,5 +114,5 @@ async def move(args):
             % (node, b.node, a.node))
 
 
-def run(args):
+def run(args: argparse.Namespace) -> int:
     return bc.main("devices " + args.action, (reload if args.action == "reload" else move)(args))

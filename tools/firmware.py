@@ -13,6 +13,10 @@ sources, options), so a second build with nothing changed takes no time:
 (sizes); the newest few per board are kept. The cache is EDGEBUS_CACHE, else
 ~/.cache/edgebus.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable
 import hashlib
 import json
 import os
@@ -26,6 +30,9 @@ import time
 import tlog
 from tools import boards, build as bundle
 
+if TYPE_CHECKING:
+    import argparse
+
 ENV_SOURCE = "EDGEBUS_MICROPYTHON"
 APT = {"arm": "apt-get install -y --no-install-recommends gcc-arm-none-eabi "
               "libnewlib-arm-none-eabi"}
@@ -36,7 +43,7 @@ class FirmwareError(Exception):
     """A problem the user must fix; the message says how."""
 
 
-def add_arguments(p):
+def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     b = sub.add_parser("build", help="build a firmware image with edgebus frozen in")
     b.add_argument("--board", required=True, metavar="B", help="board name or manifest path")
@@ -48,10 +55,11 @@ def add_arguments(p):
     b.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1, help="make -j")
 
 
-def run(args):
+def run(args: argparse.Namespace) -> int:
     try:
         board = boards.load_board(args.board)
         r = build(board, args.micropython, heap=args.heap, jobs=args.jobs)
+        assert r is not None  # for mypy: None only with only_cached
         if args.out:
             shutil.copyfile(r["image"], args.out)
             print("copied to %s" % args.out)
@@ -61,19 +69,19 @@ def run(args):
     return 0
 
 
-def cache_dir():
+def cache_dir() -> str:
     return os.environ.get("EDGEBUS_CACHE") or os.path.join(
         os.path.expanduser("~"), ".cache", "edgebus")
 
 
 # -- the MicroPython source
 
-def _tree_ok(d):
+def _tree_ok(d: str) -> bool:
     return os.path.isfile(os.path.join(d, "py", "mkenv.mk")) and os.path.isdir(
         os.path.join(d, "mpy-cross"))
 
 
-def source_tree(src, log=print):
+def source_tree(src: str | None, log: Callable[[str], None] = print) -> tuple[str, str]:
     """(tree directory, identity for the cache key) for a tree or a tarball."""
     src = src or os.environ.get(ENV_SOURCE)
     if not src:
@@ -119,7 +127,7 @@ def source_tree(src, log=print):
 
 # -- the toolchain
 
-def check_toolchain(arch):
+def check_toolchain(arch: str) -> None:
     """Raise FirmwareError naming the packages when make or the compiler is missing."""
     missing = [p for p in ("make", CROSS[arch] + "gcc") if shutil.which(p) is None]
     if not missing:
@@ -135,12 +143,12 @@ def check_toolchain(arch):
 
 # -- the build
 
-def board_dir(board):
+def board_dir(board: dict[str, Any]) -> str | None:
     b = (board["firmware"].get("build") or {}).get("board_dir")
     return os.path.join(boards.BOARDS_DIR, b) if b else None
 
 
-def freeze_manifest(board):
+def freeze_manifest(board: dict[str, Any]) -> str:
     """The manifest make freezes: the board's (or the port's) then our sources."""
     bd = board_dir(board)
     include = os.path.join(bd, "manifest.py") if bd else "$(PORT_DIR)/boards/manifest.py"
@@ -148,7 +156,7 @@ def freeze_manifest(board):
                                   include=include)
 
 
-def _hash_files(h, top):
+def _hash_files(h: Any, top: str) -> None:
     for dirpath, dirs, files in os.walk(top):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
         for f in sorted(files):
@@ -158,7 +166,7 @@ def _hash_files(h, top):
                 h.update(fh.read())
 
 
-def build_key(board, source_id, manifest, heap):
+def build_key(board: dict[str, Any], source_id: str, manifest: str, heap: int | None) -> str:
     """A hash of every input of the image."""
     h = hashlib.sha256()
     h.update(json.dumps([board, source_id, heap], sort_keys=True).encode())
@@ -171,7 +179,7 @@ def build_key(board, source_id, manifest, heap):
     return h.hexdigest()[:16]
 
 
-def _make(args, log_path, what):
+def _make(args: list[str], log_path: str, what: str) -> None:
     with open(log_path, "ab") as logf:
         r = subprocess.run(["make"] + args, stdout=logf, stderr=subprocess.STDOUT)
     if r.returncode != 0:
@@ -181,10 +189,10 @@ def _make(args, log_path, what):
                             % (what, r.returncode, log_path, tail))
 
 
-def sizes(elf, build_dir, arch):
+def sizes(elf: str, build_dir: str, arch: str) -> dict[str, int]:
     """The image's flash bytes (text + data), its RAM (bss: the heap is there)
     and the frozen modules' share of the flash."""
-    def size(path):
+    def size(path: str) -> tuple[int, int, int]:
         r = subprocess.run([CROSS[arch] + "size", path], capture_output=True, text=True)
         text, data, bss = (int(x) for x in r.stdout.splitlines()[1].split()[:3])
         return text, data, bss
@@ -193,7 +201,7 @@ def sizes(elf, build_dir, arch):
     return {"image_bytes": text + data, "bss_bytes": bss, "frozen_bytes": ftext + fdata}
 
 
-def _cached(out, info):
+def _cached(out: str, info: dict[str, Any]) -> dict[str, Any] | None:
     try:
         with open(os.path.join(out, "build.json")) as f:
             meta = json.load(f)
@@ -206,7 +214,7 @@ def _cached(out, info):
 KEEP = 4     # images kept per board (e.g. the budget heap and a test heap, two versions)
 
 
-def prune(name, keep=KEEP):
+def prune(name: str, keep: int = KEEP) -> None:
     """Remove all but the `keep` newest cached images of board `name`."""
     d = os.path.join(cache_dir(), "firmware")
     mine = [os.path.join(d, e) for e in os.listdir(d)
@@ -215,7 +223,9 @@ def prune(name, keep=KEEP):
         shutil.rmtree(old, ignore_errors=True)
 
 
-def build(board, src=None, heap=None, jobs=None, log=print, only_cached=False):
+def build(board: dict[str, Any], src: str | None = None, heap: int | None = None,
+          jobs: int | None = None, log: Callable[[str], None] = print,
+          only_cached: bool = False) -> dict[str, Any] | None:
     """Build (or find in the cache) board's image; returns build.json's dict
     with "image", the path of the image. only_cached: None rather than build."""
     info = board["firmware"].get("build")
@@ -253,11 +263,11 @@ def build(board, src=None, heap=None, jobs=None, log=print, only_cached=False):
     log("edgebus firmware: building %s (heap %d) from %s; log: %s"
         % (board["name"], heap, tree, log_path))
     t0 = time.monotonic()
-    jobs = "-j%d" % (jobs or os.cpu_count() or 1)
+    jflag = "-j%d" % (jobs or os.cpu_count() or 1)
     if not os.path.isfile(os.path.join(tree, "mpy-cross", "build", "mpy-cross")):
-        _make(["-C", os.path.join(tree, "mpy-cross"), jobs], log_path, "building mpy-cross")
+        _make(["-C", os.path.join(tree, "mpy-cross"), jflag], log_path, "building mpy-cross")
     bdir = os.path.join(tmp, "build")
-    args = ["-C", port, jobs, "BUILD=" + bdir, "FROZEN_MANIFEST=" + man_path,
+    args = ["-C", port, jflag, "BUILD=" + bdir, "FROZEN_MANIFEST=" + man_path,
             "MICROPY_HEAP_SIZE=%d" % heap]
     bd = board_dir(board)
     args.append("BOARD_DIR=" + bd if bd else "BOARD=" + board["firmware"]["board"])

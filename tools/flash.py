@@ -10,6 +10,10 @@ board's littlefs image first, and the command prints the link UART's port for
 a bridge ``[[serial]]`` entry, then runs the board until Ctrl-C.
 ``--dry-run`` prints the exact commands and runs nothing.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 import glob
 import os
 import re
@@ -18,6 +22,9 @@ import subprocess
 import sys
 
 from tools import boards, executables
+
+if TYPE_CHECKING:
+    import argparse
 
 UF2_MAGIC0, UF2_MAGIC1, UF2_MAGIC_END = 0x0A324655, 0x9E5D5157, 0x0AB16F30
 UF2_FLAG_FAMILY = 0x2000
@@ -31,7 +38,7 @@ class FlashError(Exception):
     """A problem the user must fix; the message says how."""
 
 
-def add_arguments(p):
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--board", required=True, metavar="B", help="board name or manifest path")
     p.add_argument("--port", metavar="P", help="serial port of an ESP board, e.g. /dev/ttyUSB0")
     p.add_argument("--firmware", required=True, metavar="FILE",
@@ -52,7 +59,7 @@ def add_arguments(p):
                    help="the REPL UART (UART0) (default: stdio, this terminal)")
 
 
-def run(args):
+def run(args: argparse.Namespace) -> int:
     try:
         board = boards.load_board(args.board)
         if board["flash"]["method"] == "qemu":
@@ -65,7 +72,7 @@ def run(args):
     return 0
 
 
-def boot_emulated(board, args):
+def boot_emulated(board: dict[str, Any], args: argparse.Namespace) -> int:
     """edgebus flash for an emulated board: config into its flash, then boot it."""
     import json
     from tools import qemuboard
@@ -95,7 +102,7 @@ def boot_emulated(board, args):
     print("  link UART: %s  (bridge: [[serial]] port = \"%s\")" % (qb.uart_port, qb.uart_port),
           file=sys.stderr)
     try:
-        qb.proc.wait()
+        qb.proc.wait()  # type: ignore[union-attr]  # started above
     except KeyboardInterrupt:
         pass
     finally:
@@ -103,8 +110,9 @@ def boot_emulated(board, args):
     return 0
 
 
-def flash(board, firmware, port=None, baud=None, erase=False, dry_run=False, drive=None,
-          log=print):
+def flash(board: dict[str, Any], firmware: str, port: str | None = None, baud: int | None = None,
+          erase: bool = False, dry_run: bool = False, drive: str | None = None,
+          log: Callable[[str], None] = print) -> Sequence[tuple[str, Sequence[str | None]]]:
     method = board["flash"]["method"]
     if method == "none":
         raise FlashError("board %s has no firmware image to flash (it runs %s on the %s "
@@ -123,7 +131,8 @@ def flash(board, firmware, port=None, baud=None, erase=False, dry_run=False, dri
 
 # -- ESP through esptool
 
-def esptool_commands(board, port, firmware, esptool, baud=None, erase=False):
+def esptool_commands(board: dict[str, Any], port: str, firmware: str, esptool: list[str],
+                     baud: int | None = None, erase: bool = False) -> list[tuple[str, list[str]]]:
     """[(step, argv)]: chip check, optional erase, write; esptool is the argv
     prefix that runs it (executables.command)."""
     fl = board["flash"]
@@ -137,7 +146,7 @@ def esptool_commands(board, port, firmware, esptool, baud=None, erase=False):
     return cmds
 
 
-def check_esp_image(board, path):
+def check_esp_image(board: dict[str, Any], path: str) -> None:
     """Refuse a file that is not an ESP image for this board's chip."""
     fl = board["flash"]
     with open(path, "rb") as f:
@@ -164,7 +173,9 @@ def check_esp_image(board, path):
                          % (path, size, room, fl["size"], fl["firmware_offset"]))
 
 
-def flash_esp(board, firmware, port, baud, erase, dry_run, log):
+def flash_esp(board: dict[str, Any], firmware: str, port: str | None, baud: int | None,
+              erase: bool, dry_run: bool, log: Callable[[str], None]
+              ) -> list[tuple[str, list[str]]]:
     if not port:
         raise FlashError("--port is required for %s (esptool talks to its ROM bootloader "
                          "over the USB serial port, e.g. /dev/ttyUSB0)" % board["name"])
@@ -197,7 +208,7 @@ def flash_esp(board, firmware, port, baud, erase, dry_run, log):
     return cmds
 
 
-def _esptool_failure(board, port, out):
+def _esptool_failure(board: dict[str, Any], port: str, out: str) -> str:
     m = re.search(r"This chip is (\S+), not (\S+)", out)
     if m:
         got = re.sub(r"[^a-z0-9]", "", m.group(1).lower())
@@ -216,13 +227,13 @@ def _esptool_failure(board, port, out):
     return "chip check failed on %s:\n%s" % (port, _tail(out))
 
 
-def _tail(out, n=6):
+def _tail(out: str, n: int = 6) -> str:
     return "\n".join("  | " + l for l in out.strip().splitlines()[-n:])
 
 
 # -- RP2 through UF2
 
-def check_uf2(board, path):
+def check_uf2(board: dict[str, Any], path: str) -> None:
     """Refuse a file that is not a UF2 image for this board's chip family."""
     import struct
     size = os.path.getsize(path)
@@ -243,7 +254,7 @@ def check_uf2(board, path):
                          "firmware for this board" % (path, family, want, board["name"]))
 
 
-def _mount_points(mounts):
+def _mount_points(mounts: str) -> list[str]:
     try:
         with open(mounts) as f:
             lines = f.read().splitlines()
@@ -254,7 +265,8 @@ def _mount_points(mounts):
             for l in lines if len(l.split()) > 1]
 
 
-def find_uf2_drive(label, mounts="/proc/mounts", extra=None):
+def find_uf2_drive(label: str, mounts: str = "/proc/mounts", extra: list[str] | None = None
+                   ) -> str | None:
     """The mounted UF2 drive whose INFO_UF2.TXT names Board-ID `label`, or None."""
     cands = _mount_points(mounts) + (extra if extra is not None else
                                      glob.glob("/media/*/" + label) +
@@ -265,7 +277,7 @@ def find_uf2_drive(label, mounts="/proc/mounts", extra=None):
     return None
 
 
-def _is_uf2_drive(path, label):
+def _is_uf2_drive(path: str, label: str) -> bool:
     try:
         with open(os.path.join(path, "INFO_UF2.TXT"), errors="replace") as f:
             return re.search(r"^Board-ID:\s*%s\s*$" % re.escape(label), f.read(),
@@ -274,7 +286,9 @@ def _is_uf2_drive(path, label):
         return False
 
 
-def flash_uf2(board, firmware, drive, dry_run, port, log, mounts="/proc/mounts", extra=None):
+def flash_uf2(board: dict[str, Any], firmware: str, drive: str | None, dry_run: bool,
+              port: str | None, log: Callable[[str], None], mounts: str = "/proc/mounts",
+              extra: list[str] | None = None) -> list[tuple[str, list[str | None]]]:
     check_uf2(board, firmware)
     label = board["flash"]["drive_label"]
     if drive:

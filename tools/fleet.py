@@ -5,6 +5,10 @@ cable) or MQTT. Used by the demo, the bridge tests and the benchmarks; the
 `edgebus fleet` command runs one and prints the bridge configuration that
 joins it.
 """
+
+from __future__ import annotations
+
+from typing import Any, Self
 import json
 import os
 import shutil
@@ -28,7 +32,7 @@ START_LIMIT = 5
 START_WINDOW_S = 10.0
 
 
-def merge(base, over):
+def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     """base with over's keys set, nested objects merged key by key (a copy)."""
     out = dict(base)
     for k, v in over.items():
@@ -47,9 +51,12 @@ class Fleet:
     one that exits (``sys/reboot`` exits with status 3) starts again, counted
     in ``restarts``, while the others run on."""
 
-    def __init__(self, out, serial=0, mqtt=0, broker=None, prefix="sim", period=0.2,
-                 health_period=2.0, heap=DEVICE_HEAP, link=None, uplink=None, board="unix",
-                 journal=False, config=None):
+    def __init__(self, out: str, serial: int = 0, mqtt: int = 0,
+                 broker: tuple[str, int] | None = None, prefix: str = "sim", period: float = 0.2,
+                 health_period: float = 2.0, heap: str = DEVICE_HEAP,
+                 link: dict[str, Any] | None = None, uplink: dict[str, Any] | None = None,
+                 board: str = "unix",
+                 journal: bool = False, config: dict[str, Any] | None = None) -> None:
         if mqtt and broker is None:
             raise ValueError("MQTT devices need a broker (host, port)")
         self.board = boards.load_board(board)
@@ -59,14 +66,18 @@ class Fleet:
         self.out = os.path.abspath(out)
         self.bundle = tempfile.mkdtemp(prefix="edgebus-fleet-")
         mpybuild.compile_packages(["edgebus", "firmware"], self.bundle)
-        self.devices = []      # dicts: node, key, kind, port (serial), config, log, proc, restarts
-        self.cables = []
+        # dicts: node, key, kind, port (serial), config, log, proc, restarts
+        self.devices: list[dict[str, Any]] = []
+        self.cables: list[PtyCable] = []
         self.heap = heap
-        self.events = []       # (time, node, what): exits and restarts, in order
+        # (time, node, what): exits and restarts, in order
+        self.events: list[tuple[float, str, str]] = []
         self._lock = threading.Lock()
         self._stopping = threading.Event()
-        self._watcher = None
+        self._watcher: threading.Thread | None = None
         uplink_more = uplink or {}
+        cfg: dict[str, Any]
+        d: dict[str, Any]
         for i in range(serial + mqtt):
             node = "%s-%d" % (prefix, i + 1) if i < serial else "%s-mqtt-%d" % (prefix, i - serial + 1)
             if i < serial:
@@ -75,6 +86,7 @@ class Fleet:
                 uplink = {"kind": "uart", "port": cable.a, "baud": 115200}
                 d = {"node": node, "kind": "serial", "port": cable.b, "cable": cable}
             else:
+                assert broker is not None, "MQTT devices need a broker"
                 uplink = {"kind": "mqtt", "host": broker[0], "port": broker[1]}
                 d = {"node": node, "kind": "mqtt"}
             uplink.update({"backoff_min": 0.2, "backoff_max": 2.0})
@@ -92,7 +104,7 @@ class Fleet:
             d["exits"] = []        # exit statuses, in order
             self.devices.append(d)
 
-    def _files(self, d, cfg):
+    def _files(self, d: str, cfg: dict[str, Any]) -> str:
         """A device's own filesystem, its working directory: config.json and
         the board's board.json (the boot counter and journal go there too)."""
         os.makedirs(d, exist_ok=True)
@@ -103,7 +115,7 @@ class Fleet:
                 f.write(data)
         return os.path.join(d, "config.json")
 
-    def _spawn(self, d):
+    def _spawn(self, d: dict[str, Any]) -> None:
         # The shared bundle on the module path, as frozen modules are on a board.
         env = dict(os.environ, MICROPYPATH=".frozen:" + self.bundle)
         with open(d["log"], "a") as log:
@@ -115,7 +127,7 @@ class Fleet:
                 start_new_session=True)
         d["wanted"] = True
 
-    def start(self, node=None):
+    def start(self, node: str | None = None) -> Self:
         """Start every device (or one): a micropython process each, supervised."""
         with self._lock:
             for d in self.devices:
@@ -128,7 +140,7 @@ class Fleet:
             self._watcher.start()
         return self
 
-    def _supervise(self):
+    def _supervise(self) -> None:
         while not self._stopping.wait(0.1):
             with self._lock:
                 for d in self.devices:
@@ -153,17 +165,17 @@ class Fleet:
                         self.events.append((time.monotonic(), d["node"], "restart"))
                         self._spawn(d)
 
-    def running(self):
+    def running(self) -> list[str]:
         """Nodes whose process runs now."""
         with self._lock:
             return [d["node"] for d in self.devices
                     if d.get("proc") is not None and d["proc"].poll() is None]
 
-    def failed(self):
+    def failed(self) -> list[str]:
         """Nodes left stopped after exiting too often (the start limit)."""
         return [d["node"] for d in self.devices if d.get("proc") and not d.get("wanted")]
 
-    def kill(self, node):
+    def kill(self, node: str) -> None:
         """Kill one device as a power cut would; it stays off until start(node)."""
         with self._lock:
             for d in self.devices:
@@ -172,16 +184,17 @@ class Fleet:
                     d["proc"].kill()
                     d["proc"].wait()
 
-    def bridge_config(self, broker=None):
+    def bridge_config(self, broker: tuple[str, int] | None = None) -> dict[str, Any]:
         """The [[serial]] and [mqtt] parts of a bridge configuration for this fleet."""
-        cfg = {"serial": [{"node": d["node"], "port": d["port"], "key": d["key"]}
+        cfg: dict[str, Any] = {"serial": [{"node": d["node"], "port": d["port"], "key": d["key"]}
                           for d in self.devices if d["kind"] == "serial"]}
         mq = [{"node": d["node"], "key": d["key"]} for d in self.devices if d["kind"] == "mqtt"]
         if mq:
+            assert broker is not None, "MQTT devices need a broker"
             cfg["mqtt"] = {"url": "mqtt://%s:%d" % broker, "devices": mq}
         return cfg
 
-    def stop(self):
+    def stop(self) -> None:
         self._stopping.set()
         if self._watcher is not None:
             self._watcher.join()
@@ -196,14 +209,14 @@ class Fleet:
             c.close()
         shutil.rmtree(self.bundle, ignore_errors=True)
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
 
-def bridge_toml(cfg):
+def bridge_toml(cfg: dict[str, Any]) -> str:
     """A bridge TOML fragment for the fleet (what `edgebus fleet` prints)."""
     L = []
     for s in cfg.get("serial", []):
@@ -217,7 +230,7 @@ def bridge_toml(cfg):
     return "\n".join(L)
 
 
-def add_arguments(p):
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--devices", "-n", type=int, default=3, help="how many devices")
     p.add_argument("--mqtt", metavar="HOST:PORT",
                    help="connect the devices over MQTT to this broker (default: serial ptys)")
@@ -235,9 +248,9 @@ def add_arguments(p):
     p.add_argument("--config-out", help="also write the bridge TOML fragment to this file")
 
 
-def parse_sets(items):
+def parse_sets(items: list[str]) -> dict[str, Any]:
     """--set KEY=VALUE items -> a nested config dict; SystemExit on a bad one."""
-    out = {}
+    out: dict[str, Any] = {}
     for item in items:
         key, eq, raw = item.partition("=")
         parts = key.split(".")
@@ -261,7 +274,7 @@ def parse_sets(items):
 EXIT_MEANING = {3: "sys/reboot", 2: "config error", -9: "killed"}
 
 
-def run(args):
+def run(args: argparse.Namespace) -> int:
     broker = None
     if args.mqtt:
         host, _, port = args.mqtt.rpartition(":")

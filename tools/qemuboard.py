@@ -9,6 +9,10 @@ bridge ``[[serial]]`` entry open: ``/dev/pts/N`` or ``socket://127.0.0.1:P``.
 The board runs until ``close()``; ``machine.reset()`` resets it in place
 (same ports), as the power stays on.
 """
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Self
 import json
 import os
 import re
@@ -27,7 +31,7 @@ class QemuError(Exception):
     """A problem the user must fix; the message says how."""
 
 
-def qemu_binary(board):
+def qemu_binary(board: dict[str, Any]) -> str:
     name = "qemu-system-" + board["flash"]["system"]
     exe = shutil.which(name)
     if exe is None:
@@ -36,7 +40,7 @@ def qemu_binary(board):
     return exe
 
 
-def _serial(spec):
+def _serial(spec: str) -> tuple[str, str | None]:
     """A --repl/--uart value -> (qemu -serial argument, port for the host or None)."""
     if spec == "pty":
         return "pty", None                  # the path comes from QEMU's output
@@ -54,7 +58,8 @@ def _serial(spec):
                     % spec)
 
 
-def device_files(board, config=None, main="firmware.main"):
+def device_files(board: dict[str, Any], config: str | None = None, main: str = "firmware.main"
+                 ) -> dict[str, bytes]:
     """The files edgebus flash puts on the board's filesystem: the config, the
     board manifest the runtime reads (board.json) and main.py."""
     files = boards.runtime_files(board)
@@ -65,7 +70,7 @@ def device_files(board, config=None, main="firmware.main"):
     return files
 
 
-def prepare_flash(board, state, files):
+def prepare_flash(board: dict[str, Any], state: str, files: dict[str, bytes]) -> str:
     """Create state/flash.img if needed and write files into it; returns its path."""
     os.makedirs(state, exist_ok=True)
     img = os.path.join(state, FLASH_IMAGE)
@@ -75,7 +80,8 @@ def prepare_flash(board, state, files):
 
 
 class QemuBoard:
-    def __init__(self, board, image, state, repl="pty", uart="pty", extra=()):
+    def __init__(self, board: dict[str, Any], image: str, state: str, repl: str = "pty",
+                 uart: str = "pty", extra: Iterable[str] = ()) -> None:
         if board["flash"]["method"] != "qemu":
             raise QemuError("board %s is not an emulated board" % board["name"])
         if not os.path.isfile(image):
@@ -88,10 +94,10 @@ class QemuBoard:
                      "-serial", r_arg, "-serial", u_arg] + list(extra)
         self.state = state
         self.log_path = os.path.join(state, "qemu.log")
-        self.proc = None
+        self.proc: subprocess.Popen[bytes] | None = None
         self._ptys = [i for i, a in enumerate((r_arg, u_arg)) if a == "pty"]
 
-    def start(self, timeout=30, stdio=False):
+    def start(self, timeout: float = 30, stdio: bool = False) -> Self:
         """Start QEMU; returns once the host-side ports are known."""
         self._log = open(self.log_path, "wb")
         out = None if stdio else self._log
@@ -115,10 +121,10 @@ class QemuBoard:
             time.sleep(0.02)
         return self
 
-    def alive(self):
+    def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def close(self):
+    def close(self) -> None:
         if self.proc is not None:
             if self.proc.poll() is None:
                 self.proc.terminate()
@@ -129,17 +135,17 @@ class QemuBoard:
                     self.proc.wait()
             self._log.close()
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
 class Console:
     """The board's REPL UART, read in a thread into `text`."""
 
-    def __init__(self, port):
+    def __init__(self, port: str) -> None:
         import serial        # pyserial: only this reader needs it
         self._errors = (serial.SerialException, OSError)
         self.s = serial.serial_for_url(port, baudrate=115200, timeout=0.05)
@@ -148,7 +154,7 @@ class Console:
         self._t = threading.Thread(target=self._read, daemon=True)
         self._t.start()
 
-    def _read(self):
+    def _read(self) -> None:
         while not self._stop:
             try:
                 b = self.s.read(4096)
@@ -157,7 +163,7 @@ class Console:
             if b:
                 self.text += b.decode(errors="replace")
 
-    def wait_for(self, needle, timeout=20, start=0):
+    def wait_for(self, needle: str, timeout: float = 20, start: int = 0) -> int:
         """The index just after needle's first appearance at or after start."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -168,17 +174,17 @@ class Console:
         raise AssertionError("%r not seen on the REPL within %ss; it shows:\n%s"
                              % (needle, timeout, self.text[-3000:]))
 
-    def wait_line(self, needle, timeout=20, start=0):
+    def wait_line(self, needle: str, timeout: float = 20, start: int = 0) -> tuple[str, int]:
         """(line, end): the whole line holding needle, once its newline has arrived
         (the UART delivers a line in pieces), and the index after it."""
         i = self.wait_for(needle, timeout, start)
         end = self.wait_for("\n", timeout, i)
         return self.text[self.text.rfind("\n", 0, i) + 1:end].rstrip(), end
 
-    def write(self, data):
+    def write(self, data: bytes) -> None:
         self.s.write(data)
 
-    def close(self):
+    def close(self) -> None:
         self._stop = True
         self._t.join(2)
         self.s.close()

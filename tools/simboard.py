@@ -10,6 +10,10 @@ micropython gets the pty *master* as stdin/stdout, the place where QEMU or a
 USB-serial chip would sit, and the tools open the slave path like a serial
 port. (With micropython on the slave, both would talk into the same end.)
 """
+
+from __future__ import annotations
+
+from typing import NoReturn, Self
 import argparse
 import os
 import pty
@@ -26,7 +30,7 @@ from tools import boards, mpybuild
 class SimBoard:
     """A running `micropython` whose REPL is on a pty; `port` is the path to open."""
 
-    def __init__(self, cwd, heap=None, exe=None):
+    def __init__(self, cwd: str, heap: int | None = None, exe: str | None = None) -> None:
         heap = heap or boards.load_board("unix")["budget"]["heap"]
         master, slave = pty.openpty()
         # Raw before micropython starts: it saves and restores the terminal mode
@@ -41,12 +45,12 @@ class SimBoard:
         os.close(master)
         # Held open for the board's life: with no slave open, reads on the
         # master fail with EIO between two tool connections.
-        self._slave = slave
+        self._slave: int | None = slave
 
-    def alive(self):
+    def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def close(self):
+    def close(self) -> None:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
@@ -54,18 +58,18 @@ class SimBoard:
             os.close(self._slave)
             self._slave = None
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.close()
 
 
-def _interrupt(*_):
+def _interrupt(*_: object) -> NoReturn:
     raise KeyboardInterrupt
 
 
-def main(argv=None):
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m tools.simboard",
                                  description=__doc__.split("\n")[0])
     ap.add_argument("--dir", help="the board's filesystem (default: a new temporary directory)")

@@ -1,17 +1,24 @@
 """`edgebus watch PATTERN`: print the retained values matching PATTERN (the
 current state), then every change to them, one line each."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 import json
 
 from tools import busclient as bc
 
+if TYPE_CHECKING:
+    import argparse
 
-def add_arguments(p):
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("pattern", help="a topic pattern: + one level, # the rest (e.g. dev/+/sys/#)")
     bc.add_feed(p)
     bc.add_socket(p)
 
 
-def line(args, ev):
+def line(args: argparse.Namespace, ev: Any) -> str | None:
     """The line for a retained event, or None for the end of the replay
     (a JSON line {"event": "synced"} with --json)."""
     if ev.op == "replay_done":
@@ -26,23 +33,25 @@ def line(args, ev):
     return s + "  # " + json.dumps(bc.provenance(ev.origin)) if args.provenance else s
 
 
-def show(args, ev):
+def show(args: argparse.Namespace, ev: Any) -> bool:
     out = line(args, ev)
     if out is not None:
         bc.emit(out)
     return ev.op != "replay_done"    # the marker is not one of --count's messages
 
 
-async def watch(args):
+async def watch(args: argparse.Namespace) -> None:
     async with bc.Session(bc.socket_path(args), imports=[("#", "")]) as s:
         await s.check("watch_retained", args.pattern, "you may not read %s" % args.pattern)
         # The bridge's snapshot of its retained values comes first on a session.
-        await s.until(lambda: s.link.counters.get("syncs", 0) >= 1, bc.ROUTE_WAIT,
+        link = s.link
+        assert link is not None  # for mypy: the session is up
+        await s.until(lambda: link.counters.get("syncs", 0) >= 1, bc.ROUTE_WAIT,
                       "no snapshot from the bridge within %g s" % bc.ROUTE_WAIT)
         feed = s.conn.watch_retained(args.pattern, queue_len=args.queue, full=args.full,
                                      replay=True)
         await bc.follow(s, feed, lambda ev: show(args, ev), args.count)
 
 
-def run(args):
+def run(args: argparse.Namespace) -> int:
     return bc.main("watch", watch(args))

@@ -40,7 +40,13 @@ def _imports(name):
     path, is_pkg = MODULES[name]
     tree = ast.parse(open(path).read(), path)
     found, aliases = [], {}
+    # Imports under `if TYPE_CHECKING:` are for mypy only and never run.
+    typing_only = {id(n) for top in ast.walk(tree) if isinstance(top, ast.If)
+                   and ast.unparse(top.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+                   for b in top.body for n in ast.walk(b)}
     for node in ast.walk(tree):
+        if id(node) in typing_only:
+            continue
         if isinstance(node, ast.Import):
             for a in node.names:
                 if a.name.split(".")[0] in PACKAGES:
