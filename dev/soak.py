@@ -19,37 +19,37 @@ R = "tests/reliability/"
 
 # Existing tests that cover a case of the issue (run by the soak as they are).
 EXISTING = [
-    "tests/host/test_spark_ingest.py::test_exactly_once_across_sigkill_with_duplicates_and_corruption",
-    "tests/host/test_tlog.py::test_crash_with_sigkill_recovers",
-    "tests/host/test_tlog.py::test_random_damage_never_raises_or_yields_a_wrong_record",
-    "tests/host/test_mqtt.py::test_broker_restart_mid_stream_no_duplicates_losses_are_gaps",
-    "tests/host/test_bridge.py::test_unix_socket_credentials_reach_the_authoriser",
-    "tests/host/test_bridge.py::test_device_restart_bumps_generation_persisted_across_bridge_restart",
-    "tests/host/test_link_pty.py::test_wrong_key_over_pty_gives_no_session",
-    "tests/host/test_e2e_fleet_spark.py",
-    "tests/host/test_flash_spool.py",
-    "tests/host/test_mqtt_presence.py",
-    "tests/host/test_bridge.py::test_group_commit_survives_sigkill_and_restart_resumes_from_the_log",
-    "tests/host/test_bridge.py::test_bridge_sigkilled_mid_stream_loses_and_doubles_nothing",
+    "tests/host/spark/test_spark_ingest.py::test_exactly_once_across_sigkill_with_duplicates_and_corruption",
+    "tests/host/tlog/test_tlog.py::test_crash_with_sigkill_recovers",
+    "tests/host/tlog/test_tlog.py::test_random_damage_never_raises_or_yields_a_wrong_record",
+    "tests/host/mqtt/test_mqtt.py::test_broker_restart_mid_stream_no_duplicates_losses_are_gaps",
+    "tests/host/bridge/test_bridge.py::test_unix_socket_credentials_reach_the_authoriser",
+    "tests/host/bridge/test_bridge.py::test_device_restart_bumps_generation_persisted_across_bridge_restart",
+    "tests/host/link/test_link_pty.py::test_wrong_key_over_pty_gives_no_session",
+    "tests/host/e2e/test_e2e_fleet_spark.py",
+    "tests/host/firmware/test_flash_spool.py",
+    "tests/host/mqtt/test_mqtt_presence.py",
+    "tests/host/bridge/test_bridge.py::test_group_commit_survives_sigkill_and_restart_resumes_from_the_log",
+    "tests/host/bridge/test_bridge.py::test_bridge_sigkilled_mid_stream_loses_and_doubles_nothing",
     "tests/portable/test_link_spool.py",
     "tests/portable/test_link_journal.py",
     "tests/portable/test_spool.py",
-    "tests/host/test_frame_fuzz.py",
-    "tests/host/test_link_properties.py",
+    "tests/host/link/test_frame_fuzz.py",
+    "tests/host/link/test_link_properties.py",
     "tests/portable/test_link_data.py",
     "tests/portable/test_link_state.py",
     "tests/portable/test_link_call_limits.py",
     "tests/portable/test_queue_policies.py",
     "tests/portable/test_frame.py",
-    "tests/host/test_e2e_failover.py",
-    "tests/host/test_failover_serial.py",
+    "tests/host/e2e/test_e2e_failover.py",
+    "tests/host/firmware/test_failover_serial.py",
     "tests/portable/test_link_relay.py",
-    "tests/host/test_peers.py",
-    "tests/host/test_fleet.py::test_a_device_gives_up_on_a_broker_that_never_answers_and_comes_back",
+    "tests/host/bridge/test_peers.py",
+    "tests/host/tools/test_fleet.py::test_a_device_gives_up_on_a_broker_that_never_answers_and_comes_back",
     "tests/portable/test_mqtt_deadlines.py",
-    "tests/host/test_bridge_stop.py",
+    "tests/host/bridge/test_bridge_stop.py",
     "tests/portable/test_link_seal.py",
-    "tests/host/test_shell.py::test_another_user_gets_only_what_an_acl_entry_grants",
+    "tests/host/bridge/test_shell.py::test_another_user_gets_only_what_an_acl_entry_grants",
 ]
 
 # The outsider trial's checks (issue 24), each run on both transports: [mqtt], [peer].
@@ -70,8 +70,8 @@ CASES = [
      "real mosquitto; a MicroPython device at 100 msg/s (64 KB spool); delivered = sent: every "
      "message once, in order, no gap; same generation; bridge reconnects each time",
      [R + "test_rel_faults.py::test_broker_killed_and_restarted_repeatedly",
-      "tests/host/test_mqtt.py::test_broker_restart",
-      "tests/host/test_mqtt_presence.py::test_firmware_device_follows"],
+      "tests/host/mqtt/test_mqtt.py::test_broker_restart",
+      "tests/host/mqtt/test_mqtt_presence.py::test_firmware_device_follows"],
      "fault: MQTT broker killed and restarted"),
     ("Faults", "Serial link cut and restored; pty closed and reopened (unplug/replug)",
      "real ptys (tools/ptycable.py), the relay drops bytes for 0.3-2 s (some cuts outlast "
@@ -81,32 +81,32 @@ CASES = [
     ("Faults", "Serial line with injected noise",
      "about 1 byte in 5000 flipped on the line; frame errors counted and the damaged frames "
      "sent again (RESEND); no damaged payload delivered; delivered = sent, no gap", [R + "test_rel_faults.py::test_serial_line_with_noise",
-                                           "tests/host/test_link_properties.py"],
+                                           "tests/host/link/test_link_properties.py"],
      "fault: serial line with injected noise"),
     ("Faults", "Device process killed and restarted",
      "new session id -> generation + 1; the old boot's retained facts removed on the host; "
      "3 calls pending at the kill fail with session_reset (none hangs)",
      [R + "test_rel_faults.py::test_device_killed_and_restarted",
-      "tests/host/test_bridge.py::test_device_restart"], "fault: device killed and restarted"),
+      "tests/host/bridge/test_bridge.py::test_device_restart"], "fault: device killed and restarted"),
     ("Faults", "Bridge SIGKILLed during log appends and restarted",
      "bridge in its own process at 200 msg/s, killed at random instants, once with a device "
      "reboot between kills; records synced before a kill survive, the log reads clean, nothing "
      "logged twice; each boot's numbers run from 1 without a hole (what the killed bridge had "
      "not made durable comes again from the device's spool); generations never go back",
-     [R + "test_rel_faults.py::test_bridge_sigkilled", "tests/host/test_tlog.py::test_crash",
-      "tests/host/test_bridge.py::test_group_commit_survives_sigkill",
-      "tests/host/test_bridge.py::test_bridge_sigkilled_mid_stream"],
+     [R + "test_rel_faults.py::test_bridge_sigkilled", "tests/host/tlog/test_tlog.py::test_crash",
+      "tests/host/bridge/test_bridge.py::test_group_commit_survives_sigkill",
+      "tests/host/bridge/test_bridge.py::test_bridge_sigkilled_mid_stream"],
      "fault: bridge SIGKILLed during log appends"),
     ("Faults", "Broker, then bridge, then both SIGKILLed in one run; checked in Spark",
      "3 real-firmware devices over MQTT at 20 readings/s, the bridge as a process writing its "
      "log; outages of 3, 2 and 2 s; then `edgebus ingest`: in the table every sequence number "
      "of every boot exactly once, no hole, no duplicate, one generation; the outages' readings "
      "flagged late with their own device time",
-     ["tests/host/test_e2e_fleet_spark.py"], None),
+     ["tests/host/e2e/test_e2e_fleet_spark.py"], None),
     ("Faults", "Device rebooted during a broker outage, flash spool on",
      "the earlier boot's unacknowledged readings kept in the flash journal arrive after the "
      "reboot under their own peer_sid and seq, flagged late, none lost",
-     ["tests/host/test_flash_spool.py", "tests/portable/test_link_journal.py"], None),
+     ["tests/host/firmware/test_flash_spool.py", "tests/portable/test_link_journal.py"], None),
     ("Faults", "Broker outage of 80 % of the documented window at 20 readings/s",
      "an `edgebus fleet` device (real firmware, the unix board's manifest: its RAM spool, no "
      "flash journal) through 80 % of the seconds BENCHMARKS.md section 3 gives that spool "
@@ -128,12 +128,12 @@ CASES = [
      "two mosquittos and two bridge processes with their own logs; real-firmware devices at 20 "
      "readings/s move to the backup on heartbeat silence and fail back by probe; one device on "
      "two serial lines too; ingest of both logs: every sequence number once per device boot",
-     ["tests/host/test_e2e_failover.py", "tests/host/test_failover_serial.py"], None),
+     ["tests/host/e2e/test_e2e_failover.py", "tests/host/firmware/test_failover_serial.py"], None),
     ("Faults", "A relayed route vanishes mid-call; a gateway behind a site host restarts",
      "three buses: the last link cut mid-call fails the call at once (session_reset), the route "
      "is withdrawn hop by hop; a site bridge loses and regains a gateway's device routes",
      ["tests/portable/test_link_relay.py::test_a_route_that_vanishes",
-      "tests/host/test_peers.py::test_a_site_host"], None),
+      "tests/host/bridge/test_peers.py::test_a_site_host"], None),
     ("Faults", "A broker that accepts TCP and never answers (no CONNACK)",
      "a stand-in broker on the device's port takes the connection and stays silent: a real "
      "firmware device gives up within its `connect_timeout` (the error in its log) and tries "
@@ -141,18 +141,18 @@ CASES = [
      "readings taken meanwhile arrive from the spool, no gap. The transport alone (CPython and "
      "MicroPython): no CONNACK, and a broker silent after it, each end the connection within "
      "the deadline; one that answers its PINGREQs keeps it",
-     ["tests/host/test_fleet.py::test_a_device_gives_up_on_a_broker_that_never_answers",
+     ["tests/host/tools/test_fleet.py::test_a_device_gives_up_on_a_broker_that_never_answers",
       "tests/portable/test_mqtt_deadlines.py"], None),
     ("Faults", "Bridge stopped (SIGTERM) at fleet size with sessions up",
      "a bridge process with 2,000 configured MQTT devices, 20 CPython devices (dev/swarm.py) "
      "with sessions and readings flowing: it exits 0 with its state saved (each device's boot "
      "and at least all it acknowledged); every acknowledged reading is in the log; started "
      "again, it takes the rest from the devices' spools: every reading once, no gap",
-     ["tests/host/test_bridge_stop.py"], None),
+     ["tests/host/bridge/test_bridge_stop.py"], None),
     ("Faults", "Spark job killed and restarted from its checkpoint",
      "SIGKILL of the JVM and Python mid-batch, restart from the checkpoint: each record exactly "
      "once in the table (existing test, run by the soak)",
-     ["tests/host/test_spark_ingest.py::test_exactly_once"], None),
+     ["tests/host/spark/test_spark_ingest.py::test_exactly_once"], None),
     ("Faults", "Slow consumers on the host bus",
      "publishers never block; drops counted per feed (drop_oldest, reject_newest, retained "
      "watch); memory bounded (tracemalloc)",
@@ -176,7 +176,7 @@ CASES = [
     ("Bad input", "Fuzzing the frame decoder (Hypothesis + atheris)",
      "arbitrary bytes in arbitrary chunks: no exception, CRC-checked bodies only, fixed buffer",
      [R + "test_rel_fuzz.py::test_frame", R + "test_rel_fuzz.py::test_atheris[frame]",
-      "tests/host/test_frame_fuzz.py"], "fuzz: atheris frame"),
+      "tests/host/link/test_frame_fuzz.py"], "fuzz: atheris frame"),
     ("Bad input", "Fuzzing the link session (Hypothesis + atheris)",
      "arbitrary and protocol-shaped bodies into a live session: no exception, everything "
      "delivered under the device's prefix with the link's provenance, state within bounds",
@@ -198,10 +198,10 @@ CASES = [
     ("Security", "Wrong key never gets a session",
      "rogue over a pty to the bridge; MicroPython device over MQTT; pty link",
      [R + "test_rel_security.py::test_replayed", R + "test_rel_security.py::test_wrong_key",
-      "tests/host/test_link_pty.py::test_wrong_key"], None),
+      "tests/host/link/test_link_pty.py::test_wrong_key"], None),
     ("Security", "A bridge peer with the wrong key gets no session",
      "two bridges over TCP ([[peer]]): neither side has a session, the dialling side says why",
-     ["tests/host/test_peers.py::test_a_peer_with_the_wrong_key"], None),
+     ["tests/host/bridge/test_peers.py::test_a_peer_with_the_wrong_key"], None),
     ("Security", "Replayed handshake refused",
      "recorded HELLO/AUTH replayed byte for byte (ERROR replay); old AUTH in a new handshake "
      "(auth_failed); no data without a session",
@@ -257,12 +257,12 @@ CASES = [
      ["tests/portable/test_link_data.py::test_local_only"], None),
     ("Security", "Unix-socket clients scoped by their credentials",
      "uid/gid/pid from SO_PEERCRED are the principal the ACL authoriser sees",
-     ["tests/host/test_bridge.py::test_unix_socket"], None),
+     ["tests/host/bridge/test_bridge.py::test_unix_socket"], None),
     ("Security", "Another local user gets only what an [[acl]] entry grants",
      "uid 65534 through the socket's text mode: with no entry, pub/sub/call are refused "
      "(`denied`, counted in the bridge's `denied`) and nothing reaches a device's topics; with "
      "one, exactly what it grants; root and the bridge's own user need none",
-     ["tests/host/test_shell.py::test_another_user"], None),
+     ["tests/host/bridge/test_shell.py::test_another_user"], None),
     ("Security", "The bridge binds only where configured",
      "listening sockets read from /proc: the configured unix socket, and TCP only for metrics "
      "on the configured address", [R + "test_rel_security.py::test_bridge_listens"], None),

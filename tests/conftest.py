@@ -99,7 +99,7 @@ SERVICES = ("spark", "mosquitto", "micropython", "reliability", "qemu")
 # Fixtures that start a real part, by name (not by the module that implements
 # them, which may move): every test using one gets the marker.
 FIXTURE_MARKERS = {
-    "spark": "spark",              # a local SparkSession (tests/host/sparkkit.py)
+    "spark": "spark",              # a local SparkSession (tests/host/spark/sparkkit.py)
     "cluster": "spark",            # a Spark standalone master and worker (test_spark_cluster.py)
     "broker": "mosquitto",         # a mosquitto on a free port (the test broker)
     "mpy_tree": "micropython",     # the .mpy tree the binary runs (above)
@@ -107,7 +107,7 @@ FIXTURE_MARKERS = {
     "rel_device": "micropython",   # tests/reliability/rel_device.py under micropython
     "fw_tree": "micropython",      # firmware/ compiled for micropython (test_firmware.py)
     "sim": "micropython",          # a micropython REPL on a pty (test_deploy.py, SimBoard)
-    "image": "qemu",               # the emulated board's firmware (tests/host/qemukit.py)
+    "image": "qemu",               # the emulated board's firmware (tests/host/board/qemukit.py)
 }
 # Module-scoped fixtures that take over a second to set up: their users are slow.
 SLOW_FIXTURES = (

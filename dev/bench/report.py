@@ -531,7 +531,7 @@ def _link_acks(lk):
               "files of an eighth of it, the oldest dropped whole when full) holds %s readings "
               "(boot) / %s (a day) after its first drop: %.0f s at %d/s, through a reboot too. "
               "A device runs its board's `queues.spool` from the `board.json` its bundle "
-              "carries (`tests/host/test_board_values.py`, every board); with none the firmware "
+              "carries (`tests/host/board/test_board_values.py`, every board); with none the firmware "
               "runs %s B and reports `\"manifest\": null`. An outage is covered when it and "
               "the reconnect after it fit in these seconds: an `edgebus fleet` device loses "
               "nothing through 80 %% of the unix board's (`tests/reliability/test_rel_faults.py`)."
@@ -557,7 +557,7 @@ SPOOL_NOTE = (
     "bridge's reconnect backoff was capped at 2 s). The unix board's heap budget keeps its "
     "64 KB for objects beside the spool (80 → 96 KB): with the larger spool inside 80 KB "
     "the boot-time check still passed, but the device-heap workload "
-    "(`tests/host/test_device_heap.py`) ran out of heap for its transients. The 32-bit esp32 "
+    "(`tests/host/firmware/test_device_heap.py`) ran out of heap for its transients. The 32-bit esp32 "
     "(96 KB budget, objects ~1.7× smaller) has room for the 8 KB. The esp8266's 4 KB covers "
     "about 2 s; that board does not run the full device runtime yet (its ~28 KB heap), so its "
     "spool stays until it does.")

@@ -10,7 +10,7 @@ import os
 from bridge.status import fetch
 from dev.broker import Mosquitto
 from dev.swarm import Swarm, check, figures
-from tests.host.e2ekit import gateway_bridge, until
+from tests.host.e2e.e2ekit import gateway_bridge, until
 
 
 def _mqtt_links(sock):

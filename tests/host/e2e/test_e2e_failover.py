@@ -20,9 +20,9 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 import tlog  # noqa: E402
-from tests.host.e2ekit import (  # noqa: E402
+from tests.host.e2e.e2ekit import (  # noqa: E402
     gateway_bridge, ingest_once, once_each, past, progress, reported, until)
-from tests.host.sparkkit import make_session  # noqa: E402
+from tests.host.spark.sparkkit import make_session  # noqa: E402
 from dev.broker import Mosquitto  # noqa: E402
 from dev.presence import retained  # noqa: E402
 from tools.fleet import Fleet, bridge_toml  # noqa: E402

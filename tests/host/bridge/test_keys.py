@@ -17,7 +17,7 @@ from bridge.keystore import KeyStore
 from edgebus.link import keywrap
 from edgebus.link.handshake import kid
 from tests.conftest import until
-from tests.host.test_shell import NOBODY, as_user, edgebus as run_edgebus, with_bridge
+from tests.host.bridge.test_shell import NOBODY, as_user, edgebus as run_edgebus, with_bridge
 from tools.fleet import Fleet
 
 pytestmark = pytest.mark.slow

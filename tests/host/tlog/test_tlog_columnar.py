@@ -12,9 +12,8 @@ import pytest
 
 import tlog
 from edgebus.values import FrozenDict
+from tests.conftest import ROOT
 from tlog import LogError, LogWriter, list_segments, read_log, read_segment
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def rec(i, **kw):

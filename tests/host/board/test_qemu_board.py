@@ -18,7 +18,7 @@ import tlog
 from bridge.links import attach_local
 from bridge.status import fetch
 from tests.conftest import ROOT, until
-from tests.host import qemukit
+from tests.host.board import qemukit
 from tools import executables, mpybuild, qemuboard
 
 pytestmark = pytest.mark.qemu    # every test here boots the board (so: slow)

@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-from tests.host.sparkkit import (device_record, expected_row, local_record,  # noqa: E402
+from tests.host.spark.sparkkit import (device_record, expected_row, local_record,  # noqa: E402
                                  make_session)
 from tlog import RECORD_HEADER_SIZE, LogWriter, segment_name  # noqa: E402
 

@@ -1,7 +1,7 @@
 """The uplink's failover rules (tests/mpy/failover_cases.py) under CPython
 and, from the .mpy bundle, under the real MicroPython unix port, where the
 firmware runs. The failover itself, end to end with two brokers and two
-bridges: tests/host/test_e2e_failover.py."""
+bridges: tests/host/e2e/test_e2e_failover.py."""
 import os
 import re
 import shutil

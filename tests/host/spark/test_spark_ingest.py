@@ -15,7 +15,7 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 from tlog import RECORD_HEADER_SIZE, LogWriter, segment_name  # noqa: E402
-from tests.host.sparkkit import (ROOT, device_record, expected_row,  # noqa: E402
+from tests.host.spark.sparkkit import (ROOT, device_record, expected_row,  # noqa: E402
                                  local_record, make_session)
 
 T0 = 1_712_000_000.0

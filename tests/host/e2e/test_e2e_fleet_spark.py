@@ -26,8 +26,8 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 import tlog  # noqa: E402
-from tests.host.e2ekit import ingest_once, progress  # noqa: E402
-from tests.host.sparkkit import make_session  # noqa: E402
+from tests.host.e2e.e2ekit import ingest_once, progress  # noqa: E402
+from tests.host.spark.sparkkit import make_session  # noqa: E402
 from dev.broker import Mosquitto  # noqa: E402
 from dev.presence import BridgeProcess  # noqa: E402
 from tools.fleet import Fleet, bridge_toml  # noqa: E402

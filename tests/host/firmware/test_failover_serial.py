@@ -11,7 +11,7 @@ import json
 import pytest
 
 import tlog
-from tests.host.e2ekit import gateway_bridge, past, progress, reported, until
+from tests.host.e2e.e2ekit import gateway_bridge, past, progress, reported, until
 from tools.fleet import Fleet
 from tools.ptycable import PtyCable
 

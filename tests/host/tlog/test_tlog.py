@@ -18,7 +18,7 @@ from tlog import (FILE_HEADER_SIZE, RECORD_HEADER_SIZE, LogLocked, LogWriter, Re
                   earliest_offset, latest_offset, list_segments, read_log, read_segment,
                   record_from_message, segment_name)
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.conftest import ROOT
 
 
 def rec(i, **kw):

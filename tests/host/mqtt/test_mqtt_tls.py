@@ -14,7 +14,7 @@ from dev.broker import Mosquitto
 from edgebus.link.mqtt import MqttError, MqttTransport
 from firmware import uplink_mqtt
 from tests.conftest import until
-from tests.host.tlskit import TestCA
+from tests.host.mqtt.tlskit import TestCA
 from tools.fleet import Fleet
 
 pytestmark = [pytest.mark.mosquitto, pytest.mark.micropython]

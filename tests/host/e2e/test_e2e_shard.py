@@ -24,9 +24,9 @@ import tlog  # noqa: E402
 from bridge.keystore import KeyStore  # noqa: E402
 from dev.broker import Mosquitto  # noqa: E402
 from tests.conftest import ROOT  # noqa: E402
-from tests.host.e2ekit import (  # noqa: E402
+from tests.host.e2e.e2ekit import (  # noqa: E402
     gateway_bridge, ingest_once, once_each, past, progress, until)
-from tests.host.sparkkit import make_session  # noqa: E402
+from tests.host.spark.sparkkit import make_session  # noqa: E402
 from tools.fleet import Fleet  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.mosquitto, pytest.mark.micropython]

@@ -4,7 +4,7 @@ CPython host Link (responder, pyserial-asyncio) on the other end.
 
 Heap: the device runs with -X heapsize=256K: on the 64-bit unix port the
 modules' code is on the heap (~92 KB; frozen into flash on boards), see
-tests/host/test_device_heap.py and firmware/README.md "Memory".
+tests/host/firmware/test_device_heap.py and firmware/README.md "Memory".
 """
 import asyncio
 import json

@@ -4,7 +4,7 @@ import os
 
 import pytest
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from tests.conftest import ROOT  # noqa: F401 (the Spark tests take it from here)
 
 
 def make_session():

@@ -7,7 +7,7 @@ import os
 
 from bridge.status import render
 from tests.conftest import until
-from tests.host.test_shell import UID_ACL, _cfg, with_bridge
+from tests.host.bridge.test_shell import UID_ACL, _cfg, with_bridge
 
 
 async def session(cfg):
