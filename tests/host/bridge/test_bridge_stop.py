@@ -13,7 +13,7 @@ import pytest
 
 from dev.broker import Mosquitto
 from dev.swarm import Swarm, check, node_key
-from tests.host.e2e.e2ekit import gateway_bridge, until
+from tests.host.e2e.e2ekit import gateway_bridge
 from tools.fleet import bridge_toml
 
 pytestmark = pytest.mark.mosquitto
@@ -40,7 +40,7 @@ def test_a_bridge_of_2000_devices_stops_with_sessions_up_and_loses_nothing(tmp_p
         bridge, log_dir = gateway_bridge(tmp_path, "gw", bridge_toml(cfg), heartbeat=5.0)
         try:
             bridge.start()
-            until(lambda: os.path.exists(bridge.sock), "the bridge's socket", 60)
+            bridge.ready(60)
             with swarm:
                 # Sessions up, readings acknowledged and more on their way.
                 ok, p = swarm.wait(lambda p: p["up"] == DEVICES and p["acked"] >= 5 * DEVICES, 90)

@@ -2,9 +2,9 @@
 ingest job (test_e2e_fleet_spark.py, test_e2e_failover.py, test_e2e_shard.py)."""
 import argparse
 import json
-import time
 
 import tlog
+from dev.harness.bridge import BridgeProcess
 
 
 def progress(log_dir, nodes):
@@ -72,24 +72,10 @@ def reported(log_dir, nodes, **want):
     return seen == set(nodes)
 
 
-def until(cond, what, timeout=30):
-    """cond()'s first true value; fails after timeout s, saying what (or
-    what() when it is a function: the state at the failure)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = cond()
-        if v:
-            return v
-        assert time.monotonic() < deadline, what() if callable(what) else what
-        time.sleep(0.2)
-
-
 def gateway_bridge(out, name, links, heartbeat=1.0):
     """A bridge process named ``name`` (its gateway name in the log) in
     out/name, with its own state, status socket and telemetry log, joining the
     devices of the TOML fragment ``links``; returns (BridgeProcess, log dir)."""
-    from dev.presence import BridgeProcess
-
     d = out / name
     d.mkdir(parents=True)
     toml = d / "bridge.toml"

@@ -20,11 +20,12 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 import tlog  # noqa: E402
+from tests.conftest import wait_until  # noqa: E402
 from tests.host.e2e.e2ekit import (  # noqa: E402
-    gateway_bridge, ingest_once, once_each, past, progress, reported, until)
+    gateway_bridge, ingest_once, once_each, past, progress, reported)
 from tests.host.spark.sparkkit import make_session  # noqa: E402
 from dev.broker import Mosquitto  # noqa: E402
-from dev.presence import retained  # noqa: E402
+from dev.harness.mqtt import retained  # noqa: E402
 from tools.fleet import Fleet, bridge_toml  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.mosquitto, pytest.mark.micropython]
@@ -44,11 +45,11 @@ def _to_backup(logs, nodes, fault, moves):
     returns the backup's progress."""
     at = progress(logs["gw-a"], nodes)
     fault()
-    on_b = until(lambda: past(logs["gw-b"], nodes, at, ADVANCE),
-                  lambda: "no move to the backup: a %r, b %r"
-                  % (at, progress(logs["gw-b"], nodes)))
-    until(lambda: reported(logs["gw-b"], nodes, gateway="gw-b", moves=moves),
-           "no sys/health through the backup says it moved (%d)" % moves)
+    on_b = wait_until(lambda: past(logs["gw-b"], nodes, at, ADVANCE), 30,
+                      lambda: "no move to the backup: a %r, b %r"
+                       % (at, progress(logs["gw-b"], nodes)))
+    wait_until(lambda: reported(logs["gw-b"], nodes, gateway="gw-b", moves=moves), 30,
+               "no sys/health through the backup says it moved (%d)" % moves)
     return on_b
 
 
@@ -56,11 +57,11 @@ def _back_to_primary(logs, nodes, on_b, repair, failbacks):
     """repair(), then wait until the primary's log holds ADVANCE numbers past
     where the backup's stood and a sys/health through it counts ``failbacks``."""
     repair()
-    until(lambda: past(logs["gw-a"], nodes, on_b, ADVANCE),
-           lambda: "no failback: a %r, b %r" % (progress(logs["gw-a"], nodes),
-                                                progress(logs["gw-b"], nodes)))
-    until(lambda: reported(logs["gw-a"], nodes, gateway="gw-a", failbacks=failbacks),
-           "no sys/health through the primary says it failed back (%d)" % failbacks)
+    wait_until(lambda: past(logs["gw-a"], nodes, on_b, ADVANCE), 30,
+               lambda: "no failback: a %r, b %r" % (progress(logs["gw-a"], nodes),
+                                                     progress(logs["gw-b"], nodes)))
+    wait_until(lambda: reported(logs["gw-a"], nodes, gateway="gw-a", failbacks=failbacks), 30,
+               "no sys/health through the primary says it failed back (%d)" % failbacks)
 
 
 def test_primary_killed_devices_fail_over_and_back_and_the_table_has_every_reading_once(
@@ -89,11 +90,13 @@ def test_primary_killed_devices_fail_over_and_back_and_the_table_has_every_readi
                 # Both bridges up before the devices boot (else they would
                 # rightly start on the backup): each says online on its broker.
                 for broker in (broker_a, broker_b):
-                    until(lambda: (retained(broker.port, "edgebus/_bridge", 1.0)
-                                    or (None,))[0] == b"online", "a bridge is not up")
+                    wait_until(lambda: (retained(broker.port, "edgebus/_bridge", 1.0)
+                                         or (None,))[0] == b"online", 30,
+                               "a bridge is not up")
                 fleet.start()
                 # 1. On the primary.
-                until(lambda: past(logs["gw-a"], nodes, zero, ADVANCE), "primary: no progress")
+                wait_until(lambda: past(logs["gw-a"], nodes, zero, ADVANCE), 30,
+                           "primary: no progress")
                 assert progress(logs["gw-b"], nodes) == zero   # the backup is idle
                 # 2. The primary's bridge dies as a power cut would; its broker
                 # stays, so the devices see its last will, then silence.
@@ -106,7 +109,7 @@ def test_primary_killed_devices_fail_over_and_back_and_the_table_has_every_readi
                 # The primary resumed each boot where the backup left it: what
                 # the backup acknowledged meanwhile is no gap on its link.
                 for n in nodes:
-                    st = until(lambda: a.link(n), "no status from the primary")
+                    st = wait_until(lambda: a.link(n), 30, "no status from the primary")
                     c = st["counters"]
                     assert st["peer_sid"] and c.get("gaps", 0) == 0, (n, st)
                     assert c.get("acked_elsewhere", 0) >= ADVANCE, (n, c)

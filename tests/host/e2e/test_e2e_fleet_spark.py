@@ -29,7 +29,7 @@ import tlog  # noqa: E402
 from tests.host.e2e.e2ekit import ingest_once, progress  # noqa: E402
 from tests.host.spark.sparkkit import make_session  # noqa: E402
 from dev.broker import Mosquitto  # noqa: E402
-from dev.presence import BridgeProcess  # noqa: E402
+from dev.harness.bridge import BridgeProcess  # noqa: E402
 from tools.fleet import Fleet, bridge_toml  # noqa: E402
 
 # Spark, mosquitto and the fleet's micropython devices start in the test body.

@@ -23,9 +23,9 @@ pytest.importorskip("pyarrow")
 import tlog  # noqa: E402
 from bridge.keystore import KeyStore  # noqa: E402
 from dev.broker import Mosquitto  # noqa: E402
-from tests.conftest import ROOT  # noqa: E402
+from tests.conftest import ROOT, wait_until  # noqa: E402
 from tests.host.e2e.e2ekit import (  # noqa: E402
-    gateway_bridge, ingest_once, once_each, past, progress, until)
+    gateway_bridge, ingest_once, once_each, past, progress)
 from tests.host.spark.sparkkit import make_session  # noqa: E402
 from tools.fleet import Fleet  # noqa: E402
 
@@ -79,11 +79,12 @@ def test_a_device_moved_between_two_shard_bridges_has_each_reading_once_in_the_t
             a.start()
             b.start()
             fleet.start()
-            until(lambda: _holds(a, [stay_a, moved]) and _holds(b, [stay_b]),
-                  "the shards did not take their devices", 60)
+            wait_until(lambda: _holds(a, [stay_a, moved]) and _holds(b, [stay_b]), 60,
+                       "the shards did not take their devices")
             zero = {n: 0 for n in nodes}
-            until(lambda: past(log_a, [stay_a, moved], zero, ADVANCE)
-                  and past(log_b, [stay_b], zero, ADVANCE), "no progress on the shards")
+            wait_until(lambda: past(log_a, [stay_a, moved], zero, ADVANCE)
+                       and past(log_b, [stay_b], zero, ADVANCE), 30,
+                       "no progress on the shards")
             # Each shard takes only its own devices' frames.
             assert progress(log_b, [stay_a, moved]) == {stay_a: 0, moved: 0}
             assert progress(log_a, [stay_b]) == {stay_b: 0}
@@ -93,21 +94,23 @@ def test_a_device_moved_between_two_shard_bridges_has_each_reading_once_in_the_t
             with open(a.toml, "w") as f:
                 f.write(good + "\n[mqtt\n")
             a.proc.send_signal(signal.SIGHUP)
-            until(lambda: "running on with the configuration loaded before"
-                  in open(a.logpath).read(), "no word on the bad configuration")
+            wait_until(lambda: "running on with the configuration loaded before"
+                       in open(a.logpath).read(), 30,
+                       "no word on the bad configuration")
             with open(a.toml, "w") as f:
                 f.write(good)
             at = progress(log_a, [stay_a, moved])
-            until(lambda: past(log_a, [stay_a, moved], at, 5), "A stopped after the bad reload")
+            wait_until(lambda: past(log_a, [stay_a, moved], at, 5), 30,
+                       "A stopped after the bad reload")
 
             # The move, in one step, while the device publishes.
             at = progress(log_a, [moved])
             t0 = time.monotonic()
             r = _edgebus("devices", "move", moved, "--from", a.toml, "--to", b.toml)
             assert "released by gw-a (its session ended" in r.stdout and "taken by gw-b" in r.stdout
-            until(lambda: past(log_b, [moved], at, ADVANCE),
-                  lambda: "no progress through B: a %r, b %r"
-                  % (progress(log_a, [moved]), progress(log_b, [moved])))
+            wait_until(lambda: past(log_b, [moved], at, ADVANCE), 30,
+                       lambda: "no progress through B: a %r, b %r"
+                       % (progress(log_a, [moved]), progress(log_b, [moved])))
             moved_s = time.monotonic() - t0
             assert a.link(moved) is None                   # A holds no link for it
             st = _holds(b, [moved])[moved]

@@ -11,7 +11,8 @@ import json
 import pytest
 
 import tlog
-from tests.host.e2e.e2ekit import gateway_bridge, past, progress, reported, until
+from tests.conftest import wait_until
+from tests.host.e2e.e2ekit import gateway_bridge, past, progress, reported
 from tools.fleet import Fleet
 from tools.ptycable import PtyCable
 
@@ -47,25 +48,28 @@ def test_device_fails_over_between_two_serial_lines_and_back(tmp_path):
             try:
                 a.start()
                 b.start()
-                until(lambda: _running(a, 1) and _running(b, 1), "the bridges did not start")
+                wait_until(lambda: _running(a, 1) and _running(b, 1), 30,
+                           "the bridges did not start")
                 fleet.start()
-                until(lambda: past(log_a, nodes, {nodes[0]: 0}, ADVANCE), "no progress on line-a")
+                wait_until(lambda: past(log_a, nodes, {nodes[0]: 0}, ADVANCE), 30,
+                           "no progress on line-a")
                 # The primary's bridge dies: its line goes silent.
                 a.kill()
                 at = progress(log_a, nodes)
-                until(lambda: past(log_b, nodes, at, ADVANCE),
-                      lambda: "no move to line-b: %r" % progress(log_b, nodes))
+                wait_until(lambda: past(log_b, nodes, at, ADVANCE), 30,
+                           lambda: "no move to line-b: %r" % progress(log_b, nodes))
                 # Away, the device goes back to see (no probe on a UART) and,
                 # the line being silent, comes back: it keeps delivering here.
-                until(lambda: reported(log_b, nodes, gateway="line-b", moves=3, failbacks=1),
-                      "no failed look at line-a reported through line-b")
+                wait_until(lambda: reported(log_b, nodes, gateway="line-b", moves=3,
+                                            failbacks=1), 30,
+                           "no failed look at line-a reported through line-b")
                 on_b = progress(log_b, nodes)
                 a.start()
-                until(lambda: past(log_a, nodes, on_b, ADVANCE),
-                      lambda: "no failback: a %r, b %r" % (progress(log_a, nodes),
-                                                           progress(log_b, nodes)))
-                until(lambda: reported(log_a, nodes, gateway="line-a"),
-                      "no sys/health through line-a after the failback")
+                wait_until(lambda: past(log_a, nodes, on_b, ADVANCE), 30,
+                           lambda: "no failback: a %r, b %r" % (progress(log_a, nodes),
+                                                                progress(log_b, nodes)))
+                wait_until(lambda: reported(log_a, nodes, gateway="line-a"), 30,
+                           "no sys/health through line-a after the failback")
                 assert a.stop(30) == 0, open(a.logpath).read()
                 assert b.stop(30) == 0, open(b.logpath).read()
             finally:

@@ -8,16 +8,9 @@ import pytest
 
 from bridge import config as bridge_config
 from bridge.daemon import Bridge
-from dev.broker import Mosquitto
 from tests.conftest import ROOT, mpy_script, until
 
 DEVICE_HEAP = "192K"   # core + link + MQTT transport + the journal's 4 KB block
-
-
-@pytest.fixture
-def broker():
-    with Mosquitto() as b:
-        yield b
 
 
 @pytest.fixture

@@ -24,12 +24,6 @@ DEVICE_HEAP = "192K"   # core + link + MQTT transport on the 64-bit unix port
 
 
 @pytest.fixture
-def broker():
-    with Mosquitto() as b:
-        yield b
-
-
-@pytest.fixture
 def device(link_device):
     return lambda port, key, count, node="d1": link_device(
         "mqtt:127.0.0.1:%d" % port, key, count, node, heap=DEVICE_HEAP)

@@ -11,19 +11,14 @@ import time
 
 import pytest
 
-from dev.broker import Mosquitto
-from dev.presence import BridgeProcess, Watcher, device_fleet, retained, wait
+from dev.harness.bridge import BridgeProcess
+from dev.harness.mqtt import Watcher, retained
 from edgebus.link.link import Link
-from tests.conftest import ROOT, mpy_script, until
+from tests.conftest import ROOT, mpy_script, until, wait_until
+from tools.fleet import Fleet
 
 PRESENCE = "edgebus/_bridge"
 DEVICE_HEAP = "192K"   # core + link (sealed) on the 64-bit unix port
-
-
-@pytest.fixture
-def broker():
-    with Mosquitto() as b:
-        yield b
 
 
 @pytest.fixture
@@ -95,52 +90,50 @@ def test_device_reconnecting_gets_the_retained_presence(tmp_path, broker, presen
         bridge.close()
 
 
-@pytest.mark.mosquitto
 @pytest.mark.micropython
 @pytest.mark.skipif(not hasattr(Link, "peer_presence"), reason="needs Link.peer_presence")
-def test_firmware_device_follows_a_bridge_restart_by_presence(tmp_path):
+def test_firmware_device_follows_a_bridge_restart_by_presence(tmp_path, broker):
     """The real firmware (5 s heartbeat: a 15 s liveness timeout) notices a
     bridge SIGKILL by the bridge's last will, says HELLO again, and has its
     session back once the bridge is up again: its own counters (sys/health,
     mirrored as plain MQTT) show the presence taken (peer_offline) and a
     session ended. Sealed, the word "offline" only makes it check: a PING
     unanswered within 2 s ends the session (docs/protocol.md, MQTT presence)."""
-    with Mosquitto() as broker:
-        fleet = device_fleet(str(tmp_path / "fleet"), broker.port, health_period=0.5)
-        d = fleet.devices[0]
-        node = d["node"]
-        up, health = "edgebus/%s/up" % node, "dev/%s/sys/health" % node
-        bridge = BridgeProcess(str(tmp_path), broker.port, {node: d["key"]},
-                               mirror=["dev/+/sys/health"])
-        watcher = Watcher(broker.port, [up, health])
+    # The firmware's default heartbeat: 5 s.
+    fleet = Fleet(str(tmp_path / "fleet"), mqtt=1, broker=("127.0.0.1", broker.port),
+                  health_period=0.5, link={"heartbeat": 5.0})
+    d = fleet.devices[0]
+    node = d["node"]
+    up, health = "edgebus/%s/up" % node, "dev/%s/sys/health" % node
+    bridge = BridgeProcess(str(tmp_path), broker.port, {node: d["key"]},
+                           mirror=["dev/+/sys/health"])
+    watcher = Watcher(broker.port, [up, health])
 
-        def device_link(since=0.0):
-            """The device's link counters from its latest health since `since`."""
-            ms = watcher.messages(health, since)
-            return json.loads(ms[-1][2])["link"] if ms else None
-        try:
-            bridge.start()
-            fleet.start()
-            assert wait(lambda: (bridge.link(node) or {}).get("state") == "up", 60)
-            before = wait(lambda: (lambda k: k if k and k["state"] == "up" else None)(
-                device_link()), 20)
-            assert before, watcher.messages(health)
-            t0 = time.monotonic()
-            bridge.kill()
-            assert wait(lambda: watcher.first_hello(up, t0), 30)   # the device noticed
-            noticed = watcher.first_hello(up, t0) - t0
-            bridge.start()
-            assert wait(lambda: (bridge.link(node) or {}).get("state") == "up", 60)
-            t1 = time.monotonic()
-            after = wait(lambda: (lambda k: k if k and k["state"] == "up" else None)(
-                device_link(t1)), 20)
-            assert after, watcher.messages(health, t1)
-            assert after["peer_offline"] > before["peer_offline"]       # the last will, taken
-            assert after["session_ends"] > before["session_ends"]         # it ended one
-            assert after["sessions"] > before["sessions"]
-            print("bridge SIGKILL -> device HELLO %.2f s; -> session up %.2f s"
-                  % (noticed, t1 - t0))
-        finally:
-            watcher.close()
-            bridge.close()
-            fleet.stop()
+    def device_link(since=0.0):
+        """The device's link counters from its latest health since `since`."""
+        ms = watcher.messages(health, since)
+        return json.loads(ms[-1][2])["link"] if ms else None
+    try:
+        bridge.start()
+        fleet.start()
+        wait_until(lambda: (bridge.link(node) or {}).get("state") == "up", 60)
+        before = wait_until(lambda: (lambda k: k if k and k["state"] == "up" else None)(
+            device_link()), 20, lambda: watcher.messages(health))
+        t0 = time.monotonic()
+        bridge.kill()
+        wait_until(lambda: watcher.first_hello(up, t0), 30)   # the device noticed
+        noticed = watcher.first_hello(up, t0) - t0
+        bridge.start()
+        wait_until(lambda: (bridge.link(node) or {}).get("state") == "up", 60)
+        t1 = time.monotonic()
+        after = wait_until(lambda: (lambda k: k if k and k["state"] == "up" else None)(
+            device_link(t1)), 20, lambda: watcher.messages(health, t1))
+        assert after["peer_offline"] > before["peer_offline"]       # the last will, taken
+        assert after["session_ends"] > before["session_ends"]         # it ended one
+        assert after["sessions"] > before["sessions"]
+        print("bridge SIGKILL -> device HELLO %.2f s; -> session up %.2f s"
+              % (noticed, t1 - t0))
+    finally:
+        watcher.close()
+        bridge.close()
+        fleet.stop()

@@ -14,16 +14,9 @@ from bridge import config as bridge_config
 from bridge.daemon import Bridge
 from bridge.keystore import KeyStore
 from bridge.reload import RELOAD
-from dev.broker import Mosquitto
 from tests.conftest import until
 
 DEVICE_HEAP = "192K"
-
-
-@pytest.fixture
-def broker():
-    with Mosquitto() as b:
-        yield b
 
 
 def _toml(port, keys, devices):

@@ -8,14 +8,13 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
-from tests.conftest import ROOT
+from dev.harness.process import Process
+from tests.conftest import ROOT, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -42,11 +41,9 @@ class Installed:
                               env=self.env, capture_output=True, text=True, timeout=timeout)
 
     def start(self, *argv, log):
-        # A session of its own, so a failed test can end its children too (the
-        # fleet's devices are processes it starts).
-        return subprocess.Popen([str(self.bin / argv[0])] + list(argv[1:]), cwd=self.cwd,
-                                env=self.env, stdout=log, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True)
+        # A Process: a failed test ends its children too (the fleet's devices).
+        return Process([str(self.bin / argv[0])] + list(argv[1:]), cwd=self.cwd,
+                       env=self.env, stdout=log, stderr=subprocess.STDOUT, text=True)
 
 
 @pytest.fixture(scope="module")
@@ -64,32 +61,6 @@ def installed(tmp_path_factory):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     shutil.rmtree(src)
     return inst
-
-
-def wait_for(cond, what, timeout=90.0, procs=()):
-    """Poll cond() until it is true; fail naming what after timeout seconds, or
-    at once when one of procs has exited."""
-    deadline = time.monotonic() + timeout
-    while True:
-        got = cond()
-        if got:
-            return got
-        dead = [p.args for p in procs if p.poll() is not None]
-        assert not dead, "exited while waiting for %s: %s" % (what, dead)
-        assert time.monotonic() < deadline, "no %s within %g s" % (what, timeout)
-        time.sleep(0.1)
-
-
-def stop(proc, timeout=30):
-    """SIGTERM, then the exit status (a process that ignores it is killed)."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-    try:
-        return proc.wait(timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-        raise
 
 
 def test_the_development_folder_is_not_installed(installed):
@@ -121,8 +92,8 @@ def test_a_fleet_joined_by_the_bridge_and_stopped(installed, tmp_path):
             fleet = installed.start("edgebus", "fleet", "--devices", "1", "--period", "0.2",
                                     "--out", "fleet", "--config-out", str(fragment), log=flog)
             procs.append(fleet)
-            wait_for(lambda: fragment.exists() and "[[serial]]" in fragment.read_text(),
-                     "fleet configuration", procs=procs)
+            wait_until(lambda: fragment.exists() and "[[serial]]" in fragment.read_text(),
+                       90, "fleet configuration", procs=procs)
             config = tmp_path / "bridge.toml"
             config.write_text('[bridge]\nnode = "gw"\nstate_dir = "%s"\nsocket = "%s"\n'
                               'heartbeat = 1.0\n\n%s' % (state, sock, fragment.read_text()))
@@ -138,21 +109,17 @@ def test_a_fleet_joined_by_the_bridge_and_stopped(installed, tmp_path):
                           if s.get("peer") == "sim-1"]
                 return serial if serial and serial[0]["counters"].get("sessions") else None
 
-            link, = wait_for(device_link, "device session through the bridge", procs=procs)
+            link, = wait_until(device_link, 90, "device session through the bridge", procs=procs)
             assert link["state"] == "up" and link["generation"] == 1, link
-            assert stop(bridge) == 0
-            assert stop(fleet) == 0
+            assert bridge.stop() == 0
+            assert fleet.stop() == 0
     except AssertionError:
         for name in ("fleet.log", "bridge.log"):
             print("--- %s\n%s" % (name, (tmp_path / name).read_text()[-3000:]))
         raise
     finally:
         for p in procs:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass            # the group ended with a clean stop
-            p.wait()
+            p.close()
 
 
 def test_the_bridge_without_a_configuration_names_the_example(installed):

@@ -4,10 +4,8 @@ loopback only, the job run by ``spark-submit --master spark://...``; the table
 it writes is the one `local[*]` writes from the same logs (docs/spark.md,
 "On a cluster")."""
 import os
-import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
@@ -15,6 +13,8 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 from dev.broker import free_port  # noqa: E402
+from dev.harness.process import Process  # noqa: E402
+from tests.conftest import wait_until  # noqa: E402
 from tests.host.spark.sparkkit import ROOT, device_record, local_record, make_session  # noqa: E402
 from tlog import LogWriter  # noqa: E402
 
@@ -36,18 +36,19 @@ def _env(tmp):
 
 
 def _start(cmd, logfile, env):
-    return subprocess.Popen(cmd, stdout=open(logfile, "wb"), stderr=subprocess.STDOUT,
-                            env=env, start_new_session=True)
+    with open(logfile, "wb") as log:
+        return Process(cmd, stdout=log, stderr=subprocess.STDOUT, env=env)
+
+
+def _read(path):
+    with open(path, errors="replace") as f:
+        return f.read()
 
 
 def _wait_for(logfile, text, proc, timeout=90):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if text in open(logfile, errors="replace").read():
-            return
-        assert proc.poll() is None, open(logfile, errors="replace").read()[-3000:]
-        time.sleep(0.2)
-    raise AssertionError("%r not in %s: %s" % (text, logfile, open(logfile).read()[-3000:]))
+    wait_until(lambda: text in _read(logfile), timeout,
+               lambda: "%r in %s: %s" % (text, logfile, _read(logfile)[-3000:]), step=0.2,
+               procs=[proc])
 
 
 @pytest.fixture
@@ -71,11 +72,10 @@ def cluster(tmp_path):
     finally:
         for p in reversed(procs):
             try:
-                os.killpg(p.pid, signal.SIGTERM)
-                p.wait(timeout=30)
-            except (ProcessLookupError, subprocess.TimeoutExpired):
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+                p.stop(30)
+            except subprocess.TimeoutExpired:
+                pass            # killed with its group
+            p.close()           # whatever it started
 
 
 def _write_logs(root):

@@ -8,13 +8,12 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
 from bridge import config as bridge_config
 from bridge.daemon import Bridge
-from tests.conftest import ROOT, until
+from tests.conftest import ROOT, until, wait_until
 from dev.broker import Mosquitto, free_port
 from tools.fleet import Fleet
 
@@ -153,16 +152,6 @@ def test_a_device_told_to_reboot_comes_back_under_a_new_boot_while_the_others_ru
             assert f.read().strip() == "2"
 
 
-def _wait(cond, timeout):
-    """Poll cond (a blocking test's wait) until it holds or timeout s pass."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if cond():
-            return True
-        time.sleep(0.05)
-    return cond()
-
-
 class MuteBroker:
     """A stand-in broker: accepts TCP on a port and never answers (an
     overloaded or wedged broker); counts the connections it took."""
@@ -201,7 +190,7 @@ def test_a_device_gives_up_on_a_broker_that_never_answers_and_comes_back(tmp_pat
         with fleet:
             fleet.start()
             d = fleet.devices[0]
-            assert _wait(lambda: len(mute.conns) >= 3, 30), mute.conns   # it tried again
+            wait_until(lambda: len(mute.conns) >= 3, 30, lambda: mute.conns)   # it tried again
             with open(d["log"]) as f:
                 text = f.read()
             assert "open: MqttError: no CONNACK from 127.0.0.1:%d within 0.5 s" % port in text
@@ -253,9 +242,9 @@ def test_the_network_step_waits_for_the_access_point_and_rejoins_after_it_drops(
                 return text in f.read()
         access_point(True, password="other")
         fleet.start()
-        assert _wait(lambda: log_has("network: join lab: wrong_password"), 20)
+        wait_until(lambda: log_has("network: join lab: wrong_password"), 20)
         access_point(False)
-        assert _wait(lambda: log_has("network: join lab: no_ap_found"), 20)
+        wait_until(lambda: log_has("network: join lab: no_ap_found"), 20)
         assert log_has("uplink mqtt: waiting for the network")
         cfg = bridge_config.parse(dict(fleet.bridge_config(("127.0.0.1", broker.port)),
                                        bridge={"state_dir": str(tmp_path / "state"),
