@@ -39,7 +39,7 @@ setup() {
         apt_install "mosquitto" mosquitto
     fi
     # The emulated board (boards/qemu-mps2-an385): its firmware is built with
-    # the Arm toolchain and booted in QEMU (tests/host/test_qemu_board.py).
+    # the Arm toolchain and booted in QEMU (tests/host/board/test_qemu_board.py).
     if ! command -v arm-none-eabi-gcc >/dev/null 2>&1 || ! command -v qemu-system-arm >/dev/null 2>&1 \
             || [ "$(arm-none-eabi-gcc -print-file-name=libc.a 2>/dev/null)" = libc.a ]; then
         apt_install "the emulated board's toolchain" --no-install-recommends gcc-arm-none-eabi \

@@ -1,6 +1,6 @@
 """The bridge configuration's schema: every table, every key it takes and
 what its value must be, in one table (SCHEMA) that parsing checks against
-and tests walk (tests/host/test_bridge_config.py)."""
+and tests walk (tests/host/bridge/test_bridge_config.py)."""
 import os
 from urllib.parse import urlparse
 

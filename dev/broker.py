@@ -1,10 +1,13 @@
-"""Run a real mosquitto broker on a free loopback port (tests, demo, benchmarks)."""
+"""Run a real mosquitto broker on a free loopback port (tests, demo, benchmarks):
+the harness's broker (dev/harness/; tests/conftest.py's ``broker`` fixture)."""
 import os
 import shutil
 import socket
 import subprocess
 import tempfile
 import time
+
+from dev.harness.process import Process
 
 
 def free_port():
@@ -56,8 +59,8 @@ class Mosquitto:
 
     def start(self, timeout=5.0):
         with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen([find_mosquitto(), "-c", self.conf],
-                                         stdout=subprocess.DEVNULL, stderr=log)
+            self.proc = Process([find_mosquitto(), "-c", self.conf],
+                                stdout=subprocess.DEVNULL, stderr=log)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
@@ -72,9 +75,8 @@ class Mosquitto:
 
     def stop(self):
         """Kill the broker (as a crash would: no clean goodbye to clients)."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
+        if self.proc is not None:
+            self.proc.close()
         self.proc = None
 
     def close(self):

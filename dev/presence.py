@@ -13,154 +13,22 @@ one); give main's too to get the baseline in the same run, e.g.
 ``python -m dev.presence --tree /tmp/edgebus-main --tree .``.
 Per case it prints the seconds from the kill to the bridge's session being up
 again (``session_s``) and to the device's first HELLO after the kill
-(``hello_s``, when the device noticed the outage). Figures, not assertions.
-
-Also the parts the presence tests use: :class:`BridgeProcess` and
-:class:`Watcher` (an MQTT subscriber recording what passes)."""
+(``hello_s``, when the device noticed the outage). Figures, not assertions."""
 import argparse
-import asyncio
 import json
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
-import threading
 import time
 
-import paho.mqtt.client as paho
-
-from bridge.status import fetch
 from dev.broker import Mosquitto
-from edgebus.link import frame, wire
+from dev.harness.bridge import BridgeProcess
+from dev.harness.mqtt import Watcher
+from dev.harness.poll import wait_until
 from tools import mpybuild
 from tools.fleet import Fleet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-class Watcher:
-    """A plain MQTT client (paho, its own thread) subscribed to ``topics``,
-    recording every message as (monotonic time, topic, payload, retain)."""
-
-    def __init__(self, port, topics, client_id="presence-watcher"):
-        self.got = []
-        self.lock = threading.Lock()
-        self.c = c = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=client_id)
-        c.on_connect = lambda cl, u, f, r, p: cl.subscribe([(t, 0) for t in topics])
-        c.on_message = self._on_message
-        c.reconnect_delay_set(0.05, 0.2)   # back soon after a broker restart
-        c.connect("127.0.0.1", port)
-        c.loop_start()
-
-    def _on_message(self, client, userdata, msg):
-        with self.lock:
-            self.got.append((time.monotonic(), msg.topic, msg.payload, msg.retain))
-
-    def messages(self, topic=None, since=0.0):
-        with self.lock:
-            return [m for m in self.got if m[0] >= since and (topic is None or m[1] == topic)]
-
-    def last(self, topic):
-        m = self.messages(topic)
-        return m[-1][2] if m else None
-
-    def first_hello(self, topic, since):
-        """When the first HELLO frame went out on ``topic`` (a device's up) after since."""
-        for t, _, payload, _ in self.messages(topic, since):
-            body = frame.decode(payload, frame.MAX_LEN)
-            if body is not None and body[0] & wire.TYPE_MASK == wire.HELLO:
-                return t
-        return None
-
-    def close(self):
-        self.c.disconnect()
-        self.c.loop_stop()
-
-
-def retained(port, topic, timeout=5.0):
-    """The retained payload at topic now, as a new subscriber gets it (None: none
-    within timeout)."""
-    got = threading.Event()
-    box = []
-    c = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="presence-reader-%d" % os.getpid())
-    c.on_connect = lambda cl, u, f, r, p: cl.subscribe(topic, 0)
-    c.on_message = lambda cl, u, m: (box.append((m.payload, m.retain)), got.set())
-    c.connect("127.0.0.1", port)
-    c.loop_start()
-    try:
-        got.wait(timeout)
-    finally:
-        c.disconnect()
-        c.loop_stop()
-    return box[0] if box else None
-
-
-class BridgeProcess:
-    """edgebus-bridge as its own process (``python -m bridge.daemon``) from a
-    checkout ``tree``, for MQTT devices {node: key}, with a status socket;
-    or, given ``toml``, run with that configuration as it is."""
-
-    def __init__(self, workdir, broker_port=None, devices=None, tree=ROOT, heartbeat=5.0,
-                 mirror=(), client_id="bridge-presence", toml=None):
-        self.tree = os.path.abspath(tree)
-        self.sock = os.path.join(workdir, "bridge.sock")
-        self.toml = toml or os.path.join(workdir, "bridge.toml")
-        self.logpath = os.path.join(workdir, "bridge.log")
-        self.proc = None
-        if toml:
-            return
-        with open(self.toml, "w") as f:
-            f.write('[bridge]\nnode = "gw"\nstate_dir = "%s"\nsocket = "%s"\nheartbeat = %r\n'
-                    '[mqtt]\nurl = "mqtt://127.0.0.1:%d"\nclient_id = "%s"\nmirror = %s\n'
-                    'devices = [\n%s]\n'
-                    % (os.path.join(workdir, "state"), self.sock, heartbeat, broker_port,
-                       client_id, json.dumps(list(mirror)),
-                       "".join('  {node = "%s", key = "%s"},\n' % kv for kv in devices.items())))
-        self.proc = None
-
-    def start(self):
-        env = dict(os.environ, PYTHONPATH=self.tree)
-        with open(self.logpath, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "bridge.daemon", "--config",
-                                          self.toml], cwd=self.tree, env=env, stdout=log,
-                                         stderr=subprocess.STDOUT)
-        return self
-
-    def kill(self):
-        """SIGKILL: no goodbye; the broker publishes its last will."""
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait()
-
-    def stop(self, timeout=20):
-        """SIGTERM: the clean stop; returns the exit status."""
-        self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout)
-
-    def close(self):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-
-    def link(self, node):
-        """The bridge's link to node (Link.stats()), or None if it cannot say."""
-        try:
-            st = asyncio.run(fetch(self.sock, timeout=2.0))
-        except Exception:          # not running (yet), or not answering
-            return None
-        return st["links"].get("mqtt:" + node)
-
-
-def wait(cond, timeout, step=0.05):
-    """Wait until cond() is true; returns its value or None after timeout."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = cond()
-        if v:
-            return v
-        time.sleep(step)
-    return None
 
 
 def device_fleet(out, broker_port, tree=ROOT, heartbeat=5.0, health_period=2.0, **kw):
@@ -187,8 +55,7 @@ def measure(tree, cycles, work):
             fleet.start()
             watcher = Watcher(broker.port, [up])
             is_up = lambda: (bridge.link(node) or {}).get("state") == "up"
-            if not wait(is_up, 60):
-                raise RuntimeError("no session at the start; see %s" % bridge.logpath)
+            wait_until(is_up, 60, "a session at the start (see %s)" % bridge.logpath)
             for case in ("bridge", "broker"):
                 for _ in range(cycles):
                     time.sleep(1.0)          # a session that has settled (heartbeats flowing)
@@ -204,8 +71,7 @@ def measure(tree, cycles, work):
                         ok = lambda: (lambda l: l and l["state"] == "up"
                                       and l["counters"].get("sessions", 0) > before)(
                                           bridge.link(node))
-                    if not wait(ok, 90):
-                        raise RuntimeError("no session after the %s restart" % case)
+                    wait_until(ok, 90, "a session after the %s restart" % case)
                     t1 = time.monotonic()
                     h = watcher.first_hello(up, t0)
                     out.append((case, round(t1 - t0, 2), round(h - t0, 2) if h else None))

@@ -330,7 +330,8 @@ class Swarm:
         return bridge_toml(self.bridge_config())
 
     def start(self):
-        from dev.bench.procs import ROOT, Child, python
+        from dev.bench.procs import Child
+        from dev.harness.process import ROOT, python
         self.t0 = time.time() + 1.0           # the workers' imports come first
         per, extra = divmod(self.n, self.k)
         first = 1

@@ -9,6 +9,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
+from dev.broker import Mosquitto  # noqa: E402
+from dev.harness.poll import until, wait_until  # noqa: E402,F401 (the tests' polling)
+from dev.harness.process import processes  # noqa: E402
 from tools import mpybuild  # noqa: E402
 
 
@@ -18,8 +21,12 @@ def mpy_tree(tmp_path_factory):
     the MicroPython test runner, as a board would hold them."""
     out = str(tmp_path_factory.mktemp("mpy"))
     mpybuild.compile_tree(ROOT, ["edgebus", os.path.join("tests", "portable")], out)
-    mpybuild.compile_file(os.path.join(ROOT, "tests", "__init__.py"),
-                          os.path.join(out, "tests", "__init__.mpy"))
+    # The polling helper the portable tests wait with (dev/harness/poll.py);
+    # its packages' __init__ left out (MicroPython imports them as namespace
+    # packages), as the link tests' heaps have little to spare.
+    for mod in ("tests/__init__", "dev/harness/poll"):
+        mpybuild.compile_file(os.path.join(ROOT, *mod.split("/")) + ".py",
+                              os.path.join(out, *mod.split("/")) + ".mpy")
     shutil.copy(os.path.join(ROOT, "tests", "mpy", "run.py"), out)
     return out
 
@@ -30,31 +37,11 @@ def run_micropython(tree, args, heap="64K", timeout=120):
                           cwd=tree, capture_output=True, text=True, timeout=timeout)
 
 
-async def until(cond, timeout=10.0, step=0.02):
-    """Wait until cond() is true; AssertionError after timeout seconds."""
-    import asyncio
-    for _ in range(int(timeout / step)):
-        if cond():
-            return
-        await asyncio.sleep(step)
-    raise AssertionError("condition not met within %.1fs" % timeout)
-
-
-def processes():
-    """A generator for process fixtures: yields start(cmd, cwd) -> Popen (output
-    captured as text); every process still running is killed at teardown."""
-    procs = []
-
-    def start(cmd, cwd):
-        p = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                             text=True)
-        procs.append(p)
-        return p
-    yield start
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-        p.wait()
+@pytest.fixture
+def broker():
+    """A real mosquitto on a free loopback port (dev/broker.py), stopped after the test."""
+    with Mosquitto() as b:
+        yield b
 
 
 def mpy_script(mpy_tree, path):
@@ -99,7 +86,7 @@ SERVICES = ("spark", "mosquitto", "micropython", "reliability", "qemu")
 # Fixtures that start a real part, by name (not by the module that implements
 # them, which may move): every test using one gets the marker.
 FIXTURE_MARKERS = {
-    "spark": "spark",              # a local SparkSession (tests/host/sparkkit.py)
+    "spark": "spark",              # a local SparkSession (tests/host/spark/sparkkit.py)
     "cluster": "spark",            # a Spark standalone master and worker (test_spark_cluster.py)
     "broker": "mosquitto",         # a mosquitto on a free port (the test broker)
     "mpy_tree": "micropython",     # the .mpy tree the binary runs (above)
@@ -107,7 +94,7 @@ FIXTURE_MARKERS = {
     "rel_device": "micropython",   # tests/reliability/rel_device.py under micropython
     "fw_tree": "micropython",      # firmware/ compiled for micropython (test_firmware.py)
     "sim": "micropython",          # a micropython REPL on a pty (test_deploy.py, SimBoard)
-    "image": "qemu",               # the emulated board's firmware (tests/host/qemukit.py)
+    "image": "qemu",               # the emulated board's firmware (tests/host/board/qemukit.py)
 }
 # Module-scoped fixtures that take over a second to set up: their users are slow.
 SLOW_FIXTURES = (

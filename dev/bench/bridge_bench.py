@@ -14,7 +14,8 @@ import statistics
 import tempfile
 
 from tools import mpybuild
-from dev.bench.procs import ROOT, Child, python
+from dev.bench.procs import Child
+from dev.harness.process import ROOT, python
 from dev.bench.stats import summary
 from dev.broker import Mosquitto
 

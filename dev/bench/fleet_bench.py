@@ -10,7 +10,8 @@ import shutil
 import statistics
 import tempfile
 
-from dev.bench.procs import Child, python
+from dev.bench.procs import Child
+from dev.harness.process import python
 from dev.bench.stats import summary
 from dev.broker import Mosquitto
 from tools.fleet import DEVICE_HEAP, Fleet

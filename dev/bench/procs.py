@@ -1,19 +1,10 @@
 """Child processes that speak lines: the bridge benchmark's receivers and senders."""
 import json
-import os
 import queue
 import subprocess
-import sys
 import threading
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def env():
-    """The environment for a CPython child: this checkout's packages first."""
-    e = dict(os.environ)
-    e["PYTHONPATH"] = ROOT + (os.pathsep + e["PYTHONPATH"] if e.get("PYTHONPATH") else "")
-    return e
+from dev.harness.process import ROOT, Process, env
 
 
 class Child:
@@ -22,8 +13,8 @@ class Child:
     def __init__(self, args, cwd=ROOT, log=None):
         self.args = args
         self.err = open(log, "a") if log else subprocess.DEVNULL
-        self.p = subprocess.Popen(args, cwd=cwd, env=env(), stdin=subprocess.PIPE,
-                                  stdout=subprocess.PIPE, stderr=self.err, text=True)
+        self.p = Process(args, cwd=cwd, env=env(), stdin=subprocess.PIPE,
+                         stdout=subprocess.PIPE, stderr=self.err, text=True)
         self.lines = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
 
@@ -68,9 +59,7 @@ class Child:
             return None
 
     def kill(self):
-        if self.p.poll() is None:
-            self.p.kill()
-            self.p.wait()
+        self.p.close()
 
     def close(self):
         if self.p.poll() is None:
@@ -81,8 +70,3 @@ class Child:
             self.wait(10)
         if self.err is not subprocess.DEVNULL:
             self.err.close()
-
-
-def python(module, *args):
-    """argv running a module of this checkout on this CPython."""
-    return [sys.executable, "-m", module] + [str(a) for a in args]

@@ -30,7 +30,8 @@ import urllib.request
 
 from dev.checkout import label as checkout_label
 from dev.broker import Mosquitto, free_port
-from dev.presence import BridgeProcess, retained
+from dev.harness.bridge import BridgeProcess
+from dev.harness.mqtt import retained
 from dev.swarm import DEFAULT_SPOOL, Swarm, check, figures
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -108,14 +109,7 @@ def _started(work, tree, metrics, broker_port, devices=None):
                 % (os.path.join(work, "state"), os.path.join(work, "bridge.sock"), metrics,
                    os.path.join(work, "tlog"), devices or
                    '[mqtt]\nurl = "mqtt://127.0.0.1:%d"\ndevices = []\n' % broker_port))
-    bridge = BridgeProcess(work, toml=toml, tree=tree).start()
-    deadline = time.monotonic() + 60
-    while not os.path.exists(bridge.sock):
-        if bridge.proc.poll() is not None or time.monotonic() > deadline:
-            bridge.close()
-            raise RuntimeError("the bridge did not start; see %s" % bridge.logpath)
-        time.sleep(0.1)
-    return bridge
+    return BridgeProcess(work, toml=toml, tree=tree).start().ready(60)
 
 
 def _machine():

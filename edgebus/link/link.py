@@ -60,7 +60,7 @@ class Link:
                              % (max_len, wire.MIN_LEN))
         # The state, grouped by owner: a "-- NAME.py:" block's fields are written by that
         # module alone (and here); each owner's reset() sets what a session's end resets,
-        # here and in end_session (tests/host/test_layout_link.py holds both).
+        # here and in end_session (tests/host/project/test_layout_link.py holds both).
         # -- link.py: configuration, status, the transport, liveness, timers --
         self.bus = bus
         self.node = node

@@ -1,6 +1,6 @@
 # The uplink's failover rules (firmware/failover.py) and their config checks
 # (firmware/config.py): plain test_* functions run both by pytest
-# (tests/host/test_failover.py) and by tests/mpy/run.py under MicroPython.
+# (tests/host/firmware/test_failover.py) and by tests/mpy/run.py under MicroPython.
 from firmware import ConfigError
 from firmware.config import validate
 from firmware.failover import Failover, gateways

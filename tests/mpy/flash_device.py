@@ -1,4 +1,4 @@
-# A device with the flash spool on, for tests/host/test_flash_spool.py: a bus
+# A device with the flash spool on, for tests/host/firmware/test_flash_spool.py: a bus
 # and a Link (initiator) over MQTT with journal=JOURNAL. Runs under MicroPython
 # and CPython.
 # usage: flash_device.py mqtt:HOST:PORT KEY NODE JOURNAL UP_N DOWN_N

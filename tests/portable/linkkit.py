@@ -5,6 +5,7 @@ import edgebus
 from edgebus.link.link import Link
 from edgebus.link.pipe import pair
 from edgebus.link import seal
+from dev.harness.poll import until  # noqa: F401 (the link tests wait with it)
 
 KEY = b"device-key-1"
 
@@ -41,16 +42,6 @@ class Joined:
                 await t
             except Exception:
                 pass
-
-
-async def until(cond, timeout=3.0, step=0.01):
-    """Wait until cond() is true; AssertionError after timeout seconds."""
-    n = int(timeout / step)
-    for _ in range(n):
-        if cond():
-            return True
-        await asyncio.sleep(step)
-    raise AssertionError("condition not met within %.1fs" % timeout)
 
 
 def sealed(link, body):

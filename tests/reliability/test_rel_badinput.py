@@ -4,7 +4,7 @@ through. The frames go through the real stream path (COBS + CRC framing, the
 FrameReader, Link.run) of a host link joined to a device link.
 
 Related coverage elsewhere: tests/portable/test_frame.py (oversize, CRC and
-COBS errors at the framing level), tests/host/test_frame_fuzz.py and
+COBS errors at the framing level), tests/host/link/test_frame_fuzz.py and
 test_link_properties.py (properties of the reader and the session), and
 test_rel_fuzz.py here (generated inputs)."""
 import asyncio

@@ -6,7 +6,7 @@ generations, stale facts and pending calls behave as specified.
 
 Real parts: mosquitto on a free loopback port, MicroPython device processes
 (rel_device.py), ptys (tools/ptycable.py), the bridge in-process or as its
-own process. Related: tests/host/test_mqtt.py (one broker restart),
+own process. Related: tests/host/mqtt/test_mqtt.py (one broker restart),
 test_bridge.py (one unplug, one device restart), test_tlog.py (SIGKILLed log
 writer), test_spark_ingest.py (SIGKILLed Spark job), test_link_properties.py."""
 import asyncio

@@ -2,7 +2,7 @@
 fuzz_targets.py under Hypothesis, and under atheris (coverage guided) when it
 is installed. Short in CI; with --soak well over 100,000 generated inputs.
 Properties of the reader against a reference, and of a damaged line between
-two live links, are in tests/host/test_frame_fuzz.py and test_link_properties.py."""
+two live links, are in tests/host/link/test_frame_fuzz.py and test_link_properties.py."""
 import json
 import os
 import subprocess

@@ -34,7 +34,7 @@ from bridge import status
 from bridge.daemon import Bridge
 from bridge.peers import PEER_MAX_LEN
 from dev.broker import Mosquitto, free_port
-from dev.presence import Watcher
+from dev.harness.mqtt import Watcher
 from edgebus.link import frame, wire
 from tests.conftest import until
 from tools.fleet import Fleet

@@ -1,11 +1,11 @@
 """Security, end to end against the real bridge.
 
 Covered elsewhere, and listed in RELIABILITY.md: wrong key over a pty
-(tests/host/test_link_pty.py::test_wrong_key_over_pty_gives_no_session),
+(tests/host/link/test_link_pty.py::test_wrong_key_over_pty_gives_no_session),
 forged provenance / prefix / local-only topics at the link level
 (tests/portable/test_link_data.py), replayed HELLO at the link level
 (tests/portable/test_link_state.py::test_replayed_hello_is_refused), unix-socket
-credentials through the authoriser (tests/host/test_bridge.py::
+credentials through the authoriser (tests/host/bridge/test_bridge.py::
 test_unix_socket_credentials_reach_the_authoriser).
 
 Here: a rogue CPython "device" speaking raw frames on a real pty to the

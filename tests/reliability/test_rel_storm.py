@@ -5,12 +5,11 @@ session, and only one: the bridge counts as many sessions as devices and
 none ended, each device one. Every reading, once each, is in the log
 (dev/swarm.check: none acknowledged and missing, no duplicate)."""
 import asyncio
-import os
 
 from bridge.status import fetch
 from dev.broker import Mosquitto
 from dev.swarm import Swarm, check, figures
-from tests.host.e2ekit import gateway_bridge, until
+from tests.host.e2e.e2ekit import gateway_bridge
 
 
 def _mqtt_links(sock):
@@ -27,7 +26,7 @@ def test_devices_started_at_once_get_one_session_each_and_lose_nothing(tmp_path,
         bridge, log_dir = gateway_bridge(tmp_path, "gw", swarm.toml(), heartbeat=5.0)
         try:
             bridge.start()
-            until(lambda: os.path.exists(bridge.sock), "the bridge's socket", 60)
+            bridge.ready(60)
             with swarm:
                 ok, p = swarm.wait(lambda p: p["ever_up"] == n, 120)
                 assert ok, p

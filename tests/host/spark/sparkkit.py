@@ -1,0 +1,74 @@
+"""Shared pieces of the Spark tests: a small local session and log builders."""
+import json
+import os
+
+import pytest
+
+from tests.conftest import ROOT  # noqa: F401 (the Spark tests take it from here)
+
+
+def make_session():
+    """A local[2] SparkSession for one test module, with format("edgebus")."""
+    pytest.importorskip("pyspark")
+    pytest.importorskip("pyarrow")
+    from ingest.job import small_session
+    return small_session("edgebus-tests")
+
+
+@pytest.fixture(scope="module")
+def spark():
+    """make_session() for a test module that imports this fixture."""
+    s = make_session()
+    yield s
+    s.stop()
+
+
+def device_record(node, sid, seq, t, gen=1, payload=None, topic=None, late=False):
+    """What the bridge logs for a device message (provenance from the link);
+    late: delivered out of the device's spool (extra["late"])."""
+    extra = {"seq": seq, "ts": 1000.0 + seq}
+    if late:
+        extra["late"] = True
+    return {"ts_host": t, "topic": topic or ("dev", node, "temp"),
+            "payload": {"temp": 20.0 + seq % 7, "n": seq} if payload is None else payload,
+            "ts_device": 1000.0 + seq, "seq": seq, "origin_kind": "link",
+            "conn_id": "c-" + node, "principal": "device:" + node, "link_id": "uart0",
+            "peer_node": node, "peer_sid": sid, "generation": gen,
+            "extra": extra}
+
+
+def local_record(i, t):
+    """Host-local traffic: no device key (peer_node/peer_sid/seq null)."""
+    return {"ts_host": t, "topic": ("host", "load"), "payload": i * 0.5,
+            "origin_kind": "local", "conn_id": "c-host", "principal": "app"}
+
+
+def expected_row(rec, pos, gateway=None):
+    """The row the data source must produce for a record dict logged at pos
+    (by a writer naming gateway)."""
+    from tlog import encode_value
+
+    def js(v):
+        return json.dumps(encode_value(v), ensure_ascii=False, separators=(",", ":"))
+
+    topic = rec["topic"].split("/") if isinstance(rec["topic"], str) else rec["topic"]
+    toks = [str(t) for t in topic]
+
+    def i64(v):
+        return v if v is None or -2 ** 63 <= v < 2 ** 63 else None
+
+    extra = rec.get("extra") or None
+    td = rec.get("ts_device")
+    return {
+        "topic": "/".join(toks), "topic_tokens": toks,
+        "payload": None if rec["payload"] is None else js(rec["payload"]),
+        "ts_device": None if td is None or abs(td) > 1e308 else float(td),
+        "ts_host": float(rec["ts_host"]),
+        "link_id": rec.get("link_id"), "peer_node": rec.get("peer_node"),
+        "peer_sid": rec.get("peer_sid"), "generation": i64(rec.get("generation")),
+        "seq": i64(rec.get("seq")), "origin_kind": rec.get("origin_kind"),
+        "conn_id": rec.get("conn_id"), "principal": rec.get("principal"),
+        "extra": None if extra is None else js(extra),
+        "late": isinstance(extra, dict) and extra.get("late") is True,
+        "gateway": gateway, "segment": pos[0], "offset": pos[1],
+    }

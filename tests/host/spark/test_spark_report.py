@@ -1,0 +1,138 @@
+"""`edgebus report` (ingest/report.py) on a table ingested from a log with
+known gaps: counts, gap ranges, generations, last-seen, the PNG."""
+import argparse
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("pyspark")
+pytest.importorskip("pyarrow")
+
+from tlog import LogWriter  # noqa: E402
+from tests.host.spark.sparkkit import ROOT, device_record, local_record, make_session  # noqa: E402
+
+T0 = 1_712_000_000.0
+
+# (node, session, generation, seq numbers sent and logged, first ts_host)
+SESSIONS = [
+    ("node-a", "a1", 1, [s for s in range(100) if not (10 <= s <= 14 or s in (50, 97, 98))], 0),
+    ("node-a", "a2", 2, [s for s in range(30) if not 5 <= s <= 9], 400),
+    ("node-b", "b1", 7, list(range(100, 160)), 200),
+]
+GAPS = {("node-a", "a1"): [(10, 14), (50, 50), (97, 98)], ("node-a", "a2"): [(5, 9)],
+        ("node-b", "b1"): []}
+N_LOCAL = 12
+
+
+@pytest.fixture(scope="module")
+def spark():
+    s = make_session()
+    yield s
+    s.stop()
+
+
+@pytest.fixture(scope="module")
+def table(spark, tmp_path_factory):
+    """The log above, with some records logged twice, ingested by the job."""
+    from ingest.job import add_arguments, start
+
+    d = tmp_path_factory.mktemp("report")
+    recs = []
+    for node, sid, gen, seqs, t in SESSIONS:
+        for k, s in enumerate(seqs):
+            recs.append(device_record(node, sid, s, T0 + t + 3 * k, gen=gen))
+            if k % 9 == 0:       # a replay, logged again half a second later
+                recs.append(device_record(node, sid, s, T0 + t + 3 * k + 0.5, gen=gen))
+    recs += [local_record(i, T0 + 50 * i) for i in range(N_LOCAL)]
+    # A retained fact from b1's session-start snapshot: no seq number.
+    snap = device_record("node-b", "b1", 0, T0 + 200, gen=7, payload={"fw": "0.1.0"},
+                         topic=("dev", "node-b", "sys", "info"))
+    del snap["seq"], snap["ts_device"]
+    snap["extra"] = {}
+    recs.append(snap)
+    recs.sort(key=lambda r: r["ts_host"])
+    with LogWriter(str(d / "log"), segment_bytes=8000) as w:
+        for r in recs:
+            w.append(r)
+    ap = argparse.ArgumentParser()
+    add_arguments(ap)
+    args = ap.parse_args(["--log", str(d / "log"), "--table", str(d / "table"),
+                          "--checkpoint", str(d / "ckpt"), "--once"])
+    start(spark, args).awaitTermination()
+    return d / "table"
+
+
+def test_summary_counts_gaps_generations_last_seen(spark, table):
+    from ingest.report import summarize
+
+    s = summarize(spark, str(table))
+    sent = sum(len(x[3]) for x in SESSIONS)
+    assert s["rows"] == sent + N_LOCAL + 1
+    assert s["first"] == T0 and s["corrupt"] == {"regions": [], "missing": []}
+    devs = {d["peer_node"]: d for d in s["devices"]}
+    assert [d["peer_node"] for d in s["devices"]] == ["node-a", "node-b", None]
+    a, b, local = devs["node-a"], devs["node-b"], devs[None]
+    assert (a["messages"], a["sessions"], a["generations"]) == (92 + 25, 2, [1, 2])
+    assert (b["messages"], b["sessions"], b["generations"]) == (61, 1, [7])
+    assert (local["messages"], local["sessions"], local["generations"]) == (N_LOCAL, 0, [])
+    assert a["last_seen"] == T0 + 400 + 3 * 24 and b["last_seen"] == T0 + 200 + 3 * 59
+    assert local["last_seen"] == T0 + 50 * (N_LOCAL - 1)
+    got = {(x["peer_node"], x["peer_sid"]): x for x in s["sessions"]}
+    assert set(got) == set(GAPS)
+    for key, gaps in GAPS.items():
+        x = got[key]
+        assert x["gaps"] == gaps
+        assert x["missing"] == sum(b - a + 1 for a, b in gaps)
+    assert (got[("node-b", "b1")]["seq_min"], got[("node-b", "b1")]["seq_max"]) == (100, 159)
+    assert got[("node-b", "b1")]["snapshot"] == 1 and got[("node-a", "a1")]["snapshot"] == 0
+    assert got[("node-a", "a2")]["generations"] == [2]
+
+
+def test_printed_report_and_plot(spark, table, tmp_path):
+    from ingest.report import format_report, plot_rates, summarize
+
+    s = summarize(spark, str(table))
+    text = format_report(s, "T")
+    lines = text.splitlines()
+    assert lines[1].startswith("%d messages from 2 devices" % s["rows"])
+    row = next(ln for ln in lines if ln.startswith("node-a ") and "a1" in ln).split()
+    assert row[:6] == ["node-a", "a1", "1", "92", "0..99", "8"]
+    assert " ".join(row[6:]) == "10..14, 50, 97..98"
+    assert next(ln for ln in lines if ln.startswith("(local)")).split()[1] == str(N_LOCAL)
+    assert "5..9" in next(ln for ln in lines if " a2 " in ln)
+    # 60 numbered messages and the snapshot's one: said apart, as 100..159 has 60.
+    assert next(ln for ln in lines if " b1 " in ln).split()[3:5] == ["60+1", "100..159"]
+    png = tmp_path / "rate.png"
+    width = plot_rates(spark, str(table), str(png), s)
+    assert width == 10                               # ~10 min of data: 10 s bins
+    data = png.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10000
+
+
+def test_report_command(table, tmp_path):
+    """The CLI, as a user runs it (its own Spark)."""
+    png = tmp_path / "fleet.png"
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-m", "tools.cli", "report", "--table", str(table),
+                        "--plot", str(png)], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=240)
+    assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    assert "10..14, 50, 97..98" in r.stdout and "node-b" in r.stdout
+    assert "plot: %s" % png in r.stdout
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    r = subprocess.run([sys.executable, "-m", "tools.cli", "report", "--table",
+                        str(tmp_path / "nope")], cwd=ROOT, env=env, capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 2 and "no table" in r.stderr
+
+
+def test_empty_table(spark, tmp_path):
+    from ingest.report import format_report, plot_rates, summarize
+
+    os.makedirs(tmp_path / "t")
+    s = summarize(spark, str(tmp_path / "t"))
+    assert (s["rows"], s["devices"], s["sessions"]) == (0, [], [])
+    assert "0 messages from 0 devices" in format_report(s, "t")
+    assert plot_rates(spark, str(tmp_path / "t"), str(tmp_path / "p.png"), s) is None
