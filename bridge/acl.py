@@ -12,7 +12,7 @@ import os
 from edgebus.topic import ANY, REST, pattern, key
 
 if TYPE_CHECKING:
-    from bridge.config import Acl, Config
+    from edgebus.bridge.config import Acl, Config
 
 # Endpoints any local user may call: they answer the caller about itself
 # (bridge/callerinfo.py), nothing it could not learn by trying.

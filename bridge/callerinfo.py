@@ -15,7 +15,7 @@ from edgebus import topic
 
 if TYPE_CHECKING:
     from edgebus import Request
-    from bridge.daemon import Bridge
+    from edgebus.bridge.daemon import Bridge
 
 WHOAMI = "bridge/whoami"
 MAY = "bridge/may"

@@ -10,13 +10,13 @@ import tempfile
 import tomllib
 from dataclasses import dataclass, field
 
-from bridge.keystore import KeyStore, KeyStoreError
-from bridge.schema import SEALS, ConfigError, address, label, take  # noqa: F401 (SEALS, ConfigError: this module's API too)
+from edgebus.bridge.keystore import KeyStore, KeyStoreError
+from edgebus.bridge.schema import SEALS, ConfigError, address, label, take  # noqa: F401 (SEALS, ConfigError: this module's API too)
 from edgebus.link import cipher
-from tlog import LogError
+from edgebus.tlog import LogError
 
 # The annotated example configuration, installed with the package.
-EXAMPLE = os.fspath(importlib.resources.files("bridge") / "example.toml")
+EXAMPLE = os.fspath(importlib.resources.files("edgebus.bridge") / "example.toml")
 
 
 # The log's group commit period (dev/bench/log_bench.py measured it: BENCHMARKS.md).

@@ -19,12 +19,12 @@ import sys
 import time
 
 import edgebus
-from bridge import acl, callerinfo, config as bridge_config, links, reload, rotation, status
-from bridge.keystore import KeyStore
+from edgebus.bridge import acl, callerinfo, config as bridge_config, links, reload, rotation, status
+from edgebus.bridge.keystore import KeyStore
 from edgebus.compat import wait_for
 
 if TYPE_CHECKING:
-    from bridge.telemetry import Appender
+    from edgebus.bridge.telemetry import Appender
     from edgebus.link.link import Link
 
 log = logging.getLogger("edgebus.bridge")
@@ -75,7 +75,7 @@ class Bridge:
         self.started = time.time()
         self.tasks: list[asyncio.Task[Any]] = []
         if cfg.mqtt is not None:
-            from bridge.mqtt_links import MqttLinks
+            from edgebus.bridge.mqtt_links import MqttLinks
             self.mqtt = MqttLinks(self, cfg.mqtt)
 
     def hold(self, link: Link) -> bool:
@@ -140,7 +140,7 @@ class Bridge:
         self.tasks.append(asyncio.create_task(self._persist_state()))
         blame = bridge_config.blame     # a start step that fails names its key
         if cfg.log_dir:
-            from bridge.telemetry import Appender, resume_links
+            from edgebus.bridge.telemetry import Appender, resume_links
             with blame("[log]", "dir", cfg.log_dir, "cannot open the log"):
                 self.appender = Appender(self.bus, cfg, links=self.links,
                                          queue_len=cfg.log_queue)
@@ -156,7 +156,7 @@ class Bridge:
             self.tasks.append(asyncio.create_task(self.mqtt.run()))
         servers = []
         if cfg.peers:
-            from bridge import peers
+            from edgebus.bridge import peers
             for i, p in enumerate(cfg.peers):
                 if p.connect:
                     self.tasks.append(asyncio.create_task(peers.dial(self, p)))
@@ -168,7 +168,7 @@ class Bridge:
             with blame("[bridge]", "socket", cfg.socket, "cannot listen"):
                 servers.append(await links.serve_local(self, cfg.socket))
         if cfg.metrics:
-            from bridge import metrics
+            from edgebus.bridge import metrics
             with blame("[bridge]", "metrics", cfg.metrics, "cannot listen"):
                 self.metrics = metrics.serve(self, cfg.metrics)
         log.info("bridge %s running: %d serial link(s), socket %s, log %s", cfg.node,

@@ -15,9 +15,9 @@ import socket
 import struct
 
 
-import tlog
-from bridge import textmode
-from bridge.config import CLIENT_QUEUE
+from edgebus import tlog
+from edgebus.bridge import textmode
+from edgebus.bridge.config import CLIENT_QUEUE
 from edgebus.backoff import Backoff
 from edgebus.link.frame import DELIM
 from edgebus.link.link import Link
@@ -25,8 +25,8 @@ from edgebus.link.stream import StreamTransport
 
 if TYPE_CHECKING:
     from edgebus import Bus
-    from bridge.daemon import Bridge
-    from bridge.config import Device
+    from edgebus.bridge.daemon import Bridge
+    from edgebus.bridge.config import Device
     # A Link's rules: (pattern, prefix) pairs.
     Rules = Iterable[tuple[str, str]]
 

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING, Any, Iterator
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from bridge.status import ERRORS
+from edgebus.client.local import ERRORS
 
 if TYPE_CHECKING:
     from edgebus.link.link import Link
-    from bridge.daemon import Bridge
+    from edgebus.bridge.daemon import Bridge
 
 
 def trouble(links: dict[str, Link], n: int) -> list[str]:

@@ -20,16 +20,16 @@ import ssl
 import time
 from urllib.parse import urlparse
 
-from bridge import mqtt_conn, mqtt_mirror
-from bridge.links import device_rules, retry_backoff, tick_links
-from bridge.keystore import KeyStoreError
-from bridge.mqtt_transport import DeviceTransport
+from edgebus.bridge import mqtt_conn, mqtt_mirror
+from edgebus.bridge.links import device_rules, retry_backoff, tick_links
+from edgebus.bridge.keystore import KeyStoreError
+from edgebus.bridge.mqtt_transport import DeviceTransport
 from edgebus.link.link import Link
 
 if TYPE_CHECKING:
-    from bridge.mqtt_conn import Connection
-    from bridge.daemon import Bridge
-    from bridge.config import Mqtt
+    from edgebus.bridge.mqtt_conn import Connection
+    from edgebus.bridge.daemon import Bridge
+    from edgebus.bridge.config import Mqtt
     from ssl import SSLContext
 
 log = logging.getLogger("edgebus.bridge")

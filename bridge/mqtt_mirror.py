@@ -14,14 +14,14 @@ import aiomqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from bridge.links import retry_backoff
+from edgebus.bridge.links import retry_backoff
 from edgebus import Message
 
 if TYPE_CHECKING:
     from aiomqtt import Client
     from ssl import SSLContext
-    from bridge.daemon import Bridge
-    from bridge.config import Mqtt
+    from edgebus.bridge.daemon import Bridge
+    from edgebus.bridge.config import Mqtt
 
 log = logging.getLogger("edgebus.bridge")
 

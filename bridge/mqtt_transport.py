@@ -11,7 +11,7 @@ import asyncio
 from edgebus.link import frame
 
 if TYPE_CHECKING:
-    from bridge.mqtt_conn import Connection
+    from edgebus.bridge.mqtt_conn import Connection
 
 
 # Frames waiting for a device's link: past HIGH the connection stops reading

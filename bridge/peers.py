@@ -13,11 +13,12 @@ import logging
 from edgebus.compat import wait_for
 from edgebus.link.link import Link
 from edgebus.link.stream import StreamTransport
-from bridge.links import host_spool, retry_backoff
+from edgebus.client.local import host_spool
+from edgebus.bridge.links import retry_backoff
 
 if TYPE_CHECKING:
-    from bridge.daemon import Bridge
-    from bridge.config import Peer
+    from edgebus.bridge.daemon import Bridge
+    from edgebus.bridge.config import Peer
 
 log = logging.getLogger("edgebus.bridge")
 

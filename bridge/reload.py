@@ -19,11 +19,11 @@ import dataclasses
 import logging
 
 import edgebus
-from bridge import config as bridge_config
+from edgebus.bridge import config as bridge_config
 
 if TYPE_CHECKING:
-    from bridge.daemon import Bridge
-    from bridge.config import Config
+    from edgebus.bridge.daemon import Bridge
+    from edgebus.bridge.config import Config
 
 log = logging.getLogger("edgebus.bridge")
 

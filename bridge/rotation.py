@@ -21,13 +21,13 @@ import secrets
 import time
 
 import edgebus
-from bridge.keystore import KeyStoreError, new_key
+from edgebus.bridge.keystore import KeyStoreError, new_key
 from edgebus.link import keywrap
 from edgebus.link.handshake import kid
 
 if TYPE_CHECKING:
     from edgebus import Request
-    from bridge.daemon import Bridge
+    from edgebus.bridge.daemon import Bridge
 
 log = logging.getLogger("edgebus.bridge")
 

@@ -10,13 +10,13 @@ import asyncio
 import json
 
 import edgebus
-from bridge.config import default_socket
-from bridge.links import attach_local
+from edgebus.client.local import default_socket
+from edgebus.client.local import attach_local
 
 if TYPE_CHECKING:
     import argparse
     from edgebus.link.link import Link
-    from bridge.daemon import Bridge
+    from edgebus.bridge.daemon import Bridge
 
 # A reply's links take at most this many bytes of JSON (one link's stats are
 # ~1 KB): the rest come in later pages, and a reply fits the local socket's

@@ -21,13 +21,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from edgebus.compat import wait_for
-from tlog import LogWriter, last_seqs, record_from_message
+from edgebus.tlog import LogWriter, last_seqs, record_from_message
 
 if TYPE_CHECKING:
     from edgebus.feed import Subscription
     from edgebus.link.link import Link
     from edgebus import Bus, Message
-    from bridge.config import Config
+    from edgebus.bridge.config import Config
 
 
 log = logging.getLogger("edgebus.bridge")

@@ -27,7 +27,7 @@ from edgebus.feed import POLICIES
 from edgebus.topic import render
 
 if TYPE_CHECKING:
-    from bridge.daemon import Bridge
+    from edgebus.bridge.daemon import Bridge
 
 log = logging.getLogger("edgebus.bridge")
 QUEUE = 256           # items a feed holds while the client is not reading

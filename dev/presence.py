@@ -25,8 +25,8 @@ from dev.broker import Mosquitto
 from dev.harness.bridge import BridgeProcess
 from dev.harness.mqtt import Watcher
 from dev.harness.poll import wait_until
-from tools import mpybuild
-from tools.fleet import Fleet
+from edgebus.tools import mpybuild
+from edgebus.tools.fleet import Fleet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -8,14 +8,14 @@ import json
 import operator
 from itertools import accumulate, chain
 
-import tlog
-from ingest.schema import LATE_TEXT
-from tlog import columnar
-from tlog.columnar import to_double, to_long
-from tlog.records import is_late
+from edgebus import tlog
+from edgebus.ingest.schema import LATE_TEXT
+from edgebus.tlog import columnar
+from edgebus.tlog.columnar import to_double, to_long
+from edgebus.tlog.records import is_late
 
 if TYPE_CHECKING:
-    from ingest.bodies import Rec
+    from edgebus.ingest.bodies import Rec
 
 _NULL = b"null"
 _NULL_LEN = len(_NULL)
@@ -59,7 +59,7 @@ def _longs(pa: Any, vals: list[Any]) -> Any:
 
 
 def from_recs(pa: Any, pc: Any, schema: Any, sid: int, offs: list[int], recs: list[Rec]) -> Any:
-    """One record batch from Recs of ingest.bodies (payload and extra as raw
+    """One record batch from Recs of edgebus.ingest.bodies (payload and extra as raw
     JSON text) at offsets offs of segment sid."""
     n = len(recs)
     st = pa.string()

@@ -10,11 +10,11 @@ import os
 import uuid
 import zlib
 
-import tlog
+from edgebus import tlog
 
 if TYPE_CHECKING:
-    from ingest.planning import SegmentRange
-    from ingest.offsets import Options
+    from edgebus.ingest.planning import SegmentRange
+    from edgebus.ingest.offsets import Options
 
 log = logging.getLogger("edgebus.ingest")
 

@@ -10,7 +10,7 @@ from typing import Any, Mapping
 import json
 import os
 
-import tlog
+from edgebus import tlog
 
 # The position before every record of the log (segment ids start at 0).
 BEGIN = {"segment": -1, "offset": 0}

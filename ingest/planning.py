@@ -17,13 +17,13 @@ import os
 
 from pyspark.sql.datasource import InputPartition
 
-import tlog
-from ingest import corruption
-from ingest.offsets import DEFAULT_SPLIT_BYTES, MIN_SPLIT_BYTES, canonical, position
+from edgebus import tlog
+from edgebus.ingest import corruption
+from edgebus.ingest.offsets import DEFAULT_SPLIT_BYTES, MIN_SPLIT_BYTES, canonical, position
 
 if TYPE_CHECKING:
     Pos = tuple[int, int]   # (segment id, offset)
-    from ingest.offsets import Options
+    from edgebus.ingest.offsets import Options
 
 log = logging.getLogger("edgebus.ingest")
 

@@ -36,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def read_table(spark: SparkSession, table: str) -> DataFrame:
     """The ingested table as a DataFrame (through the file sink's metadata log, so
     only committed files; an empty table reads as no rows)."""
-    from ingest.job import TABLE_SCHEMA
+    from edgebus.ingest.job import TABLE_SCHEMA
 
     return spark.read.schema(TABLE_SCHEMA).parquet(os.path.abspath(table))
 
@@ -56,7 +56,7 @@ def summarize(spark: SparkSession, table: str) -> dict[str, Any]:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from ingest.corruption import corrupt_report
+    from edgebus.ingest.corruption import corrupt_report
 
     df = read_table(spark, table)
     tot = df.agg(F.count(F.lit(1)).alias("n"), F.min("ts_host").alias("lo"),
@@ -236,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
         print("edgebus report: no table at %s (run edgebus ingest first)" % args.table,
               file=sys.stderr)
         return 2
-    from ingest.job import session
+    from edgebus.ingest.job import session
 
     spark = session(args.master, app="edgebus-report", source=False)
     spark.sparkContext.setLogLevel("ERROR")

@@ -12,7 +12,7 @@ if ROOT not in sys.path:
 from dev.broker import Mosquitto  # noqa: E402
 from dev.harness.poll import until, wait_until  # noqa: E402,F401 (the tests' polling)
 from dev.harness.process import processes  # noqa: E402
-from tools import mpybuild  # noqa: E402
+from edgebus.tools import mpybuild  # noqa: E402
 
 
 @pytest.fixture(scope="session")

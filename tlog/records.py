@@ -10,7 +10,7 @@ import json
 import math
 import time
 
-from tlog.format import MAX_BODY_BYTES
+from edgebus.tlog.format import MAX_BODY_BYTES
 
 if TYPE_CHECKING:
     from edgebus import Message

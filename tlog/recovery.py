@@ -8,11 +8,11 @@ from __future__ import annotations
 from typing import Any, Callable
 import os
 
-from tlog.errors import LogError
-from tlog.format import FILE_HEADER_SIZE, check_file_header
-from tlog.reader import ForwardReader, parse_record
-from tlog.records import row_of
-from tlog.segments import fsync_dir, open_segments, segment_file, segment_name
+from edgebus.tlog.errors import LogError
+from edgebus.tlog.format import FILE_HEADER_SIZE, check_file_header
+from edgebus.tlog.reader import ForwardReader, parse_record
+from edgebus.tlog.records import row_of
+from edgebus.tlog.segments import fsync_dir, open_segments, segment_file, segment_name
 
 
 def valid_prefix(fname: str, segment_id: int, rows: list[tuple[Any, ...]] | None = None
@@ -45,7 +45,7 @@ def recover(path: str, clock: Callable[[], float], version: int = 2, gateway: st
     was done, as (file, action, detail)."""
     done = []
     if version == 2:
-        from tlog import columnar
+        from edgebus.tlog import columnar
         done += [(os.path.join(path, n), "removed", "unfinished seal")
                  for n in columnar.remove_temporaries(path)]
     for sid, name in open_segments(path):
@@ -95,7 +95,7 @@ def _sealed_already(fname: str, sealed: tuple[str, int], count: int) -> tuple[st
     else cannot come from a crash: LogError."""
     sealed_name, version = sealed
     if version == 2:
-        from tlog.columnar import row_count
+        from edgebus.tlog.columnar import row_count
         try:
             n = row_count(sealed_name)
             rows: int | None = n

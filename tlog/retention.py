@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Callable
 import os
 
-from tlog.segments import fsync_dir, sealed_files
+from edgebus.tlog.segments import fsync_dir, sealed_files
 
 
 def retain(path: str, retention_bytes: int | None, retention_seconds: float | None,

@@ -23,8 +23,8 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
-import tlog
-from tools import boards, mpybuild
+from edgebus import tlog
+from edgebus.tools import boards, mpybuild
 
 if TYPE_CHECKING:
     import argparse

@@ -10,8 +10,9 @@ import json
 import sys
 
 import edgebus
-from bridge.config import SOCKET_ENV, ConfigError, default_socket, load
-from bridge.links import attach_local
+from edgebus.client.local import SOCKET_ENV, default_socket
+from edgebus.bridge.config import ConfigError, load
+from edgebus.client.local import attach_local
 
 if TYPE_CHECKING:
     import argparse

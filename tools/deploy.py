@@ -22,8 +22,8 @@ import re
 import sys
 
 from firmware.config import EXAMPLE_KEY
-from tools import boards, executables
-from tools.build import decode_mpy
+from edgebus.tools import boards, executables
+from edgebus.tools.build import decode_mpy
 
 if TYPE_CHECKING:
     import argparse
@@ -39,7 +39,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--board", required=True, metavar="B", help="board name or manifest path")
     p.add_argument("--port", required=True, metavar="P",
                    help="serial port of the board's REPL, e.g. /dev/ttyUSB0 (the unix "
-                   "simulator's pty: python -m tools.simboard)")
+                   "simulator's pty: python -m edgebus.tools.simboard)")
     p.add_argument("--bundle", metavar="DIR", help="bundle to copy (default: build/<board>)")
     p.add_argument("--config", metavar="FILE", help="device config JSON, copied to /config.json")
     p.add_argument("--baud", type=int, default=115200, help="serial baud rate (default 115200)")

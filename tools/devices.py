@@ -15,15 +15,15 @@ import json
 import os
 import shutil
 
-import tlog
-from bridge import config as bridge_config
-from bridge.keystore import KeyStore, KeyStoreError
-from bridge.reload import CALL_TIMEOUT, RELOAD
-from tools import busclient as bc
+from edgebus import tlog
+from edgebus.bridge import config as bridge_config
+from edgebus.bridge.keystore import KeyStore, KeyStoreError
+from edgebus.bridge.reload import CALL_TIMEOUT, RELOAD
+from edgebus.tools import busclient as bc
 
 if TYPE_CHECKING:
-    from bridge.keystore import KeyStore
-    from bridge.config import Config
+    from edgebus.bridge.keystore import KeyStore
+    from edgebus.bridge.config import Config
     import argparse
 
 

@@ -27,8 +27,8 @@ import sys
 import tarfile
 import time
 
-import tlog
-from tools import boards, build as bundle
+from edgebus import tlog
+from edgebus.tools import boards, build as bundle
 
 if TYPE_CHECKING:
     import argparse

@@ -21,7 +21,7 @@ import shlex
 import subprocess
 import sys
 
-from tools import boards, executables
+from edgebus.tools import boards, executables
 
 if TYPE_CHECKING:
     import argparse
@@ -75,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
 def boot_emulated(board: dict[str, Any], args: argparse.Namespace) -> int:
     """edgebus flash for an emulated board: config into its flash, then boot it."""
     import json
-    from tools import qemuboard
+    from edgebus.tools import qemuboard
     state = args.state or os.path.join("build", board["name"], "state")
     try:
         config = None
@@ -312,7 +312,7 @@ def flash_uf2(board: dict[str, Any], firmware: str, drive: str | None, dry_run: 
     dest = os.path.join(drive, os.path.basename(firmware))
     total = os.path.getsize(firmware)
     log("# copy %s to %s" % (firmware, dest))
-    from tools.deploy import progress
+    from edgebus.tools.deploy import progress
     bar = progress(total, "flash")
     try:
         with open(firmware, "rb") as src, open(dest, "wb") as dst:

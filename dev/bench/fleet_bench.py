@@ -14,7 +14,7 @@ from dev.bench.procs import Child
 from dev.harness.process import python
 from dev.bench.stats import summary
 from dev.broker import Mosquitto
-from tools.fleet import DEVICE_HEAP, Fleet
+from edgebus.tools.fleet import DEVICE_HEAP, Fleet
 
 
 def run(smoke=False, devices=None, period=0.01):

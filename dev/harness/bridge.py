@@ -5,13 +5,13 @@ import os
 import signal
 import subprocess
 
-from bridge.status import fetch
+from edgebus.tools.status import fetch
 from dev.harness.poll import wait_until
 from dev.harness.process import ROOT, Process, env, python
 
 
 class BridgeProcess:
-    """edgebus-bridge as its own process (``python -m bridge.daemon``) from a
+    """edgebus-bridge as its own process (``python -m edgebus.bridge.daemon``) from a
     checkout ``tree``, for MQTT devices {node: key}, with a status socket;
     or, given ``toml``, run with that configuration as it is. Its output
     goes to ``logpath`` (``log()`` reads it)."""
@@ -36,7 +36,7 @@ class BridgeProcess:
 
     def start(self):
         with open(self.logpath, "ab") as log:
-            self.proc = Process(python("bridge.daemon", "--config", self.toml), cwd=self.cwd,
+            self.proc = Process(python("edgebus.bridge.daemon", "--config", self.toml), cwd=self.cwd,
                                 env=env(self.tree), stdout=log, stderr=subprocess.STDOUT)
         return self
 

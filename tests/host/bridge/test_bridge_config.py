@@ -1,4 +1,4 @@
-"""The bridge's configuration over its whole schema (bridge.config.SCHEMA):
+"""The bridge's configuration over its whole schema (edgebus.bridge.config.SCHEMA):
 every key of every table, fed a value it must refuse, ends edgebus-bridge
 with exit 2 and one line naming the table and the key, never a traceback."""
 import json
@@ -11,9 +11,9 @@ import sys
 
 import pytest
 
-import tlog
-from bridge import config as bc, schema
-from bridge import daemon
+from edgebus import tlog
+from edgebus.bridge import config as bc, schema
+from edgebus.bridge import daemon
 
 # A valid configuration with every table, so each key has a table to sit in.
 BASE = {

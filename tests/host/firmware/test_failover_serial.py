@@ -10,11 +10,11 @@ import json
 
 import pytest
 
-import tlog
+from edgebus import tlog
 from tests.conftest import wait_until
 from tests.host.e2e.e2ekit import gateway_bridge, past, progress, reported
-from tools.fleet import Fleet
-from tools.ptycable import PtyCable
+from edgebus.tools.fleet import Fleet
+from edgebus.tools.ptycable import PtyCable
 
 pytestmark = [pytest.mark.micropython]
 

@@ -1,6 +1,6 @@
 """The bridge's presence on MQTT (docs/protocol.md "MQTT
 presence"), with real parts: mosquitto on a free loopback port, the bridge as
-its own process (python -m bridge.daemon), the device's MQTT transport under
+its own process (python -m edgebus.bridge.daemon), the device's MQTT transport under
 the real micropython binary (tests/mpy/presence_device.py) and the real
 firmware on the unix port (tools/fleet.py)."""
 import asyncio
@@ -15,7 +15,7 @@ from dev.harness.bridge import BridgeProcess
 from dev.harness.mqtt import Watcher, retained
 from edgebus.link.link import Link
 from tests.conftest import ROOT, mpy_script, until, wait_until
-from tools.fleet import Fleet
+from edgebus.tools.fleet import Fleet
 
 PRESENCE = "edgebus/_bridge"
 DEVICE_HEAP = "192K"   # core + link (sealed) on the 64-bit unix port
