@@ -5,15 +5,16 @@ turned into ints; every problem a user can make in a manifest raises
 ``BoardError`` naming the file, the field and what was expected.
 """
 import difflib
-import importlib.resources
 import json
 import os
 import re
 
-from firmware.boot import MANIFEST, RUNTIME_KEYS
+from edgebus.tools import devicefiles
 
-# The manifests install as the package `boards` (from a checkout: boards/).
-BOARDS_DIR = os.fspath(importlib.resources.files("boards"))
+# The manifests install under edgebus/device/boards (from a checkout: boards/).
+BOARDS_DIR = devicefiles.BOARDS_DIR
+_boot = devicefiles.firmware("boot")
+MANIFEST, RUNTIME_KEYS = _boot.MANIFEST, _boot.RUNTIME_KEYS
 
 # mpy-cross -march values (py/persistentcode.h order: the index is the arch
 # number stored in .mpy headers and in sys.implementation._mpy).

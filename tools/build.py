@@ -19,7 +19,7 @@ import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
-from tools import boards, mpybuild
+from edgebus.tools import boards, devicefiles, mpybuild
 
 SKIP_DIRS = ("__pycache__",)
 
@@ -58,8 +58,8 @@ def run(args):
 
 def default_sources():
     """The installed edgebus, plus firmware when it holds .py files (it is optional)."""
-    srcs = [mpybuild.package_dir("edgebus")]
-    fw = mpybuild.package_dir("firmware")
+    srcs = [devicefiles.CORE_DIR]
+    fw = devicefiles.FIRMWARE_DIR
     if any(f.endswith(".py") for _d, _s, fs in os.walk(fw) for f in fs):
         srcs.append(fw)
     return srcs
@@ -78,6 +78,7 @@ def collect(sources):
         base = os.path.dirname(src)
         for dirpath, dirs, fs in os.walk(src):
             dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
+            devicefiles.prune(os.path.relpath(dirpath, base), dirs)
             for f in fs:
                 if f.endswith(".py"):
                     p = os.path.join(dirpath, f)
@@ -90,7 +91,7 @@ def collect(sources):
 def package_version():
     """edgebus.__version__, read without importing the package."""
     try:
-        with open(os.path.join(mpybuild.package_dir("edgebus"), "__init__.py")) as f:
+        with open(os.path.join(devicefiles.CORE_DIR, "__init__.py")) as f:
             m = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)", f.read(), re.M)
         return m.group(1) if m else "0"
     except OSError:

