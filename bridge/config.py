@@ -9,6 +9,7 @@ import tomllib
 from dataclasses import dataclass, field
 
 from bridge.keystore import KeyStore, KeyStoreError
+from edgebus.client.local import STATE_DIR
 from edgebus.link import cipher
 
 # The annotated example configuration, installed with the package.
@@ -98,7 +99,7 @@ class Acl:
 @dataclass
 class Config:
     node: str = "gateway"
-    state_dir: str = "./edgebus-state"
+    state_dir: str = STATE_DIR
     keys: str | None = None              # the keystore (bridge/keystore.py); None: <state_dir>/keys
     socket: str | None = None            # unix socket for local processes and `edgebus status`
     metrics: str | None = None           # "host:port" for Prometheus /metrics
@@ -366,12 +367,3 @@ def keystore_dir(path):
         raise ConfigError("%s: [bridge]: keys and state_dir must be strings" % path)
     return _keys_dir(b, os.path.dirname(os.path.abspath(path)))
 
-
-# The environment variable naming the bridge's socket for the shell commands.
-SOCKET_ENV = "EDGEBUS_SOCKET"
-
-
-def default_socket():
-    """The socket the host commands reach by default: $EDGEBUS_SOCKET, else
-    bridge.sock in the default state directory."""
-    return os.environ.get(SOCKET_ENV) or os.path.join(Config.state_dir, "bridge.sock")

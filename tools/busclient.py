@@ -6,8 +6,7 @@ import json
 import sys
 
 import edgebus
-from bridge.config import SOCKET_ENV, ConfigError, default_socket, load
-from bridge.links import attach_local
+from edgebus.client.local import SOCKET_ENV, attach_local, config_socket, default_socket
 
 # Exit codes (README.md, "The bus from a shell"); 2 is argparse's usage error.
 DENIED, NO_ROUTE, TIMEOUT, UNREACHABLE, GONE, FAILED, OVERFLOW = 3, 4, 5, 6, 7, 8, 9
@@ -38,11 +37,11 @@ def socket_path(args):
         return args.socket
     if args.config:
         try:
-            cfg = load(args.config)
-        except ConfigError as e:
+            sock = config_socket(args.config)
+        except ValueError as e:
             raise Fail(2, str(e))
-        if cfg.socket:
-            return cfg.socket
+        if sock:
+            return sock
         raise Fail(UNREACHABLE, "%s sets no [bridge] socket" % args.config)
     return default_socket()
 

@@ -31,7 +31,7 @@ COMMANDS = {
              "bridge"),
     "devices": ("tools.devices", "a running bridge's MQTT devices: reload, move NODE between "
                 "bridges", "bridge"),
-    "status": ("bridge.status", "a snapshot of a running bridge: links, peers, counters", "bridge"),
+    "status": ("tools.status", "a snapshot of a running bridge: links, peers, counters", "bridge"),
     "ingest": ("ingest.job", "stream the telemetry log into a Parquet table with Spark", "spark"),
     "report": ("ingest.report", "per-device counts, gaps and rates from the ingested table", "spark"),
 }
