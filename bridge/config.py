@@ -8,12 +8,12 @@ import os
 import tomllib
 from dataclasses import dataclass, field
 
-from bridge.keystore import KeyStore, KeyStoreError
+from edgebus.bridge.keystore import KeyStore, KeyStoreError
 from edgebus.client.local import STATE_DIR
 from edgebus.link import cipher
 
 # The annotated example configuration, installed with the package.
-EXAMPLE = os.fspath(importlib.resources.files("bridge") / "example.toml")
+EXAMPLE = os.fspath(importlib.resources.files("edgebus.bridge") / "example.toml")
 
 
 # The log's group commit period (dev/bench/log_bench.py measured it: BENCHMARKS.md).

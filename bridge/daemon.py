@@ -15,8 +15,8 @@ import sys
 import time
 
 import edgebus
-from bridge import acl, callerinfo, config as bridge_config, links, reload, rotation, status
-from bridge.keystore import KeyStore
+from edgebus.bridge import acl, callerinfo, config as bridge_config, links, reload, rotation, status
+from edgebus.bridge.keystore import KeyStore
 from edgebus.compat import wait_for
 
 log = logging.getLogger("edgebus.bridge")
@@ -67,7 +67,7 @@ class Bridge:
         self.started = time.time()
         self.tasks = []
         if cfg.mqtt is not None:
-            from bridge.mqtt_links import MqttLinks
+            from edgebus.bridge.mqtt_links import MqttLinks
             self.mqtt = MqttLinks(self, cfg.mqtt)
 
     def hold(self, link):
@@ -131,7 +131,7 @@ class Bridge:
         cfg = self.cfg
         self.tasks.append(asyncio.create_task(self._persist_state()))
         if cfg.log_dir:
-            from bridge.telemetry import Appender, resume_links
+            from edgebus.bridge.telemetry import Appender, resume_links
             self.appender = Appender(self.bus, cfg, links=self.links, queue_len=cfg.log_queue)
             resume_links(self.state.data, cfg.log_dir)     # the writer has recovered the log
             self.tasks.append(asyncio.create_task(self.appender.run()))
@@ -145,7 +145,7 @@ class Bridge:
             self.tasks.append(asyncio.create_task(self.mqtt.run()))
         servers = []
         if cfg.peers:
-            from bridge import peers
+            from edgebus.bridge import peers
             for p in cfg.peers:
                 if p.connect:
                     self.tasks.append(asyncio.create_task(peers.dial(self, p)))
@@ -154,7 +154,7 @@ class Bridge:
         if cfg.socket:
             servers.append(await links.serve_local(self, cfg.socket))
         if cfg.metrics:
-            from bridge import metrics
+            from edgebus.bridge import metrics
             self.metrics = metrics.serve(self, cfg.metrics)
         log.info("bridge %s running: %d serial link(s), socket %s, log %s", cfg.node,
                  len(cfg.serial), cfg.socket, cfg.log_dir)

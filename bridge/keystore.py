@@ -14,7 +14,7 @@ import os
 import secrets
 import time
 
-import tlog
+from edgebus import tlog
 
 log = logging.getLogger("edgebus.bridge")
 

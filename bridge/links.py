@@ -12,7 +12,7 @@ import socket
 import struct
 
 
-from bridge import textmode
+from edgebus.bridge import textmode
 from edgebus.client.local import LOCAL_MAX_LEN, host_spool
 from edgebus.link.frame import DELIM
 from edgebus.link.link import Link

@@ -5,7 +5,7 @@ trouble first), so that a scrape stays small and quick at any fleet size."""
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-from bridge.status import ERRORS
+from edgebus.client.local import ERRORS
 
 
 def trouble(links, n):

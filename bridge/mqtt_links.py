@@ -16,10 +16,10 @@ import ssl
 import time
 from urllib.parse import urlparse
 
-from bridge import mqtt_conn, mqtt_mirror
-from bridge.links import Backoff, device_rules, tick_links
-from bridge.keystore import KeyStoreError
-from bridge.mqtt_transport import DeviceTransport
+from edgebus.bridge import mqtt_conn, mqtt_mirror
+from edgebus.bridge.links import Backoff, device_rules, tick_links
+from edgebus.bridge.keystore import KeyStoreError
+from edgebus.bridge.mqtt_transport import DeviceTransport
 from edgebus.link.link import Link
 
 log = logging.getLogger("edgebus.bridge")

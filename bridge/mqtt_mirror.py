@@ -10,7 +10,7 @@ import aiomqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from bridge.links import Backoff
+from edgebus.bridge.links import Backoff
 from edgebus import Message
 
 log = logging.getLogger("edgebus.bridge")

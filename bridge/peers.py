@@ -9,7 +9,8 @@ import logging
 from edgebus.compat import wait_for
 from edgebus.link.link import Link
 from edgebus.link.stream import StreamTransport
-from bridge.links import Backoff, host_spool
+from edgebus.bridge.links import Backoff
+from edgebus.client.local import host_spool
 
 log = logging.getLogger("edgebus.bridge")
 

@@ -15,7 +15,7 @@ import dataclasses
 import logging
 
 import edgebus
-from bridge import config as bridge_config
+from edgebus.bridge import config as bridge_config
 
 log = logging.getLogger("edgebus.bridge")
 

@@ -17,7 +17,7 @@ import secrets
 import time
 
 import edgebus
-from bridge.keystore import KeyStoreError, new_key
+from edgebus.bridge.keystore import KeyStoreError, new_key
 from edgebus.link import keywrap
 from edgebus.link.handshake import kid
 

@@ -17,7 +17,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from edgebus.compat import wait_for
-from tlog import LogWriter, last_seqs, record_from_message
+from edgebus.tlog import LogWriter, last_seqs, record_from_message
 
 log = logging.getLogger("edgebus.bridge")
 

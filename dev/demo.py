@@ -22,11 +22,11 @@ import subprocess
 import sys
 import time
 
-from bridge import config as bridge_config
-from bridge.daemon import Bridge
-from bridge.status import render
+from edgebus.bridge import config as bridge_config
+from edgebus.bridge.daemon import Bridge
+from edgebus.tools.status import render
 from dev.broker import Mosquitto
-from tools.fleet import Fleet
+from edgebus.tools.fleet import Fleet
 
 # The checkout, so the `edgebus` commands run from it (dev/ is never installed).
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -54,7 +54,7 @@ async def _run_bridge(cfg, seconds, cleanup):
 
 
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "tools.cli"] + list(args), cwd=ROOT)
+    return subprocess.run([sys.executable, "-m", "edgebus.tools.cli"] + list(args), cwd=ROOT)
 
 
 QEMU_NODE, QEMU_KEY = "mps2-1", "k-mps2"
@@ -63,7 +63,7 @@ QEMU_NODE, QEMU_KEY = "mps2-1", "k-mps2"
 def _qemu_board(choice, out):
     """The emulated board booted, or None with a line saying how to add it.
     choice: True builds the image if needed, None uses it only if already built."""
-    from tools import boards, firmware, qemuboard
+    from edgebus.tools import boards, firmware, qemuboard
     board = boards.load_board("qemu-mps2-an385")
     src = os.environ.get(firmware.ENV_SOURCE) or os.path.join(
         os.path.dirname(ROOT), "shared", "micropython", "micropython-1.28.0.tar.xz")

@@ -25,9 +25,9 @@ import subprocess
 import sys
 import tempfile
 
-from tools import mpybuild
-from tools.fleet import DEVICE_HEAP
-from tools.ptycable import PtyCable
+from edgebus.tools import mpybuild
+from edgebus.tools.fleet import DEVICE_HEAP
+from edgebus.tools.ptycable import PtyCable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NODE, KEY = "d1", "k1"

@@ -10,7 +10,7 @@ import subprocess
 import sys
 import tempfile
 
-from tools import mpybuild
+from edgebus.tools import mpybuild
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

@@ -31,11 +31,11 @@ import time
 
 import paho.mqtt.client as paho
 
-from bridge.status import fetch
+from edgebus.tools.status import fetch
 from dev.broker import Mosquitto
 from edgebus.link import frame, wire
-from tools import mpybuild
-from tools.fleet import Fleet
+from edgebus.tools import mpybuild
+from edgebus.tools.fleet import Fleet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -98,7 +98,7 @@ def retained(port, topic, timeout=5.0):
 
 
 class BridgeProcess:
-    """edgebus-bridge as its own process (``python -m bridge.daemon``) from a
+    """edgebus-bridge as its own process (``python -m edgebus.bridge.daemon``) from a
     checkout ``tree``, for MQTT devices {node: key}, with a status socket;
     or, given ``toml``, run with that configuration as it is."""
 
@@ -123,7 +123,7 @@ class BridgeProcess:
     def start(self):
         env = dict(os.environ, PYTHONPATH=self.tree)
         with open(self.logpath, "ab") as log:
-            self.proc = subprocess.Popen([sys.executable, "-m", "bridge.daemon", "--config",
+            self.proc = subprocess.Popen([sys.executable, "-m", "edgebus.bridge.daemon", "--config",
                                           self.toml], cwd=self.tree, env=env, stdout=log,
                                          stderr=subprocess.STDOUT)
         return self

@@ -26,7 +26,7 @@ import tempfile
 import time
 
 from dev import devheap
-from tools import boards, executables, firmware, mpybuild, qemuboard
+from edgebus.tools import boards, executables, firmware, mpybuild, qemuboard
 
 BOARD = "qemu-mps2-an385"
 TARBALL = os.path.join(os.path.dirname(devheap.ROOT), "shared", "micropython",

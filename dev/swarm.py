@@ -37,9 +37,9 @@ import sys
 import time
 
 import edgebus
-from bridge.links import Backoff
+from edgebus.bridge.links import Backoff
 try:
-    from bridge.links import tick_links
+    from edgebus.bridge.links import tick_links
 except ImportError:      # a baseline tree (the bench's) from before shared tickers
     tick_links = None
 from edgebus.compat import wait_for
@@ -323,7 +323,7 @@ class Swarm:
 
     def toml(self):
         """The bridge TOML fragment joining this swarm."""
-        from tools.fleet import bridge_toml
+        from edgebus.tools.fleet import bridge_toml
         return bridge_toml(self.bridge_config())
 
     def start(self):
@@ -452,7 +452,7 @@ def check(log_dir, summary):
     logged) and ``unknown`` (logged numbers the device never sent). Returns
     {"devices": {node: counts}, "totals": counts, "ok": no acked_missing,
     duplicates nor unknown}."""
-    import tlog
+    from edgebus import tlog
     devs = {d["node"]: d for d in summary["devices"]}
     seen = {n: collections.Counter() for n in devs}
     for _pos, r in tlog.read_log(log_dir, decode_payload=False):

@@ -9,15 +9,15 @@ objects) are checked only in the rare values that contain ``"$``.  A body
 msgspec refuses is decoded alone by tlog, the reference: valid there (e.g. an
 integer beyond 64 bits) it is a record, else it is corrupt.
 
-Needs msgspec (the ``spark`` extra); without it ingest.reading reads every
+Needs msgspec (the ``spark`` extra); without it edgebus.ingest.reading reads every
 range through tlog.
 """
 import operator
 
 import msgspec
 
-import tlog
-from tlog import json_text
+from edgebus import tlog
+from edgebus.tlog import json_text
 
 _NULL = b"null"
 

@@ -4,15 +4,15 @@ per-row Python (docs/telemetry-log.md section 2.3).
 
 What does not read (a file that is not a version-2 segment, a row group whose
 page checksum or decoding fails) is skipped and reported like corrupt
-version-1 data, by tlog.columnar.read_rows; a row whose ts_host Spark cannot
+version-1 data, by edgebus.tlog.columnar.read_rows; a row whose ts_host Spark cannot
 hold (its ts_host_time is null) is skipped and reported as unrepresentable.
 """
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ingest.corruption import report
-from ingest.schema import arrow_schema
-from tlog import ReadStats, columnar
+from edgebus.ingest.corruption import report
+from edgebus.ingest.schema import arrow_schema
+from edgebus.tlog import ReadStats, columnar
 
 
 def read_range(opts, part, fname):

@@ -4,11 +4,11 @@ import json
 import operator
 from itertools import accumulate, chain
 
-import tlog
-from ingest.schema import LATE_TEXT
-from tlog import columnar
-from tlog.columnar import to_double, to_long
-from tlog.records import is_late
+from edgebus import tlog
+from edgebus.ingest.schema import LATE_TEXT
+from edgebus.tlog import columnar
+from edgebus.tlog.columnar import to_double, to_long
+from edgebus.tlog.records import is_late
 
 _NULL = b"null"
 _NULL_LEN = len(_NULL)
@@ -52,7 +52,7 @@ def _longs(pa, vals):
 
 
 def from_recs(pa, pc, schema, sid, offs, recs):
-    """One record batch from Recs of ingest.bodies (payload and extra as raw
+    """One record batch from Recs of edgebus.ingest.bodies (payload and extra as raw
     JSON text) at offsets offs of segment sid."""
     n = len(recs)
     st = pa.string()

@@ -17,7 +17,7 @@ import json
 import os
 import uuid
 
-from tlog.names import write_atomically
+from edgebus.tlog.names import write_atomically
 
 META = "_spark_metadata"
 LOCK = "_edgebus.lock"

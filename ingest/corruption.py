@@ -6,7 +6,7 @@ import os
 import uuid
 import zlib
 
-import tlog
+from edgebus import tlog
 
 log = logging.getLogger("edgebus.ingest")
 

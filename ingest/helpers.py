@@ -1,6 +1,6 @@
 """Typed extraction from the `payload` and `extra` JSON text columns.
 
-    from ingest.helpers import payload_field, payload_bytes
+    from edgebus.ingest.helpers import payload_field, payload_bytes
     df.select(payload_field("payload", "temp", "double"),        # {"temp": 21.5}
               payload_field("payload", "$", "long"),              # a bare number payload
               payload_field("extra", "ts"),                       # works on extra too

@@ -18,7 +18,7 @@ records which were planned and committed, and the file sink's metadata log
 killed job restarted on the same checkpoint neither loses nor repeats a row.
 Read the table with Spark (``spark.read.parquet(TABLE)``), which honours that
 log.  Skipped corrupt log data is listed in ``TABLE/_corrupt/``.  --compact
-merges each partition's small files (ingest.compaction) before the query
+merges each partition's small files (edgebus.ingest.compaction) before the query
 starts and, with --once, after it ends; one job writes a table at a time.
 """
 import atexit
@@ -31,7 +31,7 @@ import time
 import zipfile
 
 import edgebus
-from ingest import compaction
+from edgebus.ingest import compaction
 
 # The directory holding the edgebus package (the checkout, or site-packages):
 # what Python workers need on their path.
@@ -46,7 +46,7 @@ DEFAULT_TRIGGER_INTERVAL = 2.0
 def _table_schema():
     from pyspark.sql.types import DateType, StructField, StructType
 
-    from ingest.schema import SCHEMA
+    from edgebus.ingest.schema import SCHEMA
 
     # The file sink writes the data columns, then the partition columns.
     fields = [f for f in SCHEMA.fields if f.name != "peer_node"]
@@ -100,7 +100,7 @@ def session(master=None, app="edgebus-ingest", conf=None, source=True):
     that idle worker's socket closes at spark.stop()."""
     from pyspark.sql import SparkSession
 
-    from ingest.source import register
+    from edgebus.ingest.source import register
 
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ      # run by spark-submit
     if master is None and not submitted:
@@ -140,7 +140,7 @@ def session(master=None, app="edgebus-ingest", conf=None, source=True):
 # The job's defaults (spark-defaults or --conf override them).
 _SINK_CONF = {
     # Each batch's sink log file is then the whole listing, which
-    # ingest.compaction rewrites in one rename; a table keeps the interval it
+    # edgebus.ingest.compaction rewrites in one rename; a table keeps the interval it
     # was created with.
     compaction.LOG_INTERVAL_CONF: "1",
     # No extra batch without data just to evict dedup state: the next batch
@@ -321,7 +321,7 @@ def _run(args):
         _compact(os.path.abspath(args.table))
     spark = session(args.master)
     spark.sparkContext.setLogLevel("ERROR")
-    from ingest.corruption import corrupt_report
+    from edgebus.ingest.corruption import corrupt_report
 
     from pyspark.errors import StreamingQueryException
 

@@ -6,7 +6,7 @@ tuple, which compares in log order."""
 import json
 import os
 
-import tlog
+from edgebus import tlog
 
 # The position before every record of the log (segment ids start at 0).
 BEGIN = {"segment": -1, "offset": 0}

@@ -13,9 +13,9 @@ import os
 
 from pyspark.sql.datasource import InputPartition
 
-import tlog
-from ingest import corruption
-from ingest.offsets import DEFAULT_SPLIT_BYTES, MIN_SPLIT_BYTES, canonical, position
+from edgebus import tlog
+from edgebus.ingest import corruption
+from edgebus.ingest.offsets import DEFAULT_SPLIT_BYTES, MIN_SPLIT_BYTES, canonical, position
 
 log = logging.getLogger("edgebus.ingest")
 

@@ -1,32 +1,32 @@
 """Reading: one SegmentRange of the log to Arrow record batches of SCHEMA.
 
-A version-2 (Parquet) segment is read by ingest.columnar_reading; the rest of
+A version-2 (Parquet) segment is read by edgebus.ingest.columnar_reading; the rest of
 this module reads version-1 segments.
 
 With msgspec (the ``spark`` extra) a range is read in bulk, not one Python dict
 per record: the segment is mapped, frames are split and CRC-checked in one
 tight loop, the bodies of each chunk are decoded by one msgspec call
-(ingest.bodies) and the columns are built from their raw text
-(ingest.columns).  It reads the same records as tlog.read_segment, by the same
+(edgebus.ingest.bodies) and the columns are built from their raw text
+(edgebus.ingest.columns).  It reads the same records as tlog.read_segment, by the same
 rules (docs/telemetry-log.md sections 2, 3 and 7): whatever the bulk path does
 not take as is goes to tlog, whose resynchronising reader reports and skips
 bad bytes; bulk reading then resumes at the next valid record.  Without
 msgspec, or when the file header is not clean, the whole range is read record
 by record through tlog.  Bad regions are reported by the range that owns them
-(ingest.corruption.owned).
+(edgebus.ingest.corruption.owned).
 """
 import gc
 import os
 import zlib
 
-import tlog
-from ingest import columnar_reading, columns
-from ingest.corruption import RangeDamage
-from ingest.schema import arrow_schema
-from tlog.columnar import TS_MAX, TS_MIN, fits_timestamp
+from edgebus import tlog
+from edgebus.ingest import columnar_reading, columns
+from edgebus.ingest.corruption import RangeDamage
+from edgebus.ingest.schema import arrow_schema
+from edgebus.tlog.columnar import TS_MAX, TS_MIN, fits_timestamp
 
 try:
-    from ingest import bodies
+    from edgebus.ingest import bodies
 except ImportError:                      # no msgspec: every range is read by tlog
     bodies = None
 

@@ -28,7 +28,7 @@ def add_arguments(p):
 def read_table(spark, table):
     """The ingested table as a DataFrame (through the file sink's metadata log, so
     only committed files; an empty table reads as no rows)."""
-    from ingest.job import TABLE_SCHEMA
+    from edgebus.ingest.job import TABLE_SCHEMA
 
     return spark.read.schema(TABLE_SCHEMA).parquet(os.path.abspath(table))
 
@@ -48,7 +48,7 @@ def summarize(spark, table):
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from ingest.corruption import corrupt_report
+    from edgebus.ingest.corruption import corrupt_report
 
     df = read_table(spark, table)
     tot = df.agg(F.count(F.lit(1)).alias("n"), F.min("ts_host").alias("lo"),
@@ -224,7 +224,7 @@ def run(args):
         print("edgebus report: no table at %s (run edgebus ingest first)" % args.table,
               file=sys.stderr)
         return 2
-    from ingest.job import session
+    from edgebus.ingest.job import session
 
     spark = session(args.master, app="edgebus-report", source=False)
     spark.sparkContext.setLogLevel("ERROR")

@@ -1,6 +1,6 @@
 """The table the `edgebus` data source reads (docs/spark.md, columns): the
-columns of a version-2 segment (tlog.columnar.SCHEMA) but ``topic_json``.
-The conversions of record values into these types are tlog.columnar's."""
+columns of a version-2 segment (edgebus.tlog.columnar.SCHEMA) but ``topic_json``.
+The conversions of record values into these types are edgebus.tlog.columnar's."""
 
 from pyspark.sql.types import (ArrayType, BooleanType, DoubleType, LongType, StringType, StructField,
                                StructType, TimestampType)

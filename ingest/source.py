@@ -1,32 +1,32 @@
 """The `edgebus` PySpark data source: the bridge's telemetry log as a table.
 
-    from ingest.source import register
+    from edgebus.ingest.source import register
     register(spark)
     spark.read.format("edgebus").load("/var/lib/edgebus/tlog")          # batch
     spark.readStream.format("edgebus").load("/var/lib/edgebus/tlog")    # streaming
 
-Offsets are log positions ``{"segment": id, "offset": byte}`` (ingest.offsets),
+Offsets are log positions ``{"segment": id, "offset": byte}`` (edgebus.ingest.offsets),
 so Structured Streaming with a checkpoint and a file sink is exactly once.
 Only sealed segments are read (docs/telemetry-log.md section 7).  A micro-batch
 (or a batch read) is cut into byte ranges of segments packed into partitions
-(ingest.planning), so the work spreads over executors; each range is read into
-Arrow batches by ingest.reading.  Columns (ingest.schema) and options are
+(edgebus.ingest.planning), so the work spreads over executors; each range is read into
+Arrow batches by edgebus.ingest.reading.  Columns (edgebus.ingest.schema) and options are
 documented in docs/spark.md.
 
 Corrupt or truncated bytes never fail a read and never produce a row: each bad
 region is logged as a warning naming file and offset and, with the
 ``corruptDir`` option, written to a JSON file there (see
-:func:`ingest.corruption.corrupt_report`).
+:func:`edgebus.ingest.corruption.corrupt_report`).
 """
 import logging
 import os
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 
-from ingest import planning
-from ingest.offsets import BEGIN, Options, latest, offset_dict, parse_offset, position
-from ingest.reading import read_group
-from ingest.schema import SCHEMA
+from edgebus.ingest import planning
+from edgebus.ingest.offsets import BEGIN, Options, latest, offset_dict, parse_offset, position
+from edgebus.ingest.reading import read_group
+from edgebus.ingest.schema import SCHEMA
 
 try:                                     # pyspark >= 4.2: admission control, availableNow
     from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxBytes, ReadMaxRows,

@@ -9,7 +9,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-from tools import mpybuild  # noqa: E402
+from edgebus.tools import mpybuild  # noqa: E402
 
 
 @pytest.fixture(scope="session")

@@ -6,32 +6,32 @@ The bridge appends chosen host-bus messages with :class:`LogWriter`; readers
 format and every promise made to readers are specified in
 ``docs/telemetry-log.md``; this package is its reference implementation:
 
-- ``tlog.format``: file and record headers, framing;
-- ``tlog.records``: record bodies and their values;
-- ``tlog.segments``: the log directory's segment files;
-- ``tlog.reader``: reading sealed segments, resynchronising past bad bytes;
-- ``tlog.columnar``: version-2 sealed segments, Parquet files (pyarrow);
-- ``tlog.writer``: the one writer, with ``tlog.recovery`` and ``tlog.retention``;
-- ``tlog.tail``: the newest sequence number per sender boot, for a restart.
+- ``edgebus.tlog.format``: file and record headers, framing;
+- ``edgebus.tlog.records``: record bodies and their values;
+- ``edgebus.tlog.segments``: the log directory's segment files;
+- ``edgebus.tlog.reader``: reading sealed segments, resynchronising past bad bytes;
+- ``edgebus.tlog.columnar``: version-2 sealed segments, Parquet files (pyarrow);
+- ``edgebus.tlog.writer``: the one writer, with ``edgebus.tlog.recovery`` and ``edgebus.tlog.retention``;
+- ``edgebus.tlog.tail``: the newest sequence number per sender boot, for a restart.
 
 Host only (CPython >= 3.11, POSIX: ``fcntl``, ``fsync`` of directories).
-Standard library only, except ``tlog.columnar`` (pyarrow), imported only when
+Standard library only, except ``edgebus.tlog.columnar`` (pyarrow), imported only when
 a version-2 segment is sealed or read; nothing here ever unpickles or
 evaluates data.
 """
-from tlog.errors import LogError, LogLocked
-from tlog.format import (FILE_HEADER_SIZE, FILE_MAGIC, FORMAT_VERSION, MAX_BODY_BYTES,
+from edgebus.tlog.errors import LogError, LogLocked
+from edgebus.tlog.format import (FILE_HEADER_SIZE, FILE_MAGIC, FORMAT_VERSION, MAX_BODY_BYTES,
                          RECORD_HEADER, RECORD_HEADER_SIZE, RECORD_MAGIC, check_file_header,
                          file_header, frame)
-from tlog.reader import ReadStats, read_log, read_segment
-from tlog.records import (FIELDS, decode_body, decode_value, encode_body, encode_value,
+from edgebus.tlog.reader import ReadStats, read_log, read_segment
+from edgebus.tlog.records import (FIELDS, decode_body, decode_value, encode_body, encode_value,
                           json_text, record_from_message, row_of, topic_text)
-from tlog.segments import (LOCK_NAME, earliest_offset, latest_offset, list_segments,
+from edgebus.tlog.segments import (LOCK_NAME, earliest_offset, latest_offset, list_segments,
                            parquet_name, sealed_files, segment_end, segment_file, segment_name,
                            start_offset)
-from tlog.names import write_atomically
-from tlog.tail import TAIL_BYTES, last_seqs
-from tlog.writer import LogWriter
+from edgebus.tlog.names import write_atomically
+from edgebus.tlog.tail import TAIL_BYTES, last_seqs
+from edgebus.tlog.writer import LogWriter
 
 __all__ = [
     "FORMAT_VERSION", "FILE_MAGIC", "FILE_HEADER_SIZE", "RECORD_MAGIC", "RECORD_HEADER",

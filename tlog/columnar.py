@@ -1,7 +1,7 @@
 """Version-2 sealed segments: a segment's records as one Parquet file
 (docs/telemetry-log.md section 2.3).
 
-The writer holds the active segment's bodies (tlog.records.normalize) and, on
+The writer holds the active segment's bodies (edgebus.tlog.records.normalize) and, on
 sealing, turns them into columns (``table``), writes them to a hidden
 temporary file, fsyncs it and renames it into place (``write_segment``).
 Readers take row ranges back as Arrow tables (``read_rows``) or record dicts
@@ -17,8 +17,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from tlog.records import FIELDS, decode_value, json_text
-from tlog.names import fsync_dir, parquet_name, write_atomically
+from edgebus.tlog.records import FIELDS, decode_value, json_text
+from edgebus.tlog.names import fsync_dir, parquet_name, write_atomically
 
 FORMAT_VERSION = 2
 META_VERSION = b"edgebus.format_version"
@@ -105,7 +105,7 @@ _AT = {k: i for i, k in enumerate(FIELDS + ("late",))}     # a row_of() tuple's 
 
 
 def table(rows, segment_id, gateway=None, offsets=None):
-    """The Arrow table of SCHEMA for rows (tlog.records.row_of tuples) of
+    """The Arrow table of SCHEMA for rows (edgebus.tlog.records.row_of tuples) of
     segment_id, at rows 0.. or at the given offsets: column by column."""
     n = len(rows)
 
@@ -139,7 +139,7 @@ def table(rows, segment_id, gateway=None, offsets=None):
 
 
 def write_segment(path, segment_id, rows, gateway=None, mtime=None):
-    """Write rows (tlog.records.row_of tuples) as the sealed segment
+    """Write rows (edgebus.tlog.records.row_of tuples) as the sealed segment
     ``segment_id`` of the log at path,
     atomically: a hidden temporary file, fsynced (mtime set: the seal time),
     renamed into place, directory fsynced.  Returns its file name."""

@@ -3,11 +3,11 @@ place (docs/telemetry-log.md section 8).  Reading needs no conversion: this is
 for logs that other engines should read as plain Parquet."""
 import os
 
-from tlog import columnar
-from tlog.errors import LogError
-from tlog.reader import ReadStats, read_segment
-from tlog.records import row_of
-from tlog.segments import sealed_files
+from edgebus.tlog import columnar
+from edgebus.tlog.errors import LogError
+from edgebus.tlog.reader import ReadStats, read_segment
+from edgebus.tlog.records import row_of
+from edgebus.tlog.segments import sealed_files
 
 
 def convert_log(path, gateway=None):

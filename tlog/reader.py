@@ -3,10 +3,10 @@
 import os
 import zlib
 
-from tlog.format import (FILE_HEADER_SIZE, FORMAT_VERSION, MAX_BODY_BYTES, RECORD_HEADER,
+from edgebus.tlog.format import (FILE_HEADER_SIZE, FORMAT_VERSION, MAX_BODY_BYTES, RECORD_HEADER,
                          RECORD_HEADER_SIZE, RECORD_MAGIC, check_file_header)
-from tlog.records import decode_body
-from tlog.segments import list_segments, segment_file
+from edgebus.tlog.records import decode_body
+from edgebus.tlog.segments import list_segments, segment_file
 
 _CHUNK = 1 << 20
 
@@ -80,7 +80,7 @@ def _read_segment(path, segment_id, start, end, stats, decode_payload):
         return
     fname, version = found
     if version == 2:
-        from tlog.columnar import read_records
+        from edgebus.tlog.columnar import read_records
         yield from read_records(fname, segment_id, max(0, start), end, stats, decode_payload)
         return
     try:

@@ -6,7 +6,7 @@ import json
 import math
 import time
 
-from tlog.format import MAX_BODY_BYTES
+from edgebus.tlog.format import MAX_BODY_BYTES
 
 # The body's members, in the order the writer emits them.
 FIELDS = ("ts_host", "topic", "payload", "ts_device", "seq", "origin_kind", "conn_id",

@@ -4,11 +4,11 @@ when it holds none or a finished seal already holds it (docs/telemetry-log.md
 section 5)."""
 import os
 
-from tlog.errors import LogError
-from tlog.format import FILE_HEADER_SIZE, check_file_header
-from tlog.reader import ForwardReader, parse_record
-from tlog.records import row_of
-from tlog.segments import fsync_dir, open_segments, segment_file, segment_name
+from edgebus.tlog.errors import LogError
+from edgebus.tlog.format import FILE_HEADER_SIZE, check_file_header
+from edgebus.tlog.reader import ForwardReader, parse_record
+from edgebus.tlog.records import row_of
+from edgebus.tlog.segments import fsync_dir, open_segments, segment_file, segment_name
 
 
 def valid_prefix(fname, segment_id, rows=None):
@@ -39,7 +39,7 @@ def recover(path, clock, version=2, gateway=None):
     was done, as (file, action, detail)."""
     done = []
     if version == 2:
-        from tlog import columnar
+        from edgebus.tlog import columnar
         done += [(os.path.join(path, n), "removed", "unfinished seal")
                  for n in columnar.remove_temporaries(path)]
     for sid, name in open_segments(path):
@@ -89,7 +89,7 @@ def _sealed_already(fname, sealed, count):
     else cannot come from a crash: LogError."""
     sealed_name, version = sealed
     if version == 2:
-        from tlog.columnar import row_count
+        from edgebus.tlog.columnar import row_count
         try:
             rows = row_count(sealed_name)
         except Exception as e:

@@ -2,7 +2,7 @@
 (docs/telemetry-log.md section 6)."""
 import os
 
-from tlog.segments import fsync_dir, sealed_files
+from edgebus.tlog.segments import fsync_dir, sealed_files
 
 
 def retain(path, retention_bytes, retention_seconds, clock):

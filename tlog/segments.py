@@ -3,8 +3,8 @@ the lock file (docs/telemetry-log.md section 1)."""
 import os
 import re
 
-from tlog.format import FILE_HEADER_SIZE
-from tlog.names import fsync_dir, parquet_name, segment_name  # noqa: F401 (re-exported)
+from edgebus.tlog.format import FILE_HEADER_SIZE
+from edgebus.tlog.names import fsync_dir, parquet_name, segment_name  # noqa: F401 (re-exported)
 
 LOCK_NAME = "LOCK"
 MAX_SEGMENT_ID = 2 ** 64 - 1
@@ -62,7 +62,7 @@ def segment_end(path, segment_id):
     try:
         if version == 1:
             return os.path.getsize(fname)
-        from tlog.columnar import row_count
+        from edgebus.tlog.columnar import row_count
         return row_count(fname)
     except Exception:              # removed meanwhile, or not a Parquet file
         return None

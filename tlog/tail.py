@@ -2,8 +2,8 @@
 the writer's owner needs after a restart to know what is already durable."""
 import os
 
-from tlog.reader import ReadStats, read_segment
-from tlog.segments import sealed_files
+from edgebus.tlog.reader import ReadStats, read_segment
+from edgebus.tlog.segments import sealed_files
 
 # One default-sized segment: minutes to hours of a gateway's traffic.
 TAIL_BYTES = 64 * 1024 * 1024
@@ -30,7 +30,7 @@ def last_seqs(path, max_bytes=TAIL_BYTES):
         except FileNotFoundError:       # removed by retention meanwhile
             continue
         if version == 2:                # three columns, no record decoding
-            from tlog.columnar import max_seqs
+            from edgebus.tlog.columnar import max_seqs
             max_seqs(fname, sid, out, ReadStats())
             continue
         for _, r in read_segment(path, sid, decode_payload=False):

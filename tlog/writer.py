@@ -1,17 +1,17 @@
 """The log's one writer: appends records, rolls and seals segments, syncs,
 and applies retention (docs/telemetry-log.md section 4).  The active segment
 is always in the row format; sealing writes it as Parquet (version 2, through
-tlog.columnar and pyarrow) or keeps the row file (version 1)."""
+edgebus.tlog.columnar and pyarrow) or keeps the row file (version 1)."""
 import fcntl
 import os
 import time
 
-from tlog.errors import LogError, LogLocked
-from tlog.format import FILE_HEADER_SIZE, RECORD_HEADER_SIZE, file_header, frame
-from tlog.records import dump_body, normalize, row_of
-from tlog.recovery import recover
-from tlog.retention import retain
-from tlog.segments import (LOCK_NAME, MAX_SEGMENT_ID, fsync_dir, next_segment_id, segment_name,
+from edgebus.tlog.errors import LogError, LogLocked
+from edgebus.tlog.format import FILE_HEADER_SIZE, RECORD_HEADER_SIZE, file_header, frame
+from edgebus.tlog.records import dump_body, normalize, row_of
+from edgebus.tlog.recovery import recover
+from edgebus.tlog.retention import retain
+from edgebus.tlog.segments import (LOCK_NAME, MAX_SEGMENT_ID, fsync_dir, next_segment_id, segment_name,
                            start_offset)
 
 _WRITE_BUFFER = 64 * 1024
@@ -199,7 +199,7 @@ class LogWriter:
         if self.version == 2:
             # The Parquet file is complete and durable before the row file goes;
             # recovery removes a row file whose sealed segment exists already.
-            from tlog.columnar import write_segment
+            from edgebus.tlog.columnar import write_segment
             write_segment(self.path, sid, self._rows, self.gateway, mtime=t)
             os.close(fd)
             os.unlink(open_name)

@@ -343,7 +343,7 @@ def mpy_arch_number(arch):
 
 
 def main(argv=None):
-    """python -m tools.boards [NAME]: validate every manifest (or one) and list them."""
+    """python -m edgebus.tools.boards [NAME]: validate every manifest (or one) and list them."""
     import sys
     names = (argv if argv is not None else sys.argv[1:]) or list_boards()
     status = 0

@@ -2,7 +2,7 @@
 (a device's sys/info, the bridge's bridge/status...) and print its reply."""
 import json
 
-from tools import busclient as bc
+from edgebus.tools import busclient as bc
 
 
 def add_arguments(p):

@@ -11,29 +11,29 @@ import sys
 # name -> (module, help, the extra its dependencies come with). The module
 # provides add_arguments(parser) and run(args) -> int.
 COMMANDS = {
-    "build": ("tools.build", "compile edgebus + firmware to a .mpy bundle for a board",
+    "build": ("edgebus.tools.build", "compile edgebus + firmware to a .mpy bundle for a board",
               "micropython"),
-    "firmware": ("tools.firmware", "build a MicroPython firmware image with edgebus frozen in",
+    "firmware": ("edgebus.tools.firmware", "build a MicroPython firmware image with edgebus frozen in",
                  "micropython"),
-    "deploy": ("tools.deploy", "copy a built bundle and config to a board with mpremote", "boards"),
-    "flash": ("tools.flash", "write a MicroPython firmware image to a board", "boards"),
-    "fleet": ("tools.fleet", "run N simulated devices (the real firmware on the MicroPython unix port)",
+    "deploy": ("edgebus.tools.deploy", "copy a built bundle and config to a board with mpremote", "boards"),
+    "flash": ("edgebus.tools.flash", "write a MicroPython firmware image to a board", "boards"),
+    "fleet": ("edgebus.tools.fleet", "run N simulated devices (the real firmware on the MicroPython unix port)",
               "micropython"),
-    "pub": ("tools.pub", "publish (or --retain) a value on the bridge's host bus", "bridge"),
-    "sub": ("tools.sub", "print the host bus's messages matching a pattern, a line each",
+    "pub": ("edgebus.tools.pub", "publish (or --retain) a value on the bridge's host bus", "bridge"),
+    "sub": ("edgebus.tools.sub", "print the host bus's messages matching a pattern, a line each",
             "bridge"),
-    "watch": ("tools.watch", "print the retained values matching a pattern, then changes",
+    "watch": ("edgebus.tools.watch", "print the retained values matching a pattern, then changes",
               "bridge"),
-    "call": ("tools.call", "call an endpoint on the host bus and print its reply", "bridge"),
-    "whoami": ("tools.whoami", "the principal the bridge sees for you (uid, gid, pid)",
+    "call": ("edgebus.tools.call", "call an endpoint on the host bus and print its reply", "bridge"),
+    "whoami": ("edgebus.tools.whoami", "the principal the bridge sees for you (uid, gid, pid)",
                "bridge"),
-    "keys": ("tools.keys", "device keys: rotate NODE over its session, new NODE, list",
+    "keys": ("edgebus.tools.keys", "device keys: rotate NODE over its session, new NODE, list",
              "bridge"),
-    "devices": ("tools.devices", "a running bridge's MQTT devices: reload, move NODE between "
+    "devices": ("edgebus.tools.devices", "a running bridge's MQTT devices: reload, move NODE between "
                 "bridges", "bridge"),
-    "status": ("tools.status", "a snapshot of a running bridge: links, peers, counters", "bridge"),
-    "ingest": ("ingest.job", "stream the telemetry log into a Parquet table with Spark", "spark"),
-    "report": ("ingest.report", "per-device counts, gaps and rates from the ingested table", "spark"),
+    "status": ("edgebus.tools.status", "a snapshot of a running bridge: links, peers, counters", "bridge"),
+    "ingest": ("edgebus.ingest.job", "stream the telemetry log into a Parquet table with Spark", "spark"),
+    "report": ("edgebus.ingest.report", "per-device counts, gaps and rates from the ingested table", "spark"),
 }
 
 

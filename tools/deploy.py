@@ -18,7 +18,7 @@ import re
 import sys
 
 from edgebus.tools import boards, devicefiles, executables
-from tools.build import decode_mpy
+from edgebus.tools.build import decode_mpy
 
 EXAMPLE_KEY = devicefiles.firmware("config").EXAMPLE_KEY
 
@@ -33,7 +33,7 @@ def add_arguments(p):
     p.add_argument("--board", required=True, metavar="B", help="board name or manifest path")
     p.add_argument("--port", required=True, metavar="P",
                    help="serial port of the board's REPL, e.g. /dev/ttyUSB0 (the unix "
-                   "simulator's pty: python -m tools.simboard)")
+                   "simulator's pty: python -m edgebus.tools.simboard)")
     p.add_argument("--bundle", metavar="DIR", help="bundle to copy (default: build/<board>)")
     p.add_argument("--config", metavar="FILE", help="device config JSON, copied to /config.json")
     p.add_argument("--baud", type=int, default=115200, help="serial baud rate (default 115200)")

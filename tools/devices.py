@@ -11,10 +11,10 @@ import json
 import os
 import shutil
 
-from bridge import config as bridge_config
-from bridge.keystore import KeyStore, KeyStoreError
-from bridge.reload import CALL_TIMEOUT, RELOAD
-from tools import busclient as bc
+from edgebus.bridge import config as bridge_config
+from edgebus.bridge.keystore import KeyStore, KeyStoreError
+from edgebus.bridge.reload import CALL_TIMEOUT, RELOAD
+from edgebus.tools import busclient as bc
 
 
 def add_arguments(p):

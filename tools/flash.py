@@ -17,7 +17,7 @@ import shlex
 import subprocess
 import sys
 
-from tools import boards, executables
+from edgebus.tools import boards, executables
 
 UF2_MAGIC0, UF2_MAGIC1, UF2_MAGIC_END = 0x0A324655, 0x9E5D5157, 0x0AB16F30
 UF2_FLAG_FAMILY = 0x2000
@@ -68,7 +68,7 @@ def run(args):
 def boot_emulated(board, args):
     """edgebus flash for an emulated board: config into its flash, then boot it."""
     import json
-    from tools import qemuboard
+    from edgebus.tools import qemuboard
     state = args.state or os.path.join("build", board["name"], "state")
     try:
         config = None
@@ -298,7 +298,7 @@ def flash_uf2(board, firmware, drive, dry_run, port, log, mounts="/proc/mounts",
     dest = os.path.join(drive, os.path.basename(firmware))
     total = os.path.getsize(firmware)
     log("# copy %s to %s" % (firmware, dest))
-    from tools.deploy import progress
+    from edgebus.tools.deploy import progress
     bar = progress(total, "flash")
     try:
         with open(firmware, "rb") as src, open(dest, "wb") as dst:

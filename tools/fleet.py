@@ -15,8 +15,8 @@ import tempfile
 import threading
 import time
 
-from tools import boards, mpybuild
-from tools.ptycable import PtyCable
+from edgebus.tools import boards, mpybuild
+from edgebus.tools.ptycable import PtyCable
 
 DEVICE_HEAP = "256K"    # core + link (sealed) + firmware on the 64-bit unix port, with room
                         # for 20 readings/s through failover (224K ran out of 800-byte blocks)
@@ -317,6 +317,6 @@ def run(args):
 
 if __name__ == "__main__":
     import argparse
-    ap = argparse.ArgumentParser(prog="python -m tools.fleet")
+    ap = argparse.ArgumentParser(prog="python -m edgebus.tools.fleet")
     add_arguments(ap)
     sys.exit(run(ap.parse_args()))

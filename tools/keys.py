@@ -9,13 +9,13 @@ import re
 import sys
 import time
 
-import tlog
-from bridge import config as bridge_config
-from bridge.keystore import KeyStore, KeyStoreError, new_key
-from bridge.rotation import DEVICE_TIMEOUT, ROTATE
+from edgebus import tlog
+from edgebus.bridge import config as bridge_config
+from edgebus.bridge.keystore import KeyStore, KeyStoreError, new_key
+from edgebus.bridge.rotation import DEVICE_TIMEOUT, ROTATE
 from edgebus.link.handshake import kid
 from edgebus.tools import devicefiles
-from tools import busclient as bc
+from edgebus.tools import busclient as bc
 
 UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 

@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import tempfile
 
-from tools import mpybuild
+from edgebus.tools import mpybuild
 
 # Runs under the unix micropython: image block-size blocks staging-dir.
 SCRIPT = r"""

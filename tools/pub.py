@@ -1,6 +1,6 @@
 """`edgebus pub TOPIC VALUE [--retain]`: publish (or retain) one value on the
 bridge's host bus, as your unix user, scoped by the bridge's ACL."""
-from tools import busclient as bc
+from edgebus.tools import busclient as bc
 
 
 def add_arguments(p):

@@ -17,7 +17,7 @@ import subprocess
 import threading
 import time
 
-from tools import boards, lfsimage
+from edgebus.tools import boards, lfsimage
 
 FLASH_IMAGE = "flash.img"
 APT = "apt-get install -y --no-install-recommends qemu-system-arm"

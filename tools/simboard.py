@@ -1,6 +1,6 @@
 """The MicroPython unix port as a board: its REPL on a pseudo-terminal.
 
-usage: python -m tools.simboard [--dir DIR] [--heap BYTES]
+usage: python -m edgebus.tools.simboard [--dir DIR] [--heap BYTES]
 
 Prints the port (``/dev/pts/N``) to give ``edgebus deploy --board unix --port``
 or ``mpremote connect PORT resume ...``; files deployed land in DIR (the
@@ -20,7 +20,7 @@ import tempfile
 import time
 import tty
 
-from tools import boards, mpybuild
+from edgebus.tools import boards, mpybuild
 
 
 class SimBoard:
@@ -66,7 +66,7 @@ def _interrupt(*_):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m tools.simboard",
+    ap = argparse.ArgumentParser(prog="python -m edgebus.tools.simboard",
                                  description=__doc__.split("\n")[0])
     ap.add_argument("--dir", help="the board's filesystem (default: a new temporary directory)")
     ap.add_argument("--heap", type=int, help="heap bytes (default: the unix board's budget)")

@@ -3,7 +3,7 @@ line each ('TOPIC VALUE', or JSON lines), until interrupted, --count, or the
 bridge goes away (exit 7)."""
 import json
 
-from tools import busclient as bc
+from edgebus.tools import busclient as bc
 
 
 def add_arguments(p):

@@ -2,7 +2,7 @@
 current state), then every change to them, one line each."""
 import json
 
-from tools import busclient as bc
+from edgebus.tools import busclient as bc
 
 
 def add_arguments(p):

@@ -2,7 +2,7 @@
 (uid, gid, pid from the socket's credentials), as sbus's whoami."""
 import json
 
-from tools import busclient as bc
+from edgebus.tools import busclient as bc
 
 
 def add_arguments(p):

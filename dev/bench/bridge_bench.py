@@ -13,7 +13,7 @@ import shutil
 import statistics
 import tempfile
 
-from tools import mpybuild
+from edgebus.tools import mpybuild
 from dev.bench.procs import ROOT, Child, python
 from dev.bench.stats import summary
 from dev.broker import Mosquitto

@@ -82,8 +82,8 @@ def _say(obj):
 # -- the bridge ----------------------------------------------------------------
 
 async def _bridge(cfg_path, pattern, profile):
-    from bridge import config as bridge_config
-    from bridge.daemon import Bridge
+    from edgebus.bridge import config as bridge_config
+    from edgebus.bridge.daemon import Bridge
     with open(cfg_path) as f:
         b = Bridge(bridge_config.parse(json.load(f)))
     bt = asyncio.create_task(b.run())

@@ -3,7 +3,7 @@ import json
 import os
 
 from dev import devheap, mpyrun
-from tools.fleet import DEVICE_HEAP
+from edgebus.tools.fleet import DEVICE_HEAP
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "core_mpy_script.py")
 

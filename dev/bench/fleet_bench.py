@@ -13,7 +13,7 @@ import tempfile
 from dev.bench.procs import Child, python
 from dev.bench.stats import summary
 from dev.broker import Mosquitto
-from tools.fleet import DEVICE_HEAP, Fleet
+from edgebus.tools.fleet import DEVICE_HEAP, Fleet
 
 
 def run(smoke=False, devices=None, period=0.01):

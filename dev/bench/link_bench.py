@@ -20,7 +20,7 @@ from edgebus.link.stream import PolledTransport, StreamTransport
 from dev import mpyrun
 from dev.bench import link_ack_script
 from dev.bench.stats import clock, repeat, summary
-from tools.ptycable import PtyCable
+from edgebus.tools.ptycable import PtyCable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ACK_SCRIPT = link_ack_script.__file__

@@ -16,8 +16,8 @@ import tempfile
 import time
 
 import edgebus
-from bridge import config as bridge_config
-from bridge.telemetry import Appender
+from edgebus.bridge import config as bridge_config
+from edgebus.bridge.telemetry import Appender
 from dev.bench.stats import summary
 
 COMMIT_MS = (0, 10, 20, 50, 100, 200)

@@ -131,7 +131,7 @@ def _bridge_section(res, out, md_dir):
         pl, bl, cpu = br["paced_latency"], br["burst_latency"], br["rx_cpu_us_per_msg"]
         L += ["Every party is a process of its own, as in a deployment: an edgebus device "
               "(`dev/bench/bridge_device.py`: a bus and `edgebus.link.mqtt`) → mosquitto → the "
-              "bridge (`bridge.daemon.Bridge`, its MQTT links) → a subscriber on the host bus; "
+              "bridge (`edgebus.bridge.daemon.Bridge`, its MQTT links) → a subscriber on the host bus; "
               "against a raw paho-mqtt publisher process → a raw paho subscriber process through "
               "the same broker. Runs interleaved, %d burst(s) of %s messages of ~60 bytes each; "
               "rate from the first send to the last arrival. The receiver's CPU per message is "

@@ -47,7 +47,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
-import tlog  # noqa: E402
+from edgebus import tlog  # noqa: E402
 
 T0 = 1_712_000_000.0
 JSON_SCHEMA = ("ts_host double, topic array<string>, payload string, ts_device double, "
@@ -78,7 +78,7 @@ def _record(i, t0=T0):
 
 
 def _session():
-    from ingest.job import small_session
+    from edgebus.ingest.job import small_session
     return small_session("edgebus-spark-bench")
 
 
@@ -124,7 +124,7 @@ def _json_columns(df):
 
 def _parquet_frame(spark, log):
     """Spark's own Parquet reader on the sealed segments, the source's columns."""
-    from ingest.schema import SCHEMA
+    from edgebus.ingest.schema import SCHEMA
 
     return (spark.read.option("pathGlobFilter", "*.parquet").parquet(log)
             .select(*SCHEMA.names))
@@ -160,7 +160,7 @@ def source(spark, logs, jdir, n, repeats):
 def _run_query(df, table, sink="parquet"):
     """Run df to the end (availableNow) into the table's file sink (or noop):
     (wall seconds, {durationMs part: total ms over its micro-batches})."""
-    from ingest import job
+    from edgebus.ingest import job
 
     t = time.perf_counter()
     if sink == "parquet":
@@ -183,8 +183,8 @@ def jobs(spark, d, logs, jdir, n, repeats):
     time goes (module docstring)."""
     from pyspark.sql import functions as F
 
-    from ingest import job
-    from ingest.report import read_table
+    from edgebus.ingest import job
+    from edgebus.ingest.report import read_table
 
     def edgebus():
         return spark.readStream.format("edgebus").option(
@@ -259,8 +259,8 @@ def fresh(spark, d, seconds, rate):
     """Publish -> queryable at the defaults (module docstring)."""
     from pyspark.sql.streaming import StreamingQueryListener
 
-    from bridge.config import Config
-    from ingest import job
+    from edgebus.bridge.config import Config
+    from edgebus.ingest import job
 
     cfg = Config()
     log, table = os.path.join(d, "fresh-log"), os.path.join(d, "fresh-table")

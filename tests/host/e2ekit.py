@@ -4,7 +4,7 @@ import argparse
 import json
 import time
 
-import tlog
+from edgebus import tlog
 
 
 def progress(log_dir, nodes):
@@ -19,7 +19,7 @@ def progress(log_dir, nodes):
 
 def ingest_once(spark, log, table, ckpt):
     """`edgebus ingest --once` of log (a directory or a list of them) into table."""
-    from ingest import job
+    from edgebus.ingest import job
 
     args = argparse.Namespace(log=log, table=table, checkpoint=ckpt, once=True,
                               watermark=job.DEFAULT_WATERMARK, trigger_interval=5.0,
@@ -32,7 +32,7 @@ def ingest_once(spark, log, table, ckpt):
 
 def once_each(rows, summary, nodes):
     """Assert that the table (rows with peer_node, peer_sid, seq; summary:
-    ingest.report.summarize's) holds one history per device of ``nodes``,
+    edgebus.ingest.report.summarize's) holds one history per device of ``nodes``,
     whatever gateway carried each reading: every number from 1 to the last
     exactly once, no hole and no copy, no gap. Returns {node: its
     sequenced rows}."""

@@ -5,8 +5,8 @@ import os
 import pytest
 
 from tests.conftest import ROOT
-from tools import boards, firmware, qemuboard
-from tools.qemuboard import Console  # noqa: F401 (the tests' REPL reader)
+from edgebus.tools import boards, firmware, qemuboard
+from edgebus.tools.qemuboard import Console  # noqa: F401 (the tests' REPL reader)
 
 BOARD = "qemu-mps2-an385"
 TARBALL = os.path.join(os.path.dirname(ROOT), "shared", "micropython",

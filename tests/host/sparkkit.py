@@ -11,7 +11,7 @@ def make_session():
     """A local[2] SparkSession for one test module, with format("edgebus")."""
     pytest.importorskip("pyspark")
     pytest.importorskip("pyarrow")
-    from ingest.job import small_session
+    from edgebus.ingest.job import small_session
     return small_session("edgebus-tests")
 
 
@@ -46,7 +46,7 @@ def local_record(i, t):
 def expected_row(rec, pos, gateway=None):
     """The row the data source must produce for a record dict logged at pos
     (by a writer naming gateway)."""
-    from tlog import encode_value
+    from edgebus.tlog import encode_value
 
     def js(v):
         return json.dumps(encode_value(v), ensure_ascii=False, separators=(",", ":"))

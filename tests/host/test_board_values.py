@@ -15,8 +15,8 @@ import pytest
 import edgebus
 from tests.conftest import processes, until
 from tests.host import devicekit
-from tools import boards, build, mpybuild
-from tools.ptycable import PtyCable
+from edgebus.tools import boards, build, mpybuild
+from edgebus.tools.ptycable import PtyCable
 
 pytestmark = pytest.mark.micropython
 

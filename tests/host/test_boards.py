@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
-from tools import boards
-from tools.boards import BoardError, load_board
+from edgebus.tools import boards
+from edgebus.tools.boards import BoardError, load_board
 
 BOARDS = ["esp32", "esp32-s3", "esp8266", "linux-edge", "qemu-mps2-an385", "rp2-pico-w", "unix"]
 

@@ -10,13 +10,13 @@ import sys
 import pytest
 
 import edgebus
-import tlog
-from bridge import config as bridge_config
-from bridge.daemon import Bridge
-from bridge.links import attach_local
-from bridge.status import fetch, render
+from edgebus import tlog
+from edgebus.bridge import config as bridge_config
+from edgebus.bridge.daemon import Bridge
+from edgebus.client.local import attach_local
+from edgebus.tools.status import fetch, render
 from tests.conftest import ROOT, until
-from tools.ptycable import PtyCable
+from edgebus.tools.ptycable import PtyCable
 
 DEVICE_HEAP = "192K"   # core + link (sealed) with its spool on the 64-bit unix port
 
@@ -145,7 +145,7 @@ node = "dev-micropython"
 port = "{cable.b}"
 key = "k1"
 """)
-        br = subprocess.Popen([sys.executable, "-m", "bridge.daemon", "--config", str(path)],
+        br = subprocess.Popen([sys.executable, "-m", "edgebus.bridge.daemon", "--config", str(path)],
                               cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         dev = device(cable.a, "k1", count)
         try:
@@ -193,7 +193,7 @@ key = "k1"
 
 
 def _bridge_process(path):
-    return subprocess.Popen([sys.executable, "-m", "bridge.daemon", "--config", str(path)],
+    return subprocess.Popen([sys.executable, "-m", "edgebus.bridge.daemon", "--config", str(path)],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             text=True)
 
@@ -380,7 +380,7 @@ def test_socket_client_queue_holds_a_burst(tmp_path, queue):
 
 def test_bad_config_is_a_clear_error(tmp_path):
     p = _cfg(tmp_path, '[[serial]]\nnode = "d"\nport = "/dev/x"\n')
-    r = subprocess.run([sys.executable, "-m", "bridge.daemon", "--config", str(p)], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "edgebus.bridge.daemon", "--config", str(p)], cwd=ROOT,
                        capture_output=True, text=True)
     assert r.returncode == 2 and "needs key or key_file" in r.stderr
     with pytest.raises(bridge_config.ConfigError, match="seal must be"):
@@ -394,13 +394,13 @@ def test_bad_config_is_a_clear_error(tmp_path):
         bridge_config.load(_cfg(tmp_path, '[[serial]]\nnode = "d"\nport = "/dev/x"\nkey = "k"\n'
                                           'seal = "require"\n'))
     p.write_text('[bridge]\nnodes = "x"\n')
-    r = subprocess.run([sys.executable, "-m", "bridge.daemon", "--config", str(p)], cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "edgebus.bridge.daemon", "--config", str(p)], cwd=ROOT,
                        capture_output=True, text=True)
     assert r.returncode == 2 and "unknown key 'nodes'" in r.stderr
     for bad, why in (("-1", "commit_ms must be between 0"), ("20000", "and 10000 milliseconds"),
                      ("nan", "got nan"), ('"20"', "commit_ms has the wrong type")):
         p.write_text('[log]\ndir = "log"\ncommit_ms = %s\n' % bad)
-        r = subprocess.run([sys.executable, "-m", "bridge.daemon", "--config", str(p)],
+        r = subprocess.run([sys.executable, "-m", "edgebus.bridge.daemon", "--config", str(p)],
                            cwd=ROOT, capture_output=True, text=True)
         assert r.returncode == 2 and why in r.stderr, r.stderr
     assert bridge_config.parse({"log": {"commit_ms": 0}}).commit_ms == 0
@@ -519,7 +519,7 @@ def test_a_fleet_of_links_in_status_pages_and_small_metrics(tmp_path):
     per-link series for metrics_links of them only."""
     import json
     import urllib.request
-    from bridge import status
+    from edgebus.bridge import status
     from dev.broker import free_port
     port = free_port()
     devices = ",\n".join('{node = "d%04d", key = "k"}' % i for i in range(1000))
@@ -568,7 +568,7 @@ def test_one_task_ticks_many_links_and_a_failing_tick_stops_none(caplog):
     """tick_links drives the timers of links that do not tick themselves
     (heartbeats: each side learns its round trip from PONGs); a link whose
     tick raises is counted and logged once, and the others go on."""
-    from bridge.links import tick_links
+    from edgebus.bridge.links import tick_links
     from edgebus.link.link import Link
     from edgebus.link.pipe import pair
 
@@ -609,7 +609,7 @@ def test_the_state_file_counts_each_new_generation(tmp_path):
     """A link's state is a dict that tells its file when a new peer boot's
     generation is set (the bridge saves the file soon after), and nothing
     else it writes (rx_next moves with every frame); it loads what it saved."""
-    from bridge.links import StateFile
+    from edgebus.bridge.links import StateFile
     f = StateFile(str(tmp_path))
     st = f.for_link("mqtt:a")
     st["rx_next"] = 5

@@ -14,7 +14,7 @@ import pytest
 from dev.broker import Mosquitto
 from dev.swarm import Swarm, check, node_key
 from tests.host.e2ekit import gateway_bridge, until
-from tools.fleet import bridge_toml
+from edgebus.tools.fleet import bridge_toml
 
 pytestmark = pytest.mark.mosquitto
 

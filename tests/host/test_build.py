@@ -7,7 +7,7 @@ import subprocess
 import pytest
 
 from tests.conftest import ROOT
-from tools import boards, build, cli, mpybuild
+from edgebus.tools import boards, build, cli, mpybuild
 
 UNIX = boards.load_board("unix")
 

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-import tlog
+from edgebus import tlog
 from tests.conftest import ROOT
 
 # The demo starts mosquitto and the firmware under micropython itself.

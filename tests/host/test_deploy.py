@@ -10,8 +10,8 @@ import tty
 
 import pytest
 
-from tools import boards, build, cli, deploy
-from tools.simboard import SimBoard
+from edgebus.tools import boards, build, cli, deploy
+from edgebus.tools.simboard import SimBoard
 
 UNIX = boards.load_board("unix")
 

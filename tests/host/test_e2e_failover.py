@@ -19,13 +19,13 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-import tlog  # noqa: E402
+from edgebus import tlog  # noqa: E402
 from tests.host.e2ekit import (  # noqa: E402
     gateway_bridge, ingest_once, once_each, past, progress, reported, until)
 from tests.host.sparkkit import make_session  # noqa: E402
 from dev.broker import Mosquitto  # noqa: E402
 from dev.presence import retained  # noqa: E402
-from tools.fleet import Fleet, bridge_toml  # noqa: E402
+from edgebus.tools.fleet import Fleet, bridge_toml  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.mosquitto, pytest.mark.micropython]
 
@@ -137,7 +137,7 @@ def test_primary_killed_devices_fail_over_and_back_and_the_table_has_every_readi
             keys = [(r["peer_sid"], r["seq"]) for r in logged[g][n] if r["seq"] is not None]
             assert len(keys) == len(set(keys)), "%s: %s logged a record twice" % (g, n)
 
-    from ingest.report import format_report, read_table, summarize
+    from edgebus.ingest.report import format_report, read_table, summarize
 
     t0 = time.monotonic()
     spark = make_session()

@@ -5,7 +5,7 @@ both at once, each restarted after an outage.
 
 Real parts only: mosquitto (dev/broker.py), the real firmware on the real
 MicroPython unix port over MQTT (tools/fleet.py), the bridge as its own
-process (`python -m bridge.daemon`, killed as a power cut would), the ingest
+process (`python -m edgebus.bridge.daemon`, killed as a power cut would), the ingest
 job and the report on a local Spark.
 
 What the devices say they spent comes from the devices themselves: every
@@ -25,12 +25,12 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-import tlog  # noqa: E402
+from edgebus import tlog  # noqa: E402
 from tests.host.e2ekit import ingest_once, progress  # noqa: E402
 from tests.host.sparkkit import make_session  # noqa: E402
 from dev.broker import Mosquitto  # noqa: E402
 from dev.presence import BridgeProcess  # noqa: E402
-from tools.fleet import Fleet, bridge_toml  # noqa: E402
+from edgebus.tools.fleet import Fleet, bridge_toml  # noqa: E402
 
 # Spark, mosquitto and the fleet's micropython devices start in the test body.
 pytestmark = [pytest.mark.spark, pytest.mark.mosquitto, pytest.mark.micropython]
@@ -104,7 +104,7 @@ def test_fleet_to_table_holds_every_reading_once_through_broker_and_bridge_kills
         keys = [(r["peer_sid"], r["seq"]) for r in logged[n] if r["seq"] is not None]
         assert len(keys) == len(set(keys)), "%s: a record logged twice" % n
 
-    from ingest.report import format_report, read_table, summarize
+    from edgebus.ingest.report import format_report, read_table, summarize
 
     spark = make_session()
     try:

@@ -20,14 +20,14 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-import tlog  # noqa: E402
-from bridge.keystore import KeyStore  # noqa: E402
+from edgebus import tlog  # noqa: E402
+from edgebus.bridge.keystore import KeyStore  # noqa: E402
 from dev.broker import Mosquitto  # noqa: E402
 from tests.conftest import ROOT  # noqa: E402
 from tests.host.e2ekit import (  # noqa: E402
     gateway_bridge, ingest_once, once_each, past, progress, until)
 from tests.host.sparkkit import make_session  # noqa: E402
-from tools.fleet import Fleet  # noqa: E402
+from edgebus.tools.fleet import Fleet  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.mosquitto, pytest.mark.micropython]
 
@@ -49,7 +49,7 @@ def _shard(out, name, port, nodes, keys):
 
 def _edgebus(*args):
     """The edgebus command, run to its end; its CompletedProcess (exit 0 asserted)."""
-    r = subprocess.run([sys.executable, "-m", "tools.cli"] + list(args), cwd=ROOT,
+    r = subprocess.run([sys.executable, "-m", "edgebus.tools.cli"] + list(args), cwd=ROOT,
                        capture_output=True, text=True, timeout=120,
                        env=dict(os.environ, PYTHONPATH=ROOT))
     assert r.returncode == 0, r.stderr
@@ -133,7 +133,7 @@ def test_a_device_moved_between_two_shard_bridges_has_each_reading_once_in_the_t
                 if r["seq"] is not None]
         assert stats.clean and len(seen) == len(set(seen)), g
 
-    from ingest.report import read_table, summarize
+    from edgebus.ingest.report import read_table, summarize
     spark = make_session()
     try:
         ingest_once(spark, [logs[g] for g in GATEWAYS], table, ckpt)

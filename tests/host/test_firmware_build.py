@@ -5,7 +5,7 @@ import tarfile
 
 import pytest
 
-from tools import boards, cli, firmware, qemuboard
+from edgebus.tools import boards, cli, firmware, qemuboard
 
 BOARD = "qemu-mps2-an385"
 

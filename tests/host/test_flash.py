@@ -9,7 +9,7 @@ import tty
 
 import pytest
 
-from tools import boards, cli, executables, flash
+from edgebus.tools import boards, cli, executables, flash
 
 ESP = ["esp32", "esp32-s3", "esp8266"]
 

@@ -6,8 +6,8 @@ import os
 
 import pytest
 
-from bridge import config as bridge_config
-from bridge.daemon import Bridge
+from edgebus.bridge import config as bridge_config
+from edgebus.bridge.daemon import Bridge
 from dev.broker import Mosquitto
 from tests.conftest import ROOT, mpy_script, until
 

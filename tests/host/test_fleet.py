@@ -12,11 +12,11 @@ import time
 
 import pytest
 
-from bridge import config as bridge_config
-from bridge.daemon import Bridge
+from edgebus.bridge import config as bridge_config
+from edgebus.bridge.daemon import Bridge
 from tests.conftest import ROOT, until
 from dev.broker import Mosquitto, free_port
-from tools.fleet import Fleet
+from edgebus.tools.fleet import Fleet
 
 # The fleet's devices are the firmware under micropython.
 pytestmark = pytest.mark.micropython
@@ -65,7 +65,7 @@ def test_five_devices_over_mqtt_come_up_answer_and_survive_a_broker_restart(tmp_
 
 def test_fleet_command_prints_the_bridge_config(tmp_path):
     frag = tmp_path / "fleet.toml"
-    p = subprocess.Popen([sys.executable, "-m", "tools.cli", "fleet", "--devices", "2",
+    p = subprocess.Popen([sys.executable, "-m", "edgebus.tools.cli", "fleet", "--devices", "2",
                           "--out", str(tmp_path / "f"), "--config-out", str(frag),
                           "--board", "esp32-s3", "--journal", "--set", "health_period=1",
                           "--set", "link.spool=40000", "--set", "queues.full=reject_newest"],
@@ -98,7 +98,7 @@ def test_fleet_command_prints_the_bridge_config(tmp_path):
     (["--board", "linux-edge"], "board linux-edge runs CPython"),
 ])
 def test_fleet_command_refuses_bad_options_in_one_line(tmp_path, args, why):
-    r = subprocess.run([sys.executable, "-m", "tools.cli", "fleet", "--out", str(tmp_path)] + args,
+    r = subprocess.run([sys.executable, "-m", "edgebus.tools.cli", "fleet", "--out", str(tmp_path)] + args,
                        cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert r.returncode != 0 and why in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr

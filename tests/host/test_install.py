@@ -96,7 +96,7 @@ def test_the_development_folder_is_not_installed(installed):
     for module in ("dev", "dev.bench", "tools.bench", "tests"):
         r = installed.run("python", "-c", "import " + module)
         assert r.returncode != 0 and "ModuleNotFoundError" in r.stderr, (module, r.stderr)
-    r = installed.run("python", "-c", "import tools.cli, bridge.daemon, boards, firmware")
+    r = installed.run("python", "-c", "import edgebus.tools.cli, edgebus.bridge.daemon, boards, firmware")
     assert r.returncode == 0, r.stderr
 
 

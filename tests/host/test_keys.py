@@ -12,13 +12,13 @@ import time
 import pytest
 
 import edgebus
-from bridge import config as bridge_config
-from bridge.keystore import KeyStore
+from edgebus.bridge import config as bridge_config
+from edgebus.bridge.keystore import KeyStore
 from edgebus.link import keywrap
 from edgebus.link.handshake import kid
 from tests.conftest import until
 from tests.host.test_shell import NOBODY, as_user, edgebus as run_edgebus, with_bridge
-from tools.fleet import Fleet
+from edgebus.tools.fleet import Fleet
 
 pytestmark = pytest.mark.slow
 

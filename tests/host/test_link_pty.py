@@ -6,7 +6,7 @@ import pytest
 
 from tests.conftest import until
 from tests.host import devicekit
-from tools.ptycable import PtyCable
+from edgebus.tools.ptycable import PtyCable
 
 DEVICE_HEAP = "192K"   # core + link (sealed) on the 64-bit unix port, plus the script
 

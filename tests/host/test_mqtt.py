@@ -13,9 +13,9 @@ import aiomqtt
 import paho.mqtt.client as paho
 import pytest
 
-from bridge import config as bridge_config
-from bridge import mqtt_conn, mqtt_links, mqtt_transport
-from bridge.daemon import Bridge
+from edgebus.bridge import config as bridge_config
+from edgebus.bridge import mqtt_conn, mqtt_links, mqtt_transport
+from edgebus.bridge.daemon import Bridge
 from tests.conftest import until
 from edgebus.link import frame, seal
 from dev.broker import Mosquitto
@@ -227,7 +227,7 @@ def test_a_device_provisioned_into_the_keystore_links_without_a_restart(tmp_path
     """[mqtt] keystore = true: a device the configuration does not list links
     from its first frame once `edgebus keys new` put its key in the keystore,
     the bridge running all along; one without a key file never does."""
-    from bridge.keystore import KeyStore
+    from edgebus.bridge.keystore import KeyStore
     keys = tmp_path / "keys"
     cfg = bridge_config.parse(
         {"bridge": {"node": "gw", "state_dir": str(tmp_path / "state"), "heartbeat": 0.5,
@@ -261,7 +261,7 @@ def test_the_bridge_reports_messages_the_broker_dropped(tmp_path, caplog):
     and handshakes, so the bridge reads the broker's count ($SYS) and says so:
     in its stats (status, /metrics) and in a warning naming the setting."""
     import socket
-    from bridge.status import render
+    from edgebus.tools.status import render
     caplog.set_level("WARNING", "edgebus.bridge")
     with Mosquitto(options=["max_queued_messages 5", "sys_interval 1"]) as broker:
         # A subscriber that never reads: its socket fills, then the broker drops.

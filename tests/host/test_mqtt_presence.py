@@ -1,6 +1,6 @@
 """The bridge's presence on MQTT (issue #13, docs/protocol.md "MQTT
 presence"), with real parts: mosquitto on a free loopback port, the bridge as
-its own process (python -m bridge.daemon), the device's MQTT transport under
+its own process (python -m edgebus.bridge.daemon), the device's MQTT transport under
 the real micropython binary (tests/mpy/presence_device.py) and the real
 firmware on the unix port (tools/fleet.py)."""
 import asyncio

@@ -10,10 +10,10 @@ import paho.mqtt.client as paho
 import pytest
 
 import edgebus
-from bridge import config as bridge_config
-from bridge.daemon import Bridge
-from bridge.keystore import KeyStore
-from bridge.reload import RELOAD
+from edgebus.bridge import config as bridge_config
+from edgebus.bridge.daemon import Bridge
+from edgebus.bridge.keystore import KeyStore
+from edgebus.bridge.reload import RELOAD
 from dev.broker import Mosquitto
 from tests.conftest import until
 

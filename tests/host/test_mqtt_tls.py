@@ -8,14 +8,14 @@ import json
 
 import pytest
 
-from bridge import config as bridge_config
-from bridge.daemon import Bridge
+from edgebus.bridge import config as bridge_config
+from edgebus.bridge.daemon import Bridge
 from dev.broker import Mosquitto
 from edgebus.link.mqtt import MqttError, MqttTransport
 from firmware import uplink_mqtt
 from tests.conftest import until
 from tests.host.tlskit import TestCA
-from tools.fleet import Fleet
+from edgebus.tools.fleet import Fleet
 
 pytestmark = [pytest.mark.mosquitto, pytest.mark.micropython]
 

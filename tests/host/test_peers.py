@@ -7,11 +7,11 @@ import socket
 
 import pytest
 
-from bridge import config as bridge_config
-from bridge.daemon import Bridge
+from edgebus.bridge import config as bridge_config
+from edgebus.bridge.daemon import Bridge
 from edgebus.link import routes
 from tests.conftest import until
-from tools.fleet import Fleet
+from edgebus.tools.fleet import Fleet
 
 pytestmark = pytest.mark.micropython
 
@@ -122,7 +122,7 @@ def test_a_dial_that_gets_no_answer_is_given_up_and_tried_again(tmp_path, monkey
     """A peer whose address takes no connection (its accept queue full, as a
     wedged host's is: the SYN is dropped) costs a dial CONNECT_TIMEOUT, not
     the OS's minutes; the link says why and dials again."""
-    from bridge import peers
+    from edgebus.bridge import peers
     monkeypatch.setattr(peers, "CONNECT_TIMEOUT", 0.5)
     wedged = socket.socket()
     wedged.bind(("127.0.0.1", 0))

@@ -14,12 +14,12 @@ import time
 import pytest
 
 import edgebus
-import tlog
-from bridge.links import attach_local
-from bridge.status import fetch
+from edgebus import tlog
+from edgebus.client.local import attach_local
+from edgebus.tools.status import fetch
 from tests.conftest import ROOT, until
 from tests.host import qemukit
-from tools import executables, mpybuild, qemuboard
+from edgebus.tools import executables, mpybuild, qemuboard
 
 pytestmark = pytest.mark.qemu    # every test here boots the board (so: slow)
 
@@ -78,7 +78,7 @@ node = "{NODE}"
 port = "{port}"
 key = "{KEY}"
 """)
-    return subprocess.Popen([sys.executable, "-m", "bridge.daemon", "--config", str(path)],
+    return subprocess.Popen([sys.executable, "-m", "edgebus.bridge.daemon", "--config", str(path)],
                             cwd=str(tmp_path), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
 
@@ -227,7 +227,7 @@ def test_portable_module_on_the_board(suite_board, mod):
 # -- bad input on the board's UART: noise and a cut line, as on the unix port
 
 def test_noise_and_a_cut_on_the_board_uart_are_survived_and_counted(board, tmp_path):
-    from tools.ptycable import PtyCable
+    from edgebus.tools.ptycable import PtyCable
     with PtyCable() as cable:
         qb, con = board(_device_config(), uart=cable.a)
         br = _bridge(tmp_path, cable.b)

@@ -6,11 +6,11 @@ import os
 
 import pytest
 
-from bridge import config as bridge_config
-from bridge.daemon import Bridge
+from edgebus.bridge import config as bridge_config
+from edgebus.bridge.daemon import Bridge
 from dev.broker import Mosquitto
 from tests.conftest import until
-from tools.fleet import Fleet
+from edgebus.tools.fleet import Fleet
 
 pytestmark = [pytest.mark.micropython, pytest.mark.mosquitto]
 

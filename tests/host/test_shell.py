@@ -11,10 +11,10 @@ import tempfile
 
 import pytest
 
-from bridge import config as bridge_config
-from bridge.daemon import Bridge
+from edgebus.bridge import config as bridge_config
+from edgebus.bridge.daemon import Bridge
 from tests.conftest import ROOT, until
-from tools.fleet import Fleet
+from edgebus.tools.fleet import Fleet
 
 pytestmark = pytest.mark.slow     # each case starts several interpreters
 
@@ -57,7 +57,7 @@ def with_bridge(cfg, body):
 async def start(sock, *args):
     """`edgebus ARGS` as a subprocess, reaching the bridge through $EDGEBUS_SOCKET."""
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "tools.cli", *args, cwd=ROOT,
+        sys.executable, "-m", "edgebus.tools.cli", *args, cwd=ROOT,
         env=dict(os.environ, EDGEBUS_SOCKET=sock),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
 
@@ -283,7 +283,7 @@ def test_sub_and_watch_report_a_killed_bridge(tmp_path):
 
     async def main():
         br = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "bridge.daemon", "--config", str(tmp_path / "bridge.toml"),
+            sys.executable, "-m", "edgebus.bridge.daemon", "--config", str(tmp_path / "bridge.toml"),
             cwd=ROOT, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
         try:
             await until(lambda: os.path.exists(cfg.socket), 15)

@@ -16,7 +16,7 @@ pytest.importorskip("pyarrow")
 
 from dev.broker import free_port  # noqa: E402
 from tests.host.sparkkit import ROOT, device_record, local_record, make_session  # noqa: E402
-from tlog import LogWriter  # noqa: E402
+from edgebus.tlog import LogWriter  # noqa: E402
 
 T0 = 1_712_000_000.0
 
@@ -96,7 +96,7 @@ def _write_logs(root):
 
 
 def test_cluster_run_gives_the_local_table(cluster, tmp_path):
-    from ingest.report import read_table
+    from edgebus.ingest.report import read_table
 
     url, env = cluster
     logs = _write_logs(tmp_path / "logs")
@@ -110,7 +110,7 @@ def test_cluster_run_gives_the_local_table(cluster, tmp_path):
          "--once"], cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     assert "read %d log records" % (2 * (400 + 16 + 1)) in r.stdout, r.stdout
-    r = subprocess.run([sys.executable, "-m", "tools.cli", "ingest", "--log", *logs, "--table",
+    r = subprocess.run([sys.executable, "-m", "edgebus.tools.cli", "ingest", "--log", *logs, "--table",
                         str(tmp_path / "local"), "--checkpoint", str(tmp_path / "local.ckpt"),
                         "--once"], cwd=ROOT, env=env, capture_output=True, text=True,
                        timeout=600)

@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-from tlog import LogWriter  # noqa: E402
+from edgebus.tlog import LogWriter  # noqa: E402
 from tests.host.sparkkit import ROOT, device_record, local_record, spark  # noqa: E402,F401
 
 T0 = 1_712_000_000.0
@@ -21,7 +21,7 @@ T0 = 1_712_000_000.0
 def ingest(log, table, ckpt, *extra):
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    r = subprocess.run([sys.executable, "-m", "tools.cli", "ingest", "--log", str(log),
+    r = subprocess.run([sys.executable, "-m", "edgebus.tools.cli", "ingest", "--log", str(log),
                         "--table", str(table), "--checkpoint", str(ckpt)] + list(extra),
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     return r
@@ -38,7 +38,7 @@ def write(log, first, n):
 
 def listed(table):
     """{partition dir: [data files]} as the newest sink log file lists them."""
-    from ingest.compaction import newest_log_file, read_log_file
+    from edgebus.ingest.compaction import newest_log_file, read_log_file
 
     _bid, name = newest_log_file(str(table))
     out = {}
@@ -54,7 +54,7 @@ def on_disk(table):
 
 
 def rows(spark, table):
-    from ingest.report import read_table
+    from edgebus.ingest.report import read_table
 
     return sorted(json.dumps(r.asDict(), default=str, sort_keys=True)
                   for r in read_table(spark, str(table)).collect())
@@ -90,7 +90,7 @@ def test_compaction_merges_small_files_and_keeps_exactly_once(spark, tmp_path):
 
 
 def test_one_job_per_table(tmp_path):
-    from ingest.compaction import table_lock
+    from edgebus.ingest.compaction import table_lock
 
     log, table = tmp_path / "log", tmp_path / "table"
     write(log, 0, 30)
@@ -107,7 +107,7 @@ def test_one_job_per_table(tmp_path):
 # event: os.rename, os.remove) on a path ending in `suffix`.
 KILLED_COMPACTION = """
 import os, signal, sys
-from ingest.compaction import compact
+from edgebus.ingest.compaction import compact
 table, event, suffix = sys.argv[1:4]
 
 def hook(ev, args):

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-from tlog import RECORD_HEADER_SIZE, LogWriter, segment_name  # noqa: E402
+from edgebus.tlog import RECORD_HEADER_SIZE, LogWriter, segment_name  # noqa: E402
 from tests.host.sparkkit import (ROOT, device_record, expected_row,  # noqa: E402
                                  local_record, make_session)
 
@@ -37,7 +37,7 @@ def env():
 
 
 def ingest_cmd(log, table, ckpt, *extra):
-    return [sys.executable, "-m", "tools.cli", "ingest", "--log", str(log), "--table",
+    return [sys.executable, "-m", "edgebus.tools.cli", "ingest", "--log", str(log), "--table",
             str(table), "--checkpoint", str(ckpt)] + list(extra)
 
 
@@ -110,7 +110,7 @@ def corrupt_one(fleet):
 
 
 def check_table(spark, table, fleet, lost_pos):
-    from ingest.report import read_table
+    from edgebus.ingest.report import read_table
 
     df = read_table(spark, table)
     rows = [r.asDict() for r in df.collect()]
@@ -137,7 +137,7 @@ def check_table(spark, table, fleet, lost_pos):
 
 
 def test_exactly_once_across_sigkill_with_duplicates_and_corruption(spark, tmp_path):
-    from ingest.corruption import corrupt_report
+    from edgebus.ingest.corruption import corrupt_report
 
     log, table, ckpt = tmp_path / "log", tmp_path / "table", tmp_path / "ckpt"
     fleet = Fleet(log)
@@ -241,7 +241,7 @@ def test_retransmitted_copies_are_removed_and_late_is_kept(spark, tmp_path):
     delivers 120..159, held in the spool during the outage, late too. The
     job keeps each (peer_node, peer_sid, seq) once, across micro-batches,
     and the late column tells spooled readings apart."""
-    from ingest.report import read_table
+    from edgebus.ingest.report import read_table
 
     log, table, ckpt = tmp_path / "log", tmp_path / "table", tmp_path / "ckpt"
     t = T0
@@ -280,7 +280,7 @@ def test_three_gateways_into_one_table(spark, tmp_path):
     logs for the same checkpoint is refused, clearly."""
     from pyspark.sql import functions as F
 
-    from ingest.report import read_table
+    from edgebus.ingest.report import read_table
 
     logs, table, ckpt = tmp_path / "logs", tmp_path / "table", tmp_path / "ckpt"
     want = {}                                   # gateway -> (device rows, local rows)

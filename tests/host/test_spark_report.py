@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-from tlog import LogWriter  # noqa: E402
+from edgebus.tlog import LogWriter  # noqa: E402
 from tests.host.sparkkit import ROOT, device_record, local_record, make_session  # noqa: E402
 
 T0 = 1_712_000_000.0
@@ -36,7 +36,7 @@ def spark():
 @pytest.fixture(scope="module")
 def table(spark, tmp_path_factory):
     """The log above, with some records logged twice, ingested by the job."""
-    from ingest.job import add_arguments, start
+    from edgebus.ingest.job import add_arguments, start
 
     d = tmp_path_factory.mktemp("report")
     recs = []
@@ -65,7 +65,7 @@ def table(spark, tmp_path_factory):
 
 
 def test_summary_counts_gaps_generations_last_seen(spark, table):
-    from ingest.report import summarize
+    from edgebus.ingest.report import summarize
 
     s = summarize(spark, str(table))
     sent = sum(len(x[3]) for x in SESSIONS)
@@ -91,7 +91,7 @@ def test_summary_counts_gaps_generations_last_seen(spark, table):
 
 
 def test_printed_report_and_plot(spark, table, tmp_path):
-    from ingest.report import format_report, plot_rates, summarize
+    from edgebus.ingest.report import format_report, plot_rates, summarize
 
     s = summarize(spark, str(table))
     text = format_report(s, "T")
@@ -115,21 +115,21 @@ def test_report_command(table, tmp_path):
     """The CLI, as a user runs it (its own Spark)."""
     png = tmp_path / "fleet.png"
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    r = subprocess.run([sys.executable, "-m", "tools.cli", "report", "--table", str(table),
+    r = subprocess.run([sys.executable, "-m", "edgebus.tools.cli", "report", "--table", str(table),
                         "--plot", str(png)], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=240)
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     assert "10..14, 50, 97..98" in r.stdout and "node-b" in r.stdout
     assert "plot: %s" % png in r.stdout
     assert png.read_bytes()[:4] == b"\x89PNG"
-    r = subprocess.run([sys.executable, "-m", "tools.cli", "report", "--table",
+    r = subprocess.run([sys.executable, "-m", "edgebus.tools.cli", "report", "--table",
                         str(tmp_path / "nope")], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 2 and "no table" in r.stderr
 
 
 def test_empty_table(spark, tmp_path):
-    from ingest.report import format_report, plot_rates, summarize
+    from edgebus.ingest.report import format_report, plot_rates, summarize
 
     os.makedirs(tmp_path / "t")
     s = summarize(spark, str(tmp_path / "t"))

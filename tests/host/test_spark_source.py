@@ -14,7 +14,7 @@ pytest.importorskip("pyarrow")
 
 from tests.host.sparkkit import (device_record, expected_row, local_record,  # noqa: E402
                                  make_session)
-from tlog import RECORD_HEADER_SIZE, LogWriter, segment_name  # noqa: E402
+from edgebus.tlog import RECORD_HEADER_SIZE, LogWriter, segment_name  # noqa: E402
 
 T0 = 1_712_000_000.0
 
@@ -93,7 +93,7 @@ def check_rows(got, recs, positions, gateway=None):
 
 @VERSIONS
 def test_batch_schema_and_values(spark, tmp_path, version):
-    from ingest.schema import SCHEMA
+    from edgebus.ingest.schema import SCHEMA
 
     recs = mixed_records()
     positions = write_log(tmp_path / "log", recs, version=version)
@@ -126,7 +126,7 @@ def test_batch_schema_and_values(spark, tmp_path, version):
 def test_payload_helpers(spark, tmp_path):
     from pyspark.sql import functions as F
 
-    from ingest.helpers import payload_bytes, payload_field, payload_struct
+    from edgebus.ingest.helpers import payload_bytes, payload_field, payload_struct
 
     recs = [
         {"ts_host": T0, "topic": ("t",), "payload": {"temp": 21.5, "ok": True, "n": 3,
@@ -172,8 +172,8 @@ def test_byte_range_splits_give_the_same_rows(spark, tmp_path, version):
         assert len(rows) == len(recs)
         check_rows(rows_by_pos(df), recs, positions, gateway_of(version))
     assert not corrupt.exists()
-    from ingest.planning import RangeGroup
-    from ingest.source import EdgebusDataSource
+    from edgebus.ingest.planning import RangeGroup
+    from edgebus.ingest.source import EdgebusDataSource
     parts = EdgebusDataSource({"path": str(tmp_path / "log"), "splitBytes": "1000"}) \
         .reader(None).partitions()
     assert all(isinstance(p, RangeGroup) for p in parts)
@@ -185,7 +185,7 @@ def test_small_segments_are_packed_into_few_partitions(spark, tmp_path, version)
     """Many small segments (the bridge seals one a minute) are packed into
     about minPartitions partitions, by default the session's parallelism,
     each reading its segments in log order; every record is read once."""
-    from ingest.source import EdgebusDataSource, with_parallelism
+    from edgebus.ingest.source import EdgebusDataSource, with_parallelism
     recs = mixed_records(2000)
     positions = write_log(tmp_path / "log", recs, segment_bytes=8192, version=version)
     nseg = len({p[0] for p in positions})
@@ -231,7 +231,7 @@ def stream_to_table(spark, log, out, ckpt, **opts):
 
 @VERSIONS
 def test_streaming_offsets_rate_limits_and_restart(spark, tmp_path, version):
-    from ingest.schema import SCHEMA
+    from edgebus.ingest.schema import SCHEMA
 
     log, out, ckpt = tmp_path / "log", tmp_path / "out", tmp_path / "ckpt"
     recs = mixed_records(120)
@@ -270,7 +270,7 @@ def damage(path, sid, offset, how):
 
 
 def test_corrupt_and_truncated_records_are_skipped_and_reported(spark, tmp_path):
-    from ingest.corruption import corrupt_report
+    from edgebus.ingest.corruption import corrupt_report
 
     log = tmp_path / "log"
     recs = [device_record("n", "s", i, T0 + i) for i in range(150)]
@@ -318,8 +318,8 @@ def test_corrupt_and_truncated_records_are_skipped_and_reported(spark, tmp_path)
 
 
 def test_streaming_skips_corruption_and_missing_segments(spark, tmp_path):
-    from ingest.corruption import corrupt_report
-    from ingest.schema import SCHEMA
+    from edgebus.ingest.corruption import corrupt_report
+    from edgebus.ingest.schema import SCHEMA
 
     log, cdir = tmp_path / "log", tmp_path / "corrupt"
     recs = [device_record("n", "s", i, T0 + i) for i in range(80)]
@@ -354,10 +354,10 @@ def test_region_ownership_random_cuts_and_damage(tmp_path):
     exactly its bad regions, each once (docs/spark.md, corrupt data)."""
     import random
 
-    from tlog import list_segments, read_segment
-    from ingest.offsets import Options
-    from ingest.planning import SegmentRange
-    from ingest.reading import read_range
+    from edgebus.tlog import list_segments, read_segment
+    from edgebus.ingest.offsets import Options
+    from edgebus.ingest.planning import SegmentRange
+    from edgebus.ingest.reading import read_range
 
     rnd = random.Random(6)
     trials = int(os.environ.get("EDGEBUS_OWNERSHIP_TRIALS", "60"))
@@ -402,9 +402,9 @@ def test_region_ownership_random_cuts_and_damage(tmp_path):
 
 
 def test_retention_reports_only_unread_segments_as_missing(spark, tmp_path):
-    from tlog import list_segments
-    from ingest.corruption import corrupt_report
-    from ingest.schema import SCHEMA
+    from edgebus.tlog import list_segments
+    from edgebus.ingest.corruption import corrupt_report
+    from edgebus.ingest.schema import SCHEMA
 
     log, cdir = tmp_path / "log", tmp_path / "corrupt"
     first = write_log(log, [device_record("n", "s", i, T0 + i) for i in range(40)])
@@ -437,10 +437,10 @@ def test_bulk_reader_yields_exactly_what_the_reference_reader_does(tmp_path):
     """ingest/reading.py in bulk (msgspec, Arrow) against tlog record by
     record, on odd values, bodies only tlog accepts, bad bodies and bad bytes,
     cut into many ranges: the same rows, the same regions reported."""
-    from ingest import corruption, reading
-    from ingest.offsets import BEGIN, Options, latest, offset_dict
-    from ingest.planning import plan
-    from ingest.schema import SCHEMA
+    from edgebus.ingest import corruption, reading
+    from edgebus.ingest.offsets import BEGIN, Options, latest, offset_dict
+    from edgebus.ingest.planning import plan
+    from edgebus.ingest.schema import SCHEMA
 
     assert reading.BULK, "msgspec is missing: the bulk reader is not used"
     log = tmp_path / "log"
@@ -493,8 +493,8 @@ def test_damaged_parquet_segments_are_skipped_and_named(spark, tmp_path):
     """Version 2: a row group failing its page checksums and a file without its
     footer are skipped and named in corruptDir; every other row is read, none
     is wrong, however the plan cuts the segments."""
-    from tlog import parquet_name
-    from ingest.corruption import corrupt_report
+    from edgebus.tlog import parquet_name
+    from edgebus.ingest.corruption import corrupt_report
 
     log = tmp_path / "log"
     recs = [device_record("n", "s", i, T0 + i, payload={"v": "x%d" % i * 30}) for i in range(90)]

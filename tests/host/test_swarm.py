@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-import tlog
+from edgebus import tlog
 from dev.bench.swarm_bench import trial
 from dev.swarm import check
 

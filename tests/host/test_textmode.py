@@ -5,7 +5,7 @@ import asyncio
 import json
 import os
 
-from bridge.status import render
+from edgebus.tools.status import render
 from tests.conftest import until
 from tests.host.test_shell import UID_ACL, _cfg, with_bridge
 

@@ -12,9 +12,9 @@ import zlib
 
 import pytest
 
-import tlog
+from edgebus import tlog
 from edgebus.values import FrozenDict, Message, Origin
-from tlog import (FILE_HEADER_SIZE, RECORD_HEADER_SIZE, LogLocked, LogWriter, ReadStats,
+from edgebus.tlog import (FILE_HEADER_SIZE, RECORD_HEADER_SIZE, LogLocked, LogWriter, ReadStats,
                   earliest_offset, latest_offset, list_segments, read_log, read_segment,
                   record_from_message, segment_name)
 
@@ -267,7 +267,7 @@ def test_one_writer_per_directory(tmp_path):
 CHILD = r"""
 import os, random, sys, time
 sys.path.insert(0, sys.argv[1])
-from tlog import LogWriter
+from edgebus.tlog import LogWriter
 d, base, mode, seg = sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
 rng = random.Random(base)
 w = LogWriter(d, segment_bytes=seg, segment_seconds=None, fsync=mode, fsync_interval=0.002,
@@ -622,7 +622,7 @@ def test_retention_by_age(tmp_path):
 TAIL_CHILD = r"""
 import sys, time
 sys.path.insert(0, sys.argv[1])
-from tlog import LogWriter
+from edgebus.tlog import LogWriter
 w = LogWriter(sys.argv[2], segment_seconds=None, version=int(sys.argv[3]))
 def put(link, sid, seq):
     w.append({"ts_host": time.time(), "topic": ("dev", "x"), "payload": seq, "seq": seq,

@@ -10,9 +10,9 @@ import sys
 import pyarrow.parquet as pq
 import pytest
 
-import tlog
+from edgebus import tlog
 from edgebus.values import FrozenDict
-from tlog import LogError, LogWriter, list_segments, read_log, read_segment
+from edgebus.tlog import LogError, LogWriter, list_segments, read_log, read_segment
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -99,7 +99,7 @@ def test_version_1_segments_are_read_beside_version_2(tmp_path):
 SEAL_CHILD = r"""
 import os, signal, sys, time
 sys.path.insert(0, sys.argv[1])
-from tlog import LogWriter
+from edgebus.tlog import LogWriter
 d, where = sys.argv[2], sys.argv[3]
 w = LogWriter(d, segment_seconds=None, gateway="gw")
 for i in range(100):
@@ -189,7 +189,7 @@ def test_retention_and_positions_in_rows(tmp_path):
 
 
 def test_convert_a_version_1_log(tmp_path):
-    from tlog.convert import convert_log
+    from edgebus.tlog.convert import convert_log
 
     d = str(tmp_path)
     with LogWriter(d, version=1, segment_bytes=2000) as w:

@@ -20,9 +20,9 @@ def test_deep_payload_does_not_stop_the_telemetry_log(tmp_path):
     escaped the appender and ended its task: the bridge silently stopped
     logging for every device. Now the record is refused (counted in the
     appender's errors) and logging goes on."""
-    import tlog
-    from bridge import config as bridge_config
-    from bridge.telemetry import Appender
+    from edgebus import tlog
+    from edgebus.bridge import config as bridge_config
+    from edgebus.bridge.telemetry import Appender
     cfg = bridge_config.parse({"log": {"dir": str(tmp_path / "log"), "patterns": ["dev/#"]}})
     bus = edgebus.Bus()
 

@@ -21,13 +21,13 @@ import time
 import pytest
 
 import edgebus
-import tlog
-from bridge import config as bridge_config
-from bridge.daemon import Bridge
+from edgebus import tlog
+from edgebus.bridge import config as bridge_config
+from edgebus.bridge.daemon import Bridge
 from edgebus import errors
 from tests.conftest import ROOT, until
 from dev.broker import Mosquitto
-from tools.ptycable import PtyCable
+from edgebus.tools.ptycable import PtyCable
 
 
 def check_stream(got, sent, gaps, lossless=True):
@@ -118,7 +118,7 @@ def test_a_fleet_device_loses_nothing_through_80_percent_of_its_documented_windo
     unix board, its manifest's RAM spool, no flash journal) at 20 readings/s
     loses nothing through a broker outage of 80 % of the documented window
     (the rest leaves room for the reconnect after it)."""
-    from tools.fleet import Fleet
+    from edgebus.tools.fleet import Fleet
     log_dir = tmp_path / "log"
     with Mosquitto() as broker, Fleet(tmp_path / "fleet", mqtt=1,
                                       broker=("127.0.0.1", broker.port),
@@ -173,7 +173,7 @@ def test_outage_longer_than_the_spool_loses_exactly_the_overflow(tmp_path, rel):
     readings) and the broker down for longer: what the spool could not hold
     is missing from the log, every missing number is one the device counted
     as evicted and the bridge as a gap, and nothing else is lost."""
-    from tools.fleet import Fleet
+    from edgebus.tools.fleet import Fleet
     down = rel.n(4.0, 8.0)
     log_dir = tmp_path / "log"
     with Mosquitto() as broker, Fleet(tmp_path / "fleet", mqtt=1,
@@ -423,7 +423,7 @@ def test_bridge_sigkilled_during_log_appends(tmp_path, rel, rel_device):
         bridge = None
         try:
             for k in range(kills + 1):
-                bridge = subprocess.Popen([sys.executable, "-m", "bridge.daemon", "--config",
+                bridge = subprocess.Popen([sys.executable, "-m", "edgebus.bridge.daemon", "--config",
                                            str(toml)], cwd=ROOT, stdout=subprocess.DEVNULL,
                                           stderr=subprocess.DEVNULL)
                 if k == kills // 2:

@@ -15,11 +15,11 @@ import time
 
 import pytest
 
-import tlog
-from bridge.status import fetch
+from edgebus import tlog
+from edgebus.tools.status import fetch
 from tests.conftest import ROOT
 from dev.broker import Mosquitto
-from tools.fleet import Fleet, bridge_toml
+from edgebus.tools.fleet import Fleet, bridge_toml
 
 # mosquitto and the fleet's micropython devices start in the test body.
 pytestmark = [pytest.mark.mosquitto, pytest.mark.micropython]
@@ -60,7 +60,7 @@ def test_fleet_of_50_micropython_devices_over_mqtt(tmp_path, rel):
                         % (tmp_path / "state", sock, tmp_path / "log",
                            bridge_toml(fleet.bridge_config(("127.0.0.1", broker.port)))))
         blog = open(tmp_path / "bridge.log", "wb")
-        br = subprocess.Popen([sys.executable, "-m", "bridge.daemon", "--config", str(toml)],
+        br = subprocess.Popen([sys.executable, "-m", "edgebus.bridge.daemon", "--config", str(toml)],
                               cwd=ROOT, stdout=blog, stderr=subprocess.STDOUT)
         try:
             fleet.start()

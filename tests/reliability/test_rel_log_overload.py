@@ -14,9 +14,9 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings, strategies as st
 
 import edgebus
-import tlog
-from bridge import config as bridge_config
-from bridge.telemetry import Appender
+from edgebus import tlog
+from edgebus.bridge import config as bridge_config
+from edgebus.bridge.telemetry import Appender
 from edgebus.link.link import Link
 from edgebus.link.pipe import pair
 from tests.portable.linkkit import until
@@ -181,7 +181,7 @@ def test_a_record_the_log_cannot_write_is_refused_to_its_device(tmp_path):
 
 def test_the_operator_is_told_when_the_log_pushes_back(tmp_path, caplog):
     """The bridge's log says so (rate-limited) and `edgebus status` shows it."""
-    from bridge.status import render
+    from edgebus.tools.status import render
     caplog.set_level("WARNING", "edgebus.bridge")
     fleet, st = asyncio.run(_scenario(str(tmp_path / "log"), 2, 60, 8, 0.01, windows=False))
     warnings = [r.getMessage() for r in caplog.records if "the log is behind" in r.getMessage()]

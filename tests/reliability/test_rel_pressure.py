@@ -12,12 +12,12 @@ import time
 import tracemalloc
 
 import edgebus
-import tlog
-from bridge import config as bridge_config
-from bridge.daemon import Bridge
+from edgebus import tlog
+from edgebus.bridge import config as bridge_config
+from edgebus.bridge.daemon import Bridge
 from tests.conftest import until
 from tests.portable.linkkit import Joined, synced
-from tools.ptycable import PtyCable
+from edgebus.tools.ptycable import PtyCable
 
 
 def test_slow_consumers_never_block_publishers_and_drops_are_counted_per_feed(rel):

@@ -20,14 +20,14 @@ import pytest
 import serial_asyncio
 
 import edgebus
-from bridge import config as bridge_config
-from bridge.daemon import Bridge
+from edgebus.bridge import config as bridge_config
+from edgebus.bridge.daemon import Bridge
 from edgebus.link import wire
 from edgebus.link.stream import StreamTransport
 from tests.conftest import ROOT, until
 from tests.portable.linkkit import Joined, sealed, synced
 from dev.broker import Mosquitto, free_port
-from tools.ptycable import PtyCable
+from edgebus.tools.ptycable import PtyCable
 
 KEY = b"k-rogue"
 
@@ -254,7 +254,7 @@ def test_bridge_listens_only_where_configured(tmp_path, metrics):
         toml += 'metrics = "127.0.0.1:%d"\n' % port
     toml += '[log]\ndir = "%s"\n' % (tmp_path / "log")
     (tmp_path / "b.toml").write_text(toml)
-    p = subprocess.Popen([sys.executable, "-m", "bridge.daemon", "--config",
+    p = subprocess.Popen([sys.executable, "-m", "edgebus.bridge.daemon", "--config",
                           str(tmp_path / "b.toml")], cwd=ROOT, stdout=subprocess.PIPE,
                          stderr=subprocess.STDOUT, text=True)
     try:

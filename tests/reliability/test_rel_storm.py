@@ -7,7 +7,7 @@ none ended, each device one. Every reading, once each, is in the log
 import asyncio
 import os
 
-from bridge.status import fetch
+from edgebus.tools.status import fetch
 from dev.broker import Mosquitto
 from dev.swarm import Swarm, check, figures
 from tests.host.e2ekit import gateway_bridge, until
