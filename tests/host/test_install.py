@@ -2,8 +2,8 @@
 venv, run from another directory with nothing of the checkout on sys.path and
 the venv not activated, `edgebus build`, `edgebus fleet`, `edgebus-bridge` and
 `edgebus status` find everything they need (board manifests, firmware sources,
-the example configuration, mpy-cross and micropython), and the development
-folder is not installed."""
+the example configuration, mpy-cross and micropython); the install adds one
+import name to site-packages, edgebus, and the development folder is not in it."""
 import json
 import os
 import re
@@ -92,11 +92,26 @@ def stop(proc, timeout=30):
         raise
 
 
-def test_the_development_folder_is_not_installed(installed):
-    for module in ("dev", "dev.bench", "tools.bench", "tests"):
+# What the install wrote into site-packages, by first path part (the commands
+# land in ../../bin; the metadata in edgebus-<version>.dist-info).
+TOP_LEVEL = """
+import importlib.metadata, json
+files = importlib.metadata.distribution("edgebus").files
+print(json.dumps(sorted({f.parts[0] for f in files if f.parts[0] != ".."
+                         and not f.parts[0].endswith(".dist-info")})))
+"""
+
+
+def test_only_the_name_edgebus_is_installed(installed):
+    r = installed.run("python", "-c", TOP_LEVEL)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == ["edgebus"]
+    for module in ("dev", "dev.bench", "tests", "tools", "bridge", "client", "tlog",
+                   "ingest", "firmware", "boards"):
         r = installed.run("python", "-c", "import " + module)
         assert r.returncode != 0 and "ModuleNotFoundError" in r.stderr, (module, r.stderr)
-    r = installed.run("python", "-c", "import edgebus.tools.cli, edgebus.bridge.daemon, boards, firmware")
+    r = installed.run("python", "-c", "import edgebus.tools.cli, edgebus.bridge.daemon, "
+                      "edgebus.client.local, edgebus.tlog, edgebus.ingest.offsets")
     assert r.returncode == 0, r.stderr
 
 
@@ -109,6 +124,9 @@ def test_build_a_bundle_for_esp32(installed):
     for f in ("edgebus/bus.mpy", "firmware/main.mpy", "firmware/services/health.mpy",
               "main.py"):
         assert f in meta["files"] and (out / f).is_file(), f
+    # The installed edgebus/ holds the host packages too: none of them is bundled.
+    assert sorted({f.split("/")[1] for f in meta["files"] if f.count("/") > 1
+                   and f.startswith("edgebus/")}) == ["link"]
 
 
 def test_a_fleet_joined_by_the_bridge_and_stopped(installed, tmp_path):
