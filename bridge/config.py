@@ -94,7 +94,7 @@ class Acl:
 @dataclass
 class Config:
     node: str = "gateway"
-    state_dir: str = "./edgebus-state"
+    state_dir: str = STATE_DIR
     keys: str | None = None              # the keystore (bridge/keystore.py); None: <state_dir>/keys
     socket: str | None = None            # unix socket for local processes and `edgebus status`
     metrics: str | None = None           # "host:port" for Prometheus /metrics
@@ -318,12 +318,3 @@ def keystore_dir(path):
         raise ConfigError("%s: [bridge]: keys and state_dir must be strings" % path)
     return _keys_dir(b, os.path.dirname(os.path.abspath(path)))
 
-
-# The environment variable naming the bridge's socket for the shell commands.
-SOCKET_ENV = "EDGEBUS_SOCKET"
-
-
-def default_socket():
-    """The socket the host commands reach by default: $EDGEBUS_SOCKET, else
-    bridge.sock in the default state directory."""
-    return os.environ.get(SOCKET_ENV) or os.path.join(Config.state_dir, "bridge.sock")

@@ -41,7 +41,10 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
     from pyspark.sql import DataFrame, SparkSession
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The directory holding the edgebus package (the checkout, or site-packages):
+# what Python workers need on their path.
+PACKAGE = os.path.dirname(os.path.abspath(edgebus.__file__))
+ROOT = os.path.dirname(PACKAGE)
 
 DEFAULT_WATERMARK = 600.0
 # With the bridge's 10 s seals: publish -> row p50 about 8 s (docs/spark.md).
@@ -173,13 +176,14 @@ def _ship_code(spark: SparkSession) -> None:
     fd, zpath = tempfile.mkstemp(prefix="edgebus-", suffix=".zip")
     os.close(fd)
     with zipfile.ZipFile(zpath, "w") as z:
-        for pkg in ("tlog", "ingest"):
-            for dirpath, dirnames, files in os.walk(os.path.join(ROOT, pkg)):
-                dirnames[:] = [d for d in dirnames if d != "__pycache__"]
+        for sub in ("", "tlog", "ingest"):
+            for dirpath, dirnames, files in os.walk(os.path.join(PACKAGE, sub)):
+                # edgebus/'s own modules, not its other parts
+                dirnames[:] = [d for d in dirnames if d != "__pycache__"] if sub else []
                 for f in files:
                     if f.endswith(".py"):
-                        full = os.path.join(dirpath, f)
-                        z.write(full, os.path.relpath(full, ROOT))
+                        rel = os.path.relpath(os.path.join(dirpath, f), PACKAGE)
+                        z.write(os.path.join(dirpath, f), os.path.join("edgebus", rel))
     spark.sparkContext.addPyFile(zpath)
     # Executors fetch it from the driver while the job runs: remove it at exit.
     atexit.register(_unlink, zpath)
@@ -403,8 +407,6 @@ def _progress_listener() -> Any:
 if __name__ == "__main__":      # spark-submit ingest/job.py ...
     import argparse
 
-    if ROOT not in sys.path:
-        sys.path.insert(0, ROOT)
     ap = argparse.ArgumentParser(prog="job.py", description=__doc__.splitlines()[0])
     add_arguments(ap)
     sys.exit(run(ap.parse_args()))

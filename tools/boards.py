@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from typing import Any, Callable, NoReturn
 import difflib
-import importlib.resources
 import json
 import os
 import re
 
-from firmware.boot import MANIFEST, RUNTIME_KEYS
+from edgebus.tools import devicefiles
 
 # The manifests install as the package `boards` (from a checkout: boards/).
 # (installed packages are on disk: files() gives a Path, a Traversable to typeshed)

@@ -66,8 +66,8 @@ def run(args: argparse.Namespace) -> int:
 
 def default_sources() -> list[str]:
     """The installed edgebus, plus firmware when it holds .py files (it is optional)."""
-    srcs = [mpybuild.package_dir("edgebus")]
-    fw = mpybuild.package_dir("firmware")
+    srcs = [devicefiles.CORE_DIR]
+    fw = devicefiles.FIRMWARE_DIR
     if any(f.endswith(".py") for _d, _s, fs in os.walk(fw) for f in fs):
         srcs.append(fw)
     return srcs
@@ -86,6 +86,7 @@ def collect(sources: list[str]) -> list[tuple[str, str]]:
         base = os.path.dirname(src)
         for dirpath, dirs, fs in os.walk(src):
             dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS and not d.startswith("."))
+            devicefiles.prune(os.path.relpath(dirpath, base), dirs)
             for f in fs:
                 if f.endswith(".py"):
                     p = os.path.join(dirpath, f)
@@ -98,7 +99,7 @@ def collect(sources: list[str]) -> list[tuple[str, str]]:
 def package_version() -> str:
     """edgebus.__version__, read without importing the package."""
     try:
-        with open(os.path.join(mpybuild.package_dir("edgebus"), "__init__.py")) as f:
+        with open(os.path.join(devicefiles.CORE_DIR, "__init__.py")) as f:
             m = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)", f.read(), re.M)
         return m.group(1) if m else "0"
     except OSError:

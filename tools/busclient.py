@@ -48,11 +48,11 @@ def socket_path(args: argparse.Namespace) -> str:
         return args.socket
     if args.config:
         try:
-            cfg = load(args.config)
-        except ConfigError as e:
+            sock = config_socket(args.config)
+        except ValueError as e:
             raise Fail(2, str(e))
-        if cfg.socket:
-            return cfg.socket
+        if sock:
+            return sock
         raise Fail(UNREACHABLE, "%s sets no [bridge] socket" % args.config)
     return default_socket()
 

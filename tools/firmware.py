@@ -159,6 +159,7 @@ def freeze_manifest(board: dict[str, Any]) -> str:
 def _hash_files(h: Any, top: str) -> None:
     for dirpath, dirs, files in os.walk(top):
         dirs[:] = sorted(d for d in dirs if d != "__pycache__")
+        devicefiles.prune(os.path.relpath(dirpath, os.path.dirname(top)), dirs)
         for f in sorted(files):
             p = os.path.join(dirpath, f)
             h.update(os.path.relpath(p, top).encode() + b"\0")

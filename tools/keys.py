@@ -102,8 +102,8 @@ async def rotate(args: argparse.Namespace) -> None:
 
 def _device_config(path: str, node: str, key: str, force: bool) -> bool:
     """path's device config with key set (the example's when path is missing)."""
-    src = path if os.path.exists(path) else importlib.resources.files("firmware") \
-        / "config.example.json"
+    src = path if os.path.exists(path) else os.path.join(devicefiles.FIRMWARE_DIR,
+                                                         "config.example.json")
     try:
         with open(src) as f:  # type: ignore[arg-type]  # files(): a Path on disk
             cfg = json.load(f)

@@ -47,7 +47,8 @@ def compile_tree(root: str, packages: list[str], out: str, arch: str | None = No
     module, so what a test measures would hang on where the checkout lies."""
     sizes = {}
     for pkg in packages:
-        for dirpath, _dirs, files in os.walk(os.path.join(root, pkg)):
+        for dirpath, dirs, files in os.walk(os.path.join(root, pkg)):
+            devicefiles.prune(os.path.relpath(dirpath, root), dirs)
             for f in sorted(files):
                 if not f.endswith(".py"):
                     continue
@@ -64,7 +65,8 @@ def compile_packages(names: list[str], out: str, arch: str | None = None,
     """compile_tree for installed packages, wherever each one is installed."""
     sizes = {}
     for name in names:
-        sizes.update(compile_tree(os.path.dirname(package_dir(name)), [name], out, arch, opt))
+        src = devicefiles.source_dir(name)
+        sizes.update(compile_tree(os.path.dirname(src), [name], out, arch, opt))
     return sizes
 
 

@@ -2,8 +2,8 @@
 venv, run from another directory with nothing of the checkout on sys.path and
 the venv not activated, `edgebus build`, `edgebus fleet`, `edgebus-bridge` and
 `edgebus status` find everything they need (board manifests, firmware sources,
-the example configuration, mpy-cross and micropython), and the development
-folder is not installed."""
+the example configuration, mpy-cross and micropython); the install adds one
+import name to site-packages, edgebus, and the development folder is not in it."""
 import json
 import os
 import re
@@ -80,6 +80,9 @@ def test_build_a_bundle_for_esp32(installed):
     for f in ("edgebus/bus.mpy", "firmware/main.mpy", "firmware/services/health.mpy",
               "main.py"):
         assert f in meta["files"] and (out / f).is_file(), f
+    # The installed edgebus/ holds the host packages too: none of them is bundled.
+    assert sorted({f.split("/")[1] for f in meta["files"] if f.count("/") > 1
+                   and f.startswith("edgebus/")}) == ["link"]
 
 
 def test_a_fleet_joined_by_the_bridge_and_stopped(installed, tmp_path):

@@ -1,33 +1,42 @@
 """The layout holds: no import circle, no private reach across packages, no
 one-letter module alias but pyspark's ``F``, nothing installed imports dev/,
-and no module in the product's big parts grows past ~450 lines (ARCHITECTURE.md)."""
+the host packages are imported under edgebus only and all installed, and no
+module in the product's big parts grows past ~450 lines (ARCHITECTURE.md)."""
 import ast
 import os
+import tomllib
 
 import pytest
 
 from tests.conftest import ROOT
+from edgebus.tools import devicefiles
 
-PACKAGES = ("edgebus", "firmware", "bridge", "tlog", "ingest", "tools", "boards", "dev")
-INSTALLED = PACKAGES[:-1]
+# The host folders, imported as edgebus.<folder> (edgebus/<folder> links to each).
+HOST = ("bridge", "client", "tlog", "ingest", "tools")
+# folder -> the name its modules are imported by
+PACKAGES = dict({"edgebus": "edgebus", "firmware": "firmware", "boards": "boards", "dev": "dev"},
+                **{h: "edgebus." + h for h in HOST})
 SIZE_CAPPED = ("edgebus", "bridge", "tlog", "ingest")
 MAX_LINES = 450
 
 
 def _modules():
-    """{dotted module name: (path, is_package)} for every module of PACKAGES."""
-    out = {}
-    for top in PACKAGES:
+    """{dotted module name: (path, is_package)} for every module of PACKAGES, and
+    {module name: its folder}. The walk does not follow edgebus/'s links."""
+    out, folder = {}, {}
+    for top, name in PACKAGES.items():
         for d, _, files in os.walk(os.path.join(ROOT, top)):
             for f in files:
                 if f.endswith(".py"):
                     rel = os.path.relpath(os.path.join(d, f), ROOT)[:-3].split(os.sep)
                     pkg = rel[-1] == "__init__"
-                    out[".".join(rel[:-1] if pkg else rel)] = (os.path.join(d, f), pkg)
-    return out
+                    mod = ".".join([name] + (rel[1:-1] if pkg else rel[1:]))
+                    out[mod] = (os.path.join(d, f), pkg)
+                    folder[mod] = top
+    return out, folder
 
 
-MODULES = _modules()
+MODULES, FOLDER = _modules()
 
 
 def _package(name):
@@ -121,13 +130,49 @@ def test_one_letter_aliases_mean_one_thing():
 
 
 def test_nothing_installed_imports_dev():
-    reach = [(m, i) for m in MODULES if m.split(".")[0] in INSTALLED
+    reach = [(m, i) for m in MODULES if FOLDER[m] != "dev"
              for i, _ in _imports(m)[1] if i.split(".")[0] == "dev"]
     assert reach == []
 
 
+def test_host_packages_are_imported_under_edgebus():
+    """A host folder imported by its bare name fails where edgebus is installed,
+    and from a checkout loads a second copy of its modules."""
+    bare = []
+    for top in list(PACKAGES) + ["tests"]:
+        for d, _, files in os.walk(os.path.join(ROOT, top)):
+            for f in (f for f in files if f.endswith(".py")):
+                path = os.path.join(d, f)
+                for node in ast.walk(ast.parse(open(path).read(), path)):
+                    names = [a.name for a in node.names] if isinstance(node, ast.Import) \
+                        else [node.module or ""] if isinstance(node, ast.ImportFrom) \
+                        and not node.level else []
+                    bare += [(path, n) for n in names if n.split(".")[0] in HOST]
+    assert bare == []
+
+
+def test_edgebus_links_every_host_folder_and_installs_them():
+    """edgebus/<host folder> and edgebus/device/{firmware,boards} are links to
+    the folders; pyproject installs every package under them, and device
+    bundles leave out exactly the host parts."""
+    core = os.path.join(ROOT, "edgebus")
+    links = {os.path.relpath(os.path.join(d, x), core): os.readlink(os.path.join(d, x))
+             for d, dirs, _ in os.walk(core) for x in dirs if os.path.islink(os.path.join(d, x))}
+    assert links == dict({h: "../" + h for h in HOST}, **{
+        "device/firmware": "../../firmware", "device/boards": "../../boards"})
+    assert devicefiles.HOST_PARTS == HOST + ("device",)
+    want = {"edgebus"}
+    for d, dirs, files in os.walk(core, followlinks=True):
+        dirs[:] = [x for x in dirs if x.isidentifier()]     # not a board's C sources
+        if d != core and any(f.endswith(".py") for f in files):
+            want.add("edgebus." + os.path.relpath(d, core).replace(os.sep, "."))
+    with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
+        got = tomllib.load(f)["tool"]["setuptools"]["packages"]
+    assert sorted(got) == sorted(want)
+
+
 @pytest.mark.parametrize("top", SIZE_CAPPED)
 def test_modules_stay_small(top):
-    big = {m: n for m, (path, _) in MODULES.items() if m.split(".")[0] == top
+    big = {m: n for m, (path, _) in MODULES.items() if FOLDER[m] == top
            for n in [sum(1 for _ in open(path))] if n > MAX_LINES}
     assert big == {}
