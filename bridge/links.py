@@ -17,7 +17,7 @@ import struct
 
 from edgebus import tlog
 from edgebus.bridge import textmode
-from edgebus.bridge.config import CLIENT_QUEUE
+from edgebus.client.local import LOCAL_MAX_LEN, host_spool
 from edgebus.backoff import Backoff
 from edgebus.link.frame import DELIM
 from edgebus.link.link import Link
@@ -31,18 +31,6 @@ if TYPE_CHECKING:
     Rules = Iterable[tuple[str, str]]
 
 log = logging.getLogger("edgebus.bridge")
-
-# Local clients are processes on the same host: frames may be as large as a
-# status snapshot, unlike a UART's.
-LOCAL_MAX_LEN = 65536
-
-
-def host_spool(max_len: int, burst: int) -> int:
-    """Spool bytes for a link between hosts whose bodies reach max_len: the
-    largest body twice over and a burst of ``burst`` 1 KB ones. A spool
-    refuses a body it cannot hold (Link's default, 2 KB, is a board's)."""
-    return 2 * (max_len + 16) + burst * 1024
-
 
 def device_rules(relay_calls: Iterable[str] = (), node_placeholder: str = "{node}"
                  ) -> dict[str, list[tuple[str, str]]]:
@@ -238,18 +226,3 @@ async def serve_local(bridge: Bridge, path: str) -> asyncio.Server:
     server = await asyncio.start_unix_server(handle, path=path)
     os.chmod(path, 0o666)    # access is decided per user by the ACL, not the file mode
     return server
-
-
-async def attach_local(bus: Bus, path: str, node: str = "local",
-                       exports: Rules = (("#", ""),), imports: Rules = (("#", ""),),
-                       export_calls: Rules = (("#", ""),), import_calls: Rules = (("#", ""),),
-                       heartbeat: float = 5.0) -> tuple[Link, asyncio.Task[Any]]:
-    """Join ``bus`` to the bridge's host bus over its unix socket (the client
-    side of serve_local). Returns (link, task); await link.close() to leave."""
-    r, w = await asyncio.open_unix_connection(path)
-    link = Link(bus, node, key=None, role="initiator", exports=list(exports),
-                imports=list(imports), export_calls=list(export_calls),
-                import_calls=list(import_calls), heartbeat=heartbeat, status=False,
-                max_len=LOCAL_MAX_LEN, spool=host_spool(LOCAL_MAX_LEN, CLIENT_QUEUE))
-    task = asyncio.create_task(link.run(StreamTransport(r, w, LOCAL_MAX_LEN)))
-    return link, task

@@ -34,6 +34,7 @@ import tempfile
 import time
 import zipfile
 
+import edgebus
 from edgebus.ingest import compaction
 
 if TYPE_CHECKING:
@@ -171,8 +172,9 @@ def small_session(app: str) -> SparkSession:
 
 
 def _ship_code(spark: SparkSession) -> None:
-    """Send tlog/ and ingest/, all the data source imports, to the executors
-    (spark-submit on a cluster needs no --py-files then)."""
+    """Send edgebus.tlog and edgebus.ingest, all the data source imports, with
+    the core modules of edgebus/ they come under, to the executors (spark-submit
+    on a cluster needs no --py-files then)."""
     fd, zpath = tempfile.mkstemp(prefix="edgebus-", suffix=".zip")
     os.close(fd)
     with zipfile.ZipFile(zpath, "w") as z:

@@ -15,9 +15,10 @@ import re
 
 from edgebus.tools import devicefiles
 
-# The manifests install as the package `boards` (from a checkout: boards/).
-# (installed packages are on disk: files() gives a Path, a Traversable to typeshed)
-BOARDS_DIR = os.fspath(importlib.resources.files("boards"))  # type: ignore[call-overload]
+# The manifests install under edgebus/device/boards (from a checkout: boards/).
+BOARDS_DIR = devicefiles.BOARDS_DIR
+_boot = devicefiles.firmware("boot")
+MANIFEST, RUNTIME_KEYS = _boot.MANIFEST, _boot.RUNTIME_KEYS
 
 # mpy-cross -march values (py/persistentcode.h order: the index is the arch
 # number stored in .mpy headers and in sys.implementation._mpy).

@@ -24,7 +24,7 @@ import tempfile
 from concurrent.futures import ThreadPoolExecutor
 
 from edgebus import tlog
-from edgebus.tools import boards, mpybuild
+from edgebus.tools import boards, devicefiles, mpybuild
 
 if TYPE_CHECKING:
     import argparse

@@ -10,9 +10,7 @@ import json
 import sys
 
 import edgebus
-from edgebus.client.local import SOCKET_ENV, default_socket
-from edgebus.bridge.config import ConfigError, load
-from edgebus.client.local import attach_local
+from edgebus.client.local import SOCKET_ENV, attach_local, config_socket, default_socket
 
 if TYPE_CHECKING:
     import argparse
@@ -50,7 +48,7 @@ def socket_path(args: argparse.Namespace) -> str:
         try:
             sock = config_socket(args.config)
         except ValueError as e:
-            raise Fail(2, str(e))
+            raise Fail(2, str(e)) from None
         if sock:
             return sock
         raise Fail(UNREACHABLE, "%s sets no [bridge] socket" % args.config)

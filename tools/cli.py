@@ -35,7 +35,7 @@ COMMANDS = {
              "bridge"),
     "devices": ("edgebus.tools.devices", "a running bridge's MQTT devices: reload, move NODE between "
                 "bridges", "bridge"),
-    "status": ("edgebus.bridge.status", "a snapshot of a running bridge: links, peers, counters", "bridge"),
+    "status": ("edgebus.tools.status", "a snapshot of a running bridge: links, peers, counters", "bridge"),
     "ingest": ("edgebus.ingest.job", "stream the telemetry log into a Parquet table with Spark", "spark"),
     "report": ("edgebus.ingest.report", "per-device counts, gaps and rates from the ingested table", "spark"),
 }

@@ -21,9 +21,10 @@ import os
 import re
 import sys
 
-from firmware.config import EXAMPLE_KEY
-from edgebus.tools import boards, executables
+from edgebus.tools import boards, devicefiles, executables
 from edgebus.tools.build import decode_mpy
+
+EXAMPLE_KEY = devicefiles.firmware("config").EXAMPLE_KEY
 
 if TYPE_CHECKING:
     import argparse

@@ -28,7 +28,7 @@ import tarfile
 import time
 
 from edgebus import tlog
-from edgebus.tools import boards, build as bundle
+from edgebus.tools import boards, build as bundle, devicefiles
 
 if TYPE_CHECKING:
     import argparse

@@ -7,7 +7,6 @@ the device's config.json; list: what the keystore holds (never the keys)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, IO
-import importlib.resources
 import json
 import os
 import re
@@ -19,7 +18,7 @@ from edgebus.bridge import config as bridge_config
 from edgebus.bridge.keystore import KeyStore, KeyStoreError, new_key
 from edgebus.bridge.rotation import DEVICE_TIMEOUT, ROTATE
 from edgebus.link.handshake import kid
-from edgebus.tools import busclient as bc
+from edgebus.tools import busclient as bc, devicefiles
 
 if TYPE_CHECKING:
     from edgebus.bridge.keystore import KeyStore

