@@ -6,10 +6,10 @@ reach is already bounded by its link's import rules and mapped prefix)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable
 import os
+from typing import TYPE_CHECKING, Any, Iterable
 
-from edgebus.topic import ANY, REST, pattern, key
+from edgebus.topic import ANY, REST, key, pattern
 
 if TYPE_CHECKING:
     from edgebus.bridge.config import Acl, Config

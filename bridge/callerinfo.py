@@ -8,8 +8,8 @@ and a subscription it does not cover simply stays quiet; asking first lets
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
 import asyncio
+from typing import TYPE_CHECKING, Any, Callable
 
 from edgebus import topic
 

@@ -11,8 +11,8 @@ import tomllib
 from dataclasses import dataclass, field
 
 from edgebus.bridge.keystore import KeyStore, KeyStoreError
-from edgebus.client.local import STATE_DIR
 from edgebus.bridge.schema import SEALS, ConfigError, address, label, take  # noqa: F401 (SEALS, ConfigError: this module's API too)
+from edgebus.client.local import STATE_DIR
 from edgebus.link import cipher
 from edgebus.tlog import LogError
 

@@ -7,7 +7,6 @@ usage: edgebus-bridge --config bridge.toml
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable
 import argparse
 import asyncio
 import gc
@@ -17,9 +16,11 @@ import os
 import signal
 import sys
 import time
+from typing import TYPE_CHECKING, Any, Iterable
 
 import edgebus
-from edgebus.bridge import acl, callerinfo, config as bridge_config, links, reload, rotation, status
+from edgebus.bridge import acl, callerinfo, links, reload, rotation, status
+from edgebus.bridge import config as bridge_config
 from edgebus.bridge.keystore import KeyStore
 from edgebus.compat import wait_for
 

@@ -11,12 +11,12 @@ overrides the configuration's key or key_file for that node.
 
 from __future__ import annotations
 
-from typing import Any, Callable, IO
 import json
 import logging
 import os
 import secrets
 import time
+from typing import IO, Any, Callable
 
 from edgebus import tlog
 

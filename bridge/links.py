@@ -6,27 +6,25 @@ file, restarts of the bridge)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable
 import asyncio
 import json
 import logging
 import os
 import socket
 import struct
-
+from typing import TYPE_CHECKING, Any, Iterable
 
 from edgebus import tlog
+from edgebus.backoff import Backoff
 from edgebus.bridge import textmode
 from edgebus.client.local import LOCAL_MAX_LEN, host_spool
-from edgebus.backoff import Backoff
 from edgebus.link.frame import DELIM
 from edgebus.link.link import Link
 from edgebus.link.stream import StreamTransport
 
 if TYPE_CHECKING:
-    from edgebus import Bus
-    from edgebus.bridge.daemon import Bridge
     from edgebus.bridge.config import Device
+    from edgebus.bridge.daemon import Bridge
     # A Link's rules: (pattern, prefix) pairs.
     Rules = Iterable[tuple[str, str]]
 

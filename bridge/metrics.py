@@ -6,14 +6,15 @@ trouble first), so that a scrape stays small and quick at any fleet size."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterator
+
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from edgebus.client.local import ERRORS
 
 if TYPE_CHECKING:
-    from edgebus.link.link import Link
     from edgebus.bridge.daemon import Bridge
+    from edgebus.link.link import Link
 
 
 def trouble(links: dict[str, Link], n: int) -> list[str]:

@@ -24,17 +24,18 @@ properties, keeps aiomqtt on a connection of its own.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterable
 import asyncio
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import paho.mqtt.client as paho
 
 from edgebus.compat import wait_for
 
 if TYPE_CHECKING:
-    from paho.mqtt.reasoncodes import ReasonCode
-    from paho.mqtt.properties import Properties
     from ssl import SSLContext
+
+    from paho.mqtt.properties import Properties
+    from paho.mqtt.reasoncodes import ReasonCode
     OnMessage = Callable[[str, bytes | bytearray], Any]   # (topic, payload)
 
 # PUBLISH packets handled per event-loop turn at most, so that the links

@@ -13,24 +13,25 @@ The frames' connection is paho-mqtt driven by the event loop
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable
 import asyncio
 import logging
 import ssl
 import time
+from typing import TYPE_CHECKING, Any, Iterable
 from urllib.parse import urlparse
 
 from edgebus.bridge import mqtt_conn, mqtt_mirror
-from edgebus.bridge.links import device_rules, retry_backoff, tick_links
 from edgebus.bridge.keystore import KeyStoreError
+from edgebus.bridge.links import device_rules, retry_backoff, tick_links
 from edgebus.bridge.mqtt_transport import DeviceTransport
 from edgebus.link.link import Link
 
 if TYPE_CHECKING:
-    from edgebus.bridge.mqtt_conn import Connection
-    from edgebus.bridge.daemon import Bridge
-    from edgebus.bridge.config import Mqtt
     from ssl import SSLContext
+
+    from edgebus.bridge.config import Mqtt
+    from edgebus.bridge.daemon import Bridge
+    from edgebus.bridge.mqtt_conn import Connection
 
 log = logging.getLogger("edgebus.bridge")
 

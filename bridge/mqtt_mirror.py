@@ -5,23 +5,25 @@ connection of its own (<client_id>-mirror) beside the links' connection."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
 import asyncio
 import json
 import logging
+from typing import TYPE_CHECKING, Any
 
 import aiomqtt
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from edgebus.bridge.links import retry_backoff
 from edgebus import Message
+from edgebus.bridge.links import retry_backoff
 
 if TYPE_CHECKING:
-    from aiomqtt import Client
     from ssl import SSLContext
-    from edgebus.bridge.daemon import Bridge
+
+    from aiomqtt import Client
+
     from edgebus.bridge.config import Mqtt
+    from edgebus.bridge.daemon import Bridge
 
 log = logging.getLogger("edgebus.bridge")
 

@@ -5,8 +5,8 @@ batch; a send is a publish on the device's down topic."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 import asyncio
+from typing import TYPE_CHECKING
 
 from edgebus.link import frame
 

@@ -6,19 +6,19 @@ and publishes relay across them by their rules (docs/protocol.md §10)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
 import asyncio
 import logging
+from typing import TYPE_CHECKING, Any
 
+from edgebus.bridge.links import retry_backoff
+from edgebus.client.local import host_spool
 from edgebus.compat import wait_for
 from edgebus.link.link import Link
 from edgebus.link.stream import StreamTransport
-from edgebus.client.local import host_spool
-from edgebus.bridge.links import retry_backoff
 
 if TYPE_CHECKING:
-    from edgebus.bridge.daemon import Bridge
     from edgebus.bridge.config import Peer
+    from edgebus.bridge.daemon import Bridge
 
 log = logging.getLogger("edgebus.bridge")
 

@@ -14,16 +14,16 @@ restart, which one line says too. Local users reach it through the ACL
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
 import dataclasses
 import logging
+from typing import TYPE_CHECKING, Any
 
 import edgebus
 from edgebus.bridge import config as bridge_config
 
 if TYPE_CHECKING:
-    from edgebus.bridge.daemon import Bridge
     from edgebus.bridge.config import Config
+    from edgebus.bridge.daemon import Bridge
 
 log = logging.getLogger("edgebus.bridge")
 

@@ -14,11 +14,11 @@ bridge's own user may call it; the key never leaves the bridge.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
 import asyncio
 import logging
 import secrets
 import time
+from typing import TYPE_CHECKING, Any
 
 import edgebus
 from edgebus.bridge.keystore import KeyStoreError, new_key

@@ -4,13 +4,12 @@ fleet of any size fits the socket's frames; `edgebus status` reads them
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable
 import json
-
+from typing import TYPE_CHECKING, Any, Iterable
 
 if TYPE_CHECKING:
-    from edgebus.link.link import Link
     from edgebus.bridge.daemon import Bridge
+    from edgebus.link.link import Link
 
 # A reply's links take at most this many bytes of JSON (one link's stats are
 # ~1 KB): the rest come in later pages, and a reply fits the local socket's

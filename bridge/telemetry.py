@@ -14,20 +14,20 @@ instead of delivering what the log might not hold."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 import asyncio
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from edgebus.compat import wait_for
 from edgebus.tlog import LogWriter, last_seqs, record_from_message
 
 if TYPE_CHECKING:
-    from edgebus.feed import Subscription
-    from edgebus.link.link import Link
     from edgebus import Bus, Message
     from edgebus.bridge.config import Config
+    from edgebus.feed import Subscription
+    from edgebus.link.link import Link
 
 
 log = logging.getLogger("edgebus.bridge")

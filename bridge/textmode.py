@@ -17,10 +17,10 @@ session with ``error overflow PATTERN``; drops are counted as on any feed."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
 import asyncio
 import json
 import logging
+from typing import TYPE_CHECKING, Any
 
 import edgebus
 from edgebus.feed import POLICIES

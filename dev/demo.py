@@ -22,11 +22,11 @@ import subprocess
 import sys
 import time
 
+from dev.broker import Mosquitto
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
-from edgebus.tools.status import render
-from dev.broker import Mosquitto
 from edgebus.tools.fleet import Fleet
+from edgebus.tools.status import render
 
 # The checkout, so the `edgebus` commands run from it (dev/ is never installed).
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

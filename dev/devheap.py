@@ -72,6 +72,7 @@ async def _workload(port, seconds, alive, seen=None, calls=0, seal="auto"):
     many sys/config/get calls in a row ("calls_per_s"). seal: the host
     link's (its "auto" refuses an unsealed device: "off" for one)."""
     import serial_asyncio
+
     import edgebus
     from edgebus.link.link import Link
     from edgebus.link.stream import StreamTransport

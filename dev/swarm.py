@@ -37,6 +37,7 @@ import sys
 import time
 
 import edgebus
+
 try:
     from edgebus.backoff import Backoff
 except ImportError:      # a baseline tree (the bench's) from before edgebus.backoff

@@ -1,10 +1,10 @@
 """Bus: the router, retained store, endpoint registry and their indexes."""
 from .compat import type_name
-from .errors import Denied
-from .values import Origin, RetainedEvent
-from .trie import PatternTrie, KeyTrie
-from .feed import POLICIES
 from .conn import Connection, check_factory
+from .errors import Denied
+from .feed import POLICIES
+from .trie import KeyTrie, PatternTrie
+from .values import Origin, RetainedEvent
 
 
 def _token(name, v):

@@ -16,7 +16,7 @@ TimeoutError = asyncio.TimeoutError
 wait_for = asyncio.wait_for
 if not MICROPYTHON and sys.version_info < (3, 12):
     # In a module of its own: on MicroPython even code that never runs costs heap.
-    from edgebus.compat_cpython import wait_for  # noqa: F811
+    pass  # noqa: F811
 
 try:
     from micropython import const
@@ -25,7 +25,7 @@ except ImportError:
         return x
 
 if MICROPYTHON:
-    from time import ticks_ms, ticks_diff
+    from time import ticks_diff, ticks_ms
 
     # ticks_ms() wraps (after ~12 days on boards); accumulate differences so
     # now() stays monotonic for as long as it is called more often than that.

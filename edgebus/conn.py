@@ -1,9 +1,11 @@
 """Connection: the capability a service holds on a bus."""
 # Cold-path names go through their module: on MicroPython every imported name
 # is a globals entry paid for in heap, and this module would import ~25.
+from . import compat, errors, request, values, view
+from . import feed as feeds
+from . import topic as topics
 from .compat import type_name
-from .values import Origin, Message, RetainedEvent
-from . import compat, errors, feed as feeds, request, topic as topics, values, view
+from .values import Message, Origin, RetainedEvent
 
 _INHERIT = object()
 _NO_FACTORY = {}

@@ -8,8 +8,8 @@ cannot keep up is misbehaving) the feed closes instead, with reason
 "overflow". A queue length of 0 is a rendezvous: an item is admitted only while
 a receiver is waiting for it.
 """
-from .compat import Event, const
 from . import topic as topics
+from .compat import Event, const
 
 DROP_OLDEST = const(0)
 REJECT_NEWEST = const(1)

@@ -11,7 +11,6 @@ Sentinels cannot collide with user tokens, so ``literal('+')`` and a published
 """
 from .compat import type_name
 
-
 # Wildcards in a key; plain objects, which no user token can equal.
 ANY = object()   # single-level
 REST = object()  # multi-level (last position only)

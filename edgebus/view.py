@@ -1,7 +1,7 @@
 """RetainedView: a versioned, coalescing snapshot of retained state."""
 from .compat import Event
-from .values import Message
 from .topic import key, pattern, render
+from .values import Message
 
 
 def _sort_key(msg):

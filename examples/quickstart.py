@@ -1,6 +1,7 @@
 """edgebus in one page: publish facts, retain current truth, observe retained
 truth, call owned actions. Runs unchanged on CPython and MicroPython."""
 import asyncio
+
 import edgebus
 
 

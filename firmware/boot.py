@@ -8,6 +8,7 @@ import asyncio
 import gc
 import time
 from os import urandom
+
 import edgebus
 from firmware import ConfigError, mem, opt, write_atomic
 

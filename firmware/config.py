@@ -4,6 +4,7 @@ Loaded only while needed (firmware.transient/unload): at boot and for each
 sys/config/set.
 """
 import json
+
 from firmware import ConfigError, opt, write_atomic
 
 # section -> {key: kinds}: one letter per accepted type (s str, i int, n number,

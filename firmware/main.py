@@ -3,9 +3,10 @@
 Reads and validates the config, starts the bus, the built-in and user
 services, and keeps the uplink alive; feeds the watchdog on boards.
 """
-import sys
-import gc
 import asyncio
+import gc
+import sys
+
 from edgebus.compat import now, wait_for
 from firmware import VERSION, ConfigError, mem, opt, transient, unload
 

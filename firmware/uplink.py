@@ -12,6 +12,7 @@ alive, used to go back to the primary (failover.py, docs/protocol.md
 import asyncio
 import gc
 import sys
+
 from edgebus.backoff import Backoff
 from edgebus.compat import now
 from edgebus.link import cipher

@@ -14,7 +14,7 @@ def der(path):
     """The DER bytes of a PEM or DER certificate or key file: MicroPython's
     mbedTLS takes PEM only where the build has PEM parsing (the unix port
     from PyPI has not), DER everywhere. A PEM file's first block is taken."""
-    import builtins           # this module's open() is the uplink's
+    import builtins  # this module's open() is the uplink's
     try:
         with builtins.open(path, "rb") as f:
             data = f.read()

@@ -35,7 +35,7 @@ def _raw(f, baud):
         return   # rely on the tty being raw already (stty raw -echo min 0 time 0)
     fd = f.fileno()
     try:
-        import tty                     # CPython
+        import tty  # CPython
         tty.setraw(fd)
     except ImportError:
         termios.setraw(fd)             # MicroPython unix

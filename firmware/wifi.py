@@ -10,6 +10,7 @@ Boards: MicroPython's `network` module (network.WLAN). Where no radio exists
 simulator, which has the same API. Loaded only when "network" is configured.
 """
 import asyncio
+
 from edgebus.backoff import Backoff
 from edgebus.compat import now
 from firmware import opt

@@ -11,6 +11,7 @@ hold (its ts_host_time is null) is skipped and reported as unrepresentable.
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Iterator
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -19,8 +20,8 @@ from edgebus.ingest.schema import arrow_schema
 from edgebus.tlog import ReadStats, columnar
 
 if TYPE_CHECKING:
-    from edgebus.ingest.planning import SegmentRange
     from edgebus.ingest.offsets import Options
+    from edgebus.ingest.planning import SegmentRange
 
 
 def read_range(opts: Options, part: SegmentRange, fname: str) -> Iterator[Any]:

@@ -3,10 +3,10 @@ of one version-1 segment: record dicts of tlog, or the bulk decoder's Recs."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
 import json
 import operator
 from itertools import accumulate, chain
+from typing import TYPE_CHECKING, Any
 
 from edgebus import tlog
 from edgebus.ingest.schema import LATE_TEXT

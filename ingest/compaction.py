@@ -15,11 +15,11 @@ docs/spark.md says the trade-off.
 
 from __future__ import annotations
 
-from typing import IO, Any, Callable, Iterator
 import fcntl
 import json
 import os
 import uuid
+from typing import IO, Any, Callable, Iterator
 
 from edgebus.tlog.names import write_atomically
 

@@ -3,18 +3,18 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
 import json
 import logging
 import os
 import uuid
 import zlib
+from typing import TYPE_CHECKING, Any
 
 from edgebus import tlog
 
 if TYPE_CHECKING:
-    from edgebus.ingest.planning import SegmentRange
     from edgebus.ingest.offsets import Options
+    from edgebus.ingest.planning import SegmentRange
 
 log = logging.getLogger("edgebus.ingest")
 

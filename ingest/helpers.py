@@ -14,6 +14,7 @@ cannot fail a query, even with ANSI mode on).
 from __future__ import annotations
 
 from typing import Any
+
 from pyspark.sql import Column
 from pyspark.sql import functions as F
 

@@ -24,7 +24,6 @@ starts and, with --once, after it ends; one job writes a table at a time.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable
 import atexit
 import glob
 import json
@@ -33,14 +32,15 @@ import sys
 import tempfile
 import time
 import zipfile
+from typing import TYPE_CHECKING, Any, Iterable
 
 import edgebus
 from edgebus.ingest import compaction
 
 if TYPE_CHECKING:
-    from pyspark.sql.types import StructType
-    from pyspark.sql.streaming import StreamingQuery
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+    from pyspark.sql.types import StructType
 
 # The directory holding the edgebus package (the checkout, or site-packages):
 # what Python workers need on their path.
@@ -336,9 +336,9 @@ def _run(args: argparse.Namespace) -> int:
         _compact(os.path.abspath(args.table))
     spark = session(args.master)
     spark.sparkContext.setLogLevel("ERROR")
-    from edgebus.ingest.corruption import corrupt_report
-
     from pyspark.errors import StreamingQueryException
+
+    from edgebus.ingest.corruption import corrupt_report
 
     counter = _progress_listener()
     spark.streams.addListener(counter)

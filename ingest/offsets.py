@@ -6,9 +6,9 @@ tuple, which compares in log order."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
 import json
 import os
+from typing import Any, Mapping
 
 from edgebus import tlog
 

@@ -11,9 +11,9 @@ spanning the cut belongs to the range before it).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
 import logging
 import os
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import InputPartition
 

@@ -18,10 +18,10 @@ by record through tlog.  Bad regions are reported by the range that owns them
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator
 import gc
 import os
 import zlib
+from typing import TYPE_CHECKING, Any, Iterator
 
 from edgebus import tlog
 from edgebus.ingest import columnar_reading, columns
@@ -32,9 +32,9 @@ from edgebus.tlog.columnar import TS_MAX, TS_MIN, fits_timestamp
 if TYPE_CHECKING:
     import mmap
 
-    from edgebus.ingest.planning import RangeGroup, SegmentRange
-    from edgebus.ingest.offsets import Options
     from edgebus.ingest.bodies import Rec
+    from edgebus.ingest.offsets import Options
+    from edgebus.ingest.planning import RangeGroup, SegmentRange
 
 try:
     from edgebus.ingest import bodies

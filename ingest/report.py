@@ -10,14 +10,15 @@ device's message rate over time.  :func:`summarize` returns the same as data.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable
 import datetime
 import math
 import os
 import sys
+from typing import TYPE_CHECKING, Any, Iterable
 
 if TYPE_CHECKING:
     import argparse
+
     from pyspark.sql import DataFrame, SparkSession
 
 LOCAL = "(local)"           # how rows without a peer_node (host traffic) are shown

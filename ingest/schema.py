@@ -5,8 +5,17 @@ The conversions of record values into these types are edgebus.tlog.columnar's.""
 from __future__ import annotations
 
 from typing import Any
-from pyspark.sql.types import (ArrayType, BooleanType, DoubleType, LongType, StringType, StructField,
-                               StructType, TimestampType)
+
+from pyspark.sql.types import (
+    ArrayType,
+    BooleanType,
+    DoubleType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 SCHEMA = StructType([
     StructField("topic", StringType(), False),

@@ -21,9 +21,9 @@ region is logged as a warning naming file and offset and, with the
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterator, Sequence, cast
 import logging
 import os
+from typing import TYPE_CHECKING, Any, Iterator, Sequence, cast
 
 from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
 
@@ -33,13 +33,17 @@ from edgebus.ingest.reading import read_group
 from edgebus.ingest.schema import SCHEMA
 
 if TYPE_CHECKING:
-    from pyspark.sql.types import StructType
-    from pyspark.sql.datasource import InputPartition
     from pyspark.sql import SparkSession
+    from pyspark.sql.datasource import InputPartition
+    from pyspark.sql.types import StructType
 
 try:                                     # pyspark >= 4.2: admission control, availableNow
-    from pyspark.sql.streaming.datasource import (ReadAllAvailable, ReadMaxBytes, ReadMaxRows,
-                                                  SupportsTriggerAvailableNow)
+    from pyspark.sql.streaming.datasource import (
+        ReadAllAvailable,
+        ReadMaxBytes,
+        ReadMaxRows,
+        SupportsTriggerAvailableNow,
+    )
 except ImportError:                      # pragma: no cover - pyspark 4.0/4.1
     ReadAllAvailable = ReadMaxBytes = ReadMaxRows = None  # type: ignore[assignment, misc]  # absent
 

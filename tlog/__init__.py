@@ -20,16 +20,43 @@ a version-2 segment is sealed or read; nothing here ever unpickles or
 evaluates data.
 """
 from edgebus.tlog.errors import LogError, LogLocked
-from edgebus.tlog.format import (FILE_HEADER_SIZE, FILE_MAGIC, FORMAT_VERSION, MAX_BODY_BYTES,
-                         RECORD_HEADER, RECORD_HEADER_SIZE, RECORD_MAGIC, check_file_header,
-                         file_header, frame)
-from edgebus.tlog.reader import ReadStats, read_log, read_segment
-from edgebus.tlog.records import (FIELDS, decode_body, decode_value, encode_body, encode_value,
-                          json_text, record_from_message, row_of, topic_text)
-from edgebus.tlog.segments import (LOCK_NAME, earliest_offset, latest_offset, list_segments,
-                           parquet_name, sealed_files, segment_end, segment_file, segment_name,
-                           start_offset)
+from edgebus.tlog.format import (
+                         FILE_HEADER_SIZE,
+                         FILE_MAGIC,
+                         FORMAT_VERSION,
+                         MAX_BODY_BYTES,
+                         RECORD_HEADER,
+                         RECORD_HEADER_SIZE,
+                         RECORD_MAGIC,
+                         check_file_header,
+                         file_header,
+                         frame,
+)
 from edgebus.tlog.names import rename_durably, write_atomically
+from edgebus.tlog.reader import ReadStats, read_log, read_segment
+from edgebus.tlog.records import (
+                         FIELDS,
+                         decode_body,
+                         decode_value,
+                         encode_body,
+                         encode_value,
+                         json_text,
+                         record_from_message,
+                         row_of,
+                         topic_text,
+)
+from edgebus.tlog.segments import (
+                         LOCK_NAME,
+                         earliest_offset,
+                         latest_offset,
+                         list_segments,
+                         parquet_name,
+                         sealed_files,
+                         segment_end,
+                         segment_file,
+                         segment_name,
+                         start_offset,
+)
 from edgebus.tlog.tail import TAIL_BYTES, last_seqs
 from edgebus.tlog.writer import LogWriter
 

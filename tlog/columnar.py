@@ -12,17 +12,17 @@ version-1 segments are read and written without it.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterator
 import json
 import os
 from operator import itemgetter
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from edgebus.tlog.records import FIELDS, decode_value, json_text
 from edgebus.tlog.names import fsync_dir, parquet_name, write_atomically
+from edgebus.tlog.records import FIELDS, decode_value, json_text
 
 if TYPE_CHECKING:
     from edgebus.tlog.reader import ReadStats

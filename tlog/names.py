@@ -7,8 +7,8 @@ own (firmware.write_atomic: MicroPython cannot fsync a directory)."""
 
 from __future__ import annotations
 
-from typing import IO, Any, Callable
 import os
+from typing import IO, Any, Callable
 
 
 def segment_name(segment_id: int, sealed: bool = True) -> str:

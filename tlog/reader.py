@@ -3,12 +3,19 @@
 
 from __future__ import annotations
 
-from typing import Any, Generator, IO
 import os
 import zlib
+from typing import IO, Any, Generator
 
-from edgebus.tlog.format import (FILE_HEADER_SIZE, FORMAT_VERSION, MAX_BODY_BYTES, RECORD_HEADER,
-                         RECORD_HEADER_SIZE, RECORD_MAGIC, check_file_header)
+from edgebus.tlog.format import (
+    FILE_HEADER_SIZE,
+    FORMAT_VERSION,
+    MAX_BODY_BYTES,
+    RECORD_HEADER,
+    RECORD_HEADER_SIZE,
+    RECORD_MAGIC,
+    check_file_header,
+)
 from edgebus.tlog.records import decode_body
 from edgebus.tlog.segments import list_segments, segment_file
 

@@ -3,12 +3,12 @@ the record of an edgebus Message (docs/telemetry-log.md section 3)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Iterable
 import base64
 import binascii
 import json
 import math
 import time
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from edgebus.tlog.format import MAX_BODY_BYTES
 
@@ -99,8 +99,7 @@ def _compact_encoder() -> Callable[[Any], str]:
     more than encoding a small record.  No circular-reference check: logged
     values are validated trees (encode_value)."""
     try:
-        from json.encoder import (  # type: ignore[attr-defined]  # C parts, not in typeshed
-            c_encode_basestring, c_make_encoder)
+        from json.encoder import c_encode_basestring, c_make_encoder  # type: ignore[attr-defined]  # C parts, not in typeshed
     except ImportError:                              # pragma: no cover - no _json
         c_make_encoder = None
     if c_make_encoder is None or c_encode_basestring is None:

@@ -5,8 +5,8 @@ section 5)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
 import os
+from typing import Any, Callable
 
 from edgebus.tlog.errors import LogError
 from edgebus.tlog.format import FILE_HEADER_SIZE, check_file_header

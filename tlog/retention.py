@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from typing import Callable
 import os
+from typing import Callable
 
 from edgebus.tlog.segments import fsync_dir, sealed_files
 

@@ -5,18 +5,24 @@ edgebus.tlog.columnar and pyarrow) or keeps the row file (version 1)."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Literal
 import fcntl
 import os
 import time
+from typing import Any, Callable, Literal
 
 from edgebus.tlog.errors import LogError, LogLocked
 from edgebus.tlog.format import FILE_HEADER_SIZE, RECORD_HEADER_SIZE, file_header, frame
 from edgebus.tlog.records import dump_body, normalize, row_of
 from edgebus.tlog.recovery import recover
 from edgebus.tlog.retention import retain
-from edgebus.tlog.segments import (LOCK_NAME, MAX_SEGMENT_ID, fsync_dir, next_segment_id, segment_name,
-                           start_offset)
+from edgebus.tlog.segments import (
+    LOCK_NAME,
+    MAX_SEGMENT_ID,
+    fsync_dir,
+    next_segment_id,
+    segment_name,
+    start_offset,
+)
 
 _WRITE_BUFFER = 64 * 1024
 _FSYNC_MODES = ("segment", "always", "interval")

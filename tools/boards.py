@@ -7,11 +7,11 @@ turned into ints; every problem a user can make in a manifest raises
 
 from __future__ import annotations
 
-from typing import Any, Callable, NoReturn
 import difflib
 import json
 import os
 import re
+from typing import Any, Callable, NoReturn
 
 from edgebus.tools import devicefiles
 

@@ -13,7 +13,6 @@ the port's directory) the modules run from flash and their code takes no heap.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
 import json
 import os
 import re
@@ -22,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any, Callable
 
 from edgebus import tlog
 from edgebus.tools import boards, devicefiles, mpybuild

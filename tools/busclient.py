@@ -4,18 +4,19 @@ output lines, and one exit code per kind of failure."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Coroutine, Iterable, Self
 import asyncio
 import json
 import sys
+from typing import TYPE_CHECKING, Any, Callable, Coroutine, Iterable, Self
 
 import edgebus
 from edgebus.client.local import SOCKET_ENV, attach_local, config_socket, default_socket
 
 if TYPE_CHECKING:
     import argparse
-    from edgebus.link.link import Link
+
     from edgebus import Origin
+    from edgebus.link.link import Link
 
 # Exit codes (README.md, "The bus from a shell"); 2 is argparse's usage error.
 DENIED, NO_ROUTE, TIMEOUT, UNREACHABLE, GONE, FAILED, OVERFLOW = 3, 4, 5, 6, 7, 8, 9

@@ -7,10 +7,10 @@ that need it, with a clear message.
 
 from __future__ import annotations
 
-from typing import Any
 import argparse
 import importlib
 import sys
+from typing import Any
 
 # name -> (module, help, the extra its dependencies come with). The module
 # provides add_arguments(parser) and run(args) -> int.

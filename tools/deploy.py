@@ -10,7 +10,6 @@ it is attached without one (mpremote's ``resume``) and left running.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
 import ast
 import contextlib
 import errno
@@ -20,6 +19,7 @@ import json
 import os
 import re
 import sys
+from typing import TYPE_CHECKING, Any, Callable
 
 from edgebus.tools import boards, devicefiles, executables
 from edgebus.tools.build import decode_mpy
@@ -211,8 +211,8 @@ def progress(total: int, desc: str = "deploy") -> Any:
 def open_board(port: str, baud: int, timeout: float) -> Any:
     """An mpremote SerialTransport on port, or a DeployError saying why not."""
     try:
-        from mpremote.transport_serial import SerialTransport
         from mpremote.transport import TransportError
+        from mpremote.transport_serial import SerialTransport
     except ImportError:
         raise DeployError("mpremote is not installed: "
                           + executables.install_hint("mpremote")) from None

@@ -10,10 +10,10 @@ into B's keystore and B takes it, so no moment has both answering it."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
 import json
 import os
 import shutil
+from typing import TYPE_CHECKING, Any
 
 from edgebus import tlog
 from edgebus.bridge import config as bridge_config
@@ -22,9 +22,10 @@ from edgebus.bridge.reload import CALL_TIMEOUT, RELOAD
 from edgebus.tools import busclient as bc
 
 if TYPE_CHECKING:
-    from edgebus.bridge.keystore import KeyStore
-    from edgebus.bridge.config import Config
     import argparse
+
+    from edgebus.bridge.config import Config
+    from edgebus.bridge.keystore import KeyStore
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -16,19 +16,19 @@ sources, options), so a second build with nothing changed takes no time:
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
 import hashlib
 import json
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tarfile
 import time
+from typing import TYPE_CHECKING, Any, Callable
 
 from edgebus import tlog
-from edgebus.tools import boards, build as bundle, devicefiles
+from edgebus.tools import boards, devicefiles
+from edgebus.tools import build as bundle
 
 if TYPE_CHECKING:
     import argparse

@@ -13,13 +13,13 @@ a bridge ``[[serial]]`` entry, then runs the board until Ctrl-C.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Sequence
 import glob
 import os
 import re
 import shlex
 import subprocess
 import sys
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from edgebus.tools import boards, executables
 
@@ -75,6 +75,7 @@ def run(args: argparse.Namespace) -> int:
 def boot_emulated(board: dict[str, Any], args: argparse.Namespace) -> int:
     """edgebus flash for an emulated board: config into its flash, then boot it."""
     import json
+
     from edgebus.tools import qemuboard
     state = args.state or os.path.join("build", board["name"], "state")
     try:

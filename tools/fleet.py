@@ -8,7 +8,6 @@ joins it.
 
 from __future__ import annotations
 
-from typing import Any, Self
 import json
 import os
 import shutil
@@ -18,6 +17,7 @@ import sys
 import tempfile
 import threading
 import time
+from typing import Any, Self
 
 from edgebus.tools import boards, mpybuild
 from edgebus.tools.ptycable import PtyCable

@@ -6,23 +6,25 @@ the device's config.json; list: what the keystore holds (never the keys)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, IO
 import json
 import os
 import re
 import sys
 import time
+from typing import IO, TYPE_CHECKING, Any
 
 from edgebus import tlog
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.keystore import KeyStore, KeyStoreError, new_key
 from edgebus.bridge.rotation import DEVICE_TIMEOUT, ROTATE
 from edgebus.link.handshake import kid
-from edgebus.tools import busclient as bc, devicefiles
+from edgebus.tools import busclient as bc
+from edgebus.tools import devicefiles
 
 if TYPE_CHECKING:
-    from edgebus.bridge.keystore import KeyStore
     import argparse
+
+    from edgebus.bridge.keystore import KeyStore
 
 UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 

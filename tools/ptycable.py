@@ -9,7 +9,6 @@ the physical cable only: everything on either end is the real software.
 
 from __future__ import annotations
 
-from typing import Self
 import os
 import pty
 import random
@@ -17,6 +16,7 @@ import select
 import termios
 import threading
 import tty
+from typing import Self
 
 
 class PtyCable:

@@ -4,6 +4,7 @@ bridge's host bus, as your unix user, scoped by the bridge's ACL."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
+
 from edgebus.tools import busclient as bc
 
 if TYPE_CHECKING:

@@ -12,7 +12,6 @@ The board runs until ``close()``; ``machine.reset()`` resets it in place
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Self
 import json
 import os
 import re
@@ -20,6 +19,7 @@ import shutil
 import subprocess
 import threading
 import time
+from typing import Any, Iterable, Self
 
 from edgebus.tools import boards, lfsimage
 
@@ -146,7 +146,7 @@ class Console:
     """The board's REPL UART, read in a thread into `text`."""
 
     def __init__(self, port: str) -> None:
-        import serial        # pyserial: only this reader needs it
+        import serial  # pyserial: only this reader needs it
         self._errors = (serial.SerialException, OSError)
         self.s = serial.serial_for_url(port, baudrate=115200, timeout=0.05)
         self.text = ""

@@ -13,7 +13,6 @@ port. (With micropython on the slave, both would talk into the same end.)
 
 from __future__ import annotations
 
-from typing import NoReturn, Self
 import argparse
 import os
 import pty
@@ -23,6 +22,7 @@ import sys
 import tempfile
 import time
 import tty
+from typing import NoReturn, Self
 
 from edgebus.tools import boards, mpybuild
 

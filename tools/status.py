@@ -4,9 +4,9 @@ page (the bridge's side: bridge/status.py)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
 import asyncio
 import json
+from typing import TYPE_CHECKING, Any
 
 import edgebus
 from edgebus.client.local import ERRORS, attach_local, default_socket

@@ -4,8 +4,8 @@ bridge goes away (exit 7)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
 import json
+from typing import TYPE_CHECKING, Any
 
 from edgebus.tools import busclient as bc
 

@@ -3,8 +3,8 @@ current state), then every change to them, one line each."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
 import json
+from typing import TYPE_CHECKING, Any
 
 from edgebus.tools import busclient as bc
 

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
 import json
+from typing import TYPE_CHECKING
 
 from edgebus.tools import busclient as bc
 

@@ -22,8 +22,17 @@ import sys
 import time
 
 from dev import checkout
-from dev.bench import (bridge_bench, core_cpython, core_mpy, fleet_bench, link_bench,
-                       log_bench, report, spark_bench, swarm_bench)
+from dev.bench import (
+    bridge_bench,
+    core_cpython,
+    core_mpy,
+    fleet_bench,
+    link_bench,
+    log_bench,
+    report,
+    spark_bench,
+    swarm_bench,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 RESULTS = os.path.join(ROOT, "dev", "bench", "results")

@@ -13,11 +13,11 @@ import shutil
 import statistics
 import tempfile
 
-from edgebus.tools import mpybuild
 from dev.bench.procs import Child
-from dev.harness.process import ROOT, python
 from dev.bench.stats import summary
 from dev.broker import Mosquitto
+from dev.harness.process import ROOT, python
+from edgebus.tools import mpybuild
 
 NODE, KEY = "b1", "k"
 RAW_TOPIC = "raw/sensor/v"

@@ -22,15 +22,16 @@ not all were), each message's publish -> acknowledgement latency at this
 device ("ack_ms", the ACK covering it arriving back here) and what the session
 negotiated ("sealed", "encrypted", "bare").
 """
-import sys
-import json
-import time
 import asyncio
+import json
+import sys
+import time
 
 from edgebus import Bus
+from edgebus.link import seal as sealing
+from edgebus.link import tx
 from edgebus.link.link import Link
 from edgebus.link.mqtt import MqttTransport
-from edgebus.link import seal as sealing, tx
 
 PAD = "x" * 40      # ~60-byte payloads, like the in-process benchmark had
 

@@ -13,7 +13,7 @@ import math
 from paho.mqtt.client import topic_matches_sub
 
 import edgebus
-from dev.bench.stats import clock, repeat, rate
+from dev.bench.stats import clock, rate, repeat
 
 TOPIC = ("bench", "dev", "7", "temp")
 TOPIC_S = "bench/dev/7/temp"

@@ -3,8 +3,8 @@
 # argv: [smoke] [fleet]  - "smoke" shortens the run; "fleet" only counts how
 # many subscriptions fit in the heap the interpreter was given.
 import gc
-import sys
 import json
+import sys
 import time
 
 SMOKE = "smoke" in sys.argv
@@ -14,9 +14,11 @@ out = {}
 gc.collect()
 a0 = gc.mem_alloc()
 import asyncio  # noqa: E402, F401  (the core needs it; its heap is counted apart)
+
 gc.collect()
 a1 = gc.mem_alloc()
 import edgebus  # noqa: E402
+
 gc.collect()
 a2 = gc.mem_alloc()
 out["import_asyncio"] = a1 - a0

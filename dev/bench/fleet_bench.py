@@ -11,9 +11,9 @@ import statistics
 import tempfile
 
 from dev.bench.procs import Child
-from dev.harness.process import python
 from dev.bench.stats import summary
 from dev.broker import Mosquitto
+from dev.harness.process import python
 from edgebus.tools.fleet import DEVICE_HEAP, Fleet
 
 

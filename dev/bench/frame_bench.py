@@ -24,11 +24,11 @@ sys.path.insert(0, _here + "/../..")
 
 import gc  # noqa: E402
 
-from edgebus.link.frame import encode, FrameReader  # noqa: E402
+from edgebus.link.frame import FrameReader, encode  # noqa: E402
 
 MICROPYTHON = sys.implementation.name == "micropython"
 if MICROPYTHON:
-    from time import ticks_us, ticks_diff
+    from time import ticks_diff, ticks_us
 
     def clock():
         return ticks_us()

@@ -32,14 +32,15 @@ as a device spools it during an outage. The journal: the same readings into
 the flash journal (link.journal) of JOURNAL_BYTES, until it drops its oldest
 file.
 """
-import sys
-import time
 import asyncio
 import math
+import sys
+import time
 
 from edgebus import Bus
+from edgebus.link import cipher, tx
+from edgebus.link import seal as sealing
 from edgebus.link.link import Link
-from edgebus.link import cipher, seal as sealing, tx
 from edgebus.link.pipe import pair
 
 PAD = "x" * 40

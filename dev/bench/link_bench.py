@@ -13,13 +13,13 @@ import statistics
 import tempfile
 
 import edgebus
+from dev import mpyrun
+from dev.bench import link_ack_script
+from dev.bench.stats import clock, repeat, summary
 from edgebus.link import cipher, frame, seal, wire
 from edgebus.link.link import Link
 from edgebus.link.pipe import pair
 from edgebus.link.stream import PolledTransport, StreamTransport
-from dev import mpyrun
-from dev.bench import link_ack_script
-from dev.bench.stats import clock, repeat, summary
 from edgebus.tools.ptycable import PtyCable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

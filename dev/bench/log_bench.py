@@ -16,9 +16,9 @@ import tempfile
 import time
 
 import edgebus
+from dev.bench.stats import summary
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.telemetry import Appender
-from dev.bench.stats import summary
 
 COMMIT_MS = (0, 10, 20, 50, 100, 200)
 NO_SYNC_MS = 10 ** 7          # a commit period longer than any run: no sync point

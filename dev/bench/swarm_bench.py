@@ -28,8 +28,8 @@ import tempfile
 import time
 import urllib.request
 
-from dev.checkout import label as checkout_label
 from dev.broker import Mosquitto, free_port
+from dev.checkout import label as checkout_label
 from dev.harness.bridge import BridgeProcess
 from dev.harness.mqtt import retained
 from dev.swarm import DEFAULT_SPOOL, Swarm, check, figures

@@ -5,9 +5,9 @@ import os
 import signal
 import subprocess
 
-from edgebus.tools.status import fetch
 from dev.harness.poll import wait_until
 from dev.harness.process import ROOT, Process, env, python
+from edgebus.tools.status import fetch
 
 
 class BridgeProcess:

@@ -1,6 +1,7 @@
 """The link's handshake: HELLO, HELLO_ACK and AUTH, keys and proofs, and
 the start of a session (the end is Link.end_session)."""
 from binascii import hexlify
+
 from .. import backoff, compat
 from . import calls, rules, seal, tx, wire
 

@@ -18,6 +18,7 @@ A file whose entries are all acknowledged is deleted; past ``size`` bytes in
 all, the oldest file goes (its entries counted in ``dropped``).
 """
 import os
+
 from ..compat import asyncio, const, ms, wall_ms
 from . import wire
 

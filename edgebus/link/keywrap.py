@@ -10,6 +10,7 @@ digits' bytes. With H HMAC-SHA256, K the old key, N a fresh nonce:
 ``check = H(new, "edgebus-rotate-check-1|" N)``, first 16 bytes.
 """
 from binascii import hexlify, unhexlify
+
 from . import wire
 
 SIZE = 32       # random bytes in a key (64 hex digits)

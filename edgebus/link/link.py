@@ -13,7 +13,8 @@ end resets, both at the start and in ``end_session``.
 """
 from .. import compat, topic
 from . import calls, handshake, presence, routes, rules, rx, seal, tx, wire
-from .seal import TAIL as SEAL_TAIL, check as seal_check
+from .seal import TAIL as SEAL_TAIL
+from .seal import check as seal_check
 from .spool import Spool
 
 

@@ -17,6 +17,7 @@ pads again). Unless encrypted, the body is not copied: counter and tag go to
 the transport as a tail (frame.encode) from a 12-byte buffer kept for the boot.
 """
 import hashlib
+
 from . import cipher, wire
 
 TAIL = 12           # counter (4) + tag (8) after the body

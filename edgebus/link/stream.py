@@ -7,7 +7,7 @@ implement the same four with one frame per message (see frame.decode).
 An in-process pair for tests is in ``pipe`` (a device never loads it).
 """
 from .. import compat
-from .frame import BLOCK, FrameReader, blocks, encode, MAX_LEN
+from .frame import BLOCK, MAX_LEN, FrameReader, blocks, encode
 
 
 def _reader(frames, max_len):

@@ -5,10 +5,11 @@ and an optional raw binary payload after it. JSON because MicroPython's json
 is C (fast, no code of ours to carry) and every bus payload the firmware uses
 is a JSON value; bytes payloads travel raw after the JSON instead of base64.
 """
-import json
 import hashlib
+import json
 from binascii import hexlify
 from os import urandom
+
 from ..compat import MICROPYTHON
 
 # Here, not in compat: the core alone (a board's 64 KB budget) never needs them.

@@ -1,7 +1,8 @@
 """sys/health (published every health_period s): heap, bus drops, uplink and
 link state and counters."""
-import gc
 import asyncio
+import gc
+
 from firmware import mem, opt
 
 _LINK = ("sessions", "session_ends", "frames_in", "frames_out", "gaps", "dropped_out",

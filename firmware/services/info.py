@@ -1,8 +1,9 @@
 """sys/info (retained): firmware version, board and the board values in force
 (manifest, queues with the spool, budget), implementation, uptime, heap, reset
 cause; retained again every info_period seconds (uptime moves)."""
-import sys
 import asyncio
+import sys
+
 from firmware import VERSION, mem, opt
 
 try:

@@ -11,6 +11,7 @@ config change, {"kid"} of it. The running session goes on; the next
 handshake uses the new key.
 """
 import asyncio
+
 from firmware import ConfigError, opt, transient, unload
 
 # Keys whose change takes effect at the next start (sys/reboot).
@@ -93,7 +94,7 @@ def _save(ctx, req, ch, identity):
 
 
 def _key(ctx, req):
-    from edgebus.link.handshake import kid    # resident: the uplink's link uses it
+    from edgebus.link.handshake import kid  # resident: the uplink's link uses it
     old = ctx.config.get("key")
     if not old:
         return req.fail("this device has no key (its link is unauthenticated); a first key "

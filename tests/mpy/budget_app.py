@@ -1,7 +1,8 @@
 # A device-sized workload for the 64 KB budget check (tests/test_mpy_budget.py):
 # the core plus what a small sensor node holds at once. Prints the heap left.
-import gc
 import asyncio
+import gc
+
 import edgebus
 
 bus = edgebus.Bus(q_length=4)

@@ -2,6 +2,7 @@
 # tests/reliability/rel_device.py); copied beside them into the .mpy tree.
 # Runs under MicroPython and CPython.
 import asyncio
+
 from edgebus.link.stream import PolledTransport
 
 

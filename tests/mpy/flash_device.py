@@ -5,11 +5,13 @@
 # Prints "SID <sid>"; publishes UP_N readings on sensor/r (payload 0, 1, ...)
 # once the session is up, then waits for the session to go down (if UP_N);
 # publishes DOWN_N more, prints "DONE <last sequence number>", and runs on.
-import sys
 import asyncio
+import sys
+
+from devkit import uplink
+
 import edgebus
 from edgebus.link.link import Link
-from devkit import uplink
 
 
 async def main(spec, key, node, journal, up_n, down_n):

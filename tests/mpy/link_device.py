@@ -7,12 +7,14 @@
 # host/add endpoint if offered, retains the result at sys/result, then serves
 # until cmd/stop arrives. The uplink is reopened whenever it ends.
 # LINK_DEVICE_SPOOL in the environment sets the link's spool size in bytes.
+import asyncio
 import os
 import sys
-import asyncio
+
+from devkit import uplink
+
 import edgebus
 from edgebus.link.link import Link
-from devkit import uplink
 
 
 async def main(spec, key, count, node):

@@ -3,8 +3,9 @@
 # presence message ("PEER 1" / "PEER 0") and per frame, reopening the
 # transport whenever it ends. Runs under MicroPython and CPython.
 # usage: presence_device.py HOST PORT NODE
-import sys
 import asyncio
+import sys
+
 from edgebus.link.mqtt import MqttTransport
 
 

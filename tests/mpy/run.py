@@ -3,8 +3,8 @@
 #    or, on a board's REPL: import run; run.run(["tests.portable.test_x"])
 # Calls every function named test_* in each module (sorted by name) and ends
 # with the line "N passed, N failed"; exit status 1 if any failed.
-import sys
 import gc
+import sys
 
 
 def run(names):

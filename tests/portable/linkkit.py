@@ -1,11 +1,12 @@
 """Helpers for the portable link tests: two buses joined by two Links over an
 in-process byte pipe (real frames), the same way on CPython and MicroPython."""
 import asyncio
+
 import edgebus
+from dev.harness.poll import until  # noqa: F401 (the link tests wait with it)
+from edgebus.link import seal
 from edgebus.link.link import Link
 from edgebus.link.pipe import pair
-from edgebus.link import seal
-from dev.harness.poll import until  # noqa: F401 (the link tests wait with it)
 
 KEY = b"device-key-1"
 

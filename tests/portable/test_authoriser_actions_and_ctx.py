@@ -1,5 +1,6 @@
 """Authoriser actions and ctx contents (docs/api.md: Authoriser, Precise edge cases)."""
 import asyncio
+
 import edgebus
 from tests.portable.support import run, settle
 

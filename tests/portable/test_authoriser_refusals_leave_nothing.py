@@ -1,6 +1,6 @@
 """A refused operation leaves nothing behind (docs/api.md: Precise edge cases: Authoriser)."""
 import edgebus
-from tests.portable.support import run, raises, araises
+from tests.portable.support import araises, raises, run
 
 
 def _bus():

@@ -1,7 +1,8 @@
 """Binding rules and endpoint queues (docs/api.md: Connection, Precise edge cases: Calls)."""
 import asyncio
+
 import edgebus
-from tests.portable.support import run, settle, raises, araises
+from tests.portable.support import araises, raises, run, settle
 
 
 def test_second_bind_is_value_error():

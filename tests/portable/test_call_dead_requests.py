@@ -1,8 +1,9 @@
 """Requests whose caller gave up do not take endpoint queue space
 (docs/api.md: Precise edge cases: Calls)."""
 import asyncio
+
 import edgebus
-from tests.portable.support import run, settle, araises
+from tests.portable.support import araises, run, settle
 
 
 def test_dead_request_does_not_make_the_endpoint_full():

@@ -1,7 +1,8 @@
 """Calls: deadline vs timeout, and abandonment by a caller that gave up (docs/api.md: Calls)."""
 import asyncio
+
 import edgebus
-from tests.portable.support import run, settle, araises
+from tests.portable.support import araises, run, settle
 
 
 async def _timed(c, **kw):

@@ -1,7 +1,8 @@
 """Calls: default timeout, argument errors, a raising authoriser (docs/api.md: Connection)."""
 import asyncio
+
 import edgebus
-from tests.portable.support import run, settle, araises
+from tests.portable.support import araises, run, settle
 
 
 def test_default_timeout_is_one_second():

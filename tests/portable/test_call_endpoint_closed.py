@@ -1,8 +1,9 @@
 """Calls: Closed reasons when the endpoint goes away
 (docs/api.md: Precise edge cases: Calls, Feeds)."""
 import asyncio
+
 import edgebus
-from tests.portable.support import run, settle, araises
+from tests.portable.support import araises, run, settle
 
 
 async def _queued_then(close, reason):

@@ -1,8 +1,9 @@
 """Calls: reply, fail, NoRoute, Full, Timeout
 (docs/api.md: Connection, Precise edge cases: Calls)."""
 import asyncio
+
 import edgebus
-from tests.portable.support import run, settle, araises
+from tests.portable.support import araises, run, settle
 
 
 def test_reply_roundtrip_and_request_fields():

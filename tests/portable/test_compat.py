@@ -2,7 +2,7 @@
 import asyncio
 
 from edgebus import compat
-from tests.portable.support import run, araises, settle
+from tests.portable.support import araises, run, settle
 
 
 def test_wait_for_returns_the_result():

@@ -1,6 +1,6 @@
 """Connections as context managers; derived connections (docs/api.md: Connection)."""
 import edgebus
-from tests.portable.support import run, raises
+from tests.portable.support import raises, run
 
 
 class Boom(Exception):

@@ -1,6 +1,6 @@
 """Rules for a disconnected connection (docs/api.md: Precise edge cases: Connections)."""
 import edgebus
-from tests.portable.support import run, raises, araises
+from tests.portable.support import araises, raises, run
 
 
 def test_operations_on_a_disconnected_connection_raise():

@@ -1,7 +1,8 @@
 """Cancellation safety when an item arrives as the receiver is cancelled (docs/api.md: Feeds)."""
 import asyncio
+
 import edgebus
-from tests.portable.support import run, settle, araises
+from tests.portable.support import araises, run, settle
 
 
 def test_receiver_cancelled_after_wakeup_loses_nothing():

@@ -1,8 +1,9 @@
 """Receiving: recv, recv_nowait, async for, drain after close, cancellation
 (docs/api.md: Feeds)."""
 import asyncio
+
 import edgebus
-from tests.portable.support import run, settle, araises
+from tests.portable.support import araises, run, settle
 
 
 def test_recv_waits_for_an_item():

@@ -1,6 +1,16 @@
 """Framing of the federation link: COBS + CRC-16 frames on byte streams."""
-from edgebus.link.frame import (BLOCK, DELIM, MAX_LEN, blocks, crc16, crc16_py, encode,
-                                decode, max_encoded_len, FrameReader)
+from edgebus.link.frame import (
+    BLOCK,
+    DELIM,
+    MAX_LEN,
+    FrameReader,
+    blocks,
+    crc16,
+    crc16_py,
+    decode,
+    encode,
+    max_encoded_len,
+)
 from tests.portable.support import raises
 
 # Importing edgebus.link imports the core package first (~38 KB on the 64-bit

@@ -1,8 +1,9 @@
 """Remote calls over the link: limits and failures (docs/protocol.md, Calls)."""
 import asyncio
+
 import edgebus
-from tests.portable.support import run, araises
-from tests.portable.linkkit import until, joined_with
+from tests.portable.linkkit import joined_with, until
+from tests.portable.support import araises, run
 
 # Two buses and two links in one interpreter (64-bit unix port). 160K left
 # no margin: a few bytes more code in edgebus.compat made the 1,100-byte reply

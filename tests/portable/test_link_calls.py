@@ -1,8 +1,9 @@
 """Remote calls over the link, both directions (docs/protocol.md, Calls)."""
 import asyncio
+
 import edgebus
-from tests.portable.support import run, araises
-from tests.portable.linkkit import Joined, until, synced, joined_with
+from tests.portable.linkkit import Joined, joined_with, synced, until
+from tests.portable.support import araises, run
 
 # Two buses and two links in one interpreter (64-bit unix port).
 MPY_HEAP = "192K"

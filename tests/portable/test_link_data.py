@@ -1,8 +1,8 @@
 """The link (docs/protocol.md): session, data with provenance, sequence numbers."""
 import asyncio
-import edgebus
+
+from tests.portable.linkkit import Joined, sealed, synced, until, up
 from tests.portable.support import run
-from tests.portable.linkkit import Joined, sealed, until, up, synced
 
 # Two buses, two links and their frames in one interpreter: ~70 KB of code on
 # the 64-bit unix port before any test data.

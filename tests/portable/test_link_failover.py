@@ -4,11 +4,12 @@ Each gateway gets every number once from where it stands; what the other
 gateway acknowledged meanwhile is not a gap (SYNCSTART's "acked"), while a
 number no gateway got still is."""
 import asyncio
+
 import edgebus
 from edgebus.link.link import Link
 from edgebus.link.pipe import pair
-from tests.portable.support import run
 from tests.portable.linkkit import KEY, until
+from tests.portable.support import run
 
 MPY_HEAP = "256K"   # two tests of three buses and three links each, in one interpreter
 

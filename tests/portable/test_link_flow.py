@@ -3,8 +3,9 @@ paces its sender with a window, the numbered frames it may have sent and not
 acknowledged; what the window does not admit waits in the sender's spool,
 nothing is sent to be thrown away, nothing is lost."""
 import asyncio
+
+from tests.portable.linkkit import Joined, synced, until
 from tests.portable.support import run
-from tests.portable.linkkit import Joined, until, synced
 from tests.portable.test_link_spool import _recv_all
 
 MPY_HEAP = "256K"

@@ -4,10 +4,11 @@ import asyncio
 import gc
 import os
 from binascii import hexlify
+
 import edgebus
 from edgebus.link.journal import Journal
+from tests.portable.linkkit import Joined, synced, until
 from tests.portable.support import run
-from tests.portable.linkkit import Joined, until, synced
 
 # Two buses and two links in one interpreter, as test_link_data, plus the
 # links of the device's earlier boots and their journal buffers (64-bit unix port).

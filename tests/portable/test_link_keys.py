@@ -4,10 +4,11 @@ a peer that names none gets the first; a key it does not hold fails. And the
 rotation's wrap (edgebus.link.keywrap): the device recovers the new key only
 with its own, and an altered wrap is refused."""
 import json
-from tests.portable.support import run, raises
-from tests.portable.linkkit import Joined, until, up
+
 from edgebus.link import frame, keywrap, wire
 from edgebus.link.handshake import kid
+from tests.portable.linkkit import Joined, until, up
+from tests.portable.support import raises, run
 
 MPY_HEAP = "256K"   # two links, their pipes and route tables per case
 

@@ -1,8 +1,8 @@
 """Presence notices to an endpoint's owner: a peer that can reach it comes
 ("open") and goes ("close") (docs/api.md: Presence notices)."""
 import edgebus
-from tests.portable.support import run
 from tests.portable.linkkit import Joined, until, up
+from tests.portable.support import run
 
 MPY_HEAP = "192K"
 

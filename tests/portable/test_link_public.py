@@ -2,10 +2,11 @@
 end_session(why); and a session's proxies seen through bus.endpoints();
 a max_len with no room for the handshake refused."""
 import asyncio
+
 import edgebus
 from edgebus.link.link import Link
+from tests.portable.linkkit import Joined, synced, until
 from tests.portable.support import run
-from tests.portable.linkkit import Joined, until, synced
 
 # Two buses and two links in one interpreter (64-bit unix port), and what
 # the tasks of a finished test hold until the next asyncio.run() ends them.

@@ -1,10 +1,11 @@
 """Relay: calls and publishes across several links, routes with paths and
 priorities (docs/protocol.md, Relay)."""
 import asyncio
+
 import edgebus
 from edgebus.link import routes
-from tests.portable.support import run, araises
-from tests.portable.linkkit import Joined, until, synced
+from tests.portable.linkkit import Joined, synced, until
+from tests.portable.support import araises, run
 
 # Up to four buses and six links in one interpreter (64-bit unix port).
 MPY_HEAP = "320K"

@@ -5,11 +5,12 @@ still link unless a side requires the seal; a stripped seal is caught."""
 import asyncio
 import binascii
 import json
-from tests.portable.support import run
-from tests.portable.linkkit import Joined, sealed, until, synced
+
 import edgebus
 from edgebus.link import cipher, frame, seal, wire
 from edgebus.link.link import Link
+from tests.portable.linkkit import Joined, sealed, synced, until
+from tests.portable.support import run
 
 MPY_HEAP = "256K"   # two or four links per test, their pipes and route tables
 

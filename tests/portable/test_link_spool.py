@@ -1,8 +1,9 @@
 """Acknowledged delivery over a link (docs/protocol.md, "Acknowledgements"):
 the spool keeps readings through outages, losses are said, never silent."""
 import asyncio
+
+from tests.portable.linkkit import Joined, sealed, synced, until
 from tests.portable.support import run
-from tests.portable.linkkit import Joined, sealed, until, synced
 
 MPY_HEAP = "256K"   # eight tests with two links each, run in one interpreter
 

@@ -1,9 +1,10 @@
 """Link state re-sync (SYNCSTART/SYNC/SYNCEND), restarts and generations."""
 import asyncio
+
 import edgebus
 from edgebus.link.link import Link
+from tests.portable.linkkit import Joined, synced, until, up
 from tests.portable.support import run
-from tests.portable.linkkit import Joined, until, synced, up
 
 # Two buses and two links in one interpreter (64-bit unix port).
 MPY_HEAP = "256K"   # two links, their pipes and the route table

@@ -1,5 +1,6 @@
 """Module surface, bus.stats() and the clock (docs/api.md: Module surface, Bus, Time)."""
 import asyncio
+
 import edgebus
 from tests.portable.support import run
 

@@ -1,7 +1,8 @@
 """origin_factory calls and a raising factory (docs/api.md: Precise edge cases: Origins)."""
 import asyncio
+
 import edgebus
-from tests.portable.support import run, raises, araises
+from tests.portable.support import araises, raises, run
 
 
 def test_callable_factory_is_called_for_every_operation():

@@ -1,7 +1,8 @@
 """Rendezvous queues (length 0) and endpoint drop accounting (docs/api.md: Feeds)."""
 import asyncio
+
 import edgebus
-from tests.portable.support import run, settle, araises
+from tests.portable.support import araises, run, settle
 
 
 def test_rendezvous_without_receiver_drops_under_both_policies():

@@ -1,7 +1,8 @@
 """A first end-to-end pass through the four interaction styles."""
 import asyncio
+
 import edgebus
-from tests.portable.support import run, raises, settle
+from tests.portable.support import raises, run, settle
 
 
 def test_publish_reaches_matching_subscription():

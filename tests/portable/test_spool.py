@@ -1,5 +1,5 @@
 """The link's spool: a byte ring of numbered bodies (edgebus/link/spool.py)."""
-from edgebus.link.spool import Spool, LATEST, DEAD, SENT
+from edgebus.link.spool import DEAD, LATEST, SENT, Spool
 from tests.portable.support import raises
 
 

@@ -1,5 +1,6 @@
 """RetainedView changed()/close (docs/api.md: RetainedView, Precise edge cases: Views)."""
 import asyncio
+
 import edgebus
 from tests.portable.support import run, settle
 

@@ -1,7 +1,8 @@
 """Custom wildcard symbols, feed.topic, and wildcards in bind/call (docs/api.md: Topics)."""
 import asyncio
+
 import edgebus
-from tests.portable.support import run, raises, araises
+from tests.portable.support import araises, raises, run
 
 
 def _pair(**kw):

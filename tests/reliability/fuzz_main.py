@@ -8,8 +8,8 @@ import atheris
 
 with atheris.instrument_imports(include=["edgebus"]):
     import edgebus.link.frame  # noqa: F401
-    import edgebus.link.link   # noqa: F401
-    import edgebus.link.wire   # noqa: F401
+    import edgebus.link.link  # noqa: F401
+    import edgebus.link.wire  # noqa: F401
     from tests.reliability import fuzz_targets
 
 if __name__ == "__main__":

@@ -21,7 +21,6 @@ invariants (AssertionError otherwise):
 import asyncio
 import binascii
 import json
-import sys
 
 import edgebus
 from edgebus.link import frame, handshake, rules, wire
@@ -276,6 +275,7 @@ def main(argv):
     edgebus); prints one JSON line of results at the end."""
     import resource
     import time
+
     import atheris
     name, runs = argv[1], int(argv[2])
     target = TARGETS[name]

@@ -2,8 +2,9 @@
 # "rate" messages/s, paced on the monotonic clock; "t" is the device's wall
 # clock in microseconds (on the unix port, the host's clock: latency is
 # receive time minus "t").
-import time
 import asyncio
+import time
+
 from edgebus.compat import now
 
 

@@ -7,13 +7,15 @@
 # boot facts, serves sys/echo and sys/slow (which never answers), and takes
 # cmd/clock {"offset_s": x}: its wall clock jumps by x seconds (an RTC set by
 # NTP or by hand). The link's own timers use the monotonic ticks, as on a board.
+import asyncio
 import sys
 import time
-import asyncio
+
+from devkit import uplink
+
 import edgebus
 from edgebus.compat import now
 from edgebus.link.link import Link
-from devkit import uplink
 
 OFFSET = [0]
 # ~1000 readings of ~63 bytes: 10 s at 100 msg/s, longer than any outage here.

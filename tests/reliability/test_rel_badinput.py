@@ -8,7 +8,6 @@ COBS errors at the framing level), tests/host/link/test_frame_fuzz.py and
 test_link_properties.py (properties of the reader and the session), and
 test_rel_fuzz.py here (generated inputs)."""
 import asyncio
-import json
 
 import pytest
 

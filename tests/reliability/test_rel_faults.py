@@ -20,14 +20,12 @@ import time
 
 import pytest
 
-import edgebus
-from edgebus import tlog
+from dev.broker import Mosquitto
+from edgebus import errors, tlog
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
-from edgebus import errors
-from tests.conftest import ROOT, until
-from dev.broker import Mosquitto
 from edgebus.tools.ptycable import PtyCable
+from tests.conftest import ROOT, until
 
 
 def check_stream(got, sent, gaps, lossless=True):

@@ -15,11 +15,11 @@ import time
 
 import pytest
 
+from dev.broker import Mosquitto
 from edgebus import tlog
+from edgebus.tools.fleet import Fleet, bridge_toml
 from edgebus.tools.status import fetch
 from tests.conftest import ROOT
-from dev.broker import Mosquitto
-from edgebus.tools.fleet import Fleet, bridge_toml
 
 # mosquitto and the fleet's micropython devices start in the test body.
 pytestmark = [pytest.mark.mosquitto, pytest.mark.micropython]

@@ -10,8 +10,8 @@ import time
 import uuid
 
 import pytest
-
-from hypothesis import HealthCheck, Phase, given, settings, strategies as st
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 
 import edgebus
 from edgebus import tlog

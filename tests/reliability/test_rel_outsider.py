@@ -29,15 +29,15 @@ from collections import Counter
 
 import pytest
 
-from edgebus.bridge import config as bridge_config
-from edgebus.tools import status
-from edgebus.bridge.daemon import Bridge
-from edgebus.bridge.peers import PEER_MAX_LEN
 from dev.broker import Mosquitto, free_port
 from dev.harness.mqtt import Watcher
+from edgebus.bridge import config as bridge_config
+from edgebus.bridge.daemon import Bridge
+from edgebus.bridge.peers import PEER_MAX_LEN
 from edgebus.link import frame, wire
-from tests.conftest import until
+from edgebus.tools import status
 from edgebus.tools.fleet import Fleet
+from tests.conftest import until
 
 SEAL = "mac"            # both ends of the injection trial; "off": the trial unsealed
 SEAL_LEN = 12           # counter (4) and tag (8) after a sealed body (section 17)

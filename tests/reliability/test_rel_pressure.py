@@ -15,9 +15,9 @@ import edgebus
 from edgebus import tlog
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
+from edgebus.tools.ptycable import PtyCable
 from tests.conftest import until
 from tests.portable.linkkit import Joined, synced
-from edgebus.tools.ptycable import PtyCable
 
 
 def test_slow_consumers_never_block_publishers_and_drops_are_counted_per_feed(rel):

@@ -19,15 +19,14 @@ import sys
 import pytest
 import serial_asyncio
 
-import edgebus
+from dev.broker import Mosquitto, free_port
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
 from edgebus.link import wire
 from edgebus.link.stream import StreamTransport
+from edgebus.tools.ptycable import PtyCable
 from tests.conftest import ROOT, until
 from tests.portable.linkkit import Joined, sealed, synced
-from dev.broker import Mosquitto, free_port
-from edgebus.tools.ptycable import PtyCable
 
 KEY = b"k-rogue"
 

@@ -6,9 +6,9 @@ none ended, each device one. Every reading, once each, is in the log
 (dev/swarm.check: none acknowledged and missing, no duplicate)."""
 import asyncio
 
-from edgebus.tools.status import fetch
 from dev.broker import Mosquitto
 from dev.swarm import Swarm, check, figures
+from edgebus.tools.status import fetch
 from tests.host.e2e.e2ekit import gateway_bridge
 
 

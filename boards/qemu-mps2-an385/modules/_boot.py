@@ -1,7 +1,7 @@
 # Runs at every boot and soft reset, before boot.py and main.py (board.c):
 # mounts the littlefs "flash" (a host file through semihosting) at /.
-import vfs
 import mps2
+import vfs
 
 IMAGE = "flash.img"    # relative to QEMU's working directory (edgebus flash sets it)
 BLOCK = 4096

@@ -4,9 +4,9 @@ import os
 
 import pytest
 
-from tests.conftest import ROOT
 from edgebus.tools import boards, firmware, qemuboard
 from edgebus.tools.qemuboard import Console  # noqa: F401 (the tests' REPL reader)
+from tests.conftest import ROOT
 
 BOARD = "qemu-mps2-an385"
 TARBALL = os.path.join(os.path.dirname(ROOT), "shared", "micropython",

@@ -13,10 +13,10 @@ import sys
 import pytest
 
 import edgebus
-from tests.conftest import processes, until
-from tests.host import devicekit
 from edgebus.tools import boards, build, mpybuild
 from edgebus.tools.ptycable import PtyCable
+from tests.conftest import processes, until
+from tests.host import devicekit
 
 pytestmark = pytest.mark.micropython
 

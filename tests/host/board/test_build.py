@@ -6,8 +6,8 @@ import subprocess
 
 import pytest
 
-from tests.conftest import ROOT
 from edgebus.tools import boards, build, cli, mpybuild
+from tests.conftest import ROOT
 
 UNIX = boards.load_board("unix")
 

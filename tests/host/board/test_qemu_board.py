@@ -3,23 +3,21 @@ edgebus frozen in, built from source (edgebus firmware build), booted in the rea
 qemu-system-arm (edgebus flash's QemuBoard) and joined over its emulated UART
 to a real bridge process through pyserial."""
 import asyncio
-import json
 import os
 import re
 import signal
 import subprocess
 import sys
-import time
 
 import pytest
 
 import edgebus
 from edgebus import tlog
 from edgebus.client.local import attach_local
+from edgebus.tools import executables, mpybuild, qemuboard
 from edgebus.tools.status import fetch
 from tests.conftest import ROOT, until
 from tests.host.board import qemukit
-from edgebus.tools import executables, mpybuild, qemuboard
 
 pytestmark = pytest.mark.qemu    # every test here boots the board (so: slow)
 

@@ -14,9 +14,9 @@ from edgebus import tlog
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
 from edgebus.client.local import attach_local
+from edgebus.tools.ptycable import PtyCable
 from edgebus.tools.status import fetch, render
 from tests.conftest import ROOT, until
-from edgebus.tools.ptycable import PtyCable
 
 DEVICE_HEAP = "192K"   # core + link (sealed) with its spool on the 64-bit unix port
 
@@ -481,6 +481,7 @@ key = "k1"
 
 def test_prometheus_metrics(tmp_path):
     import urllib.request
+
     from dev.broker import free_port
     port = free_port()
     cfg = bridge_config.load(_cfg(tmp_path, f"""
@@ -519,8 +520,9 @@ def test_a_fleet_of_links_in_status_pages_and_small_metrics(tmp_path):
     per-link series for metrics_links of them only."""
     import json
     import urllib.request
-    from edgebus.bridge import status
+
     from dev.broker import free_port
+    from edgebus.bridge import status
     port = free_port()
     devices = ",\n".join('{node = "d%04d", key = "k"}' % i for i in range(1000))
     cfg = bridge_config.load(_cfg(tmp_path, f"""

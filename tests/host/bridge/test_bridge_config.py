@@ -12,8 +12,8 @@ import sys
 import pytest
 
 from edgebus import tlog
-from edgebus.bridge import config as bc, schema
-from edgebus.bridge import daemon
+from edgebus.bridge import config as bc
+from edgebus.bridge import daemon, schema
 
 # A valid configuration with every table, so each key has a table to sit in.
 BASE = {

@@ -16,9 +16,10 @@ from edgebus.bridge import config as bridge_config
 from edgebus.bridge.keystore import KeyStore
 from edgebus.link import keywrap
 from edgebus.link.handshake import kid
-from tests.conftest import until
-from tests.host.bridge.test_shell import NOBODY, as_user, edgebus as run_edgebus, with_bridge
 from edgebus.tools.fleet import Fleet
+from tests.conftest import until
+from tests.host.bridge.test_shell import NOBODY, as_user, with_bridge
+from tests.host.bridge.test_shell import edgebus as run_edgebus
 
 pytestmark = pytest.mark.slow
 

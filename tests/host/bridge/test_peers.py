@@ -10,8 +10,8 @@ import pytest
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
 from edgebus.link import routes
-from tests.conftest import until
 from edgebus.tools.fleet import Fleet
+from tests.conftest import until
 
 pytestmark = pytest.mark.micropython
 

@@ -6,11 +6,11 @@ import os
 
 import pytest
 
+from dev.broker import Mosquitto
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
-from dev.broker import Mosquitto
-from tests.conftest import until
 from edgebus.tools.fleet import Fleet
+from tests.conftest import until
 
 pytestmark = [pytest.mark.micropython, pytest.mark.mosquitto]
 

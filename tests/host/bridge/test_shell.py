@@ -13,8 +13,8 @@ import pytest
 
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
-from tests.conftest import ROOT, until
 from edgebus.tools.fleet import Fleet
+from tests.conftest import ROOT, until
 
 pytestmark = pytest.mark.slow     # each case starts several interpreters
 

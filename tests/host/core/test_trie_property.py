@@ -1,10 +1,11 @@
 """Property tests: the tries agree with a brute-force matcher (CPython, Hypothesis)."""
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import edgebus
-from edgebus.topic import ANY, REST, pattern, key
-from edgebus.trie import PatternTrie, KeyTrie
+from edgebus.topic import ANY, REST, key, pattern
+from edgebus.trie import KeyTrie, PatternTrie
 
 # A small alphabet so that random patterns and topics collide often; includes
 # int tokens that render like str ones, and the wildcard characters as text.

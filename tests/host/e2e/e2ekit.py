@@ -3,8 +3,8 @@ ingest job (test_e2e_fleet_spark.py, test_e2e_failover.py, test_e2e_shard.py).""
 import argparse
 import json
 
-from edgebus import tlog
 from dev.harness.bridge import BridgeProcess
+from edgebus import tlog
 
 
 def progress(log_dir, nodes):

@@ -1,7 +1,6 @@
 """The embedded default (dev/demo.py) runs: real mosquitto, the real firmware
 under the real MicroPython port on ptys and MQTT, the bridge and its log.
 The Spark half has its own tests (tests/host/spark/)."""
-import os
 import subprocess
 import sys
 

@@ -19,14 +19,13 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-from edgebus import tlog  # noqa: E402
-from tests.conftest import wait_until  # noqa: E402
-from tests.host.e2e.e2ekit import (  # noqa: E402
-    gateway_bridge, ingest_once, once_each, past, progress, reported)
-from tests.host.spark.sparkkit import make_session  # noqa: E402
 from dev.broker import Mosquitto  # noqa: E402
 from dev.harness.mqtt import retained  # noqa: E402
+from edgebus import tlog  # noqa: E402
 from edgebus.tools.fleet import Fleet, bridge_toml  # noqa: E402
+from tests.conftest import wait_until  # noqa: E402
+from tests.host.e2e.e2ekit import gateway_bridge, ingest_once, once_each, past, progress, reported  # noqa: E402
+from tests.host.spark.sparkkit import make_session  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.mosquitto, pytest.mark.micropython]
 

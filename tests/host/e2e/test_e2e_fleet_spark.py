@@ -17,7 +17,6 @@ killed bridge had received but not yet made durable, come out of the devices'
 spools later (flagged late), so the report shows no gap.
 """
 import json
-import os
 import time
 
 import pytest
@@ -25,12 +24,12 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-from edgebus import tlog  # noqa: E402
-from tests.host.e2e.e2ekit import ingest_once, progress  # noqa: E402
-from tests.host.spark.sparkkit import make_session  # noqa: E402
 from dev.broker import Mosquitto  # noqa: E402
 from dev.harness.bridge import BridgeProcess  # noqa: E402
+from edgebus import tlog  # noqa: E402
 from edgebus.tools.fleet import Fleet, bridge_toml  # noqa: E402
+from tests.host.e2e.e2ekit import ingest_once, progress  # noqa: E402
+from tests.host.spark.sparkkit import make_session  # noqa: E402
 
 # Spark, mosquitto and the fleet's micropython devices start in the test body.
 pytestmark = [pytest.mark.spark, pytest.mark.mosquitto, pytest.mark.micropython]

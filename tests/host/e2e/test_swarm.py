@@ -8,9 +8,9 @@ import os
 
 import pytest
 
-from edgebus import tlog
 from dev.bench.swarm_bench import trial
 from dev.swarm import check
+from edgebus import tlog
 
 pytestmark = pytest.mark.mosquitto      # mosquitto starts inside the trial
 

@@ -16,8 +16,8 @@ import os
 
 import pytest
 
-from tests.conftest import ROOT
 from dev import devheap
+from tests.conftest import ROOT
 
 BOARD = os.path.join(ROOT, "boards", "unix.json")
 

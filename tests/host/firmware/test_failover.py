@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from tests.conftest import ROOT, run_micropython
 from edgebus.tools import mpybuild
+from tests.conftest import ROOT, run_micropython
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "mpy"))
 import failover_cases  # noqa: E402

@@ -11,10 +11,10 @@ import json
 import pytest
 
 from edgebus import tlog
-from tests.conftest import wait_until
-from tests.host.e2e.e2ekit import gateway_bridge, past, progress, reported
 from edgebus.tools.fleet import Fleet
 from edgebus.tools.ptycable import PtyCable
+from tests.conftest import wait_until
+from tests.host.e2e.e2ekit import gateway_bridge, past, progress, reported
 
 pytestmark = [pytest.mark.micropython]
 

@@ -12,11 +12,12 @@ import os
 import sys
 
 import pytest
+
 import edgebus
-from tests.conftest import ROOT, processes, until
-from tests.host import devicekit
 from edgebus.tools import mpybuild
 from edgebus.tools.ptycable import PtyCable
+from tests.conftest import ROOT, processes, until
+from tests.host import devicekit
 
 DEVICE_HEAP = "256K"
 NODE = "d1"
@@ -266,9 +267,9 @@ def test_uplink_that_cannot_open_backs_off_without_crashing(device, tmp_path):
 @pytest.mark.mosquitto
 def test_device_runtime_over_mqtt_through_the_bridge_survives_broker_restart(device, tmp_path):
     """The firmware's MQTT uplink against a real mosquitto and the real bridge."""
+    from dev.broker import Mosquitto
     from edgebus.bridge import config as bridge_config
     from edgebus.bridge.daemon import Bridge
-    from dev.broker import Mosquitto
     with Mosquitto() as broker:
         dev = device(_config(tmp_path, None, uplink={
             "kind": "mqtt", "host": "127.0.0.1", "port": broker.port, "keepalive": 5,

@@ -7,10 +7,10 @@ arbitrary streams fed in arbitrary chunks.
 import binascii
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from edgebus.link.frame import (DELIM, crc16, crc16_py, encode, decode,
-                                max_encoded_len, FrameReader)
+from edgebus.link.frame import DELIM, FrameReader, crc16, crc16_py, decode, encode, max_encoded_len
 
 ERRORS = ("crc_errors", "cobs_errors", "oversize")
 

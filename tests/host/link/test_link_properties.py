@@ -3,12 +3,12 @@ sections 1-3 (bad input is counted, never delivered) and 9 (state re-sync)."""
 import asyncio
 
 import pytest
-from hypothesis import given, settings, strategies as st, HealthCheck
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import edgebus
-from edgebus.link import wire
 from edgebus.link.link import Link
-from tests.portable.linkkit import Joined, until, synced
+from tests.portable.linkkit import Joined, synced, until
 
 SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])

@@ -2,11 +2,12 @@
 the real micropython binary on one end of a pty pair, the host side under
 CPython with pyserial-asyncio on the other end (tools/ptycable.py joins them)."""
 import asyncio
+
 import pytest
 
+from edgebus.tools.ptycable import PtyCable
 from tests.conftest import until
 from tests.host import devicekit
-from edgebus.tools.ptycable import PtyCable
 
 DEVICE_HEAP = "192K"   # core + link (sealed) on the 64-bit unix port, plus the script
 

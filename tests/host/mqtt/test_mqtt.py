@@ -13,12 +13,12 @@ import aiomqtt
 import paho.mqtt.client as paho
 import pytest
 
-from edgebus.bridge import config as bridge_config
-from edgebus.bridge import mqtt_conn, mqtt_links, mqtt_transport
-from edgebus.bridge.daemon import Bridge
-from tests.conftest import until
-from edgebus.link import frame, seal
 from dev.broker import Mosquitto
+from edgebus.bridge import config as bridge_config
+from edgebus.bridge import mqtt_conn, mqtt_transport
+from edgebus.bridge.daemon import Bridge
+from edgebus.link import frame, seal
+from tests.conftest import until
 
 DEVICE_HEAP = "192K"   # core + link + MQTT transport on the 64-bit unix port
 
@@ -255,6 +255,7 @@ def test_the_bridge_reports_messages_the_broker_dropped(tmp_path, caplog):
     and handshakes, so the bridge reads the broker's count ($SYS) and says so:
     in its stats (status, /metrics) and in a warning naming the setting."""
     import socket
+
     from edgebus.tools.status import render
     caplog.set_level("WARNING", "edgebus.bridge")
     with Mosquitto(options=["max_queued_messages 5", "sys_interval 1"]) as broker:

@@ -14,8 +14,8 @@ import pytest
 from dev.harness.bridge import BridgeProcess
 from dev.harness.mqtt import Watcher, retained
 from edgebus.link.link import Link
-from tests.conftest import ROOT, mpy_script, until, wait_until
 from edgebus.tools.fleet import Fleet
+from tests.conftest import ROOT, mpy_script, until, wait_until
 
 PRESENCE = "edgebus/_bridge"
 DEVICE_HEAP = "192K"   # core + link (sealed) on the 64-bit unix port

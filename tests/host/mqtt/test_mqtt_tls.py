@@ -8,14 +8,13 @@ import json
 
 import pytest
 
+from dev.broker import Mosquitto
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
-from dev.broker import Mosquitto
 from edgebus.link.mqtt import MqttError, MqttTransport
-from firmware import uplink_mqtt
-from tests.conftest import until
-from tests.host.mqtt.tlskit import TestCA
 from edgebus.tools.fleet import Fleet
+from firmware import uplink_mqtt
+from tests.host.mqtt.tlskit import TestCA
 
 pytestmark = [pytest.mark.mosquitto, pytest.mark.micropython]
 

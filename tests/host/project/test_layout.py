@@ -8,8 +8,8 @@ import tomllib
 
 import pytest
 
-from tests.conftest import ROOT
 from edgebus.tools import devicefiles
+from tests.conftest import ROOT
 
 # The host folders, imported as edgebus.<folder> (edgebus/<folder> links to each).
 HOST = ("bridge", "client", "tlog", "ingest", "tools")

@@ -1,6 +1,5 @@
 """Shared pieces of the Spark tests: a small local session and log builders."""
 import json
-import os
 
 import pytest
 

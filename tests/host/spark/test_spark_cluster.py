@@ -14,9 +14,9 @@ pytest.importorskip("pyarrow")
 
 from dev.broker import free_port  # noqa: E402
 from dev.harness.process import Process  # noqa: E402
+from edgebus.tlog import LogWriter  # noqa: E402
 from tests.conftest import wait_until  # noqa: E402
 from tests.host.spark.sparkkit import ROOT, device_record, local_record, make_session  # noqa: E402
-from edgebus.tlog import LogWriter  # noqa: E402
 
 T0 = 1_712_000_000.0
 

@@ -12,9 +12,8 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-from tests.host.spark.sparkkit import (device_record, expected_row, local_record,  # noqa: E402
-                                 make_session)
 from edgebus.tlog import RECORD_HEADER_SIZE, LogWriter, segment_name  # noqa: E402
+from tests.host.spark.sparkkit import device_record, expected_row, local_record, make_session  # noqa: E402
 
 T0 = 1_712_000_000.0
 
@@ -354,10 +353,10 @@ def test_region_ownership_random_cuts_and_damage(tmp_path):
     exactly its bad regions, each once (docs/spark.md, corrupt data)."""
     import random
 
-    from edgebus.tlog import list_segments, read_segment
     from edgebus.ingest.offsets import Options
     from edgebus.ingest.planning import SegmentRange
     from edgebus.ingest.reading import read_range
+    from edgebus.tlog import list_segments, read_segment
 
     rnd = random.Random(6)
     trials = int(os.environ.get("EDGEBUS_OWNERSHIP_TRIALS", "60"))
@@ -402,9 +401,9 @@ def test_region_ownership_random_cuts_and_damage(tmp_path):
 
 
 def test_retention_reports_only_unread_segments_as_missing(spark, tmp_path):
-    from edgebus.tlog import list_segments
     from edgebus.ingest.corruption import corrupt_report
     from edgebus.ingest.schema import SCHEMA
+    from edgebus.tlog import list_segments
 
     log, cdir = tmp_path / "log", tmp_path / "corrupt"
     first = write_log(log, [device_record("n", "s", i, T0 + i) for i in range(40)])
@@ -493,8 +492,8 @@ def test_damaged_parquet_segments_are_skipped_and_named(spark, tmp_path):
     """Version 2: a row group failing its page checksums and a file without its
     footer are skipped and named in corruptDir; every other row is read, none
     is wrong, however the plan cuts the segments."""
-    from edgebus.tlog import parquet_name
     from edgebus.ingest.corruption import corrupt_report
+    from edgebus.tlog import parquet_name
 
     log = tmp_path / "log"
     recs = [device_record("n", "s", i, T0 + i, payload={"v": "x%d" % i * 30}) for i in range(90)]

@@ -13,11 +13,21 @@ import zlib
 import pytest
 
 from edgebus import tlog
+from edgebus.tlog import (
+    FILE_HEADER_SIZE,
+    RECORD_HEADER_SIZE,
+    LogLocked,
+    LogWriter,
+    ReadStats,
+    earliest_offset,
+    latest_offset,
+    list_segments,
+    read_log,
+    read_segment,
+    record_from_message,
+    segment_name,
+)
 from edgebus.values import FrozenDict, Message, Origin
-from edgebus.tlog import (FILE_HEADER_SIZE, RECORD_HEADER_SIZE, LogLocked, LogWriter, ReadStats,
-                  earliest_offset, latest_offset, list_segments, read_log, read_segment,
-                  record_from_message, segment_name)
-
 from tests.conftest import ROOT
 
 

@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from edgebus import tlog
+from edgebus.tlog import LogError, LogWriter, list_segments, read_log, read_segment
 from edgebus.values import FrozenDict
 from tests.conftest import ROOT
-from edgebus.tlog import LogError, LogWriter, list_segments, read_log, read_segment
 
 
 def rec(i, **kw):

@@ -11,11 +11,11 @@ import threading
 
 import pytest
 
+from dev.broker import Mosquitto, free_port
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
-from tests.conftest import ROOT, until, wait_until
-from dev.broker import Mosquitto, free_port
 from edgebus.tools.fleet import Fleet
+from tests.conftest import ROOT, until, wait_until
 
 # The fleet's devices are the firmware under micropython.
 pytestmark = pytest.mark.micropython
