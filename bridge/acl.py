@@ -19,8 +19,15 @@ if TYPE_CHECKING:
 OPEN_CALLS = (("bridge", "whoami"), ("bridge", "may"))
 
 # bus action -> the ACL list that grants it
-ACTIONS = {"publish": "write", "retain": "write", "unretain": "write",
-           "subscribe": "read", "watch_retained": "read", "call": "call", "bind": "serve"}
+ACTIONS = {
+    "publish": "write",
+    "retain": "write",
+    "unretain": "write",
+    "subscribe": "read",
+    "watch_retained": "read",
+    "call": "call",
+    "bind": "serve",
+}
 
 
 class Authoriser:
@@ -34,7 +41,8 @@ class Authoriser:
         for a in acls:
             self.by_uid[a.uid] = {
                 lst: [pattern(p, "+", "#")[1] for p in getattr(a, lst)]
-                for lst in ("read", "write", "call", "serve")}
+                for lst in ("read", "write", "call", "serve")
+            }
         self.denied = 0
 
     def allow(self, ctx: dict[str, Any]) -> bool | tuple[bool, str]:
@@ -48,18 +56,26 @@ class Authoriser:
             if p["uid"] in self.trusted:
                 return True
             self.denied += 1
-            return False, ("uid %d has no [[acl]] entry (without one only the bridge's own user "
-                           "and root may use its socket)" % p["uid"])
+            return False, (
+                "uid %d has no [[acl]] entry (without one only the bridge's own user "
+                "and root may use its socket)" % p["uid"]
+            )
         lst = ACTIONS[ctx["action"]]
         t = ctx["topic"]
-        k = key(t) if ctx["action"] not in ("subscribe", "watch_retained") else \
-            pattern(t, "+", "#")[1]
+        k = (
+            key(t)
+            if ctx["action"] not in ("subscribe", "watch_retained")
+            else pattern(t, "+", "#")[1]
+        )
         for r in rules[lst]:
             if _covers(r, k):
                 return True
         self.denied += 1
-        return False, "uid %d may not %s %s" % (p["uid"], ctx["action"],
-                                                "/".join(str(x) for x in t))
+        return False, "uid %d may not %s %s" % (
+            p["uid"],
+            ctx["action"],
+            "/".join(str(x) for x in t),
+        )
 
 
 def _covers(rule: tuple[Any, ...], k: tuple[Any, ...]) -> bool:
@@ -96,4 +112,3 @@ def read_patterns(cfg: Config, uid: int) -> list[str]:
         if a.uid == uid:
             return list(a.read)
     return ["#"] if uid in trusted_uids() else []
-

@@ -25,32 +25,40 @@ ACTIONS = ("publish", "retain", "subscribe", "watch_retained", "call")
 def whoami(bridge: Bridge, req: Request) -> dict[str, Any]:
     o = req.origin
     p = o.principal
-    return {"principal": p if isinstance(p, dict) else list(p) if isinstance(p, tuple) else p,
-            "link": o.link_id, "bridge": bridge.cfg.node}
+    return {
+        "principal": p if isinstance(p, dict) else list(p) if isinstance(p, tuple) else p,
+        "link": o.link_id,
+        "bridge": bridge.cfg.node,
+    }
 
 
 def may(bridge: Bridge, req: Request) -> dict[str, Any]:
     """{"allowed": bool, "reason": str|None} for payload {"action", "topic"}."""
     q = req.payload
-    if not isinstance(q, dict) or q.get("action") not in ACTIONS \
-            or not isinstance(q.get("topic"), str):
-        raise ValueError("payload must be {\"action\": one of %s, \"topic\": str}"
-                         % ", ".join(ACTIONS))
+    if (
+        not isinstance(q, dict)
+        or q.get("action") not in ACTIONS
+        or not isinstance(q.get("topic"), str)
+    ):
+        raise ValueError('payload must be {"action": one of %s, "topic": str}' % ", ".join(ACTIONS))
     if bridge.auth is None:
         return {"allowed": True, "reason": None}
     t = topic.norm(q["topic"])
-    r = bridge.auth.allow({"principal": req.origin.principal, "action": q["action"],
-                           "topic": t, "extra": None})
+    r = bridge.auth.allow(
+        {"principal": req.origin.principal, "action": q["action"], "topic": t, "extra": None}
+    )
     ok, why = r if isinstance(r, tuple) else (r, None)
     return {"allowed": bool(ok), "reason": why}
 
 
 async def serve(bridge: Bridge) -> None:
     """Serve both endpoints until cancelled."""
+
     async def loop(name: str, answer: Callable[[Bridge, Request], dict[str, Any]]) -> None:
         async for req in bridge.conn.bind(name, queue_len=8):
             try:
                 req.reply(answer(bridge, req))
             except ValueError as e:
                 req.fail(str(e))
+
     await asyncio.gather(loop(WHOAMI, whoami), loop(MAY, may))

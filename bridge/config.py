@@ -3,6 +3,7 @@
 Every section is optional; what is missing takes the default below, so an
 empty file (or none) is a valid configuration of a bridge with no links.
 """
+
 import contextlib
 import importlib.resources
 import os
@@ -26,7 +27,7 @@ DEFAULT_COMMIT_MS = 20
 # durable links as their windows (telemetry.py), so it is sized for a fleet:
 # 65,536 gives each of 5,000 devices 8 frames ahead of its last ACK.
 DEFAULT_LOG_QUEUE = 65536
-CLIENT_QUEUE = 32        # messages per feed a local socket client gets by default
+CLIENT_QUEUE = 32  # messages per feed a local socket client gets by default
 # How often the log seals its active segment: what readers (Spark) can see is
 # at most this old, plus the ingest job's trigger (docs/spark.md, fresh rows).
 DEFAULT_SEGMENT_SECONDS = 10.0
@@ -35,23 +36,25 @@ DEFAULT_SEGMENT_SECONDS = 10.0
 @dataclass
 class Device:
     """A device joined over a serial port."""
+
     node: str
     port: str
-    key: bytes | None          # None: the keystore holds it
+    key: bytes | None  # None: the keystore holds it
     baud: int = 115200
-    seal: str | None = None              # None: [bridge] seal
+    seal: str | None = None  # None: [bridge] seal
 
 
 @dataclass
 class Mqtt:
     """The MQTT broker that devices reach the bridge through."""
+
     url: str = "mqtt://127.0.0.1:1883"
     client_id: str = "edgebus-bridge"
     username: str | None = None
     password: str | None = None
     tls_ca: str | None = None
-    prefix: str = "edgebus"              # frames on <prefix>/<node>/up and .../down
-    keys: dict = field(default_factory=dict)   # node -> key (bytes; None: in the keystore)
+    prefix: str = "edgebus"  # frames on <prefix>/<node>/up and .../down
+    keys: dict = field(default_factory=dict)  # node -> key (bytes; None: in the keystore)
     seals: dict = field(default_factory=dict)  # node -> seal, where the device sets its own
     mirror: list = field(default_factory=list)  # host-bus patterns mirrored as plain MQTT
     # Devices not in `devices` link too when the keystore holds their key
@@ -69,8 +72,9 @@ class Mqtt:
 class Peer:
     """Another bridge joined over TCP ([[peer]]): dialled at ``connect`` or
     awaited at ``listen`` (each a (host, port)); rules as a Link's."""
+
     node: str
-    key: bytes | None          # None: the keystore holds it
+    key: bytes | None  # None: the keystore holds it
     connect: tuple | None = None
     listen: tuple | None = None
     exports: list = field(default_factory=list)
@@ -79,12 +83,13 @@ class Peer:
     import_calls: list = field(default_factory=list)
     priority: int = 0
     backoff_max: float = 10.0
-    seal: str | None = None              # None: [bridge] seal
+    seal: str | None = None  # None: [bridge] seal
 
 
 @dataclass
 class Acl:
     """What a local (unix socket) user may do; patterns use + and #."""
+
     uid: int
     read: list = field(default_factory=list)
     write: list = field(default_factory=list)
@@ -96,18 +101,18 @@ class Acl:
 class Config:
     node: str = "gateway"
     state_dir: str = STATE_DIR
-    keys: str | None = None              # the keystore (bridge/keystore.py); None: <state_dir>/keys
-    socket: str | None = None            # unix socket for local processes and `edgebus status`
-    metrics: str | None = None           # "host:port" for Prometheus /metrics
-    metrics_links: int = 100             # per-link series for at most this many (trouble first)
-    log_dir: str | None = None           # telemetry log; None: no log
+    keys: str | None = None  # the keystore (bridge/keystore.py); None: <state_dir>/keys
+    socket: str | None = None  # unix socket for local processes and `edgebus status`
+    metrics: str | None = None  # "host:port" for Prometheus /metrics
+    metrics_links: int = 100  # per-link series for at most this many (trouble first)
+    log_dir: str | None = None  # telemetry log; None: no log
     log_patterns: list = field(default_factory=lambda: ["dev/#"])
     segment_bytes: int = 64 * 1024 * 1024
     segment_seconds: float = DEFAULT_SEGMENT_SECONDS
     retention_bytes: int | None = None
     retention_seconds: float | None = None
-    commit_ms: float = DEFAULT_COMMIT_MS    # group commit: a sync point at most this often
-    log_queue: int = DEFAULT_LOG_QUEUE      # messages waiting for the log's writer, at most
+    commit_ms: float = DEFAULT_COMMIT_MS  # group commit: a sync point at most this often
+    log_queue: int = DEFAULT_LOG_QUEUE  # messages waiting for the log's writer, at most
     heartbeat: float = 5.0
     # Sealed sessions on every keyed link (docs/protocol.md section 17), per
     # link kind unless a [[serial]], [mqtt].devices or [[peer]] entry says:
@@ -121,10 +126,12 @@ class Config:
     # messages each of its export feeds holds while the client reads; beyond
     # it the oldest go, counted as the client's gap (the command's exit 9).
     client_queue: int = CLIENT_QUEUE
-    serial: list = field(default_factory=list)   # [Device]
+    serial: list = field(default_factory=list)  # [Device]
     mqtt: Mqtt | None = None
-    acl: list = field(default_factory=list)      # [Acl]; a uid without one: nothing (but root, the bridge's own)
-    peers: list = field(default_factory=list)    # [Peer]: other bridges over TCP
+    acl: list = field(
+        default_factory=list
+    )  # [Acl]; a uid without one: nothing (but root, the bridge's own)
+    peers: list = field(default_factory=list)  # [Peer]: other bridges over TCP
     # Host-bus endpoints offered to every device link, so a device can call
     # another device's action through the bridge (e.g. "dev/+/sys/config/get").
     relay_calls: list = field(default_factory=list)
@@ -154,8 +161,10 @@ def _key(d, where, store):
             return None
     except KeyStoreError as e:
         raise ConfigError("%s: %s" % (where, e))
-    raise ConfigError("%s: needs key or key_file (the device's shared key), or a key in the "
-                      "keystore %s (edgebus keys new NODE)" % (where, store.path))
+    raise ConfigError(
+        "%s: needs key or key_file (the device's shared key), or a key in the "
+        "keystore %s (edgebus keys new NODE)" % (where, store.path)
+    )
 
 
 def _peer(d, i, store, base_dir):
@@ -164,10 +173,17 @@ def _peer(d, i, store, base_dir):
     if "node" not in pp:
         raise ConfigError("%s: node is required (the other bridge's node id)" % where)
     if ("connect" in pp) == ("listen" in pp):
-        raise ConfigError("%s: give connect (this bridge dials) or listen (the peer dials "
-                          "here), not both or neither" % where)
-    peer = Peer(pp["node"], _key(pp, where, store), priority=pp.get("priority", 0),
-                backoff_max=pp.get("backoff_max", 10.0), seal=_seal(pp, where))
+        raise ConfigError(
+            "%s: give connect (this bridge dials) or listen (the peer dials "
+            "here), not both or neither" % where
+        )
+    peer = Peer(
+        pp["node"],
+        _key(pp, where, store),
+        priority=pp.get("priority", 0),
+        backoff_max=pp.get("backoff_max", 10.0),
+        seal=_seal(pp, where),
+    )
     for name in ("connect", "listen"):
         if name in pp:
             setattr(peer, name, address(pp[name]))
@@ -181,15 +197,19 @@ def _seal(d, where):
     """The table's seal mode (None when it names none); one the runtime can make."""
     s = d.get("seal")
     if s == "encrypt" and cipher.BACKEND is None:
-        raise ConfigError("%s: seal \"encrypt\" needs the cryptography package "
-                          "(pip install cryptography)" % where)
+        raise ConfigError(
+            '%s: seal "encrypt" needs the cryptography package (pip install cryptography)' % where
+        )
     return s
 
 
 def _keys_dir(b, base_dir):
     """The keystore directory the [bridge] table ``b`` names, resolved."""
-    return os.path.normpath(os.path.join(base_dir, b.get("keys") or os.path.join(
-        b.get("state_dir") or Config.state_dir, "keys")))
+    return os.path.normpath(
+        os.path.join(
+            base_dir, b.get("keys") or os.path.join(b.get("state_dir") or Config.state_dir, "keys")
+        )
+    )
 
 
 def _nodes_unique(items, name):
@@ -203,11 +223,19 @@ def parse(data, base_dir="."):
     top = data
     for k, v in top.items():
         if k not in ("bridge", "log", "serial", "mqtt", "acl", "peer"):
-            raise ConfigError("config: unknown table %r (known: acl, bridge, log, mqtt, peer, "
-                              "serial)" % k)
+            raise ConfigError(
+                "config: unknown table %r (known: acl, bridge, log, mqtt, peer, serial)" % k
+            )
         if not isinstance(v, list if k in ("serial", "acl", "peer") else dict):
-            raise ConfigError("%s: must be %s" % (label(k), "an array of tables ([[%s]])" % k
-                                                  if k in ("serial", "acl", "peer") else "a table"))
+            raise ConfigError(
+                "%s: must be %s"
+                % (
+                    label(k),
+                    "an array of tables ([[%s]])" % k
+                    if k in ("serial", "acl", "peer")
+                    else "a table",
+                )
+            )
     b = take(top.get("bridge", {}), "bridge", base_dir)
     _seal(b, "[bridge]")
     cfg = Config(**b)
@@ -216,10 +244,16 @@ def parse(data, base_dir="."):
     store = KeyStore(cfg.keys)
     if "log" in top:
         lg = take(top["log"], "log", base_dir)
-        for k, attr in (("dir", "log_dir"), ("patterns", "log_patterns"), ("queue", "log_queue"),
-                        ("segment_bytes",) * 2, ("segment_seconds",) * 2,
-                        ("retention_bytes",) * 2, ("retention_seconds",) * 2,
-                        ("commit_ms",) * 2):
+        for k, attr in (
+            ("dir", "log_dir"),
+            ("patterns", "log_patterns"),
+            ("queue", "log_queue"),
+            ("segment_bytes",) * 2,
+            ("segment_seconds",) * 2,
+            ("retention_bytes",) * 2,
+            ("retention_seconds",) * 2,
+            ("commit_ms",) * 2,
+        ):
             if k in lg:
                 setattr(cfg, attr, lg[k])
     for i, d in enumerate(top.get("serial", [])):
@@ -228,8 +262,11 @@ def parse(data, base_dir="."):
         for k in ("node", "port"):
             if k not in s:
                 raise ConfigError("%s: %s is required" % (where, k))
-        cfg.serial.append(Device(s["node"], s["port"], _key(s, where, store),
-                                 s.get("baud", 115200), _seal(s, where)))
+        cfg.serial.append(
+            Device(
+                s["node"], s["port"], _key(s, where, store), s.get("baud", 115200), _seal(s, where)
+            )
+        )
     _nodes_unique(cfg.serial, "serial")
     if "mqtt" in top:
         m = take(top["mqtt"], "mqtt", base_dir)
@@ -285,24 +322,27 @@ def blame(where, key, value, what):
     try:
         yield
     except (OSError, ValueError, LogError) as e:
-        raise ConfigError("%s: %s %s: %s: %s" % (
-            where, key, value, what, getattr(e, "strerror", None) or e)) from None
+        raise ConfigError(
+            "%s: %s %s: %s: %s" % (where, key, value, what, getattr(e, "strerror", None) or e)
+        ) from None
 
 
 def prepare(cfg):
     """Make the directories cfg names and prove the bridge can write in them
     and read its files (the daemon's first step; a tool that reads a
     configuration makes nothing): ConfigError naming the key otherwise."""
-    made = [("[bridge]", "state_dir", cfg.state_dir, cfg.state_dir, None),
-            ("[bridge]", "keys", cfg.keys, cfg.keys, 0o700),
-            ("[log]", "dir", cfg.log_dir, cfg.log_dir, None),
-            ("[bridge]", "socket", cfg.socket, cfg.socket and os.path.dirname(cfg.socket), None)]
+    made = [
+        ("[bridge]", "state_dir", cfg.state_dir, cfg.state_dir, None),
+        ("[bridge]", "keys", cfg.keys, cfg.keys, 0o700),
+        ("[log]", "dir", cfg.log_dir, cfg.log_dir, None),
+        ("[bridge]", "socket", cfg.socket, cfg.socket and os.path.dirname(cfg.socket), None),
+    ]
     for where, key, value, d, mode in made:
         if value is None:
             continue
         with blame(where, key, value, "cannot make it or write in it"):
             os.makedirs(d, **({} if mode is None else {"mode": mode}), exist_ok=True)
-            with tempfile.TemporaryFile(dir=d):    # can write there (a read-only mount: no)
+            with tempfile.TemporaryFile(dir=d):  # can write there (a read-only mount: no)
                 pass
     if cfg.mqtt is not None and cfg.mqtt.tls_ca:
         with blame("[mqtt]", "tls_ca", cfg.mqtt.tls_ca, "cannot read it"):
@@ -314,8 +354,10 @@ def keystore_dir(path):
     """The keystore directory of the configuration at ``path``, read without
     the rest of it (whose devices may still lack their keys)."""
     b = _read(path).get("bridge", {})
-    if not isinstance(b, dict) or not isinstance(b.get("keys", ""), str) \
-            or not isinstance(b.get("state_dir", ""), str):
+    if (
+        not isinstance(b, dict)
+        or not isinstance(b.get("keys", ""), str)
+        or not isinstance(b.get("state_dir", ""), str)
+    ):
         raise ConfigError("%s: [bridge]: keys and state_dir must be strings" % path)
     return _keys_dir(b, os.path.dirname(os.path.abspath(path)))
-

@@ -57,7 +57,7 @@ class Bridge:
 
     def __init__(self, cfg: bridge_config.Config, config_path: str | None = None) -> None:
         self.cfg = cfg
-        self.config_path = config_path      # read again by a reload (None: the keystore only)
+        self.config_path = config_path  # read again by a reload (None: the keystore only)
         self.auth = acl.make(cfg)
         self.bus = edgebus.Bus(q_length=cfg.queue_len, authoriser=self.auth)
         self.conn = self.bus.connect(principal=("bridge", cfg.node))
@@ -66,7 +66,7 @@ class Bridge:
         self.links: dict[str, Link] = {}
         self.transports: dict[str, Any] = {}
         self.stopping = False
-        self.dropped_at_stop = 0     # MQTT frames not taken (their devices send them again)
+        self.dropped_at_stop = 0  # MQTT frames not taken (their devices send them again)
         # With a log, device links acknowledge only what the log made durable
         # (the appender's group commits); without one, what reached the bus.
         self.durable = cfg.log_dir is not None
@@ -77,6 +77,7 @@ class Bridge:
         self.tasks: list[asyncio.Task[Any]] = []
         if cfg.mqtt is not None:
             from edgebus.bridge.mqtt_links import MqttLinks
+
             self.mqtt = MqttLinks(self, cfg.mqtt)
 
     def hold(self, link: Link) -> bool:
@@ -104,13 +105,16 @@ class Bridge:
         """The bridge's state: every link's stats (or those of the ids
         ``links``), the fleet's totals (unless not ``fleet``), the bus, the log."""
         ls = self.links
-        return {"node": self.cfg.node, "uptime": round(time.time() - self.started, 1),
-                "links": {k: ls[k].stats() for k in (sorted(ls) if links is None else links)},
-                "fleet": status.totals(ls.values()) if fleet else None,
-                "bus": self.bus.stats(),
-                "log": self.appender.stats() if self.appender else None,
-                "mqtt": self.mqtt.stats() if self.mqtt else None,
-                "denied": self.auth.denied if self.auth else 0}
+        return {
+            "node": self.cfg.node,
+            "uptime": round(time.time() - self.started, 1),
+            "links": {k: ls[k].stats() for k in (sorted(ls) if links is None else links)},
+            "fleet": status.totals(ls.values()) if fleet else None,
+            "bus": self.bus.stats(),
+            "log": self.appender.stats() if self.appender else None,
+            "mqtt": self.mqtt.stats() if self.mqtt else None,
+            "denied": self.auth.denied if self.auth else 0,
+        }
 
     async def _status_endpoint(self) -> None:
         ep = self.conn.bind("bridge/status", queue_len=4)
@@ -139,13 +143,13 @@ class Bridge:
         embedding program decides what to do with them (the daemon exits)."""
         cfg = self.cfg
         self.tasks.append(asyncio.create_task(self._persist_state()))
-        blame = bridge_config.blame     # a start step that fails names its key
+        blame = bridge_config.blame  # a start step that fails names its key
         if cfg.log_dir:
             from edgebus.bridge.telemetry import Appender, resume_links
+
             with blame("[log]", "dir", cfg.log_dir, "cannot open the log"):
-                self.appender = Appender(self.bus, cfg, links=self.links,
-                                         queue_len=cfg.log_queue)
-            resume_links(self.state.data, cfg.log_dir)     # the writer has recovered the log
+                self.appender = Appender(self.bus, cfg, links=self.links, queue_len=cfg.log_queue)
+            resume_links(self.state.data, cfg.log_dir)  # the writer has recovered the log
             self.tasks.append(asyncio.create_task(self.appender.run()))
         self.tasks.append(asyncio.create_task(self._status_endpoint()))
         self.tasks.append(asyncio.create_task(callerinfo.serve(self)))
@@ -158,22 +162,30 @@ class Bridge:
         servers = []
         if cfg.peers:
             from edgebus.bridge import peers
+
             for i, p in enumerate(cfg.peers):
                 if p.connect:
                     self.tasks.append(asyncio.create_task(peers.dial(self, p)))
                 else:
-                    with blame("[[peer]] #%d" % (i + 1), "listen", "%s:%d" % p.listen,
-                               "cannot listen"):
+                    with blame(
+                        "[[peer]] #%d" % (i + 1), "listen", "%s:%d" % p.listen, "cannot listen"
+                    ):
                         servers.append(await peers.listen(self, p))
         if cfg.socket:
             with blame("[bridge]", "socket", cfg.socket, "cannot listen"):
                 servers.append(await links.serve_local(self, cfg.socket))
         if cfg.metrics:
             from edgebus.bridge import metrics
+
             with blame("[bridge]", "metrics", cfg.metrics, "cannot listen"):
                 self.metrics = metrics.serve(self, cfg.metrics)
-        log.info("bridge %s running: %d serial link(s), socket %s, log %s", cfg.node,
-                 len(cfg.serial), cfg.socket, cfg.log_dir)
+        log.info(
+            "bridge %s running: %d serial link(s), socket %s, log %s",
+            cfg.node,
+            len(cfg.serial),
+            cfg.socket,
+            cfg.log_dir,
+        )
         # What exists now (every configured link, the modules) lives as long
         # as the bridge: out of the collector's sight, a full collection at
         # 10,000 devices scans a third fewer objects (a pause of 100s of ms on
@@ -194,15 +206,23 @@ class Bridge:
             stuck = await self._bounded("ending tasks", self.tasks)
             t2 = time.monotonic()
             if self.appender:
-                self.appender.close()      # flushes and seals: nothing appended is lost
-            self.state.save()              # once, with every link's final state
+                self.appender.close()  # flushes and seals: nothing appended is lost
+            self.state.save()  # once, with every link's final state
         finally:
             gc.unfreeze()
         t3 = time.monotonic()
-        log.info("bridge stopped in %.2f s: BYE to %d of %d link(s) with a session in %.2f s, "
-                 "tasks ended in %.2f s, log sealed and state saved in %.2f s; %d MQTT frame(s) "
-                 "not taken (their devices send them again)",
-                 t3 - t0, said, up, t1 - t0, t2 - t1, t3 - t2, self.dropped_at_stop)
+        log.info(
+            "bridge stopped in %.2f s: BYE to %d of %d link(s) with a session in %.2f s, "
+            "tasks ended in %.2f s, log sealed and state saved in %.2f s; %d MQTT frame(s) "
+            "not taken (their devices send them again)",
+            t3 - t0,
+            said,
+            up,
+            t1 - t0,
+            t2 - t1,
+            t3 - t2,
+            self.dropped_at_stop,
+        )
         return stuck
 
     async def _say_bye(self, deadline: float) -> tuple[int, int]:
@@ -222,6 +242,7 @@ class Bridge:
                     return
                 await link.close("bridge stopping")
                 said += 1
+
         mqtt = set(self.mqtt.links.values()) if self.mqtt is not None else set()
         up = [l for l in self.links.values() if l.status == "up"]
         tasks = [asyncio.ensure_future(bye([l])) for l in up if l not in mqtt]
@@ -229,8 +250,9 @@ class Bridge:
         await self._bounded("saying BYE", tasks)
         return said, len(up)
 
-    async def _bounded(self, what: str, tasks: Iterable[asyncio.Task[Any]],
-                       timeout: float = STOP_STEP_TIMEOUT) -> set[asyncio.Task[Any]]:
+    async def _bounded(
+        self, what: str, tasks: Iterable[asyncio.Task[Any]], timeout: float = STOP_STEP_TIMEOUT
+    ) -> set[asyncio.Task[Any]]:
         """Wait for tasks up to timeout; log the ones that did not end."""
         if not tasks:
             return set()
@@ -239,12 +261,20 @@ class Bridge:
             if not t.cancelled() and t.exception() is not None:
                 log.warning("stopping: %s: %r", what, t.exception())
         if pending:
-            log.error("stopping: %s: %d task(s) still running after %g s; going on without them",
-                      what, len(pending), timeout)
+            log.error(
+                "stopping: %s: %d task(s) still running after %g s; going on without them",
+                what,
+                len(pending),
+                timeout,
+            )
             for t in pending:
-                log.error("stopping: still running: %s", "; ".join(
-                    "%s:%d %s" % (fr.f_code.co_filename, fr.f_lineno, fr.f_code.co_name)
-                    for fr in t.get_stack(limit=3)))
+                log.error(
+                    "stopping: still running: %s",
+                    "; ".join(
+                        "%s:%d %s" % (fr.f_code.co_filename, fr.f_lineno, fr.f_code.co_name)
+                        for fr in t.get_stack(limit=3)
+                    ),
+                )
         return pending
 
     def stop(self) -> None:
@@ -283,13 +313,19 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     sys.meta_path.insert(0, _NoPandas)
     h = logging.StreamHandler()
-    h.setFormatter(JsonFormatter() if args.log_format == "json"
-                   else logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    h.setFormatter(
+        JsonFormatter()
+        if args.log_format == "json"
+        else logging.Formatter("%(asctime)s %(levelname)s %(message)s")
+    )
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[h])
     if not args.config:
-        print("edgebus-bridge: error: --config is required; start from the example "
-              "configuration %s (the demo, with simulated devices, is `./do demo` in a "
-              "checkout)" % bridge_config.EXAMPLE, file=sys.stderr)
+        print(
+            "edgebus-bridge: error: --config is required; start from the example "
+            "configuration %s (the demo, with simulated devices, is `./do demo` in a "
+            "checkout)" % bridge_config.EXAMPLE,
+            file=sys.stderr,
+        )
         return 2
     try:
         cfg = bridge_config.load(args.config)
@@ -315,14 +351,16 @@ def main(argv: list[str] | None = None) -> int:
             if b.mqtt is not None and not b.stopping:
                 b.dropped_at_stop += b.mqtt.stop_reading(pause=False)
             loop.call_soon_threadsafe(b.stop)
+
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, on_signal)
-        reloads = set()          # the event loop keeps only weak references to tasks
+        reloads = set()  # the event loop keeps only weak references to tasks
 
         def hup() -> None:
             t = asyncio.ensure_future(reload.on_signal(b))
             reloads.add(t)
             t.add_done_callback(reloads.discard)
+
         loop.add_signal_handler(signal.SIGHUP, hup)
         stuck = await b.run()
         # The log is sealed and the state saved: leave now. The rest of a
@@ -337,7 +375,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         asyncio.run(run())
-    except bridge_config.ConfigError as e:     # a start step's (Bridge.run: blame)
+    except bridge_config.ConfigError as e:  # a start step's (Bridge.run: blame)
         print("edgebus-bridge: %s: %s" % (args.config, e), file=sys.stderr)
         return 2
     return 0

@@ -70,9 +70,15 @@ class KeyStore:
                 rec = json.load(f)
         except (OSError, ValueError) as e:
             raise KeyStoreError("%s: %s" % (p, e)) from None
-        if not isinstance(rec, dict) or not isinstance(rec.get("key"), str) or not rec["key"] \
-                or not all(isinstance(e, dict) and isinstance(e.get("key"), str)
-                           for e in rec.get("pending", []) + rec.get("previous", [])):
+        if (
+            not isinstance(rec, dict)
+            or not isinstance(rec.get("key"), str)
+            or not rec["key"]
+            or not all(
+                isinstance(e, dict) and isinstance(e.get("key"), str)
+                for e in rec.get("pending", []) + rec.get("previous", [])
+            )
+        ):
             raise KeyStoreError("%s: not a key record (key, pending, previous)" % p)
         self._cache[node] = (sig, rec)
         return rec
@@ -84,42 +90,51 @@ class KeyStore:
         if rec is None:
             return None
         now = time.time() if now is None else now
-        return ([rec["key"]] + [e["key"] for e in rec.get("pending", [])]
-                + [e["key"] for e in rec.get("previous", []) if e.get("until", 0) > now])
+        return (
+            [rec["key"]]
+            + [e["key"] for e in rec.get("pending", [])]
+            + [e["key"] for e in rec.get("previous", []) if e.get("until", 0) > now]
+        )
 
     def write(self, node: str, rec: dict[str, Any]) -> dict[str, Any]:
         """Store rec as node's record (expired previous keys dropped)."""
         p = self.file(node)
         os.makedirs(self.path, mode=0o700, exist_ok=True)
         now = time.time()
-        rec = dict(rec, node=node, pending=rec.get("pending", []),
-                   previous=[e for e in rec.get("previous", []) if e.get("until", 0) > now])
+        rec = dict(
+            rec,
+            node=node,
+            pending=rec.get("pending", []),
+            previous=[e for e in rec.get("previous", []) if e.get("until", 0) > now],
+        )
         data = (json.dumps(rec, indent=1) + "\n").encode()
 
         def fill(f: IO[bytes]) -> None:
-            os.fchmod(f.fileno(), 0o600)     # before the key is in it
+            os.fchmod(f.fileno(), 0o600)  # before the key is in it
             f.write(data)
+
         tlog.write_atomically(p, "%s.%d.tmp" % (p, os.getpid()), fill)
         self._cache.pop(node, None)
         return rec
 
     def _existing(self, node: str) -> dict[str, Any]:
         rec = self.read(node)
-        if rec is None:     # its file went while a rotation ran
+        if rec is None:  # its file went while a rotation ran
             raise KeyStoreError("%s: no key file" % self.file(node))
         return rec
 
     def pend(self, node: str, key: str) -> None:
         """Add key as sent to node, outcome unknown: accepted until settled."""
         rec = self._existing(node)
-        self.write(node, dict(rec, pending=rec.get("pending", []) + [
-            {"key": key, "since": int(time.time())}]))
+        self.write(
+            node,
+            dict(rec, pending=rec.get("pending", []) + [{"key": key, "since": int(time.time())}]),
+        )
 
     def drop(self, node: str, key: str) -> None:
         """Forget a pending key that node refused or never received."""
         rec = self._existing(node)
-        self.write(node, dict(rec, pending=[e for e in rec.get("pending", [])
-                                            if e["key"] != key]))
+        self.write(node, dict(rec, pending=[e for e in rec.get("pending", []) if e["key"] != key]))
 
     def commit(self, node: str, key: str, grace: float) -> dict[str, Any]:
         """node holds key: it is current; the keys it replaces (the current
@@ -128,14 +143,17 @@ class KeyStore:
         now = time.time()
         gone = [rec["key"]] + [e["key"] for e in rec.get("pending", [])]
         prev = [e for e in rec.get("previous", []) if e["key"] != key] + [
-            {"key": k, "until": now + grace} for k in gone if k != key]
+            {"key": k, "until": now + grace} for k in gone if k != key
+        ]
         return self.write(node, {"key": key, "since": int(now), "pending": [], "previous": prev})
 
-    def source(self, node: str, fallback: bytes | str | None
-               ) -> Callable[[Any], bytes | str | list[str]]:
+    def source(
+        self, node: str, fallback: bytes | str | None
+    ) -> Callable[[Any], bytes | str | list[str]]:
         """A Link's key= for node: its accepted keys, else ``fallback`` (the
         configuration's key). A key file that cannot be read refuses every
         peer, logged, rather than let one in without a key."""
+
         def keys(_peer: Any) -> bytes | str | list[str]:
             try:
                 k = self.accepted(node)
@@ -145,4 +163,5 @@ class KeyStore:
             if k is None:
                 return fallback if fallback is not None else new_key()
             return k
+
         return keys

@@ -25,20 +25,27 @@ from edgebus.link.stream import StreamTransport
 if TYPE_CHECKING:
     from edgebus.bridge.config import Device
     from edgebus.bridge.daemon import Bridge
+
     # A Link's rules: (pattern, prefix) pairs.
     Rules = Iterable[tuple[str, str]]
 
 log = logging.getLogger("edgebus.bridge")
 
-def device_rules(relay_calls: Iterable[str] = (), node_placeholder: str = "{node}"
-                 ) -> dict[str, list[tuple[str, str]]]:
+
+def device_rules(
+    relay_calls: Iterable[str] = (), node_placeholder: str = "{node}"
+) -> dict[str, list[tuple[str, str]]]:
     """The host side of a device link: everything from the device under
     dev/<node>/, commands and calls back under the same prefix; and the
     host-bus endpoints matching ``relay_calls`` offered as they are named
     here (another device's, relayed: docs/protocol.md, Relay)."""
     p = "dev/" + node_placeholder
-    return {"imports": [("#", p)], "import_calls": [("#", p)],
-            "exports": [(p + "/cmd/#", p)], "export_calls": [(c, "") for c in relay_calls]}
+    return {
+        "imports": [("#", p)],
+        "import_calls": [("#", p)],
+        "exports": [(p + "/cmd/#", p)],
+        "export_calls": [(c, "") for c in relay_calls],
+    }
 
 
 class _LinkState(dict):
@@ -70,7 +77,7 @@ class StateFile:
         except (OSError, ValueError):
             data = {}
         self.data: dict[str, _LinkState] = {}
-        for k, v in (data.items() if isinstance(data, dict) else ()):
+        for k, v in data.items() if isinstance(data, dict) else ():
             if isinstance(v, dict):
                 self.for_link(k).update(v)
 
@@ -103,10 +110,10 @@ async def tick_links(links: dict[str, Link], heartbeat: float) -> None:
         t0 = loop.time()
         batch = list(links.values())
         for i in range(0, len(batch), TICK_SLICE):
-            for link in batch[i:i + TICK_SLICE]:
+            for link in batch[i : i + TICK_SLICE]:
                 try:
                     link.tick()
-                except Exception as e:    # one link's fault must not stop the others' timers
+                except Exception as e:  # one link's fault must not stop the others' timers
                     link.count("tick_errors")
                     link.last_error = "tick: %r" % (e,)
                     if link.counters["tick_errors"] == 1:
@@ -135,15 +142,24 @@ async def run_serial(bridge: Bridge, dev: Device) -> Link | None:
         import serial
         import serial_asyncio
     except ImportError as e:
-        log.error("serial %s: cannot open serial ports: %s (pip install 'edgebus[bridge]')",
-                  dev.node, e)
+        log.error(
+            "serial %s: cannot open serial ports: %s (pip install 'edgebus[bridge]')", dev.node, e
+        )
         return None
     link_id = "serial:" + dev.node
-    link = Link(bridge.bus, bridge.cfg.node, key=bridge.keystore.source(dev.node, dev.key),
-                role="responder", link_id=link_id, peer=dev.node, heartbeat=bridge.cfg.heartbeat,
-                seal=bridge.cfg.seal_for("serial", dev.seal),
-                state=bridge.state.for_link(link_id), **bridge.durability(),
-                **device_rules(bridge.cfg.relay_calls))
+    link = Link(
+        bridge.bus,
+        bridge.cfg.node,
+        key=bridge.keystore.source(dev.node, dev.key),
+        role="responder",
+        link_id=link_id,
+        peer=dev.node,
+        heartbeat=bridge.cfg.heartbeat,
+        seal=bridge.cfg.seal_for("serial", dev.seal),
+        state=bridge.state.for_link(link_id),
+        **bridge.durability(),
+        **device_rules(bridge.cfg.relay_calls),
+    )
     bridge.links[link_id] = link
     backoff = retry_backoff()
     while not bridge.stopping:
@@ -185,7 +201,7 @@ async def serve_local(bridge: Bridge, path: str) -> asyncio.Server:
     """Local processes join the host bus over a unix socket; each connection's
     unix credentials are its principal, so the authoriser scopes it."""
     if os.path.exists(path):
-        os.unlink(path)      # a stale socket from a previous run
+        os.unlink(path)  # a stale socket from a previous run
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     n = [0]
 
@@ -198,20 +214,37 @@ async def serve_local(bridge: Bridge, path: str) -> asyncio.Server:
         if not first:
             return
         if first != DELIM:
-            return await textmode.serve(bridge, reader, writer, first,
-                                        {"uid": uid, "gid": gid, "pid": pid},
-                                        "text:%d:%d" % (pid, n[0]))
+            return await textmode.serve(
+                bridge,
+                reader,
+                writer,
+                first,
+                {"uid": uid, "gid": gid, "pid": pid},
+                "text:%d:%d" % (pid, n[0]),
+            )
         link_id = "local:%d:%d" % (pid, n[0])
         principal = {"uid": uid, "gid": gid, "pid": pid}
         # Exports follow what the user may read: a local client receives no
         # more than its ACL allows.
         reads = bridge.read_patterns(uid)
-        link = Link(bridge.bus, bridge.cfg.node, key=None, role="responder", link_id=link_id,
-                    principal=principal, heartbeat=bridge.cfg.heartbeat, status=False,
-                    exports=[(p, "") for p in reads], imports=[("#", "")],
-                    export_calls=[("#", "")], import_calls=[("#", "")], max_len=LOCAL_MAX_LEN,
-                    out_queue=bridge.cfg.client_queue, **bridge.durability(),
-                    spool=host_spool(LOCAL_MAX_LEN, bridge.cfg.client_queue))
+        link = Link(
+            bridge.bus,
+            bridge.cfg.node,
+            key=None,
+            role="responder",
+            link_id=link_id,
+            principal=principal,
+            heartbeat=bridge.cfg.heartbeat,
+            status=False,
+            exports=[(p, "") for p in reads],
+            imports=[("#", "")],
+            export_calls=[("#", "")],
+            import_calls=[("#", "")],
+            max_len=LOCAL_MAX_LEN,
+            out_queue=bridge.cfg.client_queue,
+            **bridge.durability(),
+            spool=host_spool(LOCAL_MAX_LEN, bridge.cfg.client_queue),
+        )
         bridge.links[link_id] = link
         log.info("local client %s (uid %d pid %d) connected", link_id, uid, pid)
         try:
@@ -222,5 +255,5 @@ async def serve_local(bridge: Bridge, path: str) -> asyncio.Server:
             log.info("local client %s gone", link_id)
 
     server = await asyncio.start_unix_server(handle, path=path)
-    os.chmod(path, 0o666)    # access is decided per user by the ACL, not the file mode
+    os.chmod(path, 0o666)  # access is decided per user by the ACL, not the file mode
     return server

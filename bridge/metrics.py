@@ -27,6 +27,7 @@ def trouble(links: dict[str, Link], n: int) -> list[str]:
     def rank(kv: tuple[str, Link]) -> tuple[bool, int, str]:
         c = kv[1].counters
         return (kv[1].status == "up", -sum(c.get(k, 0) for k in ERRORS + ("gaps",)), kv[0])
+
     return sorted(k for k, _ in sorted(links.items(), key=rank)[:n])
 
 
@@ -43,19 +44,28 @@ class BridgeCollector:
         for s in ("up", "down", "hello_sent", "ack_sent"):
             states.add_metric([s], f["states"].get(s, 0))
         yield states
-        fleet = CounterMetricFamily("edgebus_fleet_events",
-                                    "link counters summed over every link", labels=["counter"])
+        fleet = CounterMetricFamily(
+            "edgebus_fleet_events", "link counters summed over every link", labels=["counter"]
+        )
         for k, v in sorted(f["counters"].items()):
             fleet.add_metric([k], v)
         yield fleet
-        up = GaugeMetricFamily("edgebus_link_up", "1 when the link's session is up",
-                               labels=["link", "peer"])
-        gen = GaugeMetricFamily("edgebus_link_generation", "the peer's generation",
-                                labels=["link", "peer"])
-        ev = CounterMetricFamily("edgebus_link_events", "link counters (frames, gaps, errors...)",
-                                 labels=["link", "counter"])
-        fr = CounterMetricFamily("edgebus_link_frame_errors", "framing counters of the transport",
-                                 labels=["link", "counter"])
+        up = GaugeMetricFamily(
+            "edgebus_link_up", "1 when the link's session is up", labels=["link", "peer"]
+        )
+        gen = GaugeMetricFamily(
+            "edgebus_link_generation", "the peer's generation", labels=["link", "peer"]
+        )
+        ev = CounterMetricFamily(
+            "edgebus_link_events",
+            "link counters (frames, gaps, errors...)",
+            labels=["link", "counter"],
+        )
+        fr = CounterMetricFamily(
+            "edgebus_link_frame_errors",
+            "framing counters of the transport",
+            labels=["link", "counter"],
+        )
         for lid, s in st["links"].items():
             peer = s.get("peer") or ""
             up.add_metric([lid, peer], 1 if s["state"] == "up" else 0)
@@ -70,39 +80,57 @@ class BridgeCollector:
         yield ev
         yield fr
         b = st["bus"]
-        yield GaugeMetricFamily("edgebus_bus_connections", "connections on the host bus",
-                                value=b["connections"])
-        yield CounterMetricFamily("edgebus_bus_dropped", "messages dropped by full feeds",
-                                  value=b["dropped"])
-        yield CounterMetricFamily("edgebus_bus_overflows",
-                                  "feeds closed because they could not keep up (disconnect)",
-                                  value=b.get("overflows", 0))
-        yield GaugeMetricFamily("edgebus_bus_retained", "retained topics on the host bus",
-                                value=b["retained"])
+        yield GaugeMetricFamily(
+            "edgebus_bus_connections", "connections on the host bus", value=b["connections"]
+        )
+        yield CounterMetricFamily(
+            "edgebus_bus_dropped", "messages dropped by full feeds", value=b["dropped"]
+        )
+        yield CounterMetricFamily(
+            "edgebus_bus_overflows",
+            "feeds closed because they could not keep up (disconnect)",
+            value=b.get("overflows", 0),
+        )
+        yield GaugeMetricFamily(
+            "edgebus_bus_retained", "retained topics on the host bus", value=b["retained"]
+        )
         mq = st.get("mqtt")
         if mq and mq.get("broker_dropped") is not None:
-            yield CounterMetricFamily("edgebus_broker_dropped",
-                                      "messages the MQTT broker dropped (its queues full) since "
-                                      "the bridge connected", value=mq["broker_dropped"])
+            yield CounterMetricFamily(
+                "edgebus_broker_dropped",
+                "messages the MQTT broker dropped (its queues full) since the bridge connected",
+                value=mq["broker_dropped"],
+            )
         lg = st.get("log")
         if lg:
-            yield CounterMetricFamily("edgebus_log_appended", "records appended to the log",
-                                      value=lg["appended"])
-            yield CounterMetricFamily("edgebus_log_dropped", "records lost before the log",
-                                      value=lg["dropped"])
-            yield CounterMetricFamily("edgebus_log_syncs", "group commits (sync points) made",
-                                      value=lg["syncs"])
-            yield GaugeMetricFamily("edgebus_log_unsynced",
-                                    "records appended since the last sync point",
-                                    value=lg["unsynced"])
-            yield CounterMetricFamily("edgebus_log_held",
-                                      "data frames durable links held back while the log was "
-                                      "behind (their devices send them again)", value=lg["held"])
-            yield GaugeMetricFamily("edgebus_log_queued", "messages waiting for the log",
-                                    value=lg["queued"])
-            yield GaugeMetricFamily("edgebus_log_pushback",
-                                    "1 while the log pushes back on durable links",
-                                    value=1 if lg["state"] == "pushing back" else 0)
+            yield CounterMetricFamily(
+                "edgebus_log_appended", "records appended to the log", value=lg["appended"]
+            )
+            yield CounterMetricFamily(
+                "edgebus_log_dropped", "records lost before the log", value=lg["dropped"]
+            )
+            yield CounterMetricFamily(
+                "edgebus_log_syncs", "group commits (sync points) made", value=lg["syncs"]
+            )
+            yield GaugeMetricFamily(
+                "edgebus_log_unsynced",
+                "records appended since the last sync point",
+                value=lg["unsynced"],
+            )
+            yield CounterMetricFamily(
+                "edgebus_log_held",
+                "data frames durable links held back while the log was "
+                "behind (their devices send them again)",
+                value=lg["held"],
+            )
+            yield GaugeMetricFamily(
+                "edgebus_log_queued", "messages waiting for the log", value=lg["queued"]
+            )
+            yield GaugeMetricFamily(
+                "edgebus_log_pushback",
+                "1 while the log pushes back on durable links",
+                value=1 if lg["state"] == "pushing back" else 0,
+            )
 
 
 def serve(bridge: Bridge, addr: str) -> tuple[Any, Any]:

@@ -36,7 +36,8 @@ if TYPE_CHECKING:
 
     from paho.mqtt.properties import Properties
     from paho.mqtt.reasoncodes import ReasonCode
-    OnMessage = Callable[[str, bytes | bytearray], Any]   # (topic, payload)
+
+    OnMessage = Callable[[str, bytes | bytearray], Any]  # (topic, payload)
 
 # PUBLISH packets handled per event-loop turn at most, so that the links
 # (and everything else on the loop) run between large reads.
@@ -65,37 +66,53 @@ class Connection:
     made in paho's on_connect, so a connection is only handed out subscribed;
     :meth:`subscribe` and :meth:`unsubscribe` change them while it runs."""
 
-    def __init__(self, client_id: str, on_message: OnMessage, topics: Iterable[str],
-                 keepalive: int, will: tuple[str, bytes] | None = None) -> None:
+    def __init__(
+        self,
+        client_id: str,
+        on_message: OnMessage,
+        topics: Iterable[str],
+        keepalive: int,
+        will: tuple[str, bytes] | None = None,
+    ) -> None:
         self.loop = asyncio.get_running_loop()
         self.on_message = on_message
-        self.topics = set(topics)        # subscribed (or being subscribed) now
+        self.topics = set(topics)  # subscribed (or being subscribed) now
         self._acks: dict[int | None, tuple[_Acks, list[str]]] = {}  # packet id -> _Acks, topics
-        self.closed = self.loop.create_future()   # result: why it ended (None: by us)
-        self.ready = self.loop.create_future()    # CONNACK and SUBACK both accepted
-        self.received = 0                # PUBLISH packets handed to on_message
-        self.sock: Any = None            # paho's socket while connected
-        self.reading = False             # the socket is registered with add_reader
-        self.writing = False             # ... with add_writer (its buffer was full)
+        self.closed = self.loop.create_future()  # result: why it ended (None: by us)
+        self.ready = self.loop.create_future()  # CONNACK and SUBACK both accepted
+        self.received = 0  # PUBLISH packets handed to on_message
+        self.sock: Any = None  # paho's socket while connected
+        self.reading = False  # the socket is registered with add_reader
+        self.writing = False  # ... with add_writer (its buffer was full)
         self._flush_soon = False
         self._drained = asyncio.Event()
         self._drained.set()
         self._misc: asyncio.Task[None] | None = None
-        c = self.client = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=client_id,
-                                      protocol=paho.MQTTv311, clean_session=True)
-        c.suppress_exceptions = False    # a bug in a callback surfaces, not a log line
+        c = self.client = paho.Client(
+            paho.CallbackAPIVersion.VERSION2,
+            client_id=client_id,
+            protocol=paho.MQTTv311,
+            clean_session=True,
+        )
+        c.suppress_exceptions = False  # a bug in a callback surfaces, not a log line
         self.keepalive = keepalive
         c.on_connect = self._on_connect
         c.on_subscribe = self._on_subscribe
-        c.on_unsubscribe = self._on_subscribe    # UNSUBACK: the same bookkeeping
+        c.on_unsubscribe = self._on_subscribe  # UNSUBACK: the same bookkeeping
         c.on_message = self._on_message
         c.on_disconnect = self._on_disconnect
-        if will is not None:             # (topic, payload): retained, QoS 0
+        if will is not None:  # (topic, payload): retained, QoS 0
             c.will_set(will[0], will[1], 0, retain=True)
 
     # -- paho callbacks (all run on the event loop) ----------------------------
-    def _on_connect(self, client: paho.Client, userdata: Any, flags: paho.ConnectFlags,
-                    reason: ReasonCode, properties: Properties | None) -> None:
+    def _on_connect(
+        self,
+        client: paho.Client,
+        userdata: Any,
+        flags: paho.ConnectFlags,
+        reason: ReasonCode,
+        properties: Properties | None,
+    ) -> None:
         if reason.is_failure:
             self._end(MqttError("broker refused the connection: %s" % reason))
             return
@@ -123,16 +140,24 @@ class Connection:
             return
         c = self.client
         for i in range(0, len(topics), SUB_BATCH):
-            batch = topics[i:i + SUB_BATCH]
+            batch = topics[i : i + SUB_BATCH]
             rc, mid = c.unsubscribe(batch) if unsub else c.subscribe([(t, 0) for t in batch])
             if rc != paho.MQTT_ERR_SUCCESS:
-                raise MqttError("%s failed: %s" % ("unsubscribe" if unsub else "subscribe",
-                                                   paho.error_string(rc)))
+                raise MqttError(
+                    "%s failed: %s"
+                    % ("unsubscribe" if unsub else "subscribe", paho.error_string(rc))
+                )
             acks.mids.add(mid)
             self._acks[mid] = (acks, batch)
 
-    def _on_subscribe(self, client: paho.Client, userdata: Any, mid: int,
-                      reasons: list[ReasonCode], properties: Properties | None) -> None:
+    def _on_subscribe(
+        self,
+        client: paho.Client,
+        userdata: Any,
+        mid: int,
+        reasons: list[ReasonCode],
+        properties: Properties | None,
+    ) -> None:
         entry = self._acks.pop(mid, None)
         if entry is None:
             return
@@ -146,13 +171,23 @@ class Connection:
         self.received += 1
         self.on_message(msg.topic, msg.payload)
 
-    def _on_disconnect(self, client: paho.Client, userdata: Any, flags: paho.DisconnectFlags,
-                       reason: ReasonCode, properties: Properties | None) -> None:
+    def _on_disconnect(
+        self,
+        client: paho.Client,
+        userdata: Any,
+        flags: paho.DisconnectFlags,
+        reason: ReasonCode,
+        properties: Properties | None,
+    ) -> None:
         # After our own close() this changes nothing: closed is already set.
         # MQTT 3.1.1 brokers just close the socket; paho's reason code then
         # says nothing more than that.
-        self._end(MqttError("connection to the broker lost" + (
-            " (%s)" % reason if flags.is_disconnect_packet_from_server else "")))
+        self._end(
+            MqttError(
+                "connection to the broker lost"
+                + (" (%s)" % reason if flags.is_disconnect_packet_from_server else "")
+            )
+        )
 
     def _on_socket_close(self, client: paho.Client, userdata: Any, sock: Any) -> None:
         if self.reading:
@@ -193,7 +228,7 @@ class Connection:
 
     def _readable(self) -> None:
         if not self.reading:
-            return                       # paused (or closed) since it was scheduled
+            return  # paused (or closed) since it was scheduled
         c = self.client
         for _ in range(READ_BATCH):
             n = self.received
@@ -209,7 +244,7 @@ class Connection:
         self._flush_soon = False
         c = self.client
         if self.sock is None or self.writing:
-            return                       # closed, or the writer will send it
+            return  # closed, or the writer will send it
         c.loop_write()
         if c.want_write() and self.sock is not None:
             # The socket's buffer is full: write when it drains.
@@ -220,14 +255,14 @@ class Connection:
     async def _misc_loop(self) -> None:
         while not self.closed.done():
             await asyncio.sleep(1)
-            self.client.loop_misc()      # PINGREQ; drops a broker silent past the keepalive
+            self.client.loop_misc()  # PINGREQ; drops a broker silent past the keepalive
 
     def _end(self, why: MqttError | None) -> None:
         if not self.closed.done():
             self.closed.set_result(why)
         if not self.ready.done():
             self.ready.set_exception(why or MqttError("connection closed"))
-            self.ready.exception()       # retrieved: connect() may be gone already
+            self.ready.exception()  # retrieved: connect() may be gone already
         if self._misc is not None and self._misc is not asyncio.current_task():
             self._misc.cancel()
 
@@ -268,9 +303,11 @@ class Connection:
         if self.closed.done():
             raise MqttError("MQTT connection closed")
         fut = self.loop.create_future()
+
         def done(refused: list[str]) -> None:
             if not fut.done():
                 fut.set_result(refused)
+
         self._send(unsub, sorted(topics), done)
         # The connection may end first: then the next one subscribes afresh.
         await asyncio.wait([fut, self.closed], return_when=asyncio.FIRST_COMPLETED)
@@ -287,19 +324,28 @@ class Connection:
         if self.sock is not None:
             if goodbye is not None:
                 c.publish(goodbye[0], goodbye[1], 0, True)
-            c.disconnect()               # queued; written and closed right here
+            c.disconnect()  # queued; written and closed right here
             if self.sock is not None:
                 c.loop_write()
         s = c.socket()
-        if s is not None:                # paho could not write the DISCONNECT
+        if s is not None:  # paho could not write the DISCONNECT
             self._on_socket_close(c, None, s)
             s.close()
 
 
-async def connect(host: str, port: int, client_id: str, on_message: OnMessage,
-                  topics: Iterable[str], username: str | None = None, password: str | None = None,
-                  ssl: SSLContext | None = None, keepalive: int = 30, timeout: float = 10,
-                  will: tuple[str, bytes] | None = None) -> Connection:
+async def connect(
+    host: str,
+    port: int,
+    client_id: str,
+    on_message: OnMessage,
+    topics: Iterable[str],
+    username: str | None = None,
+    password: str | None = None,
+    ssl: SSLContext | None = None,
+    keepalive: int = 30,
+    timeout: float = 10,
+    will: tuple[str, bytes] | None = None,
+) -> Connection:
     """A Connection subscribed to ``topics`` (QoS 0), its reading paused:
     call ``resume_reading()`` once ``on_message`` can take messages.
     ``will`` (topic, payload): the last will, retained, QoS 0.
@@ -319,9 +365,11 @@ async def connect(host: str, port: int, client_id: str, on_message: OnMessage,
     try:
         await asyncio.shield(fut)
     except asyncio.CancelledError:
+
         def close_if_connected(f: asyncio.Future[Any]) -> None:
             if not (f.cancelled() or f.exception()):
                 conn.close()
+
         fut.add_done_callback(close_if_connected)
         raise
     try:

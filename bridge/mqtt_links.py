@@ -72,7 +72,7 @@ class MqttLinks:
         self.broker_dropped: int | None = None
         # the broker's count when we connected (from its start)
         self._dropped_base: int | None = None
-        self._warned = (float("-inf"), 0)   # (when, broker_dropped) at the last warning
+        self._warned = (float("-inf"), 0)  # (when, broker_dropped) at the last warning
         # while connected: (connection, full set, link tasks)
         self._live: tuple[Connection, set[DeviceTransport], list[asyncio.Task[Any]]] | None = None
         # node -> (key, seal) its link was made with
@@ -101,13 +101,20 @@ class MqttLinks:
         """The Link of device ``node`` (its key: the keystore's, else ``key``)."""
         link_id = "mqtt:" + node
         b = self.bridge
-        link = self.links[node] = Link(b.bus, b.cfg.node, key=b.keystore.source(node, key),
-                                       role="responder", link_id=link_id, peer=node,
-                                       heartbeat=b.cfg.heartbeat,
-                                       seal=b.cfg.seal_for("mqtt", seal),
-                                       state=b.state.for_link(link_id), **b.durability(),
-                                       **device_rules(b.cfg.relay_calls))
-        link.ticks = False        # _links_forever ticks them all from one task
+        link = self.links[node] = Link(
+            b.bus,
+            b.cfg.node,
+            key=b.keystore.source(node, key),
+            role="responder",
+            link_id=link_id,
+            peer=node,
+            heartbeat=b.cfg.heartbeat,
+            seal=b.cfg.seal_for("mqtt", seal),
+            state=b.state.for_link(link_id),
+            **b.durability(),
+            **device_rules(b.cfg.relay_calls),
+        )
+        link.ticks = False  # _links_forever ticks them all from one task
         # Its retained status (link/<id>) with new counters every 10 s, not
         # every second: building and retaining it costs ~27 us, 14 % of a core
         # at 5,000 devices. A change of state still goes out at once.
@@ -138,8 +145,9 @@ class MqttLinks:
         changed = sorted(set(gone) & set(new))
         self.mq.keys, self.mq.seals, self.mq.keystore = mq.keys, mq.seals, mq.keystore
         live = self._live
-        await asyncio.gather(*(self._drop(n, "changed" if n in changed else "released")
-                               for n in gone))
+        await asyncio.gather(
+            *(self._drop(n, "changed" if n in changed else "released") for n in gone)
+        )
         if live is not None and self.mq.shard and gone:
             await self._resubscribe(live[0], self._topics(gone), True)
         for n in new:
@@ -151,14 +159,17 @@ class MqttLinks:
         live = self._live
         if live is not None and self.mq.shard and new:
             await self._resubscribe(live[0], self._topics(new), False)
-            try:     # devices still waiting for an answer to their HELLO say it again now
+            try:  # devices still waiting for an answer to their HELLO say it again now
                 await live[0].publish(self.presence, b"online", retain=True)
             except OSError:
-                pass     # the connection ended: the next one says it
+                pass  # the connection ended: the next one says it
         if gone or new:
             self.bridge.state.save()
-        return {"added": sorted(set(new) - set(changed)), "removed": sorted(set(gone) - set(changed)),
-                "changed": changed}
+        return {
+            "added": sorted(set(new) - set(changed)),
+            "removed": sorted(set(gone) - set(changed)),
+            "changed": changed,
+        }
 
     async def _resubscribe(self, conn: Connection, topics: list[str], unsub: bool) -> None:
         try:
@@ -167,10 +178,13 @@ class MqttLinks:
             else:
                 refused = await conn.subscribe(topics)
                 if refused:
-                    log.error("mqtt: the broker refused a subscription to %s: those devices "
-                              "get no session here", ", ".join(refused))
+                    log.error(
+                        "mqtt: the broker refused a subscription to %s: those devices "
+                        "get no session here",
+                        ", ".join(refused),
+                    )
         except OSError:
-            pass     # the connection ended: the next one subscribes to what is wanted then
+            pass  # the connection ended: the next one subscribes to what is wanted then
 
     async def _drop(self, node: str, why: str) -> None:
         """End device ``node``'s session with a BYE and forget its link (its
@@ -182,10 +196,16 @@ class MqttLinks:
         if t is not None:
             self._up.pop("%s/%s/up" % (self.mq.prefix, node), None)
         up = link.status == "up"
-        await link.close("device moved off this bridge" if why == "released"
-                         else "device re-linked")
-        log.info("mqtt: %s %s", node, "re-linked (its key or seal changed)" if why != "released"
-                 else "released (removed): %s, link dropped" % ("BYE sent" if up else "no session"))
+        await link.close(
+            "device moved off this bridge" if why == "released" else "device re-linked"
+        )
+        log.info(
+            "mqtt: %s %s",
+            node,
+            "re-linked (its key or seal changed)"
+            if why != "released"
+            else "released (removed): %s, link dropped" % ("BYE sent" if up else "no session"),
+        )
 
     def _attach(self, node: str, link: Link) -> DeviceTransport:
         """Run ``link`` over the live connection: its transport and task."""
@@ -195,7 +215,7 @@ class MqttLinks:
         t = DeviceTransport(conn, "%s/%s/down" % (p, node), link.max_len, full)
         self.transports[node] = t
         self._up["%s/%s/up" % (p, node)] = t
-        tasks[:] = [x for x in tasks if not x.done()]   # released devices' runs
+        tasks[:] = [x for x in tasks if not x.done()]  # released devices' runs
         tasks.append(asyncio.create_task(link.run(t)))
         return t
 
@@ -207,7 +227,7 @@ class MqttLinks:
         try:
             if self._live is None or not self.mq.keystore or ks.read(node) is None:
                 return None
-        except KeyStoreError:      # a name that cannot be a key file, or a bad file
+        except KeyStoreError:  # a name that cannot be a key file, or a bad file
             return None
         log.info("mqtt: %s has a key in the keystore: linking it", node)
         return self._attach(node, self._add(node, None, None))
@@ -219,8 +239,11 @@ class MqttLinks:
     async def run(self) -> None:
         tasks = []
         if self.mq.mirror:
-            tasks.append(asyncio.create_task(mqtt_mirror.run(self.bridge, self.mq, self.host,
-                                                             self.port, self.tls_context())))
+            tasks.append(
+                asyncio.create_task(
+                    mqtt_mirror.run(self.bridge, self.mq, self.host, self.port, self.tls_context())
+                )
+            )
         try:
             await self._links_forever()
         finally:
@@ -239,11 +262,18 @@ class MqttLinks:
             try:
                 # Subscribed in paho's on_connect: connect() returns once the
                 # broker accepted both the client and the subscriptions.
-                conn = await mqtt_conn.connect(self.host, self.port, self.mq.client_id,
-                                               self._on_message, self.subscriptions(),
-                                               self.mq.username, self.mq.password,
-                                               self.tls_context(),
-                                               keepalive=30, will=bye)
+                conn = await mqtt_conn.connect(
+                    self.host,
+                    self.port,
+                    self.mq.client_id,
+                    self._on_message,
+                    self.subscriptions(),
+                    self.mq.username,
+                    self.mq.password,
+                    self.tls_context(),
+                    keepalive=30,
+                    will=bye,
+                )
                 tasks: list[asyncio.Task[Any]] = []
                 try:
                     self.connected = True
@@ -253,10 +283,11 @@ class MqttLinks:
                     self._live = (conn, set(), tasks)
                     for node, link in list(self.links.items()):
                         self._attach(node, link)
-                    tasks.append(asyncio.create_task(tick_links(self.links,
-                                                                self.bridge.cfg.heartbeat)))
-                    conn.resume_reading()        # paused by connect() until now
-                    if self.mq.shard:       # devices a reload changed while connecting
+                    tasks.append(
+                        asyncio.create_task(tick_links(self.links, self.bridge.cfg.heartbeat))
+                    )
+                    conn.resume_reading()  # paused by connect() until now
+                    if self.mq.shard:  # devices a reload changed while connecting
                         # (after resume_reading: the acknowledgements are read too)
                         want = set(self.subscriptions())
                         await self._resubscribe(conn, list(conn.topics - want), True)
@@ -279,8 +310,9 @@ class MqttLinks:
             except (OSError, asyncio.TimeoutError) as e:
                 # Bad credentials, a refused subscription, an unreachable or
                 # vanished broker: one line each, then the backoff.
-                log.warning("mqtt: %s:%d: %s; reconnecting", self.host, self.port,
-                            e or type(e).__name__)
+                log.warning(
+                    "mqtt: %s:%d: %s; reconnecting", self.host, self.port, e or type(e).__name__
+                )
             finally:
                 if conn is not None:
                     # Leaving with the connection up (a stop): say "offline"
@@ -295,25 +327,28 @@ class MqttLinks:
         try:
             await conn.subscribe([BROKER_DROPPED])
         except OSError:
-            pass     # the connection ended; a refusal is an answer too (no figure)
+            pass  # the connection ended; a refusal is an answer too (no figure)
 
     def _broker_dropped(self, payload: bytes | bytearray) -> None:
         try:
             n = int(payload)
         except ValueError:
             return
-        if self._dropped_base is None or n < self._dropped_base:   # new connection or broker
+        if self._dropped_base is None or n < self._dropped_base:  # new connection or broker
             self._dropped_base = n - (self.broker_dropped or 0)
         self.broker_dropped = n - self._dropped_base
         now = time.monotonic()
         t, seen = self._warned
         if self.broker_dropped > seen and now - t >= WARN_EVERY:
-            log.warning("mqtt: the broker dropped %d message(s) since the last warning (%d in "
-                        "all): its queue for a slow client was full. Device frames lost there "
-                        "come again (retransmissions, handshakes retried) at a cost; for a "
-                        "fleet give the broker room (mosquitto: max_queued_messages, README "
-                        "\"Running 10,000 devices\")", self.broker_dropped - seen,
-                        self.broker_dropped)
+            log.warning(
+                "mqtt: the broker dropped %d message(s) since the last warning (%d in "
+                "all): its queue for a slow client was full. Device frames lost there "
+                "come again (retransmissions, handshakes retried) at a cost; for a "
+                "fleet give the broker room (mosquitto: max_queued_messages, README "
+                '"Running 10,000 devices")',
+                self.broker_dropped - seen,
+                self.broker_dropped,
+            )
             self._warned = (now, self.broker_dropped)
 
     def stop_reading(self, pause: bool = True) -> int:
@@ -326,13 +361,13 @@ class MqttLinks:
             q, t.pending = t.pending, []
             n += len(q)
         if pause and self._live is not None:
-            self._live[1].clear()     # no transport's recv() resumes reading now
+            self._live[1].clear()  # no transport's recv() resumes reading now
             self._live[0].pause_reading()
         return n
 
     def _on_message(self, topic: str, payload: bytes | bytearray) -> None:
         t = self._up.get(topic)
-        if t is not None:        # the hot path: a frame from a known device
+        if t is not None:  # the hot path: a frame from a known device
             t.deliver(payload)
             return
         if topic == BROKER_DROPPED:
@@ -346,7 +381,7 @@ class MqttLinks:
         if link is None:
             t = self._arrived(node) if kind == "up" else None
             if t is None:
-                self.unknown += 1     # a device without a key never gets in
+                self.unknown += 1  # a device without a key never gets in
             else:
                 t.deliver(payload)
             return
@@ -359,9 +394,12 @@ class MqttLinks:
                 link.peer_presence(False)
 
     def stats(self) -> dict[str, Any]:
-        return {"connected": self.connected, "connects": self.connects,
-                "unknown_devices": self.unknown, "devices": len(self.links),
-                "broker_dropped": self.broker_dropped,
-                "shard": self.mq.shard,
-                "subscriptions": len(self._live[0].topics - {BROKER_DROPPED}) if self._live
-                else 0}
+        return {
+            "connected": self.connected,
+            "connects": self.connects,
+            "unknown_devices": self.unknown,
+            "devices": len(self.links),
+            "broker_dropped": self.broker_dropped,
+            "shard": self.mq.shard,
+            "subscriptions": len(self._live[0].topics - {BROKER_DROPPED}) if self._live else 0,
+        }

@@ -36,9 +36,16 @@ async def run(bridge: Bridge, mq: Mqtt, host: str, port: int, tls: SSLContext | 
     while True:
         try:
             async with aiomqtt.Client(
-                    host, port, identifier=mq.client_id + "-mirror", username=mq.username,
-                    password=mq.password, tls_context=tls, protocol=aiomqtt.ProtocolVersion.V5,
-                    keepalive=30, timeout=2.0) as client:
+                host,
+                port,
+                identifier=mq.client_id + "-mirror",
+                username=mq.username,
+                password=mq.password,
+                tls_context=tls,
+                protocol=aiomqtt.ProtocolVersion.V5,
+                keepalive=30,
+                timeout=2.0,
+            ) as client:
                 # timeout: aiomqtt waits this long for a disconnect to be
                 # confirmed (10 s by default); a stop allows each step 5 s.
                 backoff.reset()
@@ -74,7 +81,7 @@ async def _publish(client: Client, item: Any) -> None:  # a Message or RetainedE
     topic = "/".join(str(t) for t in item.topic)
     retain = type(item) is not Message
     if retain and item.op == "unretain":
-       payload: bytes | str = b""  # an empty retained message clears it on the broker
+        payload: bytes | str = b""  # an empty retained message clears it on the broker
     else:
         p = item.payload
         try:
@@ -83,8 +90,16 @@ async def _publish(client: Client, item: Any) -> None:  # a Message or RetainedE
             return
     o = item.origin
     props = Properties(PacketTypes.PUBLISH)
-    props.UserProperty = [(k, str(v)) for k, v in (
-        ("origin_kind", o.kind), ("link_id", o.link_id), ("peer_node", o.peer_node),
-        ("peer_sid", o.peer_sid), ("generation", o.generation),
-        ("seq", (o.extra or {}).get("seq"))) if v is not None]
+    props.UserProperty = [
+        (k, str(v))
+        for k, v in (
+            ("origin_kind", o.kind),
+            ("link_id", o.link_id),
+            ("peer_node", o.peer_node),
+            ("peer_sid", o.peer_sid),
+            ("generation", o.generation),
+            ("seq", (o.extra or {}).get("seq")),
+        )
+        if v is not None
+    ]
     await client.publish(topic, payload, retain=retain, properties=props)

@@ -41,8 +41,9 @@ class DeviceTransport:
     ``full`` is shared by the transports of one connection: the ones past
     HIGH, for which the connection has stopped reading."""
 
-    def __init__(self, conn: Connection, down: str, max_len: int, full: set[DeviceTransport]
-                 ) -> None:
+    def __init__(
+        self, conn: Connection, down: str, max_len: int, full: set[DeviceTransport]
+    ) -> None:
         self.conn = conn
         self.down = down
         self.max_len = max_len
@@ -53,7 +54,7 @@ class DeviceTransport:
         self.waiter: asyncio.Future[None] | None = None
         self.frames = Frames()
         self.closed = False
-        self.bare = False   # the link's to set: its sealed session's peer takes bare bodies
+        self.bare = False  # the link's to set: its sealed session's peer takes bare bodies
 
     def deliver(self, payload: bytes | bytearray) -> None:
         body = frame.unmessage(payload, self.max_len)
@@ -66,7 +67,7 @@ class DeviceTransport:
         n = len(q)
         if n >= HIGH:
             if n >= LIMIT:
-                f.oversize += 1     # counted: the link sees the gap
+                f.oversize += 1  # counted: the link sees the gap
                 return
             self.full.add(self)
             self.conn.pause_reading()
@@ -106,7 +107,7 @@ class DeviceTransport:
             if w is not None and not w.done():
                 w.set_result(None)
         full = self.full
-        if self in full:          # its link reads no more: it must not hold the others
+        if self in full:  # its link reads no more: it must not hold the others
             full.discard(self)
             if not full:
                 self.conn.resume_reading()

@@ -33,13 +33,24 @@ CONNECT_TIMEOUT = 10.0
 def peer_link(bridge: Bridge, p: Peer) -> Link:
     """The Link for [[peer]] ``p`` (its id is ``peer:<node>``)."""
     link_id = "peer:" + p.node
-    link = Link(bridge.bus, bridge.cfg.node, key=bridge.keystore.source(p.node, p.key),
-                role="initiator" if p.connect else "responder", link_id=link_id,
-                peer=p.node, heartbeat=bridge.cfg.heartbeat,
-                seal=bridge.cfg.seal_for("peer", p.seal),
-                state=bridge.state.for_link(link_id), exports=p.exports, imports=p.imports,
-                export_calls=p.export_calls, import_calls=p.import_calls,
-                priority=p.priority, max_len=PEER_MAX_LEN, spool=host_spool(PEER_MAX_LEN, 64))
+    link = Link(
+        bridge.bus,
+        bridge.cfg.node,
+        key=bridge.keystore.source(p.node, p.key),
+        role="initiator" if p.connect else "responder",
+        link_id=link_id,
+        peer=p.node,
+        heartbeat=bridge.cfg.heartbeat,
+        seal=bridge.cfg.seal_for("peer", p.seal),
+        state=bridge.state.for_link(link_id),
+        exports=p.exports,
+        imports=p.imports,
+        export_calls=p.export_calls,
+        import_calls=p.import_calls,
+        priority=p.priority,
+        max_len=PEER_MAX_LEN,
+        spool=host_spool(PEER_MAX_LEN, 64),
+    )
     bridge.links[link_id] = link
     return link
 
@@ -54,8 +65,11 @@ async def dial(bridge: Bridge, p: Peer) -> None:
         try:
             r, w = await wait_for(asyncio.open_connection(host, port), CONNECT_TIMEOUT)
         except (OSError, asyncio.TimeoutError) as e:
-            why = "no answer within %s s" % CONNECT_TIMEOUT if isinstance(
-                e, asyncio.TimeoutError) else e.strerror or e
+            why = (
+                "no answer within %s s" % CONNECT_TIMEOUT
+                if isinstance(e, asyncio.TimeoutError)
+                else e.strerror or e
+            )
             link.last_error = "connect %s:%d: %s" % (host, port, why)
             await bridge.sleep(backoff.next())
             continue
@@ -83,16 +97,16 @@ async def listen(bridge: Bridge, p: Peer) -> asyncio.Server:
             ow.close()
             try:
                 await ot
-            except Exception:   # the old connection's end is not this one's concern
+            except Exception:  # the old connection's end is not this one's concern
                 pass
         log.info("peer %s: connection from %s", p.node, w.get_extra_info("peername"))
         task = asyncio.ensure_future(link.run(StreamTransport(r, w, PEER_MAX_LEN)))
         current.append((w, task))
-        bridge.tasks.append(task)       # the bridge's stop ends it with the others
+        bridge.tasks.append(task)  # the bridge's stop ends it with the others
         try:
             await task
         except asyncio.CancelledError:
-            pass            # the bridge is stopping: a normal end for this connection
+            pass  # the bridge is stopping: a normal end for this connection
         finally:
             w.close()
             if current and current[-1][1] is task:

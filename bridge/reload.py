@@ -56,12 +56,18 @@ async def reload(bridge: Bridge) -> dict[str, Any]:
         log.error("reload: %s; running on with the configuration loaded before", why)
         raise Refused("configuration not reloaded: %s" % why)
     if _rest(cfg) != _rest(bridge.cfg):
-        log.warning("reload: changes outside [mqtt] devices and keystore take effect at "
-                    "the next restart")
+        log.warning(
+            "reload: changes outside [mqtt] devices and keystore take effect at the next restart"
+        )
     changes = await bridge.mqtt.update(cfg.mqtt)
     changes["devices"] = len(bridge.mqtt.links)
-    log.info("reload: %d device(s): %d added, %d removed, %d changed", changes["devices"],
-             len(changes["added"]), len(changes["removed"]), len(changes["changed"]))
+    log.info(
+        "reload: %d device(s): %d added, %d removed, %d changed",
+        changes["devices"],
+        len(changes["added"]),
+        len(changes["removed"]),
+        len(changes["changed"]),
+    )
     return changes
 
 
@@ -72,7 +78,7 @@ async def serve(bridge: Bridge) -> None:
             req.reply(await reload(bridge))
         except Refused as e:
             req.fail(str(e))
-        except Exception as e:     # the keystore's disk, say: the caller hears why
+        except Exception as e:  # the keystore's disk, say: the caller hears why
             log.exception("reload failed")
             req.fail("reload failed: %s: %s" % (type(e).__name__, e))
 
@@ -81,7 +87,7 @@ async def on_signal(bridge: Bridge) -> None:
     """SIGHUP: the same reload, in turn with the calls (its outcome is logged)."""
     try:
         await bridge.conn.call(RELOAD, None, timeout=CALL_TIMEOUT)
-    except edgebus.Failed:   # refused or failed: reload() has logged why
+    except edgebus.Failed:  # refused or failed: reload() has logged why
         pass
-    except edgebus.CallError as e:     # not served yet (starting), or stopping
+    except edgebus.CallError as e:  # not served yet (starting), or stopping
         log.warning("reload on SIGHUP: %s", e.reason)

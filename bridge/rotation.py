@@ -32,9 +32,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("edgebus.bridge")
 
 ROTATE = "bridge/keys/rotate"
-DEVICE_TIMEOUT = 10.0        # s for each of the device's two answers
+DEVICE_TIMEOUT = 10.0  # s for each of the device's two answers
 MAX_GRACE = 366 * 86400.0
-NOT_SENT = ("no_route", "link_down", "full")    # a call's reasons for never reaching it
+NOT_SENT = ("no_route", "link_down", "full")  # a call's reasons for never reaching it
 
 
 class Refused(Exception):
@@ -43,7 +43,7 @@ class Refused(Exception):
 
 def _request(q: Any) -> tuple[str, float, float]:
     if not isinstance(q, dict) or not isinstance(q.get("node"), str):
-        raise Refused("payload must be {\"node\": str, \"grace\": seconds, \"timeout\": seconds}")
+        raise Refused('payload must be {"node": str, "grace": seconds, "timeout": seconds}')
     grace = q.get("grace", 86400)
     timeout = q.get("timeout", DEVICE_TIMEOUT)
     for name, v, lo, hi in (("grace", grace, 0, MAX_GRACE), ("timeout", timeout, 0.1, 600)):
@@ -52,8 +52,9 @@ def _request(q: Any) -> tuple[str, float, float]:
     return q["node"], float(grace), float(timeout)
 
 
-async def _ask(bridge: Bridge, node: str, payload: Any, timeout: float,
-               pending: str | None = None) -> Any:
+async def _ask(
+    bridge: Bridge, node: str, payload: Any, timeout: float, pending: str | None = None
+) -> Any:
     """The device's answer to sys/key/set; Refused saying why not. A pending
     key is forgotten when the request surely did not change the device."""
     topic = "dev/%s/sys/key/set" % node
@@ -64,14 +65,23 @@ async def _ask(bridge: Bridge, node: str, payload: Any, timeout: float,
         if isinstance(e, edgebus.Failed):
             why = "device refused: %s" % (r,)
         elif isinstance(e, (edgebus.NoRoute, edgebus.Full)) or r in NOT_SENT:
-            why = ("device offline: %s has no session with this bridge (or its firmware has "
-                   "no sys/key/set)" % node if r != "full" else "device busy: %s" % node)
-        else:                    # it may have taken the key: both stay accepted
-            why = ("timeout: %s did not answer within %g s" % (node, timeout)
-                   if isinstance(e, edgebus.Timeout) else "the call to %s ended: %s" % (node, r))
+            why = (
+                "device offline: %s has no session with this bridge (or its firmware has "
+                "no sys/key/set)" % node
+                if r != "full"
+                else "device busy: %s" % node
+            )
+        else:  # it may have taken the key: both stay accepted
+            why = (
+                "timeout: %s did not answer within %g s" % (node, timeout)
+                if isinstance(e, edgebus.Timeout)
+                else "the call to %s ended: %s" % (node, r)
+            )
             if pending is not None:
-                why += ("; the new key (kid %s) stays accepted beside the old one until the "
-                        "next rotation finds which one it holds" % kid(pending.encode()))
+                why += (
+                    "; the new key (kid %s) stays accepted beside the old one until the "
+                    "next rotation finds which one it holds" % kid(pending.encode())
+                )
             raise Refused(why) from None
         if pending is not None:
             bridge.keystore.drop(node, pending)
@@ -83,14 +93,16 @@ async def rotate(bridge: Bridge, node: str, grace: float, timeout: float) -> dic
     store = bridge.keystore
     devices = {d.node: d.key for d in bridge.cfg.serial}
     if bridge.mqtt is not None:
-        devices.update(dict.fromkeys(bridge.mqtt.links))   # also those the keystore holds
+        devices.update(dict.fromkeys(bridge.mqtt.links))  # also those the keystore holds
         devices.update(bridge.cfg.mqtt.keys if bridge.cfg.mqtt else {})
     if node not in devices:
-        raise Refused("unknown node %r: not a device of this bridge ([[serial]], "
-                      "[mqtt].devices, or a key file it has linked)" % node)
+        raise Refused(
+            "unknown node %r: not a device of this bridge ([[serial]], "
+            "[mqtt].devices, or a key file it has linked)" % node
+        )
     held = (await _ask(bridge, node, None, timeout)).get("kid")
     try:
-        if store.read(node) is None:     # the configuration's key: the keystore takes over
+        if store.read(node) is None:  # the configuration's key: the keystore takes over
             if devices[node] is None:
                 raise KeyStoreError("the key file of %s is gone" % node)
             store.write(node, {"key": devices[node].decode(), "since": int(time.time())})
@@ -98,23 +110,30 @@ async def rotate(bridge: Bridge, node: str, grace: float, timeout: float) -> dic
         rec = store.read(node)
     except (KeyStoreError, UnicodeDecodeError) as e:
         raise Refused("keystore: %s" % e) from None
-    if keys is None or rec is None:     # its file went meanwhile
+    if keys is None or rec is None:  # its file went meanwhile
         raise Refused("keystore: the key file of %s is gone" % node)
     old = next((k for k in keys if kid(k.encode()) == held), None)
     if old is None:
         raise Refused("%s holds a key (kid %s) that this bridge does not accept" % (node, held))
-    if old != rec["key"]:                # an earlier rotation's reply was lost: it landed
+    if old != rec["key"]:  # an earlier rotation's reply was lost: it landed
         store.commit(node, old, grace)
     new = new_key()
     store.pend(node, new)
-    got = await _ask(bridge, node, keywrap.wrap(old.encode(), new, secrets.token_hex(8)),
-                     timeout, new)
+    got = await _ask(
+        bridge, node, keywrap.wrap(old.encode(), new, secrets.token_hex(8)), timeout, new
+    )
     if got.get("kid") != kid(new.encode()):
-        raise Refused("%s answered kid %r, not the new key's %s; both stay accepted"
-                      % (node, got.get("kid"), kid(new.encode())))
+        raise Refused(
+            "%s answered kid %r, not the new key's %s; both stay accepted"
+            % (node, got.get("kid"), kid(new.encode()))
+        )
     store.commit(node, new, grace)
-    return {"node": node, "kid": kid(new.encode()), "old_kid": held,
-            "old_until": round(time.time() + grace, 3)}
+    return {
+        "node": node,
+        "kid": kid(new.encode()),
+        "old_kid": held,
+        "old_until": round(time.time() + grace, 3),
+    }
 
 
 async def serve(bridge: Bridge) -> None:
@@ -133,10 +152,11 @@ async def serve(bridge: Bridge) -> None:
                 busy.discard(node)
         except Refused as e:
             req.fail(str(e))
-        except Exception as e:     # the keystore's disk, say: the caller hears why
+        except Exception as e:  # the keystore's disk, say: the caller hears why
             log.exception("key rotation failed")
             req.fail("key rotation failed: %s: %s" % (type(e).__name__, e))
-    running = set()          # the event loop keeps only weak references to tasks
+
+    running = set()  # the event loop keeps only weak references to tasks
     async for req in bridge.conn.bind(ROTATE, queue_len=8):
         t = asyncio.ensure_future(one(req))
         running.add(t)

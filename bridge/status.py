@@ -38,8 +38,7 @@ def page(bridge: Bridge, req: Any) -> dict[str, Any]:
     {"links": false}: none of them; {"link": id}: that one."""
     req = {} if req is None else req
     if not isinstance(req, dict) or set(req) - {"from", "link", "links"}:
-        raise ValueError('bridge/status takes null, {"from": N}, {"links": false} or '
-                         '{"link": ID}')
+        raise ValueError('bridge/status takes null, {"from": N}, {"links": false} or {"link": ID}')
     if "link" in req:
         if req["link"] not in bridge.links:
             raise ValueError("no link %r" % (req["link"],))
@@ -47,7 +46,7 @@ def page(bridge: Bridge, req: Any) -> dict[str, Any]:
     i = req.get("from", 0)
     if type(i) is not int or i < 0:
         raise ValueError("from must be a link index, got %r" % (i,))
-    st = bridge.stats((), fleet=i == 0)   # the totals once, with the first page
+    st = bridge.stats((), fleet=i == 0)  # the totals once, with the first page
     if req.get("links", True) is False:
         return dict(st, next=None)
     ids = sorted(bridge.links)

@@ -62,13 +62,23 @@ class Appender:
     message they deliver has one. A record that cannot be encoded is refused
     to its link (Link.refuse) before the acknowledgement that passes it."""
 
-    def __init__(self, bus: Bus, cfg: Config, links: dict[str, Link] | None = None,
-                 queue_len: int = 8192, reserve: int | None = None) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        cfg: Config,
+        links: dict[str, Link] | None = None,
+        queue_len: int = 8192,
+        reserve: int | None = None,
+    ) -> None:
         assert cfg.log_dir is not None  # for mypy: the bridge makes one only with a log
-        self.writer = LogWriter(cfg.log_dir, segment_bytes=cfg.segment_bytes,
-                                segment_seconds=cfg.segment_seconds,
-                                retention_bytes=cfg.retention_bytes,
-                                retention_seconds=cfg.retention_seconds, gateway=cfg.node)
+        self.writer = LogWriter(
+            cfg.log_dir,
+            segment_bytes=cfg.segment_bytes,
+            segment_seconds=cfg.segment_seconds,
+            retention_bytes=cfg.retention_bytes,
+            retention_seconds=cfg.retention_seconds,
+            gateway=cfg.node,
+        )
         self.commit_ms = cfg.commit_ms
         self.links = {} if links is None else links
         self.conn = bus.connect(principal=("bridge", "telemetry"))
@@ -86,7 +96,7 @@ class Appender:
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="edgebus-log")
         self.appended = 0
         self.errors = 0
-        self.unsynced = 0            # records appended since the last sync point
+        self.unsynced = 0  # records appended since the last sync point
         self.syncs = 0
         self.last_sync_ms: float | None = None  # how long the last sync point took
         self.last_commit_records = 0
@@ -94,7 +104,7 @@ class Appender:
         self._acked: dict[str, tuple[Any, Any]] = {}  # link_id -> the mark last acknowledged
         self._position = self.writer.position()
         self._t_held = float("-inf")  # when hold() last said yes
-        self._closed = False          # the devices' windows shut: the log is behind
+        self._closed = False  # the devices' windows shut: the log is behind
         self._trips: list[asyncio.Future[Any]] = []  # the worker's trips not yet back, oldest first
         self._failed: BaseException | None = None  # what a trip raised: the log stops
         self._sent_marks: dict[str, tuple[Any, Any]] = {}  # the marks of the last commit sent
@@ -104,9 +114,9 @@ class Appender:
         # a commit costs what moved, not the fleet (5,000 links: ms per pass).
         self._moved: set[str | None] = set()
         self._t_sweep = float("-inf")
-        self._window: int | None = None           # the window the durable links were last given
-        self._drops = (0, float("-inf"))        # dropped(), and when it last grew
-        self._warned = (float("-inf"), 0, 0)   # (when, held, dropped) at the last warning
+        self._window: int | None = None  # the window the durable links were last given
+        self._drops = (0, float("-inf"))  # dropped(), and when it last grew
+        self._warned = (float("-inf"), 0, 0)  # (when, held, dropped) at the last warning
 
     def dropped(self) -> int:
         return sum(s.dropped() for s in self.subs)
@@ -176,8 +186,9 @@ class Appender:
                 moved.add(m.origin.link_id)
         return out
 
-    def _append(self, batch: list[Message], sync: bool
-                ) -> tuple[int, list[tuple[Message, Exception]], tuple[int, int]]:
+    def _append(
+        self, batch: list[Message], sync: bool
+    ) -> tuple[int, list[tuple[Message, Exception]], tuple[int, int]]:
         """In the worker: append the batch, then sync if asked; returns the
         count appended and (message, error) for each record refused."""
         n = 0
@@ -187,14 +198,15 @@ class Appender:
             try:
                 append(record_from_message(m, ts_host=time.time()))
                 n += 1
-            except (TypeError, ValueError) as e:   # a payload the log cannot hold
+            except (TypeError, ValueError) as e:  # a payload the log cannot hold
                 bad.append((m, e))
         if sync:
             self.writer.flush()
         return n, bad, self.writer.position()
 
-    def _trip(self, fn: Callable[..., Any], *args: Any,
-              marks: dict[str, tuple[Any, Any]] | None = None) -> None:
+    def _trip(
+        self, fn: Callable[..., Any], *args: Any, marks: dict[str, tuple[Any, Any]] | None = None
+    ) -> None:
         """fn(*args) in the worker thread, not awaited: the loop goes on taking
         and sending batches while the worker writes (on a loop that serves
         thousands of links, each await of a result costs a whole turn of it).
@@ -205,8 +217,9 @@ class Appender:
         fut.add_done_callback(lambda f: self._back(f, marks, t0))
         self._trips.append(fut)
 
-    def _back(self, fut: asyncio.Future[Any], marks: dict[str, tuple[Any, Any]] | None, t0: float
-              ) -> None:
+    def _back(
+        self, fut: asyncio.Future[Any], marks: dict[str, tuple[Any, Any]] | None, t0: float
+    ) -> None:
         """A trip's result, on the loop: a failure stops the log (run raises
         it); a batch written is counted, its refused records told; a commit's
         marks are acknowledged: what they cover is durable now."""
@@ -218,7 +231,7 @@ class Appender:
             self.wake.set()
             return
         r = fut.result()
-        if r is None:                     # housekeeping (writer.tick)
+        if r is None:  # housekeeping (writer.tick)
             return
         n, bad, self._position = r
         self._refuse(bad)
@@ -243,8 +256,9 @@ class Appender:
             link = self.links.get(o.link_id) if o.link_id else None
             seq = (o.extra or {}).get("seq")
             if link is not None and type(seq) is int:
-                link.refuse(seq, "not logged: %s" % e,
-                            o.peer_sid if o.peer_sid != link.peer_sid else None)
+                link.refuse(
+                    seq, "not logged: %s" % e, o.peer_sid if o.peer_sid != link.peer_sid else None
+                )
 
     def drain(self) -> int:
         """Append everything queued now, here (at close); returns how many."""
@@ -312,7 +326,7 @@ class Appender:
                     continue
                 now = time.monotonic()
                 if now - last_tick >= IDLE:
-                    self._trip(self.writer.tick)   # rolls by age, applies retention
+                    self._trip(self.writer.tick)  # rolls by age, applies retention
                     last_tick = now
                     self._watch(now)
                     self.pace(sweep=True)
@@ -320,8 +334,12 @@ class Appender:
                     self.pace()
                 batch = self._take()
                 due = self._t_commit + period
-                if now >= due and (batch or self.unsynced or self._moved or (
-                        now - self._t_sweep >= IDLE and self._sweep_moved())):
+                if now >= due and (
+                    batch
+                    or self.unsynced
+                    or self._moved
+                    or (now - self._t_sweep >= IDLE and self._sweep_moved())
+                ):
                     self.commit(batch)
                     continue
                 if batch:
@@ -337,8 +355,7 @@ class Appender:
         except asyncio.CancelledError:
             raise
         except Exception as e:
-            log.error("telemetry: the log failed (%r): nothing more is written or acknowledged",
-                      e)
+            log.error("telemetry: the log failed (%r): nothing more is written or acknowledged", e)
             raise
 
     def _held(self) -> int:
@@ -356,15 +373,21 @@ class Appender:
         held = self._held()
         if held == held0 and d == dropped0:
             return
-        log.warning("telemetry: the log is behind (%d of %d queued, high water %d): %d data "
-                    "frame(s) of durable links held back (their devices keep them spooled and "
-                    "send them again) and %d message(s) of other traffic dropped since the "
-                    "last warning", self.queued(), self.queue_len, self.high, held - held0,
-                    d - dropped0)
+        log.warning(
+            "telemetry: the log is behind (%d of %d queued, high water %d): %d data "
+            "frame(s) of durable links held back (their devices keep them spooled and "
+            "send them again) and %d message(s) of other traffic dropped since the "
+            "last warning",
+            self.queued(),
+            self.queue_len,
+            self.high,
+            held - held0,
+            d - dropped0,
+        )
         self._warned = (now, held, d)
 
     def state(self) -> str:
-        """"pushing back" (durable links held in the last few seconds),
+        """ "pushing back" (durable links held in the last few seconds),
         "dropping" (other traffic refused lately) or "ok"."""
         now = time.monotonic()
         if now - self._t_held < PUSHBACK_RECENT:
@@ -383,12 +406,22 @@ class Appender:
         self.conn.disconnect()
 
     def stats(self) -> dict[str, Any]:
-        return {"dir": self.writer.path, "appended": self.appended, "dropped": self.dropped(),
-                "errors": self.errors, "position": list(self._position),
-                "commit_ms": self.commit_ms, "syncs": self.syncs,
-                "last_sync_ms": self.last_sync_ms, "unsynced": self.unsynced,
-                "queued": self.queued(), "queue_len": self.queue_len, "high_water": self.high,
-                "held": self._held(), "state": self.state()}
+        return {
+            "dir": self.writer.path,
+            "appended": self.appended,
+            "dropped": self.dropped(),
+            "errors": self.errors,
+            "position": list(self._position),
+            "commit_ms": self.commit_ms,
+            "syncs": self.syncs,
+            "last_sync_ms": self.last_sync_ms,
+            "unsynced": self.unsynced,
+            "queued": self.queued(),
+            "queue_len": self.queue_len,
+            "high_water": self.high,
+            "held": self._held(),
+            "state": self.state(),
+        }
 
 
 def resume_links(states: Mapping[str, dict[str, Any]], log_dir: str) -> int:
@@ -410,7 +443,14 @@ def resume_links(states: Mapping[str, dict[str, Any]], log_dir: str) -> int:
         if seq is None:
             continue
         was, st["rx_next"] = st.get("rx_next"), seq + 1
-        log.info("log: %s resumes peer boot %s after seq %d in the log (rx_next %d, the state "
-                 "file had %s)", link_id, st["peer_sid"], seq, st["rx_next"], was)
+        log.info(
+            "log: %s resumes peer boot %s after seq %d in the log (rx_next %d, the state "
+            "file had %s)",
+            link_id,
+            st["peer_sid"],
+            seq,
+            st["rx_next"],
+            was,
+        )
         n += 1
     return n

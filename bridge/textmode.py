@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from edgebus.bridge.daemon import Bridge
 
 log = logging.getLogger("edgebus.bridge")
-QUEUE = 256           # items a feed holds while the client is not reading
+QUEUE = 256  # items a feed holds while the client is not reading
 CALL_TIMEOUT = 5.0
 VERBS = "pub, retain, call, sub, watch, whoami, quit"
 
@@ -59,10 +59,17 @@ def item_line(feed: Any, it: Any) -> str:
 class TextSession:
     """One text client: its commands in, its answers and feeds out."""
 
-    def __init__(self, bridge: Bridge, reader: asyncio.StreamReader,
-                 writer: asyncio.StreamWriter, principal: Any, link_id: str) -> None:
-        self.conn = bridge.bus.connect(principal=principal, origin_factory={
-            "kind": "socket", "link_id": link_id})
+    def __init__(
+        self,
+        bridge: Bridge,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        principal: Any,
+        link_id: str,
+    ) -> None:
+        self.conn = bridge.bus.connect(
+            principal=principal, origin_factory={"kind": "socket", "link_id": link_id}
+        )
         self.reader, self.writer, self.link_id = reader, writer, link_id
         self.feeds: list[Any] = []  # edgebus feeds
         self.wake = asyncio.Event()
@@ -77,7 +84,7 @@ class TextSession:
             while True:
                 try:
                     line = await self.reader.readline()
-                except (ValueError, OSError):      # a line over 64 KiB, a reset
+                except (ValueError, OSError):  # a line over 64 KiB, a reset
                     break
                 if not line and not first:
                     break
@@ -107,33 +114,39 @@ class TextSession:
         try:
             if verb in ("pub", "retain") and len(args) == 2:
                 getattr(self.conn, "publish" if verb == "pub" else "retain")(
-                    args[0], value(args[1]))
+                    args[0], value(args[1])
+                )
                 self.say("ok")
             elif verb in ("sub", "watch") and 1 <= len(rest.split()) <= 2:
                 w = rest.split() + ["drop_oldest"]
-                f = self.conn.subscribe(w[0], QUEUE, w[1]) if verb == "sub" else \
-                    self.conn.watch_retained(w[0], QUEUE, w[1], replay=True)
+                f = (
+                    self.conn.subscribe(w[0], QUEUE, w[1])
+                    if verb == "sub"
+                    else self.conn.watch_retained(w[0], QUEUE, w[1], replay=True)
+                )
                 f.wake_on(self.wake)
                 self.feeds.append(f)
                 self.wake.set()
                 self.say("ok")
             elif verb == "call" and args:
-                r = await self.conn.call(args[0], value(args[1]) if len(args) > 1 else None,
-                                         timeout=CALL_TIMEOUT)
+                r = await self.conn.call(
+                    args[0], value(args[1]) if len(args) > 1 else None, timeout=CALL_TIMEOUT
+                )
                 self.say("reply", dumps(r))
             elif verb == "whoami" and not rest:
-                self.say("whoami", dumps({"principal": self.conn.principal,
-                                          "link": self.link_id}))
+                self.say("whoami", dumps({"principal": self.conn.principal, "link": self.link_id}))
             else:
-                self.say("error usage", "%r: commands are %s; FULL is one of %s"
-                         % (line, VERBS, ", ".join(POLICIES)))
+                self.say(
+                    "error usage",
+                    "%r: commands are %s; FULL is one of %s" % (line, VERBS, ", ".join(POLICIES)),
+                )
         except edgebus.Denied as e:
             self.say("error denied", str(e))
         except edgebus.Failed as e:
             self.say("error failed", dumps(e.reason))
         except edgebus.CallError as e:
             self.say("error", str(e.reason), args[0])
-        except (ValueError, TypeError) as e:     # a bad topic or FULL
+        except (ValueError, TypeError) as e:  # a bad topic or FULL
             self.say("error usage", str(e))
 
     async def pump(self) -> None:
@@ -148,17 +161,27 @@ class TextSession:
                         break
                     self.say(item_line(f, it))
                 if f.why() == "overflow":
-                    log.warning("text client %s could not keep up with %s: disconnected",
-                                self.link_id, render(f.topic))
+                    log.warning(
+                        "text client %s could not keep up with %s: disconnected",
+                        self.link_id,
+                        render(f.topic),
+                    )
                     self.say("error overflow", render(f.topic))
                     self.writer.close()
                     return
             await self.writer.drain()
 
 
-async def serve(bridge: Bridge, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                first: bytes, principal: Any, link_id: str) -> None:
-    log.info("text client %s (uid %d pid %d) connected", link_id, principal["uid"],
-             principal["pid"])
+async def serve(
+    bridge: Bridge,
+    reader: asyncio.StreamReader,
+    writer: asyncio.StreamWriter,
+    first: bytes,
+    principal: Any,
+    link_id: str,
+) -> None:
+    log.info(
+        "text client %s (uid %d pid %d) connected", link_id, principal["uid"], principal["pid"]
+    )
     await TextSession(bridge, reader, writer, principal, link_id).run(bridge, first)
     log.info("text client %s gone", link_id)

@@ -3,6 +3,7 @@ frame on it, a host link's spool, joining it (``attach_local``), and the link
 counters its status replies count as errors. The bridge serves the socket
 (bridge/links.py); the shell commands (tools/) join it, and need nothing of
 the daemon's."""
+
 import asyncio
 import os
 import tomllib
@@ -56,15 +57,33 @@ def host_spool(max_len, burst):
     return 2 * (max_len + 16) + burst * 1024
 
 
-async def attach_local(bus, path, node="local", exports=(("#", ""),), imports=(("#", ""),),
-                       export_calls=(("#", ""),), import_calls=(("#", ""),), heartbeat=5.0):
+async def attach_local(
+    bus,
+    path,
+    node="local",
+    exports=(("#", ""),),
+    imports=(("#", ""),),
+    export_calls=(("#", ""),),
+    import_calls=(("#", ""),),
+    heartbeat=5.0,
+):
     """Join ``bus`` to the bridge's host bus over its unix socket (the client
     side of the bridge's serve_local). Returns (link, task); await
     link.close() to leave."""
     r, w = await asyncio.open_unix_connection(path)
-    link = Link(bus, node, key=None, role="initiator", exports=list(exports),
-                imports=list(imports), export_calls=list(export_calls),
-                import_calls=list(import_calls), heartbeat=heartbeat, status=False,
-                max_len=LOCAL_MAX_LEN, spool=host_spool(LOCAL_MAX_LEN, CLIENT_BURST))
+    link = Link(
+        bus,
+        node,
+        key=None,
+        role="initiator",
+        exports=list(exports),
+        imports=list(imports),
+        export_calls=list(export_calls),
+        import_calls=list(import_calls),
+        heartbeat=heartbeat,
+        status=False,
+        max_len=LOCAL_MAX_LEN,
+        spool=host_spool(LOCAL_MAX_LEN, CLIENT_BURST),
+    )
     task = asyncio.create_task(link.run(StreamTransport(r, w, LOCAL_MAX_LEN)))
     return link, task

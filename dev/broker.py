@@ -1,5 +1,6 @@
 """Run a real mosquitto broker on a free loopback port (tests, demo, benchmarks):
 the harness's broker (dev/harness/; tests/conftest.py's ``broker`` fixture)."""
+
 import os
 import shutil
 import socket
@@ -17,9 +18,13 @@ def free_port():
 
 
 def find_mosquitto():
-    exe = shutil.which("mosquitto") or ("/usr/sbin/mosquitto" if os.path.exists("/usr/sbin/mosquitto") else None)
+    exe = shutil.which("mosquitto") or (
+        "/usr/sbin/mosquitto" if os.path.exists("/usr/sbin/mosquitto") else None
+    )
     if exe is None:
-        raise RuntimeError("mosquitto is not installed: apt-get install mosquitto (./do setup does)")
+        raise RuntimeError(
+            "mosquitto is not installed: apt-get install mosquitto (./do setup does)"
+        )
     return exe
 
 
@@ -40,12 +45,16 @@ class Mosquitto:
         # set_tcp_nodelay: small telemetry messages go out at once instead of
         # waiting for Nagle's algorithm (it took p99 latency from ~30 ms to <1 ms).
         with open(self.conf, "w") as f:
-            f.write("listener %d 127.0.0.1\nallow_anonymous true\npersistence false\n"
-                    "log_dest stderr\nset_tcp_nodelay true\n" % self.port)
+            f.write(
+                "listener %d 127.0.0.1\nallow_anonymous true\npersistence false\n"
+                "log_dest stderr\nset_tcp_nodelay true\n" % self.port
+            )
             f.write("".join(line + "\n" for line in options))
             if tls:
-                f.write("cafile %s\ncertfile %s\nkeyfile %s\n" % tuple(
-                    self._readable(tls[k]) for k in ("ca", "cert", "key")))
+                f.write(
+                    "cafile %s\ncertfile %s\nkeyfile %s\n"
+                    % tuple(self._readable(tls[k]) for k in ("ca", "cert", "key"))
+                )
         self.proc = None
 
     def _readable(self, path):
@@ -59,8 +68,9 @@ class Mosquitto:
 
     def start(self, timeout=5.0):
         with open(self.log, "ab") as log:
-            self.proc = Process([find_mosquitto(), "-c", self.conf],
-                                stdout=subprocess.DEVNULL, stderr=log)
+            self.proc = Process(
+                [find_mosquitto(), "-c", self.conf], stdout=subprocess.DEVNULL, stderr=log
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:

@@ -1,4 +1,5 @@
 """Which code a measurement ran on: this checkout's commit, marked when it has edits."""
+
 import os
 import subprocess
 
@@ -11,9 +12,12 @@ def label(paths=PRODUCT):
     """This checkout's short commit, with " + uncommitted edits" when files under
     paths differ from it; "unknown" outside a git checkout."""
     try:
+
         def git(*args):
-            return subprocess.run(["git", "-C", ROOT] + list(args), check=True,
-                                  capture_output=True, text=True).stdout.strip()
+            return subprocess.run(
+                ["git", "-C", ROOT] + list(args), check=True, capture_output=True, text=True
+            ).stdout.strip()
+
         dirty = git("status", "--porcelain", "--", *paths)
         return git("rev-parse", "--short", "HEAD") + (" + uncommitted edits" if dirty else "")
     except (OSError, subprocess.CalledProcessError):

@@ -14,6 +14,7 @@ usage: python -m dev.demo [--seconds N] [--out DIR] [--no-spark] [--qemu | --no-
        (or ./do demo)
 Output goes to out/demo/ under the current directory.
 """
+
 import argparse
 import asyncio
 import os
@@ -64,9 +65,11 @@ def _qemu_board(choice, out):
     """The emulated board booted, or None with a line saying how to add it.
     choice: True builds the image if needed, None uses it only if already built."""
     from edgebus.tools import boards, firmware, qemuboard
+
     board = boards.load_board("qemu-mps2-an385")
     src = os.environ.get(firmware.ENV_SOURCE) or os.path.join(
-        os.path.dirname(ROOT), "shared", "micropython", "micropython-1.28.0.tar.xz")
+        os.path.dirname(ROOT), "shared", "micropython", "micropython-1.28.0.tar.xz"
+    )
     try:
         qemuboard.qemu_binary(board)
         firmware.check_toolchain("arm")
@@ -77,34 +80,56 @@ def _qemu_board(choice, out):
         print("demo: the emulated 32-bit board is left out: %s" % e)
         return None
     if meta is None:
-        print("demo: the emulated 32-bit board is left out (its firmware is not built yet): "
-              "./do demo --qemu  (builds it once, about a minute)")
+        print(
+            "demo: the emulated 32-bit board is left out (its firmware is not built yet): "
+            "./do demo --qemu  (builds it once, about a minute)"
+        )
         return None
-    cfg = {"node": QEMU_NODE, "key": QEMU_KEY, "board": board["name"],
-           "uplink": {"kind": "uart", "port": 1}, "services": [{"module": "temp", "period": 1}]}
+    cfg = {
+        "node": QEMU_NODE,
+        "key": QEMU_KEY,
+        "board": board["name"],
+        "uplink": {"kind": "uart", "port": 1},
+        "services": [{"module": "temp", "period": 1}],
+    }
     state = os.path.join(out, "qemu-board")
     qemuboard.prepare_flash(board, state, qemuboard.device_files(board, cfg))
-    qb = qemuboard.QemuBoard(board, meta["image"], state, uart="pty",
-                             repl="file:" + os.path.join(out, "devices", QEMU_NODE + ".log"))
+    qb = qemuboard.QemuBoard(
+        board,
+        meta["image"],
+        state,
+        uart="pty",
+        repl="file:" + os.path.join(out, "devices", QEMU_NODE + ".log"),
+    )
     qb.start()
-    print("demo: emulated board %s (Cortex-M3, MicroPython %s, edgebus frozen in) in "
-          "qemu-system-arm, link UART %s" % (QEMU_NODE, board["firmware"]["min_version"],
-                                             qb.uart_port))
+    print(
+        "demo: emulated board %s (Cortex-M3, MicroPython %s, edgebus frozen in) in "
+        "qemu-system-arm, link UART %s"
+        % (QEMU_NODE, board["firmware"]["min_version"], qb.uart_port)
+    )
     return qb
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m dev.demo", description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=20.0, help="how long the devices run")
-    ap.add_argument("--out", default=os.path.join("out", "demo"),
-                    help="where the log, table, report and device logs go")
+    ap.add_argument(
+        "--out",
+        default=os.path.join("out", "demo"),
+        help="where the log, table, report and device logs go",
+    )
     ap.add_argument("--serial-devices", type=int, default=3)
     ap.add_argument("--no-spark", action="store_true", help="stop after the telemetry log")
-    ap.add_argument("--qemu", action="store_true", default=None,
-                    help="add the emulated 32-bit board, building its firmware if needed "
-                    "(default: added when already built)")
-    ap.add_argument("--no-qemu", dest="qemu", action="store_false",
-                    help="leave the emulated board out")
+    ap.add_argument(
+        "--qemu",
+        action="store_true",
+        default=None,
+        help="add the emulated 32-bit board, building its firmware if needed "
+        "(default: added when already built)",
+    )
+    ap.add_argument(
+        "--no-qemu", dest="qemu", action="store_false", help="leave the emulated board out"
+    )
     args = ap.parse_args(argv)
     out = os.path.abspath(args.out)
     if os.path.exists(out):
@@ -123,8 +148,10 @@ def main(argv=None):
 
     try:
         fleet = Fleet(out, serial=args.serial_devices, mqtt=1, broker=("127.0.0.1", broker.port))
-        print("demo: firmware compiled with mpy-cross; %d devices on serial ptys + 1 over MQTT"
-              % args.serial_devices)
+        print(
+            "demo: firmware compiled with mpy-cross; %d devices on serial ptys + 1 over MQTT"
+            % args.serial_devices
+        )
         fleet.start()
         parts = fleet.bridge_config(("127.0.0.1", broker.port))
         if args.qemu is not False:
@@ -132,20 +159,37 @@ def main(argv=None):
         if qb is not None:
             parts["serial"].append({"node": QEMU_NODE, "port": qb.uart_port, "key": QEMU_KEY})
         parts["mqtt"].update({"client_id": "demo-bridge", "mirror": ["dev/+/sys/#"]})
-        cfg = bridge_config.parse(dict(parts, **{
-            "bridge": {"node": "demo-gateway", "state_dir": os.path.join(out, "state"),
-                       "socket": os.path.join(out, "state", "bridge.sock"), "heartbeat": 1.0},
-            "log": {"dir": os.path.join(out, "telemetry"), "patterns": ["dev/#"],
-                    "segment_seconds": 5}}))
-        print("demo: running %.0fs; `edgebus status --socket %s` works meanwhile"
-              % (args.seconds, cfg.socket))
+        cfg = bridge_config.parse(
+            dict(
+                parts,
+                **{
+                    "bridge": {
+                        "node": "demo-gateway",
+                        "state_dir": os.path.join(out, "state"),
+                        "socket": os.path.join(out, "state", "bridge.sock"),
+                        "heartbeat": 1.0,
+                    },
+                    "log": {
+                        "dir": os.path.join(out, "telemetry"),
+                        "patterns": ["dev/#"],
+                        "segment_seconds": 5,
+                    },
+                },
+            )
+        )
+        print(
+            "demo: running %.0fs; `edgebus status --socket %s` works meanwhile"
+            % (args.seconds, cfg.socket)
+        )
         st = asyncio.run(_run_bridge(cfg, args.seconds, cleanup))
     finally:
         cleanup()
     print("\n== final bridge status\n" + render(st))
     up = [k for k, s in st["links"].items() if s["counters"].get("sessions")]
-    print("\ndemo: %d of %d device links had a session; %d records in the telemetry log at %s"
-          % (len(up), len(st["links"]), st["log"]["appended"], cfg.log_dir))
+    print(
+        "\ndemo: %d of %d device links had a session; %d records in the telemetry log at %s"
+        % (len(up), len(st["links"]), st["log"]["appended"], cfg.log_dir)
+    )
     if len(up) != len(st["links"]):
         print("demo: FAILED: some devices never came up (see %s/devices/*.log)" % out)
         return 1

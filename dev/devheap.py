@@ -16,6 +16,7 @@ state), ``code`` the heap the imports alone take.
 
 usage: python -m dev.devheap [--heap 96K | --bisect] [--seconds S]
 """
+
 import argparse
 import asyncio
 import json
@@ -31,13 +32,15 @@ from edgebus.tools.ptycable import PtyCable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NODE, KEY = "d1", "k1"
-WAIT = 30.0        # seconds per step: generous, as a loaded CI machine may be slow
+WAIT = 30.0  # seconds per step: generous, as a loaded CI machine may be slow
 # The imports firmware.main makes before any service runs: the code share.
-_IMPORTS = ("import gc,asyncio;gc.collect();a=gc.mem_alloc();"
-            "import edgebus,edgebus.link.link,edgebus.link.stream,firmware.main,"
-            "firmware.uplink_uart;"
-            "[__import__('firmware.services.'+s) for s in ('info','health','reboot','sysconfig','temp')];"
-            "gc.collect();print('CODE',gc.mem_alloc()-a)")
+_IMPORTS = (
+    "import gc,asyncio;gc.collect();a=gc.mem_alloc();"
+    "import edgebus,edgebus.link.link,edgebus.link.stream,firmware.main,"
+    "firmware.uplink_uart;"
+    "[__import__('firmware.services.'+s) for s in ('info','health','reboot','sysconfig','temp')];"
+    "gc.collect();print('CODE',gc.mem_alloc()-a)"
+)
 
 
 def bundle(out=None):
@@ -56,12 +59,21 @@ def _config(d, port, over):
 
 def config(port, over, board="unix"):
     """The workload's device config."""
-    cfg = {"node": NODE, "key": KEY, "board": board,
-           "uplink": {"kind": "uart", "port": port, "baud": 115200,
-                      "backoff_min": 0.2, "backoff_max": 1},
-           "link": {"heartbeat": 0.5, "handshake_timeout": 1.0},
-           "services": [{"module": "temp", "period": 0.2}],
-           "health_period": 0.3}
+    cfg = {
+        "node": NODE,
+        "key": KEY,
+        "board": board,
+        "uplink": {
+            "kind": "uart",
+            "port": port,
+            "baud": 115200,
+            "backoff_min": 0.2,
+            "backoff_max": 1,
+        },
+        "link": {"heartbeat": 0.5, "handshake_timeout": 1.0},
+        "services": [{"module": "temp", "period": 0.2}],
+        "health_period": 0.3,
+    }
     cfg.update(over)
     return cfg
 
@@ -76,10 +88,18 @@ async def _workload(port, seconds, alive, seen=None, calls=0, seal="auto"):
     import edgebus
     from edgebus.link.link import Link
     from edgebus.link.stream import StreamTransport
+
     bus = edgebus.Bus(q_length=64)
-    link = Link(bus, "host", key=KEY.encode(), role="responder",
-                imports=[("#", "dev/{node}")], import_calls=[("#", "dev/{node}")],
-                heartbeat=0.5, seal=seal)
+    link = Link(
+        bus,
+        "host",
+        key=KEY.encode(),
+        role="responder",
+        imports=[("#", "dev/{node}")],
+        import_calls=[("#", "dev/{node}")],
+        heartbeat=0.5,
+        seal=seal,
+    )
     r, w = await serial_asyncio.open_serial_connection(url=port, baudrate=115200)
     task = asyncio.create_task(link.run(StreamTransport(r, w)))
     done = []
@@ -107,13 +127,14 @@ async def _workload(port, seconds, alive, seen=None, calls=0, seal="auto"):
         got = await c.call(("dev", NODE, "sys", "config", "get"), None, timeout=WAIT)
         assert got["node"] == NODE
         done.append("config/get")
-        r = await c.call(("dev", NODE, "sys", "config", "set"), {"health_period": 0.25},
-                         timeout=WAIT)
+        r = await c.call(
+            ("dev", NODE, "sys", "config", "set"), {"health_period": 0.25}, timeout=WAIT
+        )
         assert r["saved"] is True
         done.append("config/set")
         await asyncio.sleep(seconds)
         n = 0
-        while n < 3:                     # still alive and publishing
+        while n < 3:  # still alive and publishing
             h = await asyncio.wait_for(health.recv(), WAIT)
             n += 1
         if seen is not None:
@@ -141,9 +162,14 @@ def run(tree, heap, seconds=2.0, board=None, **config):
     heap = str(heap)
     with tempfile.TemporaryDirectory() as d, PtyCable() as cable:
         cfg = _config(d, cable.a, config)
-        p = subprocess.Popen([mpybuild.micropython(), "-X", "heapsize=" + heap,
-                              "-m", "firmware.main", cfg] + ([board] if board else []), cwd=tree,
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        p = subprocess.Popen(
+            [mpybuild.micropython(), "-X", "heapsize=" + heap, "-m", "firmware.main", cfg]
+            + ([board] if board else []),
+            cwd=tree,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         try:
             done = asyncio.run(_workload(cable.b, seconds, lambda: p.poll() is None))
         finally:
@@ -152,15 +178,27 @@ def run(tree, heap, seconds=2.0, board=None, **config):
             out = p.communicate(timeout=10)[0]
     m = re.search(r"READY .*mem_alloc=(\d+) .*mem_code=(\d+) mem_data=(\d+)", out)
     ok = done == STEPS and "MemoryError" not in out
-    return {"heap": heap, "ok": ok, "steps": done, "exit": p.returncode, "output": out,
-            "ready_alloc": int(m.group(1)) if m else None,
-            "code": int(m.group(2)) if m else None, "data": int(m.group(3)) if m else None}
+    return {
+        "heap": heap,
+        "ok": ok,
+        "steps": done,
+        "exit": p.returncode,
+        "output": out,
+        "ready_alloc": int(m.group(1)) if m else None,
+        "code": int(m.group(2)) if m else None,
+        "data": int(m.group(3)) if m else None,
+    }
 
 
 def code_heap(tree):
     """Heap bytes the runtime's imports take (collected, asyncio excluded)."""
-    r = subprocess.run([mpybuild.micropython(), "-X", "heapsize=1M", "-c", _IMPORTS],
-                       cwd=tree, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [mpybuild.micropython(), "-X", "heapsize=1M", "-c", _IMPORTS],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     m = re.search(r"CODE (\d+)", r.stdout)
     if not m:
         raise RuntimeError("import failed:\n" + r.stdout + r.stderr)
@@ -173,7 +211,7 @@ def smallest_heap(tree, lo=32, hi=256, step=4, seconds=2.0, run=run):
         raise RuntimeError("the device runtime fails even with %d KB of heap" % hi)
     lo //= step
     hi //= step
-    while lo + 1 < hi:                   # invariant: hi passes, lo fails (or untested floor)
+    while lo + 1 < hi:  # invariant: hi passes, lo fails (or untested floor)
         mid = (lo + hi) // 2
         if run(tree, "%dK" % (mid * step), seconds)["ok"]:
             hi = mid
@@ -184,8 +222,11 @@ def smallest_heap(tree, lo=32, hi=256, step=4, seconds=2.0, run=run):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m dev.devheap", description=__doc__.splitlines()[0])
-    ap.add_argument("--heap", default=DEVICE_HEAP,
-                    help="heap for a single run (default %s, the fleet's)" % DEVICE_HEAP)
+    ap.add_argument(
+        "--heap",
+        default=DEVICE_HEAP,
+        help="heap for a single run (default %s, the fleet's)" % DEVICE_HEAP,
+    )
     ap.add_argument("--bisect", action="store_true", help="find the smallest heap that works")
     ap.add_argument("--seconds", type=float, default=2.0, help="steady-state time per run")
     ap.add_argument("-v", action="store_true", help="print the device output")
@@ -193,14 +234,24 @@ def main(argv=None):
     tree = bundle()
     print("code (imports):", code_heap(tree), "bytes")
     if a.bisect:
-        print("smallest heap that runs the workload: %d KB" % smallest_heap(tree, seconds=a.seconds))
+        print(
+            "smallest heap that runs the workload: %d KB" % smallest_heap(tree, seconds=a.seconds)
+        )
         return 0
     r = run(tree, a.heap, a.seconds)
     if a.v or not r["ok"]:
         print(r["output"])
-    print("heap %s: %s, steps %s; at READY: %s bytes allocated, %s code, %s data"
-          % (r["heap"], "ok" if r["ok"] else "FAILED", r["steps"], r["ready_alloc"],
-             r["code"], r["data"]))
+    print(
+        "heap %s: %s, steps %s; at READY: %s bytes allocated, %s code, %s data"
+        % (
+            r["heap"],
+            "ok" if r["ok"] else "FAILED",
+            r["steps"],
+            r["ready_alloc"],
+            r["code"],
+            r["data"],
+        )
+    )
     return 0 if r["ok"] else 1
 
 

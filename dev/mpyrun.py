@@ -4,6 +4,7 @@ usage: python -m dev.mpyrun [--heap 64K] script.py [args]
 Compiles edgebus/ with mpy-cross into a temporary directory (as a board
 would hold it), copies the script there and runs `micropython` on it.
 """
+
 import os
 import shutil
 import subprocess
@@ -25,8 +26,11 @@ def run(script, args=(), heap="64K", packages=("edgebus",), **kw):
     with tempfile.TemporaryDirectory() as d:
         bundle(d, packages)
         shutil.copy(script, os.path.join(d, "main_script.py"))
-        return subprocess.run([mpybuild.micropython(), "-X", "heapsize=" + heap,
-                               "main_script.py"] + list(args), cwd=d, **kw)
+        return subprocess.run(
+            [mpybuild.micropython(), "-X", "heapsize=" + heap, "main_script.py"] + list(args),
+            cwd=d,
+            **kw,
+        )
 
 
 def main(argv):

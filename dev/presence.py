@@ -14,6 +14,7 @@ one); give main's too to get the baseline in the same run, e.g.
 Per case it prints the seconds from the kill to the bridge's session being up
 again (``session_s``) and to the device's first HELLO after the kill
 (``hello_s``, when the device noticed the outage). Figures, not assertions."""
+
 import argparse
 import json
 import os
@@ -34,8 +35,14 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 def device_fleet(out, broker_port, tree=ROOT, heartbeat=5.0, health_period=2.0, **kw):
     """One real-firmware MQTT device (tools/fleet.py), its firmware compiled
     from tree."""
-    fleet = Fleet(out, mqtt=1, broker=("127.0.0.1", broker_port), health_period=health_period,
-                  link={"heartbeat": heartbeat}, **kw)
+    fleet = Fleet(
+        out,
+        mqtt=1,
+        broker=("127.0.0.1", broker_port),
+        health_period=health_period,
+        link={"heartbeat": heartbeat},
+        **kw,
+    )
     if os.path.abspath(tree) != ROOT:
         mpybuild.compile_tree(tree, ["edgebus", "firmware"], fleet.bundle)
     return fleet
@@ -58,7 +65,7 @@ def measure(tree, cycles, work):
             wait_until(is_up, 60, "a session at the start (see %s)" % bridge.logpath)
             for case in ("bridge", "broker"):
                 for _ in range(cycles):
-                    time.sleep(1.0)          # a session that has settled (heartbeats flowing)
+                    time.sleep(1.0)  # a session that has settled (heartbeats flowing)
                     before = (bridge.link(node) or {}).get("counters", {}).get("sessions", 0)
                     t0 = time.monotonic()
                     if case == "bridge":
@@ -68,15 +75,28 @@ def measure(tree, cycles, work):
                     else:
                         broker.stop()
                         broker.start()
-                        ok = lambda: (lambda l: l and l["state"] == "up"
-                                      and l["counters"].get("sessions", 0) > before)(
-                                          bridge.link(node))
+                        ok = lambda: (
+                            lambda l: (
+                                l
+                                and l["state"] == "up"
+                                and l["counters"].get("sessions", 0) > before
+                            )
+                        )(bridge.link(node))
                     wait_until(ok, 90, "a session after the %s restart" % case)
                     t1 = time.monotonic()
                     h = watcher.first_hello(up, t0)
                     out.append((case, round(t1 - t0, 2), round(h - t0, 2) if h else None))
-                    print(json.dumps({"tree": tree, "case": case, "session_s": out[-1][1],
-                                      "hello_s": out[-1][2]}), flush=True)
+                    print(
+                        json.dumps(
+                            {
+                                "tree": tree,
+                                "case": case,
+                                "session_s": out[-1][1],
+                                "hello_s": out[-1][2],
+                            }
+                        ),
+                        flush=True,
+                    )
         finally:
             if watcher is not None:
                 watcher.close()
@@ -87,7 +107,9 @@ def measure(tree, cycles, work):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m dev.presence", description=__doc__.splitlines()[0])
-    ap.add_argument("--tree", action="append", help="a checkout to run (repeatable; default: this one)")
+    ap.add_argument(
+        "--tree", action="append", help="a checkout to run (repeatable; default: this one)"
+    )
     ap.add_argument("--cycles", type=int, default=3, help="restarts of each kind per tree")
     ap.add_argument("--out", help="also write the figures as JSON to this file")
     args = ap.parse_args(argv)

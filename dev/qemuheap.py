@@ -15,6 +15,7 @@ and the same script on the unix port beside them.
 usage: python -m dev.qemuheap [--heap 64K | --bisect [--step KB] | --costs] [--seal MODE]
                                [--micropython SRC]
 """
+
 import argparse
 import asyncio
 import json
@@ -29,8 +30,9 @@ from dev import devheap
 from edgebus.tools import boards, executables, firmware, mpybuild, qemuboard
 
 BOARD = "qemu-mps2-an385"
-TARBALL = os.path.join(os.path.dirname(devheap.ROOT), "shared", "micropython",
-                       "micropython-1.28.0.tar.xz")
+TARBALL = os.path.join(
+    os.path.dirname(devheap.ROOT), "shared", "micropython", "micropython-1.28.0.tar.xz"
+)
 
 
 def _kb(heap):
@@ -58,22 +60,35 @@ def run(src, heap, seconds=2.0, calls=0, log=lambda *a: None, seal="auto"):
             except AssertionError:
                 boot_s = None
             seen = {}
-            done = asyncio.run(devheap._workload(qb.uart_port, seconds, qb.alive, seen, calls,
-                                                seal)) \
-                if boot_s is not None else []
+            done = (
+                asyncio.run(devheap._workload(qb.uart_port, seconds, qb.alive, seen, calls, seal))
+                if boot_s is not None
+                else []
+            )
         finally:
             con.close()
             qb.close()
         out = con.text
     m = re.search(r"READY .*mem_alloc=(\d+) mem_free=(\d+) mem_code=(\d+) mem_data=(\d+)", out)
     ok = done == devheap.STEPS and "MemoryError" not in out
+
     def g(i):
         return int(m.group(i)) if m else None
 
-    return {"heap": _kb(heap), "ok": ok, "steps": done, "output": out, "boot_s": boot_s,
-            "ready_alloc": g(1), "ready_free": g(2), "code": g(3), "data": g(4),
-            "health": seen.get("health"), "calls_per_s": seen.get("calls_per_s"),
-            "build": {k: meta[k] for k in ("image_bytes", "frozen_bytes", "bss_bytes")}}
+    return {
+        "heap": _kb(heap),
+        "ok": ok,
+        "steps": done,
+        "output": out,
+        "boot_s": boot_s,
+        "ready_alloc": g(1),
+        "ready_free": g(2),
+        "code": g(3),
+        "data": g(4),
+        "health": seen.get("health"),
+        "calls_per_s": seen.get("calls_per_s"),
+        "build": {k: meta[k] for k in ("image_bytes", "frozen_bytes", "bss_bytes")},
+    }
 
 
 # gc.mem_alloc() deltas; the topic is a string, so a publish includes its split.
@@ -120,30 +135,41 @@ def costs(src):
         qemuboard.prepare_flash(board, state, qemuboard.device_files(board, None, main=None))
         with qemuboard.QemuBoard(board, meta["image"], state, repl="pty", uart="null") as qb:
             qb.start()
-            r = subprocess.run(executables.command("mpremote") + ["connect", qb.repl_port,
-                                                                  "run", script],
-                               capture_output=True, text=True, timeout=60)
+            r = subprocess.run(
+                executables.command("mpremote") + ["connect", qb.repl_port, "run", script],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             out["board"] = (r.stdout + r.stderr).strip()
         tree = os.path.join(d, "unix")
         mpybuild.compile_tree(devheap.ROOT, ["edgebus"], tree)
         shutil.copy(script, tree)
-        r = subprocess.run([mpybuild.micropython(), "-X", "heapsize=256K", "costs.py"],
-                           cwd=tree, capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            [mpybuild.micropython(), "-X", "heapsize=256K", "costs.py"],
+            cwd=tree,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         out["unix"] = (r.stdout + r.stderr).strip()
     return out
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m dev.qemuheap",
-                                 description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m dev.qemuheap", description=__doc__.splitlines()[0])
     ap.add_argument("--heap", default="64K", help="GC heap (default 64K, the board's budget)")
     ap.add_argument("--bisect", action="store_true", help="find the smallest heap that works")
     ap.add_argument("--micropython", default=os.environ.get(firmware.ENV_SOURCE) or TARBALL)
     ap.add_argument("--seconds", type=float, default=2.0)
     ap.add_argument("--costs", action="store_true", help="the core's heap costs only")
     ap.add_argument("--step", type=int, default=4, help="bisection step in KB (default 4)")
-    ap.add_argument("--seal", default="auto", help="the device's link.seal and the host "
-                    "link's (default auto: sealed, mac on this board; off: unsealed)")
+    ap.add_argument(
+        "--seal",
+        default="auto",
+        help="the device's link.seal and the host "
+        "link's (default auto: sealed, mac on this board; off: unsealed)",
+    )
     a = ap.parse_args(argv)
     if a.costs:
         for k, v in costs(a.micropython).items():
@@ -153,10 +179,14 @@ def main(argv=None):
     r.pop("output")
     print(json.dumps(r, indent=1))
     if a.bisect:
-        hi = devheap.smallest_heap(None, lo=24, hi=_kb(a.heap) // 1024, step=a.step,
-                                   seconds=a.seconds,
-                                   run=lambda _t, h, s: run(a.micropython, h, s, log=print,
-                                                           seal=a.seal))
+        hi = devheap.smallest_heap(
+            None,
+            lo=24,
+            hi=_kb(a.heap) // 1024,
+            step=a.step,
+            seconds=a.seconds,
+            run=lambda _t, h, s: run(a.micropython, h, s, log=print, seal=a.seal),
+        )
         print("smallest heap that runs the workload: %d KB" % hi)
 
 

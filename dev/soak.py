@@ -8,6 +8,7 @@ was tried, whether it held, and its figures. --short runs the CI form instead
 (the report then says so); --render runs nothing and writes the report from
 the stored results. The cases are dev/soak_templates/cases.toml and the
 report's words the templates beside it."""
+
 import argparse
 import json
 import os
@@ -60,6 +61,7 @@ EXISTING = [
     "tests/host/bridge/test_shell.py::test_another_user_gets_only_what_an_acl_entry_grants",
 ]
 
+
 def _t(name, **fields):
     """dev/soak_templates/NAME.md with its fields filled in."""
     with open(os.path.join(TEMPLATES, name + ".md"), encoding="utf-8") as f:
@@ -80,9 +82,16 @@ def _outcomes(junit):
         bad = tc.find("failure") is not None or tc.find("error") is not None
         skip = tc.find("skipped")
         # junit says "skipped" for an expected failure too (pytest.mark.xfail)
-        out[nodeid] = ("failed" if bad else "passed" if skip is None else
-                       "xfailed" if skip.get("type") == "pytest.xfail" else "skipped",
-                       float(tc.get("time", 0)))
+        out[nodeid] = (
+            "failed"
+            if bad
+            else "passed"
+            if skip is None
+            else "xfailed"
+            if skip.get("type") == "pytest.xfail"
+            else "skipped",
+            float(tc.get("time", 0)),
+        )
     return out
 
 
@@ -98,9 +107,17 @@ def render(results):
     """RELIABILITY.md for stored results: {"meta": {soak, wall, cmd, when, cpus,
     commit}, "outcomes": {node id: [outcome, seconds]}, "figures": [row, ...]}."""
     m, outcomes, figures = results["meta"], results["outcomes"], results["figures"]
-    blocks = [_t("header", form="long (--soak)" if m["soak"] else "short (CI)",
-                 when=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(m["when"])),
-                 cmd=m["cmd"], wall="%.0f" % m["wall"], cpus=m["cpus"], commit=m["commit"])]
+    blocks = [
+        _t(
+            "header",
+            form="long (--soak)" if m["soak"] else "short (CI)",
+            when=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(m["when"])),
+            cmd=m["cmd"],
+            wall="%.0f" % m["wall"],
+            cpus=m["cpus"],
+            commit=m["commit"],
+        )
+    ]
     rows, section = [], None
     for c in cases() + [None]:
         if section and (c is None or c["section"] != section):
@@ -111,24 +128,44 @@ def render(results):
         section = c["section"]
         rows.append(_case_row(c, outcomes, figures))
     atheris = any(f["case"].startswith("fuzz: atheris") for f in figures)
-    blocks.append(_t("fuzz_atheris" if atheris else "fuzz_hypothesis",
-                     inputs="20,000 / 15,000 / 10,000" if m["soak"] else "300 / 300 / 200"))
+    blocks.append(
+        _t(
+            "fuzz_atheris" if atheris else "fuzz_hypothesis",
+            inputs="20,000 / 15,000 / 10,000" if m["soak"] else "300 / 300 / 200",
+        )
+    )
     skip = ("kind", "case", "test", "soak")
-    fig_rows = ["- **%s** (`%s`): " % (f["case"], f["test"]) + ", ".join(
-        "%s %s" % (k, _fmt(v)) for k, v in f.items() if k not in skip) for f in figures]
+    fig_rows = [
+        "- **%s** (`%s`): " % (f["case"], f["test"])
+        + ", ".join("%s %s" % (k, _fmt(v)) for k, v in f.items() if k not in skip)
+        for f in figures
+    ]
 
     def named(outcome):
-        return ", ".join("`%s`" % k for k in sorted(k for k, v in outcomes.items()
-                                                      if v[0] == outcome))
-    count = {o: sum(1 for v in outcomes.values() if v[0] == o)
-             for o in ("passed", "failed", "skipped", "xfailed")}
-    blocks.append(_t(
-        "figures", rows="\n".join(fig_rows), tests=len(outcomes), passed=count["passed"],
-        failed=count["failed"], failed_list=": " + named("failed") if count["failed"] else "",
-        skipped=_t("skipped", n=count["skipped"], tests=named("skipped"))
-        if count["skipped"] else "",
-        xfailed=_t("xfailed", n=count["xfailed"], tests=named("xfailed"))
-        if count["xfailed"] else ""))
+        return ", ".join(
+            "`%s`" % k for k in sorted(k for k, v in outcomes.items() if v[0] == outcome)
+        )
+
+    count = {
+        o: sum(1 for v in outcomes.values() if v[0] == o)
+        for o in ("passed", "failed", "skipped", "xfailed")
+    }
+    blocks.append(
+        _t(
+            "figures",
+            rows="\n".join(fig_rows),
+            tests=len(outcomes),
+            passed=count["passed"],
+            failed=count["failed"],
+            failed_list=": " + named("failed") if count["failed"] else "",
+            skipped=_t("skipped", n=count["skipped"], tests=named("skipped"))
+            if count["skipped"]
+            else "",
+            xfailed=_t("xfailed", n=count["xfailed"], tests=named("xfailed"))
+            if count["xfailed"]
+            else "",
+        )
+    )
     return "\n\n".join(blocks) + "\n"
 
 
@@ -138,31 +175,53 @@ def _case_row(c, outcomes, figures):
     ran = {k: v for k, v in outcomes.items() if any(k.startswith(t) for t in tests)}
     skipped = sum(1 for v in ran.values() if v[0] == "skipped")
     xfailed = sum(1 for v in ran.values() if v[0] == "xfailed")
-    held = any(v[0] == "passed" for v in ran.values()) and \
-        all(v[0] in ("passed", "skipped", "xfailed") for v in ran.values())
+    held = any(v[0] == "passed" for v in ran.values()) and all(
+        v[0] in ("passed", "skipped", "xfailed") for v in ran.values()
+    )
     tried = [str(f["tried"]) for f in figures if c.get("figures") and f["case"] == c["figures"]]
     if not tried:
         tried = ["%d test(s)" % len(ran)]
     return "| %s | %s | %s | %s | %s |" % (
-        c["case"], c["checked"], "<br>".join("`%s`" % t for t in tests), ", ".join(tried),
-        ("**held**" + (" (%d skipped)" % skipped if skipped else "")
-         + (" (%d expected failure%s: xfail)" % (xfailed, "s" if xfailed > 1 else "")
-            if xfailed else "")) if held
-        else ("NOT RUN" if not ran or skipped == len(ran) else "**FAILED**"))
+        c["case"],
+        c["checked"],
+        "<br>".join("`%s`" % t for t in tests),
+        ", ".join(tried),
+        (
+            "**held**"
+            + (" (%d skipped)" % skipped if skipped else "")
+            + (
+                " (%d expected failure%s: xfail)" % (xfailed, "s" if xfailed > 1 else "")
+                if xfailed
+                else ""
+            )
+        )
+        if held
+        else ("NOT RUN" if not ran or skipped == len(ran) else "**FAILED**"),
+    )
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m dev.soak", description=__doc__.splitlines()[0])
     ap.add_argument("--short", action="store_true", help="the CI form instead of the long one")
     ap.add_argument("--out", default=os.path.join(ROOT, "RELIABILITY.md"))
-    ap.add_argument("--no-existing", action="store_true",
-                    help="only tests/reliability, not the existing tests it points to")
-    ap.add_argument("--no-presence", action="store_true",
-                    help="skip the recovery figures (dev/presence.py: outage -> session-up)")
-    ap.add_argument("--results", default=STORED,
-                    help="where the run's results are stored (and read by --render)")
-    ap.add_argument("--render", action="store_true",
-                    help="run nothing: write --out from the stored --results")
+    ap.add_argument(
+        "--no-existing",
+        action="store_true",
+        help="only tests/reliability, not the existing tests it points to",
+    )
+    ap.add_argument(
+        "--no-presence",
+        action="store_true",
+        help="skip the recovery figures (dev/presence.py: outage -> session-up)",
+    )
+    ap.add_argument(
+        "--results",
+        default=STORED,
+        help="where the run's results are stored (and read by --render)",
+    )
+    ap.add_argument(
+        "--render", action="store_true", help="run nothing: write --out from the stored --results"
+    )
     args = ap.parse_args(argv)
     if args.render:
         with open(args.results) as f:
@@ -175,8 +234,11 @@ def main(argv=None):
     if not args.short:
         env["EDGEBUS_SOAK"] = "1"
     tests = ["tests/reliability"] + ([] if args.no_existing else EXISTING)
-    cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--junitxml", junit] \
-        + (["--soak"] if not args.short else []) + tests
+    cmd = (
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--junitxml", junit]
+        + (["--soak"] if not args.short else [])
+        + tests
+    )
     t0 = time.monotonic()
     rc = subprocess.call(cmd, cwd=ROOT, env=env)
     if not args.no_presence:
@@ -190,8 +252,9 @@ def _presence(results, cycles):
     """Outage -> session-up over MQTT (dev/presence.py: the bridge, then the
     broker, SIGKILLed and started again at once), as figures rows."""
     out = results + ".presence.json"
-    rc = subprocess.call([sys.executable, "-m", "dev.presence", "--cycles", str(cycles),
-                          "--out", out], cwd=ROOT)
+    rc = subprocess.call(
+        [sys.executable, "-m", "dev.presence", "--cycles", str(cycles), "--out", out], cwd=ROOT
+    )
     if rc != 0 or not os.path.exists(out):
         print("dev.presence failed (exit %d): no recovery figures" % rc)
         return
@@ -200,11 +263,19 @@ def _presence(results, cycles):
     with open(results, "a") as f:
         for case in ("bridge", "broker"):
             rs = [r for r in rows if r[0] == case]
-            f.write(json.dumps({
-                "kind": "figures", "case": "recovery: %s SIGKILLed, started again at once" % case,
-                "test": "dev/presence.py", "tried": len(rs),
-                "outage_to_session_s": [r[1] for r in rs],
-                "outage_to_device_hello_s": [r[2] for r in rs]}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "kind": "figures",
+                        "case": "recovery: %s SIGKILLed, started again at once" % case,
+                        "test": "dev/presence.py",
+                        "tried": len(rs),
+                        "outage_to_session_s": [r[1] for r in rs],
+                        "outage_to_device_hello_s": [r[2] for r in rs],
+                    }
+                )
+                + "\n"
+            )
 
 
 def write(tmp, results, junit, wall, args):
@@ -213,12 +284,18 @@ def write(tmp, results, junit, wall, args):
     if os.path.exists(results):
         with open(results) as f:
             figures = [json.loads(x) for x in f if x.strip()]
-    stored = {"meta": {"soak": not args.short, "wall": round(wall, 1),
-                       "cmd": "python -m dev.soak" + (" --short" if args.short else ""),
-                       "when": os.path.getmtime(junit), "cpus": os.cpu_count(),
-                       "commit": checkout.label()},
-              "outcomes": _outcomes(junit),
-              "figures": [f for f in figures if f.get("kind") == "figures"]}
+    stored = {
+        "meta": {
+            "soak": not args.short,
+            "wall": round(wall, 1),
+            "cmd": "python -m dev.soak" + (" --short" if args.short else ""),
+            "when": os.path.getmtime(junit),
+            "cpus": os.cpu_count(),
+            "commit": checkout.label(),
+        },
+        "outcomes": _outcomes(junit),
+        "figures": [f for f in figures if f.get("kind") == "figures"],
+    }
     with open(args.results, "w") as f:
         json.dump(stored, f, indent=1)
     _write_report(stored, args.out)

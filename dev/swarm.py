@@ -28,6 +28,7 @@ usage: python -m dev.swarm --devices 3000 --rate 1 --mqtt HOST:PORT --seconds 60
        python -m dev.swarm check LOG_DIR DIR/swarm.json
 (run the bridge with the printed ``[mqtt]`` fragment and a ``[log]`` first.)
 """
+
 import argparse
 import asyncio
 import collections
@@ -40,19 +41,19 @@ import edgebus
 
 try:
     from edgebus.backoff import Backoff
-except ImportError:      # a baseline tree (the bench's) from before edgebus.backoff
+except ImportError:  # a baseline tree (the bench's) from before edgebus.backoff
     from edgebus.bridge.links import Backoff
 try:
     from edgebus.bridge.links import tick_links
-except ImportError:      # a baseline tree (the bench's) from before shared tickers
+except ImportError:  # a baseline tree (the bench's) from before shared tickers
     tick_links = None
 from edgebus.compat import wait_for
 from edgebus.link.link import Link
 from edgebus.link.mqtt import MqttTransport
 
 TOPIC = ("sensor", "temp")
-DEFAULT_SPOOL = 32768        # the unix board's spool (boards/unix.json), as `edgebus fleet`
-BACKOFF = (0.5, 10.0)        # the firmware uplink's backoff_min / backoff_max
+DEFAULT_SPOOL = 32768  # the unix board's spool (boards/unix.json), as `edgebus fleet`
+BACKOFF = (0.5, 10.0)  # the firmware uplink's backoff_min / backoff_max
 
 
 def node_name(prefix, i):
@@ -84,6 +85,7 @@ def _pct(hist, q):
 
 # -- a device (in a worker process) ---------------------------------------
 
+
 class Device:
     """One simulated device: bus, link, MQTT transport, readings."""
 
@@ -91,22 +93,33 @@ class Device:
         self.node = node
         self.broker = broker
         self.period = 1.0 / rate
-        self.start_at = start_at              # wall clock
+        self.start_at = start_at  # wall clock
         self.bus = edgebus.Bus()
         self.conn = self.bus.connect()
-        self.link = Link(self.bus, node, key=node_key(node).encode(), role="initiator",
-                         link_id="uplink", peer="host", exports=[("sensor/#", "")],
-                         imports=(), export_calls=(), import_calls=(), heartbeat=heartbeat,
-                         status=False, spool=spool)
-        self.hist = hist                      # {"live"|"after"|"spooled": {ms: count}}
-        self.sent = 0                         # readings published: numbers 1..sent
-        self.acked = 0                        # every number up to it acknowledged
-        self.unacked = collections.deque()    # (n, monotonic publish time, live)
-        self.t_up = None                      # wall clock of the first session up
+        self.link = Link(
+            self.bus,
+            node,
+            key=node_key(node).encode(),
+            role="initiator",
+            link_id="uplink",
+            peer="host",
+            exports=[("sensor/#", "")],
+            imports=(),
+            export_calls=(),
+            import_calls=(),
+            heartbeat=heartbeat,
+            status=False,
+            spool=spool,
+        )
+        self.hist = hist  # {"live"|"after"|"spooled": {ms: count}}
+        self.sent = 0  # readings published: numbers 1..sent
+        self.acked = 0  # every number up to it acknowledged
+        self.unacked = collections.deque()  # (n, monotonic publish time, live)
+        self.t_up = None  # wall clock of the first session up
         self.opens = self.open_failures = 0
-        self.target = None                    # drain: the sent count at mark()
+        self.target = None  # drain: the sent count at mark()
         self.t_drained = None
-        self.after = False                    # phase() came: live ACKs count as "after"
+        self.after = False  # phase() came: live ACKs count as "after"
         self.publishing = True
 
     def on_ack(self, n):
@@ -146,9 +159,9 @@ class Device:
             t = Transport(self, self.broker[0], self.broker[1], node=self.node)
             try:
                 await wait_for(t.open(), 10)
-            except Exception:              # refused, unreachable, no CONNACK: back off
+            except Exception:  # refused, unreachable, no CONNACK: back off
                 self.open_failures += 1
-                if t.w is not None:        # connected, refused: not open, so close() skips it
+                if t.w is not None:  # connected, refused: not open, so close() skips it
                     t.w.close()
                 t = None
             if t is not None:
@@ -163,13 +176,24 @@ class Device:
     def summary(self):
         sp = self.link.spool_stats()
         c = self.link.counters
-        return {"node": self.node, "sid": self.link.sid, "sent": self.sent,
-                "acked": self.acked, "tx_seq": self.link.tx_seq, "spooled": sp["depth"],
-                "spool_evicted": sp["evicted"], "spool_refused": sp["refused"],
-                "sessions": c.get("sessions", 0), "start": self.start_at, "up": self.t_up,
-                "opens": self.opens, "open_failures": self.open_failures,
-                "drain_target": self.target, "drained": self.t_drained,
-                "state": self.link.status}
+        return {
+            "node": self.node,
+            "sid": self.link.sid,
+            "sent": self.sent,
+            "acked": self.acked,
+            "tx_seq": self.link.tx_seq,
+            "spooled": sp["depth"],
+            "spool_evicted": sp["evicted"],
+            "spool_refused": sp["refused"],
+            "sessions": c.get("sessions", 0),
+            "start": self.start_at,
+            "up": self.t_up,
+            "opens": self.opens,
+            "open_failures": self.open_failures,
+            "drain_target": self.target,
+            "drained": self.t_drained,
+            "state": self.link.status,
+        }
 
 
 class Transport(MqttTransport):
@@ -191,6 +215,7 @@ class Transport(MqttTransport):
 
 # -- a worker process ----------------------------------------------------------
 
+
 def _say(obj):
     sys.stdout.write(json.dumps(obj) + "\n")
     sys.stdout.flush()
@@ -205,14 +230,26 @@ class Worker:
         self.devices = []
         for i in range(a.first, a.first + a.count):
             start = a.t0 + a.ramp * (i - 1) / max(1, a.total)
-            self.devices.append(Device(node_name(a.prefix, i), (host, int(port)), a.rate,
-                                       a.spool, a.heartbeat, start, self.hist))
+            self.devices.append(
+                Device(
+                    node_name(a.prefix, i),
+                    (host, int(port)),
+                    a.rate,
+                    a.spool,
+                    a.heartbeat,
+                    start,
+                    self.hist,
+                )
+            )
         self.tasks = []
         # One ticker for the process's links where the Link lets its owner
         # tick (a baseline tree's may not): the simulator's own cost, not a
         # device's, which has one link and its own ticker.
-        self.links = {d.node: d.link for d in self.devices
-                      if tick_links is not None and hasattr(d.link, "ticks")}
+        self.links = {
+            d.node: d.link
+            for d in self.devices
+            if tick_links is not None and hasattr(d.link, "ticks")
+        }
         for link in self.links.values():
             link.ticks = False
         self.heartbeat = a.heartbeat
@@ -232,20 +269,25 @@ class Worker:
 
     def progress(self):
         ds = self.devices
-        return {"devices": len(ds), "started": sum(1 for d in ds if d.start_at <= time.time()),
-                "up": sum(1 for d in ds if d.link.status == "up"),
-                "ever_up": sum(1 for d in ds if d.t_up is not None),
-                "sent": sum(d.sent for d in ds), "acked": sum(d.acked for d in ds),
-                "behind": sum(1 for d in ds if d.acked < d.sent),
-                "evicted": sum(d.link.spool_stats()["evicted"] for d in ds),
-                "undrained": sum(1 for d in ds if d.target is not None and d.t_drained is None)}
+        return {
+            "devices": len(ds),
+            "started": sum(1 for d in ds if d.start_at <= time.time()),
+            "up": sum(1 for d in ds if d.link.status == "up"),
+            "ever_up": sum(1 for d in ds if d.t_up is not None),
+            "sent": sum(d.sent for d in ds),
+            "acked": sum(d.acked for d in ds),
+            "behind": sum(1 for d in ds if d.acked < d.sent),
+            "evicted": sum(d.link.spool_stats()["evicted"] for d in ds),
+            "undrained": sum(1 for d in ds if d.target is not None and d.t_drained is None),
+        }
 
     async def run(self):
         loop = asyncio.get_running_loop()
         starts = [asyncio.create_task(self._start(d)) for d in self.devices]
         watch = asyncio.create_task(self._watch())
-        ticker = asyncio.create_task(tick_links(self.links, self.heartbeat) if self.links
-                                     else asyncio.sleep(0))
+        ticker = asyncio.create_task(
+            tick_links(self.links, self.heartbeat) if self.links else asyncio.sleep(0)
+        )
         sys.stdout.write("ready %d\n" % len(self.devices))
         sys.stdout.flush()
         while True:
@@ -255,17 +297,17 @@ class Worker:
                 break
             if cmd[0] == "progress":
                 _say(self.progress())
-            elif cmd[0] == "mark":         # the drain target: what each device sent by now
+            elif cmd[0] == "mark":  # the drain target: what each device sent by now
                 for d in self.devices:
                     d.target, d.t_drained = d.sent, None
                     if d.acked >= d.target:
                         d.t_drained = time.time()
                 _say({"marked": len(self.devices)})
-            elif cmd[0] == "phase":         # ACKs from now on are another phase's
+            elif cmd[0] == "phase":  # ACKs from now on are another phase's
                 for d in self.devices:
                     d.after = True
                 _say({"phase": len(self.devices)})
-            elif cmd[0] == "stop":          # no more readings
+            elif cmd[0] == "stop":  # no more readings
                 for d in self.devices:
                     d.publishing = False
                 _say({"stopped": len(self.devices)})
@@ -275,23 +317,34 @@ class Worker:
                 _say({"error": "unknown command %r" % cmd[0]})
         for t in starts + [watch, ticker]:
             t.cancel()
-        await asyncio.gather(*[d.link.close("swarm done") for d in self.devices],
-                             return_exceptions=True)
+        await asyncio.gather(
+            *[d.link.close("swarm done") for d in self.devices], return_exceptions=True
+        )
         for t in self.tasks:
             t.cancel()
 
 
 def _worker_main(argv):
     ap = argparse.ArgumentParser(prog="python -m dev.swarm worker")
-    for name, kind in (("--first", int), ("--count", int), ("--total", int), ("--prefix", str),
-                       ("--mqtt", str), ("--rate", float), ("--ramp", float), ("--t0", float),
-                       ("--spool", int), ("--heartbeat", float)):
+    for name, kind in (
+        ("--first", int),
+        ("--count", int),
+        ("--total", int),
+        ("--prefix", str),
+        ("--mqtt", str),
+        ("--rate", float),
+        ("--ramp", float),
+        ("--t0", float),
+        ("--spool", int),
+        ("--heartbeat", float),
+    ):
         ap.add_argument(name, type=kind, required=True)
     asyncio.run(Worker(ap.parse_args(argv)).run())
     return 0
 
 
 # -- the swarm (the controlling process) ---------------------------------------
+
 
 class Swarm:
     """``devices`` simulated devices on the broker (host, port), over
@@ -300,8 +353,19 @@ class Swarm:
     ``log`` (a file path), if given. ``tree``: the checkout whose edgebus the
     workers run (it must hold this dev/swarm.py; default: this one)."""
 
-    def __init__(self, devices, broker, rate=1.0, workers=None, ramp=None, prefix="swarm",
-                 spool=DEFAULT_SPOOL, heartbeat=5.0, log=None, tree=None):
+    def __init__(
+        self,
+        devices,
+        broker,
+        rate=1.0,
+        workers=None,
+        ramp=None,
+        prefix="swarm",
+        spool=DEFAULT_SPOOL,
+        heartbeat=5.0,
+        log=None,
+        tree=None,
+    ):
         if devices < 1 or rate <= 0:
             raise ValueError("a swarm needs at least one device and a rate above 0")
         self.n = devices
@@ -322,27 +386,58 @@ class Swarm:
 
     def bridge_config(self):
         """The bridge's [mqtt] part for this swarm (as tools/fleet.py's)."""
-        return {"mqtt": {"url": "mqtt://%s:%d" % self.broker,
-                         "devices": [{"node": n, "key": node_key(n)} for n in self.nodes()]}}
+        return {
+            "mqtt": {
+                "url": "mqtt://%s:%d" % self.broker,
+                "devices": [{"node": n, "key": node_key(n)} for n in self.nodes()],
+            }
+        }
 
     def toml(self):
         """The bridge TOML fragment joining this swarm."""
         from edgebus.tools.fleet import bridge_toml
+
         return bridge_toml(self.bridge_config())
 
     def start(self):
         from dev.bench.procs import Child
         from dev.harness.process import ROOT, python
-        self.t0 = time.time() + 1.0           # the workers' imports come first
+
+        self.t0 = time.time() + 1.0  # the workers' imports come first
         per, extra = divmod(self.n, self.k)
         first = 1
         for w in range(self.k):
             count = per + (1 if w < extra else 0)
-            self.children.append(Child(python(
-                "dev.swarm", "worker", "--first", first, "--count", count, "--total", self.n,
-                "--prefix", self.prefix, "--mqtt", "%s:%d" % self.broker, "--rate", self.rate,
-                "--ramp", self.ramp, "--t0", self.t0, "--spool", self.spool,
-                "--heartbeat", self.heartbeat), cwd=self.tree or ROOT, log=self.log))
+            self.children.append(
+                Child(
+                    python(
+                        "dev.swarm",
+                        "worker",
+                        "--first",
+                        first,
+                        "--count",
+                        count,
+                        "--total",
+                        self.n,
+                        "--prefix",
+                        self.prefix,
+                        "--mqtt",
+                        "%s:%d" % self.broker,
+                        "--rate",
+                        self.rate,
+                        "--ramp",
+                        self.ramp,
+                        "--t0",
+                        self.t0,
+                        "--spool",
+                        self.spool,
+                        "--heartbeat",
+                        self.heartbeat,
+                    ),
+                    cwd=self.tree or ROOT,
+                    log=self.log,
+                )
+            )
             first += count
         for c in self.children:
             c.expect("ready", 60)
@@ -392,8 +487,15 @@ class Swarm:
 
     def summary(self):
         """Every device's figures, and the ACK latency histograms merged."""
-        out = {"devices": [], "ack_ms": {"live": {}, "after": {}, "spooled": {}}, "rate": self.rate,
-               "workers": self.k, "ramp_s": self.ramp, "t0": self.t0, "spool": self.spool}
+        out = {
+            "devices": [],
+            "ack_ms": {"live": {}, "after": {}, "spooled": {}},
+            "rate": self.rate,
+            "workers": self.k,
+            "ramp_s": self.ramp,
+            "t0": self.t0,
+            "spool": self.spool,
+        }
         for r in self._ask("summary", 120):
             out["devices"] += r["devices"]
             for kind, h in r["ack_ms"].items():
@@ -415,9 +517,17 @@ class Swarm:
 
 
 def progress_line(p):
-    return ("swarm: %5.1f s  up %d/%d (ever %d)  sent %d  acked %d  behind %d  evicted %d%s"
-            % (p["t"], p["up"], p["devices"], p["ever_up"], p["sent"], p["acked"], p["behind"],
-               p["evicted"], "  undrained %d" % p["undrained"] if p.get("undrained") else ""))
+    return "swarm: %5.1f s  up %d/%d (ever %d)  sent %d  acked %d  behind %d  evicted %d%s" % (
+        p["t"],
+        p["up"],
+        p["devices"],
+        p["ever_up"],
+        p["sent"],
+        p["acked"],
+        p["behind"],
+        p["evicted"],
+        "  undrained %d" % p["undrained"] if p.get("undrained") else "",
+    )
 
 
 def figures(summary):
@@ -430,20 +540,28 @@ def figures(summary):
     ups = [d["up"] for d in ds if d["up"] is not None]
     drained = [d["drained"] for d in ds if d["drain_target"] is not None]
     h = summary["ack_ms"]
-    return {"devices": len(ds), "ever_up": len(ups),
-            "sessions_up_s": round(max(ups) - min(d["start"] for d in ds), 2)
-            if len(ups) == len(ds) else None,
-            "sent": sum(d["sent"] for d in ds), "acked": sum(d["acked"] for d in ds),
-            "spool_evicted": sum(d["spool_evicted"] for d in ds),
-            "sessions": sum(d["sessions"] for d in ds),
-            "ack_p50_ms": _pct(h["live"], 0.5), "ack_p99_ms": _pct(h["live"], 0.99),
-            "ack_after_p50_ms": _pct(h["after"], 0.5), "ack_after_p99_ms": _pct(h["after"], 0.99),
-            "ack_spooled_p50_ms": _pct(h["spooled"], 0.5),
-            "ack_spooled_p99_ms": _pct(h["spooled"], 0.99),
-            "drained_at": max(drained) if drained and None not in drained else None}
+    return {
+        "devices": len(ds),
+        "ever_up": len(ups),
+        "sessions_up_s": round(max(ups) - min(d["start"] for d in ds), 2)
+        if len(ups) == len(ds)
+        else None,
+        "sent": sum(d["sent"] for d in ds),
+        "acked": sum(d["acked"] for d in ds),
+        "spool_evicted": sum(d["spool_evicted"] for d in ds),
+        "sessions": sum(d["sessions"] for d in ds),
+        "ack_p50_ms": _pct(h["live"], 0.5),
+        "ack_p99_ms": _pct(h["live"], 0.99),
+        "ack_after_p50_ms": _pct(h["after"], 0.5),
+        "ack_after_p99_ms": _pct(h["after"], 0.99),
+        "ack_spooled_p50_ms": _pct(h["spooled"], 0.5),
+        "ack_spooled_p99_ms": _pct(h["spooled"], 0.99),
+        "drained_at": max(drained) if drained and None not in drained else None,
+    }
 
 
 # -- the checker ---------------------------------------------------------------
+
 
 def check(log_dir, summary):
     """Every device's readings in the bridge's log (``log_dir``, read with
@@ -458,6 +576,7 @@ def check(log_dir, summary):
     {"devices": {node: counts}, "totals": counts, "ok": no acked_missing,
     duplicates nor unknown}."""
     from edgebus import tlog
+
     devs = {d["node"]: d for d in summary["devices"]}
     seen = {n: collections.Counter() for n in devs}
     for _pos, r in tlog.read_log(log_dir, decode_payload=False):
@@ -465,43 +584,71 @@ def check(log_dir, summary):
         if d is not None and r.get("peer_sid") == d["sid"] and r["topic"][2:] == TOPIC:
             seen[d["node"]][r["seq"]] += 1
     out = {}
-    keys = ("logged", "acked_missing", "spooled_missing", "evicted_missing", "duplicates",
-            "gaps", "unknown")
+    keys = (
+        "logged",
+        "acked_missing",
+        "spooled_missing",
+        "evicted_missing",
+        "duplicates",
+        "gaps",
+        "unknown",
+    )
     tot = dict.fromkeys(keys, 0)
     for node, d in devs.items():
         got = seen[node]
-        spool_from = d["tx_seq"] - d["spooled"]       # the spool holds [spool_from, tx_seq)
+        spool_from = d["tx_seq"] - d["spooled"]  # the spool holds [spool_from, tx_seq)
         top = max(got) if got else 0
-        c = {"logged": len(got),
-             "acked_missing": sum(1 for k in range(1, d["acked"] + 1) if k not in got),
-             "spooled_missing": sum(1 for k in range(max(d["acked"] + 1, spool_from),
-                                                     d["sent"] + 1) if k not in got),
-             "evicted_missing": sum(1 for k in range(d["acked"] + 1, min(spool_from, d["sent"] + 1))
-                                    if k not in got),
-             "duplicates": sum(v - 1 for v in got.values()),
-             "gaps": sum(1 for k in range(1, top) if k not in got),
-             "unknown": sum(1 for k in got if not 1 <= k <= d["sent"])}
+        c = {
+            "logged": len(got),
+            "acked_missing": sum(1 for k in range(1, d["acked"] + 1) if k not in got),
+            "spooled_missing": sum(
+                1 for k in range(max(d["acked"] + 1, spool_from), d["sent"] + 1) if k not in got
+            ),
+            "evicted_missing": sum(
+                1 for k in range(d["acked"] + 1, min(spool_from, d["sent"] + 1)) if k not in got
+            ),
+            "duplicates": sum(v - 1 for v in got.values()),
+            "gaps": sum(1 for k in range(1, top) if k not in got),
+            "unknown": sum(1 for k in got if not 1 <= k <= d["sent"]),
+        }
         out[node] = c
         for k in keys:
             tot[k] += c[k]
-    return {"devices": out, "totals": tot,
-            "ok": tot["acked_missing"] == 0 and tot["duplicates"] == 0 and tot["unknown"] == 0}
+    return {
+        "devices": out,
+        "totals": tot,
+        "ok": tot["acked_missing"] == 0 and tot["duplicates"] == 0 and tot["unknown"] == 0,
+    }
 
 
 # -- the command ---------------------------------------------------------------
 
+
 def _check_main(argv):
-    ap = argparse.ArgumentParser(prog="python -m dev.swarm check",
-                                 description="check a bridge's log against a swarm's summary")
+    ap = argparse.ArgumentParser(
+        prog="python -m dev.swarm check",
+        description="check a bridge's log against a swarm's summary",
+    )
     ap.add_argument("log_dir")
     ap.add_argument("summary", help="the swarm.json a run wrote")
     a = ap.parse_args(argv)
     with open(a.summary) as f:
         res = check(a.log_dir, json.load(f))
-    bad = {n: c for n, c in res["devices"].items()
-           if c["acked_missing"] or c["duplicates"] or c["unknown"]}
-    print(json.dumps({"totals": res["totals"], "ok": res["ok"],
-                      "bad_devices": dict(sorted(bad.items())[:20])}, indent=1))
+    bad = {
+        n: c
+        for n, c in res["devices"].items()
+        if c["acked_missing"] or c["duplicates"] or c["unknown"]
+    }
+    print(
+        json.dumps(
+            {
+                "totals": res["totals"],
+                "ok": res["ok"],
+                "bad_devices": dict(sorted(bad.items())[:20]),
+            },
+            indent=1,
+        )
+    )
     return 0 if res["ok"] else 1
 
 
@@ -515,24 +662,42 @@ def main(argv=None):
     ap.add_argument("--devices", "-n", type=int, default=100)
     ap.add_argument("--mqtt", required=True, metavar="HOST:PORT", help="the broker")
     ap.add_argument("--rate", type=float, default=1.0, help="readings/s per device")
-    ap.add_argument("--seconds", type=float, default=60.0,
-                    help="how long the devices publish (then they wait for their ACKs)")
+    ap.add_argument(
+        "--seconds",
+        type=float,
+        default=60.0,
+        help="how long the devices publish (then they wait for their ACKs)",
+    )
     ap.add_argument("--workers", type=int, help="processes (default: one per core)")
-    ap.add_argument("--ramp", type=float, help="seconds over which the devices start "
-                    "(default: 1 ms a device; 0: all at once)")
+    ap.add_argument(
+        "--ramp",
+        type=float,
+        help="seconds over which the devices start (default: 1 ms a device; 0: all at once)",
+    )
     ap.add_argument("--prefix", default="swarm", help="node ids are PREFIX-1..PREFIX-N")
     ap.add_argument("--spool", type=int, default=DEFAULT_SPOOL, help="spool bytes per device")
     ap.add_argument("--out", default="out/swarm", help="where swarm.json goes")
-    ap.add_argument("--print-toml", action="store_true",
-                    help="print the bridge's [mqtt] fragment for these devices and exit")
+    ap.add_argument(
+        "--print-toml",
+        action="store_true",
+        help="print the bridge's [mqtt] fragment for these devices and exit",
+    )
     a = ap.parse_args(argv)
     host, _, port = a.mqtt.rpartition(":")
     if not host or not port.isdigit():
         ap.error("--mqtt takes HOST:PORT")
     if a.devices < 1 or a.rate <= 0:
         ap.error("--devices must be at least 1 and --rate above 0")
-    sw = Swarm(a.devices, (host, int(port)), a.rate, a.workers, a.ramp, a.prefix, a.spool,
-               log=os.path.join(a.out, "workers.log"))
+    sw = Swarm(
+        a.devices,
+        (host, int(port)),
+        a.rate,
+        a.workers,
+        a.ramp,
+        a.prefix,
+        a.spool,
+        log=os.path.join(a.out, "workers.log"),
+    )
     if a.print_toml:
         print(sw.toml())
         return 0
@@ -540,8 +705,11 @@ def main(argv=None):
     with open(os.path.join(a.out, "bridge-devices.toml"), "w") as f:
         f.write(sw.toml())
     with sw:
-        print("swarm: %d devices in %d processes on %s; bridge fragment in %s" % (
-            a.devices, sw.k, a.mqtt, os.path.join(a.out, "bridge-devices.toml")), flush=True)
+        print(
+            "swarm: %d devices in %d processes on %s; bridge fragment in %s"
+            % (a.devices, sw.k, a.mqtt, os.path.join(a.out, "bridge-devices.toml")),
+            flush=True,
+        )
         try:
             sw.wait(lambda p: p["t"] >= a.seconds, a.seconds + 5, show=True)
             sw.stop_publishing()

@@ -3,18 +3,19 @@
 Publish facts, retain current truth, observe retained truth, call owned
 actions. The contract is ``docs/api.md``.
 """
+
 from .bus import Bus
 from .compat import now
 from .errors import (
-                     BusError,
-                     CallError,
-                     Closed,
-                     Denied,
-                     Disconnected,
-                     Failed,
-                     Full,
-                     NoRoute,
-                     Timeout,
+    BusError,
+    CallError,
+    Closed,
+    Denied,
+    Disconnected,
+    Failed,
+    Full,
+    NoRoute,
+    Timeout,
 )
 from .request import Request
 from .topic import literal

@@ -1,6 +1,7 @@
 """Exponential backoff with jitter, the one every retry uses: the link's
 HELLOs and refusals, the device's uplink and WiFi, the bridge's ports,
 broker and peers. Portable (CPython and MicroPython)."""
+
 from os import urandom
 
 

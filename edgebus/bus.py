@@ -1,4 +1,5 @@
 """Bus: the router, retained store, endpoint registry and their indexes."""
+
 from .compat import type_name
 from .conn import Connection, check_factory
 from .errors import Denied
@@ -34,8 +35,7 @@ class Bus:
     ``authoriser`` decides every operation (see the API contract).
     """
 
-    def __init__(self, q_length=10, full="drop_oldest", s_wild="+", m_wild="#",
-                 authoriser=None):
+    def __init__(self, q_length=10, full="drop_oldest", s_wild="+", m_wild="#", authoriser=None):
         self.s_wild = _token("s_wild", s_wild)
         self.m_wild = _token("m_wild", m_wild)
         if s_wild == m_wild and type(s_wild) is type(m_wild):
@@ -57,10 +57,11 @@ class Bus:
         self._conns = 0
         self._ids = 0
         self._dropped = 0
-        self._overflows = 0   # feeds closed by the disconnect policy
-        self.link_routes = None   # the links' shared route table (link/routes.py), on first use
+        self._overflows = 0  # feeds closed by the disconnect policy
+        self.link_routes = None  # the links' shared route table (link/routes.py), on first use
         self._replay_done = RetainedEvent(
-            "replay_done", None, None, Origin("bus", None, None, None, None, None, None, None))
+            "replay_done", None, None, Origin("bus", None, None, None, None, None, None, None)
+        )
 
     def _queue_opts(self, queue_len, full):
         """Validated (queue length, policy index), defaults from the bus."""
@@ -75,8 +76,10 @@ class Bus:
         elif full in POLICIES:
             p = POLICIES.index(full)
         else:
-            raise ValueError("full must be one of %s, not %r (the bus never blocks a publisher)"
-                             % (POLICIES, full))
+            raise ValueError(
+                "full must be one of %s, not %r (the bus never blocks a publisher)"
+                % (POLICIES, full)
+            )
         return queue_len, p
 
     def _new_id(self):
@@ -96,8 +99,13 @@ class Bus:
         return Connection(self, principal, factory, parent)
 
     def _authorise(self, conn, action, topic, extra, payload):
-        ctx = {"bus": self, "principal": conn.principal, "action": action,
-               "topic": topic, "extra": extra}
+        ctx = {
+            "bus": self,
+            "principal": conn.principal,
+            "action": action,
+            "topic": topic,
+            "extra": extra,
+        }
         if action == "publish" or action == "retain" or action == "call":
             ctx["payload"] = payload
         r = self._auth(ctx)
@@ -116,13 +124,18 @@ class Bus:
 
     def stats(self):
         """Counts of connections, open feeds by kind, and total drops."""
-        return {"connections": self._conns, "dropped": self._dropped,
-                "overflows": self._overflows,
-                "queue_len": self.q_length, "full_policy": self.full,
-                "s_wild": self.s_wild, "m_wild": self.m_wild,
-                "subscriptions": self._subs.count,
-                "retained_watches": self._watches.count,
-                "retained_views": self._views.count,
-                "observers": self._observers.count,
-                "retained": self._store.count,
-                "endpoints": len(self._eps)}
+        return {
+            "connections": self._conns,
+            "dropped": self._dropped,
+            "overflows": self._overflows,
+            "queue_len": self.q_length,
+            "full_policy": self.full,
+            "s_wild": self.s_wild,
+            "m_wild": self.m_wild,
+            "subscriptions": self._subs.count,
+            "retained_watches": self._watches.count,
+            "retained_views": self._views.count,
+            "observers": self._observers.count,
+            "retained": self._store.count,
+            "endpoints": len(self._eps),
+        }

@@ -3,6 +3,7 @@
 Everything else in ``edgebus`` imports these names instead of probing the
 runtime itself, so the rest of the package is one source for both.
 """
+
 import sys
 import time
 
@@ -21,8 +22,10 @@ if not MICROPYTHON and sys.version_info < (3, 12):
 try:
     from micropython import const
 except ImportError:
+
     def const(x):
         return x
+
 
 if MICROPYTHON:
     from time import ticks_diff, ticks_ms
@@ -48,6 +51,7 @@ else:
     def ms():
         """Bus clock: monotonic milliseconds (int)."""
         return int(now() * 1000)
+
 
 def close_stream(w):
     """Close an asyncio stream writer now. MicroPython's close() does nothing

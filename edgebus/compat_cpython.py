@@ -1,4 +1,5 @@
 """CPython-only pieces of edgebus.compat (never imported on MicroPython)."""
+
 import asyncio
 
 

@@ -1,4 +1,5 @@
 """Connection: the capability a service holds on a bus."""
+
 # Cold-path names go through their module: on MicroPython every imported name
 # is a globals entry paid for in heap, and this module would import ~25.
 from . import compat, errors, request, values, view
@@ -39,7 +40,7 @@ class Connection:
         self._parent = parent
         self._children = []
         self._feeds = []
-        self._held = []      # Requests its handlers hold and have not completed
+        self._held = []  # Requests its handlers hold and have not completed
         self._dropped = 0
         self._closed = False
         self._origin = None  # the last origin built without extra, reused
@@ -54,8 +55,16 @@ class Connection:
                 raise TypeError("origin_factory must return a dict, not " + type_name(f))
         elif not f:
             f = _NO_FACTORY
-        o = Origin(f.get("kind", "local"), self.conn_id, self.principal, f.get("link_id"),
-                   f.get("peer_node"), f.get("peer_sid"), f.get("generation"), extra)
+        o = Origin(
+            f.get("kind", "local"),
+            self.conn_id,
+            self.principal,
+            f.get("link_id"),
+            f.get("peer_node"),
+            f.get("peer_sid"),
+            f.get("generation"),
+            extra,
+        )
         if extra is None:
             c = self._origin
             if c is not None and c == o:
@@ -307,12 +316,15 @@ class Connection:
         return n
 
     def stats(self):
-        return {"conn_id": self.conn_id, "dropped": self._dropped,
-                "subscriptions": self._count("subscription"),
-                "endpoints": self._count("endpoint"),
-                "retained_watches": self._count("retained_watch"),
-                "retained_views": self._count("retained_view"),
-                "disconnected": self._closed}
+        return {
+            "conn_id": self.conn_id,
+            "dropped": self._dropped,
+            "subscriptions": self._count("subscription"),
+            "endpoints": self._count("endpoint"),
+            "retained_watches": self._count("retained_watch"),
+            "retained_views": self._count("retained_view"),
+            "disconnected": self._closed,
+        }
 
     def __enter__(self):
         return self

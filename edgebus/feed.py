@@ -8,6 +8,7 @@ cannot keep up is misbehaving) the feed closes instead, with reason
 "overflow". A queue length of 0 is a rendezvous: an item is admitted only while
 a receiver is waiting for it.
 """
+
 from . import topic as topics
 from .compat import Event, const
 
@@ -34,8 +35,8 @@ class Feed:
         self._policy = policy if queue_len else policy + RENDEZVOUS
         self._dropped = 0
         self._why = None
-        self._ev = None       # made on first wait, then reused
-        self._waiting = 0     # receivers blocked in recv()
+        self._ev = None  # made on first wait, then reused
+        self._waiting = 0  # receivers blocked in recv()
 
     # -- producer side -------------------------------------------------
     def offer(self, item):
@@ -175,10 +176,15 @@ class Feed:
 
     def stats(self):
         p = self._policy
-        return {"kind": self.kind, "topic": self.topic,
-                "queue_len": 0 if p >= RENDEZVOUS else len(self._buf),
-                "full": POLICIES[p & 3], "queued": self._n,
-                "dropped": self._dropped, "closed": self._why}
+        return {
+            "kind": self.kind,
+            "topic": self.topic,
+            "queue_len": 0 if p >= RENDEZVOUS else len(self._buf),
+            "full": POLICIES[p & 3],
+            "queued": self._n,
+            "dropped": self._dropped,
+            "closed": self._why,
+        }
 
 
 class Subscription(Feed):

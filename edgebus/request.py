@@ -1,4 +1,5 @@
 """Request: one call in flight, completed once by reply, fail or abandon."""
+
 from .compat import const
 
 PENDING = const(0)

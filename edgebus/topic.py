@@ -9,10 +9,11 @@ Three forms of a topic exist:
 Sentinels cannot collide with user tokens, so ``literal('+')`` and a published
 ``'+'`` are plain text while the wildcards stay distinct.
 """
+
 from .compat import type_name
 
 # Wildcards in a key; plain objects, which no user token can equal.
-ANY = object()   # single-level
+ANY = object()  # single-level
 REST = object()  # multi-level (last position only)
 
 
@@ -28,8 +29,11 @@ class literal:
         self.value = value
 
     def __eq__(self, other):
-        return (type(other) is literal and type(other.value) is type(self.value)
-                and other.value == self.value)
+        return (
+            type(other) is literal
+            and type(other.value) is type(self.value)
+            and other.value == self.value
+        )
 
     def __ne__(self, other):
         return not self.__eq__(other)
@@ -117,7 +121,9 @@ def concrete(topic, s_wild, m_wild):
     n = norm(topic)
     for tok in n:
         if _is(tok, s_wild) or _is(tok, m_wild):
-            raise ValueError("wildcard %r in a concrete topic (wrap it in edgebus.literal)" % (tok,))
+            raise ValueError(
+                "wildcard %r in a concrete topic (wrap it in edgebus.literal)" % (tok,)
+            )
     return n, key(n)
 
 

@@ -7,11 +7,12 @@ concrete keys (the retained store) and is queried with patterns.
 A node is a plain dict keyed by token. Bookkeeping lives under sentinel keys
 in the same dict, which no token can equal, so a node costs one dict.
 """
+
 from .topic import ANY, REST
 
-_HERE = object()   # PatternTrie: entries whose pattern ends at this node
-_REST = object()   # PatternTrie: entries whose pattern ends in '#' here
-_VAL = object()    # KeyTrie: the value stored at this node
+_HERE = object()  # PatternTrie: entries whose pattern ends at this node
+_REST = object()  # PatternTrie: entries whose pattern ends in '#' here
+_VAL = object()  # KeyTrie: the value stored at this node
 
 
 def _walk(root, k, create, path=None):
@@ -103,7 +104,7 @@ def _match(node, topic, i, n, item):
     # temporary lists, so a publish allocates nothing here (MicroPython).
     while True:
         slot = node.get(_REST)
-        if slot is not None:       # 'a/#' matches 'a' and everything below
+        if slot is not None:  # 'a/#' matches 'a' and everything below
             _offer(slot, item)
         if i == n:
             slot = node.get(_HERE)

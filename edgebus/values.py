@@ -1,10 +1,13 @@
 """The immutable values the bus delivers: Origin, Message, RetainedEvent."""
+
 from collections import namedtuple
 
 # namedtuples are immutable and compact on both runtimes: assigning a field
 # raises AttributeError, and a Message costs one small tuple per publish.
-Origin = namedtuple("Origin", ("kind", "conn_id", "principal", "link_id",
-                               "peer_node", "peer_sid", "generation", "extra"))
+Origin = namedtuple(
+    "Origin",
+    ("kind", "conn_id", "principal", "link_id", "peer_node", "peer_sid", "generation", "extra"),
+)
 Message = namedtuple("Message", ("topic", "payload", "origin"))
 RetainedEvent = namedtuple("RetainedEvent", ("op", "topic", "payload", "origin"))
 

@@ -11,7 +11,7 @@ class Origin(NamedTuple):
     peer_node: str | None
     peer_sid: str | None
     generation: int | None
-    extra: dict[str, Any] | None      # a FrozenDict
+    extra: dict[str, Any] | None  # a FrozenDict
 
 class Message(NamedTuple):
     topic: _Topic

@@ -1,4 +1,5 @@
 """RetainedView: a versioned, coalescing snapshot of retained state."""
+
 from .compat import Event
 from .topic import key, pattern, render
 from .values import Message
@@ -83,5 +84,10 @@ class RetainedView:
             self._ev.set()
 
     def stats(self):
-        return {"kind": self.kind, "topic": self.topic, "version": self.version,
-                "size": len(self._msgs), "closed": self._why}
+        return {
+            "kind": self.kind,
+            "topic": self.topic,
+            "version": self.version,
+            "size": len(self._msgs),
+            "closed": self._why,
+        }

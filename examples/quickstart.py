@@ -1,5 +1,6 @@
 """edgebus in one page: publish facts, retain current truth, observe retained
 truth, call owned actions. Runs unchanged on CPython and MicroPython."""
+
 import asyncio
 
 import edgebus
@@ -26,8 +27,15 @@ async def main():
         sub = app.subscribe("sensor/+/temp")
         svc.publish("sensor/kitchen/temp", 21.5)
         msg = await sub.recv()
-        print("fact:", "/".join(msg.topic), msg.payload, "from", msg.origin.conn_id,
-              "principal", msg.origin.principal)
+        print(
+            "fact:",
+            "/".join(msg.topic),
+            msg.payload,
+            "from",
+            msg.origin.conn_id,
+            "principal",
+            msg.origin.principal,
+        )
 
         # Retain current truth, observe it with a view.
         view = app.retained_view("heater/#")

@@ -1,10 +1,12 @@
 """edgebus device runtime (MicroPython and CPython). Entry point: firmware.main."""
+
 VERSION = "0.1.0"
 
 
 def mem():
     """(alloc, free) heap bytes, or (None, None) where gc cannot tell (CPython)."""
     import gc
+
     try:
         return gc.mem_alloc(), gc.mem_free()
     except AttributeError:
@@ -17,18 +19,32 @@ def mem():
 # off (None) or to the board's value (ctx.board: queues, uart). Constants
 # only, built once at import: what the device keeps resident for them.
 DEFAULTS = {
-    "": {"health_period": 10, "info_period": 60, "watchdog_ms": 0,
-         "allow_identity_change": False},
+    "": {"health_period": 10, "info_period": 60, "watchdog_ms": 0, "allow_identity_change": False},
     # 10 s backoff cap: after an outage the device is back within 10 s of its
     # broker or line, which the default spool outlasts (10 s at 20 readings/s).
-    "uplink": {"backoff_min": 0.5, "backoff_max": 10, "reopen_after": 60, "poll_ms": 5,
-               "failover_after": 3, "failback": True, "probe_every": 30},
+    "uplink": {
+        "backoff_min": 0.5,
+        "backoff_max": 10,
+        "reopen_after": 60,
+        "poll_ms": 5,
+        "failover_after": 3,
+        "failback": True,
+        "probe_every": 30,
+    },
     "mqtt": {"port": 1883, "prefix": "edgebus", "keepalive": 30, "connect_timeout": 10},
-    "link": {"heartbeat": 5.0, "handshake_timeout": 5.0, "max_pending": 4,
-             "spool_policy": "drop_oldest", "journal_bytes": 262144, "status": False,
-             "seal": "auto", "exports": [["sensor/#", ""], ["sys/#", ""]],
-             "imports": [["cmd/#", ""]], "export_calls": [["sys/#", ""]],
-             "import_calls": [["host/#", ""]]},
+    "link": {
+        "heartbeat": 5.0,
+        "handshake_timeout": 5.0,
+        "max_pending": 4,
+        "spool_policy": "drop_oldest",
+        "journal_bytes": 262144,
+        "status": False,
+        "seal": "auto",
+        "exports": [["sensor/#", ""], ["sys/#", ""]],
+        "imports": [["cmd/#", ""]],
+        "export_calls": [["sys/#", ""]],
+        "import_calls": [["host/#", ""]],
+    },
     "network": {"driver": "network", "join_timeout": 20, "backoff_min": 1, "backoff_max": 30},
 }
 
@@ -56,6 +72,7 @@ def transient(name):
 def unload(name):
     """Forget module name so the GC can free its code (see transient)."""
     import sys
+
     sys.modules.pop(name, None)
     pkg, _, leaf = name.rpartition(".")
     p = sys.modules.get(pkg)
@@ -68,11 +85,12 @@ def write_atomic(path, text):
     The device's own, not the host's (tlog.write_atomically): MicroPython has
     no os.fsync nor a directory to fsync; littlefs and FAT commit on close."""
     import os
+
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
         f.write(text)
     try:
         os.rename(tmp, path)
-    except OSError:   # filesystems whose rename does not replace (FAT)
+    except OSError:  # filesystems whose rename does not replace (FAT)
         os.remove(path)
         os.rename(tmp, path)

@@ -4,6 +4,7 @@ the session id, the runtime's objects and the heap budget check.
 Loaded by firmware.main for the start and unloaded once the device is READY
 (firmware.transient): its code is not resident while the device runs.
 """
+
 import asyncio
 import gc
 import time
@@ -21,8 +22,10 @@ RESERVE = 16384
 # hand): the smallest spool of the boards that run the runtime (esp32,
 # rp2-pico-w) and no heap budget, since the board is unknown. sys/info and
 # sys/health say so ("manifest": null) rather than pass them off as a board's.
-DEFAULTS = {"queues": {"bus": 8, "full": "drop_oldest", "uplink_tx": 16, "uplink_rx": 8,
-                       "spool": 24576}, "uart": {"baud": 115200}}
+DEFAULTS = {
+    "queues": {"bus": 8, "full": "drop_oldest", "uplink_tx": 16, "uplink_rx": 8, "spool": 24576},
+    "uart": {"baud": 115200},
+}
 # Where edgebus build, deploy, flash and the fleet put the manifest: the
 # filesystem root on boards, the working directory on the unix port.
 MANIFEST = "board.json"
@@ -37,7 +40,7 @@ def _import(name):
             if full == name:
                 raise
             if name.replace(".", "/") not in str(e) and name not in str(e):
-                raise         # the module exists but an import inside it failed
+                raise  # the module exists but an import inside it failed
             continue
         for part in full.split(".")[1:]:
             m = getattr(m, part)
@@ -62,6 +65,7 @@ def load_board(board):
         b.setdefault("manifest", "given")
         return b
     import json
+
     path = board if board is not None and board.endswith(".json") else MANIFEST
     try:
         with open(path) as f:
@@ -74,15 +78,20 @@ def load_board(board):
         b["manifest"] = None
         return b
     except ValueError as e:
-        raise ConfigError("board manifest %s is not valid JSON (%s): rebuild and deploy the "
-                          "bundle (edgebus build, edgebus deploy)" % (path, e))
+        raise ConfigError(
+            "board manifest %s is not valid JSON (%s): rebuild and deploy the "
+            "bundle (edgebus build, edgebus deploy)" % (path, e)
+        )
     if type(m) is not dict or "name" not in m:
-        raise ConfigError("board manifest %s has no board name: rebuild and deploy the bundle"
-                          % path)
+        raise ConfigError(
+            "board manifest %s has no board name: rebuild and deploy the bundle" % path
+        )
     if path == MANIFEST and board is not None and m["name"] != board:
-        raise ConfigError("%s is the manifest of board %s but the config says board %s: deploy "
-                          "the bundle built for %s (edgebus build --board %s) or correct the "
-                          "config's board" % (path, m["name"], board, board, board))
+        raise ConfigError(
+            "%s is the manifest of board %s but the config says board %s: deploy "
+            "the bundle built for %s (edgebus build --board %s) or correct the "
+            "config's board" % (path, m["name"], board, board, board)
+        )
     b = dict((k, m[k]) for k in RUNTIME_KEYS if k in m)
     b["manifest"] = path
     return b
@@ -120,8 +129,9 @@ def check_budget(board, data, feeds):
             "this config needs %d bytes of heap for its data (%d at boot, %d for the link's "
             "export feeds) plus %d in reserve, over the %s board's budget of %d (budget.heap "
             "in boards/%s.json): lower queues.bus, link.out_queue or link.max_pending, or run "
-            "fewer services" % (data + feeds, data, feeds, reserve, board.get("name"), lim,
-                                board.get("name")))
+            "fewer services"
+            % (data + feeds, data, feeds, reserve, board.get("name"), lim, board.get("name"))
+        )
 
 
 def boot_sid(path):
@@ -133,13 +143,14 @@ def boot_sid(path):
     path (a Ctx built without a config file) the sid rests on entropy only."""
     import hashlib
     from binascii import hexlify
+
     n = 0
     if path is not None:
         try:
             with open(path) as f:
                 n = int(f.read().strip() or 0)
         except (OSError, ValueError):
-            pass   # first boot, or a damaged counter: the hash still differs
+            pass  # first boot, or a damaged counter: the hash still differs
         n += 1
         try:
             write_atomic(path, "%d\n" % n)
@@ -170,16 +181,17 @@ async def start(cfg, path, board, ctx_class):
     except MemoryError:
         raise ConfigError("no room for a link.spool of %d bytes: lower it" % n)
     from firmware.uplink import Uplink
+
     svcs = load_services(cfg)
-    gc.collect()   # code loaded: collect before the long-lived objects, less fragmentation
+    gc.collect()  # code loaded: collect before the long-lived objects, less fragmentation
     code = mem()[0]
     if code is not None:
-        code -= len(spool)    # data, not code
+        code -= len(spool)  # data, not code
     try:
         bus = edgebus.Bus(q_length=q["bus"], full=q["full"])
         ctx = ctx_class(bus, cfg, path, board)
         ctx.spool = spool
-        counter = None      # the boot counter sits beside the config file
+        counter = None  # the boot counter sits beside the config file
         if path is not None:
             d = path.rpartition("/")[0]
             counter = (d + "/" if d else "") + "bootcount"
@@ -196,12 +208,13 @@ async def start(cfg, path, board, ctx_class):
         gc.collect()
         feeds = mem()[0] - a0 if a0 is not None else 0
         names = start_services(ctx, svcs)
-        await asyncio.sleep(0.05)   # let the services take their first step
+        await asyncio.sleep(0.05)  # let the services take their first step
     except MemoryError:
         gc.collect()
-        raise ConfigError("out of heap while starting (%s bytes free): lower queues.bus, "
-                          "link.out_queue or link.max_pending, or run fewer services"
-                          % mem()[1])
+        raise ConfigError(
+            "out of heap while starting (%s bytes free): lower queues.bus, "
+            "link.out_queue or link.max_pending, or run fewer services" % mem()[1]
+        )
     gc.collect()
     a = mem()[0]
     check_budget(board, a - code - feeds if a is not None else None, feeds)
@@ -212,11 +225,14 @@ def _network(ctx, cfg):
     """The WiFi station (firmware/wifi.py) of the config's "network"."""
     try:
         from firmware.wifi import Wifi
+
         return Wifi(ctx, cfg)
     except ImportError as e:
-        raise ConfigError("network: no %s module in this build (%s): a board without a radio "
-                          "has no network step; \"driver\": \"firmware.wlansim\" simulates one"
-                          % (opt(cfg, "network", "driver"), e))
+        raise ConfigError(
+            "network: no %s module in this build (%s): a board without a radio "
+            'has no network step; "driver": "firmware.wlansim" simulates one'
+            % (opt(cfg, "network", "driver"), e)
+        )
 
 
 def start_services(ctx, svcs):

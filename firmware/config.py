@@ -3,6 +3,7 @@
 Loaded only while needed (firmware.transient/unload): at boot and for each
 sys/config/set.
 """
+
 import json
 
 from firmware import ConfigError, opt, write_atomic
@@ -13,27 +14,71 @@ from firmware import ConfigError, opt, write_atomic
 # where tuples were built at each load (~1.5 KB of the ~2 KB this module took
 # on the 32-bit board during a sys/config/set).
 TOP = {
-    "node": "S", "key": "s0", "board": "s", "uplink": "D", "link": "d", "queues": "d",
-    "services": "l", "health_period": "n", "info_period": "n", "watchdog_ms": "i",
-    "allow_identity_change": "b", "network": "d",
+    "node": "S",
+    "key": "s0",
+    "board": "s",
+    "uplink": "D",
+    "link": "d",
+    "queues": "d",
+    "services": "l",
+    "health_period": "n",
+    "info_period": "n",
+    "watchdog_ms": "i",
+    "allow_identity_change": "b",
+    "network": "d",
 }
 SECTIONS = {
-    "uplink": {"kind": "S", "port": "si", "baud": "i", "tx": "i", "rx": "i", "poll_ms": "i",
-               "backoff_min": "n", "backoff_max": "n", "reopen_after": "n",
-               # mqtt: the broker (port above is its TCP port), topic prefix, login
-               "host": "s", "prefix": "s", "user": "s", "password": "s", "keepalive": "i",
-               "connect_timeout": "n", "tls": "d",
-               # failover: gateways overlay the keys above, the first is the primary
-               "gateways": "l", "failover_after": "n", "failback": "b", "probe_every": "n"},
-    "link": {"heartbeat": "n", "handshake_timeout": "n", "out_queue": "i", "max_pending": "i",
-             "spool": "i", "spool_policy": "s", "exports": "l", "imports": "l",
-             "export_calls": "l", "import_calls": "l",
-             # the flash spool: a directory (boards: under /; unix: the working dir)
-             "journal": "s0", "journal_bytes": "i", "status": "b", "seal": "s"},
+    "uplink": {
+        "kind": "S",
+        "port": "si",
+        "baud": "i",
+        "tx": "i",
+        "rx": "i",
+        "poll_ms": "i",
+        "backoff_min": "n",
+        "backoff_max": "n",
+        "reopen_after": "n",
+        # mqtt: the broker (port above is its TCP port), topic prefix, login
+        "host": "s",
+        "prefix": "s",
+        "user": "s",
+        "password": "s",
+        "keepalive": "i",
+        "connect_timeout": "n",
+        "tls": "d",
+        # failover: gateways overlay the keys above, the first is the primary
+        "gateways": "l",
+        "failover_after": "n",
+        "failback": "b",
+        "probe_every": "n",
+    },
+    "link": {
+        "heartbeat": "n",
+        "handshake_timeout": "n",
+        "out_queue": "i",
+        "max_pending": "i",
+        "spool": "i",
+        "spool_policy": "s",
+        "exports": "l",
+        "imports": "l",
+        "export_calls": "l",
+        "import_calls": "l",
+        # the flash spool: a directory (boards: under /; unix: the working dir)
+        "journal": "s0",
+        "journal_bytes": "i",
+        "status": "b",
+        "seal": "s",
+    },
     "queues": {"bus": "i", "full": "s"},
     # a WiFi station joined before the uplink (firmware/wifi.py); absent: none
-    "network": {"ssid": "S", "password": "s0", "driver": "s", "join_timeout": "n",
-                "backoff_min": "n", "backoff_max": "n"},
+    "network": {
+        "ssid": "S",
+        "password": "s0",
+        "driver": "s",
+        "join_timeout": "n",
+        "backoff_min": "n",
+        "backoff_max": "n",
+    },
 }
 # uplink.tls (firmware/uplink_mqtt.py): files on the device
 TLS = {"ca": "s", "cert": "s", "key": "s", "server_name": "s"}
@@ -51,9 +96,22 @@ def _ok(v, kinds):
     t = type(v)
     # bool is an int subclass in CPython: never accept it for a number
     for c in kinds.lower():
-        if (c == "s" and t is str or c == "i" and t is int or c == "n" and t in (int, float)
-                or c == "b" and t is bool or c == "d" and t is dict or c == "l" and t is list
-                or c == "0" and v is None):
+        if (
+            c == "s"
+            and t is str
+            or c == "i"
+            and t is int
+            or c == "n"
+            and t in (int, float)
+            or c == "b"
+            and t is bool
+            or c == "d"
+            and t is dict
+            or c == "l"
+            and t is list
+            or c == "0"
+            and v is None
+        ):
             return True
     return False
 
@@ -61,21 +119,28 @@ def _ok(v, kinds):
 def _check(d, schema, where):
     for k in d:
         if k not in schema:
-            raise ConfigError("unknown key %s%s (known: %s)"
-                              % (where, k, ", ".join(sorted(schema))))
+            raise ConfigError(
+                "unknown key %s%s (known: %s)" % (where, k, ", ".join(sorted(schema)))
+            )
     for k in schema:
         if k not in d:
-            if schema[k] < "a":    # an upper-case letter: required
+            if schema[k] < "a":  # an upper-case letter: required
                 raise ConfigError("missing key %s%s" % (where, k))
         elif not _ok(d[k], schema[k]):
-            raise ConfigError("%s%s must be %s, not %s"
-                              % (where, k, " or ".join(_NAMES[_KINDS.index(c)]
-                                                      for c in schema[k].lower()),
-                                 type(d[k]).__name__))
+            raise ConfigError(
+                "%s%s must be %s, not %s"
+                % (
+                    where,
+                    k,
+                    " or ".join(_NAMES[_KINDS.index(c)] for c in schema[k].lower()),
+                    type(d[k]).__name__,
+                )
+            )
 
 
 def _simulator():
     import sys
+
     return sys.implementation.name == "micropython" and sys.platform == "linux"
 
 
@@ -85,17 +150,19 @@ def validate(cfg):
         raise ConfigError("the config must be a JSON object")
     _check(cfg, TOP, "")
     if cfg.get("key") == EXAMPLE_KEY and not _simulator():
-        raise ConfigError("key is the example's %r: give each device a key of its own (e.g. "
-                          "python3 -c 'import secrets; print(secrets.token_urlsafe(32))')"
-                          % EXAMPLE_KEY)
+        raise ConfigError(
+            "key is the example's %r: give each device a key of its own (e.g. "
+            "python3 -c 'import secrets; print(secrets.token_urlsafe(32))')" % EXAMPLE_KEY
+        )
     for sec, schema in SECTIONS.items():
         if sec in cfg:
             _check(cfg[sec], schema, sec + ".")
     if not cfg["node"] or "/" in cfg["node"] or "+" in cfg["node"] or "#" in cfg["node"]:
         raise ConfigError("node must be a non-empty id without '/', '+' or '#'")
     if cfg["uplink"]["kind"] not in UPLINKS:
-        raise ConfigError("uplink.kind must be one of %s, not %r"
-                          % (", ".join(UPLINKS), cfg["uplink"]["kind"]))
+        raise ConfigError(
+            "uplink.kind must be one of %s, not %r" % (", ".join(UPLINKS), cfg["uplink"]["kind"])
+        )
     u = cfg["uplink"]
     if "gateways" in u or "failover_after" in u or "probe_every" in u:
         __import__("firmware.failover").failover.check_config(u, _check, SECTIONS["uplink"])
@@ -104,10 +171,12 @@ def validate(cfg):
     if "tls" in u:
         _check(u["tls"], TLS, "uplink.tls.")
         if ("cert" in u["tls"]) != ("key" in u["tls"]):
-            raise ConfigError("uplink.tls.cert and uplink.tls.key go together (the device's "
-                              "certificate and its private key)")
+            raise ConfigError(
+                "uplink.tls.cert and uplink.tls.key go together (the device's "
+                "certificate and its private key)"
+            )
     q = cfg.get("queues", {})
-    if q.get("full") not in (None, "drop_oldest", "reject_newest"):   # None: the board's
+    if q.get("full") not in (None, "drop_oldest", "reject_newest"):  # None: the board's
         raise ConfigError("queues.full must be 'drop_oldest' or 'reject_newest'")
     for sec, k in (("queues", "bus"), ("link", "out_queue"), ("link", "max_pending")):
         v = cfg.get(sec, {}).get(k)
@@ -116,32 +185,43 @@ def validate(cfg):
     lk = cfg.get("link", {})
     if opt(lk, "link", "spool_policy") not in ("drop_oldest", "drop_newest"):
         raise ConfigError("link.spool_policy must be 'drop_oldest' or 'drop_newest'")
-    if "spool" in lk and not 1024 <= lk["spool"] <= 1048576:   # absent: the board's
-        raise ConfigError("link.spool (bytes) must be between 1024 and 1048576, not %d"
-                          % lk["spool"])
+    if "spool" in lk and not 1024 <= lk["spool"] <= 1048576:  # absent: the board's
+        raise ConfigError(
+            "link.spool (bytes) must be between 1024 and 1048576, not %d" % lk["spool"]
+        )
     for k in ("exports", "imports", "export_calls", "import_calls"):
         n = 3 if k == "exports" else 2
         for r in lk.get(k, ()):
-            if type(r) is not list or not 2 <= len(r) <= n or type(r[0]) is not str \
-                    or type(r[1]) is not str:
-                raise ConfigError("link.%s entries must be [pattern, prefix%s] strings"
-                                  % (k, ", class" if n == 3 else ""))
+            if (
+                type(r) is not list
+                or not 2 <= len(r) <= n
+                or type(r[0]) is not str
+                or type(r[1]) is not str
+            ):
+                raise ConfigError(
+                    "link.%s entries must be [pattern, prefix%s] strings"
+                    % (k, ", class" if n == 3 else "")
+                )
             if len(r) == 3 and r[2] not in ("reliable", "latest"):
-                raise ConfigError("link.exports class must be 'reliable' or 'latest', not %r"
-                                  % (r[2],))
+                raise ConfigError(
+                    "link.exports class must be 'reliable' or 'latest', not %r" % (r[2],)
+                )
     seal(cfg)
     j = cfg.get("link", {}).get("journal")
     if j is not None and (not j or ".." in j.split("/") or len(j) > 64):
-        raise ConfigError("link.journal must be a directory name without '..' (at most 64 "
-                          "characters), not %r; null turns the flash spool off" % j)
+        raise ConfigError(
+            "link.journal must be a directory name without '..' (at most 64 "
+            "characters), not %r; null turns the flash spool off" % j
+        )
     jb = cfg.get("link", {}).get("journal_bytes")
     if jb is not None and not 16384 <= jb <= 16777216:
-        raise ConfigError("link.journal_bytes must be between 16384 (4 flash blocks) and "
-                          "16777216, not %d" % jb)
+        raise ConfigError(
+            "link.journal_bytes must be between 16384 (4 flash blocks) and 16777216, not %d" % jb
+        )
     for s in cfg.get("services", ()):
         if type(s) is dict:
             if type(s.get("module")) is not str:
-                raise ConfigError("a service given as an object needs \"module\": a string")
+                raise ConfigError('a service given as an object needs "module": a string')
         elif type(s) is not str:
             raise ConfigError("services entries must be module names or objects")
     return cfg
@@ -154,9 +234,12 @@ def seal(cfg):
     if s not in ("auto", "encrypt", "mac", "offer", "off"):
         raise ConfigError("link.seal must be auto, encrypt, mac, offer or off, not %r" % (s,))
     from edgebus.link import cipher
+
     if s == "encrypt" and cipher.BACKEND is None:
-        raise ConfigError("link.seal encrypt needs AES, and this build has no cryptolib: "
-                          "use mac (frames authenticated, not hidden)")
+        raise ConfigError(
+            "link.seal encrypt needs AES, and this build has no cryptolib: "
+            "use mac (frames authenticated, not hidden)"
+        )
 
 
 def load(path):
@@ -188,7 +271,7 @@ def merge(cfg, change, allow_identity=False):
         if k in SECTIONS and type(v) is dict and type(new.get(k)) is dict:
             for k2, v2 in v.items():
                 if v2 is None:
-                    new[k].pop(k2, None)   # null removes a key: its default applies
+                    new[k].pop(k2, None)  # null removes a key: its default applies
                 else:
                     new[k][k2] = v2
         elif v is None and not TOP.get(k, (0, False))[1]:

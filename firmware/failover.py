@@ -11,6 +11,7 @@ open; silence moves to the next gateway in the list (after the last, the
 first). With ``failback``, a device away from the primary probes it every
 ``probe_every`` seconds and goes back when the probe finds it alive.
 """
+
 from firmware import opt
 
 
@@ -59,11 +60,11 @@ class Failover:
         self.silence = silence
         self.failback = failback
         self.probe_every = probe_every
-        self.moves = 0            # every change of gateway
-        self.failbacks = 0        # those back to the primary after a probe
+        self.moves = 0  # every change of gateway
+        self.failbacks = 0  # those back to the primary after a probe
         self.probes = 0
         self.probe_failures = 0
-        self.last_move = None     # "from -> to: why"
+        self.last_move = None  # "from -> to: why"
         self._frames = None
         self._t_heard = t
         self._t_probe = t
@@ -118,7 +119,7 @@ class Failover:
             return "silent"
         if self.probe_due(t):
             probe = getattr(up.mod, "probe", None)
-            alive = True   # no probe: go back and see (silence brings it here again)
+            alive = True  # no probe: go back and see (silence brings it here again)
             if probe is not None:
                 try:
                     alive = await probe(up.ctx, self.gws[0], max(2.0, up.link.heartbeat))
@@ -130,14 +131,31 @@ class Failover:
         return None
 
     def stats(self):
-        return {"gateway": self.names[self.i], "gateway_index": self.i, "moves": self.moves,
-                "failbacks": self.failbacks, "probes": self.probes,
-                "probe_failures": self.probe_failures, "last_move": self.last_move}
+        return {
+            "gateway": self.names[self.i],
+            "gateway_index": self.i,
+            "moves": self.moves,
+            "failbacks": self.failbacks,
+            "probes": self.probes,
+            "probe_failures": self.probe_failures,
+            "last_move": self.last_move,
+        }
 
 
 # What one entry of uplink.gateways may set: where the transport goes, and a name.
-GATEWAY = ("name", "host", "port", "prefix", "user", "password", "keepalive", "baud", "tx",
-           "rx", "poll_ms")
+GATEWAY = (
+    "name",
+    "host",
+    "port",
+    "prefix",
+    "user",
+    "password",
+    "keepalive",
+    "baud",
+    "tx",
+    "rx",
+    "poll_ms",
+)
 
 
 def check_config(u, check, schema):
@@ -146,14 +164,16 @@ def check_config(u, check, schema):
     schema its uplink section (firmware/config.py calls this only for a
     config naming gateways or failover keys)."""
     from firmware import ConfigError
+
     gws = u.get("gateways") or [{}]
     if len(gws) > 8:
         raise ConfigError("uplink.gateways holds at most 8 gateways, not %d" % len(gws))
     for i, g in enumerate(gws):
         where = "uplink.gateways[%d]." % i
         if type(g) is not dict:
-            raise ConfigError("uplink.gateways entries must be objects (a gateway's host, "
-                              "port, ...)")
+            raise ConfigError(
+                "uplink.gateways entries must be objects (a gateway's host, port, ...)"
+            )
         for k in g:
             if k not in GATEWAY:
                 raise ConfigError("unknown key %s%s (known: %s)" % (where, k, ", ".join(GATEWAY)))
@@ -161,11 +181,14 @@ def check_config(u, check, schema):
         sub["name"] = "s"
         check(g, sub, where)
         if u["kind"] == "mqtt" and not g.get("host", u.get("host")):
-            raise ConfigError("uplink.host is required for an mqtt uplink (the broker's "
-                              "address), in uplink or in each of uplink.gateways")
+            raise ConfigError(
+                "uplink.host is required for an mqtt uplink (the broker's "
+                "address), in uplink or in each of uplink.gateways"
+            )
     fa = opt(u, "uplink", "failover_after")
     if not 1 <= fa <= 100:
-        raise ConfigError("uplink.failover_after (heartbeat periods) must be between 1 and "
-                          "100, not %s" % fa)
+        raise ConfigError(
+            "uplink.failover_after (heartbeat periods) must be between 1 and 100, not %s" % fa
+        )
     if not 1 <= opt(u, "uplink", "probe_every") <= 86400:
         raise ConfigError("uplink.probe_every (seconds) must be between 1 and 86400")

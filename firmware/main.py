@@ -3,6 +3,7 @@
 Reads and validates the config, starts the bus, the built-in and user
 services, and keeps the uplink alive; feeds the watchdog on boards.
 """
+
 import asyncio
 import gc
 import sys
@@ -12,7 +13,7 @@ from firmware import VERSION, ConfigError, mem, opt, transient, unload
 
 try:
     import machine
-except ImportError:       # unix port, CPython
+except ImportError:  # unix port, CPython
     machine = None
 
 
@@ -28,8 +29,8 @@ class Ctx:
         self.t0 = now()
         self.link = None
         self.uplink = None
-        self.net = None        # the WiFi station (firmware/wifi.py), when configured
-        self.spool = None      # the link spool's buffer, allocated first
+        self.net = None  # the WiFi station (firmware/wifi.py), when configured
+        self.spool = None  # the link spool's buffer, allocated first
         self.counters = {}
         self._sys = None
         self.exit_code = None
@@ -47,7 +48,7 @@ class Ctx:
     def log(self, msg):
         try:
             print("[%9.3f] %s" % (now() - self.t0, msg))
-        except MemoryError:   # logging must never take its caller down with it
+        except MemoryError:  # logging must never take its caller down with it
             self.count("log_dropped")
 
     def count(self, name, n=1):
@@ -66,13 +67,14 @@ class Ctx:
         while True:
             try:
                 r = mod.start(self, opts)
-                if r is not None and hasattr(r, "send"):   # a coroutine: runs until it ends
+                if r is not None and hasattr(r, "send"):  # a coroutine: runs until it ends
                     await r
                 return
             except Exception as e:
                 self.count("service_errors")
-                self.log("service %s crashed: %s: %s; restarting in 5 s"
-                         % (name, type(e).__name__, e))
+                self.log(
+                    "service %s crashed: %s: %s; restarting in 5 s" % (name, type(e).__name__, e)
+                )
                 await asyncio.sleep(5)
 
 
@@ -82,7 +84,7 @@ async def run(cfg, path, board):
     boot = None
     gc.collect()
     a0 = mem()[0]
-    unload("firmware.boot")   # start-up code: not resident while the device runs
+    unload("firmware.boot")  # start-up code: not resident while the device runs
     gc.collect()
     a, f = mem()
     if code is not None:
@@ -99,15 +101,18 @@ async def run(cfg, path, board):
         ctx.log("watchdog on: %d ms" % ms)
     b = ctx.board
     if b.get("manifest") is None:
-        ctx.log("no board manifest (board.json): running built-in defaults, spool %d bytes "
-                "and no heap budget; deploy the bundle built for this board"
-                % b["queues"]["spool"])
-    ctx.log("READY node=%s fw=%s board=%s manifest=%s services=%s mem_alloc=%s mem_free=%s "
-            "mem_code=%s mem_data=%s" % (ctx.node, VERSION, b.get("name"), b.get("manifest"),
-                                         ",".join(names), a, f, code, data))
+        ctx.log(
+            "no board manifest (board.json): running built-in defaults, spool %d bytes "
+            "and no heap budget; deploy the bundle built for this board" % b["queues"]["spool"]
+        )
+    ctx.log(
+        "READY node=%s fw=%s board=%s manifest=%s services=%s mem_alloc=%s mem_free=%s "
+        "mem_code=%s mem_data=%s"
+        % (ctx.node, VERSION, b.get("name"), b.get("manifest"), ",".join(names), a, f, code, data)
+    )
     while not ctx._stop.is_set():
         if wdt is not None:
-            wdt.feed()            # fed only while the scheduler runs
+            wdt.feed()  # fed only while the scheduler runs
         try:
             await wait_for(ctx._stop.wait(), 1)
         except asyncio.TimeoutError:
@@ -121,7 +126,8 @@ def main(config_path="config.json", board=None):
         cfg = transient("firmware.config").load(config_path)
         unload("firmware.config")
         board = transient("firmware.boot").load_board(
-            board if board is not None else cfg.get("board"))
+            board if board is not None else cfg.get("board")
+        )
         return asyncio.run(run(cfg, config_path, board))
     except ConfigError as e:
         print("edgebus firmware: config error: %s: %s" % (config_path, e), file=sys.stderr)
@@ -129,8 +135,12 @@ def main(config_path="config.json", board=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1] if len(sys.argv) > 1 else "config.json",
-                  sys.argv[2] if len(sys.argv) > 2 else None))
+    sys.exit(
+        main(
+            sys.argv[1] if len(sys.argv) > 1 else "config.json",
+            sys.argv[2] if len(sys.argv) > 2 else None,
+        )
+    )
 elif sys.platform not in ("linux", "darwin", "win32"):
     # A board: the bundle's main.py (written by edgebus build) is
     # "import firmware.main", so importing it at boot runs the device. A bad

@@ -9,6 +9,7 @@ it raises OSError (or any Exception) when it cannot. It may offer
 alive, used to go back to the primary (failover.py, docs/protocol.md
 "Failover"); without it the device goes back and sees.
 """
+
 import asyncio
 import gc
 import sys
@@ -37,20 +38,26 @@ class Uplink:
         try:
             self.mod = getattr(__import__("firmware.uplink_" + k), "uplink_" + k)
         except ImportError as e:
-            raise ConfigError("uplink kind %r is not in this build (firmware/uplink_%s.py): %s"
-                              % (k, k, e))
+            raise ConfigError(
+                "uplink kind %r is not in this build (firmware/uplink_%s.py): %s" % (k, k, e)
+            )
         self.backoff = Backoff(opt(u, "uplink", "backoff_min"), opt(u, "uplink", "backoff_max"))
         self.reopen_after = opt(u, "uplink", "reopen_after")
         hb = opt(lc, "link", "heartbeat")
-        self.fo = None            # one gateway: failover.py is not even loaded
+        self.fo = None  # one gateway: failover.py is not even loaded
         if u.get("gateways"):
             from firmware import failover
-            self.fo = failover.Failover(failover.gateways(u), opt(u, "uplink", "failover_after")
-                                        * hb, opt(u, "uplink", "failback"),
-                                        opt(u, "uplink", "probe_every"), now())
-        self._to = None           # a gateway the watcher chose to move to, and why
+
+            self.fo = failover.Failover(
+                failover.gateways(u),
+                opt(u, "uplink", "failover_after") * hb,
+                opt(u, "uplink", "failback"),
+                opt(u, "uplink", "probe_every"),
+                now(),
+            )
+        self._to = None  # a gateway the watcher chose to move to, and why
         self._why = None
-        self._cut = False         # the watcher cancelled the link's run
+        self._cut = False  # the watcher cancelled the link's run
         key = cfg.get("key")
         # "auto": insist on encryption over MQTT, where anyone on the broker
         # reads along, if this build has AES; else (a UART, no cryptolib) the
@@ -61,30 +68,38 @@ class Uplink:
         exports = opt(lc, "link", "exports")
         journal = lc.get("journal")
         if journal and journal[0] != "/" and sys.platform not in ("linux", "darwin", "win32"):
-            journal = "/" + journal   # a board: under the filesystem root
+            journal = "/" + journal  # a board: under the filesystem root
         block = ctx.board.get("budget", {}).get("fs_block", 4096)
         # The config's key as it is at each handshake: sys/key/set changes it
         # for the next session without a restart.
-        self.link = Link(ctx.bus, ctx.node, key=(lambda node: cfg["key"]) if key else None,
-                         sid=sid, seal=self.seal,
-                         role="initiator", link_id="uplink", peer="host",
-                         exports=_pairs(exports),
-                         imports=_pairs(opt(lc, "link", "imports")),
-                         export_calls=_pairs(opt(lc, "link", "export_calls")),
-                         import_calls=_pairs(opt(lc, "link", "import_calls")),
-                         heartbeat=hb,
-                         # Its status retained on the device bus (link/uplink) is
-                         # off unless asked for: sys/health carries the same
-                         # counters, and the dict rebuilt each second is ~1 KB
-                         # of a board's heap.
-                         status=opt(lc, "link", "status"),
-                         handshake_timeout=opt(lc, "link", "handshake_timeout"),
-                         out_queue=lc.get("out_queue",
-                                          ctx.board.get("queues", {}).get("uplink_tx", 16)),
-                         max_pending=opt(lc, "link", "max_pending"),
-                         spool=ctx.spool,
-                         spool_policy=opt(lc, "link", "spool_policy"), journal=journal,
-                         journal_bytes=opt(lc, "link", "journal_bytes"), journal_block=block)
+        self.link = Link(
+            ctx.bus,
+            ctx.node,
+            key=(lambda node: cfg["key"]) if key else None,
+            sid=sid,
+            seal=self.seal,
+            role="initiator",
+            link_id="uplink",
+            peer="host",
+            exports=_pairs(exports),
+            imports=_pairs(opt(lc, "link", "imports")),
+            export_calls=_pairs(opt(lc, "link", "export_calls")),
+            import_calls=_pairs(opt(lc, "link", "import_calls")),
+            heartbeat=hb,
+            # Its status retained on the device bus (link/uplink) is
+            # off unless asked for: sys/health carries the same
+            # counters, and the dict rebuilt each second is ~1 KB
+            # of a board's heap.
+            status=opt(lc, "link", "status"),
+            handshake_timeout=opt(lc, "link", "handshake_timeout"),
+            out_queue=lc.get("out_queue", ctx.board.get("queues", {}).get("uplink_tx", 16)),
+            max_pending=opt(lc, "link", "max_pending"),
+            spool=ctx.spool,
+            spool_policy=opt(lc, "link", "spool_policy"),
+            journal=journal,
+            journal_bytes=opt(lc, "link", "journal_bytes"),
+            journal_block=block,
+        )
         ctx.link = self.link
         prep = getattr(self.mod, "prepare", None)
         if prep is not None:
@@ -94,7 +109,7 @@ class Uplink:
         self.ends = 0
         self.last_error = None
         self.transport = None
-        self._run = None          # the link's run over self.transport
+        self._run = None  # the link's run over self.transport
         # Sequenced data frames (publishes, retains, unretains) handed to a
         # transport that did not refuse them: what this device says it sent.
         # Counted when handed over (taken back if the send fails), so that at
@@ -106,10 +121,16 @@ class Uplink:
 
     def stats(self):
         self._settle()
-        s = {"kind": self.kind, "opens": self.opens, "open_failures": self.open_failures,
-             "ends": self.ends, "backoff": self.backoff.last,
-             "last_error": self.last_error, "sent": self.sent,
-             "tx_seq": self.link.tx_seq}   # not Link.stats(): two dicts per health period
+        s = {
+            "kind": self.kind,
+            "opens": self.opens,
+            "open_failures": self.open_failures,
+            "ends": self.ends,
+            "backoff": self.backoff.last,
+            "last_error": self.last_error,
+            "sent": self.sent,
+            "tx_seq": self.link.tx_seq,
+        }  # not Link.stats(): two dicts per health period
         if self.fo is not None:
             s.update(self.fo.stats())
         return s
@@ -128,6 +149,7 @@ class Uplink:
             if self._pending:
                 self.sent += 1
             return send(body, tail)
+
         t.send = counted
         return t
 
@@ -143,7 +165,7 @@ class Uplink:
 
     async def _open(self):
         t = self.mod.open(self.ctx, None if self.fo is None else self.fo.gateway())
-        if hasattr(t, "send") and not hasattr(t, "recv"):   # a coroutine
+        if hasattr(t, "send") and not hasattr(t, "recv"):  # a coroutine
             t = await t
         return t
 
@@ -152,7 +174,7 @@ class Uplink:
         self._why = why
         self._cut = True
         t.close()
-        run.cancel()    # a read pending on a closed socket may not wake (MicroPython)
+        run.cancel()  # a read pending on a closed socket may not wake (MicroPython)
 
     async def _watch(self, t, run):
         """Close a transport on which no session has come up for reopen_after
@@ -185,7 +207,7 @@ class Uplink:
 
     async def run(self):
         log = self.ctx.log
-        self.link.start()   # spool from now on: nothing before the first session is lost
+        self.link.start()  # spool from now on: nothing before the first session is lost
         bo = self.backoff
         net = self.ctx.net
         while True:
@@ -195,10 +217,10 @@ class Uplink:
                 await net.up.wait()
                 bo.reset()
             sessions = self.link.counters.get("sessions", 0)
-            gc.collect()    # before allocating a transport: less fragmentation
+            gc.collect()  # before allocating a transport: less fragmentation
             try:
                 t = self._counting(await self._open())
-            except Exception as e:   # never a crash loop: log, count, back off
+            except Exception as e:  # never a crash loop: log, count, back off
                 self.open_failures += 1
                 self.last_error = "open: %s: %s" % (type(e).__name__, e)
                 log("uplink %s: %s" % (self.kind, self.last_error))
@@ -213,7 +235,7 @@ class Uplink:
                 try:
                     await run
                 except asyncio.CancelledError:
-                    if not self._cut:   # not ours: the device is stopping
+                    if not self._cut:  # not ours: the device is stopping
                         run.cancel()
                         stale.cancel()
                         raise
@@ -226,13 +248,13 @@ class Uplink:
                 self.ends += 1
                 log("uplink %s: transport ended (%s)" % (self.kind, self.link.last_error))
             if self.link.counters.get("sessions", 0) > sessions:
-                bo.reset()    # a session came up: start the backoff again
+                bo.reset()  # a session came up: start the backoff again
             fo = self.fo
             if fo is not None and (self._why is not None or fo.silent(now())):
                 # Same Link, same sid: the next gateway gets this boot's
                 # unacknowledged tail first (the session start goes back to it).
                 fo.move(now(), self._to, self._why or "silent")
                 log("uplink %s: gateway %s" % (self.kind, fo.last_move))
-                bo.reset()    # the other gateway at once, not after the backoff
+                bo.reset()  # the other gateway at once, not after the backoff
             self._to = self._why = None
             await asyncio.sleep(bo.next())

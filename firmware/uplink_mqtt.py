@@ -5,6 +5,7 @@ The bridge's presence (retained <prefix>/_bridge, its last will "offline")
 goes to the link: gone ends the session at once instead of after the
 liveness timeout, back makes it say HELLO at once. probe() asks a gateway's
 broker for that presence without a session, for failback (firmware/failover.py)."""
+
 from edgebus.compat import MICROPYTHON, wait_for
 from edgebus.link.mqtt import MqttTransport
 from firmware import opt
@@ -15,6 +16,7 @@ def der(path):
     mbedTLS takes PEM only where the build has PEM parsing (the unix port
     from PyPI has not), DER everywhere. A PEM file's first block is taken."""
     import builtins  # this module's open() is the uplink's
+
     try:
         with builtins.open(path, "rb") as f:
             data = f.read()
@@ -24,7 +26,8 @@ def der(path):
     if i < 0:
         return data
     from binascii import a2b_base64
-    body = data[data.index(b"\n", i) + 1:data.index(b"-----END", i)]
+
+    body = data[data.index(b"\n", i) + 1 : data.index(b"-----END", i)]
     return a2b_base64(body.replace(b"\n", b"").replace(b"\r", b""))
 
 
@@ -37,8 +40,9 @@ def tls(u):
     if not t:
         return None, None
     import ssl
+
     ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
-    ctx.verify_mode = ssl.CERT_REQUIRED     # MicroPython's default is CERT_NONE
+    ctx.verify_mode = ssl.CERT_REQUIRED  # MicroPython's default is CERT_NONE
     if t.get("ca"):
         ctx.load_verify_locations(cadata=der(t["ca"]))
     elif MICROPYTHON:
@@ -61,11 +65,20 @@ def _transport(ctx, u, client_id=None, presence=True):
     if type(port) is not int:
         raise OSError("uplink.port must be the broker's TCP port (an int) for mqtt")
     sslctx, name = tls(u)
-    return MqttTransport(host, port, node=ctx.config["node"], prefix=opt(u, "mqtt", "prefix"),
-                         client_id=client_id, keepalive=opt(u, "mqtt", "keepalive"),
-                         user=u.get("user"), password=u.get("password"), presence=presence,
-                         connect_timeout=opt(u, "mqtt", "connect_timeout"), ssl=sslctx,
-                         server_hostname=name)
+    return MqttTransport(
+        host,
+        port,
+        node=ctx.config["node"],
+        prefix=opt(u, "mqtt", "prefix"),
+        client_id=client_id,
+        keepalive=opt(u, "mqtt", "keepalive"),
+        user=u.get("user"),
+        password=u.get("password"),
+        presence=presence,
+        connect_timeout=opt(u, "mqtt", "connect_timeout"),
+        ssl=sslctx,
+        server_hostname=name,
+    )
 
 
 async def open(ctx, u=None):
@@ -87,17 +100,17 @@ async def probe(ctx, u, timeout):
 
     def on_peer(online):
         seen.append(online)
-        t.close()              # the answer is in: recv() returns
+        t.close()  # the answer is in: recv() returns
 
     try:
         await wait_for(t.open(), timeout)
         t.on_peer = on_peer
         await wait_for(t.recv(), timeout)
-    except Exception:          # refused, unreachable or no answer: not alive
+    except Exception:  # refused, unreachable or no answer: not alive
         pass
-    finally:                   # also when the probe is cancelled (the uplink moved on)
+    finally:  # also when the probe is cancelled (the uplink moved on)
         t.close()
-        if t.w is not None:    # cut before the CONNACK, the transport is not open yet
+        if t.w is not None:  # cut before the CONNACK, the transport is not open yet
             try:
                 t.w.close()
             except OSError:

@@ -1,12 +1,13 @@
 """UART uplink: machine.UART on boards (or the board's own UART class named by
 uart.driver where the port has none), a tty path (raw, VMIN=0) on the unix
 port and CPython; both polled by PolledTransport, so reads never block."""
+
 from edgebus.link.stream import PolledTransport
 from firmware import opt
 
 try:
     import termios
-except ImportError:      # boards; a unix port built without termios
+except ImportError:  # boards; a unix port built without termios
     termios = None
 
 
@@ -32,13 +33,14 @@ class _Uart:
 def _raw(f, baud):
     """Raw mode, VMIN=0 VTIME=0 (a read returns what is there), baud if known."""
     if termios is None:
-        return   # rely on the tty being raw already (stty raw -echo min 0 time 0)
+        return  # rely on the tty being raw already (stty raw -echo min 0 time 0)
     fd = f.fileno()
     try:
         import tty  # CPython
+
         tty.setraw(fd)
     except ImportError:
-        termios.setraw(fd)             # MicroPython unix
+        termios.setraw(fd)  # MicroPython unix
     a = termios.tcgetattr(fd)
     cc = a[6]
     cc[getattr(termios, "VMIN", 6)] = 0
@@ -63,6 +65,7 @@ def prepare(ctx):
     """Allocate the frame reader every open reuses, at boot: its buffers are
     long-lived data, counted in the heap budget check before the link runs."""
     from edgebus.link.frame import FrameReader
+
     ctx.frames = FrameReader(ctx.link.max_len)
 
 
@@ -90,21 +93,23 @@ def open(ctx, u=None):
         _raw(f, baud)
     fr = getattr(ctx, "frames", None)
     t = UartTransport(f, poll_ms=opt(u, "uplink", "poll_ms"), frames=fr)
-    ctx.frames = t.frames      # reused by every later reopen (see PolledTransport)
+    ctx.frames = t.frames  # reused by every later reopen (see PolledTransport)
     return t
 
 
 def _open_tty(path):
     import builtins
+
     try:
         import os
+
         # CPython: non-blocking, so a full tty buffer makes write() return
         # None (PolledTransport waits and retries) instead of stalling the loop.
         fd = os.open(path, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK)
         return builtins.open(fd, "r+b", buffering=0)
     except (ImportError, AttributeError):
-        pass   # MicroPython's os has no open(): its files are unbuffered already
+        pass  # MicroPython's os has no open(): its files are unbuffered already
     try:
         return builtins.open(path, "r+b", buffering=0)
-    except TypeError:     # MicroPython: files are unbuffered already
+    except TypeError:  # MicroPython: files are unbuffered already
         return builtins.open(path, "r+b")

@@ -9,6 +9,7 @@ Boards: MicroPython's `network` module (network.WLAN). Where no radio exists
 (the unix port, the emulated board) "driver": "firmware.wlansim" names the
 simulator, which has the same API. Loaded only when "network" is configured.
 """
+
 import asyncio
 
 from edgebus.backoff import Backoff
@@ -17,8 +18,14 @@ from firmware import opt
 
 # The status codes that end a join attempt, by their names in the port's
 # network module (not every port has every one).
-FAILS = ("STAT_WRONG_PASSWORD", "STAT_NO_AP_FOUND", "STAT_CONNECT_FAIL", "STAT_ASSOC_FAIL",
-         "STAT_HANDSHAKE_TIMEOUT", "STAT_BEACON_TIMEOUT")
+FAILS = (
+    "STAT_WRONG_PASSWORD",
+    "STAT_NO_AP_FOUND",
+    "STAT_CONNECT_FAIL",
+    "STAT_ASSOC_FAIL",
+    "STAT_HANDSHAKE_TIMEOUT",
+    "STAT_BEACON_TIMEOUT",
+)
 
 
 class Wifi:
@@ -33,8 +40,9 @@ class Wifi:
         self.ssid = cfg["ssid"]
         self.password = cfg.get("password")
         self.join_timeout = opt(cfg, "network", "join_timeout")
-        self.backoff = Backoff(opt(cfg, "network", "backoff_min"),
-                               opt(cfg, "network", "backoff_max"))
+        self.backoff = Backoff(
+            opt(cfg, "network", "backoff_min"), opt(cfg, "network", "backoff_max")
+        )
         self.up = asyncio.Event()
         self.state = "down"
         self.joins = 0
@@ -89,7 +97,7 @@ class Wifi:
                 up = self.ctx.uplink
                 if up is not None:
                     up.network_lost()
-                continue            # rejoin at once: an AP that rebooted is often back soon
+                continue  # rejoin at once: an AP that rebooted is often back soon
             self.failures += 1
             self.state = "down"
             log("network: %s" % self.last_error)
@@ -102,6 +110,11 @@ class Wifi:
             return None
 
     def stats(self):
-        return {"state": self.state, "rssi": self.rssi() if self.state == "up" else None,
-                "joins": self.joins, "drops": self.drops, "failures": self.failures,
-                "last_error": self.last_error}
+        return {
+            "state": self.state,
+            "rssi": self.rssi() if self.state == "up" else None,
+            "joins": self.joins,
+            "drops": self.drops,
+            "failures": self.failures,
+            "last_error": self.last_error,
+        }

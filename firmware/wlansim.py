@@ -10,6 +10,7 @@ The access point is a JSON file beside the device's config, wlansim.json:
 {"ap": true, "ssid": "lab", "password": "pw", "rssi": -58}; a test raises
 and drops the AP by rewriting it. No file: no access point in range.
 """
+
 import json
 import time
 
@@ -23,7 +24,7 @@ STAT_NO_AP_FOUND = -2
 STAT_WRONG_PASSWORD = -3
 
 AP_FILE = "wlansim.json"
-ASSOCIATE_MS = 300      # how long "connecting" lasts, as a real join takes a moment
+ASSOCIATE_MS = 300  # how long "connecting" lasts, as a real join takes a moment
 
 
 def _ap():
@@ -46,7 +47,7 @@ class WLAN:
         if interface_id != STA_IF:
             raise ValueError("the simulator has a station interface only")
         self._active = False
-        self._want = None         # (ssid, key) of the last connect()
+        self._want = None  # (ssid, key) of the last connect()
         self._t0 = 0
         self._state = STAT_IDLE
 
@@ -86,9 +87,11 @@ class WLAN:
                 s = STAT_WRONG_PASSWORD
             elif s == STAT_CONNECTING and _ms() - self._t0 >= ASSOCIATE_MS:
                 s = STAT_GOT_IP
-            if s in (STAT_NO_AP_FOUND, STAT_CONNECT_FAIL, STAT_WRONG_PASSWORD) and \
-                    _ms() - self._t0 < ASSOCIATE_MS:
-                s = STAT_CONNECTING    # the radio takes a moment to find out
+            if (
+                s in (STAT_NO_AP_FOUND, STAT_CONNECT_FAIL, STAT_WRONG_PASSWORD)
+                and _ms() - self._t0 < ASSOCIATE_MS
+            ):
+                s = STAT_CONNECTING  # the radio takes a moment to find out
             self._state = s
         return s
 

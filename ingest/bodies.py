@@ -12,6 +12,7 @@ integer beyond 64 bits) it is a record, else it is corrupt.
 Needs msgspec (the ``spark`` extra); without it edgebus.ingest.reading reads every
 range through tlog.
 """
+
 import operator
 from typing import Any
 
@@ -25,6 +26,7 @@ _NULL = b"null"
 
 class Rec(msgspec.Struct):
     """A record body (docs/telemetry-log.md section 3); unknown members ignored."""
+
     ts_host: float
     topic: list[str | int]
     payload: msgspec.Raw
@@ -48,11 +50,25 @@ _extra = operator.attrgetter("extra")
 
 def _from_dict(r: dict[str, Any]) -> Rec:
     """A Rec from a record dict of tlog (decode_payload=False)."""
+
     def raw(v: Any) -> msgspec.Raw:
         return msgspec.Raw(_NULL if v is None else json_text(v).encode("utf-8"))
-    return Rec(r["ts_host"], list(r["topic"]), raw(r["payload"]), r["ts_device"], r["seq"],
-               r["origin_kind"], r["conn_id"], r["principal"], r["link_id"], r["peer_node"],
-               r["peer_sid"], r["generation"], raw(r["extra"]))
+
+    return Rec(
+        r["ts_host"],
+        list(r["topic"]),
+        raw(r["payload"]),
+        r["ts_device"],
+        r["seq"],
+        r["origin_kind"],
+        r["conn_id"],
+        r["principal"],
+        r["link_id"],
+        r["peer_node"],
+        r["peer_sid"],
+        r["generation"],
+        raw(r["extra"]),
+    )
 
 
 def _tags_ok(rec: Rec) -> bool:
@@ -75,7 +91,7 @@ def _decode_one(body: bytes | memoryview) -> tuple[Rec, None] | tuple[None, str]
         rec = None
     if rec is not None and rec.topic and _extra_ok(rec.extra) and _tags_ok(rec):
         return rec, None
-    try:            # the reference decoder: its verdict, and the values it accepts
+    try:  # the reference decoder: its verdict, and the values it accepts
         return _from_dict(tlog.decode_body(bytes(body), False)), None
     except Exception as e:
         return None, "invalid body: %s" % e

@@ -37,10 +37,20 @@ def read_range(opts: Options, part: SegmentRange, fname: str) -> Iterator[Any]:
         times = t.column("ts_host_time")
         if times.null_count:
             keep = pc.is_valid(times)
-            for off, ts in zip(t.column("offset").filter(pc.invert(keep)).to_pylist(),
-                               t.column("ts_host").filter(pc.invert(keep)).to_pylist()):
-                bad.append(_region(fname, sid, off, None, "unrepresentable record: ts_host %r "
-                                   "is outside Spark's timestamp range" % (ts,)))
+            for off, ts in zip(
+                t.column("offset").filter(pc.invert(keep)).to_pylist(),
+                t.column("ts_host").filter(pc.invert(keep)).to_pylist(),
+            ):
+                bad.append(
+                    _region(
+                        fname,
+                        sid,
+                        off,
+                        None,
+                        "unrepresentable record: ts_host %r "
+                        "is outside Spark's timestamp range" % (ts,),
+                    )
+                )
             t = t.filter(keep)
         for b in t.to_batches():
             yield pa.RecordBatch.from_arrays(b.columns, schema=schema)

@@ -38,6 +38,7 @@ def _raw_column(pa: Any, raws: list[Any], n: int) -> Any:
     nulls = [x == _NULL for x in map(bytes, raws)] if _NULL_LEN in lens else None
     if nulls is not None and any(nulls):
         import pyarrow.compute as pc
+
         arr = pc.if_else(pa.array(nulls, pa.bool_()), pa.scalar(None, pa.string()), arr)
     return arr
 
@@ -47,14 +48,15 @@ def _late_column(pa: Any, raws: list[Any], n: int) -> Any:
     '"late":true' somewhere are decoded, to see it is the top-level member."""
     if LATE_TEXT not in b"".join(raws):
         return pa.array([False] * n, pa.bool_())
-    return pa.array([LATE_TEXT in b and is_late(json.loads(b)) for b in map(bytes, raws)],
-                    pa.bool_())
+    return pa.array(
+        [LATE_TEXT in b and is_late(json.loads(b)) for b in map(bytes, raws)], pa.bool_()
+    )
 
 
 def _longs(pa: Any, vals: list[Any]) -> Any:
     try:
         return pa.array(vals, pa.int64())
-    except (OverflowError, pa.ArrowInvalid):      # beyond a long: null (the JSON keeps it)
+    except (OverflowError, pa.ArrowInvalid):  # beyond a long: null (the JSON keeps it)
         return pa.array(list(map(to_long, vals)), pa.int64())
 
 
@@ -67,7 +69,7 @@ def from_recs(pa: Any, pc: Any, schema: Any, sid: int, offs: list[int], recs: li
     flat = list(chain.from_iterable(topics))
     try:
         values = pa.array(flat, st)
-    except (pa.ArrowTypeError, pa.ArrowInvalid, TypeError):     # integer tokens
+    except (pa.ArrowTypeError, pa.ArrowInvalid, TypeError):  # integer tokens
         values = pa.array([t if type(t) is str else str(t) for t in flat], st)
     toffs = pa.array(list(accumulate(map(len, topics), initial=0)), pa.int32())
     tokens = pa.ListArray.from_arrays(toffs, values)
@@ -83,16 +85,27 @@ def from_recs(pa: Any, pc: Any, schema: Any, sid: int, offs: list[int], recs: li
 
     def strs(k: str) -> Any:
         return pa.array(list(map(_G[k], recs)), st)
+
     extras = list(map(_G["extra"], recs))
     arrays = [
-        topic, tokens,
+        topic,
+        tokens,
         _raw_column(pa, list(map(_G["payload"], recs)), n),
-        td, ts, micros.cast(schema.field(5).type),
-        strs("link_id"), strs("peer_node"), strs("peer_sid"),
-        _longs(pa, list(map(_G["generation"], recs))), _longs(pa, list(map(_G["seq"], recs))),
-        strs("origin_kind"), strs("conn_id"), strs("principal"),
-        _raw_column(pa, extras, n), _late_column(pa, extras, n),
-        pa.array([None] * n, st),       # gateway: a version-1 segment does not name it
-        pa.array([sid] * n, pa.int64()), pa.array(offs, pa.int64()),
+        td,
+        ts,
+        micros.cast(schema.field(5).type),
+        strs("link_id"),
+        strs("peer_node"),
+        strs("peer_sid"),
+        _longs(pa, list(map(_G["generation"], recs))),
+        _longs(pa, list(map(_G["seq"], recs))),
+        strs("origin_kind"),
+        strs("conn_id"),
+        strs("principal"),
+        _raw_column(pa, extras, n),
+        _late_column(pa, extras, n),
+        pa.array([None] * n, st),  # gateway: a version-1 segment does not name it
+        pa.array([sid] * n, pa.int64()),
+        pa.array(offs, pa.int64()),
     ]
     return pa.RecordBatch.from_arrays(arrays, schema=schema)

@@ -53,7 +53,7 @@ def newest_log_file(table: str) -> tuple[int, str] | None:
     meta = os.path.join(table, META)
     found = []
     for name in os.listdir(meta) if os.path.isdir(meta) else []:
-        head = name[:-len(".compact")] if name.endswith(".compact") else name
+        head = name[: -len(".compact")] if name.endswith(".compact") else name
         if head.isdigit():
             found.append((int(head), name))
     return max(found) if found else None
@@ -69,7 +69,7 @@ def read_log_file(fname: str) -> list[dict[str, Any]]:
 
 
 def _local(path: str) -> str:
-    return path[len("file:"):].replace("///", "/", 1) if path.startswith("file:") else path
+    return path[len("file:") :].replace("///", "/", 1) if path.startswith("file:") else path
 
 
 def _write(final: str, write: Callable[[IO[Any]], Any]) -> None:
@@ -108,14 +108,23 @@ def _merge(group: list[dict[str, Any]]) -> tuple[dict[str, Any], int]:
     tables = [pq.ParquetFile(_local(e["path"])).read() for e in group]
     merged = pa.concat_tables(tables, promote_options="permissive")
     first = _local(group[0]["path"])
-    fname = os.path.join(os.path.dirname(first),
-                         "part-compacted-%s.c000.snappy.parquet" % uuid.uuid4())
-    _write(fname, lambda f: pq.write_table(
-        merged, f, compression="snappy", coerce_timestamps="us",
-        allow_truncated_timestamps=False))
+    fname = os.path.join(
+        os.path.dirname(first), "part-compacted-%s.c000.snappy.parquet" % uuid.uuid4()
+    )
+    _write(
+        fname,
+        lambda f: pq.write_table(
+            merged,
+            f,
+            compression="snappy",
+            coerce_timestamps="us",
+            allow_truncated_timestamps=False,
+        ),
+    )
     st = os.stat(fname)
-    return dict(group[0], path="file://" + fname, size=st.st_size,
-                modificationTime=int(st.st_mtime * 1000)), merged.num_rows
+    return dict(
+        group[0], path="file://" + fname, size=st.st_size, modificationTime=int(st.st_mtime * 1000)
+    ), merged.num_rows
 
 
 def compact(table: str, target_bytes: int = DEFAULT_TARGET_BYTES) -> dict[str, Any]:
@@ -129,9 +138,10 @@ def compact(table: str, target_bytes: int = DEFAULT_TARGET_BYTES) -> dict[str, A
         out["skipped"] = "the table has no committed batch"
         return out
     if not newest[1].endswith(".compact"):
-        out["skipped"] = ("its newest log file %s is not a compaction file (a table made "
-                          "with Spark's default log interval; compacts at every 10th batch)"
-                          % newest[1])
+        out["skipped"] = (
+            "its newest log file %s is not a compaction file (a table made "
+            "with Spark's default log interval; compacts at every 10th batch)" % newest[1]
+        )
         return out
     logf = os.path.join(table, META, newest[1])
     entries = read_log_file(logf)

@@ -57,27 +57,39 @@ class RangeDamage:
         self.size = size
         self.stats = tlog.ReadStats()
         self.bad: list[dict[str, Any]] = []
-        self.seen = 0               # entries of stats.corrupt already looked at
+        self.seen = 0  # entries of stats.corrupt already looked at
 
     def collect(self, nxt: int | None) -> None:
         """Take the regions stats gained since the last call; nxt is the
         offset of the valid record after them (None: none before the end)."""
         corrupt = self.stats.corrupt
         sid, start, size = self.part.segment, self.part.start, self.size
-        for region in corrupt[self.seen:]:
+        for region in corrupt[self.seen :]:
             if owned(region, start):
-                self.bad.append({"file": region[0], "segment": sid, "offset": region[1],
-                                 "reason": region[2],
-                                 "bytes": region_bytes(region[2], region[1], nxt, size)})
+                self.bad.append(
+                    {
+                        "file": region[0],
+                        "segment": sid,
+                        "offset": region[1],
+                        "reason": region[2],
+                        "bytes": region_bytes(region[2], region[1], nxt, size),
+                    }
+                )
         self.seen = len(corrupt)
 
     def unrepresentable(self, off: int, ts_host: float) -> None:
         """Count the record at off as skipped: its ts_host is outside Spark's
         timestamp range."""
-        self.bad.append({"file": self.fname, "segment": self.part.segment, "offset": off,
-                         "bytes": None,
-                         "reason": "unrepresentable record: ts_host %r is outside Spark's "
-                                   "timestamp range" % (ts_host,)})
+        self.bad.append(
+            {
+                "file": self.fname,
+                "segment": self.part.segment,
+                "offset": off,
+                "bytes": None,
+                "reason": "unrepresentable record: ts_host %r is outside Spark's "
+                "timestamp range" % (ts_host,),
+            }
+        )
 
     def report(self, opts: Options) -> None:
         """Warn of what was skipped and write it to opts.corrupt_dir, if anything."""
@@ -85,23 +97,42 @@ class RangeDamage:
             report(opts, self.part, self.fname, self.bad, list(self.stats.missing))
 
 
-def report(opts: Options, part: SegmentRange, fname: str, bad: list[dict[str, Any]],
-           missing: list[tuple[int, int]]) -> None:
+def report(
+    opts: Options,
+    part: SegmentRange,
+    fname: str,
+    bad: list[dict[str, Any]],
+    missing: list[tuple[int, int]],
+) -> None:
     """Log each bad region and vanished segment of a range as a warning and,
     with the corruptDir option, write them to a file named by the range."""
     for r in bad:
-        log.warning("edgebus: skipped corrupt log data in %s at offset %d (%s bytes): %s",
-                    r["file"], r["offset"], r["bytes"], r["reason"])
+        log.warning(
+            "edgebus: skipped corrupt log data in %s at offset %d (%s bytes): %s",
+            r["file"],
+            r["offset"],
+            r["bytes"],
+            r["reason"],
+        )
     for first, _last in missing:
         log.warning("edgebus: segment %d of %s vanished before it was read", first, opts.path)
     if not opts.corrupt_dir:
         return
     # One file per range, named by the log and range: a replayed batch rewrites
     # the same file; several logs (gateways) may share one corruptDir.
-    doc = {"log": opts.path, "segment": part.segment, "start": part.start, "end": part.end,
-           "regions": bad, "missing": [list(m) for m in missing]}
-    _write_json(opts.corrupt_dir, "seg%020d-%d-%d-%s.json"
-                % (part.segment, part.start, part.end, _log_tag(opts.path)), doc)
+    doc = {
+        "log": opts.path,
+        "segment": part.segment,
+        "start": part.start,
+        "end": part.end,
+        "regions": bad,
+        "missing": [list(m) for m in missing],
+    }
+    _write_json(
+        opts.corrupt_dir,
+        "seg%020d-%d-%d-%s.json" % (part.segment, part.start, part.end, _log_tag(opts.path)),
+        doc,
+    )
 
 
 def report_missing(opts: Options, missing: list[tuple[int, int]]) -> None:
@@ -109,9 +140,11 @@ def report_missing(opts: Options, missing: list[tuple[int, int]]) -> None:
     if not opts.corrupt_dir:
         return
     for first, last in missing:
-        _write_json(opts.corrupt_dir, "missing-%020d-%020d-%s.json"
-                    % (first, last, _log_tag(opts.path)),
-                    {"log": opts.path, "regions": [], "missing": [[first, last]]})
+        _write_json(
+            opts.corrupt_dir,
+            "missing-%020d-%020d-%s.json" % (first, last, _log_tag(opts.path)),
+            {"log": opts.path, "regions": [], "missing": [[first, last]]},
+        )
 
 
 def _log_tag(path: str) -> str:
@@ -122,8 +155,12 @@ def _write_json(directory: str, name: str, doc: Any) -> None:
     os.makedirs(directory, exist_ok=True)
     # A replayed or speculative task may write the same name at the same time.
     tmp = os.path.join(directory, ".tmp-%s-%s" % (name, uuid.uuid4().hex))
-    tlog.write_atomically(os.path.join(directory, name), tmp,
-                          lambda f: f.write(json.dumps(doc, indent=1).encode()), durable=False)
+    tlog.write_atomically(
+        os.path.join(directory, name),
+        tmp,
+        lambda f: f.write(json.dumps(doc, indent=1).encode()),
+        durable=False,
+    )
 
 
 def corrupt_report(directory: str) -> dict[str, list[Any]]:
@@ -149,5 +186,7 @@ def corrupt_report(directory: str) -> dict[str, list[Any]]:
         for r in doc.get("regions", []):
             regions[(r["segment"], r["offset"], r["file"])] = r
         missing.update(tuple(m) for m in doc.get("missing", []))
-    return {"regions": [regions[k] for k in sorted(regions)],
-            "missing": [list(m) for m in sorted(missing)]}
+    return {
+        "regions": [regions[k] for k in sorted(regions)],
+        "missing": [list(m) for m in sorted(missing)],
+    }

@@ -59,46 +59,86 @@ def _table_schema() -> StructType:
 
     # The file sink writes the data columns, then the partition columns.
     fields = [f for f in SCHEMA.fields if f.name != "peer_node"]
-    return StructType(fields + [StructField("date", DateType(), True),
-                                StructField("peer_node", SCHEMA["peer_node"].dataType, True)])
+    return StructType(
+        fields
+        + [
+            StructField("date", DateType(), True),
+            StructField("peer_node", SCHEMA["peer_node"].dataType, True),
+        ]
+    )
 
 
-def __getattr__(name: str) -> Any:          # TABLE_SCHEMA without importing pyspark at import time
+def __getattr__(name: str) -> Any:  # TABLE_SCHEMA without importing pyspark at import time
     if name == "TABLE_SCHEMA":
         return _table_schema()
     raise AttributeError(name)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--log", required=True, nargs="+", metavar="DIR",
-                   help="the bridges' telemetry log directories (one per gateway; a glob "
-                        "such as '/srv/tlog/*' is expanded, sorted); the list is fixed "
-                        "for a checkpoint")
+    p.add_argument(
+        "--log",
+        required=True,
+        nargs="+",
+        metavar="DIR",
+        help="the bridges' telemetry log directories (one per gateway; a glob "
+        "such as '/srv/tlog/*' is expanded, sorted); the list is fixed "
+        "for a checkpoint",
+    )
     p.add_argument("--table", required=True, help="the Parquet table directory (created)")
-    p.add_argument("--checkpoint", required=True,
-                   help="the streaming checkpoint directory; keep it with the table")
-    p.add_argument("--master", help="Spark master URL (default: local[*], or the one "
-                                    "spark-submit was given)")
-    p.add_argument("--once", action="store_true",
-                   help="process what the log holds now, then exit (availableNow)")
-    p.add_argument("--watermark", type=float, default=DEFAULT_WATERMARK, metavar="SECONDS",
-                   help="how far apart (by ts_host) duplicate copies of a device record may "
-                        "be and still be removed; also the dedup state kept (default %(default)s)")
-    p.add_argument("--trigger-interval", type=float, default=DEFAULT_TRIGGER_INTERVAL,
-                   metavar="SECONDS",
-                   help="without --once: how often to look for newly sealed segments "
-                        "(default %(default)s)")
-    p.add_argument("--max-records-per-trigger", type=int, metavar="N",
-                   help="bound each micro-batch to N records")
-    p.add_argument("--max-bytes-per-trigger", type=int, metavar="N",
-                   help="bound each micro-batch to about N bytes of log")
-    p.add_argument("--compact", action="store_true",
-                   help="merge each table partition's small files into one, before the "
-                        "query starts and (with --once) after it ends (docs/spark.md)")
+    p.add_argument(
+        "--checkpoint",
+        required=True,
+        help="the streaming checkpoint directory; keep it with the table",
+    )
+    p.add_argument(
+        "--master", help="Spark master URL (default: local[*], or the one spark-submit was given)"
+    )
+    p.add_argument(
+        "--once",
+        action="store_true",
+        help="process what the log holds now, then exit (availableNow)",
+    )
+    p.add_argument(
+        "--watermark",
+        type=float,
+        default=DEFAULT_WATERMARK,
+        metavar="SECONDS",
+        help="how far apart (by ts_host) duplicate copies of a device record may "
+        "be and still be removed; also the dedup state kept (default %(default)s)",
+    )
+    p.add_argument(
+        "--trigger-interval",
+        type=float,
+        default=DEFAULT_TRIGGER_INTERVAL,
+        metavar="SECONDS",
+        help="without --once: how often to look for newly sealed segments (default %(default)s)",
+    )
+    p.add_argument(
+        "--max-records-per-trigger",
+        type=int,
+        metavar="N",
+        help="bound each micro-batch to N records",
+    )
+    p.add_argument(
+        "--max-bytes-per-trigger",
+        type=int,
+        metavar="N",
+        help="bound each micro-batch to about N bytes of log",
+    )
+    p.add_argument(
+        "--compact",
+        action="store_true",
+        help="merge each table partition's small files into one, before the "
+        "query starts and (with --once) after it ends (docs/spark.md)",
+    )
 
 
-def session(master: str | None = None, app: str = "edgebus-ingest",
-            conf: dict[str, str] | None = None, source: bool = True) -> SparkSession:
+def session(
+    master: str | None = None,
+    app: str = "edgebus-ingest",
+    conf: dict[str, str] | None = None,
+    source: bool = True,
+) -> SparkSession:
     """A SparkSession for the edgebus commands, with the data source registered.
 
     Without --master and outside spark-submit it runs on local[*]; under
@@ -112,7 +152,7 @@ def session(master: str | None = None, app: str = "edgebus-ingest",
 
     from edgebus.ingest.source import register
 
-    submitted = "PYSPARK_GATEWAY_PORT" in os.environ      # run by spark-submit
+    submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # run by spark-submit
     if master is None and not submitted:
         master = "local[*]"
     if master is not None and master.startswith("local"):
@@ -160,8 +200,11 @@ _SINK_CONF = {
 }
 
 # A small local session for tests and benchmarks: no UI, few shuffle partitions.
-SMALL_LOCAL = {"spark.ui.enabled": "false", "spark.sql.shuffle.partitions": "2",
-               "spark.sql.session.timeZone": "UTC"}
+SMALL_LOCAL = {
+    "spark.ui.enabled": "false",
+    "spark.sql.shuffle.partitions": "2",
+    "spark.sql.session.timeZone": "UTC",
+}
 
 
 def small_session(app: str) -> SparkSession:
@@ -226,13 +269,20 @@ def check_logs(checkpoint: str, logs: list[str]) -> None:
             json.dump({"logs": logs}, f, indent=1)
         return
     if had != logs:
-        raise ValueError("checkpoint %s reads the logs %s, not %s: a checkpoint keeps its "
-                         "list of logs (start a new table and checkpoint, or run a second "
-                         "job, for another gateway)" % (checkpoint, had, logs))
+        raise ValueError(
+            "checkpoint %s reads the logs %s, not %s: a checkpoint keeps its "
+            "list of logs (start a new table and checkpoint, or run a second "
+            "job, for another gateway)" % (checkpoint, had, logs)
+        )
 
 
-def ingest_frame(spark: SparkSession, logs: str | list[str], watermark: float = DEFAULT_WATERMARK,
-                 corrupt_dir: str | None = None, **options: Any) -> DataFrame:
+def ingest_frame(
+    spark: SparkSession,
+    logs: str | list[str],
+    watermark: float = DEFAULT_WATERMARK,
+    corrupt_dir: str | None = None,
+    **options: Any,
+) -> DataFrame:
     """The streaming DataFrame the job writes: the records of the log
     directory (or list of them) logs, deduplicated, with a ``date`` column.
     options go to the edgebus source."""
@@ -259,43 +309,58 @@ def deduplicated(df: DataFrame, watermark: float = DEFAULT_WATERMARK) -> DataFra
     watermark, with a ``date`` column."""
     from pyspark.sql import functions as F
 
-    keyed = (F.col("peer_node").isNotNull() & F.col("peer_sid").isNotNull()
-             & F.col("seq").isNotNull())
+    keyed = (
+        F.col("peer_node").isNotNull() & F.col("peer_sid").isNotNull() & F.col("seq").isNotNull()
+    )
     # Rows without a full device key get a unique stand-in (their log and log
     # position), so that null keys never collapse into one row; as three long
     # columns, not one string, which cost a string per row to build and hash.
-    stand_in = [F.when(keyed, F.lit(None)).otherwise(F.col(c)).alias("_dedup_" + c)
-                for c in ("_log", "segment", "offset")]
+    stand_in = [
+        F.when(keyed, F.lit(None)).otherwise(F.col(c)).alias("_dedup_" + c)
+        for c in ("_log", "segment", "offset")
+    ]
     df = df.select("*", *stand_in).drop("_log")
     key = ["peer_node", "peer_sid", "seq", "_dedup__log", "_dedup_segment", "_dedup_offset"]
-    df = (df.withWatermark("ts_host_time", "%d milliseconds" % int(watermark * 1000))
-          .dropDuplicatesWithinWatermark(key).drop(*key[3:]))
+    df = (
+        df.withWatermark("ts_host_time", "%d milliseconds" % int(watermark * 1000))
+        .dropDuplicatesWithinWatermark(key)
+        .drop(*key[3:])
+    )
     # The UTC day, whatever the session time zone.
-    return df.withColumn("date", F.date_from_unix_date(
-        F.floor(F.col("ts_host") / 86400).cast("int")))
+    return df.withColumn(
+        "date", F.date_from_unix_date(F.floor(F.col("ts_host") / 86400).cast("int"))
+    )
 
 
 def start(spark: SparkSession, args: argparse.Namespace) -> StreamingQuery:
     """Start the streaming query for parsed args; returns the StreamingQuery."""
     table = os.path.abspath(args.table)
-    df = ingest_frame(spark, args.log, args.watermark,
-                      corrupt_dir=os.path.join(table, "_corrupt"),
-                      minPartitions=spark.sparkContext.defaultParallelism,
-                      maxRecordsPerTrigger=args.max_records_per_trigger,
-                      maxBytesPerTrigger=args.max_bytes_per_trigger)
+    df = ingest_frame(
+        spark,
+        args.log,
+        args.watermark,
+        corrupt_dir=os.path.join(table, "_corrupt"),
+        minPartitions=spark.sparkContext.defaultParallelism,
+        maxRecordsPerTrigger=args.max_records_per_trigger,
+        maxBytesPerTrigger=args.max_bytes_per_trigger,
+    )
     return write_table(df, table, args.checkpoint, args.once, args.trigger_interval)
 
 
-def write_table(df: DataFrame, table: str, checkpoint: str, once: bool,
-                trigger_interval: float) -> StreamingQuery:
+def write_table(
+    df: DataFrame, table: str, checkpoint: str, once: bool, trigger_interval: float
+) -> StreamingQuery:
     """Start the query writing the stream df (ingest_frame's) to the table:
     the file sink, partitioned by date and peer_node; availableNow when once,
     else a micro-batch every trigger_interval seconds."""
-    w = (df.writeStream.format("parquet").outputMode("append")
-         .option("path", os.path.abspath(table))
-         .option("checkpointLocation", os.path.abspath(checkpoint))
-         .partitionBy("date", "peer_node")
-         .queryName("edgebus_ingest"))
+    w = (
+        df.writeStream.format("parquet")
+        .outputMode("append")
+        .option("path", os.path.abspath(table))
+        .option("checkpointLocation", os.path.abspath(checkpoint))
+        .partitionBy("date", "peer_node")
+        .queryName("edgebus_ingest")
+    )
     if once:
         w = w.trigger(availableNow=True)
     else:
@@ -327,8 +392,11 @@ def _compact(table: str) -> None:
     if r["skipped"]:
         print("edgebus ingest: compaction skipped: %s" % r["skipped"], flush=True)
     else:
-        print("edgebus ingest: compacted %d small files into %d (%d rows)"
-              % (r["files_before"], r["files_after"], r["rows"]), flush=True)
+        print(
+            "edgebus ingest: compacted %d small files into %d (%d rows)"
+            % (r["files_before"], r["files_after"], r["rows"]),
+            flush=True,
+        )
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -343,9 +411,11 @@ def _run(args: argparse.Namespace) -> int:
     counter = _progress_listener()
     spark.streams.addListener(counter)
     q = start(spark, args)
-    print("edgebus ingest: %s -> %s (checkpoint %s)%s"
-          % (", ".join(args.log), args.table, args.checkpoint, ", once" if args.once else ""),
-          flush=True)
+    print(
+        "edgebus ingest: %s -> %s (checkpoint %s)%s"
+        % (", ".join(args.log), args.table, args.checkpoint, ", once" if args.once else ""),
+        flush=True,
+    )
     rc = 0
     try:
         q.awaitTermination()
@@ -359,19 +429,26 @@ def _run(args: argparse.Namespace) -> int:
     deadline = time.monotonic() + 5
     while last and counter.last_batch < last["batchId"] and time.monotonic() < deadline:
         time.sleep(0.05)
-    print("edgebus ingest: read %d log records in %d micro-batches"
-          % (counter.rows, counter.batches), flush=True)
+    print(
+        "edgebus ingest: read %d log records in %d micro-batches" % (counter.rows, counter.batches),
+        flush=True,
+    )
     if counter.too_old:
         # Only when the bridge's clock went back by more than the watermark.
-        print("edgebus ingest: WARNING: %d records were older than the watermark (%g s "
-              "before the newest ts_host seen) and were dropped; see docs/spark.md"
-              % (counter.too_old, args.watermark), flush=True)
+        print(
+            "edgebus ingest: WARNING: %d records were older than the watermark (%g s "
+            "before the newest ts_host seen) and were dropped; see docs/spark.md"
+            % (counter.too_old, args.watermark),
+            flush=True,
+        )
     bad = corrupt_report(os.path.join(os.path.abspath(args.table), "_corrupt"))
     if bad["regions"] or bad["missing"]:
-        print("edgebus ingest: the log has %d corrupt region(s) and %d missing segment "
-              "range(s), skipped (listed in %s)" % (len(bad["regions"]), len(bad["missing"]),
-                                                    os.path.join(args.table, "_corrupt")),
-              flush=True)
+        print(
+            "edgebus ingest: the log has %d corrupt region(s) and %d missing segment "
+            "range(s), skipped (listed in %s)"
+            % (len(bad["regions"]), len(bad["missing"]), os.path.join(args.table, "_corrupt")),
+            flush=True,
+        )
     spark.stop()
     if args.compact and args.once and rc == 0:
         _compact(os.path.abspath(args.table))
@@ -394,7 +471,9 @@ def _progress_listener() -> Any:
         def onQueryProgress(self, event: Any) -> None:
             self.batches += 1
             self.rows += event.progress.numInputRows
-            self.too_old += sum(op.numRowsDroppedByWatermark for op in event.progress.stateOperators)
+            self.too_old += sum(
+                op.numRowsDroppedByWatermark for op in event.progress.stateOperators
+            )
             self.last_batch = max(self.last_batch, event.progress.batchId)
 
         def onQueryIdle(self, event: Any) -> None:
@@ -406,7 +485,7 @@ def _progress_listener() -> Any:
     return Progress()
 
 
-if __name__ == "__main__":      # spark-submit ingest/job.py ...
+if __name__ == "__main__":  # spark-submit ingest/job.py ...
     import argparse
 
     ap = argparse.ArgumentParser(prog="job.py", description=__doc__.splitlines()[0])

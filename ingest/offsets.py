@@ -15,7 +15,7 @@ from edgebus import tlog
 # The position before every record of the log (segment ids start at 0).
 BEGIN = {"segment": -1, "offset": 0}
 
-DEFAULT_SPLIT_BYTES = 128 * 1024 * 1024      # Spark's spark.sql.files.maxPartitionBytes
+DEFAULT_SPLIT_BYTES = 128 * 1024 * 1024  # Spark's spark.sql.files.maxPartitionBytes
 MIN_SPLIT_BYTES = 1024
 
 
@@ -61,12 +61,15 @@ def parse_offset(text: str, what: str, path: str) -> dict[str, int]:
         v = json.loads(t)
         return offset_dict(*canonical(path, (int(v["segment"]), int(v["offset"]))))
     except (ValueError, KeyError, TypeError):
-        raise ValueError('edgebus: option %s must be "earliest", "latest" or '
-                         '{"segment": N, "offset": N}, not %r' % (what, text)) from None
+        raise ValueError(
+            'edgebus: option %s must be "earliest", "latest" or '
+            '{"segment": N, "offset": N}, not %r' % (what, text)
+        ) from None
 
 
-def _int_opt(options: Mapping[str, str], name: str, default: int | None = None,
-             minimum: int = 1) -> Any:
+def _int_opt(
+    options: Mapping[str, str], name: str, default: int | None = None, minimum: int = 1
+) -> Any:
     v = options.get(name)
     if v is None or str(v).strip() == "":
         return default
@@ -85,13 +88,15 @@ class Options:
     def __init__(self, options: Mapping[str, str], parallelism: int | None = None) -> None:
         path = options.get("path")
         if not path:
-            raise ValueError("edgebus: the log directory is required: load(DIR) or "
-                             'option("path", DIR)')
+            raise ValueError(
+                'edgebus: the log directory is required: load(DIR) or option("path", DIR)'
+            )
         self.path = os.path.abspath(path)
         # Each range costs a Spark task and reads on to a record boundary past
         # its end, so tiny ranges only add overhead.
-        self.split_bytes: int = max(_int_opt(options, "splitBytes", DEFAULT_SPLIT_BYTES),
-                               MIN_SPLIT_BYTES)
+        self.split_bytes: int = max(
+            _int_opt(options, "splitBytes", DEFAULT_SPLIT_BYTES), MIN_SPLIT_BYTES
+        )
         self.min_partitions: int | None = _int_opt(options, "minPartitions", parallelism)
         self.max_records: int | None = _int_opt(options, "maxRecordsPerTrigger")
         self.max_bytes: int | None = _int_opt(options, "maxBytesPerTrigger")

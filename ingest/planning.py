@@ -22,7 +22,7 @@ from edgebus.ingest import corruption
 from edgebus.ingest.offsets import DEFAULT_SPLIT_BYTES, MIN_SPLIT_BYTES, canonical, position
 
 if TYPE_CHECKING:
-    Pos = tuple[int, int]   # (segment id, offset)
+    Pos = tuple[int, int]  # (segment id, offset)
     from edgebus.ingest.offsets import Options
 
 log = logging.getLogger("edgebus.ingest")
@@ -79,11 +79,11 @@ def spans(path: str, start: Pos, end: Pos) -> tuple[list[Span], list[tuple[int, 
         fname, version = files[sid]
         try:
             nbytes = os.path.getsize(fname)
-        except FileNotFoundError:        # removed by retention meanwhile
+        except FileNotFoundError:  # removed by retention meanwhile
             missing.append((sid, sid))
             continue
         size = nbytes if version == 1 else tlog.segment_end(path, sid)
-        if size is None:                 # an unreadable Parquet file: its reader reports it
+        if size is None:  # an unreadable Parquet file: its reader reports it
             size, nbytes = 1, nbytes
         lo = o0 if sid == s0 else 0
         hi = min(o1, size) if sid == s1 else size
@@ -92,17 +92,25 @@ def spans(path: str, start: Pos, end: Pos) -> tuple[list[Span], list[tuple[int, 
     return out, missing
 
 
-def plan(path: str, start: dict[str, Any], end: dict[str, Any],
-         split_bytes: int = DEFAULT_SPLIT_BYTES,
-         min_partitions: int | None = None) -> tuple[list[SegmentRange], list[tuple[int, int]]]:
+def plan(
+    path: str,
+    start: dict[str, Any],
+    end: dict[str, Any],
+    split_bytes: int = DEFAULT_SPLIT_BYTES,
+    min_partitions: int | None = None,
+) -> tuple[list[SegmentRange], list[tuple[int, int]]]:
     """The SegmentRanges covering offsets [start, end), of about the target
     size: split_bytes, or less when min_partitions asks for more (at least
     64 KiB). Larger segments are cut; pack() groups the small ones."""
     found, missing = spans(path, position(start), position(end))
     for first, last in missing:
-        log.warning("edgebus: log %s: segments %d..%d are missing (removed by retention "
-                    "before they were read, or quarantined); their records are lost",
-                    path, first, last)
+        log.warning(
+            "edgebus: log %s: segments %d..%d are missing (removed by retention "
+            "before they were read, or quarantined); their records are lost",
+            path,
+            first,
+            last,
+        )
     target = _target(sum(sp.weight for sp in found), split_bytes, min_partitions)
     parts: list[SegmentRange] = []
     for sp in found:
@@ -116,13 +124,17 @@ def plan(path: str, start: dict[str, Any], end: dict[str, Any],
             if c > cuts[-1] and c < hi:
                 cuts.append(c)
         cuts.append(hi)
-        parts.extend(SegmentRange(sp.sid, a, b, int((b - a) * sp.scale))
-                     for a, b in zip(cuts, cuts[1:]))
+        parts.extend(
+            SegmentRange(sp.sid, a, b, int((b - a) * sp.scale)) for a, b in zip(cuts, cuts[1:])
+        )
     return parts, missing
 
 
-def pack(ranges: list[SegmentRange], split_bytes: int = DEFAULT_SPLIT_BYTES,
-         min_partitions: int | None = None) -> list[RangeGroup]:
+def pack(
+    ranges: list[SegmentRange],
+    split_bytes: int = DEFAULT_SPLIT_BYTES,
+    min_partitions: int | None = None,
+) -> list[RangeGroup]:
     """The partitions for plan()'s ranges: consecutive ranges grouped up to the
     same target size, each range counted with _OPEN_COST (Spark's file
     sources pack small files so; a task per one-minute segment would cost more
@@ -186,7 +198,7 @@ def advance_rows(path: str, start: Pos, end: Pos, max_rows: int) -> Pos:
     n = 0
     for sp in found:
         sid, lo, hi = sp.sid, sp.lo, sp.hi
-        if sp.version == 2:              # a row is a position: nothing to read
+        if sp.version == 2:  # a row is a position: nothing to read
             if n + (hi - lo) > max_rows:
                 return (sid, lo + max_rows - n)
             n += hi - lo

@@ -38,14 +38,14 @@ if TYPE_CHECKING:
 
 try:
     from edgebus.ingest import bodies
-except ImportError:                      # no msgspec: every range is read by tlog
+except ImportError:  # no msgspec: every range is read by tlog
     bodies = None  # type: ignore[assignment]  # the optional-import idiom
 
 # Whether ranges are read in bulk (msgspec is installed).
 BULK = bodies is not None
 
-_ARROW_ROWS = 8192                       # records per batch, read through tlog
-_CHUNK_ROWS = 16384                      # bodies per msgspec call
+_ARROW_ROWS = 8192  # records per batch, read through tlog
+_CHUNK_ROWS = 16384  # bodies per msgspec call
 
 
 def read_group(opts: Options, group: RangeGroup) -> Iterator[Any]:
@@ -71,12 +71,14 @@ def read_range(opts: Options, part: SegmentRange) -> Iterator[Any]:
     try:
         f = open(fname, "rb")
     except OSError:
-        yield from read_range_slow(opts, part)      # reports missing / cannot open
+        yield from read_range_slow(opts, part)  # reports missing / cannot open
         return
     with f:
         size = os.fstat(f.fileno()).st_size
-        if (size < tlog.FILE_HEADER_SIZE
-                or tlog.check_file_header(f.read(tlog.FILE_HEADER_SIZE), sid) is not None):
+        if (
+            size < tlog.FILE_HEADER_SIZE
+            or tlog.check_file_header(f.read(tlog.FILE_HEADER_SIZE), sid) is not None
+        ):
             yield from read_range_slow(opts, part)
             return
         mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
@@ -85,7 +87,7 @@ def read_range(opts: Options, part: SegmentRange) -> Iterator[Any]:
     finally:
         try:
             mm.close()
-        except BufferError:     # a view of it is still alive: the GC closes it
+        except BufferError:  # a view of it is still alive: the GC closes it
             pass
 
 
@@ -134,8 +136,9 @@ def read_range_slow(opts: Options, part: SegmentRange) -> Iterator[Any]:
     damage.report(opts)
 
 
-def _frames(mm: mmap.mmap, size: int, pos: int, stop: int, limit: int
-            ) -> tuple[list[int], list[memoryview], int, bool]:
+def _frames(
+    mm: mmap.mmap, size: int, pos: int, stop: int, limit: int
+) -> tuple[list[int], list[memoryview], int, bool]:
     """Walk whole, CRC-valid frames from pos: (offsets, bodies, next_pos, ok).
     Stops before a record starting at or after stop, after limit frames, or at
     the first frame that is not valid (ok False: next_pos is its offset)."""
@@ -143,8 +146,12 @@ def _frames(mm: mmap.mmap, size: int, pos: int, stop: int, limit: int
     chunk: list[memoryview] = []
     unpack = tlog.RECORD_HEADER.unpack_from
     crc32 = zlib.crc32
-    hdr, want_magic, want_version, max_len = (tlog.RECORD_HEADER_SIZE, tlog.RECORD_MAGIC,
-                                              tlog.FORMAT_VERSION, tlog.MAX_BODY_BYTES)
+    hdr, want_magic, want_version, max_len = (
+        tlog.RECORD_HEADER_SIZE,
+        tlog.RECORD_MAGIC,
+        tlog.FORMAT_VERSION,
+        tlog.MAX_BODY_BYTES,
+    )
     mv = memoryview(mm)
     while pos < stop and len(offs) < limit:
         if pos + hdr > size:
@@ -152,11 +159,10 @@ def _frames(mm: mmap.mmap, size: int, pos: int, stop: int, limit: int
         magic, version, length, crc = unpack(mm, pos)
         b0 = pos + hdr
         b1 = b0 + length
-        if (magic != want_magic or version != want_version or not 0 < length <= max_len
-                or b1 > size):
+        if magic != want_magic or version != want_version or not 0 < length <= max_len or b1 > size:
             return offs, chunk, pos, False
         body = mv[b0:b1]
-        if crc32(body, crc32(mv[pos:pos + 10])) != crc:
+        if crc32(body, crc32(mv[pos : pos + 10])) != crc:
             return offs, chunk, pos, False
         offs.append(pos)
         chunk.append(body)
@@ -164,8 +170,9 @@ def _frames(mm: mmap.mmap, size: int, pos: int, stop: int, limit: int
     return offs, chunk, pos, True
 
 
-def _read_bulk(opts: Options, part: SegmentRange, fname: str, mm: mmap.mmap,
-               size: int) -> Iterator[Any]:
+def _read_bulk(
+    opts: Options, part: SegmentRange, fname: str, mm: mmap.mmap, size: int
+) -> Iterator[Any]:
     """Arrow record batches for one SegmentRange of a mapped segment whose file
     header is valid."""
     import pyarrow as pa
@@ -177,8 +184,7 @@ def _read_bulk(opts: Options, part: SegmentRange, fname: str, mm: mmap.mmap,
 
     def emit(offs: list[int], recs: list[Rec]) -> Any:
         ts = pa.array([r.ts_host for r in recs], pa.float64())
-        fits = pc.all(pc.and_(pc.greater_equal(ts, TS_MIN),
-                              pc.less_equal(ts, TS_MAX))).as_py()
+        fits = pc.all(pc.and_(pc.greater_equal(ts, TS_MIN), pc.less_equal(ts, TS_MAX))).as_py()
         if not fits:
             keep = []
             for off, r in zip(offs, recs):
@@ -210,7 +216,7 @@ def _read_bulk(opts: Options, part: SegmentRange, fname: str, mm: mmap.mmap,
                     offs, nxt, ok = offs[:i], offs[i], False
                 del chunk
                 if recs:
-                    b = emit(offs[:len(recs)], recs)
+                    b = emit(offs[: len(recs)], recs)
                     if b is not None:
                         yield b
                 pos = nxt

@@ -21,11 +21,30 @@ if TYPE_CHECKING:
 
     from pyspark.sql import DataFrame, SparkSession
 
-LOCAL = "(local)"           # how rows without a peer_node (host traffic) are shown
+LOCAL = "(local)"  # how rows without a peer_node (host traffic) are shown
 MAX_GAPS_SHOWN = 12
 MAX_PLOT_DEVICES = 12
-_NICE_BINS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800,
-              21600, 43200, 86400, 7 * 86400)
+_NICE_BINS = (
+    1,
+    2,
+    5,
+    10,
+    15,
+    30,
+    60,
+    120,
+    300,
+    600,
+    900,
+    1800,
+    3600,
+    7200,
+    10800,
+    21600,
+    43200,
+    86400,
+    7 * 86400,
+)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -60,38 +79,67 @@ def summarize(spark: SparkSession, table: str) -> dict[str, Any]:
     from edgebus.ingest.corruption import corrupt_report
 
     df = read_table(spark, table)
-    tot = df.agg(F.count(F.lit(1)).alias("n"), F.min("ts_host").alias("lo"),
-                 F.max("ts_host").alias("hi")).first()
+    tot = df.agg(
+        F.count(F.lit(1)).alias("n"), F.min("ts_host").alias("lo"), F.max("ts_host").alias("hi")
+    ).first()
     assert tot is not None  # for mypy: an aggregate without groups has one row
-    devices = [{
-        "peer_node": r["peer_node"], "messages": r["messages"], "sessions": r["sessions"],
-        "generations": sorted(r["generations"]), "first_seen": r["first_seen"],
-        "last_seen": r["last_seen"]}
-        for r in df.groupBy("peer_node").agg(
+    devices = [
+        {
+            "peer_node": r["peer_node"],
+            "messages": r["messages"],
+            "sessions": r["sessions"],
+            "generations": sorted(r["generations"]),
+            "first_seen": r["first_seen"],
+            "last_seen": r["last_seen"],
+        }
+        for r in df.groupBy("peer_node")
+        .agg(
             F.count(F.lit(1)).alias("messages"),
             F.countDistinct("peer_sid").alias("sessions"),
             F.collect_set("generation").alias("generations"),
             F.min("ts_host").alias("first_seen"),
-            F.max("ts_host").alias("last_seen")).collect()]
+            F.max("ts_host").alias("last_seen"),
+        )
+        .collect()
+    ]
     devices.sort(key=lambda d: (d["peer_node"] is None, d["peer_node"] or ""))
 
     dev = df.where(F.col("peer_node").isNotNull() & F.col("peer_sid").isNotNull())
-    sess = {(r["peer_node"], r["peer_sid"]): {
-        "peer_node": r["peer_node"], "peer_sid": r["peer_sid"],
-        "generations": sorted(r["generations"]), "messages": r["messages"],
-        "snapshot": r["messages"] - r["numbered"],
-        "seq_min": r["seq_min"], "seq_max": r["seq_max"], "missing": 0, "gaps": []}
-        for r in dev.groupBy("peer_node", "peer_sid").agg(
-            F.count(F.lit(1)).alias("messages"), F.count("seq").alias("numbered"),
+    sess = {
+        (r["peer_node"], r["peer_sid"]): {
+            "peer_node": r["peer_node"],
+            "peer_sid": r["peer_sid"],
+            "generations": sorted(r["generations"]),
+            "messages": r["messages"],
+            "snapshot": r["messages"] - r["numbered"],
+            "seq_min": r["seq_min"],
+            "seq_max": r["seq_max"],
+            "missing": 0,
+            "gaps": [],
+        }
+        for r in dev.groupBy("peer_node", "peer_sid")
+        .agg(
+            F.count(F.lit(1)).alias("messages"),
+            F.count("seq").alias("numbered"),
             F.collect_set("generation").alias("generations"),
-            F.min("seq").alias("seq_min"), F.max("seq").alias("seq_max")).collect()}
+            F.min("seq").alias("seq_min"),
+            F.max("seq").alias("seq_max"),
+        )
+        .collect()
+    }
     # A gap is a run of seq numbers missing between two received ones.
     seqs = dev.where(F.col("seq").isNotNull()).select("peer_node", "peer_sid", "seq").distinct()
     w = Window.partitionBy("peer_node", "peer_sid").orderBy("seq")
-    gaps = (seqs.withColumn("next", F.lead("seq").over(w))
-            .where(F.try_subtract(F.col("next"), F.col("seq")) > 1)
-            .select("peer_node", "peer_sid", (F.col("seq") + 1).alias("first"),
-                    (F.col("next") - 1).alias("last")))
+    gaps = (
+        seqs.withColumn("next", F.lead("seq").over(w))
+        .where(F.try_subtract(F.col("next"), F.col("seq")) > 1)
+        .select(
+            "peer_node",
+            "peer_sid",
+            (F.col("seq") + 1).alias("first"),
+            (F.col("next") - 1).alias("last"),
+        )
+    )
     for r in gaps.collect():
         s = sess[(r["peer_node"], r["peer_sid"])]
         s["gaps"].append((r["first"], r["last"]))
@@ -99,16 +147,25 @@ def summarize(spark: SparkSession, table: str) -> dict[str, Any]:
     sessions = [sess[k] for k in sorted(sess)]
     for s in sessions:
         s["gaps"].sort()
-    return {"rows": tot["n"], "first": tot["lo"], "last": tot["hi"], "devices": devices,
-            "sessions": sessions,
-            "corrupt": corrupt_report(os.path.join(os.path.abspath(table), "_corrupt"))}
+    return {
+        "rows": tot["n"],
+        "first": tot["lo"],
+        "last": tot["hi"],
+        "devices": devices,
+        "sessions": sessions,
+        "corrupt": corrupt_report(os.path.join(os.path.abspath(table), "_corrupt")),
+    }
 
 
 def _utc(ts: float | None) -> str:
     if ts is None:
         return "-"
-    return datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).strftime(
-        "%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
+    return (
+        datetime.datetime.fromtimestamp(ts, datetime.timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[
+            :-3
+        ]
+        + "Z"
+    )
 
 
 def _table(header: list[str], rows: list[list[str]]) -> str:
@@ -124,34 +181,64 @@ def _gens(gs: Iterable[int]) -> str:
 def format_report(s: dict[str, Any], table: str) -> str:
     """The printed report for a summarize() result."""
     ndev = sum(d["peer_node"] is not None for d in s["devices"])
-    out = ["edgebus report: %s" % table,
-           "%d messages from %d device%s, %s .. %s" % (
-               s["rows"], ndev, "" if ndev == 1 else "s", _utc(s["first"]), _utc(s["last"])),
-           ""]
-    out.append(_table(["device", "messages", "sessions", "generations", "last seen (UTC)"], [
-        [d["peer_node"] or LOCAL, d["messages"], d["sessions"], _gens(d["generations"]),
-         _utc(d["last_seen"])] for d in s["devices"]]))
+    out = [
+        "edgebus report: %s" % table,
+        "%d messages from %d device%s, %s .. %s"
+        % (s["rows"], ndev, "" if ndev == 1 else "s", _utc(s["first"]), _utc(s["last"])),
+        "",
+    ]
+    out.append(
+        _table(
+            ["device", "messages", "sessions", "generations", "last seen (UTC)"],
+            [
+                [
+                    d["peer_node"] or LOCAL,
+                    d["messages"],
+                    d["sessions"],
+                    _gens(d["generations"]),
+                    _utc(d["last_seen"]),
+                ]
+                for d in s["devices"]
+            ],
+        )
+    )
     out.append("")
-    out.append("sessions (messages: numbered, +N from session-start snapshots, which carry no "
-               "seq; missing seq = gaps between received seq numbers):")
+    out.append(
+        "sessions (messages: numbered, +N from session-start snapshots, which carry no "
+        "seq; missing seq = gaps between received seq numbers):"
+    )
     rows = []
     for x in s["sessions"]:
-        gaps = ", ".join("%d" % a if a == b else "%d..%d" % (a, b)
-                         for a, b in x["gaps"][:MAX_GAPS_SHOWN])
+        gaps = ", ".join(
+            "%d" % a if a == b else "%d..%d" % (a, b) for a, b in x["gaps"][:MAX_GAPS_SHOWN]
+        )
         if len(x["gaps"]) > MAX_GAPS_SHOWN:
             gaps += ", ... (%d more)" % (len(x["gaps"]) - MAX_GAPS_SHOWN)
         seq = "-" if x["seq_min"] is None else "%d..%d" % (x["seq_min"], x["seq_max"])
         n = x["messages"] - x["snapshot"]
-        rows.append([x["peer_node"], x["peer_sid"], _gens(x["generations"]),
-                     "%d+%d" % (n, x["snapshot"]) if x["snapshot"] else n,
-                     seq, x["missing"], gaps or "none"])
-    out.append(_table(["device", "session", "generation", "messages", "seq", "missing",
-                       "gaps"], rows) if rows else "  (no device sessions)")
+        rows.append(
+            [
+                x["peer_node"],
+                x["peer_sid"],
+                _gens(x["generations"]),
+                "%d+%d" % (n, x["snapshot"]) if x["snapshot"] else n,
+                seq,
+                x["missing"],
+                gaps or "none",
+            ]
+        )
+    out.append(
+        _table(["device", "session", "generation", "messages", "seq", "missing", "gaps"], rows)
+        if rows
+        else "  (no device sessions)"
+    )
     bad = s["corrupt"]
     if bad["regions"] or bad["missing"]:
         out.append("")
-        out.append("skipped by ingest: %d corrupt log region(s), %d missing segment range(s)"
-                   % (len(bad["regions"]), len(bad["missing"])))
+        out.append(
+            "skipped by ingest: %d corrupt log region(s), %d missing segment range(s)"
+            % (len(bad["regions"]), len(bad["missing"]))
+        )
         for r in bad["regions"][:MAX_GAPS_SHOWN]:
             out.append("  %s @ %d: %s" % (r["file"], r["offset"], r["reason"]))
         for a, b in bad["missing"][:MAX_GAPS_SHOWN]:
@@ -168,11 +255,13 @@ def _bin_seconds(span: float) -> int:
     return _NICE_BINS[-1]
 
 
-def plot_rates(spark: SparkSession, table: str, png: str,
-               summary: dict[str, Any] | None = None) -> int | None:
+def plot_rates(
+    spark: SparkSession, table: str, png: str, summary: dict[str, Any] | None = None
+) -> int | None:
     """Write a PNG of each device's messages per second over time; returns the
     bin width used (seconds), or None when the table is empty."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.dates as mdates
     import matplotlib.pyplot as plt
@@ -190,9 +279,12 @@ def plot_rates(spark: SparkSession, table: str, png: str,
     if len(ranked) > MAX_PLOT_DEVICES:
         keep = [d if d is not None else LOCAL for d in shown]
         label = F.when(label.isin(keep), label).otherwise(F.lit("(others)"))
-    counts = (df.select(label.alias("device"),
-                        F.floor(F.col("ts_host") / width).alias("bin"))
-              .groupBy("device", "bin").count().collect())
+    counts = (
+        df.select(label.alias("device"), F.floor(F.col("ts_host") / width).alias("bin"))
+        .groupBy("device", "bin")
+        .count()
+        .collect()
+    )
     lo = math.floor(s["first"] / width)
     hi = math.floor(s["last"] / width)
     series: dict[str, dict[int, int]] = {}
@@ -200,14 +292,20 @@ def plot_rates(spark: SparkSession, table: str, png: str,
         series.setdefault(r["device"], {})[r["bin"]] = r["count"]
     # Bin edges: one more than bins, the last value repeated so that the last
     # bin is drawn as a step like the others.
-    xs = [datetime.datetime.fromtimestamp(b * width, datetime.timezone.utc)
-          for b in range(lo, hi + 2)]
+    xs = [
+        datetime.datetime.fromtimestamp(b * width, datetime.timezone.utc) for b in range(lo, hi + 2)
+    ]
     fig, ax = plt.subplots(figsize=(10, 5), dpi=100)
     for dev in sorted(series, key=lambda d: -sum(series[d].values())):
         ys = [series[dev].get(b, 0) / width for b in range(lo, hi + 1)]
         # (matplotlib takes datetimes through its units registry; its stubs want arrays)
-        ax.step(xs, ys + ys[-1:], where="post", label=dev,  # type: ignore[arg-type]
-                linewidth=1.2)
+        ax.step(
+            xs,
+            ys + ys[-1:],
+            where="post",
+            label=dev,  # type: ignore[arg-type]
+            linewidth=1.2,
+        )
     ax.set_title("edgebus: messages per second per device (%s bins)" % _human(width))
     ax.set_xlabel("time (UTC)")
     ax.set_ylabel("messages / s")
@@ -234,8 +332,10 @@ def _human(seconds: float) -> str:
 def run(args: argparse.Namespace) -> int:
     table = os.path.abspath(args.table)
     if not os.path.isdir(table):
-        print("edgebus report: no table at %s (run edgebus ingest first)" % args.table,
-              file=sys.stderr)
+        print(
+            "edgebus report: no table at %s (run edgebus ingest first)" % args.table,
+            file=sys.stderr,
+        )
         return 2
     from edgebus.ingest.job import session
 

@@ -17,28 +17,29 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
-SCHEMA = StructType([
-    StructField("topic", StringType(), False),
-    StructField("topic_tokens", ArrayType(StringType(), False), False),
-    StructField("payload", StringType(), True),
-    StructField("ts_device", DoubleType(), True),
-    StructField("ts_host", DoubleType(), False),
-    StructField("ts_host_time", TimestampType(), False),
-    StructField("link_id", StringType(), True),
-    StructField("peer_node", StringType(), True),
-    StructField("peer_sid", StringType(), True),
-    StructField("generation", LongType(), True),
-    StructField("seq", LongType(), True),
-    StructField("origin_kind", StringType(), True),
-    StructField("conn_id", StringType(), True),
-    StructField("principal", StringType(), True),
-    StructField("extra", StringType(), True),
-    StructField("late", BooleanType(), False),
-    StructField("gateway", StringType(), True),
-    StructField("segment", LongType(), False),
-    StructField("offset", LongType(), False),
-])
-
+SCHEMA = StructType(
+    [
+        StructField("topic", StringType(), False),
+        StructField("topic_tokens", ArrayType(StringType(), False), False),
+        StructField("payload", StringType(), True),
+        StructField("ts_device", DoubleType(), True),
+        StructField("ts_host", DoubleType(), False),
+        StructField("ts_host_time", TimestampType(), False),
+        StructField("link_id", StringType(), True),
+        StructField("peer_node", StringType(), True),
+        StructField("peer_sid", StringType(), True),
+        StructField("generation", LongType(), True),
+        StructField("seq", LongType(), True),
+        StructField("origin_kind", StringType(), True),
+        StructField("conn_id", StringType(), True),
+        StructField("principal", StringType(), True),
+        StructField("extra", StringType(), True),
+        StructField("late", BooleanType(), False),
+        StructField("gateway", StringType(), True),
+        StructField("segment", LongType(), False),
+        StructField("offset", LongType(), False),
+    ]
+)
 
 
 def arrow_schema() -> Any:

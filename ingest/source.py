@@ -37,21 +37,27 @@ if TYPE_CHECKING:
     from pyspark.sql.datasource import InputPartition
     from pyspark.sql.types import StructType
 
-try:                                     # pyspark >= 4.2: admission control, availableNow
+try:  # pyspark >= 4.2: admission control, availableNow
     from pyspark.sql.streaming.datasource import (
         ReadAllAvailable,
         ReadMaxBytes,
         ReadMaxRows,
         SupportsTriggerAvailableNow,
     )
-except ImportError:                      # pragma: no cover - pyspark 4.0/4.1
+except ImportError:  # pragma: no cover - pyspark 4.0/4.1
     ReadAllAvailable = ReadMaxBytes = ReadMaxRows = None  # type: ignore[assignment, misc]  # absent
 
     class SupportsTriggerAvailableNow:  # type: ignore[no-redef]  # a plain base: never called
         pass
 
-__all__ = ["EdgebusDataSource", "EdgebusBatchReader", "EdgebusStreamReader", "register",
-           "with_parallelism"]
+
+__all__ = [
+    "EdgebusDataSource",
+    "EdgebusBatchReader",
+    "EdgebusStreamReader",
+    "register",
+    "with_parallelism",
+]
 
 log = logging.getLogger("edgebus.ingest")
 
@@ -64,7 +70,7 @@ def register(spark: SparkSession) -> SparkSession:
     sources): the planning runs in a Python worker that has no session to ask."""
     try:
         n = spark.sparkContext.defaultParallelism
-    except Exception:            # Spark Connect: no SparkContext here
+    except Exception:  # Spark Connect: no SparkContext here
         n = None
     spark.dataSource.register(with_parallelism(n) if n else EdgebusDataSource)
     return spark
@@ -89,8 +95,10 @@ class EdgebusDataSource(DataSource):
 
     def _opts(self, schema: StructType) -> Options:
         if schema is not None and schema != SCHEMA:
-            raise ValueError("edgebus: the schema is fixed (docs/spark.md); "
-                             "do not pass one, select or cast columns instead")
+            raise ValueError(
+                "edgebus: the schema is fixed (docs/spark.md); "
+                "do not pass one, select or cast columns instead"
+            )
         return Options(self.options, getattr(self, "parallelism", None) or os.cpu_count())
 
     def reader(self, schema: StructType) -> EdgebusBatchReader:
@@ -143,8 +151,9 @@ class EdgebusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             lo = self._target
         return lo
 
-    def latestOffset(self, start: dict[str, Any] | None = None, limit: Any = None
-                     ) -> dict[str, Any]:
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: Any = None
+    ) -> dict[str, Any]:
         # Two signatures: latestOffset() before pyspark 4.2, (start, limit) after.
         lo = self._latest()
         if start is None:
@@ -153,8 +162,13 @@ class EdgebusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if lo is None or lo <= s:
             if lo is not None and lo < s and not self._warned:
                 self._warned = True
-                log.warning("edgebus: log %s ends at %r, before the stream's position %r: "
-                            "was the log directory replaced?", self.opts.path, lo, s)
+                log.warning(
+                    "edgebus: log %s ends at %r, before the stream's position %r: "
+                    "was the log directory replaced?",
+                    self.opts.path,
+                    lo,
+                    s,
+                )
             return start
         end = lo
         o = self.opts
@@ -192,4 +206,4 @@ class EdgebusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return read_group(self.opts, cast(planning.RangeGroup, partition))
 
     def commit(self, end: dict[str, Any]) -> None:
-        pass        # the log is the bridge's; its retention decides what is kept
+        pass  # the log is the bridge's; its retention decides what is kept

@@ -25,16 +25,22 @@ def mpy_tree(tmp_path_factory):
     # its packages' __init__ left out (MicroPython imports them as namespace
     # packages), as the link tests' heaps have little to spare.
     for mod in ("tests/__init__", "dev/harness/poll"):
-        mpybuild.compile_file(os.path.join(ROOT, *mod.split("/")) + ".py",
-                              os.path.join(out, *mod.split("/")) + ".mpy")
+        mpybuild.compile_file(
+            os.path.join(ROOT, *mod.split("/")) + ".py", os.path.join(out, *mod.split("/")) + ".mpy"
+        )
     shutil.copy(os.path.join(ROOT, "tests", "mpy", "run.py"), out)
     return out
 
 
 def run_micropython(tree, args, heap="64K", timeout=120):
     """Run the real micropython binary in tree; returns CompletedProcess."""
-    return subprocess.run([mpybuild.micropython(), "-X", "heapsize=" + heap] + list(args),
-                          cwd=tree, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [mpybuild.micropython(), "-X", "heapsize=" + heap] + list(args),
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.fixture
@@ -53,7 +59,8 @@ def mpy_script(mpy_tree, path):
     script = os.path.basename(path)
     for start in processes():
         yield lambda args, heap: start(
-            [mpybuild.micropython(), "-X", "heapsize=" + heap, script] + args, mpy_tree)
+            [mpybuild.micropython(), "-X", "heapsize=" + heap, script] + args, mpy_tree
+        )
 
 
 @pytest.fixture
@@ -63,7 +70,8 @@ def link_device(mpy_tree):
     the end of the test."""
     for start in mpy_script(mpy_tree, os.path.join(ROOT, "tests", "mpy", "link_device.py")):
         yield lambda uplink, key, count, node=None, heap="192K": start(
-            [uplink, key, str(count)] + ([node] if node else []), heap)
+            [uplink, key, str(count)] + ([node] if node else []), heap
+        )
 
 
 # Markers: what a test needs besides CPython, so that `-m "not slow"` is a quick
@@ -79,27 +87,27 @@ MARKERS = {
     "qemu": "builds the emulated board's firmware (cached) and boots it in qemu-system-arm",
     "reliability": "tests/reliability: faults, bad input, load and security with real parts",
     "slow": "takes more than about a second; every spark, mosquitto, micropython, "
-            "reliability and qemu test is slow too",
+    "reliability and qemu test is slow too",
 }
 SERVICES = ("spark", "mosquitto", "micropython", "reliability", "qemu")
 
 # Fixtures that start a real part, by name (not by the module that implements
 # them, which may move): every test using one gets the marker.
 FIXTURE_MARKERS = {
-    "spark": "spark",              # a local SparkSession (tests/host/spark/sparkkit.py)
-    "cluster": "spark",            # a Spark standalone master and worker (test_spark_cluster.py)
-    "broker": "mosquitto",         # a mosquitto on a free port (the test broker)
-    "mpy_tree": "micropython",     # the .mpy tree the binary runs (above)
+    "spark": "spark",  # a local SparkSession (tests/host/spark/sparkkit.py)
+    "cluster": "spark",  # a Spark standalone master and worker (test_spark_cluster.py)
+    "broker": "mosquitto",  # a mosquitto on a free port (the test broker)
+    "mpy_tree": "micropython",  # the .mpy tree the binary runs (above)
     "link_device": "micropython",  # tests/mpy/link_device.py under micropython (above)
-    "rel_device": "micropython",   # tests/reliability/rel_device.py under micropython
-    "fw_tree": "micropython",      # firmware/ compiled for micropython (test_firmware.py)
-    "sim": "micropython",          # a micropython REPL on a pty (test_deploy.py, SimBoard)
-    "image": "qemu",               # the emulated board's firmware (tests/host/board/qemukit.py)
+    "rel_device": "micropython",  # tests/reliability/rel_device.py under micropython
+    "fw_tree": "micropython",  # firmware/ compiled for micropython (test_firmware.py)
+    "sim": "micropython",  # a micropython REPL on a pty (test_deploy.py, SimBoard)
+    "image": "qemu",  # the emulated board's firmware (tests/host/board/qemukit.py)
 }
 # Module-scoped fixtures that take over a second to set up: their users are slow.
 SLOW_FIXTURES = (
-    "unix_bundle",                 # the unix board's bundle (test_build.py)
-    "bundles",                     # three boards' bundles (test_deploy.py)
+    "unix_bundle",  # the unix board's bundle (test_build.py)
+    "bundles",  # three boards' bundles (test_deploy.py)
 )
 RELIABILITY_DIR = os.path.join(ROOT, "tests", "reliability")
 
@@ -109,7 +117,7 @@ def pytest_configure(config):
         config.addinivalue_line("markers", "%s: %s" % (name, text))
 
 
-@pytest.hookimpl(tryfirst=True)   # before -m deselects anything
+@pytest.hookimpl(tryfirst=True)  # before -m deselects anything
 def pytest_collection_modifyitems(config, items):
     for item in items:
         used = set(getattr(item, "fixturenames", ()))
@@ -123,6 +131,10 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_addoption(parser):
-    parser.addoption("--soak", action="store_true", default=False,
-                     help="run tests/reliability in its long form (also: EDGEBUS_SOAK=1); "
-                          "python -m dev.soak runs it and writes RELIABILITY.md")
+    parser.addoption(
+        "--soak",
+        action="store_true",
+        default=False,
+        help="run tests/reliability in its long form (also: EDGEBUS_SOAK=1); "
+        "python -m dev.soak runs it and writes RELIABILITY.md",
+    )

@@ -1,6 +1,7 @@
 """The 64 KB heap budget: the core plus a device-sized workload (subscriptions,
 a watch, a view, retained state, an endpoint answering calls) must run on the
 real MicroPython unix port with -X heapsize=64K, from the .mpy bundle."""
+
 import os
 import re
 import shutil

@@ -8,6 +8,7 @@ checked by tests/test_mpy_budget.py with a device-sized workload. A module
 that imports more than the core (the link) declares its heap with a
 module-level ``MPY_HEAP = "96K"`` and a comment saying why.
 """
+
 import ast
 import os
 import re
@@ -18,7 +19,9 @@ from tests.conftest import ROOT, run_micropython
 
 PORTABLE = os.path.join(ROOT, "tests", "portable")
 DEFAULT_HEAP = "80K"
-MODULES = sorted(f[:-3] for f in os.listdir(PORTABLE) if f.startswith("test_") and f.endswith(".py"))
+MODULES = sorted(
+    f[:-3] for f in os.listdir(PORTABLE) if f.startswith("test_") and f.endswith(".py")
+)
 
 
 def _module(mod):
@@ -26,14 +29,20 @@ def _module(mod):
 
 
 def _test_names(mod):
-    return {n.name for n in _module(mod).body
-            if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")}
+    return {
+        n.name
+        for n in _module(mod).body
+        if isinstance(n, ast.FunctionDef) and n.name.startswith("test_")
+    }
 
 
 def _heap(mod):
     for n in _module(mod).body:
-        if (isinstance(n, ast.Assign) and len(n.targets) == 1
-                and getattr(n.targets[0], "id", None) == "MPY_HEAP"):
+        if (
+            isinstance(n, ast.Assign)
+            and len(n.targets) == 1
+            and getattr(n.targets[0], "id", None) == "MPY_HEAP"
+        ):
             return n.value.value
     return DEFAULT_HEAP
 

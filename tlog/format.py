@@ -11,14 +11,14 @@ FORMAT_VERSION = 1
 # File header: magic, format version, flags (0), segment id, CRC-32 of bytes 0..15.
 FILE_MAGIC = b"\xffEBL"
 FILE_HEADER = struct.Struct(">4sHHQI")
-FILE_HEADER_SIZE = FILE_HEADER.size        # 20
+FILE_HEADER_SIZE = FILE_HEADER.size  # 20
 
 # Record header: magic, format version, body length, CRC-32 over header bytes
 # 0..9 (magic, version, length) followed by the body.  0xFF never occurs in
 # UTF-8, so a record magic can never appear inside a valid body.
 RECORD_MAGIC = b"\xffEBR"
 RECORD_HEADER = struct.Struct(">4sHII")
-RECORD_HEADER_SIZE = RECORD_HEADER.size    # 14
+RECORD_HEADER_SIZE = RECORD_HEADER.size  # 14
 MAX_BODY_BYTES = 16 * 1024 * 1024
 
 

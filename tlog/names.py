@@ -31,8 +31,13 @@ def fsync_dir(path: str) -> None:
         os.close(fd)
 
 
-def write_atomically(final: str, tmp: str, write: Callable[[IO[Any]], Any], durable: bool = True,
-                     mtime: float | None = None) -> None:
+def write_atomically(
+    final: str,
+    tmp: str,
+    write: Callable[[IO[Any]], Any],
+    durable: bool = True,
+    mtime: float | None = None,
+) -> None:
     """Create the file final whole or not at all: write(f) fills tmp (opened
     "wb"), which is then renamed to final; on any error tmp is removed.
     durable: fsync the file before the rename and its directory after;

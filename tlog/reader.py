@@ -45,8 +45,12 @@ class ReadStats:
         self.bytes_skipped += max(0, nbytes)
 
     def __repr__(self) -> str:
-        return ("ReadStats(records=%d, corrupt=%d, bytes_skipped=%d, missing=%r)"
-                % (self.records, len(self.corrupt), self.bytes_skipped, self.missing))
+        return "ReadStats(records=%d, corrupt=%d, bytes_skipped=%d, missing=%r)" % (
+            self.records,
+            len(self.corrupt),
+            self.bytes_skipped,
+            self.missing,
+        )
 
 
 class _StatsIter:
@@ -66,9 +70,14 @@ class _StatsIter:
         self._gen.close()
 
 
-def read_segment(path: str, segment_id: int, start_offset: int = 0, end_offset: int | None = None,
-                 stats: ReadStats | None = None,
-                 decode_payload: bool = True) -> _StatsIter:
+def read_segment(
+    path: str,
+    segment_id: int,
+    start_offset: int = 0,
+    end_offset: int | None = None,
+    stats: ReadStats | None = None,
+    decode_payload: bool = True,
+) -> _StatsIter:
     """Iterate ``(offset, record)`` for the records of one sealed segment
     whose offset is in [start_offset, end_offset) (end None: to the end).
     Offsets are byte offsets in a version-1 segment, row numbers in a
@@ -85,8 +94,9 @@ def read_segment(path: str, segment_id: int, start_offset: int = 0, end_offset: 
     return _StatsIter(gen, stats)
 
 
-def _read_segment(path: str, segment_id: int, start: int, end: int | None, stats: ReadStats,
-                  decode_payload: bool) -> Generator[tuple[int, dict[str, Any]], None, None]:
+def _read_segment(
+    path: str, segment_id: int, start: int, end: int | None, stats: ReadStats, decode_payload: bool
+) -> Generator[tuple[int, dict[str, Any]], None, None]:
     found = segment_file(path, segment_id)
     if found is None:
         stats.missing.append((segment_id, segment_id))
@@ -94,6 +104,7 @@ def _read_segment(path: str, segment_id: int, start: int, end: int | None, stats
     fname, version = found
     if version == 2:
         from edgebus.tlog.columnar import read_records
+
         yield from read_records(fname, segment_id, max(0, start), end, stats, decode_payload)
         return
     try:
@@ -114,8 +125,7 @@ def _read_segment(path: str, segment_id: int, start: int, end: int | None, stats
             if bad is not None:
                 reason, fatal = bad
                 if fatal:
-                    stats._bad(fname, 0, reason + "; segment skipped",
-                               limit - min(start, limit))
+                    stats._bad(fname, 0, reason + "; segment skipped", limit - min(start, limit))
                     return
                 if start < FILE_HEADER_SIZE:
                     stats._bad(fname, 0, reason, min(FILE_HEADER_SIZE, size))
@@ -145,8 +155,13 @@ def _read_segment(path: str, segment_id: int, start: int, end: int | None, stats
             stats._bad(fname, 0, "read error: %s" % e, 0)
 
 
-def read_log(path: str, start: tuple[int, int] | None = None, end: tuple[int, int] | None = None,
-             stats: ReadStats | None = None, decode_payload: bool = True) -> _StatsIter:
+def read_log(
+    path: str,
+    start: tuple[int, int] | None = None,
+    end: tuple[int, int] | None = None,
+    stats: ReadStats | None = None,
+    decode_payload: bool = True,
+) -> _StatsIter:
     """Iterate ``((segment_id, offset), record)`` over the sealed segments
     from position start (inclusive; None: the oldest segment) to position end
     (exclusive; None: the end of the newest sealed segment at call time).
@@ -157,9 +172,13 @@ def read_log(path: str, start: tuple[int, int] | None = None, end: tuple[int, in
     return _StatsIter(_read_log(path, start, end, stats, decode_payload), stats)
 
 
-def _read_log(path: str, start: tuple[int, int] | None, end: tuple[int, int | None] | None,
-              stats: ReadStats, decode_payload: bool
-              ) -> Generator[tuple[tuple[int, int], dict[str, Any]], None, None]:
+def _read_log(
+    path: str,
+    start: tuple[int, int] | None,
+    end: tuple[int, int | None] | None,
+    stats: ReadStats,
+    decode_payload: bool,
+) -> Generator[tuple[tuple[int, int], dict[str, Any]], None, None]:
     ids = list_segments(path)
     if end is None:
         if not ids:
@@ -169,13 +188,13 @@ def _read_log(path: str, start: tuple[int, int] | None, end: tuple[int, int | No
         if not ids:
             return
         start = (ids[0], 0)
-    want = start[0]                      # the next id expected in the range
+    want = start[0]  # the next id expected in the range
     for sid in ids:
         if sid < start[0]:
             continue
         if sid > end[0]:
             break
-        if sid > want:                   # removed by retention (or by hand)
+        if sid > want:  # removed by retention (or by hand)
             stats.missing.append((want, sid - 1))
         lo = start[1] if sid == start[0] else 0
         hi = end[1] if sid == end[0] else None
@@ -207,7 +226,7 @@ class ForwardReader:
     def get(self, pos: int, n: int) -> bytes:
         self._fill(pos + n)
         i = pos - self.base
-        return bytes(self.data[i:i + n])
+        return bytes(self.data[i : i + n])
 
     def find(self, pat: bytes, pos: int, limit: int) -> int:
         """Index >= pos of pat starting before limit, or -1."""
@@ -228,8 +247,9 @@ class ForwardReader:
             self.base = pos
 
 
-def parse_record(src: ForwardReader, pos: int, decode_payload: bool
-                 ) -> tuple[dict[str, Any] | None, Any]:
+def parse_record(
+    src: ForwardReader, pos: int, decode_payload: bool
+) -> tuple[dict[str, Any] | None, Any]:
     """The record framed at pos: (record, next position), or (None, reason)
     when the bytes there are not a whole valid record."""
     hdr = src.get(pos, RECORD_HEADER_SIZE)
@@ -249,6 +269,6 @@ def parse_record(src: ForwardReader, pos: int, decode_payload: bool
         return None, "CRC mismatch"
     try:
         rec = decode_body(body, decode_payload)
-    except Exception as e:          # a reader never raises for bad data
+    except Exception as e:  # a reader never raises for bad data
         return None, "invalid body: %s" % e
     return rec, pos + RECORD_HEADER_SIZE + length

@@ -16,8 +16,21 @@ if TYPE_CHECKING:
     from edgebus import Message
 
 # The body's members, in the order the writer emits them.
-FIELDS = ("ts_host", "topic", "payload", "ts_device", "seq", "origin_kind", "conn_id",
-          "principal", "link_id", "peer_node", "peer_sid", "generation", "extra")
+FIELDS = (
+    "ts_host",
+    "topic",
+    "payload",
+    "ts_device",
+    "seq",
+    "origin_kind",
+    "conn_id",
+    "principal",
+    "link_id",
+    "peer_node",
+    "peer_sid",
+    "generation",
+    "extra",
+)
 _REQUIRED = ("ts_host", "topic", "payload")
 _STR_FIELDS = ("origin_kind", "conn_id", "principal", "link_id", "peer_node", "peer_sid")
 _INT_FIELDS = ("seq", "generation")
@@ -25,6 +38,7 @@ _INT_FIELDS = ("seq", "generation")
 
 # ---------------------------------------------------------------------------
 # Values: JSON with two tags ($b64 for bytes, $lit to escape)
+
 
 def _is_int(v: Any) -> bool:
     return type(v) is int
@@ -100,18 +114,19 @@ def _compact_encoder() -> Callable[[Any], str]:
     values are validated trees (encode_value)."""
     try:
         from json.encoder import c_encode_basestring, c_make_encoder  # type: ignore[attr-defined]  # C parts, not in typeshed
-    except ImportError:                              # pragma: no cover - no _json
+    except ImportError:  # pragma: no cover - no _json
         c_make_encoder = None
     if c_make_encoder is None or c_encode_basestring is None:
-        return json.JSONEncoder(ensure_ascii=False, allow_nan=False,
-                                separators=(",", ":")).encode
+        return json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode
 
     def default(o: Any) -> Any:
         raise TypeError("Object of type %s is not JSON serializable" % type(o).__name__)
+
     enc = c_make_encoder(None, default, c_encode_basestring, None, ":", ",", False, False, False)
 
     def encode(v: Any) -> str:
         return "".join(enc(v, 0))
+
     return encode
 
 
@@ -127,6 +142,7 @@ def topic_text(tokens: Iterable[Any]) -> str:
 # ---------------------------------------------------------------------------
 # Bodies
 
+
 def _check_record(record: dict[str, Any]) -> None:
     if not isinstance(record, dict):
         raise TypeError("record must be a dict, not %s" % type(record).__name__)
@@ -141,7 +157,7 @@ def _check_record(record: dict[str, Any]) -> None:
 def _encode_nested(v: Any) -> Any:
     try:
         return encode_value(v)
-    except RecursionError:    # a value nested deeper than Python can recurse
+    except RecursionError:  # a value nested deeper than Python can recurse
         raise ValueError("record nests too deeply") from None
 
 
@@ -170,8 +186,12 @@ def normalize(record: dict[str, Any]) -> dict[str, Any]:
     ts_device = get("ts_device")
     if ts_device is not None and not _is_num(ts_device):
         raise TypeError("ts_device must be a finite number or None, not %r" % (ts_device,))
-    body = {"ts_host": ts_host, "topic": list(topic),
-            "payload": _encode_nested(record["payload"]), "ts_device": ts_device}
+    body = {
+        "ts_host": ts_host,
+        "topic": list(topic),
+        "payload": _encode_nested(record["payload"]),
+        "ts_device": ts_device,
+    }
     for k in FIELDS[4:-1]:
         v = get(k)
         if v is not None:
@@ -196,8 +216,9 @@ def dump_body(body: dict[str, Any]) -> bytes:
     except RecursionError:
         raise ValueError("record nests too deeply") from None
     if len(data) > MAX_BODY_BYTES:
-        raise ValueError("record body of %d bytes exceeds MAX_BODY_BYTES (%d)"
-                         % (len(data), MAX_BODY_BYTES))
+        raise ValueError(
+            "record body of %d bytes exceeds MAX_BODY_BYTES (%d)" % (len(data), MAX_BODY_BYTES)
+        )
     return data
 
 
@@ -215,10 +236,22 @@ def row_of(body: dict[str, Any]) -> tuple[Any, ...]:
     cyclic GC stops tracking it, so a writer holding a segment's rows costs
     collections nothing."""
     p, e = body["payload"], body["extra"]
-    return (body["ts_host"], tuple(body["topic"]), None if p is None else json_text(p),
-            body["ts_device"], body["seq"], body["origin_kind"], body["conn_id"],
-            body["principal"], body["link_id"], body["peer_node"], body["peer_sid"],
-            body["generation"], None if e is None else json_text(e), is_late(e))
+    return (
+        body["ts_host"],
+        tuple(body["topic"]),
+        None if p is None else json_text(p),
+        body["ts_device"],
+        body["seq"],
+        body["origin_kind"],
+        body["conn_id"],
+        body["principal"],
+        body["link_id"],
+        body["peer_node"],
+        body["peer_sid"],
+        body["generation"],
+        None if e is None else json_text(e),
+        is_late(e),
+    )
 
 
 def _no_constants(name: str) -> Any:
@@ -240,8 +273,11 @@ def decode_body(data: bytes, decode_payload: bool) -> dict[str, Any]:
     if not _is_num(obj["ts_host"]):
         raise ValueError("bad ts_host")
     topic = obj["topic"]
-    if type(topic) is not list or not topic or not all(
-            type(t) is str or type(t) is int for t in topic):
+    if (
+        type(topic) is not list
+        or not topic
+        or not all(type(t) is str or type(t) is int for t in topic)
+    ):
         raise ValueError("bad topic")
     if obj["ts_device"] is not None and not _is_num(obj["ts_device"]):
         raise ValueError("bad ts_device")
@@ -259,7 +295,7 @@ def decode_body(data: bytes, decode_payload: bool) -> dict[str, Any]:
         extra = decode_value(extra) if extra is not None else None
     except (ValueError, binascii.Error, UnicodeEncodeError, RecursionError) as e:
         raise ValueError("bad tagged value (%s)" % e) from None
-    rec = {k: obj[k] for k in FIELDS}     # known members only, schema order
+    rec = {k: obj[k] for k in FIELDS}  # known members only, schema order
     rec["topic"] = tuple(topic)
     if decode_payload:
         rec["payload"] = payload

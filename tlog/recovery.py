@@ -15,8 +15,9 @@ from edgebus.tlog.records import row_of
 from edgebus.tlog.segments import fsync_dir, open_segments, segment_file, segment_name
 
 
-def valid_prefix(fname: str, segment_id: int, rows: list[tuple[Any, ...]] | None = None
-                 ) -> tuple[int, int, bool]:
+def valid_prefix(
+    fname: str, segment_id: int, rows: list[tuple[Any, ...]] | None = None
+) -> tuple[int, int, bool]:
     """(end, count, header_ok) for an .open file: the end offset of its last
     whole valid record when read strictly from the start, no resync.  With a
     list as rows, each valid record is appended to it as a row_of() tuple."""
@@ -36,8 +37,9 @@ def valid_prefix(fname: str, segment_id: int, rows: list[tuple[Any, ...]] | None
             src.release(pos)
 
 
-def recover(path: str, clock: Callable[[], float], version: int = 2, gateway: str | None = None
-            ) -> list[tuple[str, str, str]]:
+def recover(
+    path: str, clock: Callable[[], float], version: int = 2, gateway: str | None = None
+) -> list[tuple[str, str, str]]:
     """Seal, remove or quarantine every ``.open`` segment in the log directory
     (the caller holds its lock); clock gives a sealed file's mtime.  version
     is the sealed format: 2 writes the records as a Parquet segment (gateway
@@ -46,8 +48,11 @@ def recover(path: str, clock: Callable[[], float], version: int = 2, gateway: st
     done = []
     if version == 2:
         from edgebus.tlog import columnar
-        done += [(os.path.join(path, n), "removed", "unfinished seal")
-                 for n in columnar.remove_temporaries(path)]
+
+        done += [
+            (os.path.join(path, n), "removed", "unfinished seal")
+            for n in columnar.remove_temporaries(path)
+        ]
     for sid, name in open_segments(path):
         fname = os.path.join(path, name)
         size = os.path.getsize(fname)
@@ -69,8 +74,9 @@ def recover(path: str, clock: Callable[[], float], version: int = 2, gateway: st
         if rows is not None:  # version 2
             columnar.write_segment(path, sid, rows, gateway, mtime=clock())
             os.unlink(fname)
-            done.append((fname, "sealed", "%d records as Parquet, %d bytes cut"
-                         % (count, size - end)))
+            done.append(
+                (fname, "sealed", "%d records as Parquet, %d bytes cut" % (count, size - end))
+            )
             continue
         fd = os.open(fname, os.O_WRONLY)
         try:
@@ -96,6 +102,7 @@ def _sealed_already(fname: str, sealed: tuple[str, int], count: int) -> tuple[st
     sealed_name, version = sealed
     if version == 2:
         from edgebus.tlog.columnar import row_count
+
         try:
             n = row_count(sealed_name)
             rows: int | None = n
@@ -105,6 +112,8 @@ def _sealed_already(fname: str, sealed: tuple[str, int], count: int) -> tuple[st
         if rows is not None and rows >= count:
             os.unlink(fname)
             return fname, "removed", "already sealed as %s" % os.path.basename(sealed_name)
-        raise LogError("both %s and %s exist and %s is %s; resolve by hand"
-                       % (fname, sealed_name, sealed_name, why))
+        raise LogError(
+            "both %s and %s exist and %s is %s; resolve by hand"
+            % (fname, sealed_name, sealed_name, why)
+        )
     raise LogError("both %s and %s exist; resolve by hand" % (fname, sealed_name))

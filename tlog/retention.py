@@ -9,8 +9,12 @@ from typing import Callable
 from edgebus.tlog.segments import fsync_dir, sealed_files
 
 
-def retain(path: str, retention_bytes: int | None, retention_seconds: float | None,
-           clock: Callable[[], float]) -> list[int]:
+def retain(
+    path: str,
+    retention_bytes: int | None,
+    retention_seconds: float | None,
+    clock: Callable[[], float],
+) -> list[int]:
     """Delete the oldest sealed segments beyond retention_bytes (total of
     sealed segments) or older than retention_seconds (since sealing, by
     mtime, against clock()).  Only a prefix is deleted, and the newest sealed

@@ -10,7 +10,7 @@ from edgebus.tlog.format import FILE_HEADER_SIZE
 from edgebus.tlog.names import fsync_dir, parquet_name, segment_name  # noqa: F401 (re-exported)
 
 LOCK_NAME = "LOCK"
-MAX_SEGMENT_ID = 2 ** 64 - 1
+MAX_SEGMENT_ID = 2**64 - 1
 
 _SEG_RE = re.compile(r"^([0-9]{20})\.(seg|parquet)\Z")
 _OPEN_RE = re.compile(r"^([0-9]{20})\.seg\.open\Z")
@@ -29,7 +29,7 @@ def sealed_files(path: str) -> dict[int, tuple[str, int]]:
     for m in map(_SEG_RE.match, names):
         if m:
             sid, v2 = int(m.group(1)), m.group(2) == "parquet"
-            if v2 or sid not in out:        # both present (a conversion cut short): v2 wins
+            if v2 or sid not in out:  # both present (a conversion cut short): v2 wins
                 out[sid] = (os.path.join(path, m.group(0)), 2 if v2 else 1)
     return out
 
@@ -66,8 +66,9 @@ def segment_end(path: str, segment_id: int) -> int | None:
         if version == 1:
             return os.path.getsize(fname)
         from edgebus.tlog.columnar import row_count
+
         return row_count(fname)
-    except Exception:              # removed meanwhile, or not a Parquet file
+    except Exception:  # removed meanwhile, or not a Parquet file
         return None
 
 
@@ -76,7 +77,7 @@ def latest_offset(path: str) -> tuple[int, int] | None:
     its last record (segment_end).  None when the log has no sealed segment."""
     for sid in reversed(list_segments(path)):
         end = segment_end(path, sid)
-        if end is not None:          # None: removed by retention meanwhile
+        if end is not None:  # None: removed by retention meanwhile
             return sid, end
     return None
 

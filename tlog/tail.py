@@ -30,10 +30,11 @@ def last_seqs(path: str, max_bytes: int = TAIL_BYTES) -> dict[tuple[str, str], i
         fname, version = files[sid]
         try:
             covered += os.path.getsize(fname)
-        except FileNotFoundError:       # removed by retention meanwhile
+        except FileNotFoundError:  # removed by retention meanwhile
             continue
-        if version == 2:                # three columns, no record decoding
+        if version == 2:  # three columns, no record decoding
             from edgebus.tlog.columnar import max_seqs
+
             max_seqs(fname, sid, out, ReadStats())
             continue
         for _, r in read_segment(path, sid, decode_payload=False):

@@ -47,12 +47,19 @@ class LogWriter:
     Not thread-safe: one caller at a time.
     """
 
-    def __init__(self, path: str, segment_bytes: int = 64 * 1024 * 1024,
-                 segment_seconds: float = 60,
-                 retention_bytes: int | None = None, retention_seconds: float | None = None,
-                 fsync: str = "segment",
-                 fsync_interval: float = 1.0, clock: Callable[[], float] = time.time,
-                 version: int = 2, gateway: str | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        segment_bytes: int = 64 * 1024 * 1024,
+        segment_seconds: float = 60,
+        retention_bytes: int | None = None,
+        retention_seconds: float | None = None,
+        fsync: str = "segment",
+        fsync_interval: float = 1.0,
+        clock: Callable[[], float] = time.time,
+        version: int = 2,
+        gateway: str | None = None,
+    ) -> None:
         if version not in (1, 2):
             raise ValueError("version must be 1 or 2")
         if gateway is not None and type(gateway) is not str:
@@ -61,9 +68,11 @@ class LogWriter:
             raise ValueError("fsync must be one of %s" % (_FSYNC_MODES,))
         if segment_bytes < FILE_HEADER_SIZE + RECORD_HEADER_SIZE + 2:
             raise ValueError("segment_bytes too small")
-        for name, v in (("segment_seconds", segment_seconds),
-                        ("retention_bytes", retention_bytes),
-                        ("retention_seconds", retention_seconds)):
+        for name, v in (
+            ("segment_seconds", segment_seconds),
+            ("retention_bytes", retention_bytes),
+            ("retention_seconds", retention_seconds),
+        ):
             if v is not None and v < 0:
                 raise ValueError("%s must be >= 0 or None" % name)
         self.path = os.path.abspath(path)
@@ -80,8 +89,8 @@ class LogWriter:
         self._rows: list[tuple[Any, ...]] = []
         self._fd: int | None = None  # active segment's fd
         self._active: int | None = None  # active segment id
-        self._size = 0               # logical size of the active segment
-        self._buf = bytearray()      # appended bytes not yet written
+        self._size = 0  # logical size of the active segment
+        self._buf = bytearray()  # appended bytes not yet written
         self._opened_at = 0.0
         self._last_sync = 0.0
         self._unsynced = False
@@ -91,7 +100,7 @@ class LogWriter:
         self.recovered: list[tuple[str, str, str]] = []
         if not os.path.isdir(self.path):
             os.makedirs(self.path, exist_ok=True)
-            fsync_dir(os.path.dirname(self.path))   # make the new directory durable
+            fsync_dir(os.path.dirname(self.path))  # make the new directory durable
         self._lock_fd = os.open(os.path.join(self.path, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             try:
@@ -219,6 +228,7 @@ class LogWriter:
             # The Parquet file is complete and durable before the row file goes;
             # recovery removes a row file whose sealed segment exists already.
             from edgebus.tlog.columnar import write_segment
+
             write_segment(self.path, sid, self._rows, self.gateway, mtime=t)
             os.close(fd)
             os.unlink(open_name)
@@ -266,11 +276,15 @@ class LogWriter:
                 if self._too_old(now):
                     self._seal()
                     return
-                if (self.fsync == "interval" and self._unsynced
-                        and now - self._last_sync >= self.fsync_interval):
+                if (
+                    self.fsync == "interval"
+                    and self._unsynced
+                    and now - self._last_sync >= self.fsync_interval
+                ):
                     self._sync(now)
             if self.retention_seconds is not None:
                 self._retain()
+
         self._io(run)
 
     def close(self) -> None:

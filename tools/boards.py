@@ -22,10 +22,34 @@ MANIFEST, RUNTIME_KEYS = _boot.MANIFEST, _boot.RUNTIME_KEYS
 
 # mpy-cross -march values (py/persistentcode.h order: the index is the arch
 # number stored in .mpy headers and in sys.implementation._mpy).
-MPY_ARCHS = ("none", "x86", "x64", "armv6", "armv6m", "armv7m", "armv7em", "armv7emsp",
-             "armv7emdp", "xtensa", "xtensawin", "rv32imc", "rv64imc")
-ESPTOOL_CHIPS = ("esp8266", "esp32", "esp32s2", "esp32s3", "esp32c2", "esp32c3", "esp32c5",
-                 "esp32c6", "esp32c61", "esp32h2", "esp32p4")
+MPY_ARCHS = (
+    "none",
+    "x86",
+    "x64",
+    "armv6",
+    "armv6m",
+    "armv7m",
+    "armv7em",
+    "armv7emsp",
+    "armv7emdp",
+    "xtensa",
+    "xtensawin",
+    "rv32imc",
+    "rv64imc",
+)
+ESPTOOL_CHIPS = (
+    "esp8266",
+    "esp32",
+    "esp32s2",
+    "esp32s3",
+    "esp32c2",
+    "esp32c3",
+    "esp32c5",
+    "esp32c6",
+    "esp32c61",
+    "esp32h2",
+    "esp32p4",
+)
 FLASH_SIZES = ("256KB", "512KB", "1MB", "2MB", "4MB", "8MB", "16MB", "32MB", "64MB", "128MB")
 UPLINKS = ("uart", "mqtt")
 FULL_POLICIES = ("drop_oldest", "reject_newest")
@@ -43,6 +67,7 @@ def flash_size_bytes(size: str) -> int:
 
 # -- a small schema language: a validator is f(value, where) -> normalised value
 Check = Callable[[Any, str], Any]
+
 
 class _Optional:
     """Marks an object key that may be absent (value then `default`)."""
@@ -82,6 +107,7 @@ def _int(lo: int | None = None, hi: int | None = None) -> Check:
             rng = ">= %s" % lo if hi is None else "%s..%s" % (lo, hi)
             _fail(where, "an integer " + rng, value)
         return value
+
     return check
 
 
@@ -99,6 +125,7 @@ def _enum(*choices: Any) -> Check:
         if value not in choices:
             _fail(where, "one of " + ", ".join(json.dumps(c) for c in choices), value)
         return value
+
     return check
 
 
@@ -113,8 +140,9 @@ def _regex(value: Any, where: str) -> str:
     try:
         re.compile(value)
     except re.error as e:
-        raise BoardError("%s: not a valid regular expression (%s): %s"
-                         % (where, e, json.dumps(value))) from None
+        raise BoardError(
+            "%s: not a valid regular expression (%s): %s" % (where, e, json.dumps(value))
+        ) from None
     return value
 
 
@@ -133,6 +161,7 @@ def _list_of(check: Check) -> Check:
         if not isinstance(value, list):
             _fail(where, "a list", value)
         return [check(v, "%s[%d]" % (where, i)) for i, v in enumerate(value)]
+
     return f
 
 
@@ -148,8 +177,10 @@ def _obj(spec: dict[str, Any]) -> Check:
             _fail(where, "an object", value)
         unknown = sorted(set(value) - set(spec))
         if unknown:
-            raise BoardError("%s: unknown key %s (allowed: %s)" % (
-                where, ", ".join(json.dumps(k) for k in unknown), ", ".join(spec)))
+            raise BoardError(
+                "%s: unknown key %s (allowed: %s)"
+                % (where, ", ".join(json.dumps(k) for k in unknown), ", ".join(spec))
+            )
         out = {}
         for key, check_ in spec.items():
             sub = key if where == "" else where + "." + key
@@ -161,6 +192,7 @@ def _obj(spec: dict[str, Any]) -> Check:
             c = check_.check if isinstance(check_, _Optional) else check_
             out[key] = c(value[key], sub)
         return out
+
     return check
 
 
@@ -203,10 +235,14 @@ def _flash(value: Any, where: str) -> dict[str, Any]:
     return _obj(_FLASH[method])(value, where)
 
 
-_UART_PINS = {"id": _int(0, 16), "tx": _Optional(_int(0, 64)), "rx": _Optional(_int(0, 64)),
-              "baud": _int(300, 10000000),
-              # a module with a UART class, for ports without machine.UART
-              "driver": _Optional(_nullable(_module_name))}
+_UART_PINS = {
+    "id": _int(0, 16),
+    "tx": _Optional(_int(0, 64)),
+    "rx": _Optional(_int(0, 64)),
+    "baud": _int(300, 10000000),
+    # a module with a UART class, for ports without machine.UART
+    "driver": _Optional(_nullable(_module_name)),
+}
 _UART_TTY = {"device": _nullable(_nonempty), "baud": _int(300, 10000000)}
 
 
@@ -218,51 +254,73 @@ def _uart(value: Any, where: str) -> dict[str, Any]:
     return _obj(_UART_PINS)(value, where)
 
 
-SCHEMA = _obj({
-    "name": _nonempty,
-    "description": _nonempty,
-    "notes": _Optional(_str),
-    "runtime": _enum("micropython", "cpython"),
-    "firmware": _obj({
-        "family": _enum("micropython", "cpython"),
-        "port": _nonempty,
-        "board": _nullable(_nonempty),
-        "min_version": _version,
-        "url": _Optional(_nullable(_str)),
-        # How `edgebus firmware build` makes the image from a MicroPython source
-        # tree: a board definition of ours (boards/<board_dir>, a BOARD_DIR
-        # outside the tree) or, when absent, the port's own BOARD.
-        "build": _Optional(_nullable(_obj({
-            "board_dir": _Optional(_nullable(_nonempty)),
-            "image": _nonempty,            # the file make leaves in BUILD
-        }))),
-    }),
-    "device": _nullable(_obj({
-        "platform": _str_or_list,       # sys.platform on the device
-        "machine": _regex,              # searched in sys.implementation._machine
-        "root": _enum("/", ""),         # where files go: "/" on boards, "" = cwd
-        "soft_reset": _bool,            # False: Ctrl-D would end the process
-    })),
-    "mpy": _nullable(_obj({
-        "version": _int(1, 255),
-        "arch": _nullable(_enum(*MPY_ARCHS[1:])),
-    })),
-    "flash": _flash,
-    "uart": _uart,
-    "uplink": _enum(*UPLINKS),
-    "queues": _obj({
-        "bus": _int(1, 65535),
-        "full": _enum(*FULL_POLICIES),
-        "uplink_tx": _int(1, 65535),
-        "uplink_rx": _int(1, 65535),
-        "spool": _int(1024, 1 << 24),     # bytes for readings awaiting acknowledgement
-    }),
-    "budget": _obj({
-        "heap": _int(8192),
-        "flash": _int(4096),
-        "fs_block": _int(0, 1 << 20),
-    }),
-})
+SCHEMA = _obj(
+    {
+        "name": _nonempty,
+        "description": _nonempty,
+        "notes": _Optional(_str),
+        "runtime": _enum("micropython", "cpython"),
+        "firmware": _obj(
+            {
+                "family": _enum("micropython", "cpython"),
+                "port": _nonempty,
+                "board": _nullable(_nonempty),
+                "min_version": _version,
+                "url": _Optional(_nullable(_str)),
+                # How `edgebus firmware build` makes the image from a MicroPython source
+                # tree: a board definition of ours (boards/<board_dir>, a BOARD_DIR
+                # outside the tree) or, when absent, the port's own BOARD.
+                "build": _Optional(
+                    _nullable(
+                        _obj(
+                            {
+                                "board_dir": _Optional(_nullable(_nonempty)),
+                                "image": _nonempty,  # the file make leaves in BUILD
+                            }
+                        )
+                    )
+                ),
+            }
+        ),
+        "device": _nullable(
+            _obj(
+                {
+                    "platform": _str_or_list,  # sys.platform on the device
+                    "machine": _regex,  # searched in sys.implementation._machine
+                    "root": _enum("/", ""),  # where files go: "/" on boards, "" = cwd
+                    "soft_reset": _bool,  # False: Ctrl-D would end the process
+                }
+            )
+        ),
+        "mpy": _nullable(
+            _obj(
+                {
+                    "version": _int(1, 255),
+                    "arch": _nullable(_enum(*MPY_ARCHS[1:])),
+                }
+            )
+        ),
+        "flash": _flash,
+        "uart": _uart,
+        "uplink": _enum(*UPLINKS),
+        "queues": _obj(
+            {
+                "bus": _int(1, 65535),
+                "full": _enum(*FULL_POLICIES),
+                "uplink_tx": _int(1, 65535),
+                "uplink_rx": _int(1, 65535),
+                "spool": _int(1024, 1 << 24),  # bytes for readings awaiting acknowledgement
+            }
+        ),
+        "budget": _obj(
+            {
+                "heap": _int(8192),
+                "flash": _int(4096),
+                "fs_block": _int(0, 1 << 20),
+            }
+        ),
+    }
+)
 
 
 def validate(data: Any, name: str | None = None, source: str = "manifest") -> dict[str, Any]:
@@ -271,25 +329,37 @@ def validate(data: Any, name: str | None = None, source: str = "manifest") -> di
     try:
         b = SCHEMA(data, "")
         if name is not None and b["name"] != name:
-            raise BoardError("name: is %s but the file is named %s.json; they must match"
-                             % (json.dumps(b["name"]), name))
+            raise BoardError(
+                "name: is %s but the file is named %s.json; they must match"
+                % (json.dumps(b["name"]), name)
+            )
         if b["runtime"] != b["firmware"]["family"]:
-            raise BoardError("firmware.family: %s does not match runtime %s"
-                             % (json.dumps(b["firmware"]["family"]), json.dumps(b["runtime"])))
+            raise BoardError(
+                "firmware.family: %s does not match runtime %s"
+                % (json.dumps(b["firmware"]["family"]), json.dumps(b["runtime"]))
+            )
         if b["runtime"] == "micropython":
             if b["device"] is None or b["mpy"] is None:
-                raise BoardError("a micropython board needs a \"device\" and an \"mpy\" object "
-                                 "(mpy.arch may be null for bytecode)")
+                raise BoardError(
+                    'a micropython board needs a "device" and an "mpy" object '
+                    "(mpy.arch may be null for bytecode)"
+                )
         elif b["device"] is not None or b["mpy"] is not None or b["flash"]["method"] != "none":
-            raise BoardError("a cpython board runs .py sources: \"device\" and \"mpy\" must be "
-                             "null and flash.method \"none\"")
+            raise BoardError(
+                'a cpython board runs .py sources: "device" and "mpy" must be '
+                'null and flash.method "none"'
+            )
         fl = b["flash"]
         if "size" in fl and b["budget"]["flash"] > flash_size_bytes(fl["size"]):
-            raise BoardError("budget.flash: %d bytes is more than the %s flash"
-                             % (b["budget"]["flash"], fl["size"]))
+            raise BoardError(
+                "budget.flash: %d bytes is more than the %s flash"
+                % (b["budget"]["flash"], fl["size"])
+            )
         if fl["method"] == "esptool" and fl["bootloader_offset"] > fl["firmware_offset"]:
-            raise BoardError("flash.firmware_offset: 0x%x is below flash.bootloader_offset 0x%x"
-                             % (fl["firmware_offset"], fl["bootloader_offset"]))
+            raise BoardError(
+                "flash.firmware_offset: 0x%x is below flash.bootloader_offset 0x%x"
+                % (fl["firmware_offset"], fl["bootloader_offset"])
+            )
     except BoardError as e:
         raise BoardError("%s: %s" % (source, e)) from None
     return b
@@ -320,16 +390,22 @@ def load_board(name: str, boards_dir: str | None = None) -> dict[str, Any]:
             raise BoardError("board manifest %s: no such file" % name)
         known = list_boards(boards_dir)
         close = difflib.get_close_matches(name, known, n=1)
-        raise BoardError("unknown board %s%s; known boards: %s" % (
-            json.dumps(name), " (did you mean %s?)" % json.dumps(close[0]) if close else "",
-            ", ".join(known) or "(none: %s is empty)" % (boards_dir or BOARDS_DIR)))
+        raise BoardError(
+            "unknown board %s%s; known boards: %s"
+            % (
+                json.dumps(name),
+                " (did you mean %s?)" % json.dumps(close[0]) if close else "",
+                ", ".join(known) or "(none: %s is empty)" % (boards_dir or BOARDS_DIR),
+            )
+        )
     rel = os.path.relpath(path)
     try:
         with open(path) as f:
             data = json.load(f)
     except json.JSONDecodeError as e:
-        raise BoardError("%s: not valid JSON: %s (line %d, column %d)"
-                         % (rel, e.msg, e.lineno, e.colno)) from None
+        raise BoardError(
+            "%s: not valid JSON: %s (line %d, column %d)" % (rel, e.msg, e.lineno, e.colno)
+        ) from None
     stem = os.path.basename(path)[:-5]
     return validate(data, name=stem, source=rel)
 
@@ -350,6 +426,7 @@ def mpy_arch_number(arch: str | None) -> int:
 def main(argv: list[str] | None = None) -> int:
     """python -m edgebus.tools.boards [NAME]: validate every manifest (or one) and list them."""
     import sys
+
     names = (argv if argv is not None else sys.argv[1:]) or list_boards()
     status = 0
     for n in names:
@@ -360,9 +437,18 @@ def main(argv: list[str] | None = None) -> int:
             status = 1
             continue
         arch = b["mpy"]["arch"] if b["mpy"] else "-"
-        print("%-15s %-11s %-9s %-7s heap %7d  flash budget %8d  %s" % (
-            b["name"], b["runtime"], arch or "bytecode", b["flash"]["method"],
-            b["budget"]["heap"], b["budget"]["flash"], b["description"]))
+        print(
+            "%-15s %-11s %-9s %-7s heap %7d  flash budget %8d  %s"
+            % (
+                b["name"],
+                b["runtime"],
+                arch or "bytecode",
+                b["flash"]["method"],
+                b["budget"]["heap"],
+                b["budget"]["flash"],
+                b["description"],
+            )
+        )
     return status
 
 

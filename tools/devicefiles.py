@@ -2,6 +2,7 @@
 portable core (edgebus/ without its host parts), the device runtime
 (firmware/) and the board manifests (boards/); and the runtime's modules
 imported as a device imports them, as ``firmware``."""
+
 import importlib
 import os
 import sys

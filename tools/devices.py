@@ -33,13 +33,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r = sub.add_parser("reload", help="the bridge reads its devices and keystore again")
     r.add_argument("--json", action="store_true", help="print the changes as JSON")
     bc.add_socket(r)
-    m = sub.add_parser("move", help="move NODE from bridge A to bridge B (its key file "
-                       "from A's keystore to B's)")
+    m = sub.add_parser(
+        "move", help="move NODE from bridge A to bridge B (its key file from A's keystore to B's)"
+    )
     m.add_argument("node")
-    m.add_argument("--from", dest="src", required=True, metavar="A.toml",
-                   help="the configuration of the bridge that holds NODE now")
-    m.add_argument("--to", dest="dst", required=True, metavar="B.toml",
-                   help="the configuration of the bridge that takes it")
+    m.add_argument(
+        "--from",
+        dest="src",
+        required=True,
+        metavar="A.toml",
+        help="the configuration of the bridge that holds NODE now",
+    )
+    m.add_argument(
+        "--to",
+        dest="dst",
+        required=True,
+        metavar="B.toml",
+        help="the configuration of the bridge that takes it",
+    )
 
 
 async def _reload(sock: str) -> Any:
@@ -49,7 +60,9 @@ async def _reload(sock: str) -> Any:
 
 def _changes(r: dict[str, Any]) -> str:
     return "%d device(s); added: %s; removed: %s; changed: %s" % (
-        r["devices"], *(", ".join(r[k]) or "none" for k in ("added", "removed", "changed")))
+        r["devices"],
+        *(", ".join(r[k]) or "none" for k in ("added", "removed", "changed")),
+    )
 
 
 async def reload(args: argparse.Namespace) -> None:
@@ -76,15 +89,18 @@ async def move(args: argparse.Namespace) -> None:
     assert a.mqtt is not None and b.mqtt is not None  # for mypy: _bridge checked
     for cfg, path in ((a, args.src), (b, args.dst)):
         if node in cfg.mqtt.keys:  # type: ignore[union-attr]  # (checked above)
-            raise bc.Fail(1, "%s lists %s in [mqtt].devices: move that entry by hand (remove "
-                          "it there, reload, add it to the other, reload); this command moves "
-                          "key files" % (path, node))
+            raise bc.Fail(
+                1,
+                "%s lists %s in [mqtt].devices: move that entry by hand (remove "
+                "it there, reload, add it to the other, reload); this command moves "
+                "key files" % (path, node),
+            )
     if not b.mqtt.keystore:
-        raise bc.Fail(1, "%s: [mqtt] keystore = true is needed to take devices from its "
-                      "keystore" % args.dst)
+        raise bc.Fail(
+            1, "%s: [mqtt] keystore = true is needed to take devices from its keystore" % args.dst
+        )
     if os.path.realpath(a_keys.path) == os.path.realpath(b_keys.path):
-        raise bc.Fail(1, "both bridges use the keystore %s: each shard needs its own"
-                      % a_keys.path)
+        raise bc.Fail(1, "both bridges use the keystore %s: each shard needs its own" % a_keys.path)
     try:
         if a_keys.read(node) is None:
             raise bc.Fail(1, "%s has no key file in %s" % (node, a_keys.path))
@@ -94,25 +110,36 @@ async def move(args: argparse.Namespace) -> None:
         raise bc.Fail(1, str(e)) from None
     src, dst = a_keys.file(node), b_keys.file(node)
     os.makedirs(b_keys.path, mode=0o700, exist_ok=True)
-    stage = os.path.join(b_keys.path, ".%s.json.moving" % node)   # not a node's name
+    stage = os.path.join(b_keys.path, ".%s.json.moving" % node)  # not a node's name
     shutil.copy2(src, stage)
     os.unlink(src)
     try:
         r = await _reload(a_sock)
     except bc.Fail:
-        tlog.rename_durably(stage, src)      # A holds it still: as it was
+        tlog.rename_durably(stage, src)  # A holds it still: as it was
         raise
-    bc.emit("%s: released by %s (%s)" % (node, a.node, "its session ended, no link or "
-            "subscription left; what it logged stays in its log" if node in r["removed"]
-            else "it held no link"))
+    bc.emit(
+        "%s: released by %s (%s)"
+        % (
+            node,
+            a.node,
+            "its session ended, no link or subscription left; what it logged stays in its log"
+            if node in r["removed"]
+            else "it held no link",
+        )
+    )
     tlog.rename_durably(stage, dst)
     try:
         r = await _reload(b_sock)
     except bc.Fail as e:
-        raise bc.Fail(e.code, "%s: its key is in %s's keystore, which takes it at its next "
-                      "reload: %s" % (node, b.node, e)) from None
-    bc.emit("%s: taken by %s; the device resends what %s had not acknowledged"
-            % (node, b.node, a.node))
+        raise bc.Fail(
+            e.code,
+            "%s: its key is in %s's keystore, which takes it at its next "
+            "reload: %s" % (node, b.node, e),
+        ) from None
+    bc.emit(
+        "%s: taken by %s; the device resends what %s had not acknowledged" % (node, b.node, a.node)
+    )
 
 
 def run(args: argparse.Namespace) -> int:

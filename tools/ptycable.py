@@ -32,9 +32,9 @@ class PtyCable:
             self._raw(fd)
         self.a = os.ttyname(self._sa)
         self.b = os.ttyname(self._sb)
-        self.baud = baud          # bytes are paced to this rate when set
+        self.baud = baud  # bytes are paced to this rate when set
         self.connected = True
-        self.noise = 0.0          # probability that a relayed byte is corrupted
+        self.noise = 0.0  # probability that a relayed byte is corrupted
         self.bytes = {"a_to_b": 0, "b_to_a": 0, "lost": 0, "corrupted": 0}
         self._rng = random.Random(1234)
         self._stop = False
@@ -64,7 +64,7 @@ class PtyCable:
     def _raw(fd: int) -> None:
         tty.setraw(fd)
         attrs = termios.tcgetattr(fd)
-        attrs[6][termios.VMIN] = 0   # a read returns what is there: polled readers
+        attrs[6][termios.VMIN] = 0  # a read returns what is there: polled readers
         attrs[6][termios.VTIME] = 0
         termios.tcsetattr(fd, termios.TCSANOW, attrs)
 
@@ -93,14 +93,14 @@ class PtyCable:
                     b[i] ^= 1 << self._rng.randrange(8)
                     self.bytes["corrupted"] += 1
             data = bytes(b)
-        if self.baud:   # 8N1: 10 bits on the line per byte
+        if self.baud:  # 8N1: 10 bits on the line per byte
             threading.Event().wait(len(data) * 10 / self.baud)
         self.bytes[key] += len(data)
         view = memoryview(data)
         while view:
             try:
                 n = os.write(dst, view)
-            except OSError:       # the other side was unplugged meanwhile
+            except OSError:  # the other side was unplugged meanwhile
                 self.bytes["lost"] += len(view)
                 return
             view = view[n:]
@@ -113,7 +113,7 @@ class PtyCable:
             try:
                 r, _, _ = select.select(fds, [], [], 0.05)
             except (OSError, ValueError):
-                continue          # side b was unplugged under us
+                continue  # side b was unplugged under us
             if ma in r:
                 if mb is None:
                     self._drain(ma)

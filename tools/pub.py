@@ -14,8 +14,12 @@ if TYPE_CHECKING:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("topic", help="a concrete topic, e.g. dev/node-1/cmd/led")
     p.add_argument("value", help="JSON if it parses, else a string")
-    p.add_argument("--retain", "-r", action="store_true",
-                   help="retain it: the topic's current value, replayed to later watchers")
+    p.add_argument(
+        "--retain",
+        "-r",
+        action="store_true",
+        help="retain it: the topic's current value, replayed to later watchers",
+    )
     bc.add_socket(p)
 
 
@@ -34,8 +38,11 @@ async def pub(args: argparse.Namespace) -> None:
         getattr(s.conn, action)(args.topic, bc.value(args.value))
         # Sent when the link has numbered it and nothing waits in its spool;
         # the goodbye that follows on the same socket cannot overtake it.
-        await s.until(lambda: link.tx_seq > seq and link.spool_stats()["unsent"] == 0,
-                      bc.ROUTE_WAIT, "the value was not sent within %g s" % bc.ROUTE_WAIT)
+        await s.until(
+            lambda: link.tx_seq > seq and link.spool_stats()["unsent"] == 0,
+            bc.ROUTE_WAIT,
+            "the value was not sent within %g s" % bc.ROUTE_WAIT,
+        )
 
 
 def run(args: argparse.Namespace) -> int:

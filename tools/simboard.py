@@ -40,8 +40,12 @@ class SimBoard:
         self.cwd = cwd
         self.proc = subprocess.Popen(
             [exe or mpybuild.micropython(), "-X", "heapsize=%d" % heap],
-            stdin=master, stdout=master, stderr=master, cwd=cwd,
-            start_new_session=True)  # no controlling tty, no Ctrl-C from our terminal
+            stdin=master,
+            stdout=master,
+            stderr=master,
+            cwd=cwd,
+            start_new_session=True,
+        )  # no controlling tty, no Ctrl-C from our terminal
         os.close(master)
         # Held open for the board's life: with no slave open, reads on the
         # master fail with EIO between two tool connections.
@@ -70,8 +74,9 @@ def _interrupt(*_: object) -> NoReturn:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m edgebus.tools.simboard",
-                                 description=__doc__.split("\n")[0])
+    ap = argparse.ArgumentParser(
+        prog="python -m edgebus.tools.simboard", description=__doc__.split("\n")[0]
+    )
     ap.add_argument("--dir", help="the board's filesystem (default: a new temporary directory)")
     ap.add_argument("--heap", type=int, help="heap bytes (default: the unix board's budget)")
     a = ap.parse_args(argv)

@@ -16,22 +16,35 @@ if TYPE_CHECKING:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--socket", "-s", default=default_socket(),
-                   help="the bridge's unix socket (its [bridge] socket setting; default "
-                        "$EDGEBUS_SOCKET, else %(default)s)")
+    p.add_argument(
+        "--socket",
+        "-s",
+        default=default_socket(),
+        help="the bridge's unix socket (its [bridge] socket setting; default "
+        "$EDGEBUS_SOCKET, else %(default)s)",
+    )
     p.add_argument("--json", action="store_true", help="print the raw JSON")
     p.add_argument("--link", metavar="ID", help="only this link (e.g. mqtt:pump-4)")
-    p.add_argument("--summary", action="store_true",
-                   help="the bridge and the fleet's totals, no row per link")
+    p.add_argument(
+        "--summary", action="store_true", help="the bridge and the fleet's totals, no row per link"
+    )
     p.add_argument("--timeout", type=float, default=3.0)
 
 
-async def fetch(path: str, timeout: float = 3.0, req: dict[str, Any] | None = None
-                ) -> dict[str, Any]:
+async def fetch(
+    path: str, timeout: float = 3.0, req: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """The bridge's status, every page of it (or the one ``req`` asks for)."""
     bus = edgebus.Bus()
-    link, task = await attach_local(bus, path, node="status", exports=(), imports=(),
-                                    export_calls=(), import_calls=[("bridge/#", "")])
+    link, task = await attach_local(
+        bus,
+        path,
+        node="status",
+        exports=(),
+        imports=(),
+        export_calls=(),
+        import_calls=[("bridge/#", "")],
+    )
     try:
         for _ in range(int(timeout / 0.02)):
             if ("bridge", "status") in bus.endpoints():
@@ -50,47 +63,100 @@ async def fetch(path: str, timeout: float = 3.0, req: dict[str, Any] | None = No
 
 
 def render(st: dict[str, Any]) -> str:
-    L = ["bridge %s  up %ss  bus: %d connections, %d retained, %d dropped, %d disconnected "
-         "(could not keep up)" % (st["node"], st["uptime"], st["bus"]["connections"],
-                                  st["bus"]["retained"], st["bus"]["dropped"],
-                                  st["bus"].get("overflows", 0))]
+    L = [
+        "bridge %s  up %ss  bus: %d connections, %d retained, %d dropped, %d disconnected "
+        "(could not keep up)"
+        % (
+            st["node"],
+            st["uptime"],
+            st["bus"]["connections"],
+            st["bus"]["retained"],
+            st["bus"]["dropped"],
+            st["bus"].get("overflows", 0),
+        )
+    ]
     lg = st.get("log")
     if lg:
-        L.append("log %s: %d appended, %d dropped, %d errors, at segment %s offset %s; "
-                 "%d syncs (every %g ms at most, last %s ms), %d unsynced" % (
-                     lg["dir"], lg["appended"], lg["dropped"], lg["errors"], *lg["position"],
-                     lg["syncs"], lg["commit_ms"], lg["last_sync_ms"], lg["unsynced"]))
+        L.append(
+            "log %s: %d appended, %d dropped, %d errors, at segment %s offset %s; "
+            "%d syncs (every %g ms at most, last %s ms), %d unsynced"
+            % (
+                lg["dir"],
+                lg["appended"],
+                lg["dropped"],
+                lg["errors"],
+                *lg["position"],
+                lg["syncs"],
+                lg["commit_ms"],
+                lg["last_sync_ms"],
+                lg["unsynced"],
+            )
+        )
         if "state" in lg:
-            L.append("log health: %s: %d of %d queued (durable links held from %d), %d data "
-                     "frames held back so far" % (
-                         lg["state"].upper() if lg["state"] != "ok" else "ok", lg["queued"],
-                         lg["queue_len"], lg["high_water"], lg["held"]))
+            L.append(
+                "log health: %s: %d of %d queued (durable links held from %d), %d data "
+                "frames held back so far"
+                % (
+                    lg["state"].upper() if lg["state"] != "ok" else "ok",
+                    lg["queued"],
+                    lg["queue_len"],
+                    lg["high_water"],
+                    lg["held"],
+                )
+            )
     mq = st.get("mqtt")
     if mq:
-        L.append("mqtt: %s, %d device(s)%s, %d unknown device(s) refused, broker dropped %s" % (
-            "connected" if mq["connected"] else "NOT CONNECTED", mq.get("devices", 0),
-            " (shard)" if mq.get("shard") else "", mq["unknown_devices"],
-            "?" if mq.get("broker_dropped") is None else mq["broker_dropped"]))
+        L.append(
+            "mqtt: %s, %d device(s)%s, %d unknown device(s) refused, broker dropped %s"
+            % (
+                "connected" if mq["connected"] else "NOT CONNECTED",
+                mq.get("devices", 0),
+                " (shard)" if mq.get("shard") else "",
+                mq["unknown_devices"],
+                "?" if mq.get("broker_dropped") is None else mq["broker_dropped"],
+            )
+        )
     f = st.get("fleet")
     if f:
         c = f["counters"]
-        L.append("links %d: %s; frames %d in, %d out; %d gaps, %d errors" % (
-            f["links"], ", ".join("%d %s" % (n, s) for s, n in sorted(f["states"].items()))
-            or "none", c.get("frames_in", 0), c.get("frames_out", 0), c.get("gaps", 0),
-            sum(c.get(k, 0) for k in ERRORS)))
+        L.append(
+            "links %d: %s; frames %d in, %d out; %d gaps, %d errors"
+            % (
+                f["links"],
+                ", ".join("%d %s" % (n, s) for s, n in sorted(f["states"].items())) or "none",
+                c.get("frames_in", 0),
+                c.get("frames_out", 0),
+                c.get("gaps", 0),
+                sum(c.get(k, 0) for k in ERRORS),
+            )
+        )
     if not st["links"]:
         return "\n".join(L)
     L.append("")
-    L.append("%-22s %-10s %-14s %4s %7s %7s %6s %6s %6s %s" % (
-        "LINK", "STATE", "PEER", "GEN", "IN", "OUT", "GAPS", "DROPS", "ERRS", "LAST ERROR"))
+    L.append(
+        "%-22s %-10s %-14s %4s %7s %7s %6s %6s %6s %s"
+        % ("LINK", "STATE", "PEER", "GEN", "IN", "OUT", "GAPS", "DROPS", "ERRS", "LAST ERROR")
+    )
     for lid, s in st["links"].items():
         c = s["counters"]
         errs = sum(c.get(k, 0) for k in ERRORS) + sum(
-            (s.get("transport") or {}).get(k, 0) for k in ("crc_errors", "cobs_errors"))
-        L.append("%-22s %-10s %-14s %4s %7d %7d %6d %6d %6d %s" % (
-            lid[:22], s["state"], (s.get("peer") or "-")[:14], s.get("generation") or "-",
-            c.get("frames_in", 0), c.get("frames_out", 0), c.get("gaps", 0),
-            c.get("dropped_out", 0) + c.get("dropped_down", 0), errs, s.get("last_error") or ""))
+            (s.get("transport") or {}).get(k, 0) for k in ("crc_errors", "cobs_errors")
+        )
+        L.append(
+            "%-22s %-10s %-14s %4s %7d %7d %6d %6d %6d %s"
+            % (
+                lid[:22],
+                s["state"],
+                (s.get("peer") or "-")[:14],
+                s.get("generation") or "-",
+                c.get("frames_in", 0),
+                c.get("frames_out", 0),
+                c.get("gaps", 0),
+                c.get("dropped_out", 0) + c.get("dropped_down", 0),
+                errs,
+                s.get("last_error") or "",
+            )
+        )
     return "\n".join(L)
 
 

@@ -35,9 +35,11 @@ async def sub(args: argparse.Namespace) -> None:
     feed = s.conn.subscribe(args.pattern, queue_len=args.queue, full=args.full)
     async with s:
         await s.check("subscribe", args.pattern, "you may not read %s" % args.pattern)
+
         def show(m: Any) -> bool:
             bc.emit(line(args, m))
             return True
+
         await bc.follow(s, feed, show, args.count)
 
 

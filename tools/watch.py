@@ -37,7 +37,7 @@ def show(args: argparse.Namespace, ev: Any) -> bool:
     out = line(args, ev)
     if out is not None:
         bc.emit(out)
-    return ev.op != "replay_done"    # the marker is not one of --count's messages
+    return ev.op != "replay_done"  # the marker is not one of --count's messages
 
 
 async def watch(args: argparse.Namespace) -> None:
@@ -46,10 +46,14 @@ async def watch(args: argparse.Namespace) -> None:
         # The bridge's snapshot of its retained values comes first on a session.
         link = s.link
         assert link is not None  # for mypy: the session is up
-        await s.until(lambda: link.counters.get("syncs", 0) >= 1, bc.ROUTE_WAIT,
-                      "no snapshot from the bridge within %g s" % bc.ROUTE_WAIT)
-        feed = s.conn.watch_retained(args.pattern, queue_len=args.queue, full=args.full,
-                                     replay=True)
+        await s.until(
+            lambda: link.counters.get("syncs", 0) >= 1,
+            bc.ROUTE_WAIT,
+            "no snapshot from the bridge within %g s" % bc.ROUTE_WAIT,
+        )
+        feed = s.conn.watch_retained(
+            args.pattern, queue_len=args.queue, full=args.full, replay=True
+        )
         await bc.follow(s, feed, lambda ev: show(args, ev), args.count)
 
 

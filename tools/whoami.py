@@ -24,8 +24,10 @@ async def whoami(args: argparse.Namespace) -> None:
     if args.json:
         bc.emit(json.dumps(r))
     elif isinstance(p, dict):
-        bc.emit("uid=%s gid=%s pid=%s link=%s bridge=%s" % (
-            p.get("uid"), p.get("gid"), p.get("pid"), r["link"], r["bridge"]))
+        bc.emit(
+            "uid=%s gid=%s pid=%s link=%s bridge=%s"
+            % (p.get("uid"), p.get("gid"), p.get("pid"), r["link"], r["bridge"])
+        )
     else:
         bc.emit("principal=%s link=%s bridge=%s" % (json.dumps(p), r["link"], r["bridge"]))
 

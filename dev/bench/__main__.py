@@ -14,6 +14,7 @@ in --out (after a change to the report or its templates).
 Each part's date and commit go into the results' meta (``parts``), which the
 report's header lists.
 """
+
 import argparse
 import json
 import os
@@ -40,19 +41,34 @@ RESULTS = os.path.join(ROOT, "dev", "bench", "results")
 
 # name -> (what it prints, the result key, the function)
 PARTS = {
-    "core": ("core on CPython: throughput vs zenoh and naive, publish cost vs patterns",
-             None, None),
+    "core": (
+        "core on CPython: throughput vs zenoh and naive, publish cost vs patterns",
+        None,
+        None,
+    ),
     "mpy": ("core on MicroPython: heap and speed", "core_mpy", core_mpy.figures),
     "link": ("link: bytes on the wire, paced pty, call round trips", "link", link_bench.run),
-    "bridge": ("bridge: device -> host through mosquitto vs raw paho, every party a process",
-               "bridge", bridge_bench.run),
-    "log": ("bridge log: group commit, durable records/s and publish -> durable by commit_ms",
-            "log", log_bench.run),
+    "bridge": (
+        "bridge: device -> host through mosquitto vs raw paho, every party a process",
+        "bridge",
+        bridge_bench.run,
+    ),
+    "log": (
+        "bridge log: group commit, durable records/s and publish -> durable by commit_ms",
+        "log",
+        log_bench.run,
+    ),
     "fleet": ("bridge: a fleet of MicroPython devices over MQTT", "fleet", fleet_bench.run),
-    "spark": ("spark: ingest rows/s vs Spark's JSON source, publish -> queryable", "spark",
-              spark_bench.run),
-    "swarm": ("bridge: a swarm of CPython devices through a broker outage, steady, and a start-up storm",
-              "swarm", swarm_bench.run),
+    "spark": (
+        "spark: ingest rows/s vs Spark's JSON source, publish -> queryable",
+        "spark",
+        spark_bench.run,
+    ),
+    "swarm": (
+        "bridge: a swarm of CPython devices through a broker outage, steady, and a start-up storm",
+        "swarm",
+        swarm_bench.run,
+    ),
 }
 
 
@@ -71,14 +87,23 @@ def _run_part(name, res, smoke, baseline=None, baseline_only=False):
 def _measure(ap, args, only, jpath):
     """Run the parts in only into the results at jpath (the others keep theirs
     with --only), each recorded in meta["parts"] with its date and commit."""
-    res = {"meta": {"smoke": args.smoke, "python": sys.version.split()[0],
-                    "machine": platform.machine(), "cpus": os.cpu_count(), "parts": {}}}
+    res = {
+        "meta": {
+            "smoke": args.smoke,
+            "python": sys.version.split()[0],
+            "machine": platform.machine(),
+            "cpus": os.cpu_count(),
+            "parts": {},
+        }
+    }
     if args.only and os.path.exists(jpath):
         with open(jpath) as f:
-            res = json.load(f)          # the parts not run keep their figures
+            res = json.load(f)  # the parts not run keep their figures
         if res.get("meta", {}).get("smoke") != args.smoke:
-            ap.error("%s holds a %s run: refresh it whole" % (
-                jpath, "smoke" if res.get("meta", {}).get("smoke") else "full"))
+            ap.error(
+                "%s holds a %s run: refresh it whole"
+                % (jpath, "smoke" if res.get("meta", {}).get("smoke") else "full")
+            )
     commit = checkout.label()
     for name in PARTS:
         if name in only:
@@ -92,17 +117,32 @@ def _measure(ap, args, only, jpath):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m dev.bench", description=__doc__.splitlines()[0])
-    ap.add_argument("--smoke", action="store_true", help="a short run that checks the benchmarks work")
-    ap.add_argument("--out", help="where to write the results and the report (default: dev/bench/results and "
-                    "BENCHMARKS.md at the root, or out/bench-smoke with --smoke)")
-    ap.add_argument("--only", help="comma-separated parts to run (%s); the others keep their "
-                    "figures from the benchmarks.json already in --out" % ",".join(PARTS))
-    ap.add_argument("--baseline", metavar="REF[,REF...]", help="git refs whose code the swarm "
-                    "part measures beside this checkout's, in the same run")
-    ap.add_argument("--baseline-only", action="store_true",
-                    help="the swarm part measures only the --baseline")
-    ap.add_argument("--render", action="store_true",
-                    help="run nothing: write BENCHMARKS.md from the stored benchmarks.json")
+    ap.add_argument(
+        "--smoke", action="store_true", help="a short run that checks the benchmarks work"
+    )
+    ap.add_argument(
+        "--out",
+        help="where to write the results and the report (default: dev/bench/results and "
+        "BENCHMARKS.md at the root, or out/bench-smoke with --smoke)",
+    )
+    ap.add_argument(
+        "--only",
+        help="comma-separated parts to run (%s); the others keep their "
+        "figures from the benchmarks.json already in --out" % ",".join(PARTS),
+    )
+    ap.add_argument(
+        "--baseline",
+        metavar="REF[,REF...]",
+        help="git refs whose code the swarm part measures beside this checkout's, in the same run",
+    )
+    ap.add_argument(
+        "--baseline-only", action="store_true", help="the swarm part measures only the --baseline"
+    )
+    ap.add_argument(
+        "--render",
+        action="store_true",
+        help="run nothing: write BENCHMARKS.md from the stored benchmarks.json",
+    )
     args = ap.parse_args(argv)
     if args.baseline_only and not args.baseline:
         ap.error("--baseline-only needs --baseline REF")

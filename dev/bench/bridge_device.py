@@ -22,6 +22,7 @@ not all were), each message's publish -> acknowledgement latency at this
 device ("ack_ms", the ACK covering it arriving back here) and what the session
 negotiated ("sealed", "encrypted", "bare").
 """
+
 import asyncio
 import json
 import sys
@@ -33,14 +34,14 @@ from edgebus.link import tx
 from edgebus.link.link import Link
 from edgebus.link.mqtt import MqttTransport
 
-PAD = "x" * 40      # ~60-byte payloads, like the in-process benchmark had
+PAD = "x" * 40  # ~60-byte payloads, like the in-process benchmark had
 
 
 def _sent(link, base):
     return link.counters.get("frames_out", 0) - base
 
 
-ACKS = []           # (arrival ns, upto) of every ACK frame
+ACKS = []  # (arrival ns, upto) of every ACK frame
 CPYTHON = sys.implementation.name != "micropython"
 
 
@@ -49,27 +50,36 @@ def _on_ack(link, n, _orig=tx.on_ack):
     if type(n) is int:
         if CPYTHON or not ACKS:
             ACKS.append((time.time_ns(), n))
-        else:                   # a device's heap keeps the last one only
+        else:  # a device's heap keeps the last one only
             ACKS[0] = (time.time_ns(), n)
 
 
-tx.on_ack = _on_ack   # rx calls it through the module: every ACK passes here
+tx.on_ack = _on_ack  # rx calls it through the module: every ACK passes here
 
 
-async def main(host, port, node, key, n, pace_ms, out_queue, window, ack=1, prefix="edgebus",
-               seal="auto"):
+async def main(
+    host, port, node, key, n, pace_ms, out_queue, window, ack=1, prefix="edgebus", seal="auto"
+):
     bus = Bus(q_length=8)
-    link = Link(bus, node, key=key.encode(), exports=[("sensor/#", "")], heartbeat=2.0,
-                out_queue=out_queue, spool=out_queue * 128 + 4096,   # as much as the queue
-                ack=bool(ack), seal=seal)
+    link = Link(
+        bus,
+        node,
+        key=key.encode(),
+        exports=[("sensor/#", "")],
+        heartbeat=2.0,
+        out_queue=out_queue,
+        spool=out_queue * 128 + 4096,  # as much as the queue
+        ack=bool(ack),
+        seal=seal,
+    )
     tr = await MqttTransport(host, port, node=node, prefix=prefix).open()
     asyncio.create_task(link.run(tr))
     while link.status != "up":
         await asyncio.sleep(0.01)
-    await asyncio.sleep(0.2)            # the snapshot and routes go out first
+    await asyncio.sleep(0.2)  # the snapshot and routes go out first
     c = bus.connect()
     base = link.counters.get("frames_out", 0)
-    seq0 = link.tx_seq          # nothing else is exported: message i is seq0 + i
+    seq0 = link.tx_seq  # nothing else is exported: message i is seq0 + i
     ns = time.time_ns
     t_pub = []
     for i in range(n):
@@ -77,7 +87,7 @@ async def main(host, port, node, key, n, pace_ms, out_queue, window, ack=1, pref
             while i - _sent(link, base) >= window:
                 await asyncio.sleep(0.001)
         t = ns()
-        if not i or pace_ms and CPYTHON:   # per message: not on a device's heap
+        if not i or pace_ms and CPYTHON:  # per message: not on a device's heap
             t_pub.append(t)
         c.publish("sensor/v", {"t": t, "i": i, "pad": PAD})
         if pace_ms:
@@ -94,7 +104,7 @@ async def main(host, port, node, key, n, pace_ms, out_queue, window, ack=1, pref
         await asyncio.sleep(0.005)
     lat = []
     j = 0
-    for i in range(len(t_pub) if pace_ms and CPYTHON else 0):   # the first ACK past i covers it
+    for i in range(len(t_pub) if pace_ms and CPYTHON else 0):  # the first ACK past i covers it
         while j < len(ACKS) and ACKS[j][1] <= seq0 + i:
             j += 1
         if j == len(ACKS):
@@ -102,12 +112,22 @@ async def main(host, port, node, key, n, pace_ms, out_queue, window, ack=1, pref
         lat.append((ACKS[j][0] - t_pub[i]) / 1e6)
     done = link._acking and ACKS and ACKS[-1][1] >= end
     k = link.counters
-    print(json.dumps({"acking": link._acking, "acks": len(ACKS),
-                      "retransmitted": k.get("retransmitted", 0),
-                      "ack_timeouts": k.get("ack_timeouts", 0), "resends": k.get("resends", 0),
-                      "acked_s": (ACKS[-1][0] - t_pub[0]) / 1e9 if done else None,
-                      "ack_ms": lat, "sealed": link._seal is not None,
-                      "encrypted": sealing.encrypted(link), "bare": tr.bare}))
+    print(
+        json.dumps(
+            {
+                "acking": link._acking,
+                "acks": len(ACKS),
+                "retransmitted": k.get("retransmitted", 0),
+                "ack_timeouts": k.get("ack_timeouts", 0),
+                "resends": k.get("resends", 0),
+                "acked_s": (ACKS[-1][0] - t_pub[0]) / 1e9 if done else None,
+                "ack_ms": lat,
+                "sealed": link._seal is not None,
+                "encrypted": sealing.encrypted(link),
+                "bare": tr.bare,
+            }
+        )
+    )
     fl = getattr(sys.stdout, "flush", None)
     if fl:
         fl()
@@ -116,8 +136,21 @@ async def main(host, port, node, key, n, pace_ms, out_queue, window, ack=1, pref
     while True:
         await asyncio.sleep(1)
 
+
 if __name__ == "__main__":
     a = sys.argv[1:]
-    asyncio.run(main(a[0], int(a[1]), a[2], a[3], int(a[4]), float(a[5]), int(a[6]), int(a[7]),
-                     int(a[8]) if len(a) > 8 else 1, a[9] if len(a) > 9 else "edgebus",
-                     a[10] if len(a) > 10 else "auto"))
+    asyncio.run(
+        main(
+            a[0],
+            int(a[1]),
+            a[2],
+            a[3],
+            int(a[4]),
+            float(a[5]),
+            int(a[6]),
+            int(a[7]),
+            int(a[8]) if len(a) > 8 else 1,
+            a[9] if len(a) > 9 else "edgebus",
+            a[10] if len(a) > 10 else "auto",
+        )
+    )

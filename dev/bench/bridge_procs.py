@@ -18,6 +18,7 @@ Results give the rate from the first message's send stamp to the last
 arrival, every latency, and the receiver's CPU seconds (process time), which
 noise from other processes on the machine does not inflate.
 """
+
 import asyncio
 import json
 import sys
@@ -35,7 +36,7 @@ class Tally:
         self.first_t = None
         self.last_arrival = None
         self.seen = set()
-        self.ranges = {}          # node -> [first n, last n, count] (window runs)
+        self.ranges = {}  # node -> [first n, last n, count] (window runs)
         self.count = 0
         self.cpu0 = time.process_time()
 
@@ -66,8 +67,15 @@ class Tally:
         d = {"received": self.count, "cpu_s": cpu}
         if expected is not None:
             dur = (self.last_arrival - self.first_t) / 1e9 if self.count else 0
-            d.update({"expected": expected, "distinct": len(self.seen), "seconds": dur,
-                      "rate": self.count / dur if dur > 0 else 0.0, "lat": self.lat})
+            d.update(
+                {
+                    "expected": expected,
+                    "distinct": len(self.seen),
+                    "seconds": dur,
+                    "rate": self.count / dur if dur > 0 else 0.0,
+                    "lat": self.lat,
+                }
+            )
         if self.ranges:
             d["sent"] = sum(r[1] - r[0] + 1 for r in self.ranges.values())
             d["devices"] = len(self.ranges)
@@ -80,6 +88,7 @@ def _say(obj):
 
 
 # -- the bridge ----------------------------------------------------------------
+
 
 async def _sessions_up(b, k, timeout):
     """Wait up to timeout s for k sessions up; returns how many are."""
@@ -124,16 +133,18 @@ async def _window(sub, seconds):
 async def _bridge(cfg_path, pattern, profile):
     from edgebus.bridge import config as bridge_config
     from edgebus.bridge.daemon import Bridge
+
     with open(cfg_path) as f:
         b = Bridge(bridge_config.parse(json.load(f)))
     bt = asyncio.create_task(b.run())
     sub = b.bus.connect().subscribe(pattern, queue_len=65536)
     while not b.mqtt.connected:
         await asyncio.sleep(0.01)
-    await asyncio.sleep(0.2)             # its subscriptions are in place
+    await asyncio.sleep(0.2)  # its subscriptions are in place
     prof = None
     if profile:
         import cProfile
+
         prof = cProfile.Profile()
     loop = asyncio.get_running_loop()
     _say("ready")
@@ -143,7 +154,7 @@ async def _bridge(cfg_path, pattern, profile):
         if not cmd or cmd[0] == "quit":
             break
         gaps0 = sum(l.counters.get("gaps", 0) for l in b.links.values())
-        while sub.recv_nowait() is not None:     # leftovers of an earlier run
+        while sub.recv_nowait() is not None:  # leftovers of an earlier run
             pass
         if cmd[0] == "up":
             _say({"up": await _sessions_up(b, int(cmd[1]), float(cmd[2]))})
@@ -167,8 +178,10 @@ async def _bridge(cfg_path, pattern, profile):
 
 # -- raw paho ------------------------------------------------------------------
 
+
 def _client(port, name):
     import paho.mqtt.client as paho
+
     c = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=name)
     c.connect("127.0.0.1", port)
     return c
@@ -185,6 +198,7 @@ def _paho_sub(port, topic):
         t.stamped(json.loads(msg.payload), ns())
         if t.count >= state["want"]:
             done.set()
+
     c = _client(port, "bench-sub-%d" % ns())
     c.on_message = on_message
     c.subscribe(topic)

@@ -7,6 +7,7 @@ matching subscriber receives the whole batch through its natural receive call
 (edgebus `await sub.recv()`, asyncio `await q.get()`, zenoh `try_recv()`).
 Figure: published messages per second with every delivery received.
 """
+
 import asyncio
 import math
 
@@ -72,6 +73,7 @@ async def _naive(pats, batch, rounds):
 
 def _zenoh(pats, batch, rounds):
     import zenoh
+
     conf = zenoh.Config()
     conf.insert_json5("scouting/multicast/enabled", "false")
     s = zenoh.open(conf)
@@ -103,9 +105,12 @@ def throughput(smoke=False):
         if smoke:
             rounds = max(1, rounds // 20)
         pats = subscription_set(total, matching)
-        row = {"subscriptions": total, "matching": matching,
-               "edgebus": repeat(lambda: asyncio.run(_edgebus(pats, 100, rounds)), reps),
-               "zenoh": repeat(lambda: _zenoh(pats, 100, rounds), reps)}
+        row = {
+            "subscriptions": total,
+            "matching": matching,
+            "edgebus": repeat(lambda: asyncio.run(_edgebus(pats, 100, rounds)), reps),
+            "zenoh": repeat(lambda: _zenoh(pats, 100, rounds), reps),
+        }
         naive_rounds = max(1, rounds // (10 if total >= 1000 else 1))
         row["naive"] = repeat(lambda: asyncio.run(_naive(pats, 100, naive_rounds)), reps)
         out.append(row)
@@ -133,12 +138,17 @@ def publish_cost_curve(smoke=False):
     sizes = (10, 100, 1000) if smoke else (10, 100, 1000, 10000, 100000)
     reps = 1 if smoke else 5
     pubs = 2000 if smoke else 20000
-    points = [{"patterns": n, "ns_per_publish": repeat(lambda: _publish_cost(n, pubs), reps)}
-              for n in sizes]
+    points = [
+        {"patterns": n, "ns_per_publish": repeat(lambda: _publish_cost(n, pubs), reps)}
+        for n in sizes
+    ]
     xs = [math.log10(p["patterns"]) for p in points]
     ys = [math.log10(p["ns_per_publish"]["median"]) for p in points]
     mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
     slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-    return {"points": points, "loglog_slope": slope,
-            "ratio_last_first": points[-1]["ns_per_publish"]["median"]
-            / points[0]["ns_per_publish"]["median"]}
+    return {
+        "points": points,
+        "loglog_slope": slope,
+        "ratio_last_first": points[-1]["ns_per_publish"]["median"]
+        / points[0]["ns_per_publish"]["median"],
+    }

@@ -1,4 +1,5 @@
 """Core figures on the real MicroPython unix port, from the .mpy bundle."""
+
 import json
 import os
 
@@ -10,8 +11,7 @@ SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "core_mpy_scri
 
 def run(smoke=False, heap="1M", fleet=False):
     args = (["smoke"] if smoke else []) + (["fleet"] if fleet else [])
-    r = mpyrun.run(SCRIPT, args, heap=heap,
-                   capture_output=True, text=True, timeout=300)
+    r = mpyrun.run(SCRIPT, args, heap=heap, capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
         raise RuntimeError("MicroPython benchmark failed:\n" + r.stdout + r.stderr)
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -24,8 +24,12 @@ def figures(smoke=False):
     # needs to be large enough; per-item memory deltas do not depend on it.
     runs = [run(smoke, heap="512K") for _ in range(1 if smoke else 3)]
     fleet = run(smoke, heap="64K", fleet=True)
-    return {"runs": runs, "max_subscriptions_q8_in_64K": fleet["max_subscriptions_q8"],
-            "import_core_in_64K": fleet["import_core"], "device": device_runtime(smoke)}
+    return {
+        "runs": runs,
+        "max_subscriptions_q8_in_64K": fleet["max_subscriptions_q8"],
+        "import_core_in_64K": fleet["import_core"],
+        "device": device_runtime(smoke),
+    }
 
 
 def device_runtime(smoke=False):
@@ -37,7 +41,12 @@ def device_runtime(smoke=False):
     r = devheap.run(tree, DEVICE_HEAP, 0.5 if smoke else 2.0)
     if not r["ok"]:
         raise RuntimeError("the device runtime failed in %s:\n%s" % (DEVICE_HEAP, r["output"]))
-    smallest = None if smoke else devheap.smallest_heap(tree, lo=64,
-                                                          hi=int(DEVICE_HEAP.rstrip("K")))
-    return {"code": code, "data_at_ready": r["data"], "alloc_at_ready": r["ready_alloc"],
-            "smallest_heap_kb": smallest}
+    smallest = (
+        None if smoke else devheap.smallest_heap(tree, lo=64, hi=int(DEVICE_HEAP.rstrip("K")))
+    )
+    return {
+        "code": code,
+        "data_at_ready": r["data"],
+        "alloc_at_ready": r["ready_alloc"],
+        "smallest_heap_kb": smallest,
+    }

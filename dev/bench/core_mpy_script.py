@@ -52,11 +52,10 @@ def per_item(make):
 bus = edgebus.Bus()
 conn = bus.connect()
 out["per_subscription_q8"], _k1 = per_item(
-    lambda: [conn.subscribe(("dev", i, "temp"), queue_len=8) for i in range(N)])
-out["per_retained_topic"], _k2 = per_item(
-    lambda: [conn.retain(("cfg", i), i) for i in range(N)])
-out["per_endpoint_q1"], _k3 = per_item(
-    lambda: [conn.bind(("rpc", i)) for i in range(N)])
+    lambda: [conn.subscribe(("dev", i, "temp"), queue_len=8) for i in range(N)]
+)
+out["per_retained_topic"], _k2 = per_item(lambda: [conn.retain(("cfg", i), i) for i in range(N)])
+out["per_endpoint_q1"], _k3 = per_item(lambda: [conn.bind(("rpc", i)) for i in range(N)])
 del _k1, _k2, _k3
 
 

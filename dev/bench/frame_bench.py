@@ -41,6 +41,7 @@ else:
     def elapsed(t0):
         return clock() - t0
 
+
 SIZES = (8, 64, 512)
 CHUNK = 512
 
@@ -48,15 +49,15 @@ CHUNK = 512
 def body_of(n):
     b = bytearray(n)
     for i in range(n):
-        b[i] = (i * 37 + 11) & 0xFF      # includes 0x00 bytes every 256
+        b[i] = (i * 37 + 11) & 0xFF  # includes 0x00 bytes every 256
     return bytes(b)
 
 
 def rate(fn, seconds, runs=3):
     """Calls of fn() per second: the best of `runs` runs of about `seconds`."""
-    fn()                                 # warm up
+    fn()  # warm up
     n = 1
-    while True:                          # calibrate n
+    while True:  # calibrate n
         t0 = clock()
         for _ in range(n):
             fn()
@@ -87,7 +88,7 @@ def bench(size, seconds):
 
     def dec():
         for i in range(0, len(stream), CHUNK):
-            reader.feed(stream[i:i + CHUNK])
+            reader.feed(stream[i : i + CHUNK])
 
     e = rate(enc, seconds)
     d = rate(dec, seconds) * k

@@ -32,6 +32,7 @@ as a device spools it during an outage. The journal: the same readings into
 the flash journal (link.journal) of JOURNAL_BYTES, until it drops its oldest
 file.
 """
+
 import asyncio
 import math
 import sys
@@ -52,20 +53,43 @@ def _ns():
 
 async def _rate(n, ack, window, seal="offer"):
     dev, host = Bus(q_length=8), Bus(q_length=8)
-    dl = Link(dev, "dev", key=b"k", exports=[("sensor/#", "")], heartbeat=5.0,
-              out_queue=window + 8, spool=(window + 8) * 128 + 4096, ack=ack, status=False,
-              seal=seal)
-    hl = Link(host, "host", key=b"k", role="responder", imports=[("#", "dev")], heartbeat=5.0,
-              ack=ack, status=False, seal=seal)
+    dl = Link(
+        dev,
+        "dev",
+        key=b"k",
+        exports=[("sensor/#", "")],
+        heartbeat=5.0,
+        out_queue=window + 8,
+        spool=(window + 8) * 128 + 4096,
+        ack=ack,
+        status=False,
+        seal=seal,
+    )
+    hl = Link(
+        host,
+        "host",
+        key=b"k",
+        role="responder",
+        imports=[("#", "dev")],
+        heartbeat=5.0,
+        ack=ack,
+        status=False,
+        seal=seal,
+    )
     ta, tb = pair()
     tasks = [asyncio.create_task(dl.run(ta)), asyncio.create_task(hl.run(tb))]
     while dl.status != "up" or hl.counters.get("syncs", 0) < 1:
         await asyncio.sleep(0.01)
     enc = seal == "encrypt" or seal == "offer" and cipher.BACKEND is not None
-    if (dl._acking != ack or (dl._seal is not None) != (seal != "off")
-            or sealing.encrypted(dl) != enc):
-        raise RuntimeError("negotiated acks %s, seal %s, encrypted %s; wanted %s, %s"
-                           % (dl._acking, dl._seal is not None, sealing.encrypted(dl), ack, seal))
+    if (
+        dl._acking != ack
+        or (dl._seal is not None) != (seal != "off")
+        or sealing.encrypted(dl) != enc
+    ):
+        raise RuntimeError(
+            "negotiated acks %s, seal %s, encrypted %s; wanted %s, %s"
+            % (dl._acking, dl._seal is not None, sealing.encrypted(dl), ack, seal)
+        )
     sub = host.connect().subscribe("dev/sensor/#", queue_len=window + 64)
     c = dev.connect()
     base = dl.counters.get("frames_out", 0)
@@ -84,8 +108,12 @@ async def _rate(n, ack, window, seal="offer"):
     for t in tasks:
         t.cancel()
     await asyncio.sleep(0)
-    return {"rate": n / dt, "acked": acked, "acks_out": hl._rx_acked,
-            "frames_in_dev": dl.counters.get("frames_in", 0)}
+    return {
+        "rate": n / dt,
+        "acked": acked,
+        "acks_out": hl._rx_acked,
+        "frames_in_dev": dl.counters.get("frames_in", 0),
+    }
 
 
 SEALS = ("mac", "encrypt", "off")
@@ -117,17 +145,24 @@ def read(n):
 
 async def _spool(size, n0, journal=None, journal_bytes=262144, health=0, period_ms=50):
     from edgebus import compat
+
     clock = [n0 * period_ms]
-    compat.ms = lambda: clock[0]   # the link clock: the uptime at 20 readings/s
+    compat.ms = lambda: clock[0]  # the link clock: the uptime at 20 readings/s
     compat.now = lambda: clock[0] / 1000
     # The firmware's own uplink Link (firmware/uplink.py: its export rules,
     # out_queue, classes) on the firmware's bus and service connections.
     from firmware.boot import DEFAULTS
     from firmware.main import Ctx
     from firmware.uplink import Uplink
-    cfg = {"node": "dev1", "key": "k", "uplink": {"kind": "uart"}, "health_period": health,
-           "link": {"journal": journal, "journal_bytes": journal_bytes}}
-    board = dict(DEFAULTS)    # the firmware's values without a board.json (the spool is set below)
+
+    cfg = {
+        "node": "dev1",
+        "key": "k",
+        "uplink": {"kind": "uart"},
+        "health_period": health,
+        "link": {"journal": journal, "journal_bytes": journal_bytes},
+    }
+    board = dict(DEFAULTS)  # the firmware's values without a board.json (the spool is set below)
     board["name"] = None
     board["manifest"] = None
     bus = Bus(q_length=board["queues"]["bus"])
@@ -135,10 +170,10 @@ async def _spool(size, n0, journal=None, journal_bytes=262144, health=0, period_
     ctx.spool = bytearray(size)
     ctx.uplink = Uplink(ctx)
     link = ctx.link
-    link.start()             # spooling with no transport: an outage
+    link.start()  # spooling with no transport: an outage
     c = ctx.connect("temp")
     hc = ctx.connect("health")
-    hk = health * 1000 // period_ms      # readings between two sys/health
+    hk = health * 1000 // period_ms  # readings between two sys/health
     if health:
         from firmware.services.health import health as health_of
     sp = link._spool
@@ -160,11 +195,22 @@ async def _spool(size, n0, journal=None, journal_bytes=262144, health=0, period_
         t.cancel()
     if j is not None:
         # the oldest file went: what is left is the window it always keeps
-        return {"bytes": j.size, "n0": n0, "held": n - n0 - j.dropped,
-                "bytes_on_flash": j.bytes + j.n}
+        return {
+            "bytes": j.size,
+            "n0": n0,
+            "held": n - n0 - j.dropped,
+            "bytes_on_flash": j.bytes + j.n,
+        }
     held = sp.n - (healths if sp.n > healths else 0)
-    return {"size": size, "n0": n0, "health": health, "held": held, "bytes_used": used,
-            "entries": sp.n, "bytes_per_entry": used / sp.n if sp.n else 0}
+    return {
+        "size": size,
+        "n0": n0,
+        "health": health,
+        "held": held,
+        "bytes_used": used,
+        "entries": sp.n,
+        "bytes_per_entry": used / sp.n if sp.n else 0,
+    }
 
 
 def spool(sizes, n0s, journal_dir, journal_bytes, health=()):
@@ -174,19 +220,27 @@ def spool(sizes, n0s, journal_dir, journal_bytes, health=()):
     journal of journal_bytes in journal_dir."""
     ram = [asyncio.run(_spool(s, n0)) for n0 in n0s for s in sizes]
     ram += [asyncio.run(_spool(s, n0, health=h)) for h in health for n0 in n0s for s in sizes]
-    fl = [asyncio.run(_spool(4096, n0, "%s/%d" % (journal_dir, n0), journal_bytes))
-          for n0 in n0s] if journal_bytes else []
+    fl = (
+        [asyncio.run(_spool(4096, n0, "%s/%d" % (journal_dir, n0), journal_bytes)) for n0 in n0s]
+        if journal_bytes
+        else []
+    )
     return {"ram": ram, "journal": fl}
 
 
 def main(argv):
     import json
+
     if argv[0] in ("rate", "seal"):
         r = rate(int(argv[1]), int(argv[2]), int(argv[3]), "seal" if argv[0] == "seal" else "ack")
     else:
-        r = spool([int(x) for x in argv[1].split(",")], [int(x) for x in argv[2].split(",")],
-                  argv[3], int(argv[4]), [int(x) for x in argv[5].split(",")] if len(argv) > 5
-                  else ())
+        r = spool(
+            [int(x) for x in argv[1].split(",")],
+            [int(x) for x in argv[2].split(",")],
+            argv[3],
+            int(argv[4]),
+            [int(x) for x in argv[5].split(",")] if len(argv) > 5 else (),
+        )
     print(json.dumps(r))
 
 

@@ -2,6 +2,7 @@
 115,200 baud against that line's physical limit, call round trips/s, the
 cost of acknowledgements (throughput with acks on vs off, CPython and
 MicroPython) and how long an outage the default spools cover."""
+
 import asyncio
 import glob
 import inspect
@@ -24,10 +25,10 @@ from edgebus.tools.ptycable import PtyCable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ACK_SCRIPT = link_ack_script.__file__
-WINDOW = 16             # a board's uplink out_queue (boards/unix.json, esp32.json)
-RATE = 20               # readings/s for the outage figure (its goal: 10 s)
-DAY = 86400 * RATE      # the reading counter after a day at RATE
-HEALTH = (10, 2)        # sys/health periods: the firmware's default, `edgebus fleet`'s
+WINDOW = 16  # a board's uplink out_queue (boards/unix.json, esp32.json)
+RATE = 20  # readings/s for the outage figure (its goal: 10 s)
+DAY = 86400 * RATE  # the reading counter after a day at RATE
+HEALTH = (10, 2)  # sys/health periods: the firmware's default, `edgebus fleet`'s
 
 TOPIC = "sensor/temp"
 
@@ -46,14 +47,18 @@ def wire_bytes():
     tail = bytes(seal.TAIL)
     out = []
     for n in (8, 64, 512):
-        body = bytes(wire.encode(wire.PUB, [TOPIC, None], seq=1234, blob=random.Random(n).randbytes(n)))
+        body = bytes(
+            wire.encode(wire.PUB, [TOPIC, None], seq=1234, blob=random.Random(n).randbytes(n))
+        )
         enc = body[:1] + cipher.ctr(key, 1, body[1:]) if key else None
-        topic_json = len(('["%s",null]' % TOPIC).encode()) + 1   # 1: varint JSON length
-        sizes = {"on_line": len(frame.encode(body, lead=True)),
-                 "on_line_sealed": len(frame.encode(body, lead=True, tail=tail)),
-                 "mqtt": len(frame.message(body)),
-                 "mqtt_sealed": len(frame.message(body, tail=tail)),
-                 "mqtt_bare": len(frame.message(body, tail=tail, bare=True))}
+        topic_json = len(('["%s",null]' % TOPIC).encode()) + 1  # 1: varint JSON length
+        sizes = {
+            "on_line": len(frame.encode(body, lead=True)),
+            "on_line_sealed": len(frame.encode(body, lead=True, tail=tail)),
+            "mqtt": len(frame.message(body)),
+            "mqtt_sealed": len(frame.message(body, tail=tail)),
+            "mqtt_bare": len(frame.message(body, tail=tail, bare=True)),
+        }
         if enc is not None:
             sizes["on_line_encrypted"] = len(frame.encode(enc, lead=True, tail=tail))
             sizes["mqtt_bare_encrypted"] = len(frame.message(enc, tail=tail, bare=True))
@@ -71,16 +76,25 @@ async def _pty_rate(count, baud):
     with PtyCable(baud=baud) as cable:
         dev, host = edgebus.Bus(q_length=16), edgebus.Bus(q_length=count + 16)
         # the whole burst waits in the spool (~90 bytes a message): nothing evicted
-        dl = Link(dev, "dev", key=b"k", exports=[("sensor/#", "")], heartbeat=1.0,
-                  out_queue=count + 16, spool=count * 128 + 4096)
-        hl = Link(host, "host", key=b"k", role="responder", imports=[("#", "dev")],
-                  heartbeat=1.0)
+        dl = Link(
+            dev,
+            "dev",
+            key=b"k",
+            exports=[("sensor/#", "")],
+            heartbeat=1.0,
+            out_queue=count + 16,
+            spool=count * 128 + 4096,
+        )
+        hl = Link(host, "host", key=b"k", role="responder", imports=[("#", "dev")], heartbeat=1.0)
         # Non-blocking, as a polled device must be: both ends share this event loop.
         f = open(os.open(cable.a, os.O_RDWR | os.O_NOCTTY | os.O_NONBLOCK), "r+b", buffering=0)
         import serial_asyncio
+
         r, w = await serial_asyncio.open_serial_connection(url=cable.b, baudrate=baud)
-        tasks = [asyncio.create_task(dl.run(PolledTransport(f, poll_ms=1))),
-                 asyncio.create_task(hl.run(StreamTransport(r, w)))]
+        tasks = [
+            asyncio.create_task(dl.run(PolledTransport(f, poll_ms=1))),
+            asyncio.create_task(hl.run(StreamTransport(r, w))),
+        ]
         while dl.status != "up" or hl.counters.get("syncs", 0) < 1:
             await asyncio.sleep(0.01)
         sub = host.connect().subscribe("dev/sensor/#", queue_len=count + 16)
@@ -103,18 +117,23 @@ async def _pty_rate(count, baud):
 def pty_throughput(smoke=False, baud=115200):
     count = 100 if smoke else 800
     per_msg = wire_bytes()[1]["on_line"]
-    limit = baud / 10 / per_msg    # 8N1: 10 bits a byte on the line
+    limit = baud / 10 / per_msg  # 8N1: 10 bits a byte on the line
     runs = [asyncio.run(_pty_rate(count, baud)) for _ in range(1 if smoke else 3)]
     rate = repeat(iter([r[0] for r in runs]).__next__, len(runs))
-    return {"baud": baud, "payload": 64, "bytes_per_msg": per_msg, "msgs_per_s": rate,
-            "line_limit_msgs_per_s": limit, "of_limit": rate["median"] / limit}
+    return {
+        "baud": baud,
+        "payload": 64,
+        "bytes_per_msg": per_msg,
+        "msgs_per_s": rate,
+        "line_limit_msgs_per_s": limit,
+        "of_limit": rate["median"] / limit,
+    }
 
 
 async def _roundtrips(n):
     dev, host = edgebus.Bus(), edgebus.Bus()
     dl = Link(dev, "dev", key=b"k", export_calls=[("rpc/#", "")], heartbeat=1.0)
-    hl = Link(host, "host", key=b"k", role="responder", import_calls=[("#", "dev")],
-              heartbeat=1.0)
+    hl = Link(host, "host", key=b"k", role="responder", import_calls=[("#", "dev")], heartbeat=1.0)
     ta, tb = pair()
     tasks = [asyncio.create_task(dl.run(ta)), asyncio.create_task(hl.run(tb))]
     ep = dev.connect().bind("rpc/echo", queue_len=4)
@@ -122,6 +141,7 @@ async def _roundtrips(n):
     async def echo():
         async for req in ep:
             req.reply(req.payload)
+
     tasks.append(asyncio.create_task(echo()))
     while ("dev", "rpc", "echo") not in host.endpoints():
         await asyncio.sleep(0.01)
@@ -143,10 +163,12 @@ def call_roundtrips(smoke=False):
 def _ack_figures(r):
     on = [x["rate"] for x in r["on"]]
     off = [x["rate"] for x in r["off"]]
-    return {"on": summary(on), "off": summary(off),
-            "ratio": statistics.median(on) / statistics.median(off),
-            "acks_per_msg": statistics.median(x["frames_in_dev"] for x in r["on"])
-            / r["messages"]}
+    return {
+        "on": summary(on),
+        "off": summary(off),
+        "ratio": statistics.median(on) / statistics.median(off),
+        "acks_per_msg": statistics.median(x["frames_in_dev"] for x in r["on"]) / r["messages"],
+    }
 
 
 def _seal_figures(r):
@@ -167,16 +189,27 @@ def ack_cost(smoke=False, what="ack"):
     n, nm, reps = (500, 300, 1) if smoke else (20000, 5000, 9)
     cp = link_ack_script.rate(n, reps, WINDOW, what)
     cp["messages"] = n
-    r = mpyrun.run(ACK_SCRIPT, ["rate" if what == "ack" else what, str(nm), str(reps),
-                                str(WINDOW)], heap="256K",
-                   capture_output=True, text=True, timeout=600)
+    r = mpyrun.run(
+        ACK_SCRIPT,
+        ["rate" if what == "ack" else what, str(nm), str(reps), str(WINDOW)],
+        heap="256K",
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     if r.returncode != 0:
         raise RuntimeError("MicroPython link benchmark failed:\n" + r.stdout + r.stderr)
     mp = json.loads(r.stdout.strip().splitlines()[-1])
     mp["messages"] = nm
     fig = _seal_figures if what == "seal" else _ack_figures
-    return {"window": WINDOW, "cpython": fig(cp), "micropython": fig(mp),
-            "messages": n, "mpy_messages": nm, "reps": reps}
+    return {
+        "window": WINDOW,
+        "cpython": fig(cp),
+        "micropython": fig(mp),
+        "messages": n,
+        "mpy_messages": nm,
+        "reps": reps,
+    }
 
 
 def spool_cover():
@@ -186,7 +219,8 @@ def spool_cover():
     outage they cover at RATE readings/s; fresh from boot and after a day
     (the counter and the link clock have more digits by then)."""
     from firmware.services import temp
-    for k in (0, 7, 123, 4567, DAY):        # the script's copy of the reading is the service's
+
+    for k in (0, 7, 123, 4567, DAY):  # the script's copy of the reading is the service's
         assert link_ack_script.read(k) == temp.read(k), k
     boards = {}
     for path in sorted(glob.glob(os.path.join(ROOT, "boards", "*.json"))):
@@ -194,15 +228,28 @@ def spool_cover():
             b = json.load(f)
         boards[b["name"]] = b.get("queues", {}).get("spool")
     from firmware import boot
+
     default = boot.DEFAULTS["queues"]["spool"]
     sizes = sorted(set([v for v in boards.values() if v] + [default]))
     jbytes = inspect.signature(Link).parameters["journal_bytes"].default
     d = tempfile.mkdtemp(prefix="edgebus-journal-bench-")
     try:
-        r = mpyrun.run(ACK_SCRIPT, ["spool", ",".join(map(str, sizes)), "0,%d" % DAY, d,
-                                    str(jbytes), ",".join(map(str, HEALTH))], heap="2M",
-                       packages=("edgebus", "firmware"), capture_output=True, text=True,
-                       timeout=300)
+        r = mpyrun.run(
+            ACK_SCRIPT,
+            [
+                "spool",
+                ",".join(map(str, sizes)),
+                "0,%d" % DAY,
+                d,
+                str(jbytes),
+                ",".join(map(str, HEALTH)),
+            ],
+            heap="2M",
+            packages=("edgebus", "firmware"),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     finally:
         shutil.rmtree(d, ignore_errors=True)
     if r.returncode != 0:
@@ -213,27 +260,45 @@ def spool_cover():
     for name, size in sorted(boards.items(), key=lambda kv: (kv[1] or 0, kv[0])):
         if not size:
             continue
-        row = {"board": name, "spool": size, "held_boot": held[(size, 0, 0)],
-               "held_day": held[(size, DAY, 0)],
-               "bytes_per_reading": size / held[(size, DAY, 0)]}
-        for h in HEALTH:      # the fewest of boot and a day, with sys/health spooled too
+        row = {
+            "board": name,
+            "spool": size,
+            "held_boot": held[(size, 0, 0)],
+            "held_day": held[(size, DAY, 0)],
+            "bytes_per_reading": size / held[(size, DAY, 0)],
+        }
+        for h in HEALTH:  # the fewest of boot and a day, with sys/health spooled too
             row["held_health_%d" % h] = min(held[(size, 0, h)], held[(size, DAY, h)])
         row["seconds"] = min(row["held_boot"], row["held_day"]) / RATE
         row["seconds_health"] = {str(h): row["held_health_%d" % h] / RATE for h in HEALTH}
         rows.append(row)
     j = m["journal"]
-    return {"rate": RATE, "firmware_default": default, "boards": rows, "health": list(HEALTH),
-            "journal": {"bytes": jbytes, "held_boot": j[0]["held"], "held_day": j[1]["held"],
-                        "seconds": min(j[0]["held"], j[1]["held"]) / RATE}}
+    return {
+        "rate": RATE,
+        "firmware_default": default,
+        "boards": rows,
+        "health": list(HEALTH),
+        "journal": {
+            "bytes": jbytes,
+            "held_boot": j[0]["held"],
+            "held_day": j[1]["held"],
+            "seconds": min(j[0]["held"], j[1]["held"]) / RATE,
+        },
+    }
 
 
 def run(smoke=False):
-    return {"wire": wire_bytes(), "pty": pty_throughput(smoke),
-            "roundtrips_per_s": call_roundtrips(smoke), "acks": ack_cost(smoke),
-            "seal": ack_cost(smoke, "seal"),
-            "spool_cover": spool_cover()}
+    return {
+        "wire": wire_bytes(),
+        "pty": pty_throughput(smoke),
+        "roundtrips_per_s": call_roundtrips(smoke),
+        "acks": ack_cost(smoke),
+        "seal": ack_cost(smoke, "seal"),
+        "spool_cover": spool_cover(),
+    }
 
 
 if __name__ == "__main__":
     import json
+
     print(json.dumps(run(smoke=True), indent=1))

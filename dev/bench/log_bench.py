@@ -8,6 +8,7 @@ notes when each mark is acknowledged.
 Baselines from the same run: the appender with no sync point at all (the old
 behaviour: records durable only at a seal), and one write + fsync of a small
 record on the same filesystem (the floor of any durable acknowledgement)."""
+
 import asyncio
 import os
 import shutil
@@ -21,9 +22,9 @@ from edgebus.bridge import config as bridge_config
 from edgebus.bridge.telemetry import Appender
 
 COMMIT_MS = (0, 10, 20, 50, 100, 200)
-NO_SYNC_MS = 10 ** 7          # a commit period longer than any run: no sync point
-RATE = 1000                   # paced messages/s for the latency runs
-WINDOW = 4096                 # throughput: at most this many published, not yet appended
+NO_SYNC_MS = 10**7  # a commit period longer than any run: no sync point
+RATE = 1000  # paced messages/s for the latency runs
+WINDOW = 4096  # throughput: at most this many published, not yet appended
 
 
 class CountingLink:
@@ -37,7 +38,7 @@ class CountingLink:
         self.counters = {"sessions": 1}
         self.delivered = 0
         self.acked = 0
-        self.t_ack = []          # per message: when its ack came
+        self.t_ack = []  # per message: when its ack came
 
     def rx_mark(self):
         return (self.delivered,) if self.delivered else None
@@ -52,10 +53,18 @@ class CountingLink:
 
 def _cfg(d, commit_ms):
     # the bridge's own parser, so the bench's log is configured as a bridge's is
-    cfg = bridge_config.parse({"bridge": {"node": "bench-gateway"},
-                               "log": {"dir": d, "patterns": ["dev/#"], "segment_seconds": 3600,
-                                       "segment_bytes": 64 * 1024 * 1024}})
-    cfg.commit_ms = commit_ms      # NO_SYNC_MS is beyond what a config may say
+    cfg = bridge_config.parse(
+        {
+            "bridge": {"node": "bench-gateway"},
+            "log": {
+                "dir": d,
+                "patterns": ["dev/#"],
+                "segment_seconds": 3600,
+                "segment_bytes": 64 * 1024 * 1024,
+            },
+        }
+    )
+    cfg.commit_ms = commit_ms  # NO_SYNC_MS is beyond what a config may say
     return cfg
 
 
@@ -74,8 +83,11 @@ async def _run(d, commit_ms, count, paced):
         else:
             due = min(count, app.appended + WINDOW)
         while i < due:
-            pub.publish("dev/n1/sensor/temp", {"temp": 21.5 + i % 7, "n": i},
-                        extra={"seq": i + 1, "ts": time.time()})
+            pub.publish(
+                "dev/n1/sensor/temp",
+                {"temp": 21.5 + i % 7, "n": i},
+                extra={"seq": i + 1, "ts": time.time()},
+            )
             link.delivered += 1
             t_pub.append(time.perf_counter())
             i += 1
@@ -122,21 +134,29 @@ def _q(s, q):
 def run(smoke=False, root=None):
     """Figures per commit_ms: durable records/s (median of runs), and paced
     publish -> acknowledged latency p50/p99 in ms."""
-    base = root or os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-        os.path.abspath(__file__)))), "out")
-    os.makedirs(base, exist_ok=True)      # on the disk the checkout is on, not a tmpfs
+    base = root or os.path.join(
+        os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "out"
+    )
+    os.makedirs(base, exist_ok=True)  # on the disk the checkout is on, not a tmpfs
     root = tempfile.mkdtemp(prefix="log-bench-", dir=base)
     n_tp = 3000 if smoke else 60000
     n_lat = 300 if smoke else 5000
     reps = 1 if smoke else 3
     try:
         floor = _fsync_floor(root, 50 if smoke else 500)
-        res = {"records_tp": n_tp, "records_latency": n_lat, "rate_paced": RATE,
-               "fsync_floor_ms": {"p50": _q(floor, 0.5), "p99": _q(floor, 0.99)},
-               "no_sync_records_per_s": summary([
-                   asyncio.run(_run(_fresh(root), NO_SYNC_MS, n_tp, False))["rate"]
-                   for _ in range(reps)]),
-               "by_commit_ms": []}
+        res = {
+            "records_tp": n_tp,
+            "records_latency": n_lat,
+            "rate_paced": RATE,
+            "fsync_floor_ms": {"p50": _q(floor, 0.5), "p99": _q(floor, 0.99)},
+            "no_sync_records_per_s": summary(
+                [
+                    asyncio.run(_run(_fresh(root), NO_SYNC_MS, n_tp, False))["rate"]
+                    for _ in range(reps)
+                ]
+            ),
+            "by_commit_ms": [],
+        }
         for c in COMMIT_MS:
             tps, syncs = [], []
             for _ in range(reps):
@@ -146,15 +166,21 @@ def run(smoke=False, root=None):
             lats = [asyncio.run(_run(_fresh(root), c, n_lat, True)) for _ in range(reps)]
             p50 = [_q(x["lat"], 0.5) for x in lats]
             p99 = [_q(x["lat"], 0.99) for x in lats]
-            res["by_commit_ms"].append({
-                "commit_ms": c, "records_per_s": summary(tps),
-                "syncs_per_run": statistics.median(syncs),
-                "latency_p50_ms": summary(p50), "latency_p99_ms": summary(p99),
-                "syncs_per_s_paced": statistics.median(
-                    x["syncs"] * RATE / n_lat for x in lats)})
-            print("  commit_ms %d: %.0f records/s, p50 %.1f ms, p99 %.1f ms" % (
-                c, statistics.median(tps), statistics.median(p50), statistics.median(p99)),
-                flush=True)
+            res["by_commit_ms"].append(
+                {
+                    "commit_ms": c,
+                    "records_per_s": summary(tps),
+                    "syncs_per_run": statistics.median(syncs),
+                    "latency_p50_ms": summary(p50),
+                    "latency_p99_ms": summary(p99),
+                    "syncs_per_s_paced": statistics.median(x["syncs"] * RATE / n_lat for x in lats),
+                }
+            )
+            print(
+                "  commit_ms %d: %.0f records/s, p50 %.1f ms, p99 %.1f ms"
+                % (c, statistics.median(tps), statistics.median(p50), statistics.median(p99)),
+                flush=True,
+            )
         return res
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -1,4 +1,5 @@
 """Child processes that speak lines: the bridge benchmark's receivers and senders."""
+
 import json
 import queue
 import subprocess
@@ -13,8 +14,15 @@ class Child:
     def __init__(self, args, cwd=ROOT, log=None):
         self.args = args
         self.err = open(log, "a") if log else subprocess.DEVNULL
-        self.p = Process(args, cwd=cwd, env=env(), stdin=subprocess.PIPE,
-                         stdout=subprocess.PIPE, stderr=self.err, text=True)
+        self.p = Process(
+            args,
+            cwd=cwd,
+            env=env(),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.err,
+            text=True,
+        )
         self.lines = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
 
@@ -29,8 +37,10 @@ class Child:
         except queue.Empty:
             s = None
         if s is None:
-            raise RuntimeError("%s: no answer within %.0f s (exit code %s)"
-                               % (" ".join(map(str, self.args[:4])), timeout, self.p.poll()))
+            raise RuntimeError(
+                "%s: no answer within %.0f s (exit code %s)"
+                % (" ".join(map(str, self.args[:4])), timeout, self.p.poll())
+            )
         return s
 
     def expect(self, word, timeout=30):

@@ -2,6 +2,7 @@
 
 The words are in templates/ (Markdown with ``$name`` fields, string.Template);
 this module computes the figures that fill them and the rows of the tables."""
+
 import os
 import re
 from string import Template
@@ -9,8 +10,16 @@ from string import Template
 TEMPLATES = os.path.join(os.path.dirname(os.path.abspath(__file__)), "templates")
 
 # ./do bench's parts (dev/bench/__main__.py PARTS) and the section each fills.
-SECTIONS = (("core", "1"), ("mpy", "2"), ("link", "3"), ("bridge", "4"),
-            ("fleet", "4, a fleet"), ("spark", "5"), ("log", "6"), ("swarm", "8"))
+SECTIONS = (
+    ("core", "1"),
+    ("mpy", "2"),
+    ("link", "3"),
+    ("bridge", "4"),
+    ("fleet", "4, a fleet"),
+    ("spark", "5"),
+    ("log", "6"),
+    ("swarm", "8"),
+)
 
 
 def _t(name, **fields):
@@ -36,22 +45,30 @@ def _f(x, unit=""):
         x = "{:,}".format(x)
     return x + unit
 
+
 def _mmm(s, unit=""):
     return "%s (%s–%s)" % (_f(s["median"], unit), _f(s["min"]), _f(s["max"]))
+
 
 def _plot(res, out):
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         return None
     pts = res["core_publish_curve"]["points"]
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.errorbar([p["patterns"] for p in pts], [p["ns_per_publish"]["median"] for p in pts],
-                yerr=[[p["ns_per_publish"]["median"] - p["ns_per_publish"]["min"] for p in pts],
-                      [p["ns_per_publish"]["max"] - p["ns_per_publish"]["median"] for p in pts]],
-                marker="o")
+    ax.errorbar(
+        [p["patterns"] for p in pts],
+        [p["ns_per_publish"]["median"] for p in pts],
+        yerr=[
+            [p["ns_per_publish"]["median"] - p["ns_per_publish"]["min"] for p in pts],
+            [p["ns_per_publish"]["max"] - p["ns_per_publish"]["median"] for p in pts],
+        ],
+        marker="o",
+    )
     ax.set_xscale("log")
     ax.set_ylim(bottom=0)
     ax.set_xlabel("stored patterns (siblings of the published topic)")
@@ -63,19 +80,23 @@ def _plot(res, out):
     plt.close(fig)
     return path
 
+
 def _plot_latency(br, out):
     """The paced latency distribution (CDF) of the bridge path vs raw paho."""
     try:
         import matplotlib
+
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
         return None
     cdf = br["paced_cdf"]
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    for key, label in (("edgebus", "edgebus device (CPython) → bridge"),
-                       ("micropython", "edgebus device (MicroPython) → bridge"),
-                       ("paho", "raw paho publisher → subscriber")):
+    for key, label in (
+        ("edgebus", "edgebus device (CPython) → bridge"),
+        ("micropython", "edgebus device (MicroPython) → bridge"),
+        ("paho", "raw paho publisher → subscriber"),
+    ):
         if key in cdf:
             ax.plot(cdf[key]["ms"], cdf[key]["q"], label=label, drawstyle="steps-post")
     ax.set_xscale("log")
@@ -91,13 +112,18 @@ def _plot_latency(br, out):
     plt.close(fig)
     return path
 
+
 def _header(res):
     m = res["meta"]
     parts = m.get("parts", {})
-    rows = ["| %s | %s | %s | %s |" % (name, sec, parts[name]["date"], parts[name]["commit"])
-            for name, sec in SECTIONS if name in parts]
-    return _t("header", machine=m["machine"], cpus=m["cpus"], python=m["python"],
-              parts="\n".join(rows))
+    rows = [
+        "| %s | %s | %s | %s |" % (name, sec, parts[name]["date"], parts[name]["commit"])
+        for name, sec in SECTIONS
+        if name in parts
+    ]
+    return _t(
+        "header", machine=m["machine"], cpus=m["cpus"], python=m["python"], parts="\n".join(rows)
+    )
 
 
 def _core_cpython(res, out, md_dir):
@@ -106,17 +132,32 @@ def _core_cpython(res, out, md_dir):
     rows = []
     for r in res["core_throughput"]:
         e, z, n = r["edgebus"]["median"], r["zenoh"]["median"], r["naive"]["median"]
-        rows.append("| %d (%d) | %s | %s | %s | %.2f× | %.2f× |" % (
-            r["subscriptions"], r["matching"], _mmm(r["edgebus"]), _mmm(r["zenoh"]),
-            _mmm(r["naive"]), e / z, e / n))
+        rows.append(
+            "| %d (%d) | %s | %s | %s | %.2f× | %.2f× |"
+            % (
+                r["subscriptions"],
+                r["matching"],
+                _mmm(r["edgebus"]),
+                _mmm(r["zenoh"]),
+                _mmm(r["naive"]),
+                e / z,
+                e / n,
+            )
+        )
     c = res["core_publish_curve"]
     png = _plot(res, out)
-    return _t("core_cpython", rows="\n".join(rows),
-              curve="\n".join("| %s | %s |" % (_f(p["patterns"]), _mmm(p["ns_per_publish"]))
-                              for p in c["points"]),
-              slope="%.3f" % c["loglog_slope"], last=_f(c["points"][-1]["patterns"]),
-              ratio="%.2f" % c["ratio_last_first"], first=_f(c["points"][0]["patterns"]),
-              plot="![publish cost curve](%s)" % os.path.relpath(png, md_dir) if png else "")
+    return _t(
+        "core_cpython",
+        rows="\n".join(rows),
+        curve="\n".join(
+            "| %s | %s |" % (_f(p["patterns"]), _mmm(p["ns_per_publish"])) for p in c["points"]
+        ),
+        slope="%.3f" % c["loglog_slope"],
+        last=_f(c["points"][-1]["patterns"]),
+        ratio="%.2f" % c["ratio_last_first"],
+        first=_f(c["points"][0]["patterns"]),
+        plot="![publish cost curve](%s)" % os.path.relpath(png, md_dir) if png else "",
+    )
 
 
 def _core_mpy(res):
@@ -130,21 +171,35 @@ def _core_mpy(res):
         return vals[len(vals) // 2]
 
     dv = mp.get("device")
-    device = _t("core_mpy_device", smallest="%s KB" % dv["smallest_heap_kb"]
-                if dv["smallest_heap_kb"] else "(full run only)", code=_f(dv["code"]),
-                data=_f(dv["data_at_ready"])) if dv else []
+    device = (
+        _t(
+            "core_mpy_device",
+            smallest="%s KB" % dv["smallest_heap_kb"]
+            if dv["smallest_heap_kb"]
+            else "(full run only)",
+            code=_f(dv["code"]),
+            data=_f(dv["data_at_ready"]),
+        )
+        if dv
+        else []
+    )
     speed = []
     for n in (1, 10):
         e, b = med("msgs_per_s_%dsub" % n), med("naive_msgs_per_s_%dsub" % n)
         speed.append("| %d | %s | %s | %.2f× |" % (n, _f(e), _f(b), e / b))
-    return _t("core_mpy", import_core=_f(med("import_core")),
-              import_asyncio=_f(med("import_asyncio")),
-              per_subscription=_f(med("per_subscription_q8")),
-              per_retained=_f(med("per_retained_topic")), per_endpoint=_f(med("per_endpoint_q1")),
-              alloc_1=_f(med("alloc_per_publish_1sub")),
-              alloc_10=_f(med("alloc_per_publish_10subs")),
-              max_subs=_f(mp["max_subscriptions_q8_in_64K"]), device=_block(device),
-              speed="\n".join(speed))
+    return _t(
+        "core_mpy",
+        import_core=_f(med("import_core")),
+        import_asyncio=_f(med("import_asyncio")),
+        per_subscription=_f(med("per_subscription_q8")),
+        per_retained=_f(med("per_retained_topic")),
+        per_endpoint=_f(med("per_endpoint_q1")),
+        alloc_1=_f(med("alloc_per_publish_1sub")),
+        alloc_10=_f(med("alloc_per_publish_10subs")),
+        max_subs=_f(mp["max_subscriptions_q8_in_64K"]),
+        device=_block(device),
+        speed="\n".join(speed),
+    )
 
 
 def _link(lk):
@@ -152,18 +207,44 @@ def _link(lk):
         return []
     wire = []
     for w in lk["wire"]:
-        wire.append("| %d B | %s | %.0f%% |" % (w["payload"], " | ".join(
-            "%d (%d)" % (w[k], w["over_" + k]) if k in w else "–"
-            for k in ("on_line", "on_line_sealed", "on_line_encrypted", "mqtt", "mqtt_sealed",
-                      "mqtt_bare", "mqtt_bare_encrypted")), 100 * w["efficiency"]))
+        wire.append(
+            "| %d B | %s | %.0f%% |"
+            % (
+                w["payload"],
+                " | ".join(
+                    "%d (%d)" % (w[k], w["over_" + k]) if k in w else "–"
+                    for k in (
+                        "on_line",
+                        "on_line_sealed",
+                        "on_line_encrypted",
+                        "mqtt",
+                        "mqtt_sealed",
+                        "mqtt_bare",
+                        "mqtt_bare_encrypted",
+                    )
+                ),
+                100 * w["efficiency"],
+            )
+        )
     p = lk["pty"]
-    L = _t("link", topic_json="%d" % lk["wire"][0]["topic_and_json"], wire="\n".join(wire),
-           baud=_n(p["baud"]), payload="%d" % p["payload"], pty_rate=_mmm(p["msgs_per_s"]),
-           line_limit=_f(p["line_limit_msgs_per_s"]), of_limit="%.2f" % p["of_limit"],
-           below_limit=_block(_t("link_below_limit")) if p["of_limit"] < 0.9 else "",
-           roundtrips=_mmm(lk["roundtrips_per_s"]))
-    return L + _link_acks(lk.get("acks")) + _link_seal(lk.get("seal")) \
+    L = _t(
+        "link",
+        topic_json="%d" % lk["wire"][0]["topic_and_json"],
+        wire="\n".join(wire),
+        baud=_n(p["baud"]),
+        payload="%d" % p["payload"],
+        pty_rate=_mmm(p["msgs_per_s"]),
+        line_limit=_f(p["line_limit_msgs_per_s"]),
+        of_limit="%.2f" % p["of_limit"],
+        below_limit=_block(_t("link_below_limit")) if p["of_limit"] < 0.9 else "",
+        roundtrips=_mmm(lk["roundtrips_per_s"]),
+    )
+    return (
+        L
+        + _link_acks(lk.get("acks"))
+        + _link_seal(lk.get("seal"))
         + _link_spool(lk.get("spool_cover"))
+    )
 
 
 def _link_acks(a):
@@ -172,10 +253,18 @@ def _link_acks(a):
     rows = []
     for k, name in (("cpython", "CPython"), ("micropython", "MicroPython unix port (`.mpy`)")):
         r = a[k]
-        rows.append("| %s | %s | %s | %.2f× | %.3f |" % (name, _mmm(r["on"]), _mmm(r["off"]),
-                                                        r["ratio"], r["acks_per_msg"]))
-    return [""] + _t("link_acks", messages=_n(a["messages"]), mpy_messages=_n(a["mpy_messages"]),
-                     window="%d" % a["window"], reps="%d" % a["reps"], rows="\n".join(rows))
+        rows.append(
+            "| %s | %s | %s | %.2f× | %.3f |"
+            % (name, _mmm(r["on"]), _mmm(r["off"]), r["ratio"], r["acks_per_msg"])
+        )
+    return [""] + _t(
+        "link_acks",
+        messages=_n(a["messages"]),
+        mpy_messages=_n(a["mpy_messages"]),
+        window="%d" % a["window"],
+        reps="%d" % a["reps"],
+        rows="\n".join(rows),
+    )
 
 
 def _link_seal(se):
@@ -185,13 +274,25 @@ def _link_seal(se):
     for k, name in (("cpython", "CPython"), ("micropython", "MicroPython unix port (`.mpy`)")):
         r = se[k]
         e = r.get("encrypt")
-        rows.append("| %s | %s | %s | %s | %.2f× | %s | %s |" % (
-            name, _mmm(r["mac"]["rate"]), _mmm(e["rate"]) if e else "(no AES)",
-            _mmm(r["off"]["rate"]), r["mac"]["of_off"], "%.2f×" % e["of_off"] if e else "–",
-            "%.2f×" % (e["of_off"] / r["mac"]["of_off"]) if e else "–"))
-    return [""] + _t("link_seal", reps="%d" % se["reps"],
-                     cpython_backend=se["cpython"]["backend"],
-                     mpy_backend=se["micropython"]["backend"], rows="\n".join(rows))
+        rows.append(
+            "| %s | %s | %s | %s | %.2f× | %s | %s |"
+            % (
+                name,
+                _mmm(r["mac"]["rate"]),
+                _mmm(e["rate"]) if e else "(no AES)",
+                _mmm(r["off"]["rate"]),
+                r["mac"]["of_off"],
+                "%.2f×" % e["of_off"] if e else "–",
+                "%.2f×" % (e["of_off"] / r["mac"]["of_off"]) if e else "–",
+            )
+        )
+    return [""] + _t(
+        "link_seal",
+        reps="%d" % se["reps"],
+        cpython_backend=se["cpython"]["backend"],
+        mpy_backend=se["micropython"]["backend"],
+        rows="\n".join(rows),
+    )
 
 
 def _link_spool(sc):
@@ -202,16 +303,34 @@ def _link_spool(sc):
     for r in sc["boards"]:
         sh = r["seconds_health"]
         worst = min([r["seconds"]] + list(sh.values()))
-        rows.append("| %s | %s B | %d / %d | %d | %d | %.1f | %.1f / %.1f | %s |" % (
-            r["board"], _n(r["spool"]), r["held_boot"], r["held_day"],
-            r["held_health_%d" % hs[0]], r["held_health_%d" % hs[1]], r["seconds"],
-            sh[str(hs[0])], sh[str(hs[1])], "yes" if worst >= 10 else "**no**"))
+        rows.append(
+            "| %s | %s B | %d / %d | %d | %d | %.1f | %.1f / %.1f | %s |"
+            % (
+                r["board"],
+                _n(r["spool"]),
+                r["held_boot"],
+                r["held_day"],
+                r["held_health_%d" % hs[0]],
+                r["held_health_%d" % hs[1]],
+                r["seconds"],
+                sh[str(hs[0])],
+                sh[str(hs[1])],
+                "yes" if worst >= 10 else "**no**",
+            )
+        )
     j = sc["journal"]
-    return [""] + _t("link_spool", rate="%d" % sc["rate"], h0="%d" % hs[0], h1="%d" % hs[1],
-                     rows="\n".join(rows), journal_bytes=_n(j["bytes"]),
-                     journal_boot=_n(j["held_boot"]), journal_day=_n(j["held_day"]),
-                     journal_seconds="%.0f" % j["seconds"],
-                     firmware_default=_n(sc["firmware_default"]))
+    return [""] + _t(
+        "link_spool",
+        rate="%d" % sc["rate"],
+        h0="%d" % hs[0],
+        h1="%d" % hs[1],
+        rows="\n".join(rows),
+        journal_bytes=_n(j["bytes"]),
+        journal_boot=_n(j["held_boot"]),
+        journal_day=_n(j["held_day"]),
+        journal_seconds="%.0f" % j["seconds"],
+        firmware_default=_n(sc["firmware_default"]),
+    )
 
 
 def _bridge_section(res, out, md_dir):
@@ -222,18 +341,25 @@ def _bridge_section(res, out, md_dir):
     L = []
     if br:
         pl, bl, cpu = br["paced_latency"], br["burst_latency"], br["rx_cpu_us_per_msg"]
-        L += _t("bridge", reps="%d" % br["reps"], messages=_n(br["messages"]),
-                eb_rate=_mmm(br["edgebus_msgs_per_s"]), paho_rate=_mmm(br["paho_msgs_per_s"]),
-                ratio="%.2f" % br["ratio"], eb_cpu=_mmm(cpu["edgebus"]), paho_cpu=_mmm(cpu["paho"]),
-                rate="%d" % pl["rate"],
-                eb_paced="%.2f / %.2f" % (pl["edgebus"]["p50_ms"], pl["edgebus"]["p99_ms"]),
-                paho_paced="%.2f / %.2f" % (pl["paho"]["p50_ms"], pl["paho"]["p99_ms"]),
-                eb_burst="%.1f / %.1f" % (bl["edgebus"]["p50_ms"], bl["edgebus"]["p99_ms"]),
-                paho_burst="%.1f / %.1f" % (bl["paho"]["p50_ms"], bl["paho"]["p99_ms"]),
-                mpy_rate=_mmm(br["micropython_msgs_per_s"]), mpy_messages=_n(br["mpy_messages"]),
-                mpy_paced="%.2f / %.2f" % (pl["micropython"]["p50_ms"],
-                                           pl["micropython"]["p99_ms"]),
-                gaps="%d" % br["gaps"])
+        L += _t(
+            "bridge",
+            reps="%d" % br["reps"],
+            messages=_n(br["messages"]),
+            eb_rate=_mmm(br["edgebus_msgs_per_s"]),
+            paho_rate=_mmm(br["paho_msgs_per_s"]),
+            ratio="%.2f" % br["ratio"],
+            eb_cpu=_mmm(cpu["edgebus"]),
+            paho_cpu=_mmm(cpu["paho"]),
+            rate="%d" % pl["rate"],
+            eb_paced="%.2f / %.2f" % (pl["edgebus"]["p50_ms"], pl["edgebus"]["p99_ms"]),
+            paho_paced="%.2f / %.2f" % (pl["paho"]["p50_ms"], pl["paho"]["p99_ms"]),
+            eb_burst="%.1f / %.1f" % (bl["edgebus"]["p50_ms"], bl["edgebus"]["p99_ms"]),
+            paho_burst="%.1f / %.1f" % (bl["paho"]["p50_ms"], bl["paho"]["p99_ms"]),
+            mpy_rate=_mmm(br["micropython_msgs_per_s"]),
+            mpy_messages=_n(br["mpy_messages"]),
+            mpy_paced="%.2f / %.2f" % (pl["micropython"]["p50_ms"], pl["micropython"]["p99_ms"]),
+            gaps="%d" % br["gaps"],
+        )
         L += _bridge_acks(res, br)
         L += _bridge_seal(br)
         png = _plot_latency(br, out)
@@ -241,18 +367,27 @@ def _bridge_section(res, out, md_dir):
             L += ["", "![bridge latency distribution](%s)" % os.path.relpath(png, md_dir)]
         L += [""] + _t("bridge_profile")
         if pl["edgebus"]["p50_ms"] > pl["paho"]["p50_ms"]:
-            L += [""] + _t("bridge_behind_latency",
-                           times="%.1f" % (pl["edgebus"]["p50_ms"] / pl["paho"]["p50_ms"]))
+            L += [""] + _t(
+                "bridge_behind_latency",
+                times="%.1f" % (pl["edgebus"]["p50_ms"] / pl["paho"]["p50_ms"]),
+            )
         if br["ratio"] < 0.5:
             L += [""] + _t("bridge_behind_goal")
     if fl:
-        L += [""] + _t("bridge_fleet", devices="%d" % fl["devices"], heap=fl["heap"],
-                       period="%g" % fl["period_s"], cpus=res["meta"]["cpus"],
-                       window="%g" % fl["window_s"], offered=_f(fl["offered_per_s"]),
-                       sent=_mmm(fl["sent_per_s"]), arrived=_mmm(fl["msgs_per_s"]),
-                       loss="%.2f" % (100 * fl["loss"]), gaps="%d" % fl["gaps"],
-                       bridge_core=_mmm({k: 100 * v for k, v in fl["bridge_core_share"].items()},
-                                        "%"))
+        L += [""] + _t(
+            "bridge_fleet",
+            devices="%d" % fl["devices"],
+            heap=fl["heap"],
+            period="%g" % fl["period_s"],
+            cpus=res["meta"]["cpus"],
+            window="%g" % fl["window_s"],
+            offered=_f(fl["offered_per_s"]),
+            sent=_mmm(fl["sent_per_s"]),
+            arrived=_mmm(fl["msgs_per_s"]),
+            loss="%.2f" % (100 * fl["loss"]),
+            gaps="%d" % fl["gaps"],
+            bridge_core=_mmm({k: 100 * v for k, v in fl["bridge_core_share"].items()}, "%"),
+        )
         if fl["devices"] >= 50:
             L += [""] + _t("bridge_fleet_rate")
     return L
@@ -263,18 +398,32 @@ def _bridge_acks(res, br):
     if not a:
         return []
     rows = []
-    names = (("off", "acks off, no log"), ("on", "acks on, no log (ACK on delivery)"),
-             ("log_off", "acks off, bridge writing its log"),
-             ("log_on", "acks on, bridge writing its log (ACK after the group commit)"))
+    names = (
+        ("off", "acks off, no log"),
+        ("on", "acks on, no log (ACK on delivery)"),
+        ("log_off", "acks off, bridge writing its log"),
+        ("log_on", "acks on, bridge writing its log (ACK after the group commit)"),
+    )
     for k, name in names:
         r = a[k]
-        rows.append("| %s | %s | %s | %.2f× | %s µs | %s | %s |" % (
-            name, _mmm(r["msgs_per_s"]), "%.2f×" % r["of_off"] if "of_off" in r else "1×",
-            r["of_paho"], _mmm(r["rx_cpu_us_per_msg"]),
-            _mmm(r["acked_msgs_per_s"]) if "acked_msgs_per_s" in r else "",
-            _f(r["acks_in"]) if r["acks_in"] else ""))
-    L = [""] + _t("bridge_acks", rows="\n".join(rows), paho_rate=_mmm(br["paho_msgs_per_s"]),
-                  paho_cpu=_mmm(br["rx_cpu_us_per_msg"]["paho"]))
+        rows.append(
+            "| %s | %s | %s | %.2f× | %s µs | %s | %s |"
+            % (
+                name,
+                _mmm(r["msgs_per_s"]),
+                "%.2f×" % r["of_off"] if "of_off" in r else "1×",
+                r["of_paho"],
+                _mmm(r["rx_cpu_us_per_msg"]),
+                _mmm(r["acked_msgs_per_s"]) if "acked_msgs_per_s" in r else "",
+                _f(r["acks_in"]) if r["acks_in"] else "",
+            )
+        )
+    L = [""] + _t(
+        "bridge_acks",
+        rows="\n".join(rows),
+        paho_rate=_mmm(br["paho_msgs_per_s"]),
+        paho_cpu=_mmm(br["rx_cpu_us_per_msg"]["paho"]),
+    )
     pl = br["paced_latency"]
     al = br.get("paced_ack_latency")
     if al:
@@ -282,31 +431,56 @@ def _bridge_acks(res, br):
         for r in (res.get("log") or {}).get("by_commit_ms", []):
             if r["commit_ms"] == 20:
                 c20 = r
-        appender = _block(_t("bridge_ack_appender", p50="%.1f" % c20["latency_p50_ms"]["median"],
-                             p99="%.1f" % c20["latency_p99_ms"]["median"])) if c20 else ""
-        L += [""] + _t("bridge_ack_latency", rate="%d" % pl["rate"],
-                       messages=_n(br["paced_messages"]),
-                       bus="%.2f / %.2f" % (al["bus"]["p50_ms"], al["bus"]["p99_ms"]),
-                       log="%.1f / %.1f" % (al["log"]["p50_ms"], al["log"]["p99_ms"]),
-                       appender=appender,
-                       host_bus="%.2f / %.2f" % (pl["edgebus_log"]["p50_ms"],
-                                                 pl["edgebus_log"]["p99_ms"]))
+        appender = (
+            _block(
+                _t(
+                    "bridge_ack_appender",
+                    p50="%.1f" % c20["latency_p50_ms"]["median"],
+                    p99="%.1f" % c20["latency_p99_ms"]["median"],
+                )
+            )
+            if c20
+            else ""
+        )
+        L += [""] + _t(
+            "bridge_ack_latency",
+            rate="%d" % pl["rate"],
+            messages=_n(br["paced_messages"]),
+            bus="%.2f / %.2f" % (al["bus"]["p50_ms"], al["bus"]["p99_ms"]),
+            log="%.1f / %.1f" % (al["log"]["p50_ms"], al["log"]["p99_ms"]),
+            appender=appender,
+            host_bus="%.2f / %.2f" % (pl["edgebus_log"]["p50_ms"], pl["edgebus_log"]["p99_ms"]),
+        )
     ps = br["paho_msgs_per_s"]
     if ps["max"] > 1.5 * ps["min"]:
-        L += [""] + _t("bridge_noisy", cpus=res["meta"]["cpus"], low=_f(ps["min"]),
-                       high=_f(ps["max"]), reps="%d" % br["reps"])
+        L += [""] + _t(
+            "bridge_noisy",
+            cpus=res["meta"]["cpus"],
+            low=_f(ps["min"]),
+            high=_f(ps["max"]),
+            reps="%d" % br["reps"],
+        )
     ahead = [k for k in ("on", "log_on") if a[k]["of_off"] > 1]
     if ahead:
+
         def cpu(k):
             off = a[k.replace("on", "off")]["rx_cpu_us_per_msg"]["median"]
-            return "%+.0f%% %s" % (100 * (a[k]["rx_cpu_us_per_msg"]["median"] / off - 1),
-                                   "without the log" if k == "on" else "with it")
-        L += [""] + _t("bridge_acks_ahead",
-                       ratios=", ".join("%.2f×" % a[k]["of_off"] for k in ahead),
-                       cpu=" and ".join(cpu(k) for k in ("on", "log_on")))
+            return "%+.0f%% %s" % (
+                100 * (a[k]["rx_cpu_us_per_msg"]["median"] / off - 1),
+                "without the log" if k == "on" else "with it",
+            )
+
+        L += [""] + _t(
+            "bridge_acks_ahead",
+            ratios=", ".join("%.2f×" % a[k]["of_off"] for k in ahead),
+            cpu=" and ".join(cpu(k) for k in ("on", "log_on")),
+        )
     if "retransmitted" in a["on"]:
-        L += [""] + _t("bridge_retransmitted", no_log="%d" % a["on"]["retransmitted"],
-                       log="%d" % a["log_on"]["retransmitted"])
+        L += [""] + _t(
+            "bridge_retransmitted",
+            no_log="%d" % a["on"]["retransmitted"],
+            log="%d" % a["log_on"]["retransmitted"],
+        )
     return L + [""] + _t("bridge_acks_cost")
 
 
@@ -319,43 +493,74 @@ def _bridge_seal(br):
     rows = []
     for k, name in (("seal_off", "off"), ("seal_mac", "mac"), ("on", "encrypt (auto)")):
         r = a[k]
-        rows.append("| %s | %s | %s | %s | %.2f× | %s µs |" % (
-            name, "; ".join(r.get("negotiated", [])), _mmm(r["msgs_per_s"]),
-            "%.2f×" % r["of_unsealed"] if "of_unsealed" in r else "1×", r["of_paho"],
-            _mmm(r["rx_cpu_us_per_msg"])))
-    return [""] + _t("bridge_seal", rows="\n".join(rows), paho_rate=_mmm(br["paho_msgs_per_s"]),
-                     paho_cpu=_mmm(br["rx_cpu_us_per_msg"]["paho"]))
+        rows.append(
+            "| %s | %s | %s | %s | %.2f× | %s µs |"
+            % (
+                name,
+                "; ".join(r.get("negotiated", [])),
+                _mmm(r["msgs_per_s"]),
+                "%.2f×" % r["of_unsealed"] if "of_unsealed" in r else "1×",
+                r["of_paho"],
+                _mmm(r["rx_cpu_us_per_msg"]),
+            )
+        )
+    return [""] + _t(
+        "bridge_seal",
+        rows="\n".join(rows),
+        paho_rate=_mmm(br["paho_msgs_per_s"]),
+        paho_cpu=_mmm(br["rx_cpu_us_per_msg"]["paho"]),
+    )
 
 
 def _spark_section(sp):
-    if not sp or "spark_parquet_rows_per_s" not in sp:    # results of the version-1 benchmark
+    if not sp or "spark_parquet_rows_per_s" not in sp:  # results of the version-1 benchmark
         return []
     j = sp["spark_json_rows_per_s"]
 
     def ratio(key):
         return "%.2f" % (sp[key]["median"] / j["median"])
-    parquet_job = _block(_t("spark_parquet_job", rate=_mmm(sp["parquet_job_rows_per_s"]),
-                            ratio="%.2f" % sp["parquet_job_ratio_median"])) \
-        if "parquet_job_rows_per_s" in sp else ""
-    return _t("spark", records=_n(sp["records"]), master=sp["master"],
-              v2_bytes=_n(sp["log_v2_bytes"]), v1_bytes=_n(sp["log_v1_bytes"]),
-              json_bytes=_n(sp["json_bytes"]),
-              v2_rate=_mmm(sp["edgebus_rows_per_s"]), v2_ratio=ratio("edgebus_rows_per_s"),
-              v1_rate=_mmm(sp["edgebus_v1_rows_per_s"]), v1_ratio=ratio("edgebus_v1_rows_per_s"),
-              json_rate=_mmm(j), json_ratio=ratio("spark_json_rows_per_s"),
-              parquet_rate=_mmm(sp["spark_parquet_rows_per_s"]),
-              parquet_ratio=ratio("spark_parquet_rows_per_s"),
-              job_rate=_mmm(sp["ingest_job_rows_per_s"]), job_ratio="%.2f" % sp["job_ratio_median"],
-              json_job_rate=_mmm(sp["json_job_rows_per_s"]), parquet_job=parquet_job,
-              stages=_block(_spark_stages(sp.get("job_stages"))),
-              writer_v1="%.2f" % sp["writer_cpu_us_per_record_v1"],
-              writer_v2="%.2f" % sp["writer_cpu_us_per_record_v2"],
-              seal_s="%g" % sp["fresh_segment_seconds"],
-              trigger_s="%g" % sp["fresh_trigger_interval_s"],
-              fresh_records="%d" % sp["fresh_records"], fresh_batches="%d" % sp["fresh_batches"],
-              p50="%.1f" % sp["publish_to_queryable_p50_s"],
-              p99="%.1f" % sp["publish_to_queryable_p99_s"],
-              max="%.1f" % sp["publish_to_queryable_max_s"])
+
+    parquet_job = (
+        _block(
+            _t(
+                "spark_parquet_job",
+                rate=_mmm(sp["parquet_job_rows_per_s"]),
+                ratio="%.2f" % sp["parquet_job_ratio_median"],
+            )
+        )
+        if "parquet_job_rows_per_s" in sp
+        else ""
+    )
+    return _t(
+        "spark",
+        records=_n(sp["records"]),
+        master=sp["master"],
+        v2_bytes=_n(sp["log_v2_bytes"]),
+        v1_bytes=_n(sp["log_v1_bytes"]),
+        json_bytes=_n(sp["json_bytes"]),
+        v2_rate=_mmm(sp["edgebus_rows_per_s"]),
+        v2_ratio=ratio("edgebus_rows_per_s"),
+        v1_rate=_mmm(sp["edgebus_v1_rows_per_s"]),
+        v1_ratio=ratio("edgebus_v1_rows_per_s"),
+        json_rate=_mmm(j),
+        json_ratio=ratio("spark_json_rows_per_s"),
+        parquet_rate=_mmm(sp["spark_parquet_rows_per_s"]),
+        parquet_ratio=ratio("spark_parquet_rows_per_s"),
+        job_rate=_mmm(sp["ingest_job_rows_per_s"]),
+        job_ratio="%.2f" % sp["job_ratio_median"],
+        json_job_rate=_mmm(sp["json_job_rows_per_s"]),
+        parquet_job=parquet_job,
+        stages=_block(_spark_stages(sp.get("job_stages"))),
+        writer_v1="%.2f" % sp["writer_cpu_us_per_record_v1"],
+        writer_v2="%.2f" % sp["writer_cpu_us_per_record_v2"],
+        seal_s="%g" % sp["fresh_segment_seconds"],
+        trigger_s="%g" % sp["fresh_trigger_interval_s"],
+        fresh_records="%d" % sp["fresh_records"],
+        fresh_batches="%d" % sp["fresh_batches"],
+        p50="%.1f" % sp["publish_to_queryable_p50_s"],
+        p99="%.1f" % sp["publish_to_queryable_p99_s"],
+        max="%.1f" % sp["publish_to_queryable_max_s"],
+    )
 
 
 def _spark_stages(st):
@@ -365,13 +570,29 @@ def _spark_stages(st):
     rows = []
     for name, what in (("ingest_job", "`edgebus ingest`"), ("json_job", "JSON-source job")):
         s = st[name]
-        rows.append("| %s | %.2f | %.2f | %.2f | %.2f | %.2f |" % (
-            what, s["read"]["add_batch_s"], s["dedup"]["add_batch_s"],
-            s["full"]["add_batch_s"], s["full"]["wall_s"], s["full"]["outside_batches_s"]))
+        rows.append(
+            "| %s | %.2f | %.2f | %.2f | %.2f | %.2f |"
+            % (
+                what,
+                s["read"]["add_batch_s"],
+                s["dedup"]["add_batch_s"],
+                s["full"]["add_batch_s"],
+                s["full"]["wall_s"],
+                s["full"]["outside_batches_s"],
+            )
+        )
     js = st["json_job"]
     write = js["full"]["add_batch_s"] - js["dedup"]["add_batch_s"]
-    bound = _t("spark_write_bound", write="%.2f" % write, wall="%.2f" % js["full"]["wall_s"],
-               bound="%.2f" % (js["full"]["wall_s"] / write)) if write > 0 else []
+    bound = (
+        _t(
+            "spark_write_bound",
+            write="%.2f" % write,
+            wall="%.2f" % js["full"]["wall_s"],
+            bound="%.2f" % (js["full"]["wall_s"] / write),
+        )
+        if write > 0
+        else []
+    )
     return _t("spark_stages", rows="\n".join(rows), write_bound=_block(bound))
 
 
@@ -383,18 +604,33 @@ def _log_section(res):
     base = lg["no_sync_records_per_s"]["median"]
     rows = []
     for r in lg["by_commit_ms"]:
-        rows.append("| %d | %s | %.2f× | %s ms | %s ms | %.0f |" % (
-            r["commit_ms"], _mmm(r["records_per_s"]), r["records_per_s"]["median"] / base,
-            _mmm(r["latency_p50_ms"]), _mmm(r["latency_p99_ms"]), r["syncs_per_s_paced"]))
-    return _t("log", records_tp=_n(lg["records_tp"]), records_latency=_n(lg["records_latency"]),
-              rate="%d" % lg["rate_paced"], fsync_p50="%.2f" % f["p50"],
-              fsync_p99="%.2f" % f["p99"], no_sync=_mmm(lg["no_sync_records_per_s"]),
-              rows="\n".join(rows),
-              syncs_0="%.0f" % lg["by_commit_ms"][0]["syncs_per_s_paced"])
+        rows.append(
+            "| %d | %s | %.2f× | %s ms | %s ms | %.0f |"
+            % (
+                r["commit_ms"],
+                _mmm(r["records_per_s"]),
+                r["records_per_s"]["median"] / base,
+                _mmm(r["latency_p50_ms"]),
+                _mmm(r["latency_p99_ms"]),
+                r["syncs_per_s_paced"],
+            )
+        )
+    return _t(
+        "log",
+        records_tp=_n(lg["records_tp"]),
+        records_latency=_n(lg["records_latency"]),
+        rate="%d" % lg["rate_paced"],
+        fsync_p50="%.2f" % f["p50"],
+        fsync_p99="%.2f" % f["p99"],
+        no_sync=_mmm(lg["no_sync_records_per_s"]),
+        rows="\n".join(rows),
+        syncs_0="%.0f" % lg["by_commit_ms"][0]["syncs_per_s_paced"],
+    )
 
 
 def _ms_pair(a, b):
     return "%s / %s" % ("–" if a is None else _f(a), "–" if b is None else _f(b))
+
 
 def _limit(f):
     """Which process held a swarm trial back: the bridge when it used a
@@ -406,63 +642,120 @@ def _limit(f):
         return "the bridge (one core)"
     if f["machine_busy"] >= 0.85:
         return "the machine (%.0f%% of its cores; the devices %.0f%% of one)" % (
-            100 * f["machine_busy"], 100 * f["devices_core_share"])
+            100 * f["machine_busy"],
+            100 * f["devices_core_share"],
+        )
     return "none saturated"
+
 
 def _swarm_section(sw):
     """Section 8: the swarm trial (dev/bench/swarm_bench.py)."""
     if not sw:
         return []
-    cols = [(r, t, r["by_tree"][t]) for r in sw["scenarios"] for t in sw["trees"]
-            if t in r["by_tree"]]
+    cols = [
+        (r, t, r["by_tree"][t]) for r in sw["scenarios"] for t in sw["trees"] if t in r["by_tree"]
+    ]
     f0 = cols[0][2]
-    L = ["| figure | " + " | ".join("%s: %s" % (r["label"], t) for r, t, _ in cols) + " |",
-         "|---|" + "---|" * len(cols)]
+    L = [
+        "| figure | " + " | ".join("%s: %s" % (r["label"], t) for r, t, _ in cols) + " |",
+        "|---|" + "---|" * len(cols),
+    ]
 
     def row(what, fn):
         L.append("| %s | %s |" % (what, " | ".join(fn(f) for _, _, f in cols)))
-    row("outage / steady readings before it and after its drain, s",
-        lambda f: "%s / %s" % (_f(f["outage_s"]), _f(f["steady_s"])))
-    row("devices with a session / all", lambda f: "%s / %s" % (_f(f["ever_up"]),
-                                                                _f(f["devices"])))
-    row("all sessions up, s from the first start", lambda f: "–" if f["sessions_up_s"] is None
-        else _f(f["sessions_up_s"]))
-    row("sessions the devices counted / the bridge's (above the devices: churn)",
-        lambda f: "%s / %s" % (_f(f["sessions"]), _f(f.get("bridge_links", {}).get("sessions"))
-                               if "bridge_links" in f else "–"))
+
+    row(
+        "outage / steady readings before it and after its drain, s",
+        lambda f: "%s / %s" % (_f(f["outage_s"]), _f(f["steady_s"])),
+    )
+    row("devices with a session / all", lambda f: "%s / %s" % (_f(f["ever_up"]), _f(f["devices"])))
+    row(
+        "all sessions up, s from the first start",
+        lambda f: "–" if f["sessions_up_s"] is None else _f(f["sessions_up_s"]),
+    )
+    row(
+        "sessions the devices counted / the bridge's (above the devices: churn)",
+        lambda f: (
+            "%s / %s"
+            % (
+                _f(f["sessions"]),
+                _f(f.get("bridge_links", {}).get("sessions")) if "bridge_links" in f else "–",
+            )
+        ),
+    )
     row("readings sent / acknowledged", lambda f: "%s / %s" % (_f(f["sent"]), _f(f["acked"])))
-    row("**acknowledged readings missing from the log**",
-        lambda f: "**%s**" % _f(f["check"]["acked_missing"]))
-    row("readings missing, not acknowledged (still spooled + evicted)", lambda f: "%s + %s" % (
-        _f(f["check"]["spooled_missing"]), _f(f["check"]["evicted_missing"])))
+    row(
+        "**acknowledged readings missing from the log**",
+        lambda f: "**%s**" % _f(f["check"]["acked_missing"]),
+    )
+    row(
+        "readings missing, not acknowledged (still spooled + evicted)",
+        lambda f: (
+            "%s + %s" % (_f(f["check"]["spooled_missing"]), _f(f["check"]["evicted_missing"]))
+        ),
+    )
     row("duplicates in the log", lambda f: _f(f["check"]["duplicates"]))
-    row("flush after the outage drained, s from the broker's restart",
-        lambda f: "–" if not f["outage_s"] else "not in time" if f["drain_s"] is None
-        else _f(f["drain_s"]))
-    row("ACK p50 / p99, ms (readings published with a session up, acknowledged before the "
-        "outage)", lambda f: _ms_pair(f["ack_p50_ms"], f["ack_p99_ms"]))
-    row("ACK p50 / p99, ms (the same, acknowledged once it began)",
-        lambda f: _ms_pair(f.get("ack_after_p50_ms"), f.get("ack_after_p99_ms")))
-    row("ACK p50 / p99, ms (readings published with none: spooled)",
-        lambda f: _ms_pair(f["ack_spooled_p50_ms"], f["ack_spooled_p99_ms"]))
-    row("CPU, share of one core: the bridge / the devices' processes / mosquitto",
-        lambda f: " / ".join("–" if f.get(k) is None else "%.0f%%" % (100 * f[k]) for k in (
-            "bridge_core_share", "devices_core_share", "broker_core_share")))
-    row("the machine's cores busy (all processes)",
-        lambda f: "–" if f.get("machine_busy") is None else "%.0f%%" % (100 * f["machine_busy"]))
+    row(
+        "flush after the outage drained, s from the broker's restart",
+        lambda f: (
+            "–"
+            if not f["outage_s"]
+            else "not in time"
+            if f["drain_s"] is None
+            else _f(f["drain_s"])
+        ),
+    )
+    row(
+        "ACK p50 / p99, ms (readings published with a session up, acknowledged before the outage)",
+        lambda f: _ms_pair(f["ack_p50_ms"], f["ack_p99_ms"]),
+    )
+    row(
+        "ACK p50 / p99, ms (the same, acknowledged once it began)",
+        lambda f: _ms_pair(f.get("ack_after_p50_ms"), f.get("ack_after_p99_ms")),
+    )
+    row(
+        "ACK p50 / p99, ms (readings published with none: spooled)",
+        lambda f: _ms_pair(f["ack_spooled_p50_ms"], f["ack_spooled_p99_ms"]),
+    )
+    row(
+        "CPU, share of one core: the bridge / the devices' processes / mosquitto",
+        lambda f: " / ".join(
+            "–" if f.get(k) is None else "%.0f%%" % (100 * f[k])
+            for k in ("bridge_core_share", "devices_core_share", "broker_core_share")
+        ),
+    )
+    row(
+        "the machine's cores busy (all processes)",
+        lambda f: "–" if f.get("machine_busy") is None else "%.0f%%" % (100 * f["machine_busy"]),
+    )
     row("the limit", _limit)
-    row("bridge RSS per device: configured / with its session up",
-        lambda f: "–" if f.get("rss_per_device_kib") is None else "%s / %s KiB" % (
-            _f(f["rss_per_configured_kib"]), _f(f["rss_per_device_kib"])))
+    row(
+        "bridge RSS per device: configured / with its session up",
+        lambda f: (
+            "–"
+            if f.get("rss_per_device_kib") is None
+            else "%s / %s KiB" % (_f(f["rss_per_configured_kib"]), _f(f["rss_per_device_kib"]))
+        ),
+    )
     row("bridge peak RSS", lambda f: _f(f["bridge_peak_rss_mib"], " MiB"))
     row("group commits/s (the log's sync points)", lambda f: _f(f["commits_per_s"]))
-    row("messages mosquitto dropped (its queues past their limits)",
-        lambda f: "–" if f.get("broker_dropped") is None else _f(f["broker_dropped"]))
-    row("records the log's subscription dropped / gaps the links counted",
-        lambda f: "%s / %s" % (_f(f["log_dropped"]), _f(f["gaps"])))
+    row(
+        "messages mosquitto dropped (its queues past their limits)",
+        lambda f: "–" if f.get("broker_dropped") is None else _f(f["broker_dropped"]),
+    )
+    row(
+        "records the log's subscription dropped / gaps the links counted",
+        lambda f: "%s / %s" % (_f(f["log_dropped"]), _f(f["gaps"])),
+    )
     storm = _t("swarm_storm") if any(f.get("ramp_s") == 0 for _, _, f in cols) else []
-    return _t("swarm", workers="%d" % f0["workers"], spool=_n(sw.get("spool", 32768)),
-              cpus=sw.get("cpus", "the"), table="\n".join(L), storm=_block(storm))
+    return _t(
+        "swarm",
+        workers="%d" % f0["workers"],
+        spool=_n(sw.get("spool", 32768)),
+        cpus=sw.get("cpus", "the"),
+        table="\n".join(L),
+        storm=_block(storm),
+    )
 
 
 def markdown(res, out, md_dir=None):
@@ -471,9 +764,17 @@ def markdown(res, out, md_dir=None):
     it is: `python -m dev.qemuheap` measures it (a firmware build per heap size,
     too slow for ./do bench)."""
     md_dir = md_dir or out
-    blocks = [_header(res), _t("smoke") if res["meta"]["smoke"] else [],
-              _core_cpython(res, out, md_dir), _core_mpy(res), _link(res.get("link")),
-              _bridge_section(res, out, md_dir), _spark_section(res.get("spark")),
-              _log_section(res), _t("board32"), _swarm_section(res.get("swarm"))]
+    blocks = [
+        _header(res),
+        _t("smoke") if res["meta"]["smoke"] else [],
+        _core_cpython(res, out, md_dir),
+        _core_mpy(res),
+        _link(res.get("link")),
+        _bridge_section(res, out, md_dir),
+        _spark_section(res.get("spark")),
+        _log_section(res),
+        _t("board32"),
+        _swarm_section(res.get("swarm")),
+    ]
     text = "\n\n".join("\n".join(b) for b in blocks if b)
     return re.sub(r"\n{3,}", "\n\n", text).strip("\n") + "\n"

@@ -34,6 +34,7 @@ steady stream of records while `edgebus ingest` runs with its default
 trigger interval; a record is queryable when the micro-batch whose end
 offset passes its position has committed.  p50/p99 over every record.
 """
+
 import json
 import os
 import shutil
@@ -50,15 +51,16 @@ if ROOT not in sys.path:
 from edgebus import tlog  # noqa: E402
 
 T0 = 1_712_000_000.0
-JSON_SCHEMA = ("ts_host double, topic array<string>, payload string, ts_device double, "
-               "seq long, origin_kind string, conn_id string, principal string, "
-               "link_id string, peer_node string, peer_sid string, generation long, "
-               "extra string")
+JSON_SCHEMA = (
+    "ts_host double, topic array<string>, payload string, ts_device double, "
+    "seq long, origin_kind string, conn_id string, principal string, "
+    "link_id string, peer_node string, peer_sid string, generation long, "
+    "extra string"
+)
 
 
 def _summary(vals):
-    return {"median": statistics.median(vals), "min": min(vals), "max": max(vals),
-            "n": len(vals)}
+    return {"median": statistics.median(vals), "min": min(vals), "max": max(vals), "n": len(vals)}
 
 
 def _pct(vals, q):
@@ -69,22 +71,35 @@ def _pct(vals, q):
 def _record(i, t0=T0):
     """A device record as the bridge logs it (about 330 bytes of JSON)."""
     node = "node-%02d" % (i % 16)
-    return {"ts_host": t0 + i * 0.001, "topic": ("sensors", node, "env"),
-            "payload": {"temp": 20.0 + (i % 100) / 10, "hum": 40 + i % 20, "ok": True},
-            "ts_device": 1000.0 + i * 0.001, "seq": i // 16, "origin_kind": "link",
-            "conn_id": "c-" + node, "principal": "device:" + node, "link_id": "uart0",
-            "peer_node": node, "peer_sid": node + "-boot1", "generation": 3,
-            "extra": {"seq": i // 16, "ts": 1000.0 + i * 0.001}}
+    return {
+        "ts_host": t0 + i * 0.001,
+        "topic": ("sensors", node, "env"),
+        "payload": {"temp": 20.0 + (i % 100) / 10, "hum": 40 + i % 20, "ok": True},
+        "ts_device": 1000.0 + i * 0.001,
+        "seq": i // 16,
+        "origin_kind": "link",
+        "conn_id": "c-" + node,
+        "principal": "device:" + node,
+        "link_id": "uart0",
+        "peer_node": node,
+        "peer_sid": node + "-boot1",
+        "generation": 3,
+        "extra": {"seq": i // 16, "ts": 1000.0 + i * 0.001},
+    }
 
 
 def _session():
     from edgebus.ingest.job import small_session
+
     return small_session("edgebus-spark-bench")
 
 
 def _dir_bytes(d):
-    return sum(os.path.getsize(os.path.join(d, x)) for x in os.listdir(d)
-               if x.endswith((".seg", ".parquet")))
+    return sum(
+        os.path.getsize(os.path.join(d, x))
+        for x in os.listdir(d)
+        if x.endswith((".seg", ".parquet"))
+    )
 
 
 def _write_inputs(d, n):
@@ -92,8 +107,13 @@ def _write_inputs(d, n):
     logs = {}
     for version in (2, 1):
         logs[version] = os.path.join(d, "log-v%d" % version)
-        with tlog.LogWriter(logs[version], segment_bytes=8 * 1024 * 1024, segment_seconds=None,
-                            version=version, gateway="bench" if version == 2 else None) as w:
+        with tlog.LogWriter(
+            logs[version],
+            segment_bytes=8 * 1024 * 1024,
+            segment_seconds=None,
+            version=version,
+            gateway="bench" if version == 2 else None,
+        ) as w:
             for i in range(n):
                 w.append(_record(i))
     jdir = os.path.join(d, "json")
@@ -103,8 +123,11 @@ def _write_inputs(d, n):
             rec["topic"] = list(rec["topic"])
             f.write(json.dumps(rec, ensure_ascii=False, separators=(",", ":")))
             f.write("\n")
-    sizes = {"log_v2_bytes": _dir_bytes(logs[2]), "log_v1_bytes": _dir_bytes(logs[1]),
-             "json_bytes": os.path.getsize(os.path.join(jdir, "records.jsonl"))}
+    sizes = {
+        "log_v2_bytes": _dir_bytes(logs[2]),
+        "log_v1_bytes": _dir_bytes(logs[1]),
+        "json_bytes": os.path.getsize(os.path.join(jdir, "records.jsonl")),
+    }
     return logs, jdir, sizes
 
 
@@ -114,20 +137,31 @@ def _json_columns(df):
     from pyspark.sql import functions as F
 
     return df.select(
-        F.array_join("topic", "/").alias("topic"), F.col("topic").alias("topic_tokens"),
-        "payload", "ts_device", "ts_host", F.timestamp_micros(
-            F.round(F.col("ts_host") * 1e6).cast("long")).alias("ts_host_time"),
-        "link_id", "peer_node", "peer_sid", "generation", "seq", "origin_kind", "conn_id",
-        "principal", "extra", F.lit(0).cast("long").alias("segment"),
-        F.lit(0).cast("long").alias("offset"))
+        F.array_join("topic", "/").alias("topic"),
+        F.col("topic").alias("topic_tokens"),
+        "payload",
+        "ts_device",
+        "ts_host",
+        F.timestamp_micros(F.round(F.col("ts_host") * 1e6).cast("long")).alias("ts_host_time"),
+        "link_id",
+        "peer_node",
+        "peer_sid",
+        "generation",
+        "seq",
+        "origin_kind",
+        "conn_id",
+        "principal",
+        "extra",
+        F.lit(0).cast("long").alias("segment"),
+        F.lit(0).cast("long").alias("offset"),
+    )
 
 
 def _parquet_frame(spark, log):
     """Spark's own Parquet reader on the sealed segments, the source's columns."""
     from edgebus.ingest.schema import SCHEMA
 
-    return (spark.read.option("pathGlobFilter", "*.parquet").parquet(log)
-            .select(*SCHEMA.names))
+    return spark.read.option("pathGlobFilter", "*.parquet").parquet(log).select(*SCHEMA.names)
 
 
 def _time_noop(df):
@@ -137,23 +171,27 @@ def _time_noop(df):
 
 
 def source(spark, logs, jdir, n, repeats):
-    frames = {"edgebus": lambda: spark.read.format("edgebus").load(logs[2]),
-              "edgebus_v1": lambda: spark.read.format("edgebus").load(logs[1]),
-              "spark_json": lambda: _json_columns(spark.read.schema(JSON_SCHEMA).json(jdir)),
-              "spark_parquet": lambda: _parquet_frame(spark, logs[2])}
+    frames = {
+        "edgebus": lambda: spark.read.format("edgebus").load(logs[2]),
+        "edgebus_v1": lambda: spark.read.format("edgebus").load(logs[1]),
+        "spark_json": lambda: _json_columns(spark.read.schema(JSON_SCHEMA).json(jdir)),
+        "spark_parquet": lambda: _parquet_frame(spark, logs[2]),
+    }
     for f in frames.values():
         assert f().count() == n
-        _time_noop(f())            # warm-up (Python workers, JIT)
+        _time_noop(f())  # warm-up (Python workers, JIT)
     rates = {k: [] for k in frames}
-    for _ in range(repeats):       # alternating, so drifts hit all alike
+    for _ in range(repeats):  # alternating, so drifts hit all alike
         for k, f in frames.items():
             rates[k].append(n / _time_noop(f()))
     med = {k: statistics.median(v) for k, v in rates.items()}
     out = {"%s_rows_per_s" % k: _summary(v) for k, v in rates.items()}
-    out.update(partitions=frames["edgebus"]().rdd.getNumPartitions(),
-               ratio_median=med["edgebus"] / med["spark_json"],
-               v1_ratio_median=med["edgebus_v1"] / med["spark_json"],
-               parquet_ratio_median=med["spark_parquet"] / med["spark_json"])
+    out.update(
+        partitions=frames["edgebus"]().rdd.getNumPartitions(),
+        ratio_median=med["edgebus"] / med["spark_json"],
+        v1_ratio_median=med["edgebus_v1"] / med["spark_json"],
+        parquet_ratio_median=med["spark_parquet"] / med["spark_json"],
+    )
     return out
 
 
@@ -166,8 +204,12 @@ def _run_query(df, table, sink="parquet"):
     if sink == "parquet":
         q = job.write_table(df, table, table + ".ckpt", True, 5.0)
     else:
-        q = (df.writeStream.format("noop").option("checkpointLocation", table + ".ckpt")
-             .trigger(availableNow=True).start())
+        q = (
+            df.writeStream.format("noop")
+            .option("checkpointLocation", table + ".ckpt")
+            .trigger(availableNow=True)
+            .start()
+        )
     q.awaitTermination()
     dt = time.perf_counter() - t
     parts = {}
@@ -187,15 +229,21 @@ def jobs(spark, d, logs, jdir, n, repeats):
     from edgebus.ingest.report import read_table
 
     def edgebus():
-        return spark.readStream.format("edgebus").option(
-            "minPartitions", spark.sparkContext.defaultParallelism).load(logs[2])
+        return (
+            spark.readStream.format("edgebus")
+            .option("minPartitions", spark.sparkContext.defaultParallelism)
+            .load(logs[2])
+        )
 
     def plain_json():
         return _json_columns(spark.readStream.schema(JSON_SCHEMA).json(jdir))
 
     def parquet_files():
-        return (spark.readStream.schema(_parquet_frame(spark, logs[2]).schema)
-                .option("pathGlobFilter", "*.parquet").parquet(logs[2]))
+        return (
+            spark.readStream.schema(_parquet_frame(spark, logs[2]).schema)
+            .option("pathGlobFilter", "*.parquet")
+            .parquet(logs[2])
+        )
 
     sources = {"ingest_job": edgebus, "json_job": plain_json, "parquet_job": parquet_files}
 
@@ -204,7 +252,7 @@ def jobs(spark, d, logs, jdir, n, repeats):
 
     rates = {k: [] for k in sources}
     stages = {k: {} for k in ("ingest_job", "json_job")}
-    for r in range(repeats + 1):                 # the first round warms up
+    for r in range(repeats + 1):  # the first round warms up
         for name, src in sources.items():
             table = os.path.join(d, "%s-%d" % (name, r))
             dt, parts = _run_query(full(src), table)
@@ -215,21 +263,28 @@ def jobs(spark, d, logs, jdir, n, repeats):
             if r == 1 and name in stages:
                 # The same query cut short: reading only, then reading and the
                 # dedup, both into the noop sink (Spark's per-batch addBatch).
-                stages[name]["full"] = {"wall_s": dt, "add_batch_s": parts["addBatch"] / 1e3,
-                                        "outside_batches_s": dt - parts["triggerExecution"] / 1e3}
-                for stage, frame in (("read", src().withColumn(
-                        "date", F.to_date("ts_host_time"))), ("dedup", full(src))):
+                stages[name]["full"] = {
+                    "wall_s": dt,
+                    "add_batch_s": parts["addBatch"] / 1e3,
+                    "outside_batches_s": dt - parts["triggerExecution"] / 1e3,
+                }
+                for stage, frame in (
+                    ("read", src().withColumn("date", F.to_date("ts_host_time"))),
+                    ("dedup", full(src)),
+                ):
                     t2, p2 = _run_query(frame, table + "-" + stage, sink="noop")
                     stages[name][stage] = {"wall_s": t2, "add_batch_s": p2["addBatch"] / 1e3}
             shutil.rmtree(table, ignore_errors=True)
             shutil.rmtree(table + ".ckpt", ignore_errors=True)
     med = {k: statistics.median(v) for k, v in rates.items()}
-    return {"ingest_job_rows_per_s": _summary(rates["ingest_job"]),
-            "json_job_rows_per_s": _summary(rates["json_job"]),
-            "parquet_job_rows_per_s": _summary(rates["parquet_job"]),
-            "job_ratio_median": med["ingest_job"] / med["json_job"],
-            "parquet_job_ratio_median": med["parquet_job"] / med["json_job"],
-            "job_stages": stages}
+    return {
+        "ingest_job_rows_per_s": _summary(rates["ingest_job"]),
+        "json_job_rows_per_s": _summary(rates["json_job"]),
+        "parquet_job_rows_per_s": _summary(rates["parquet_job"]),
+        "job_ratio_median": med["ingest_job"] / med["json_job"],
+        "parquet_job_ratio_median": med["parquet_job"] / med["json_job"],
+        "job_stages": stages,
+    }
 
 
 def writer_cpu(d, n, segments=10):
@@ -238,7 +293,7 @@ def writer_cpu(d, n, segments=10):
     out = {}
     per_seg = max(1, n // segments)
     recs = [_record(i) for i in range(n)]
-    for version in (1, 2, 1, 2):                 # twice each, the second counts
+    for version in (1, 2, 1, 2):  # twice each, the second counts
         log = os.path.join(d, "cpu-v%d" % version)
         shutil.rmtree(log, ignore_errors=True)
         with tlog.LogWriter(log, segment_seconds=None, version=version, gateway="bench") as w:
@@ -265,8 +320,8 @@ def fresh(spark, d, seconds, rate):
     cfg = Config()
     log, table = os.path.join(d, "fresh-log"), os.path.join(d, "fresh-table")
     w = tlog.LogWriter(log, segment_seconds=cfg.segment_seconds, gateway="bench")
-    appended = []                                # (position, wall time)
-    committed = []                               # (end position, wall time)
+    appended = []  # (position, wall time)
+    committed = []  # (end position, wall time)
     lock = threading.Lock()
 
     class Ends(StreamingQueryListener):
@@ -291,8 +346,13 @@ def fresh(spark, d, seconds, rate):
     # The stream needs the directory; an empty sealed segment is never made.
     w.append(_record(0, time.time()))
     w.roll()
-    q = job.write_table(job.ingest_frame(spark, log, minPartitions=2), table,
-                        table + ".ckpt", False, job.DEFAULT_TRIGGER_INTERVAL)
+    q = job.write_table(
+        job.ingest_frame(spark, log, minPartitions=2),
+        table,
+        table + ".ckpt",
+        False,
+        job.DEFAULT_TRIGGER_INTERVAL,
+    )
     try:
         stop = time.time() + seconds
         last_tick, i = 0.0, 1
@@ -301,7 +361,7 @@ def fresh(spark, d, seconds, rate):
             pos = w.append(_record(i, now))
             i += 1
             appended.append((pos, now))
-            if now - last_tick >= 1.0:           # the bridge's IDLE tick: age rolls
+            if now - last_tick >= 1.0:  # the bridge's IDLE tick: age rolls
                 w.tick()
                 last_tick = now
             time.sleep(1.0 / rate)
@@ -325,12 +385,15 @@ def fresh(spark, d, seconds, rate):
         if done is None:
             raise RuntimeError("record at %r never became queryable" % (pos,))
         lat.append(done - t)
-    return {"fresh_segment_seconds": cfg.segment_seconds,
-            "fresh_trigger_interval_s": job.DEFAULT_TRIGGER_INTERVAL,
-            "fresh_records": len(lat), "fresh_batches": len(ends),
-            "publish_to_queryable_p50_s": _pct(lat, 0.5),
-            "publish_to_queryable_p99_s": _pct(lat, 0.99),
-            "publish_to_queryable_max_s": max(lat)}
+    return {
+        "fresh_segment_seconds": cfg.segment_seconds,
+        "fresh_trigger_interval_s": job.DEFAULT_TRIGGER_INTERVAL,
+        "fresh_records": len(lat),
+        "fresh_batches": len(ends),
+        "publish_to_queryable_p50_s": _pct(lat, 0.5),
+        "publish_to_queryable_p99_s": _pct(lat, 0.99),
+        "publish_to_queryable_max_s": max(lat),
+    }
 
 
 def run(smoke=False):

@@ -1,4 +1,5 @@
 """Repeat-and-summarise helpers shared by the benchmarks."""
+
 import statistics
 import time
 

@@ -20,6 +20,7 @@ group commits per second (the log's sync points, from the bridge's
 Baseline commits can be measured beside this checkout in the same run
 (``--baseline REF[,REF...]``): its tree (``git archive``, plus this dev/swarm.py)
 runs the bridge and the devices' edgebus."""
+
 import json
 import os
 import shutil
@@ -39,12 +40,16 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # (label, devices, outage s, seconds of steady readings before it and after the
 # drain, readings/s per device, seconds over which the devices start: None is
 # 1 ms a device, 0 all at once: a start-up storm)
-FULL = [("3,000 devices, 30 s outage", 3000, 30.0, 20.0, 1.0, None),
-        ("5,000 devices steady", 5000, 0.0, 60.0, 1.0, None),
-        ("10,000 devices started at once, 0.2/s", 10000, 0.0, 20.0, 0.2, 0)]
-SMOKE = [("30 devices, 3 s outage", 30, 3.0, 2.0, 1.0, None),
-         ("50 devices steady", 50, 0.0, 3.0, 1.0, None),
-         ("100 devices started at once, 0.2/s", 100, 0.0, 2.0, 0.2, 0)]
+FULL = [
+    ("3,000 devices, 30 s outage", 3000, 30.0, 20.0, 1.0, None),
+    ("5,000 devices steady", 5000, 0.0, 60.0, 1.0, None),
+    ("10,000 devices started at once, 0.2/s", 10000, 0.0, 20.0, 0.2, 0),
+]
+SMOKE = [
+    ("30 devices, 3 s outage", 30, 3.0, 2.0, 1.0, None),
+    ("50 devices steady", 50, 0.0, 3.0, 1.0, None),
+    ("100 devices started at once, 0.2/s", 100, 0.0, 2.0, 0.2, 0),
+]
 
 
 # The broker as the README configures it for a fleet: mosquitto drops QoS 0
@@ -69,18 +74,33 @@ def _proc(pid):
 
 
 # The bridge's counters (summed over its links) that say how sessions started and ended.
-CHURN = ("sessions", "session_ends", "liveness_timeouts", "presence_offline", "stale_hellos",
-         "stale_acks", "earlier_acks", "replays", "auth_failures", "unexpected", "errors")
+CHURN = (
+    "sessions",
+    "session_ends",
+    "liveness_timeouts",
+    "presence_offline",
+    "stale_hellos",
+    "stale_acks",
+    "earlier_acks",
+    "replays",
+    "auth_failures",
+    "unexpected",
+    "errors",
+)
 
 
 def _log_figures(port):
     """The log's sync points, appends and drops, the links' gaps and the
     bus's drops, from the bridge's Prometheus /metrics (one cheap scrape at
     any fleet size: the fleet's totals)."""
-    want = {"edgebus_log_syncs_total": "syncs", "edgebus_log_appended_total": "appended",
-            "edgebus_log_dropped_total": "log_dropped", "edgebus_bus_dropped_total": "bus_dropped"}
+    want = {
+        "edgebus_log_syncs_total": "syncs",
+        "edgebus_log_appended_total": "appended",
+        "edgebus_log_dropped_total": "log_dropped",
+        "edgebus_bus_dropped_total": "bus_dropped",
+    }
     out = dict.fromkeys(list(want.values()) + ["gaps"], 0)
-    fleet = None     # the fleet's total; a baseline tree has per-link series only
+    fleet = None  # the fleet's total; a baseline tree has per-link series only
     with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=60) as r:
         for line in r.read().decode().splitlines():
             name, _, value = line.rpartition(" ")
@@ -88,7 +108,7 @@ def _log_figures(port):
                 out[want[name]] = int(float(value))
             elif name.startswith("edgebus_fleet_events_total{"):
                 k = name.split('"')[1]
-                out.setdefault("fleet", {})[k] = int(float(value))   # the bridge's side
+                out.setdefault("fleet", {})[k] = int(float(value))  # the bridge's side
                 if k == "gaps":
                     fleet = out["fleet"][k]
             elif name.startswith("edgebus_link_events_total{") and 'counter="gaps"' in name:
@@ -104,11 +124,17 @@ def _started(work, tree, metrics, broker_port, devices=None):
     os.makedirs(work, exist_ok=True)
     toml = os.path.join(work, "bridge.toml")
     with open(toml, "w") as f:
-        f.write('[bridge]\nnode = "gw"\nstate_dir = "%s"\nsocket = "%s"\n'
-                'metrics = "127.0.0.1:%d"\n[log]\ndir = "%s"\npatterns = ["dev/#"]\n\n%s'
-                % (os.path.join(work, "state"), os.path.join(work, "bridge.sock"), metrics,
-                   os.path.join(work, "tlog"), devices or
-                   '[mqtt]\nurl = "mqtt://127.0.0.1:%d"\ndevices = []\n' % broker_port))
+        f.write(
+            '[bridge]\nnode = "gw"\nstate_dir = "%s"\nsocket = "%s"\n'
+            'metrics = "127.0.0.1:%d"\n[log]\ndir = "%s"\npatterns = ["dev/#"]\n\n%s'
+            % (
+                os.path.join(work, "state"),
+                os.path.join(work, "bridge.sock"),
+                metrics,
+                os.path.join(work, "tlog"),
+                devices or '[mqtt]\nurl = "mqtt://127.0.0.1:%d"\ndevices = []\n' % broker_port,
+            )
+        )
     return BridgeProcess(work, toml=toml, tree=tree).start().ready(60)
 
 
@@ -116,7 +142,7 @@ def _machine():
     """(busy, total) CPU time of the whole machine, in clock ticks, from /proc/stat."""
     with open("/proc/stat") as f:
         v = [int(x) for x in f.readline().split()[1:]]
-    return sum(v) - v[3] - v[4], sum(v)       # idle and iowait are not busy
+    return sum(v) - v[3] - v[4], sum(v)  # idle and iowait are not busy
 
 
 def _wait(swarm, cond, timeout, show):
@@ -124,16 +150,24 @@ def _wait(swarm, cond, timeout, show):
     return swarm.wait(cond, timeout, show=show, every=5.0 if swarm.n > 100 else 0.2)
 
 
-def trial(work, devices, outage=0.0, steady=10.0, tree=ROOT, workers=None, show=False,
-          rate=1.0, ramp=None):
+def trial(
+    work, devices, outage=0.0, steady=10.0, tree=ROOT, workers=None, show=False, rate=1.0, ramp=None
+):
     """One run in directory ``work`` (which keeps the log, tlog/, and the
     swarm's summary, swarm.json): returns the figures (see the module doc)
     with the checker's totals."""
     os.makedirs(work, exist_ok=True)
     log_dir = os.path.join(work, "tlog")
     with Mosquitto(options=BROKER) as broker:
-        swarm = Swarm(devices, ("127.0.0.1", broker.port), rate=rate, workers=workers,
-                      ramp=ramp, log=os.path.join(work, "workers.log"), tree=tree)
+        swarm = Swarm(
+            devices,
+            ("127.0.0.1", broker.port),
+            rate=rate,
+            workers=workers,
+            ramp=ramp,
+            log=os.path.join(work, "workers.log"),
+            tree=tree,
+        )
         metrics = free_port()
         # The same bridge with no device first: its RSS is what the fleet adds to.
         idle = _started(os.path.join(work, "idle"), tree, metrics, broker.port)
@@ -142,7 +176,7 @@ def trial(work, devices, outage=0.0, steady=10.0, tree=ROOT, workers=None, show=
         idle.close()
         bridge = _started(work, tree, metrics, broker.port, swarm.toml())
         try:
-            cpu0, rss0, _ = _proc(bridge.proc.pid)     # every device configured, none come
+            cpu0, rss0, _ = _proc(bridge.proc.pid)  # every device configured, none come
             m0 = _machine()
             t0 = time.monotonic()
             with swarm:
@@ -154,8 +188,8 @@ def trial(work, devices, outage=0.0, steady=10.0, tree=ROOT, workers=None, show=
                 _wait(swarm, lambda p: False, steady, show)
                 t_restart = t_restart_mono = None
                 if outage:
-                    swarm.phase()              # steady ACK latency: acknowledged by now
-                    broker.stop()              # SIGKILL: the whole site loses its broker
+                    swarm.phase()  # steady ACK latency: acknowledged by now
+                    broker.stop()  # SIGKILL: the whole site loses its broker
                     time.sleep(outage)
                     broker.start()
                     t_restart, t_restart_mono = time.time(), time.monotonic()
@@ -172,7 +206,7 @@ def trial(work, devices, outage=0.0, steady=10.0, tree=ROOT, workers=None, show=
                 m1 = _machine()
                 t1 = time.monotonic()
                 summary = swarm.summary()
-                t_stop = time.monotonic()      # the devices still connected
+                t_stop = time.monotonic()  # the devices still connected
                 bridge.stop(timeout=120)
                 stop_s = time.monotonic() - t_stop
         finally:
@@ -181,43 +215,56 @@ def trial(work, devices, outage=0.0, steady=10.0, tree=ROOT, workers=None, show=
         json.dump(summary, f)
     report = check(log_dir, summary)
     fig = figures(summary)
-    fig.update({
-        "outage_s": outage, "steady_s": steady, "workers": swarm.k, "ramp_s": swarm.ramp,
-        "drain_s": round(fig["drained_at"] - t_restart, 2)
-        if t_restart and fig["drained_at"] else None,
-        "bridge_core_share": round((cpu1 - cpu0) / (t1 - t0), 3),
-        # Who else had the machine: the simulator's processes together, the
-        # broker (since its last start), and how busy all cores were.
-        "devices_core_share": round(dev_cpu / (t1 - t0), 3),
-        "broker_core_share": round(mq_cpu / (t1 - (t_restart_mono or t0)), 3),
-        "machine_busy": round((m1[0] - m0[0]) / max(1, m1[1] - m0[1]), 3),
-        # QoS 0 messages the broker dropped (queues past its limits), since its last start.
-        "broker_dropped": int(mq_dropped[0]) if mq_dropped else None,
-        "bridge_rss_mib": round(rss / 1024, 1), "bridge_peak_rss_mib": round(peak / 1024, 1),
-        "bridge_rss_idle_mib": round(rss_idle / 1024, 1),
-        # What a device adds: configured (before it comes), and with its session up.
-        "rss_per_device_kib": round((rss_up - rss_idle) / devices, 1),
-        "rss_per_configured_kib": round((rss0 - rss_idle) / devices, 1),
-        "commits_per_s": round((lg1["syncs"] - lg0["syncs"]) / (ts1 - ts0), 1),
-        "stop_s": round(stop_s, 2),
-        "log_dropped": lg1["log_dropped"], "gaps": lg1["gaps"], "bus_dropped": lg1["bus_dropped"],
-        "bridge_links": {k: v for k, v in lg1.get("fleet", {}).items() if k in CHURN},
-        "check": report["totals"], "check_ok": report["ok"]})
+    fig.update(
+        {
+            "outage_s": outage,
+            "steady_s": steady,
+            "workers": swarm.k,
+            "ramp_s": swarm.ramp,
+            "drain_s": round(fig["drained_at"] - t_restart, 2)
+            if t_restart and fig["drained_at"]
+            else None,
+            "bridge_core_share": round((cpu1 - cpu0) / (t1 - t0), 3),
+            # Who else had the machine: the simulator's processes together, the
+            # broker (since its last start), and how busy all cores were.
+            "devices_core_share": round(dev_cpu / (t1 - t0), 3),
+            "broker_core_share": round(mq_cpu / (t1 - (t_restart_mono or t0)), 3),
+            "machine_busy": round((m1[0] - m0[0]) / max(1, m1[1] - m0[1]), 3),
+            # QoS 0 messages the broker dropped (queues past its limits), since its last start.
+            "broker_dropped": int(mq_dropped[0]) if mq_dropped else None,
+            "bridge_rss_mib": round(rss / 1024, 1),
+            "bridge_peak_rss_mib": round(peak / 1024, 1),
+            "bridge_rss_idle_mib": round(rss_idle / 1024, 1),
+            # What a device adds: configured (before it comes), and with its session up.
+            "rss_per_device_kib": round((rss_up - rss_idle) / devices, 1),
+            "rss_per_configured_kib": round((rss0 - rss_idle) / devices, 1),
+            "commits_per_s": round((lg1["syncs"] - lg0["syncs"]) / (ts1 - ts0), 1),
+            "stop_s": round(stop_s, 2),
+            "log_dropped": lg1["log_dropped"],
+            "gaps": lg1["gaps"],
+            "bus_dropped": lg1["bus_dropped"],
+            "bridge_links": {k: v for k, v in lg1.get("fleet", {}).items() if k in CHURN},
+            "check": report["totals"],
+            "check_ok": report["ok"],
+        }
+    )
     del fig["drained_at"]
     return fig
 
 
 def _git(*args):
-    return subprocess.run(["git", "-C", ROOT] + list(args), check=True, capture_output=True,
-                          text=True).stdout.strip()
+    return subprocess.run(
+        ["git", "-C", ROOT] + list(args), check=True, capture_output=True, text=True
+    ).stdout.strip()
 
 
 def _archive(ref, dest):
     """This repository's tree at git ref ``ref``, extracted into dest, with
     this checkout's simulator (dev/swarm.py) in it."""
     os.makedirs(dest)
-    arch = subprocess.run(["git", "-C", ROOT, "archive", ref], check=True,
-                          capture_output=True).stdout
+    arch = subprocess.run(
+        ["git", "-C", ROOT, "archive", ref], check=True, capture_output=True
+    ).stdout
     subprocess.run(["tar", "-x", "-C", dest], input=arch, check=True)
     shutil.copy(os.path.join(ROOT, "dev", "swarm.py"), os.path.join(dest, "dev", "swarm.py"))
     return dest
@@ -234,25 +281,50 @@ def run(smoke=False, baseline=None, show=None, checkout=True):
     try:
         trees = []
         for i, ref in enumerate(baseline.split(",") if baseline else ()):
-            trees.append((_git("rev-parse", "--short", ref),
-                          _archive(ref, os.path.join(tmp, "base-%d" % i))))
+            trees.append(
+                (_git("rev-parse", "--short", ref), _archive(ref, os.path.join(tmp, "base-%d" % i)))
+            )
         if checkout:
             trees.append((checkout_label(("edgebus", "bridge", "tlog")), ROOT))
-        out = {"trees": [t[0] for t in trees], "baseline": baseline, "scenarios": [],
-               "spool": DEFAULT_SPOOL, "cpus": os.cpu_count()}
+        out = {
+            "trees": [t[0] for t in trees],
+            "baseline": baseline,
+            "scenarios": [],
+            "spool": DEFAULT_SPOOL,
+            "cpus": os.cpu_count(),
+        }
         for i, (label, n, outage, steady, rate, ramp) in enumerate(SMOKE if smoke else FULL):
             row = {"label": label, "devices": n, "outage_s": outage, "by_tree": {}}
             for j, (tlabel, tree) in enumerate(trees):
-                f = trial(os.path.join(tmp, "run-%d-%d" % (i, j)), n, outage, steady, tree,
-                          show=show, rate=rate, ramp=ramp)
+                f = trial(
+                    os.path.join(tmp, "run-%d-%d" % (i, j)),
+                    n,
+                    outage,
+                    steady,
+                    tree,
+                    show=show,
+                    rate=rate,
+                    ramp=ramp,
+                )
                 row["by_tree"][tlabel] = f
-                print("  %s, %s: sessions up %s s, missing acked %d / not acked %d, drain %s s, "
-                      "ACK p50/p99 %s/%s ms, bridge %.0f%% of a core, %s MiB, %s commits/s" % (
-                          label, tlabel, f["sessions_up_s"], f["check"]["acked_missing"],
-                          f["check"]["spooled_missing"] + f["check"]["evicted_missing"],
-                          f["drain_s"], f["ack_p50_ms"], f["ack_p99_ms"],
-                          100 * f["bridge_core_share"], f["bridge_peak_rss_mib"],
-                          f["commits_per_s"]), flush=True)
+                print(
+                    "  %s, %s: sessions up %s s, missing acked %d / not acked %d, drain %s s, "
+                    "ACK p50/p99 %s/%s ms, bridge %.0f%% of a core, %s MiB, %s commits/s"
+                    % (
+                        label,
+                        tlabel,
+                        f["sessions_up_s"],
+                        f["check"]["acked_missing"],
+                        f["check"]["spooled_missing"] + f["check"]["evicted_missing"],
+                        f["drain_s"],
+                        f["ack_p50_ms"],
+                        f["ack_p99_ms"],
+                        100 * f["bridge_core_share"],
+                        f["bridge_peak_rss_mib"],
+                        f["commits_per_s"],
+                    ),
+                    flush=True,
+                )
             out["scenarios"].append(row)
         return out
     finally:
@@ -261,11 +333,14 @@ def run(smoke=False, baseline=None, show=None, checkout=True):
 
 if __name__ == "__main__":
     import argparse
-    ap = argparse.ArgumentParser(prog="python -m dev.bench.swarm_bench",
-                                 description=__doc__.splitlines()[0])
+
+    ap = argparse.ArgumentParser(
+        prog="python -m dev.bench.swarm_bench", description=__doc__.splitlines()[0]
+    )
     ap.add_argument("--smoke", action="store_true")
     ap.add_argument("--baseline", help="git refs (comma-separated) whose code is measured too")
-    ap.add_argument("--baseline-only", action="store_true",
-                    help="measure only the baseline, not this checkout")
+    ap.add_argument(
+        "--baseline-only", action="store_true", help="measure only the baseline, not this checkout"
+    )
     a = ap.parse_args()
     print(json.dumps(run(a.smoke, a.baseline, checkout=not a.baseline_only), indent=1))

@@ -1,4 +1,5 @@
 """Plain MQTT clients (paho) that watch what passes through a broker."""
+
 import os
 import threading
 import time
@@ -18,7 +19,7 @@ class Watcher:
         self.c = c = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id=client_id)
         c.on_connect = lambda cl, u, f, r, p: cl.subscribe([(t, 0) for t in topics])
         c.on_message = self._on_message
-        c.reconnect_delay_set(0.05, 0.2)   # back soon after a broker restart
+        c.reconnect_delay_set(0.05, 0.2)  # back soon after a broker restart
         c.connect("127.0.0.1", port)
         c.loop_start()
 

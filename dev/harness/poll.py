@@ -5,6 +5,7 @@ Portable: tests/portable use ``until`` under the real MicroPython too
 (tests/conftest.py's mpy_tree compiles this module), so it needs only
 asyncio, time and edgebus.compat's clock, in whole milliseconds (a float
 is garbage on MicroPython)."""
+
 import asyncio
 import time
 
@@ -27,8 +28,9 @@ def wait_until(cond, timeout=10.0, what="the condition", step=0.1, procs=()):
             return v
         dead = [getattr(p, "args", p) for p in procs if p.poll() is not None]
         if dead:
-            raise AssertionError("ended while waiting for %s: %s"
-                                 % (what() if callable(what) else what, dead))
+            raise AssertionError(
+                "ended while waiting for %s: %s" % (what() if callable(what) else what, dead)
+            )
         if ms() >= deadline:
             raise _late(what, timeout)
         time.sleep(step)

@@ -1,4 +1,5 @@
 """A child process that cannot outlive its test or tool."""
+
 import os
 import signal
 import subprocess
@@ -43,7 +44,7 @@ class Process(subprocess.Popen):
         try:
             os.killpg(self.pid, signal.SIGKILL)
         except ProcessLookupError:
-            pass                # the group ended with a clean stop
+            pass  # the group ended with a clean stop
         self.wait()
 
     def __exit__(self, *exc):
@@ -60,6 +61,7 @@ def processes():
         p = Process(cmd, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         procs.append(p)
         return p
+
     try:
         yield start
     finally:

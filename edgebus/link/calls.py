@@ -1,5 +1,6 @@
 """The link's calls: routes offered and proxied, forwarding calls to the
 peer, serving the peer's calls here, and their results."""
+
 from .. import compat, errors, topic
 from . import presence, routes, rules, tx, wire
 
@@ -21,7 +22,7 @@ def send_routes(link):
             continue
         r = rules.first(link._export_calls, k)
         if r is not None and not rules.local(link, k):
-            wt = wire.topic_out(k[len(r[1]):])
+            wt = wire.topic_out(k[len(r[1]) :])
             out.append(wt if path is None else [wt, path])
             keys.append(k)
     out.sort(key=str)
@@ -46,7 +47,7 @@ def on_routes(link, obj):
 
 def spawn(link, coro):
     t = compat.asyncio.create_task(coro)
-    keep = []          # a loop, not a comprehension: one function less on the heap
+    keep = []  # a loop, not a comprehension: one function less on the heap
     for x in link._tasks:
         if not x.done():
             keep.append(x)
@@ -58,8 +59,11 @@ def spawn(link, coro):
 async def proxy(r):
     """Forward the requests on a proxy endpoint, each to its best offer."""
     while True:
-        while r.offers and len(r.offers[0][0]._pending) >= r.offers[0][0].max_pending \
-                and r.ep.why() is None:
+        while (
+            r.offers
+            and len(r.offers[0][0]._pending) >= r.offers[0][0].max_pending
+            and r.ep.why() is None
+        ):
             # Leaving requests queued makes further callers see Full at once.
             link = r.offers[0][0]
             link._freed.clear()
@@ -112,7 +116,7 @@ def on_result(link, t, obj, blob):
     elif obj[1] == "failed":
         req.fail(obj[2])
     elif obj[1] == "no_route" and routes.pick(p[1], req, p[2] + (link,)) is not None:
-        link.count("calls_fell_through")   # nothing ran there: the next route takes it
+        link.count("calls_fell_through")  # nothing ran there: the next route takes it
         forward(p[1], req, p[2] + (link,))
     else:
         req.abandon(obj[2] if obj[1] == "closed" else obj[1])
@@ -125,7 +129,7 @@ def on_call(link, obj, blob):
         return tx.call_frame(link, wire.FAIL, [cid, "busy", None])
     k = wire.topic_in(obj[1])
     r = None
-    if not rules.wild(link.bus, k):   # a call names one concrete endpoint
+    if not rules.wild(link.bus, k):  # a call names one concrete endpoint
         for ec in link._export_calls:
             if topic.matches(ec[0], ec[1] + k):
                 r = ec
@@ -137,16 +141,17 @@ def on_call(link, obj, blob):
     link.count("calls_in")
     ttl = obj[3]
     x = obj[4] if len(obj) > 4 and type(obj[4]) is dict else None
-    spawn(link, serve(link, link._session, cid, r[1] + k,
-                      blob if blob is not None else obj[2], ttl, x))
+    spawn(
+        link,
+        serve(link, link._session, cid, r[1] + k, blob if blob is not None else obj[2], ttl, x),
+    )
 
 
 async def serve(link, session, cid, k, payload, ttl, x):
     """Call endpoint ``k`` here for the peer and send the result back."""
     res = None
     try:
-        v = await link._imp.call(k, payload, timeout=None if ttl is None else ttl / 1000,
-                                 extra=x)
+        v = await link._imp.call(k, payload, timeout=None if ttl is None else ttl / 1000, extra=x)
         blob = None
         if isinstance(v, (bytes, bytearray)):
             blob, v = v, None
@@ -155,17 +160,16 @@ async def serve(link, session, cid, k, payload, ttl, x):
         res = (wire.FAIL, [cid, "failed", e.reason], None)
     except errors.Closed as e:
         # a relay that found no route says so: the caller's side may try another
-        res = (wire.FAIL, [cid, "no_route" if e.reason == "no_route" else "closed", e.reason],
-               None)
+        res = (wire.FAIL, [cid, "no_route" if e.reason == "no_route" else "closed", e.reason], None)
     except errors.Disconnected:
         res = (wire.FAIL, [cid, "session_reset", None], None)
     except errors.CallError as e:
         res = (wire.FAIL, [cid, e.reason, None], None)
     except errors.BusError as e:
         res = (wire.FAIL, [cid, "denied", str(e)], None)
-    except ValueError as e:   # a topic the bus refuses: answer, never leave the caller waiting
+    except ValueError as e:  # a topic the bus refuses: answer, never leave the caller waiting
         res = (wire.FAIL, [cid, "failed", str(e)], None)
-    except MemoryError:     # a small board: answer rather than leave the caller waiting
+    except MemoryError:  # a small board: answer rather than leave the caller waiting
         res = (wire.FAIL, [cid, "failed", "out of memory on %s" % link.node], None)
     finally:
         link._served -= 1

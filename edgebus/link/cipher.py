@@ -16,6 +16,7 @@ None of them: ``BACKEND`` is None and the seal can only authenticate
 AES-128, not 256: the key is one HKDF block per direction, never reused
 across sessions, and 10 rounds instead of 14 matter on a Cortex-M.
 """
+
 try:
     import cryptolib
 except ImportError:
@@ -26,11 +27,12 @@ if cryptolib is not None:
     try:
         cryptolib.aes(bytes(16), 6, bytes(16))
         BACKEND = "cryptolib-ctr"
-    except ValueError:   # "mode": this build has no CTR
+    except ValueError:  # "mode": this build has no CTR
         BACKEND = "cryptolib-ecb"
 else:
     try:
         from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
+
         BACKEND = "cryptography"
     except ImportError:
         pass
@@ -62,7 +64,7 @@ def ctr(k, c, data):
         return cryptolib.aes(k, 6, _iv(c)).encrypt(data)
     blocks = bytearray(_iv(c) * ((n + 15) >> 4))
     for i in range(1, len(blocks) >> 4):
-        blocks[(i << 4) + 14] = i >> 8    # frames are < 64 KiB: two bytes of block number
+        blocks[(i << 4) + 14] = i >> 8  # frames are < 64 KiB: two bytes of block number
         blocks[(i << 4) + 15] = i & 0xFF
     s = k(blocks)
     x = int.from_bytes(data, "big") ^ int.from_bytes(memoryview(s)[:n], "big")

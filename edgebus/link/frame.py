@@ -23,6 +23,7 @@ Message transports (MQTT) carry the same frames, one per message:
 The same source runs on CPython and on MicroPython: no dataclasses, typing or
 CPython-only modules, and the reader works in one preallocated buffer.
 """
+
 DELIM = b"\x00"
 """The frame delimiter; also sent alone when a stream (re)opens."""
 
@@ -42,30 +43,34 @@ _ZERO = b"\x00"
 # two bytes literals, not built at import: frozen into a board's firmware they
 # stay in flash, where an array('H') built at import took ~0.5 KB of the heap
 # (tests/portable/test_frame.py checks them against the polynomial 0x1021).
-_HI = (b"\x00\x10\x20\x30\x40\x50\x60\x70\x81\x91\xa1\xb1\xc1\xd1\xe1\xf1\x12\x02\x32\x22\x52\x42"
-       b"\x72\x62\x93\x83\xb3\xa3\xd3\xc3\xf3\xe3\x24\x34\x04\x14\x64\x74\x44\x54\xa5\xb5\x85\x95"
-       b"\xe5\xf5\xc5\xd5\x36\x26\x16\x06\x76\x66\x56\x46\xb7\xa7\x97\x87\xf7\xe7\xd7\xc7\x48\x58"
-       b"\x68\x78\x08\x18\x28\x38\xc9\xd9\xe9\xf9\x89\x99\xa9\xb9\x5a\x4a\x7a\x6a\x1a\x0a\x3a\x2a"
-       b"\xdb\xcb\xfb\xeb\x9b\x8b\xbb\xab\x6c\x7c\x4c\x5c\x2c\x3c\x0c\x1c\xed\xfd\xcd\xdd\xad\xbd"
-       b"\x8d\x9d\x7e\x6e\x5e\x4e\x3e\x2e\x1e\x0e\xff\xef\xdf\xcf\xbf\xaf\x9f\x8f\x91\x81\xb1\xa1"
-       b"\xd1\xc1\xf1\xe1\x10\x00\x30\x20\x50\x40\x70\x60\x83\x93\xa3\xb3\xc3\xd3\xe3\xf3\x02\x12"
-       b"\x22\x32\x42\x52\x62\x72\xb5\xa5\x95\x85\xf5\xe5\xd5\xc5\x34\x24\x14\x04\x74\x64\x54\x44"
-       b"\xa7\xb7\x87\x97\xe7\xf7\xc7\xd7\x26\x36\x06\x16\x66\x76\x46\x56\xd9\xc9\xf9\xe9\x99\x89"
-       b"\xb9\xa9\x58\x48\x78\x68\x18\x08\x38\x28\xcb\xdb\xeb\xfb\x8b\x9b\xab\xbb\x4a\x5a\x6a\x7a"
-       b"\x0a\x1a\x2a\x3a\xfd\xed\xdd\xcd\xbd\xad\x9d\x8d\x7c\x6c\x5c\x4c\x3c\x2c\x1c\x0c\xef\xff"
-       b"\xcf\xdf\xaf\xbf\x8f\x9f\x6e\x7e\x4e\x5e\x2e\x3e\x0e\x1e")
-_LO = (b"\x00\x21\x42\x63\x84\xa5\xc6\xe7\x08\x29\x4a\x6b\x8c\xad\xce\xef\x31\x10\x73\x52\xb5\x94"
-       b"\xf7\xd6\x39\x18\x7b\x5a\xbd\x9c\xff\xde\x62\x43\x20\x01\xe6\xc7\xa4\x85\x6a\x4b\x28\x09"
-       b"\xee\xcf\xac\x8d\x53\x72\x11\x30\xd7\xf6\x95\xb4\x5b\x7a\x19\x38\xdf\xfe\x9d\xbc\xc4\xe5"
-       b"\x86\xa7\x40\x61\x02\x23\xcc\xed\x8e\xaf\x48\x69\x0a\x2b\xf5\xd4\xb7\x96\x71\x50\x33\x12"
-       b"\xfd\xdc\xbf\x9e\x79\x58\x3b\x1a\xa6\x87\xe4\xc5\x22\x03\x60\x41\xae\x8f\xec\xcd\x2a\x0b"
-       b"\x68\x49\x97\xb6\xd5\xf4\x13\x32\x51\x70\x9f\xbe\xdd\xfc\x1b\x3a\x59\x78\x88\xa9\xca\xeb"
-       b"\x0c\x2d\x4e\x6f\x80\xa1\xc2\xe3\x04\x25\x46\x67\xb9\x98\xfb\xda\x3d\x1c\x7f\x5e\xb1\x90"
-       b"\xf3\xd2\x35\x14\x77\x56\xea\xcb\xa8\x89\x6e\x4f\x2c\x0d\xe2\xc3\xa0\x81\x66\x47\x24\x05"
-       b"\xdb\xfa\x99\xb8\x5f\x7e\x1d\x3c\xd3\xf2\x91\xb0\x57\x76\x15\x34\x4c\x6d\x0e\x2f\xc8\xe9"
-       b"\x8a\xab\x44\x65\x06\x27\xc0\xe1\x82\xa3\x7d\x5c\x3f\x1e\xf9\xd8\xbb\x9a\x75\x54\x37\x16"
-       b"\xf1\xd0\xb3\x92\x2e\x0f\x6c\x4d\xaa\x8b\xe8\xc9\x26\x07\x64\x45\xa2\x83\xe0\xc1\x1f\x3e"
-       b"\x5d\x7c\x9b\xba\xd9\xf8\x17\x36\x55\x74\x93\xb2\xd1\xf0")
+_HI = (
+    b"\x00\x10\x20\x30\x40\x50\x60\x70\x81\x91\xa1\xb1\xc1\xd1\xe1\xf1\x12\x02\x32\x22\x52\x42"
+    b"\x72\x62\x93\x83\xb3\xa3\xd3\xc3\xf3\xe3\x24\x34\x04\x14\x64\x74\x44\x54\xa5\xb5\x85\x95"
+    b"\xe5\xf5\xc5\xd5\x36\x26\x16\x06\x76\x66\x56\x46\xb7\xa7\x97\x87\xf7\xe7\xd7\xc7\x48\x58"
+    b"\x68\x78\x08\x18\x28\x38\xc9\xd9\xe9\xf9\x89\x99\xa9\xb9\x5a\x4a\x7a\x6a\x1a\x0a\x3a\x2a"
+    b"\xdb\xcb\xfb\xeb\x9b\x8b\xbb\xab\x6c\x7c\x4c\x5c\x2c\x3c\x0c\x1c\xed\xfd\xcd\xdd\xad\xbd"
+    b"\x8d\x9d\x7e\x6e\x5e\x4e\x3e\x2e\x1e\x0e\xff\xef\xdf\xcf\xbf\xaf\x9f\x8f\x91\x81\xb1\xa1"
+    b"\xd1\xc1\xf1\xe1\x10\x00\x30\x20\x50\x40\x70\x60\x83\x93\xa3\xb3\xc3\xd3\xe3\xf3\x02\x12"
+    b"\x22\x32\x42\x52\x62\x72\xb5\xa5\x95\x85\xf5\xe5\xd5\xc5\x34\x24\x14\x04\x74\x64\x54\x44"
+    b"\xa7\xb7\x87\x97\xe7\xf7\xc7\xd7\x26\x36\x06\x16\x66\x76\x46\x56\xd9\xc9\xf9\xe9\x99\x89"
+    b"\xb9\xa9\x58\x48\x78\x68\x18\x08\x38\x28\xcb\xdb\xeb\xfb\x8b\x9b\xab\xbb\x4a\x5a\x6a\x7a"
+    b"\x0a\x1a\x2a\x3a\xfd\xed\xdd\xcd\xbd\xad\x9d\x8d\x7c\x6c\x5c\x4c\x3c\x2c\x1c\x0c\xef\xff"
+    b"\xcf\xdf\xaf\xbf\x8f\x9f\x6e\x7e\x4e\x5e\x2e\x3e\x0e\x1e"
+)
+_LO = (
+    b"\x00\x21\x42\x63\x84\xa5\xc6\xe7\x08\x29\x4a\x6b\x8c\xad\xce\xef\x31\x10\x73\x52\xb5\x94"
+    b"\xf7\xd6\x39\x18\x7b\x5a\xbd\x9c\xff\xde\x62\x43\x20\x01\xe6\xc7\xa4\x85\x6a\x4b\x28\x09"
+    b"\xee\xcf\xac\x8d\x53\x72\x11\x30\xd7\xf6\x95\xb4\x5b\x7a\x19\x38\xdf\xfe\x9d\xbc\xc4\xe5"
+    b"\x86\xa7\x40\x61\x02\x23\xcc\xed\x8e\xaf\x48\x69\x0a\x2b\xf5\xd4\xb7\x96\x71\x50\x33\x12"
+    b"\xfd\xdc\xbf\x9e\x79\x58\x3b\x1a\xa6\x87\xe4\xc5\x22\x03\x60\x41\xae\x8f\xec\xcd\x2a\x0b"
+    b"\x68\x49\x97\xb6\xd5\xf4\x13\x32\x51\x70\x9f\xbe\xdd\xfc\x1b\x3a\x59\x78\x88\xa9\xca\xeb"
+    b"\x0c\x2d\x4e\x6f\x80\xa1\xc2\xe3\x04\x25\x46\x67\xb9\x98\xfb\xda\x3d\x1c\x7f\x5e\xb1\x90"
+    b"\xf3\xd2\x35\x14\x77\x56\xea\xcb\xa8\x89\x6e\x4f\x2c\x0d\xe2\xc3\xa0\x81\x66\x47\x24\x05"
+    b"\xdb\xfa\x99\xb8\x5f\x7e\x1d\x3c\xd3\xf2\x91\xb0\x57\x76\x15\x34\x4c\x6d\x0e\x2f\xc8\xe9"
+    b"\x8a\xab\x44\x65\x06\x27\xc0\xe1\x82\xa3\x7d\x5c\x3f\x1e\xf9\xd8\xbb\x9a\x75\x54\x37\x16"
+    b"\xf1\xd0\xb3\x92\x2e\x0f\x6c\x4d\xaa\x8b\xe8\xc9\x26\x07\x64\x45\xa2\x83\xe0\xc1\x1f\x3e"
+    b"\x5d\x7c\x9b\xba\xd9\xf8\x17\x36\x55\x74\x93\xb2\xd1\xf0"
+)
 
 
 def crc16_py(data, crc=0xFFFF):
@@ -86,11 +91,13 @@ def crc16_py(data, crc=0xFFFF):
 
 try:
     from binascii import crc_hqx as _hqx
+
     if _hqx(b"123456789", 0xFFFF) != 0x29B1:
         raise ImportError("crc_hqx is not CRC-16/CCITT")
 except ImportError:
     crc16 = crc16_py
 else:
+
     def crc16(data, crc=0xFFFF):
         """CRC-16/CCITT-FALSE of data (any bytes-like), continuing from crc
         (binascii.crc_hqx; the same as crc16_py)."""
@@ -98,6 +105,7 @@ else:
 
 
 # -- COBS ---------------------------------------------------------------------
+
 
 def max_encoded_len(max_len=MAX_LEN):
     """Longest encoded frame (delimiter excluded) for a body of up to max_len
@@ -123,12 +131,12 @@ def encode(body, max_len=MAX_LEN, lead=False, tail=None):
             c = crc16(tail, c)
         # Body and CRC fit one COBS block (at most 253 bytes): encode in
         # place, each 0x00 becoming the code byte of the run that follows it.
-        s = 2 if lead else 1        # out[s - 1]: first code byte
-        e = s + n + 2               # out[e]: the delimiter
+        s = 2 if lead else 1  # out[s - 1]: first code byte
+        e = s + n + 2  # out[e]: the delimiter
         out = bytearray(e + 1)
-        out[s:s + nb] = body
+        out[s : s + nb] = body
         if tail is not None:
-            out[s + nb:s + n] = tail
+            out[s + nb : s + n] = tail
         out[e - 2] = c >> 8
         out[e - 1] = c & 0xFF
         p = s - 1
@@ -140,11 +148,11 @@ def encode(body, max_len=MAX_LEN, lead=False, tail=None):
     # Longer bodies: block by block (blocks(), the encoder a UART writer
     # uses), gathered into one buffer of the longest encoding.
     buf = bytearray(BLOCK)
-    mv = memoryview(buf)            # no copy of the block per piece
+    mv = memoryview(buf)  # no copy of the block per piece
     out = bytearray(max_encoded_len(n) + 2)
     j = 0
     for k in blocks(body, buf, max_len, lead, tail):
-        out[j:j + k] = mv[:k]
+        out[j : j + k] = mv[:k]
         j += k
     return bytes(memoryview(out)[:j])
 
@@ -155,8 +163,7 @@ BLOCK = 256
 
 def _check(n, max_len):
     if n > max_len:
-        raise ValueError("frame body of %d bytes exceeds the maximum of %d bytes"
-                         % (n, max_len))
+        raise ValueError("frame body of %d bytes exceeds the maximum of %d bytes" % (n, max_len))
 
 
 def blocks(body, buf, max_len=MAX_LEN, lead=False, tail=None):
@@ -185,12 +192,12 @@ def blocks(body, buf, max_len=MAX_LEN, lead=False, tail=None):
         m = n if n < i + k else i + k
         if i < m:
             if m <= nb:
-                buf[1:1 + m - i] = src[i:m]
-            else:                   # the tail's bytes: after the body's
+                buf[1 : 1 + m - i] = src[i:m]
+            else:  # the tail's bytes: after the body's
                 j = i if i > nb else nb
                 if i < nb:
-                    buf[1:1 + nb - i] = src[i:nb]
-                buf[1 + j - i:1 + m - i] = tv[j - nb:m - nb]
+                    buf[1 : 1 + nb - i] = src[i:nb]
+                buf[1 + j - i : 1 + m - i] = tv[j - nb : m - nb]
         for p in range(m, i + k):
             buf[1 + p - i] = c >> 8 if p == n else c & 0xFF
         z = buf.find(_ZERO, 1, 1 + k)
@@ -202,7 +209,7 @@ def blocks(body, buf, max_len=MAX_LEN, lead=False, tail=None):
         buf[0] = k + 1
         yield k + 1
         i += k
-        if k < 254 or i == total:   # a final full block implies no 0x00
+        if k < 254 or i == total:  # a final full block implies no 0x00
             break
     buf[0] = 0
     yield 1
@@ -229,7 +236,7 @@ def _unstuff(src, n, out, cap=-1, inplace=False):
         k = code - 1
         if j + k > cap:
             return -2
-        out[j:j + k] = bytes(src[i + 1:end]) if inplace else src[i + 1:end]
+        out[j : j + k] = bytes(src[i + 1 : end]) if inplace else src[i + 1 : end]
         j += k
         i = end
         if code != 0xFF and i < n:
@@ -263,7 +270,7 @@ def decode(frame, max_len=MAX_LEN):
     body = memoryview(out)[:m]
     if crc16(body) != 0:
         return None
-    return bytes(body[:m - 2])
+    return bytes(body[: m - 2])
 
 
 def message(body, max_len=MAX_LEN, tail=None, bare=False):
@@ -288,6 +295,7 @@ def unmessage(msg, max_len=MAX_LEN):
 
 
 # -- the streaming reader -----------------------------------------------------
+
 
 class FrameReader:
     """Reassembles frames from a byte stream fed in arbitrary chunks.
@@ -324,8 +332,8 @@ class FrameReader:
         self._cap = max_encoded_len(max_len)
         self._buf = bytearray(self._cap)
         self._bmv = memoryview(self._buf)
-        self.pending = 0        # bytes of an unfinished frame held in _buf
-        self._skip = False      # inside an oversized frame: drop to delimiter
+        self.pending = 0  # bytes of an unfinished frame held in _buf
+        self._skip = False  # inside an oversized frame: drop to delimiter
         self.frames = 0
         self.crc_errors = 0
         self.cobs_errors = 0
@@ -335,9 +343,14 @@ class FrameReader:
 
     def stats(self):
         """The counters as a dict."""
-        return {"frames": self.frames, "crc_errors": self.crc_errors,
-                "cobs_errors": self.cobs_errors, "oversize": self.oversize,
-                "garbage_bytes": self.garbage_bytes, "empty": self.empty}
+        return {
+            "frames": self.frames,
+            "crc_errors": self.crc_errors,
+            "cobs_errors": self.cobs_errors,
+            "oversize": self.oversize,
+            "garbage_bytes": self.garbage_bytes,
+            "empty": self.empty,
+        }
 
     def reset(self):
         """Drop any unfinished frame (counted as garbage bytes), e.g. when the
@@ -354,7 +367,7 @@ class FrameReader:
         if not n:
             return got
         if not isinstance(data, (bytes, bytearray)):
-            data = bytes(data)          # memoryview has no find()
+            data = bytes(data)  # memoryview has no find()
         src = memoryview(data)
         pos = 0
         while pos < n:
@@ -412,6 +425,6 @@ class FrameReader:
                 self.crc_errors += 1
             else:
                 self.frames += 1
-                got.append(bytes(self._bmv[:m - 2]))
+                got.append(bytes(self._bmv[: m - 2]))
                 return
         self.garbage_bytes += k

@@ -1,5 +1,6 @@
 """The link's handshake: HELLO, HELLO_ACK and AUTH, keys and proofs, and
 the start of a session (the end is Link.end_session)."""
+
 from binascii import hexlify
 
 from .. import backoff, compat
@@ -65,19 +66,25 @@ def _side(link, auth):
     # A side that offers seal marks its nonce (not hex, so never an old
     # peer's): the proofs cover both nonces, so a man in the middle who
     # strips "seal" from caps is caught by the mark it cannot remove.
-    s = {"v": wire.VERSION, "node": link.node, "sid": link.sid,
-         "nonce": (seal.MARK if sealing else "") + wire.nonce(),
-         "hb": int(link.heartbeat * 1000), "auth": auth, "ms": compat.ms()}
+    s = {
+        "v": wire.VERSION,
+        "node": link.node,
+        "sid": link.sid,
+        "nonce": (seal.MARK if sealing else "") + wire.nonce(),
+        "hb": int(link.heartbeat * 1000),
+        "auth": auth,
+        "ms": compat.ms(),
+    }
     w = compat.wall_ms()
     if w is not None:
-        s["wall"] = w - s["ms"]   # this side's Unix time at ms 0 of its clock
+        s["wall"] = w - s["ms"]  # this side's Unix time at ms 0 of its clock
     caps = [wire.CAP_ACK, wire.CAP_HIST, wire.CAP_FLOW] if link.ack else []
     if sealing:
         caps += seal.caps(link, link._transport)
     if caps:
         s["caps"] = caps
     if link.ack and link._rx_window is not None:
-        s["win"] = link._rx_window    # the window from the first frame on (protocol 11)
+        s["win"] = link._rx_window  # the window from the first frame on (protocol 11)
     return s
 
 
@@ -100,12 +107,20 @@ def _unsealed(link, mine, theirs):
         link.count("downgrades")
         _refuse(link, "downgrade", "seal was stripped from the handshake", "downgrade")
         return True
-    if link.seal == "offer" or seal.offered(theirs) and (
-            link.seal != "encrypt" or seal.offered(theirs, wire.CAP_ENC)):
+    if (
+        link.seal == "offer"
+        or seal.offered(theirs)
+        and (link.seal != "encrypt" or seal.offered(theirs, wire.CAP_ENC))
+    ):
         return False
     link.count("seal_refused")
-    _refuse(link, "seal_required", "this link requires %s session" % (
-        "an encrypted" if link.seal == "encrypt" else "a sealed"), "unsealed peer")
+    _refuse(
+        link,
+        "seal_required",
+        "this link requires %s session"
+        % ("an encrypted" if link.seal == "encrypt" else "a sealed"),
+        "unsealed peer",
+    )
     return True
 
 
@@ -118,17 +133,19 @@ def retry_later(link):
 def hello(link):
     """Open a session (initiator): send HELLO, and again after a short wait
     (doubling, with jitter, up to handshake_timeout) until an answer."""
-    seal.stop(link)      # this handshake's frames go unsealed; session_up seals
+    seal.stop(link)  # this handshake's frames go unsealed; session_up seals
     link._mine = _side(link, link._key is not None)
-    link._hs = (link._hs if link.status == wire.HELLO_SENT else [])[1 - KEEP:] + [
-        (None, link._mine)]
+    link._hs = (link._hs if link.status == wire.HELLO_SENT else [])[1 - KEEP :] + [
+        (None, link._mine)
+    ]
     key = key_for(link, link.peer, {})
     if key is not None:
         link._mine["kid"] = kid(key)
     tx.control(link, wire.HELLO, link._mine)
     link._set_state(wire.HELLO_SENT)
-    link._hello_wait = backoff.jitter(backoff.grow(link._hello_wait, 0.5, link.handshake_timeout),
-                                      0.75)
+    link._hello_wait = backoff.jitter(
+        backoff.grow(link._hello_wait, 0.5, link.handshake_timeout), 0.75
+    )
 
 
 def peer_presence(link, online):
@@ -143,9 +160,15 @@ def peer_presence(link, online):
                 link._doubt()
             else:
                 link.end_session("peer offline")
-    elif link.role == "initiator" and link._transport is not None and (
-            link.status == wire.DOWN or link.status == wire.HELLO_SENT
-            and compat.now() - link._t_state > 0.5):   # a HELLO just sent is not redone
+    elif (
+        link.role == "initiator"
+        and link._transport is not None
+        and (
+            link.status == wire.DOWN
+            or link.status == wire.HELLO_SENT
+            and compat.now() - link._t_state > 0.5
+        )
+    ):  # a HELLO just sent is not redone
         link.count("peer_online")
         link._hello_wait = 0
         link._retry_at = 0.0
@@ -168,8 +191,11 @@ def _clock(link, h):
 
 def _check(link, h):
     if h.get("v") != wire.VERSION:
-        error(link, "version", "protocol version %r not supported (want %d)"
-              % (h.get("v"), wire.VERSION))
+        error(
+            link,
+            "version",
+            "protocol version %r not supported (want %d)" % (h.get("v"), wire.VERSION),
+        )
         return None
     for f in ("node", "sid", "nonce"):
         if type(h.get(f)) is not str or not h[f] or len(h[f]) > 64:
@@ -189,9 +215,14 @@ def on_hello(link, h):
         return link.count("unexpected")
     prev = link._hs if link.status == wire.ACK_SENT else []
     last = link._hs[-1][0] if link._hs and link.status != wire.DOWN else None
-    if last is not None and last["sid"] == h.get("sid") and h.get("nonce") not in link._recent \
-            and type(h.get("ms")) is int and type(last.get("ms")) is int \
-            and h["ms"] <= last["ms"]:
+    if (
+        last is not None
+        and last["sid"] == h.get("sid")
+        and h.get("nonce") not in link._recent
+        and type(h.get("ms")) is int
+        and type(last.get("ms")) is int
+        and h["ms"] <= last["ms"]
+    ):
         # A retry the peer sent before the HELLO in hand (the session's, or
         # the latest answered), arriving late: redoing it would end a
         # session the peer already has, or answer what it no longer waits for.
@@ -204,8 +235,12 @@ def on_hello(link, h):
     if _check(link, h) is None:
         return link.end_session("bad hello")
     if link.peer is not None and h["node"] != link.peer:
-        return _refuse(link, "unknown_node", "this link serves node %r, not %r"
-                       % (link.peer, h["node"]), "unknown node")
+        return _refuse(
+            link,
+            "unknown_node",
+            "this link serves node %r, not %r" % (link.peer, h["node"]),
+            "unknown node",
+        )
     if h["nonce"] in link._recent:
         link.count("replays")
         error(link, "replay", "hello nonce already used")
@@ -213,8 +248,9 @@ def on_hello(link, h):
     link._recent = (link._recent + [h["nonce"]])[-16:]
     key = key_for(link, h["node"], h)
     if (key is None) != (not h.get("auth")):
-        return _refuse(link, "auth_failed", "authentication required on one side only",
-                       "auth mismatch")
+        return _refuse(
+            link, "auth_failed", "authentication required on one side only", "auth mismatch"
+        )
     _clock(link, h)
     link._mine = _side(link, key is not None)
     if key is not None:
@@ -222,9 +258,11 @@ def on_hello(link, h):
     if _unsealed(link, link._mine, h):
         return
     # The same boot's earlier HELLOs stay answerable (KEEP); another boot's go.
-    link._hs = [e for e in prev if e[0]["sid"] == h["sid"]][1 - KEEP:] + [(h, link._mine)]
+    link._hs = [e for e in prev if e[0]["sid"] == h["sid"]][1 - KEEP :] + [(h, link._mine)]
     ack = dict(link._mine)
-    ack["to"] = h["nonce"][:8]   # which HELLO this answers: a retried HELLO's stale answer is ignored
+    ack["to"] = h["nonce"][
+        :8
+    ]  # which HELLO this answers: a retried HELLO's stale answer is ignored
     if key is not None:
         ack["proof"] = _proof(key, "R", h, link._mine)
     tx.control(link, wire.HELLO_ACK, ack)
@@ -240,16 +278,22 @@ def on_ack(link, a):
     else:
         return link.count("stale_acks")
     if mine is not link._mine:
-        link.count("earlier_acks")     # the answer to an earlier HELLO: taken
+        link.count("earlier_acks")  # the answer to an earlier HELLO: taken
         link._mine = mine
     if _check(link, a) is None:
         return link.end_session("bad hello_ack")
     key = key_for(link, a["node"], a)
     if key is not None:
         p = a.get("proof")
-        if type(p) is not str or not wire.same(p.encode(), _proof(key, "R", link._mine, a).encode()):
-            _refuse(link, "auth_failed", "the peer does not know this link's key"
-                    " (or the handshake was altered)", "auth failed")
+        if type(p) is not str or not wire.same(
+            p.encode(), _proof(key, "R", link._mine, a).encode()
+        ):
+            _refuse(
+                link,
+                "auth_failed",
+                "the peer does not know this link's key (or the handshake was altered)",
+                "auth failed",
+            )
             link.retry_later()
             return
         if _unsealed(link, link._mine, a):
@@ -257,8 +301,9 @@ def on_ack(link, a):
             return
         tx.control(link, wire.AUTH, {"proof": _proof(key, "I", link._mine, a)})
     elif a.get("auth"):
-        return _refuse(link, "auth_failed", "authentication required on one side only",
-                       "auth mismatch")
+        return _refuse(
+            link, "auth_failed", "authentication required on one side only", "auth mismatch"
+        )
     else:
         tx.control(link, wire.AUTH, {})
     _clock(link, a)
@@ -269,24 +314,28 @@ def on_auth(link, a):
     if link.role != "responder" or link.status != wire.ACK_SENT:
         return link.count("unexpected")
     p = a.get("proof")
-    for h, mine in reversed(link._hs):    # the AUTH may answer an earlier HELLO_ACK
+    for h, mine in reversed(link._hs):  # the AUTH may answer an earlier HELLO_ACK
         key = key_for(link, h["node"], h)
-        if key is None or type(p) is str and wire.same(
-                p.encode(), _proof(key, "I", h, mine).encode()):
+        if (
+            key is None
+            or type(p) is str
+            and wire.same(p.encode(), _proof(key, "I", h, mine).encode())
+        ):
             return session_up(link, h, mine)
     _refuse(link, "auth_failed", "the peer does not know this link's key", "auth failed")
 
 
 def session_up(link, hello, ack):
     """Both sides proved the key: start the session."""
-    link._hs = [(hello, ack)] if link.role == "responder" else []   # the session's HELLO
+    link._hs = [(hello, ack)] if link.role == "responder" else []  # the session's HELLO
     peer = ack if link.role == "initiator" else hello
     sid = peer["sid"]
     st = link.state
     if st.get("peer_sid") != sid:
-        if st.get("rx_next") is not None:   # for that boot's entries still to come (HIST)
-            st["old"] = (st.get("old") or [])[-3:] + [[st["peer_sid"], st["rx_next"],
-                                                       st.get("generation")]]
+        if st.get("rx_next") is not None:  # for that boot's entries still to come (HIST)
+            st["old"] = (st.get("old") or [])[-3:] + [
+                [st["peer_sid"], st["rx_next"], st.get("generation")]
+            ]
         st["generation"] = st.get("generation", 0) + 1
         st["peer_sid"] = sid
         st["rx_next"] = None
@@ -304,9 +353,15 @@ def session_up(link, hello, ack):
     imp = link._imp
     if imp is not None:
         imp.disconnect()
-    link._imp = link._conn.derive(origin_factory={
-        "kind": "link", "link_id": link.link_id, "peer_node": node,
-        "peer_sid": sid, "generation": link.generation})
+    link._imp = link._conn.derive(
+        origin_factory={
+            "kind": "link",
+            "link_id": link.link_id,
+            "peer_node": node,
+            "peer_sid": sid,
+            "generation": link.generation,
+        }
+    )
     rs = link._rule_src
     link._imports = rules.resolve(rs[1], link.bus, node)
     link._export_calls = rules.resolve(rs[2], link.bus, node)
@@ -314,6 +369,7 @@ def session_up(link, hello, ack):
     tx.start(link, node, peer.get("win"))
     if link._journal is not None:
         from . import journal
+
         journal.up(link, peer)
     link._set_state(wire.UP)
     link._backoff = link.handshake_timeout

@@ -2,10 +2,11 @@
 published under that boot's own provenance (its sid, the generation recorded
 for it, its sequence number, its clock), deduplicated and acknowledged per
 boot. Imported when the first such frame arrives."""
+
 from .. import compat, errors
 from . import rules, tx, wire
 
-OLD = 4   # earlier boots remembered per link (state["old"])
+OLD = 4  # earlier boots remembered per link (state["old"])
 
 
 def _old(link, sid):
@@ -28,7 +29,7 @@ def _rx(link):
     h = link._hist
     if h is None:
         h = link._hist = [link._session, {}, {}, {}]
-    elif h[0] != link._session:     # a new session: acknowledgements said again
+    elif h[0] != link._session:  # a new session: acknowledgements said again
         h[0] = link._session
         h[1] = {}
         h[3] = {}
@@ -43,9 +44,15 @@ def _imp(link, h, o):
             for k in list(h[2]):
                 h[2].pop(k).disconnect()
                 break
-        c = h[2][o[0]] = link._conn.derive(origin_factory={
-            "kind": "link", "link_id": link.link_id, "peer_node": link.peer_node,
-            "peer_sid": o[0], "generation": o[2]})
+        c = h[2][o[0]] = link._conn.derive(
+            origin_factory={
+                "kind": "link",
+                "link_id": link.link_id,
+                "peer_node": link.peer_node,
+                "peer_sid": o[0],
+                "generation": o[2],
+            }
+        )
     return c
 
 
@@ -72,7 +79,7 @@ def on_frame(link, t, obj, blob):
     exp = o[1]
     if exp is not None and seq < exp:
         return link.count("duplicates")
-    if exp is not None and seq > exp:   # lost in flight: asked again (once a second)
+    if exp is not None and seq > exp:  # lost in flight: asked again (once a second)
         link.count("out_of_order")
         a = h[3].get(sid)
         now = compat.now()
@@ -114,8 +121,11 @@ def on_frame(link, t, obj, blob):
 
 def mark(link):
     """Link.rx_mark() once earlier boots' frames came: theirs third."""
-    return (link.peer_sid, link.state.get("rx_next"),
-            tuple([(o[0], o[1]) for o in link.state.get("old", ())]))
+    return (
+        link.peer_sid,
+        link.state.get("rx_next"),
+        tuple([(o[0], o[1]) for o in link.state.get("old", ())]),
+    )
 
 
 def acknowledge(link, marks):

@@ -17,6 +17,7 @@ A short or unknown record ends a file (a reboot in the middle of a write).
 A file whose entries are all acknowledged is deleted; past ``size`` bytes in
 all, the oldest file goes (its entries counted in ``dropped``).
 """
+
 import os
 
 from ..compat import asyncio, const, ms, wall_ms
@@ -36,7 +37,7 @@ _FI = const(4)
 _POS = const(5)
 _FROM = const(6)
 _TOLD = const(7)
-_SAID = const(8)     # the acknowledgement last written
+_SAID = const(8)  # the acknowledgement last written
 
 
 def _u(b):
@@ -60,27 +61,27 @@ class Journal:
         self.dir = path
         self.sid = sid
         self.size = size
-        self.seg = max(block, size // 8)   # a file is closed for appends past this
+        self.seg = max(block, size // 8)  # a file is closed for appends past this
         self.buf = bytearray(block)
         self.mv = memoryview(self.buf)
-        self.n = 0           # bytes in buf
-        self.blast = 0       # the last entry's seq in buf (0: none)
-        self.bent = 0        # entries in buf
-        self.mine = []       # this boot's files
-        self.cur = None      # the one appended to
-        self.last = 0        # the last seq appended
-        self.acked = 0       # everything below is acknowledged
-        self.wall = None     # Unix ms at this boot's clock 0
-        self.bytes = 0       # on flash, every file
+        self.n = 0  # bytes in buf
+        self.blast = 0  # the last entry's seq in buf (0: none)
+        self.bent = 0  # entries in buf
+        self.mine = []  # this boot's files
+        self.cur = None  # the one appended to
+        self.last = 0  # the last seq appended
+        self.acked = 0  # everything below is acknowledged
+        self.wall = None  # Unix ms at this boot's clock 0
+        self.bytes = 0  # on flash, every file
         self.writes = 0
         self.written = 0
         self.dropped = 0
         self.olds = []
-        self.oi = 0          # HIST: the earlier boot being sent
-        self.hist = False    # HIST: the peer takes it this session
+        self.oi = 0  # HIST: the earlier boot being sent
+        self.hist = False  # HIST: the peer takes it this session
         self.flip = False
         self._mark = 0
-        self._rf = None      # (name, file) open for reading
+        self._rf = None  # (name, file) open for reading
         w = wall_ms()
         if w is not None:
             self.wall = w - ms()
@@ -144,7 +145,7 @@ class Journal:
                 sid = f.read(h[4]).decode() if len(h) == 5 and h[:4] == _MAGIC else None
                 fl = [name, size, 0, 0]
                 self.bytes += size
-                if sid is None or sid == self.sid:   # not ours, or a reused sid's
+                if sid is None or sid == self.sid:  # not ours, or a reused sid's
                     self.mine.append(fl)
                     self._delete(fl, self.mine)
                     continue
@@ -189,7 +190,7 @@ class Journal:
         fs = o[_FILES]
         i = 0
         while i < len(fs):
-            if fs[i][2] < o[_ACKED] or not fs[i][3]:   # all acknowledged, or none there
+            if fs[i][2] < o[_ACKED] or not fs[i][3]:  # all acknowledged, or none there
                 self._delete(fs[i], fs)
                 if o[_FI] > i:
                     o[_FI] -= 1
@@ -227,7 +228,7 @@ class Journal:
             h = _MAGIC + bytes([len(s)]) + s
             if self.wall is not None:
                 h += _record(_C, self.wall >> 32, (self.wall & 0xFFFFFFFF).to_bytes(4, "big"))
-            for o in self.olds:     # earlier boots' acknowledgements, again
+            for o in self.olds:  # earlier boots' acknowledgements, again
                 if o[_ACKED]:
                     h += _oack(o)
             self.cur = ["%08d.j" % self.k, 0, 0, 0]
@@ -247,17 +248,17 @@ class Journal:
         n = len(rec) + (len(body) if body is not None else 0)
         if self.n + n > len(self.buf):
             self.flush()
-        self.buf[self.n:self.n + len(rec)] = rec
+        self.buf[self.n : self.n + len(rec)] = rec
         self.n += len(rec)
         if body is not None:
-            self.mv[self.n:self.n + len(body)] = body
+            self.mv[self.n : self.n + len(body)] = body
             self.n += len(body)
 
     def append(self, seq, body):
         """Journal entry ``seq`` (its encoded body)."""
         rec = _record(_E, seq, len(body).to_bytes(2, "big"))
         self.last = seq
-        if len(rec) + len(body) > len(self.buf):   # larger than a block: alone
+        if len(rec) + len(body) > len(self.buf):  # larger than a block: alone
             self.flush()
             self._write([rec, body])
             self.cur[2] = seq
@@ -279,7 +280,7 @@ class Journal:
             for fl in list(self.mine):
                 self._delete(fl, self.mine)
             for o in self.olds:
-                o[_SAID] = 0      # their acknowledgements went with the files
+                o[_SAID] = 0  # their acknowledgements went with the files
             return
         self._put(_record(_A, upto))
         for fl in list(self.mine):
@@ -299,7 +300,7 @@ class Journal:
             if o[_ACKED] > o[_SAID]:
                 chunks.append(_oack(o))
         if self.n:
-            chunks.append(self.mv[:self.n])
+            chunks.append(self.mv[: self.n])
         if chunks:
             self._write(chunks)
             if self.bent:
@@ -367,7 +368,7 @@ class Journal:
                 j.oi += 1
                 continue
             seq = e[0]
-            if o[_TOLD] != seq:      # numbers before it are not here: lost for good
+            if o[_TOLD] != seq:  # numbers before it are not here: lost for good
                 o[_TOLD] = seq
                 return wire.encode(wire.SKIP, [seq, o[0]])
             o[_FI] = e[2]
@@ -377,7 +378,7 @@ class Journal:
             if len(b) <= link.max_len:
                 link.count("hist_sent")
                 return b
-            link.count("oversize_out")   # lost: the next SKIP says so
+            link.count("oversize_out")  # lost: the next SKIP says so
         return None
 
     def on_old(self, link, t, obj):
@@ -392,7 +393,7 @@ class Journal:
                 continue
             if t == wire.ACK:
                 if n > o[_ACKED]:
-                    o[_ACKED] = n     # written by the next tick, files pruned now
+                    o[_ACKED] = n  # written by the next tick, files pruned now
                     j._prune(o)
                     if not o[_FILES]:
                         j.olds.pop(i)
@@ -415,9 +416,16 @@ class Journal:
         return k
 
     def stats(self):
-        return {"bytes": self.bytes, "files": len(self.mine) + sum([len(o[_FILES]) for o in self.olds]),
-                "buffered": self.n, "writes": self.writes, "written": self.written,
-                "dropped": self.dropped, "old_boots": len(self.olds), "old_entries": self.pending()}
+        return {
+            "bytes": self.bytes,
+            "files": len(self.mine) + sum([len(o[_FILES]) for o in self.olds]),
+            "buffered": self.n,
+            "writes": self.writes,
+            "written": self.written,
+            "dropped": self.dropped,
+            "old_boots": len(self.olds),
+            "old_entries": self.pending(),
+        }
 
 
 # -- the link's side (functions over the Link, as tx and rx) ----------------
@@ -436,7 +444,7 @@ def up(link, peer):
     for o in j.olds:
         o[_FI] = o[_POS] = o[_FROM] = 0
         o[_TOLD] = None
-    if not link._acking:    # nobody will acknowledge: tx.start dropped what waits
+    if not link._acking:  # nobody will acknowledge: tx.start dropped what waits
         j.ack(link._tx_seq)
 
 

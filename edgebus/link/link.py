@@ -11,6 +11,7 @@ Each field has one owner, the concern that writes it: ``__init__`` sets them
 in one block per owner, and an owner's ``reset(link)`` sets what a session's
 end resets, both at the start and in ``end_session``.
 """
+
 from .. import compat, topic
 from . import calls, handshake, presence, routes, rules, rx, seal, tx, wire
 from .seal import TAIL as SEAL_TAIL
@@ -42,23 +43,51 @@ class Link:
     encrypts it where both sides can, "encrypt" always encrypts, "mac" never does, "offer"
     seals (and encrypts) where the peer offers it, "off" never seals.
     """
-    ticks = True          # run() ticks it; False: its owner calls tick() (thousands of links)
-    status_every = 1.0    # s between status publications while only counters change
 
-    def __init__(self, bus, node, key=None, role="initiator", link_id=None, peer=None,
-                 exports=(), imports=(), export_calls=(), import_calls=(),
-                 local_only=("link/#", "local/#"), heartbeat=5.0, handshake_timeout=5.0,
-                 max_pending=8, max_sync=512, out_queue=32, status=True, sid=None,
-                 state=None, principal=None, max_len=1024, spool=2048,
-                 spool_policy="drop_oldest", ack=True, durable=False, journal=None,
-                 journal_bytes=262144, journal_block=4096, priority=0, hold=None,
-                 seal="auto"):
+    ticks = True  # run() ticks it; False: its owner calls tick() (thousands of links)
+    status_every = 1.0  # s between status publications while only counters change
+
+    def __init__(
+        self,
+        bus,
+        node,
+        key=None,
+        role="initiator",
+        link_id=None,
+        peer=None,
+        exports=(),
+        imports=(),
+        export_calls=(),
+        import_calls=(),
+        local_only=("link/#", "local/#"),
+        heartbeat=5.0,
+        handshake_timeout=5.0,
+        max_pending=8,
+        max_sync=512,
+        out_queue=32,
+        status=True,
+        sid=None,
+        state=None,
+        principal=None,
+        max_len=1024,
+        spool=2048,
+        spool_policy="drop_oldest",
+        ack=True,
+        durable=False,
+        journal=None,
+        journal_bytes=262144,
+        journal_block=4096,
+        priority=0,
+        hold=None,
+        seal="auto",
+    ):
         if role not in ("initiator", "responder"):
             raise ValueError("role must be 'initiator' or 'responder'")
         seal_check(seal)
         if max_len < wire.MIN_LEN:
-            raise ValueError("max_len %d leaves no room for the handshake: at least %d"
-                             % (max_len, wire.MIN_LEN))
+            raise ValueError(
+                "max_len %d leaves no room for the handshake: at least %d" % (max_len, wire.MIN_LEN)
+            )
         # The state, grouped by owner: a "-- NAME.py:" block's fields are written by that
         # module alone (and here); each owner's reset() sets what a session's end resets,
         # here and in end_session (tests/host/project/test_layout_link.py holds both).
@@ -75,11 +104,11 @@ class Link:
         self.priority = priority
         self.max_sync = max_sync
         self.out_queue = out_queue
-        self.max_len = max_len    # the largest frame body; the transport's limit too
-        self.seal = seal          # sealed sessions (seal.py); a body leaves a seal's room
+        self.max_len = max_len  # the largest frame body; the transport's limit too
+        self.seal = seal  # sealed sessions (seal.py); a body leaves a seal's room
         self._room = max_len - SEAL_TAIL if key is not None and seal != "off" else max_len
-        self.ack = ack            # acknowledgements offered (negotiated: _acking)
-        self.durable = durable    # acknowledge only what the owner confirms
+        self.ack = ack  # acknowledgements offered (negotiated: _acking)
+        self.durable = durable  # acknowledge only what the owner confirms
         self.hold = hold
         # Peer continuity across sessions (and across restarts, if the caller
         # persists it): generation and the next sequence number expected.
@@ -87,7 +116,7 @@ class Link:
         self.counters = {}
         self.status = wire.DOWN
         self._t_state = compat.now()
-        self._key = key           # as given (handshake.key_for picks one)
+        self._key = key  # as given (handshake.key_for picks one)
         # Rules: as given, then resolved for the peer's node per session.
         self._rule_src = (exports, imports, export_calls, import_calls)
         self._local_only = [topic.pattern(p, bus.s_wild, bus.m_wild)[1] for p in local_only]
@@ -96,40 +125,42 @@ class Link:
             for x in r[:2]:
                 if type(x) is str and "{node}" in x:
                     self._node_rules = True
-        rules.resolve(exports, bus, None)   # a bad rule or class fails here, not at a session
+        rules.resolve(exports, bus, None)  # a bad rule or class fails here, not at a session
         # Everything the link does on this bus is done as principal (the
         # authoriser's subject): by default ("link", link_id).
-        self._conn = bus.connect(principal=principal if principal is not None
-                                 else ("link", self.link_id))
-        self._spool = Spool(spool, spool_policy)   # what waits for an ACK (tx.py fills it)
-        self._journal = None      # the flash spool (imported only when on)
+        self._conn = bus.connect(
+            principal=principal if principal is not None else ("link", self.link_id)
+        )
+        self._spool = Spool(spool, spool_policy)  # what waits for an ACK (tx.py fills it)
+        self._journal = None  # the flash spool (imported only when on)
         if journal is not None:
             from .journal import Journal
+
             self._journal = Journal(journal, self.sid, journal_bytes, journal_block)
         self._transport = None
-        self._pump = None         # the task spooling exports between transports
+        self._pump = None  # the task spooling exports between transports
         self._wake = compat.Event()
         self._freed = compat.Event()
-        self._t_rx = self._t_tx = self._t_status = 0.0   # last frame in, out; status published
-        self._t_doubt = 0.0       # the last _doubt()
+        self._t_rx = self._t_tx = self._t_status = 0.0  # last frame in, out; status published
+        self._t_doubt = 0.0  # the last _doubt()
         self._status_on, self._status_seen = status, None
         self._dirty = True
         # -- any module: the latest error, said by whichever concern met it --
         self.last_error = None
         # -- handshake.py: the peer, keys, handshakes in progress, the session's terms --
         self.peer_node = self.peer_sid = self.generation = None
-        self._hkey = None         # this handshake's key (key_for)
-        self._mine = None         # our latest side
-        self._hs = []             # in progress: (peer's HELLO or None, our side), newest last
-        self._recent = []         # initiator nonces seen (replay guard)
+        self._hkey = None  # this handshake's key (key_for)
+        self._mine = None  # our latest side
+        self._hs = []  # in progress: (peer's HELLO or None, our side), newest last
+        self._recent = []  # initiator nonces seen (replay guard)
         self._session = 0
-        self._backoff = 5.0       # the retry delay after an error; handshake_timeout once up
-        self._retry_at = 0.0      # no HELLO before (after an error)
-        self._hello_wait = 0      # the current HELLO retry interval
-        self._clock = None        # the peer's: (its ms at HELLO / HELLO_ACK, ms to Unix or None)
-        self._acking = self._flow = False   # negotiated: acknowledgements, WINDOW honoured
-        self._imp = None          # derived connection for what arrives, per session
-        self._imports = []        # the rules resolved for the peer's node
+        self._backoff = 5.0  # the retry delay after an error; handshake_timeout once up
+        self._retry_at = 0.0  # no HELLO before (after an error)
+        self._hello_wait = 0  # the current HELLO retry interval
+        self._clock = None  # the peer's: (its ms at HELLO / HELLO_ACK, ms to Unix or None)
+        self._acking = self._flow = False  # negotiated: acknowledgements, WINDOW honoured
+        self._imp = None  # derived connection for what arrives, per session
+        self._imports = []  # the rules resolved for the peer's node
         self._export_calls = []
         self._import_calls = []
         # -- seal.py: the session's keys, the tail buffer, frame counters --
@@ -138,24 +169,24 @@ class Link:
         # -- tx.py: control queue, export observers, numbers out, pace, retransmission --
         self._ctl = []
         self._credit = 4
-        self._obs = []            # [observer, rule, its losses counted] per export rule
-        self._obs_node = False    # the peer node they observe for
+        self._obs = []  # [observer, rule, its losses counted] per export rule
+        self._obs_node = False  # the peer node they observe for
         self._exports = []
         self._tx_seq = 1
-        self._tx_next = 1         # the number the peer is told comes next
-        self._tx_acked = 0        # every number below it acknowledged, by any peer
-        self._tx_window = self._rx_window = None   # the peer's pace; ours for it (protocol 11)
-        self._t_acked = self._t_data = 0.0   # last ACK that freed entries; last numbered frame out
-        self._rto = tx.RTO        # the wait before the unacknowledged tail goes again
-        tx.reset(self)            # calls queued, the snapshot out
+        self._tx_next = 1  # the number the peer is told comes next
+        self._tx_acked = 0  # every number below it acknowledged, by any peer
+        self._tx_window = self._rx_window = None  # the peer's pace; ours for it (protocol 11)
+        self._t_acked = self._t_data = 0.0  # last ACK that freed entries; last numbered frame out
+        self._rto = tx.RTO  # the wait before the unacknowledged tail goes again
+        tx.reset(self)  # calls queued, the snapshot out
         # -- rx.py: numbers in, gaps, holds, ACKs sent, the snapshot in --
-        self.rtt = None           # seconds, from the latest PONG
-        self.last_gap = None      # (first, last) sequence numbers of the latest gap
-        self._held = None         # {None (this boot) or an earlier sid: first held}
-        self._bad = None          # an undecodable frame's number, asked for again once
-        self._t_resend = self._t_nosess = 0.0   # last RESEND asked; ERROR no_session sent
-        self._t_ack = -1.0        # the last ACK sent: the first goes at once (clocks from 0)
-        rx.reset(self)            # not stuck, the snapshot in, the last ACK's number
+        self.rtt = None  # seconds, from the latest PONG
+        self.last_gap = None  # (first, last) sequence numbers of the latest gap
+        self._held = None  # {None (this boot) or an earlier sid: first held}
+        self._bad = None  # an undecodable frame's number, asked for again once
+        self._t_resend = self._t_nosess = 0.0  # last RESEND asked; ERROR no_session sent
+        self._t_ack = -1.0  # the last ACK sent: the first goes at once (clocks from 0)
+        rx.reset(self)  # not stuck, the snapshot in, the last ACK's number
         # -- hist.py: earlier boots' entries in --
         self._hist = None
         # -- calls.py: calls forwarded and served, routes sent --
@@ -193,13 +224,23 @@ class Link:
     def stats(self):
         """A snapshot of the link's state and counters (also retained on the bus
         at ``link/<link_id>``)."""
-        s = {"state": self.status, "node": self.node, "sid": self.sid, "role": self.role,
-             "peer": self.peer_node, "peer_sid": self.peer_sid,
-             "generation": self.generation, "tx_seq": self._tx_seq,
-             "rx_next": self.state.get("rx_next"), "pending_calls": len(self._pending),
-             "proxies": routes.count(self), "last_error": self.last_error,
-             "acking": self._acking, "spool": self.spool_stats(),
-             "counters": dict(self.counters)}
+        s = {
+            "state": self.status,
+            "node": self.node,
+            "sid": self.sid,
+            "role": self.role,
+            "peer": self.peer_node,
+            "peer_sid": self.peer_sid,
+            "generation": self.generation,
+            "tx_seq": self._tx_seq,
+            "rx_next": self.state.get("rx_next"),
+            "pending_calls": len(self._pending),
+            "proxies": routes.count(self),
+            "last_error": self.last_error,
+            "acking": self._acking,
+            "spool": self.spool_stats(),
+            "counters": dict(self.counters),
+        }
         if self._journal is not None:
             s["journal"] = self._journal.stats()
         t = self._transport
@@ -232,17 +273,17 @@ class Link:
         if self._offered:
             presence.offered(self, ())
         if self._journal is not None:
-            self._journal.flush()   # an outage is when it matters
+            self._journal.flush()  # an outage is when it matters
         if was == wire.UP:
             self.count("session_ends")
             self.last_error = self.last_error or why
 
     # -- functions over the link, in their owners' modules, as methods (no wrapper) --
     retry_later = handshake.retry_later
-    peer_presence = handshake.peer_presence   # the transport's word on the peer
-    rx_mark = rx.rx_mark      # acknowledgements: what this side received
+    peer_presence = handshake.peer_presence  # the transport's word on the peer
+    rx_mark = rx.rx_mark  # acknowledgements: what this side received
     acknowledge = rx.acknowledge
-    _gap = rx.gap             # for hist.py too, which cannot import rx.py
+    _gap = rx.gap  # for hist.py too, which cannot import rx.py
     _hold_back = rx.hold_back
     next_body = tx.next_body
     refuse = tx.refuse
@@ -266,7 +307,7 @@ class Link:
         self.count("frames_in")
         if self._seal is not None or self.status != wire.UP:
             body = seal.opened(self, body)
-            if body is None:     # refused, counted: not even a sign of life
+            if body is None:  # refused, counted: not even a sign of life
                 return
         self._t_rx = compat.now()
         t = None
@@ -281,7 +322,7 @@ class Link:
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
             self.count("bad_frames")
             self.last_error = "bad %s: %s" % (wire.NAMES[t] if 0 < t < len(wire.NAMES) else t, e)
-        except MemoryError:   # a small board under pressure: this frame is lost, not the link
+        except MemoryError:  # a small board under pressure: this frame is lost, not the link
             self.count("memory_errors")
             self.last_error = "out of memory handling a frame"
 
@@ -296,8 +337,12 @@ class Link:
         elif s == wire.HELLO_SENT and now - self._t_state > self._hello_wait:
             self.count("hello_retries")
             handshake.hello(self)
-        elif s == wire.DOWN and self.role == "initiator" and self._transport is not None \
-                and now >= self._retry_at:
+        elif (
+            s == wire.DOWN
+            and self.role == "initiator"
+            and self._transport is not None
+            and now >= self._retry_at
+        ):
             handshake.hello(self)
         elif s == wire.UP:
             if now - self._t_rx > 3 * self.heartbeat:
@@ -308,7 +353,7 @@ class Link:
                     tx.control(self, wire.PING, int(now * 1000))
                 calls.send_routes(self)
                 for cid, p in list(self._pending.items()):
-                    if p[0].done():      # the caller gave up; the peer times out too
+                    if p[0].done():  # the caller gave up; the peer times out too
                         del self._pending[cid]
                         self._freed.set()
                 if not self.durable:
@@ -317,7 +362,9 @@ class Link:
                 if self._acking:
                     tx.tail_timeout(self, now)
         # Status goes out on a state change at once, else at most every status_every s.
-        if self._dirty and (self.status != self._status_seen or now - self._t_status >= self.status_every):
+        if self._dirty and (
+            self.status != self._status_seen or now - self._t_status >= self.status_every
+        ):
             self._status_seen = self.status
             self._t_status = now
             self.publish_status()
@@ -332,6 +379,7 @@ class Link:
             self._pump = compat.asyncio.create_task(self._pumping())
             if self._journal is not None:
                 from . import journal
+
                 self._tasks.append(compat.asyncio.create_task(journal.flusher(self)))
 
     async def _pumping(self):
@@ -365,8 +413,14 @@ class Link:
                 for b in bodies:
                     self.feed(b)
                 # ACK once 16 numbers or 10 ms wait, tick() the rest (BENCHMARKS.md 3)
-                if not self.durable and self._acking and ((self.state.get("rx_next") or 0)
-                        - self._rx_acked >= 16 or compat.now() - self._t_ack >= 0.01):
+                if (
+                    not self.durable
+                    and self._acking
+                    and (
+                        (self.state.get("rx_next") or 0) - self._rx_acked >= 16
+                        or compat.now() - self._t_ack >= 0.01
+                    )
+                ):
                     self.acknowledge(self.rx_mark())
                 if self._ctl or self._calls or self._snap is not None:
                     self._wake.set()
@@ -381,7 +435,7 @@ class Link:
     async def _writer(self, transport):
         while True:
             try:
-                b, tl = seal.out(self, self.next_body())   # the seal: counter, tag
+                b, tl = seal.out(self, self.next_body())  # the seal: counter, tag
             except MemoryError:
                 # A small board under pressure: skip this turn, never stop the
                 # writer (a dead writer would leave the link silent for good).
@@ -399,7 +453,7 @@ class Link:
                 self.count("send_errors")
                 transport.close()
                 return
-            except (ValueError, MemoryError) as e:   # refused or no memory: counted, go on
+            except (ValueError, MemoryError) as e:  # refused or no memory: counted, go on
                 self.last_error = "send refused: %r" % (e,)
                 self.count("send_errors")
                 continue

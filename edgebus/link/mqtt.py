@@ -16,6 +16,7 @@ forgets), PUBLISH and PINGREQ, in ~150 lines that never block the scheduler
 (asyncio streams). umqtt.simple blocks; the asyncio clients on PyPI are 1,300+ lines, a heap
 cost a board running the bus and the link cannot spare.
 """
+
 from .. import compat
 from .frame import MAX_LEN, message, unmessage
 
@@ -41,16 +42,34 @@ def _packet(kind, body):
     return bytes(head) + body
 
 
-CONNACK_CODES = {1: "unacceptable protocol version", 2: "client id rejected",
-                 3: "server unavailable", 4: "bad user name or password", 5: "not authorised"}
+CONNACK_CODES = {
+    1: "unacceptable protocol version",
+    2: "client id rejected",
+    3: "server unavailable",
+    4: "bad user name or password",
+    5: "not authorised",
+}
 
 
 class MqttTransport:
     """A link transport over one MQTT connection (see the module doc)."""
 
-    def __init__(self, host, port=1883, node="dev", prefix="edgebus", client_id=None,
-                 keepalive=30, user=None, password=None, max_len=MAX_LEN, presence=True,
-                 connect_timeout=10, ssl=None, server_hostname=None):
+    def __init__(
+        self,
+        host,
+        port=1883,
+        node="dev",
+        prefix="edgebus",
+        client_id=None,
+        keepalive=30,
+        user=None,
+        password=None,
+        max_len=MAX_LEN,
+        presence=True,
+        connect_timeout=10,
+        ssl=None,
+        server_hostname=None,
+    ):
         self.host = host
         # TLS: an SSLContext of the runtime's ssl module (CPython's, or
         # MicroPython's mbedTLS one), and the name the broker's certificate
@@ -84,7 +103,7 @@ class MqttTransport:
         # (a board reconnecting on a fragmented heap may not find 2 KB again).
         self.counters = {"frames": 0, "crc_errors": 0, "silent": 0}
         self.closed = True
-        self.bare = False   # the link's to set: its sealed session's peer takes bare bodies
+        self.bare = False  # the link's to set: its sealed session's peer takes bare bodies
         self.r = self.w = None
 
     async def open(self):
@@ -95,22 +114,26 @@ class MqttTransport:
             await compat.wait_for(self._connect(), self.connect_timeout)
         except compat.TimeoutError:
             self._cut()
-            raise MqttError("no CONNACK from %s:%d within %s s" % (self.host, self.port,
-                                                                   self.connect_timeout))
+            raise MqttError(
+                "no CONNACK from %s:%d within %s s" % (self.host, self.port, self.connect_timeout)
+            )
         except (OSError, ValueError) as e:
             self._cut()
             if self.ssl is None or isinstance(e, MqttError):
                 raise
             # A certificate the CA does not vouch for, or a name that does not
             # match (mbedTLS says so in a ValueError of several lines).
-            raise MqttError("TLS with %s:%d (as %s) failed: %s" % (
-                self.host, self.port, self.server_hostname, " ".join(str(e).split())))
+            raise MqttError(
+                "TLS with %s:%d (as %s) failed: %s"
+                % (self.host, self.port, self.server_hostname, " ".join(str(e).split()))
+            )
         except BaseException:
             self._cut()
             raise
         self.closed = False
-        await self._write(_packet(0x82, b"\x00\x01" + _str(self.down) + b"\x00"
-                                  + _str(self.bridge) + b"\x00"))
+        await self._write(
+            _packet(0x82, b"\x00\x01" + _str(self.down) + b"\x00" + _str(self.bridge) + b"\x00")
+        )
         if self.state is not None:
             await self._publish(self.state, b"online", retain=True)
         return self
@@ -127,11 +150,12 @@ class MqttTransport:
             self.r, self.w = await compat.asyncio.open_connection(self.host, self.port)
         else:
             self.r, self.w = await compat.asyncio.open_connection(
-                self.host, self.port, ssl=self.ssl, server_hostname=self.server_hostname)
-        flags = 0x02                        # clean session
+                self.host, self.port, ssl=self.ssl, server_hostname=self.server_hostname
+            )
+        flags = 0x02  # clean session
         payload = _str(self.client_id)
         if self.state is not None:
-            flags |= 0x04 | 0x20            # will, will retain (QoS 0)
+            flags |= 0x04 | 0x20  # will, will retain (QoS 0)
             payload += _str(self.state) + _str(b"offline")
         if self.user is not None:
             flags |= 0x80
@@ -145,7 +169,9 @@ class MqttTransport:
         if kind != 0x20 or len(body) < 2:
             raise MqttError("no CONNACK from %s:%d" % (self.host, self.port))
         if body[1]:
-            raise MqttError("broker refused the connection: %s" % CONNACK_CODES.get(body[1], body[1]))
+            raise MqttError(
+                "broker refused the connection: %s" % CONNACK_CODES.get(body[1], body[1])
+            )
 
     async def _write(self, data):
         self.w.write(data)
@@ -175,11 +201,11 @@ class MqttTransport:
             try:
                 kind, body = await compat.wait_for(self._read_packet(), self.keepalive / 2)
             except compat.TimeoutError:
-                if pinged:                     # no PINGRESP, nothing at all: a dead broker
+                if pinged:  # no PINGRESP, nothing at all: a dead broker
                     self.counters["silent"] += 1
                     break
                 try:
-                    await self._write(b"\xc0\x00")      # PINGREQ keeps the broker from dropping us
+                    await self._write(b"\xc0\x00")  # PINGREQ keeps the broker from dropping us
                 except OSError:
                     break
                 pinged = True
@@ -187,14 +213,14 @@ class MqttTransport:
             except (OSError, EOFError, MqttError):
                 break
             pinged = False
-            if kind == 0x30:                           # PUBLISH (QoS 0: no packet id)
+            if kind == 0x30:  # PUBLISH (QoS 0: no packet id)
                 n = (body[0] << 8) | body[1]
-                t = body[2:2 + n]
+                t = body[2 : 2 + n]
                 if t != self.down:
                     if t == self.bridge and self.on_peer is not None:
-                        self.on_peer(body[2 + n:] == b"online")
+                        self.on_peer(body[2 + n :] == b"online")
                     continue
-                b = unmessage(body[2 + n:], self.max_len)
+                b = unmessage(body[2 + n :], self.max_len)
                 if b is None:
                     self.counters["crc_errors"] += 1
                     continue

@@ -1,6 +1,7 @@
 """An in-process byte pipe: two StreamTransports joined in memory through
 real frame bytes, for tests and benchmarks (kept apart from ``stream`` so a
 device does not load it)."""
+
 from .. import compat
 from .frame import MAX_LEN
 from .stream import StreamTransport
@@ -14,7 +15,7 @@ class _PipeEnd:
         self.ev = compat.Event()
         self.eof = False
         self.peer = None
-        self.filter = None   # callable(bytes) -> bytes: lets tests damage the line
+        self.filter = None  # callable(bytes) -> bytes: lets tests damage the line
 
     async def read(self, n):
         while not self.buf and not self.eof:

@@ -19,14 +19,19 @@ def offered(link, keys):
         return
     # Its own principal, not the peer's: what a peer publishes itself is
     # authorised as the peer, and it must not be able to forge a notice.
-    c = link._conn.derive(principal=("link", link.link_id), origin_factory={
-        "kind": "link", "link_id": link.link_id, "peer_node": link.peer_node,
-        "peer_sid": link.peer_sid})
+    c = link._conn.derive(
+        principal=("link", link.link_id),
+        origin_factory={
+            "kind": "link",
+            "link_id": link.link_id,
+            "peer_node": link.peer_node,
+            "peer_sid": link.peer_sid,
+        },
+    )
     try:
         for ev, ks in (("close", closed), ("open", opened)):
             for k in ks:
-                c.publish(PREFIX + k, {"event": ev, "peer": link.peer_node,
-                                       "link": link.link_id})
+                c.publish(PREFIX + k, {"event": ev, "peer": link.peer_node, "link": link.link_id})
     except (errors.BusError, MemoryError):
         # An authoriser that refuses, a full heap: the notices are advice,
         # the session (and its end) must go on without them.

@@ -13,6 +13,7 @@ more than MAX_HOPS hops, and never sends a route back over the link its best
 offer came by (split horizon). A withdrawn route is withdrawn wherever it
 went, because every link's next ROUTES is computed from this table.
 """
+
 from .. import compat
 from . import wire
 
@@ -24,7 +25,7 @@ class Route:
 
     def __init__(self, ep):
         self.ep = ep
-        self.offers = []     # [link, wire topic, path]
+        self.offers = []  # [link, wire topic, path]
 
 
 def table(bus):
@@ -71,7 +72,7 @@ def update(link, want, serve):
         if r is None:
             try:
                 ep = t["conn"].bind(k, queue_len=link.max_pending)
-            except ValueError:   # bound locally already: the local owner wins
+            except ValueError:  # bound locally already: the local owner wins
                 link.count("route_conflicts")
                 continue
             r = routes[k] = Route(ep)
@@ -102,7 +103,7 @@ def _drop(routes, k, link):
     r.offers = keep
     if not keep:
         del routes[k]
-        r.ep.unbind()      # callers now get NoRoute at once
+        r.ep.unbind()  # callers now get NoRoute at once
 
 
 def count(link):
@@ -124,14 +125,14 @@ def advertised(link, k):
         return None
     best = r.offers[0]
     if best[0] is link or len(best[2]) >= MAX_HOPS:
-        return False     # split horizon: never back where it comes from
+        return False  # split horizon: never back where it comes from
     return best[2] + [link.node]
 
 
 def pick(r, req, tried):
     """The best offer of ``r`` that can take ``req`` now: up, not where the
     call came from, not a link in ``tried``; or None."""
-    came = req.origin.conn_id      # a link's calls come from its session's connection
+    came = req.origin.conn_id  # a link's calls come from its session's connection
     for o in r.offers:
         link = o[0]
         imp = link._imp

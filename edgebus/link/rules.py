@@ -1,4 +1,5 @@
 """The link's topic rules: ``{node}`` substitution, matching, mapping in."""
+
 from .. import topic
 from . import wire
 

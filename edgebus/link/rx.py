@@ -1,6 +1,7 @@
 """The link's receiving side: frames dispatched by type, data in with
 sequence numbers and gaps, holds, acknowledgements, and the retained snapshot
 (SYNCSTART/SYNC/SYNCEND)."""
+
 from .. import compat, errors
 from . import calls, handshake, rules, tx, wire
 
@@ -18,6 +19,7 @@ def rx_mark(link):
     or None; once earlier boots' entries came (HIST), theirs too (a third item)."""
     if link._hist is not None:
         from . import hist
+
         return hist.mark(link)
     n = link.state.get("rx_next")
     return None if n is None or link.peer_sid is None else (link.peer_sid, n)
@@ -33,6 +35,7 @@ def acknowledge(link, mark):
         tx.control(link, wire.ACK, mark[1])
     if len(mark) > 2:
         from . import hist
+
         hist.acknowledge(link, mark[2])
 
 
@@ -65,8 +68,12 @@ def handle(link, t, seq, obj, blob):
         return
     if link.status != wire.UP:
         link.count("unauthenticated")
-        if link.role == "responder" and link.status == wire.DOWN and t >= wire.PING \
-                and compat.now() - link._t_nosess >= 1.0:
+        if (
+            link.role == "responder"
+            and link.status == wire.DOWN
+            and t >= wire.PING
+            and compat.now() - link._t_nosess >= 1.0
+        ):
             # Data from a peer that believes in a session we lost (we
             # restarted): tell it, at most once a second, instead of letting
             # it talk into the void until its liveness timeout.
@@ -92,10 +99,11 @@ def handle(link, t, seq, obj, blob):
         return on_refuse(link, obj)
     if t == wire.WINDOW:
         return tx.on_window(link, obj)
-    if t >= wire.ACK and (t == wire.HIST or type(obj) is list):   # earlier boots' (protocol 14)
+    if t >= wire.ACK and (t == wire.HIST or type(obj) is list):  # earlier boots' (protocol 14)
         if link._journal is not None and t <= wire.RESEND:
             return link._journal.on_old(link, t, obj)
         from . import hist
+
         return hist.on_frame(link, t, obj, blob)
     if t == wire.ACK:
         return tx.on_ack(link, obj)
@@ -133,13 +141,13 @@ def extra_in(link, obj, i, seq):
     began); or None."""
     x = obj[i] if len(obj) > i and type(obj[i]) is dict else {}
     if seq is not None:
-        x["seq"] = seq   # ours: the sender cannot choose what is recorded here
+        x["seq"] = seq  # ours: the sender cannot choose what is recorded here
     elif "seq" in x:
-        del x["seq"]     # an unsequenced frame (SYNC) has none: never the sender's
+        del x["seq"]  # an unsequenced frame (SYNC) has none: never the sender's
     ms = obj[i + 1] if len(obj) > i + 1 else None
     c = link._clock
     if type(ms) is int and c is not None:
-        if c[1] is not None and "ts" not in x:   # a publisher's own ts wins
+        if c[1] is not None and "ts" not in x:  # a publisher's own ts wins
             x["ts"] = (ms + c[1]) / 1000
         if ms <= c[0]:
             x["late"] = True
@@ -153,7 +161,7 @@ def seq_of(link, s16):
     loss in flight on an acknowledged session: asked for again, dropped)."""
     st = link.state
     exp = st.get("rx_next")
-    if exp is None:       # first sequenced frame of this peer boot
+    if exp is None:  # first sequenced frame of this peer boot
         exp = s16
     d = (s16 - exp) & 0xFFFF
     if d >= 0x8000:
@@ -163,8 +171,8 @@ def seq_of(link, s16):
         hold_back(link, None, exp)
         return None
     h = link._held
-    if h is not None and None in h:   # taken again: the peer is back at the hole, or
-        del h[None]                   # shows it (below), so release() need not ask
+    if h is not None and None in h:  # taken again: the peer is back at the hole, or
+        del h[None]  # shows it (below), so release() need not ask
         if not h:
             link._held = None
     if d:
@@ -189,7 +197,7 @@ def undecodable(link, s16):
         return
     if link._acking and link._bad != exp:
         link._bad = exp
-        link._stuck = False       # at once, not after the 1 s pacing
+        link._stuck = False  # at once, not after the 1 s pacing
         return resend(link, exp)
     full = seq_of(link, s16)
     if full is not None:
@@ -222,7 +230,7 @@ def release(link):
     link._held = None
     for key in h:
         if key is None:
-            link._stuck = False       # at once, not after the 1 s pacing
+            link._stuck = False  # at once, not after the 1 s pacing
             resend(link, link.state.get("rx_next"))
         else:
             link.count("resends_asked")
@@ -236,7 +244,10 @@ def on_refuse(link, obj):
         return link.count("bad_frames")
     link.count("refused_by_peer")
     link.last_error = "peer refused %s%d: %s" % (
-        "" if len(obj) < 3 else "%s/" % (obj[2],), obj[0], obj[1])
+        "" if len(obj) < 3 else "%s/" % (obj[2],),
+        obj[0],
+        obj[1],
+    )
 
 
 def on_skip(link, n):
@@ -289,15 +300,15 @@ def on_snapshot(link, t, obj, blob):
         nxt = obj.get("seq")
         if type(nxt) is int:
             exp = st.get("rx_next")
-            if exp is not None and nxt > exp:   # lost while the link was down, unless
-                lo = exp                        # acknowledged by another gateway meanwhile
+            if exp is not None and nxt > exp:  # lost while the link was down, unless
+                lo = exp  # acknowledged by another gateway meanwhile
                 a = obj.get("acked")
                 if type(a) is int and exp < a <= nxt:
                     link.count("acked_elsewhere", a - exp)
                     lo = a
                 if nxt > lo:
                     gap(link, lo, nxt - 1)
-            if exp is None or nxt > exp:        # never back: what we have stays had
+            if exp is None or nxt > exp:  # never back: what we have stays had
                 st["rx_next"] = nxt
         link._rx_sync = {}
         link._rx_overflow = False
@@ -320,8 +331,12 @@ def on_snapshot(link, t, obj, blob):
     for k, (p, x) in buf.items():
         cur = store.get(k)
         o = cur.origin if cur is not None else None
-        if o is not None and o.link_id == link.link_id and o.peer_sid == link.peer_sid \
-                and cur.payload == p:
+        if (
+            o is not None
+            and o.link_id == link.link_id
+            and o.peer_sid == link.peer_sid
+            and cur.payload == p
+        ):
             continue
         try:
             imp.retain(k, p, x)

@@ -16,17 +16,18 @@ keyed states; MicroPython's sha256 has no copy(), so it hashes the 64-byte
 pads again). Unless encrypted, the body is not copied: counter and tag go to
 the transport as a tail (frame.encode) from a 12-byte buffer kept for the boot.
 """
+
 import hashlib
 
 from . import cipher, wire
 
-TAIL = 12           # counter (4) + tag (8) after the body
-MARK = "s"          # starts the nonce of a side that offers seal (never hex)
+TAIL = 12  # counter (4) + tag (8) after the body
+MARK = "s"  # starts the nonce of a side that offers seal (never hex)
 CTR_MAX = 0xFFFFFFFF
 
 MODES = ("auto", "encrypt", "mac", "offer", "off")
 
-_keyed = hasattr(hashlib.sha256(), "copy")   # CPython: keep the keyed states, copy per frame
+_keyed = hasattr(hashlib.sha256(), "copy")  # CPython: keep the keyed states, copy per frame
 
 
 def check(mode):
@@ -34,8 +35,10 @@ def check(mode):
     if mode not in MODES:
         raise ValueError("seal must be one of %s, got %r" % (", ".join(MODES), mode))
     if mode == "encrypt" and cipher.BACKEND is None:
-        raise ValueError("seal 'encrypt' needs AES, which this runtime lacks (MicroPython: "
-                         "cryptolib; CPython: the cryptography package): use seal 'mac'")
+        raise ValueError(
+            "seal 'encrypt' needs AES, which this runtime lacks (MicroPython: "
+            "cryptolib; CPython: the cryptography package): use seal 'mac'"
+        )
 
 
 def _pads(k):
@@ -66,8 +69,17 @@ def keys(key, role, hello, ack, enc=False):
     ``hello`` and ``ack``, then with ``enc`` its (tx, rx) AES keys:
     HKDF-Extract with the handshake as salt, then one HKDF-Expand block per
     direction and purpose (RFC 5869, L = 32; AES-128 takes 16 bytes)."""
-    salt = "|".join(("edgebus-seal-1", hello["nonce"], ack["nonce"], hello["sid"],
-                     ack["sid"], str(hello["node"]), str(ack["node"]))).encode()
+    salt = "|".join(
+        (
+            "edgebus-seal-1",
+            hello["nonce"],
+            ack["nonce"],
+            hello["sid"],
+            ack["sid"],
+            str(hello["node"]),
+            str(ack["node"]),
+        )
+    ).encode()
     prk = wire.mac(salt, key)
     ir = _pads(wire.mac(prk, b"edgebus-seal-1 I>R\x01"))
     ri = _pads(wire.mac(prk, b"edgebus-seal-1 R>I\x01"))
@@ -85,8 +97,13 @@ def bound(side):
     man in the middle cannot change them (or strip "seal") unnoticed."""
     caps = side.get("caps")
     caps = ",".join(str(c) for c in caps) if type(caps) is list else ""
-    return "%s;%s;%s;%s;%s" % (caps, side.get("hb"), side.get("ms"), side.get("wall"),
-                               side.get("win"))
+    return "%s;%s;%s;%s;%s" % (
+        caps,
+        side.get("hb"),
+        side.get("ms"),
+        side.get("wall"),
+        side.get("win"),
+    )
 
 
 def offered(side, cap=wire.CAP_SEAL):
@@ -129,7 +146,7 @@ def start(link, key, hello, ack, on):
         t.bare = offered(hello, wire.CAP_BARE) and offered(ack, wire.CAP_BARE)
     link._s_tx = 0
     link._s_rx = 0
-    if link._s_buf is None:   # once per boot: the tail, and a view of its counter
+    if link._s_buf is None:  # once per boot: the tail, and a view of its counter
         t = bytearray(TAIL)
         link._s_buf = (t, memoryview(t)[:4])
 
@@ -150,7 +167,7 @@ def out(link, body, fresh=False):
     if ks is None or body is None or body[0] & wire.TYPE_MASK <= wire.AUTH:
         return body, None
     c = link._s_tx + 1
-    if c > CTR_MAX:   # never reused under one key: a new handshake, new keys
+    if c > CTR_MAX:  # never reused under one key: a new handshake, new keys
         link.end_session("seal counter exhausted")
         return body, None
     link._s_tx = c
@@ -163,7 +180,7 @@ def out(link, body, fresh=False):
     t[1] = (c >> 16) & 0xFF
     t[2] = (c >> 8) & 0xFF
     t[3] = c & 0xFF
-    if len(ks) > 4:   # the type byte stays clear: it says how to read the rest
+    if len(ks) > 4:  # the type byte stays clear: it says how to read the rest
         body = bytes((body[0],)) + cipher.ctr(ks[4], c, memoryview(body)[1:])
     t[4:] = memoryview(_mac(ks[0], ks[1], body, ctr))[:8]
     return body, t
@@ -188,18 +205,19 @@ def opened(link, body):
     if ks is None:
         return body if link.status == wire.UP or t <= wire.BYE else bytes((t,)) + b"0"
     mv = memoryview(body)
-    if n <= TAIL or not wire.same(memoryview(_mac(ks[2], ks[3], mv[:n - 8]))[:8], mv[n - 8:]):
+    if n <= TAIL or not wire.same(memoryview(_mac(ks[2], ks[3], mv[: n - 8]))[:8], mv[n - 8 :]):
         if t == wire.ERROR and link.role == "initiator" and link.status == wire.UP:
             link._doubt()
-        return _refuse(link, "forged", "no valid seal on a %s"
-                       % (wire.NAMES[t] if t < len(wire.NAMES) else t))
+        return _refuse(
+            link, "forged", "no valid seal on a %s" % (wire.NAMES[t] if t < len(wire.NAMES) else t)
+        )
     c = (mv[n - 12] << 24) | (mv[n - 11] << 16) | (mv[n - 10] << 8) | mv[n - 9]
     if c <= link._s_rx:
         return _refuse(link, "replayed", "frame counter %d not above %d" % (c, link._s_rx))
     link._s_rx = c
     if len(ks) > 4:
-        return bytes((body[0],)) + cipher.ctr(ks[5], c, mv[1:n - TAIL])
-    return mv[:n - TAIL]
+        return bytes((body[0],)) + cipher.ctr(ks[5], c, mv[1 : n - TAIL])
+    return mv[: n - TAIL]
 
 
 def _refuse(link, what, why):

@@ -10,12 +10,13 @@ seconds mod 65536 when it was put (2, for the age of the oldest entry). An
 entry never wraps around the end of the ring; the space it would not fit in
 is skipped (``_end`` marks it).
 """
+
 from ..compat import const, now
 
-LATEST = const(0x8000)   # only the newest value matters: never resent
-DEAD = const(0x4000)     # gone (sent latest, or dropped): skipped, freed with the head
-SENT = const(0x2000)     # sent at least once: sending it again is a retransmission
-_LEN = const(0xFFFFFF)   # the largest body an entry can hold
+LATEST = const(0x8000)  # only the newest value matters: never resent
+DEAD = const(0x4000)  # gone (sent latest, or dropped): skipped, freed with the head
+SENT = const(0x2000)  # sent at least once: sending it again is a retransmission
+_LEN = const(0xFFFFFF)  # the largest body an entry can hold
 _H = const(10)
 
 
@@ -34,14 +35,14 @@ class Spool:
         self.buf = buf
         self.mv = memoryview(self.buf)
         self.policy = policy
-        self.head = 0        # oldest entry
-        self.tail = 0        # where the next entry goes
-        self.cur = 0         # next entry to send
-        self._end = -1       # while the tail has wrapped: where the upper part ends
-        self.n = 0           # entries held
-        self.unsent = 0      # entries from cur to the tail
-        self.used = 0        # bytes held, skipped space included
-        self.last = -1       # where the latest put went, while it is there
+        self.head = 0  # oldest entry
+        self.tail = 0  # where the next entry goes
+        self.cur = 0  # next entry to send
+        self._end = -1  # while the tail has wrapped: where the upper part ends
+        self.n = 0  # entries held
+        self.unsent = 0  # entries from cur to the tail
+        self.used = 0  # bytes held, skipped space included
+        self.last = -1  # where the latest put went, while it is there
         # Counters: evicted before acknowledgement (never sent: also in
         # dropped_unsent), refused (drop_newest or too big).
         self.evicted = 0
@@ -76,10 +77,10 @@ class Spool:
             self._end = -1
             self.used = 0
             return 0 if need <= size else -1
-        if self._end < 0:                  # entries in [head, tail)
+        if self._end < 0:  # entries in [head, tail)
             if self.tail + need <= size:
                 return self.tail
-            if need <= self.head:          # wrap: the rest of the end is skipped
+            if need <= self.head:  # wrap: the rest of the end is skipped
                 self._end = self.tail
                 self.used += size - self.tail
                 self.tail = 0
@@ -129,7 +130,7 @@ class Spool:
         p = o + _H
         for x in parts:
             if x is not None:
-                self.mv[p:p + len(x)] = x
+                self.mv[p : p + len(x)] = x
                 p += len(x)
         if not self.unsent:
             self.cur = o
@@ -174,7 +175,7 @@ class Spool:
 
     def body(self, o):
         """The body at ``o``, a view into the ring (valid until the next put)."""
-        return self.mv[o + _H:o + _H + self._len(o)]
+        return self.mv[o + _H : o + _H + self._len(o)]
 
     def advance(self, free=False, kill=False):
         """The entry at the cursor is sent (or skipped): mark it SENT, DEAD
@@ -191,7 +192,7 @@ class Spool:
         """Send again from the first entry numbered ``seq`` or later that was
         already sent; returns the number of entries to send now."""
         o = self.head
-        k = self.n - self.unsent    # entries before the cursor
+        k = self.n - self.unsent  # entries before the cursor
         while k and self.seq_at(o) < seq:
             o = self._after(o)
             k -= 1
@@ -230,7 +231,13 @@ class Spool:
         return (int(now()) - ((b[o + 8] << 8) | b[o + 9])) & 0xFFFF
 
     def stats(self):
-        return {"capacity": len(self.buf), "bytes": self.used, "depth": self.n,
-                "unsent": self.unsent, "oldest_age": self.oldest_age(),
-                "evicted": self.evicted, "dropped_unsent": self.dropped_unsent,
-                "refused": self.refused}
+        return {
+            "capacity": len(self.buf),
+            "bytes": self.used,
+            "depth": self.n,
+            "unsent": self.unsent,
+            "oldest_age": self.oldest_age(),
+            "evicted": self.evicted,
+            "dropped_unsent": self.dropped_unsent,
+            "refused": self.refused,
+        }

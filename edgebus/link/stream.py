@@ -6,6 +6,7 @@ A transport has ``async recv()`` -> list of frame bodies (None at the end),
 implement the same four with one frame per message (see frame.decode).
 An in-process pair for tests is in ``pipe`` (a device never loads it).
 """
+
 from .. import compat
 from .frame import BLOCK, MAX_LEN, FrameReader, blocks, encode
 
@@ -110,11 +111,11 @@ class PolledTransport:
         mv = self._bmv
         for k in blocks(body, buf, self.max_len, True, tail):
             n = 0
-            while n < k:   # a UART or tty may take part of a write, or none
+            while n < k:  # a UART or tty may take part of a write, or none
                 try:
                     w = self.f.write(mv[n:k])
                 except OSError as e:
-                    if e.args and e.args[0] == 11:   # EAGAIN: the line's buffer is full
+                    if e.args and e.args[0] == 11:  # EAGAIN: the line's buffer is full
                         w = None
                     else:
                         raise

@@ -1,10 +1,11 @@
 """The link's sending side: control and call queues, export observers,
 encoding, sequence numbers spent on losses, and the retained snapshot."""
+
 from .. import compat, topic
 from ..values import Message
 from . import rules, spool, wire
 
-RTO = 2.0       # s: first wait for an ACK of the tail before a pause (doubles to 16)
+RTO = 2.0  # s: first wait for an ACK of the tail before a pause (doubles to 16)
 
 
 def too_big(link, n, what):
@@ -14,7 +15,11 @@ def too_big(link, n, what):
         return False
     link.count("oversize_out")
     link.last_error = "%s of %d bytes exceeds max_len %d%s: not sent" % (
-        what, n, link.max_len, "" if link._room == link.max_len else " less a seal's room")
+        what,
+        n,
+        link.max_len,
+        "" if link._room == link.max_len else " less a seal's room",
+    )
     return True
 
 
@@ -62,8 +67,14 @@ def call_frame(link, t, obj, blob=None):
     if too_big(link, len(b), wire.NAMES[t]):
         if t == wire.CALL:
             raise ValueError("request too large for the link (max_len %d)" % link.max_len)
-        b = wire.encode(wire.FAIL, [obj[0], "failed", "reply too large for the link (%d bytes, max %d)"
-                                    % (len(b), link.max_len)])
+        b = wire.encode(
+            wire.FAIL,
+            [
+                obj[0],
+                "failed",
+                "reply too large for the link (%d bytes, max %d)" % (len(b), link.max_len),
+            ],
+        )
     link._calls.append(b)
     link._wake.set()
 
@@ -83,7 +94,7 @@ def next_body(link):
         return link._calls.pop(0)
     link._credit = 4  # up to 4 call frames per data frame under load
     j = link._journal
-    b = j.next_frame(link) if j is not None else None   # earlier boots' (journal.py), turn about
+    b = j.next_frame(link) if j is not None else None  # earlier boots' (journal.py), turn about
     b = b or data_next(link)
     if b is None and j is not None:
         b = j.next_frame(link, True)
@@ -113,7 +124,7 @@ def data_next(link):
             return wire.encode(wire.SKIP, seq)
         w = link._tx_window
         if w is not None and seq >= sp.seq_at(sp.head) + w:
-            return None     # w past the oldest unacknowledged: it waits for an ACK
+            return None  # w past the oldest unacknowledged: it waits for an ACK
         link._tx_next = seq + 1
         link._t_data = compat.now()
         if f & spool.SENT:
@@ -159,20 +170,26 @@ def pump(link):
                 # never sent: lost for sure; sent, not yet acknowledged: maybe
                 link.count("spool_dropped", sp.dropped_unsent - du)
                 link.count("spool_evicted", sp.evicted - ev)
-            if not latest and link._journal is not None \
-                    and (link._acking or link.status != wire.UP):
+            if (
+                not latest
+                and link._journal is not None
+                and (link._acking or link.status != wire.UP)
+            ):
                 # on flash too: survives a reboot
                 link._journal.append(seq, sp.body(sp.last) if sp.last >= 0 else wire.join(b))
 
 
 def exportable(link, k, rule, origin):
     """True if key ``k``, seen by the observer of ``rule``, goes to the peer."""
-    if origin.link_id == link.link_id:   # loop guard: never send back what came from here
+    if origin.link_id == link.link_id:  # loop guard: never send back what came from here
         return False
     x = origin.extra
-    if x and origin.kind == "link" and (x.get("src") == link.peer_node
-                                        or link.peer_node in (x.get("via") or ())):
-        link.count("relay_loops")        # the peer already had it: a ring of buses
+    if (
+        x
+        and origin.kind == "link"
+        and (x.get("src") == link.peer_node or link.peer_node in (x.get("via") or ()))
+    ):
+        link.count("relay_loops")  # the peer already had it: a ring of buses
         return False
     if rules.first(link._exports, k) is not rule:  # a topic goes out under its first rule only
         return False
@@ -194,7 +211,7 @@ def encode_item(link, item, rule, seq, t=None, ms=None):
     """The body for a message or retained item under ``rule`` as its parts
     (wire.parts), or None. ``ms``, the link clock when the item left the
     bus, travels last."""
-    wt = wire.topic_out(item.topic[len(rule[1]):])
+    wt = wire.topic_out(item.topic[len(rule[1]) :])
     if type(item) is Message:
         t = t or wire.PUB
     else:
@@ -206,7 +223,7 @@ def encode_item(link, item, rule, seq, t=None, ms=None):
         # first hop) and every bus that passed it on (via).
         y = {}
         if x:
-            for kk in x:       # dict(x) refuses a dict subclass on MicroPython
+            for kk in x:  # dict(x) refuses a dict subclass on MicroPython
                 y[kk] = x[kk]
         x = y
         if "src" not in x:
@@ -221,7 +238,7 @@ def encode_item(link, item, rule, seq, t=None, ms=None):
             p = None
         obj.append(p)
     if x or ms is not None:
-        obj.append(x or None)   # a dict subclass: json encodes it as it is
+        obj.append(x or None)  # a dict subclass: json encodes it as it is
     if ms is not None:
         obj.append(ms)
     try:
@@ -247,12 +264,12 @@ def observe(link, node):
     link._obs = []
     for r, rule in zip(src, exports):
         o = link._conn.observe(rules.subst(r[0], node), queue_len=link.out_queue)
-        o.wake_on(link._wake)   # the writer (or the idle pump) serves every observer
+        o.wake_on(link._wake)  # the writer (or the idle pump) serves every observer
         link._obs.append([o, rule, 0])
     link._exports = exports
     link._obs_node = node
     sp = link._spool
-    if sp.n:   # spooled for another node: its topics mean nothing to this one
+    if sp.n:  # spooled for another node: its topics mean nothing to this one
         link.count("dropped_down", sp.kill_unsent(0))
         sp.ack(link._tx_seq)
 
@@ -301,7 +318,7 @@ def snap_next(link):
     if i < 0:
         o = {"seq": link._tx_next, "n": len(link._snap)}
         if link._tx_acked:
-            o["acked"] = link._tx_acked   # acknowledged: by this peer, or another gateway
+            o["acked"] = link._tx_acked  # acknowledged: by this peer, or another gateway
         return wire.encode(wire.SYNCSTART, o)
     if i < len(link._snap):
         m, rule = link._snap[i]
@@ -327,7 +344,7 @@ def on_ack(link, n):
     if link._tx_next < n:
         link._tx_next = n
     if link._tx_window is not None:
-        link._wake.set()    # the window moved with the ACK
+        link._wake.set()  # the window moved with the ACK
 
 
 def on_resend(link, n):
@@ -349,8 +366,12 @@ def tail_timeout(link, now):
     stays silent, as TCP's retransmission timer."""
     sp = link._spool
     rto = link._rto
-    if sp.n > sp.unsent and not sp.unsent and now - link._t_data > rto \
-            and now - link._t_acked > rto:
+    if (
+        sp.n > sp.unsent
+        and not sp.unsent
+        and now - link._t_data > rto
+        and now - link._t_acked > rto
+    ):
         link._t_acked = now
         link._rto = min(rto * 2, 16.0)
         link.count("ack_timeouts")

@@ -5,6 +5,7 @@ and an optional raw binary payload after it. JSON because MicroPython's json
 is C (fast, no code of ours to carry) and every bus payload the firmware uses
 is a JSON value; bytes payloads travel raw after the JSON instead of base64.
 """
+
 import hashlib
 import json
 from binascii import hexlify
@@ -14,6 +15,7 @@ from ..compat import MICROPYTHON
 
 # Here, not in compat: the core alone (a board's 64 KB budget) never needs them.
 if MICROPYTHON:
+
     def utf8(s):
         """The UTF-8 bytes of str s as a buffer: on MicroPython a view of the
         str itself (no copy; a frame-sized copy is heap a board lacks)."""
@@ -23,48 +25,50 @@ if MICROPYTHON:
         """b[i:j] for json.loads: a view on MicroPython (its json reads any buffer)."""
         return memoryview(b)[i:j]
 else:
+
     def utf8(s):
         return s.encode()
 
     def span(b, i, j):
         return bytes(b[i:j])
 
+
 VERSION = 1
 # The smallest max_len: a HELLO_ACK with every capability, its kid and proof
 # is about 310 bytes plus the node name (at most 64).
 MIN_LEN = 400
 
-HELLO = 1       # initiator -> responder: opens a session
-HELLO_ACK = 2   # responder -> initiator: its side plus proof of the key
-AUTH = 3        # initiator -> responder: proof of the key
-ERROR = 4       # either: a refusal with a code; the session ends
-BYE = 5         # either: clean close
+HELLO = 1  # initiator -> responder: opens a session
+HELLO_ACK = 2  # responder -> initiator: its side plus proof of the key
+AUTH = 3  # initiator -> responder: proof of the key
+ERROR = 4  # either: a refusal with a code; the session ends
+BYE = 5  # either: clean close
 PING = 6
 PONG = 7
-SYNCSTART = 8   # retained snapshot: start
-SYNC = 9        # one retained fact
-SYNCEND = 10    # snapshot complete: the importer applies it now
-PUB = 11        # published message          (sequenced)
-RET = 12        # retained value             (sequenced)
-UNRET = 13      # retained value removed     (sequenced)
+SYNCSTART = 8  # retained snapshot: start
+SYNC = 9  # one retained fact
+SYNCEND = 10  # snapshot complete: the importer applies it now
+PUB = 11  # published message          (sequenced)
+RET = 12  # retained value             (sequenced)
+UNRET = 13  # retained value removed     (sequenced)
 CALL = 14
 REPLY = 15
 FAIL = 16
-ROUTES = 17     # the endpoints the sender offers, complete list
-ACK = 18        # receiver: every sequence number below N is durable here  ("ack" capability)
-RESEND = 19     # receiver: N is missing (lost in flight); send again from N  ("ack")
-SKIP = 20       # sender: N is next; what you lack below N is lost for good  ("ack")
-HIST = 21       # sender: an earlier boot's entry [sid, seq, wall] + its body  ("hist")
-REFUSE = 22     # receiver: [N, reason, sid?]: N will never be durable here  ("ack")
-WINDOW = 23     # receiver: W: at most W numbers sent and not acknowledged  ("flow")
+ROUTES = 17  # the endpoints the sender offers, complete list
+ACK = 18  # receiver: every sequence number below N is durable here  ("ack" capability)
+RESEND = 19  # receiver: N is missing (lost in flight); send again from N  ("ack")
+SKIP = 20  # sender: N is next; what you lack below N is lost for good  ("ack")
+HIST = 21  # sender: an earlier boot's entry [sid, seq, wall] + its body  ("hist")
+REFUSE = 22  # receiver: [N, reason, sid?]: N will never be durable here  ("ack")
+WINDOW = 23  # receiver: W: at most W numbers sent and not acknowledged  ("flow")
 
 # Capabilities this side can offer in HELLO / HELLO_ACK ("caps").
 CAP_ACK = "ack"
-CAP_HIST = "hist"   # takes HIST, and ACK/RESEND/SKIP [n, sid] for earlier boots
-CAP_FLOW = "flow"   # honours WINDOW: the receiver paces what is sent ahead of its ACKs
-CAP_SEAL = "seal"   # every frame after AUTH carries a counter and tag (seal.py)
-CAP_ENC = "enc"     # a sealed session encrypts what follows each type byte (cipher.py)
-CAP_BARE = "bare"   # a sealed session's messages may be bodies without COBS and CRC (frame.py)
+CAP_HIST = "hist"  # takes HIST, and ACK/RESEND/SKIP [n, sid] for earlier boots
+CAP_FLOW = "flow"  # honours WINDOW: the receiver paces what is sent ahead of its ACKs
+CAP_SEAL = "seal"  # every frame after AUTH carries a counter and tag (seal.py)
+CAP_ENC = "enc"  # a sealed session encrypts what follows each type byte (cipher.py)
+CAP_BARE = "bare"  # a sealed session's messages may be bodies without COBS and CRC (frame.py)
 
 # Session states: a link's public ``status``.
 DOWN = "down"
@@ -72,13 +76,36 @@ HELLO_SENT = "hello_sent"
 ACK_SENT = "ack_sent"
 UP = "up"
 
-F_SEQ = 0x40    # a 16-bit sequence number follows the type byte
-F_BIN = 0x80    # a varint JSON length follows; the payload is the raw tail
+F_SEQ = 0x40  # a 16-bit sequence number follows the type byte
+F_BIN = 0x80  # a varint JSON length follows; the payload is the raw tail
 TYPE_MASK = 0x3F
 
-NAMES = ("", "HELLO", "HELLO_ACK", "AUTH", "ERROR", "BYE", "PING", "PONG", "SYNCSTART",
-         "SYNC", "SYNCEND", "PUB", "RET", "UNRET", "CALL", "REPLY", "FAIL", "ROUTES", "ACK",
-         "RESEND", "SKIP", "HIST", "REFUSE", "WINDOW")
+NAMES = (
+    "",
+    "HELLO",
+    "HELLO_ACK",
+    "AUTH",
+    "ERROR",
+    "BYE",
+    "PING",
+    "PONG",
+    "SYNCSTART",
+    "SYNC",
+    "SYNCEND",
+    "PUB",
+    "RET",
+    "UNRET",
+    "CALL",
+    "REPLY",
+    "FAIL",
+    "ROUTES",
+    "ACK",
+    "RESEND",
+    "SKIP",
+    "HIST",
+    "REFUSE",
+    "WINDOW",
+)
 
 
 class WireError(ValueError):
@@ -127,9 +154,9 @@ def join(p):
     out = bytearray(size(p))
     i = len(head)
     out[:i] = head
-    out[i:i + len(j)] = j
+    out[i : i + len(j)] = j
     if blob is not None:
-        out[i + len(j):] = blob
+        out[i + len(j) :] = blob
     return out
 
 
@@ -171,7 +198,7 @@ def decode(body):
         obj = json.loads(span(body, i, end))
     except ValueError:
         raise WireError("bad JSON")
-    except RuntimeError:    # CPython's RecursionError: JSON nested too deeply
+    except RuntimeError:  # CPython's RecursionError: JSON nested too deeply
         raise WireError("JSON nested too deeply")
     return h & TYPE_MASK, seq, obj, (bytes(body[end:]) if h & F_BIN else None)
 
@@ -233,6 +260,19 @@ def proof(key, role, hello, ack, bound=""):
     """Proof that ``role`` ('I' or 'R') knows key, bound to both sides' nonces,
     session ids and node ids, so no proof can be replayed into another session
     (and to ``bound``, what else the handshake fixes: seal.bound)."""
-    m = "|".join(("edgebus-link-1", role, hello["nonce"], ack["nonce"], hello["sid"],
-                  ack["sid"], str(hello["node"]), str(ack["node"]))) + bound
+    m = (
+        "|".join(
+            (
+                "edgebus-link-1",
+                role,
+                hello["nonce"],
+                ack["nonce"],
+                hello["sid"],
+                ack["sid"],
+                str(hello["node"]),
+                str(ack["node"]),
+            )
+        )
+        + bound
+    )
     return hexlify(mac(key, m.encode())).decode()

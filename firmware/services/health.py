@@ -1,17 +1,32 @@
 """sys/health (published every health_period s): heap, bus drops, uplink and
 link state and counters."""
+
 import asyncio
 import gc
 
 from firmware import mem, opt
 
-_LINK = ("sessions", "session_ends", "frames_in", "frames_out", "gaps", "dropped_out",
-         "liveness_timeouts", "auth_failures", "bad_frames", "acked", "retransmitted",
-         "spool_dropped", "forged", "replayed", "peer_offline")
+_LINK = (
+    "sessions",
+    "session_ends",
+    "frames_in",
+    "frames_out",
+    "gaps",
+    "dropped_out",
+    "liveness_timeouts",
+    "auth_failures",
+    "bad_frames",
+    "acked",
+    "retransmitted",
+    "spool_dropped",
+    "forged",
+    "replayed",
+    "peer_offline",
+)
 
 
 def health(ctx):
-    gc.collect()     # live heap, not garbage: a few ms every health_period
+    gc.collect()  # live heap, not garbage: a few ms every health_period
     a, f = mem()
     link = ctx.link
     lc = link.counters
@@ -22,12 +37,19 @@ def health(ctx):
     b = ctx.board
     # Which board's values run ("manifest" null: the built-in defaults); the
     # spool's capacity is in link.spool, the rest of the values in sys/info.
-    return {"uptime": int(ctx.uptime()), "board": b.get("name"), "manifest": b.get("manifest"),
-            "mem_alloc": a, "mem_free": f,
-            "bus_dropped": ctx.bus.stats()["dropped"], "link": lk, "uplink": ctx.uplink.stats(),
-            "network": ctx.net.stats() if ctx.net is not None else None,
-            "service_errors": ctx.counters.get("service_errors", 0),
-            "health_skipped": ctx.counters.get("health_skipped", 0)}
+    return {
+        "uptime": int(ctx.uptime()),
+        "board": b.get("name"),
+        "manifest": b.get("manifest"),
+        "mem_alloc": a,
+        "mem_free": f,
+        "bus_dropped": ctx.bus.stats()["dropped"],
+        "link": lk,
+        "uplink": ctx.uplink.stats(),
+        "network": ctx.net.stats() if ctx.net is not None else None,
+        "service_errors": ctx.counters.get("service_errors", 0),
+        "health_skipped": ctx.counters.get("health_skipped", 0),
+    }
 
 
 async def start(ctx, opts):

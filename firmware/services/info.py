@@ -1,6 +1,7 @@
 """sys/info (retained): firmware version, board and the board values in force
 (manifest, queues with the spool, budget), implementation, uptime, heap, reset
 cause; retained again every info_period seconds (uptime moves)."""
+
 import asyncio
 import sys
 
@@ -30,11 +31,21 @@ def info(ctx):
     a, f = mem()
     b = ctx.board
     # The board values in force: "manifest" null means the built-in defaults.
-    return {"fw": VERSION, "node": ctx.node, "board": b.get("name"),
-            "manifest": b.get("manifest"), "queues": b.get("queues"), "budget": b.get("budget"),
-            "impl": "%s %d.%d.%d" % (im.name, v[0], v[1], v[2]), "platform": sys.platform,
-            "uptime": int(ctx.uptime()), "mem_free": f, "mem_alloc": a,
-            "reset_cause": reset_cause(), "seal": ctx.link.seal if ctx.link else None}
+    return {
+        "fw": VERSION,
+        "node": ctx.node,
+        "board": b.get("name"),
+        "manifest": b.get("manifest"),
+        "queues": b.get("queues"),
+        "budget": b.get("budget"),
+        "impl": "%s %d.%d.%d" % (im.name, v[0], v[1], v[2]),
+        "platform": sys.platform,
+        "uptime": int(ctx.uptime()),
+        "mem_free": f,
+        "mem_alloc": a,
+        "reset_cause": reset_cause(),
+        "seal": ctx.link.seal if ctx.link else None,
+    }
 
 
 async def start(ctx, opts):

@@ -1,6 +1,7 @@
 """sys/reboot: replies, says BYE on the uplink, then machine.reset() on boards;
 on the unix port and CPython the process exits with status 3 (a supervisor
 such as systemd with Restart=always starts it again)."""
+
 import asyncio
 
 try:
@@ -18,7 +19,7 @@ async def start(ctx, opts):
     delay = opts.get("delay", 0.5)
     req.reply({"rebooting": True, "in_s": delay})
     ctx.log("reboot requested over the bus (from %s)" % (req.origin.peer_node,))
-    await asyncio.sleep(delay)          # lets the reply reach the caller
+    await asyncio.sleep(delay)  # lets the reply reach the caller
     await ctx.link.close("reboot")
     if machine is not None and hasattr(machine, "reset"):
         machine.reset()

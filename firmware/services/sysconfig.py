@@ -10,13 +10,13 @@ key/set: null -> {"kid"} of the key in use; {"nonce", "wrapped", "check"}
 config change, {"kid"} of it. The running session goes on; the next
 handshake uses the new key.
 """
+
 import asyncio
 
 from firmware import ConfigError, opt, transient, unload
 
 # Keys whose change takes effect at the next start (sys/reboot).
-RESTART = ("uplink", "link", "queues", "services", "watchdog_ms", "board", "node", "key",
-           "network")
+RESTART = ("uplink", "link", "queues", "services", "watchdog_ms", "board", "node", "key", "network")
 
 
 def _redacted(cfg):
@@ -42,7 +42,7 @@ def _serve(ctx, req, fn):
         try:
             req.fail("config service: %s: %s" % (type(e).__name__, e))
         except Exception:
-            pass   # the caller times out; the error is counted
+            pass  # the caller times out; the error is counted
 
 
 def _get(ctx, req):
@@ -61,16 +61,21 @@ def _set(ctx, req):
     b = ctx.board
     if type(ch) is dict and ch.get("board", b["name"]) != b["name"] and b.get("manifest"):
         # The device would stop at its next boot on the bundle's board.json.
-        return req.fail("invalid config change: this device's bundle is built for board %s "
-                        "(its board.json): deploy the bundle for %s to change its board"
-                        % (b["name"], ch["board"]))
+        return req.fail(
+            "invalid config change: this device's bundle is built for board %s "
+            "(its board.json): deploy the bundle for %s to change its board"
+            % (b["name"], ch["board"])
+        )
     if type(ch) is dict and "key" in ch:
-        return req.fail("invalid config change: key moves only wrapped under the key in use "
-                        "(sys/key/set: edgebus keys rotate)")
+        return req.fail(
+            "invalid config change: key moves only wrapped under the key in use "
+            "(sys/key/set: edgebus keys rotate)"
+        )
     keys = _save(ctx, req, ch, opt(ctx.config, "", "allow_identity_change"))
     if keys is not None:
-        req.reply({"saved": True, "changed": keys,
-                   "restart_needed": [k for k in keys if k in RESTART]})
+        req.reply(
+            {"saved": True, "changed": keys, "restart_needed": [k for k in keys if k in RESTART]}
+        )
         ctx.log("config changed: %s" % ", ".join(keys))
 
 
@@ -89,16 +94,19 @@ def _save(ctx, req, ch, identity):
         cf = None
         unload("firmware.config")
     ctx.config.clear()
-    ctx.config.update(new)     # services reading ctx.config see it at once
+    ctx.config.update(new)  # services reading ctx.config see it at once
     return sorted(ch)
 
 
 def _key(ctx, req):
     from edgebus.link.handshake import kid  # resident: the uplink's link uses it
+
     old = ctx.config.get("key")
     if not old:
-        return req.fail("this device has no key (its link is unauthenticated); a first key "
-                        "is written into its config.json (edgebus keys new)")
+        return req.fail(
+            "this device has no key (its link is unauthenticated); a first key "
+            "is written into its config.json (edgebus keys new)"
+        )
     if req.payload is None:
         return req.reply({"kid": kid(old.encode())})
     kw = transient("edgebus.link.keywrap")

@@ -5,6 +5,7 @@ every runtime. For a real sensor replace read() (e.g. machine.ADC, a 1-wire
 DS18B20); copy this module to add a service of your own.
 Config: {"module": "temp", "period": 5, "topic": "sensor/temp"}
 """
+
 import asyncio
 import math
 

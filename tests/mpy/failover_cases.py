@@ -5,8 +5,13 @@ from firmware import ConfigError
 from firmware.config import validate
 from firmware.failover import Failover, gateways
 
-U = {"kind": "mqtt", "host": "a", "port": 1883, "prefix": "p",
-     "gateways": [{"name": "A"}, {"host": "b", "port": 1884, "name": "B"}]}
+U = {
+    "kind": "mqtt",
+    "host": "a",
+    "port": 1883,
+    "prefix": "p",
+    "gateways": [{"name": "A"}, {"host": "b", "port": 1884, "name": "B"}],
+}
 
 
 def _cfg(u):
@@ -42,25 +47,25 @@ def test_single_gateway_never_moves():
 def test_silence_is_no_frame_for_the_period_then_the_next_gateway():
     f = Failover(gateways(U), 3.0, t=0.0)
     assert f.names == ["A", "B"]
-    f.heard(5, 1.0)              # frames_in moved: heard at 1.0
-    f.heard(5, 3.9)              # unchanged: still heard at 1.0
+    f.heard(5, 1.0)  # frames_in moved: heard at 1.0
+    f.heard(5, 3.9)  # unchanged: still heard at 1.0
     assert not f.silent(3.9)
     assert f.silent(4.0)
     assert f.move(4.0)["host"] == "b" and f.i == 1 and f.moves == 1
     assert f.last_move == "A -> B: silent"
-    assert not f.silent(6.9)     # the new gateway gets a whole period
+    assert not f.silent(6.9)  # the new gateway gets a whole period
     assert f.silent(7.0)
-    f.move(7.0)                  # after the last, the first again
+    f.move(7.0)  # after the last, the first again
     assert f.i == 0 and f.moves == 2 and f.failbacks == 0
 
 
 def test_failback_probes_the_primary_only_when_away_and_due():
     f = Failover(gateways(U), 3.0, failback=True, probe_every=10.0, t=0.0)
-    assert not f.probe_due(100.0)       # on the primary: nothing to probe
+    assert not f.probe_due(100.0)  # on the primary: nothing to probe
     f.move(100.0)
     assert not f.probe_due(109.0)
     assert f.probe_due(110.0) and f.probes == 1
-    assert not f.probe_due(110.5)       # one probe per period
+    assert not f.probe_due(110.5)  # one probe per period
     assert not f.probed(False) and f.probe_failures == 1
     assert f.probe_due(120.5)
     assert f.probed(True)
@@ -75,19 +80,32 @@ def test_no_failback_when_off():
     f = Failover(gateways(U), 3.0, failback=False, probe_every=1.0, t=0.0)
     f.move(0.0)
     assert not f.probe_due(1000.0)
-    assert f.move(1.0, 1)["host"] == "b" and f.moves == 1   # to where it is: no move
+    assert f.move(1.0, 1)["host"] == "b" and f.moves == 1  # to where it is: no move
 
 
 def test_config_accepts_gateways_and_refuses_bad_ones():
     validate(_cfg(dict(U)))
-    validate(_cfg({"kind": "mqtt", "gateways": [{"host": "a"}, {"host": "b"}],
-                   "failover_after": 2, "failback": False, "probe_every": 5}))
+    validate(
+        _cfg(
+            {
+                "kind": "mqtt",
+                "gateways": [{"host": "a"}, {"host": "b"}],
+                "failover_after": 2,
+                "failback": False,
+                "probe_every": 5,
+            }
+        )
+    )
     validate(_cfg({"kind": "uart", "gateways": [{"port": "/dev/a"}, {"port": 2, "baud": 9600}]}))
     _refused({"kind": "mqtt", "gateways": [{"host": "a"}, {"port": 1}]}, "uplink.host is required")
-    _refused({"kind": "mqtt", "host": "a", "gateways": [{"hots": "b"}]},
-             "unknown key uplink.gateways[0].hots")
-    _refused({"kind": "mqtt", "host": "a", "gateways": [{"port": "x", "name": 3}]},
-             "uplink.gateways[0].name must be str")
+    _refused(
+        {"kind": "mqtt", "host": "a", "gateways": [{"hots": "b"}]},
+        "unknown key uplink.gateways[0].hots",
+    )
+    _refused(
+        {"kind": "mqtt", "host": "a", "gateways": [{"port": "x", "name": 3}]},
+        "uplink.gateways[0].name must be str",
+    )
     _refused({"kind": "mqtt", "host": "a", "gateways": ["b"]}, "entries must be objects")
     _refused({"kind": "mqtt", "host": "a", "failover_after": 0}, "failover_after")
     _refused({"kind": "mqtt", "host": "a", "failback": 1}, "failback must be bool")

@@ -17,8 +17,17 @@ from edgebus.link.link import Link
 async def main(spec, key, node, journal, up_n, down_n):
     bus = edgebus.Bus(q_length=16)
     c = bus.connect(principal="app")
-    link = Link(bus, node, key=key.encode(), role="initiator", exports=[("sensor/#", "")],
-                heartbeat=0.5, handshake_timeout=1.0, out_queue=64, journal=journal)
+    link = Link(
+        bus,
+        node,
+        key=key.encode(),
+        role="initiator",
+        exports=[("sensor/#", "")],
+        heartbeat=0.5,
+        handshake_timeout=1.0,
+        out_queue=64,
+        journal=journal,
+    )
     print("SID", link.sid)
     link.start()
     asyncio.create_task(uplink(link, spec, node))
@@ -36,11 +45,12 @@ async def main(spec, key, node, journal, up_n, down_n):
         c.publish("sensor/r", i)
         i += 1
         await asyncio.sleep(0.02)
-    await asyncio.sleep(0.1)    # the link's pump numbers the last one
+    await asyncio.sleep(0.1)  # the link's pump numbers the last one
     print("DONE", link.tx_seq - 1)
     while True:
         await asyncio.sleep(1)
 
 
-asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]),
-                 int(sys.argv[6])))
+asyncio.run(
+    main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5]), int(sys.argv[6]))
+)

@@ -21,11 +21,20 @@ async def main(spec, key, count, node):
     bus = edgebus.Bus(q_length=16)
     c = bus.connect(principal="app")
     c.retain("sys/info", {"fw": "test", "impl": sys.implementation.name})
-    link = Link(bus, node, key=key.encode(), role="initiator",
-                exports=[("sensor/#", ""), ("sys/#", "")], imports=[("cmd/#", "")],
-                export_calls=[("sys/#", "")], import_calls=[("host/#", "")],
-                heartbeat=0.5, out_queue=64, handshake_timeout=1.0,
-                spool=int(os.getenv("LINK_DEVICE_SPOOL") or 2048))
+    link = Link(
+        bus,
+        node,
+        key=key.encode(),
+        role="initiator",
+        exports=[("sensor/#", ""), ("sys/#", "")],
+        imports=[("cmd/#", "")],
+        export_calls=[("sys/#", "")],
+        import_calls=[("host/#", "")],
+        heartbeat=0.5,
+        out_queue=64,
+        handshake_timeout=1.0,
+        spool=int(os.getenv("LINK_DEVICE_SPOOL") or 2048),
+    )
     ep = c.bind("sys/echo")
     stop = c.subscribe("cmd/stop")
 
@@ -44,7 +53,7 @@ async def main(spec, key, count, node):
         if mqtt:
             await asyncio.sleep(0.01)
         elif i % 8 == 7:
-            await asyncio.sleep(0.01)   # let the writer drain the observer queue
+            await asyncio.sleep(0.01)  # let the writer drain the observer queue
     print("SENT", count)
     for _ in range(100):
         if ("host", "add") in bus.endpoints():
@@ -58,5 +67,11 @@ async def main(spec, key, count, node):
     await link.close()
 
 
-asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3]),
-                 sys.argv[4] if len(sys.argv) > 4 else "dev-" + sys.implementation.name))
+asyncio.run(
+    main(
+        sys.argv[1],
+        sys.argv[2],
+        int(sys.argv[3]),
+        sys.argv[4] if len(sys.argv) > 4 else "dev-" + sys.implementation.name,
+    )
+)

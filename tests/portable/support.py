@@ -1,5 +1,6 @@
 """Helpers for the portable tests: the same module runs under pytest (CPython)
 and under tests/mpy/run.py (the real MicroPython unix port)."""
+
 import asyncio
 
 
@@ -36,10 +37,11 @@ def flooded(full, n=4):
     """(bus, publisher, subscriber connection, subscription) after n
     publishes into a subscription of queue length 2 under policy full."""
     import edgebus
+
     bus = edgebus.Bus()
     pub = bus.connect()
     c = bus.connect()
     s = c.subscribe("t", queue_len=2, full=full)
     for i in range(n):
-        assert pub.publish("t", i) is True    # never refused, whatever the feed does
+        assert pub.publish("t", i) is True  # never refused, whatever the feed does
     return bus, pub, c, s

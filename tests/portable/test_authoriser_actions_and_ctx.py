@@ -1,4 +1,5 @@
 """Authoriser actions and ctx contents (docs/api.md: Authoriser, Precise edge cases)."""
+
 import asyncio
 
 import edgebus
@@ -32,8 +33,16 @@ def test_every_action_and_its_ctx():
         c.derive()  # not authorised
         bus.connect()
         acts = [d["action"] for d in seen]
-        assert acts == ["publish", "retain", "unretain", "subscribe", "watch_retained",
-                        "watch_retained", "bind", "call"]
+        assert acts == [
+            "publish",
+            "retain",
+            "unretain",
+            "subscribe",
+            "watch_retained",
+            "watch_retained",
+            "bind",
+            "call",
+        ]
         for d in seen:
             assert d["bus"] is bus and d["principal"] == "svc"
             assert type(d["topic"]) is tuple
@@ -46,6 +55,7 @@ def test_every_action_and_its_ctx():
         assert seen[4]["topic"] == ("w", "#")
         assert seen[6]["topic"] == ("rpc", L("#"))
         assert seen[7]["payload"] == "p3" and type(seen[7]["topic"][1]) is L
+
     run(main())
 
 

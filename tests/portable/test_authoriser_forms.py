@@ -1,4 +1,5 @@
 """Authoriser forms, Denied and a raising authoriser (docs/api.md: Authoriser)."""
+
 import edgebus
 from tests.portable.support import raises
 

@@ -1,4 +1,5 @@
 """A refused operation leaves nothing behind (docs/api.md: Precise edge cases: Authoriser)."""
+
 import edgebus
 from tests.portable.support import araises, raises, run
 
@@ -18,8 +19,12 @@ def test_refused_state_operations_change_nothing():
     w = admin.watch_retained("t")
     v = admin.retained_view("t")
     n = v.version
-    for fn, args in ((user.publish, ("t", 1)), (user.retain, ("t", 2)),
-                     (user.retain, ("u", 2)), (user.unretain, ("t",))):
+    for fn, args in (
+        (user.publish, ("t", 1)),
+        (user.retain, ("t", 2)),
+        (user.retain, ("u", 2)),
+        (user.unretain, ("t",)),
+    ):
         e = raises(edgebus.Denied, fn, *args)
         assert "admins only" in str(e)
     assert s.recv_nowait() is None and w.recv_nowait() is None
@@ -53,4 +58,5 @@ def test_refused_call_sends_nothing():
         assert ep.recv_nowait() is None and ep.dropped() == 0
         # Refused before routing: no NoRoute for an unbound topic either.
         await araises(edgebus.Denied, user.call("nothing", 1))
+
     run(main())

@@ -1,11 +1,12 @@
 """edgebus.backoff: the delays every retry loop waits, on both runtimes."""
+
 from edgebus.backoff import Backoff, grow, jitter
 
 
 def test_jitter_spreads_over_half_the_delay_from_low():
     seen = [jitter(8, 0.75) for _ in range(200)]
     assert all(6 <= d < 10 for d in seen)
-    assert max(seen) - min(seen) > 1      # spread, not one value
+    assert max(seen) - min(seen) > 1  # spread, not one value
     assert all(4 <= jitter(8) < 8 for _ in range(50))
 
 

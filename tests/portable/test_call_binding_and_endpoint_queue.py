@@ -1,4 +1,5 @@
 """Binding rules and endpoint queues (docs/api.md: Connection, Precise edge cases: Calls)."""
+
 import asyncio
 
 import edgebus
@@ -30,6 +31,7 @@ def test_endpoint_is_reject_newest_with_queue_one():
         assert (await ep.recv()).payload == "first"  # not evicted
         t.cancel()
         await araises(asyncio.CancelledError, t)
+
     run(main())
 
 
@@ -45,4 +47,5 @@ def test_rendezvous_endpoint_needs_a_waiting_handler():
         req = await r
         req.reply(req.payload + 1)
         assert await t == 3
+
     run(main())

@@ -1,5 +1,6 @@
 """Requests whose caller gave up do not take endpoint queue space
 (docs/api.md: Precise edge cases: Calls)."""
+
 import asyncio
 
 import edgebus
@@ -23,6 +24,7 @@ def test_dead_request_does_not_make_the_endpoint_full():
             req.reply(q)
             assert await t == q
             ep.unbind()
+
     run(main())
 
 
@@ -54,4 +56,5 @@ def test_purging_dead_requests_keeps_the_order_of_live_ones():
         for t in ts:
             res.append(await t)
         assert res == [0, "a", "b", "c"]
+
     run(main())

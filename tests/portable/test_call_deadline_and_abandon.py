@@ -1,4 +1,5 @@
 """Calls: deadline vs timeout, and abandonment by a caller that gave up (docs/api.md: Calls)."""
+
 import asyncio
 
 import edgebus
@@ -24,6 +25,7 @@ def test_earlier_of_timeout_and_deadline_wins():
         dt = await _timed(c, timeout=10, deadline=edgebus.now() - 1)
         assert dt < 0.5
         assert ep.recv_nowait() is None  # every request was abandoned
+
     run(main())
 
 
@@ -37,6 +39,7 @@ def test_no_timeout_waits_for_the_reply():
         assert not t.done()
         req.reply(2)
         assert await t == 2
+
     run(main())
 
 
@@ -50,6 +53,7 @@ def test_timed_out_call_abandons_the_held_request():
         assert req.done() is True
         assert req.reply(1) is False and req.fail(1) is False
         assert req.abandon("x") is False
+
     run(main())
 
 
@@ -62,6 +66,7 @@ def test_cancelled_call_abandons_the_request():
         t.cancel()
         await araises(asyncio.CancelledError, t)
         assert req.done() is True and req.reply(1) is False
+
     run(main())
 
 
@@ -76,4 +81,5 @@ def test_queued_request_of_a_departed_caller_is_skipped():
         assert req.payload == "new"
         req.reply(1)
         assert await t == 1
+
     run(main())

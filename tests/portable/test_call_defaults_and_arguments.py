@@ -1,4 +1,5 @@
 """Calls: default timeout, argument errors, a raising authoriser (docs/api.md: Connection)."""
+
 import asyncio
 
 import edgebus
@@ -12,6 +13,7 @@ def test_default_timeout_is_one_second():
         t0 = edgebus.now()
         await araises(edgebus.Timeout, c.call("rpc", 1))
         assert 0.9 <= edgebus.now() - t0 < 2
+
     run(main())
 
 
@@ -23,6 +25,7 @@ def test_bad_extra_sends_nothing():
         await araises(TypeError, c.call(("rpc", 1.5), 1))
         await araises(ValueError, c.call((), 1))
         assert ep.recv_nowait() is None
+
     run(main())
 
 
@@ -42,6 +45,7 @@ def test_raising_authoriser_on_call_sends_nothing():
         ep = c.bind("rpc")
         await araises(Oops, c.call("rpc", 1))
         assert ep.recv_nowait() is None and ep.dropped() == 0
+
     run(main())
 
 
@@ -56,4 +60,5 @@ def test_int_and_literal_tokens_in_calls():
         assert req.topic == ("dev", 3, "#") and type(req.topic[1]) is int
         req.reply(0)
         assert await t == 0
+
     run(main())

@@ -1,5 +1,6 @@
 """Calls: Closed reasons when the endpoint goes away
 (docs/api.md: Precise edge cases: Calls, Feeds)."""
+
 import asyncio
 
 import edgebus
@@ -25,6 +26,7 @@ def test_queued_requests_fail_when_the_endpoint_closes():
         await _queued_then(lambda c, ep: c.unbind(ep), "unbound")
         await _queued_then(lambda c, ep: ep.close(), "closed")
         await _queued_then(lambda c, ep: c.disconnect(), "disconnected")
+
     run(main())
 
 
@@ -40,6 +42,7 @@ def test_abandon_is_seen_as_closed():
         t = asyncio.create_task(c.call("rpc", 2))
         (await ep.recv()).abandon()
         assert (await araises(edgebus.Closed, t)).reason == "abandoned"
+
     run(main())
 
 
@@ -55,6 +58,7 @@ def test_held_request_survives_unbind():
         assert req.reply("late") is True
         assert await t == "late"
         assert await ep.recv() is None
+
     run(main())
 
 
@@ -69,6 +73,7 @@ def test_held_request_fails_when_the_binding_connection_disconnects():
         server.disconnect()
         assert (await araises(edgebus.Closed, t)).reason == "disconnected"
         assert req.done() and req.reply(1) is False
+
     run(main())
 
 
@@ -84,4 +89,5 @@ def test_held_request_after_unbind_fails_on_disconnect():
         server.disconnect()
         assert (await araises(edgebus.Closed, t)).reason == "disconnected"
         assert req.reply(1) is False
+
     run(main())

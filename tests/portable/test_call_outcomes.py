@@ -1,5 +1,6 @@
 """Calls: reply, fail, NoRoute, Full, Timeout
 (docs/api.md: Connection, Precise edge cases: Calls)."""
+
 import asyncio
 
 import edgebus
@@ -25,6 +26,7 @@ def test_reply_roundtrip_and_request_fields():
         assert req.reply("again") is False and req.fail("x") is False
         assert req.abandon() is False
         assert await t == "pong"
+
     run(main())
 
 
@@ -39,6 +41,7 @@ def test_fail_raises_failed_with_the_value():
         e = await araises(edgebus.Failed, t)
         assert e.reason is err
         assert isinstance(e, edgebus.CallError) and isinstance(e, edgebus.BusError)
+
     run(main())
 
 
@@ -52,6 +55,7 @@ def test_no_route_is_raised_at_once():
         ep = c.bind("gone")
         ep.unbind()
         await araises(edgebus.NoRoute, c.call("gone", 1))
+
     run(main())
 
 
@@ -68,6 +72,7 @@ def test_full_is_raised_at_once():
         assert req.payload == 1
         req.reply(None)
         assert await t is None
+
     run(main())
 
 
@@ -80,4 +85,5 @@ def test_timeout():
         dt = edgebus.now() - t0
         assert e.reason == "timeout" and isinstance(e, edgebus.CallError)
         assert 0.04 <= dt < 1
+
     run(main())

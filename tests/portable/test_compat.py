@@ -1,4 +1,5 @@
 """compat.wait_for: the timeout every edgebus loop uses, on both runtimes."""
+
 import asyncio
 
 from edgebus import compat
@@ -10,8 +11,10 @@ def test_wait_for_returns_the_result():
         async def val():
             await asyncio.sleep(0)
             return 7
+
         assert await compat.wait_for(val(), 1) == 7
         assert await compat.wait_for(val(), None) == 7
+
     run(main())
 
 
@@ -19,6 +22,7 @@ def test_wait_for_times_out():
     async def main():
         ev = compat.Event()
         await araises(compat.TimeoutError, compat.wait_for(ev.wait(), 0.01))
+
     run(main())
 
 
@@ -46,4 +50,5 @@ def test_a_wait_for_loop_ends_when_cancelled_as_its_event_fires():
             await settle(5)
             assert t.done(), "the cancelled loop is still running"
             await araises(compat.CancelledError, t)
+
     run(main())

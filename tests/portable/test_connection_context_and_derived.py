@@ -1,4 +1,5 @@
 """Connections as context managers; derived connections (docs/api.md: Connection)."""
+
 import edgebus
 from tests.portable.support import raises, run
 
@@ -44,6 +45,7 @@ def test_async_with():
         else:
             raise AssertionError("swallowed")
         assert d.is_disconnected() and bus.stats()["connections"] == 0
+
     run(main())
 
 

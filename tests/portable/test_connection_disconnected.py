@@ -1,4 +1,5 @@
 """Rules for a disconnected connection (docs/api.md: Precise edge cases: Connections)."""
+
 import edgebus
 from tests.portable.support import araises, raises, run
 
@@ -9,14 +10,21 @@ def test_operations_on_a_disconnected_connection_raise():
         c = bus.connect(principal="p")
         assert c.disconnect() is True and c.disconnect() is True
         assert c.is_disconnected() is True
-        for fn, args in ((c.publish, ("t", 1)), (c.retain, ("t", 1)),
-                         (c.unretain, ("t",)), (c.subscribe, ("t",)),
-                         (c.watch_retained, ("t",)), (c.retained_view, ("t",)),
-                         (c.bind, ("t",)), (c.derive, ())):
+        for fn, args in (
+            (c.publish, ("t", 1)),
+            (c.retain, ("t", 1)),
+            (c.unretain, ("t",)),
+            (c.subscribe, ("t",)),
+            (c.watch_retained, ("t",)),
+            (c.retained_view, ("t",)),
+            (c.bind, ("t",)),
+            (c.derive, ()),
+        ):
             e = raises(edgebus.Disconnected, fn, *args)
             assert isinstance(e, edgebus.BusError)
         await araises(edgebus.Disconnected, c.call("t", 1))
         assert bus.stats()["retained"] == 0
+
     run(main())
 
 
@@ -52,7 +60,11 @@ def test_connection_stats_counts():
     c.retained_view("d")
     c.bind("e")
     st = c.stats()
-    assert (st["subscriptions"], st["retained_watches"], st["retained_views"],
-            st["endpoints"]) == (2, 1, 1, 1)
+    assert (st["subscriptions"], st["retained_watches"], st["retained_views"], st["endpoints"]) == (
+        2,
+        1,
+        1,
+        1,
+    )
     s.close()
     assert c.stats()["subscriptions"] == 1

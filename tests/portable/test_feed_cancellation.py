@@ -1,4 +1,5 @@
 """Cancellation safety when an item arrives as the receiver is cancelled (docs/api.md: Feeds)."""
+
 import asyncio
 
 import edgebus
@@ -13,11 +14,12 @@ def test_receiver_cancelled_after_wakeup_loses_nothing():
             t = asyncio.create_task(s.recv())
             await settle()
             c.publish("t", q)
-            t.cancel()   # before the woken receiver runs
+            t.cancel()  # before the woken receiver runs
             await araises(asyncio.CancelledError, t)
             assert s.recv_nowait().payload == q
             assert s.dropped() == 0
             s.close()
+
     run(main())
 
 
@@ -33,6 +35,7 @@ def test_each_waiting_receiver_gets_one_item():
         for t in ts:
             got.append((await asyncio.wait_for(t, 0.5)).payload)
         assert sorted(got) == [0, 1, 2]
+
     run(main())
 
 
@@ -46,6 +49,7 @@ def test_endpoint_recv_is_cancellation_safe():
         req = ep.recv_nowait()
         assert req.payload == 1 and req.reply(2) is True
         assert await t == 2
+
     run(main())
 
 
@@ -67,4 +71,5 @@ def test_feeds_drain_after_disconnect_and_endpoint_iteration_ends():
         await asyncio.wait_for(t, 0.5)
         assert got == [] and await ep.closed() == "disconnected"
         assert s.recv_nowait().payload == 1 and await s.recv() is None
+
     run(main())

@@ -1,4 +1,5 @@
 """Feed close methods and reasons (docs/api.md: Feeds)."""
+
 import edgebus
 
 

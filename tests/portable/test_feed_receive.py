@@ -1,5 +1,6 @@
 """Receiving: recv, recv_nowait, async for, drain after close, cancellation
 (docs/api.md: Feeds)."""
+
 import asyncio
 
 import edgebus
@@ -16,6 +17,7 @@ def test_recv_waits_for_an_item():
         assert not t.done()
         c.publish("t", 7)
         assert (await t).payload == 7
+
     run(main())
 
 
@@ -36,6 +38,7 @@ def test_items_accepted_before_close_are_drained():
         async for ev in w:
             got.append(ev.payload)
         assert got == [1]
+
     run(main())
 
 
@@ -51,6 +54,7 @@ def test_blocked_receivers_wake_on_close():
         assert t1.done() and t2.done()
         assert await t1 is None and await t2 == "closed"
         assert await s.closed() == "closed"
+
     run(main())
 
 
@@ -73,6 +77,7 @@ def test_async_for_ends_when_the_feed_closes():
         c.disconnect()
         assert await asyncio.wait_for(t, 0.5) == "ended"
         assert got == [1, 2]
+
     run(main())
 
 
@@ -88,4 +93,5 @@ def test_timed_out_recv_loses_nothing():
         assert (await t).payload == 1
         assert (await asyncio.wait_for(s.recv(), 0.05)).payload == 2
         assert s.dropped() == 0
+
     run(main())

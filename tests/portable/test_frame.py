@@ -1,4 +1,5 @@
 """Framing of the federation link: COBS + CRC-16 frames on byte streams."""
+
 from edgebus.link.frame import (
     BLOCK,
     DELIM,
@@ -16,7 +17,7 @@ from tests.portable.support import raises
 # Importing edgebus.link imports the core package first (~38 KB on the 64-bit
 # unix port, about half that on 32-bit boards); the reader's two 1 KB buffers
 # and this module need the rest.
-MPY_HEAP = "128K"   # MAX_LEN frames, whole and block by block, several 1 KB buffers live at once
+MPY_HEAP = "128K"  # MAX_LEN frames, whole and block by block, several 1 KB buffers live at once
 
 
 def _body(n, seed=0):
@@ -42,7 +43,7 @@ def _feed_all(r, data, step):
     """Feed data in chunks of step bytes; the bodies returned."""
     got = []
     for i in range(0, len(data), step):
-        got.extend(r.feed(data[i:i + step]))
+        got.extend(r.feed(data[i : i + step]))
     return got
 
 
@@ -180,7 +181,7 @@ def test_round_trip_through_reader_around_block_boundary():
         r = FrameReader(520)
         buf = bytearray(step)
         k = 0
-        expect = []                     # sent, not yet received
+        expect = []  # sent, not yet received
         for n in lengths:
             for body in _bodies(n):
                 f = memoryview(encode(body, 520))
@@ -188,7 +189,7 @@ def test_round_trip_through_reader_around_block_boundary():
                 i = 0
                 while i < len(f):
                     c = min(step - k, len(f) - i)
-                    buf[k:k + c] = f[i:i + c]
+                    buf[k : k + c] = f[i : i + c]
                     k += c
                     i += c
                     if k == step:
@@ -207,10 +208,16 @@ def test_byte_by_byte_feeding():
     r = FrameReader()
     got = []
     for i in range(len(stream)):
-        got.extend(r.feed(stream[i:i + 1]))
+        got.extend(r.feed(stream[i : i + 1]))
     assert got == bodies
-    assert r.stats() == {"frames": 5, "crc_errors": 0, "cobs_errors": 0,
-                         "oversize": 0, "garbage_bytes": 0, "empty": 0}
+    assert r.stats() == {
+        "frames": 5,
+        "crc_errors": 0,
+        "cobs_errors": 0,
+        "oversize": 0,
+        "garbage_bytes": 0,
+        "empty": 0,
+    }
 
 
 def test_feed_accepts_bytearray_and_memoryview():
@@ -270,7 +277,7 @@ def test_cut_frame_loses_only_the_cut_one():
 def test_crc_error_counted_and_body_not_returned():
     body = _body(50, 3)
     f = bytearray(encode(body))
-    f[10] ^= 0x40                       # stays non-zero: only the CRC sees it
+    f[10] ^= 0x40  # stays non-zero: only the CRC sees it
     assert f[10] != 0
     r = FrameReader(64)
     assert r.feed(bytes(f) + encode(b"next")) == [b"next"]
@@ -345,8 +352,8 @@ def test_decode_message_transport_frame():
     assert decode(encode(body, lead=True)) == body
     assert decode(b"") is None
     assert decode(DELIM) is None
-    assert decode(f[:-2]) is None           # cut
-    assert decode(f[:3] + f) is None        # 0x00 inside
+    assert decode(f[:-2]) is None  # cut
+    assert decode(f[:3] + f) is None  # 0x00 inside
     bad = bytearray(f)
     bad[2] ^= 1
     assert decode(bytes(bad)) is None
@@ -384,7 +391,7 @@ def test_reader_never_raises_on_noise():
     pos = 0
     step = 1
     while pos < len(noise):
-        r.feed(noise[pos:pos + step])
+        r.feed(noise[pos : pos + step])
         pos += step
         step = step * 3 % 97 + 1
         assert r.pending <= max_encoded_len(64)

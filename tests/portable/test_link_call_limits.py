@@ -1,4 +1,5 @@
 """Remote calls over the link: limits and failures (docs/protocol.md, Calls)."""
+
 import asyncio
 
 import edgebus
@@ -14,21 +15,22 @@ MPY_HEAP = "200K"
 def test_busy_when_pending_calls_reach_the_cap():
     async def main():
         async def handler(ep):
-            await ep.closed()                # holds requests, never takes them
-        j, ep, task = await joined_with("sys/hold", handler,
-                                         host_kw={"max_pending": 1})
+            await ep.closed()  # holds requests, never takes them
+
+        j, ep, task = await joined_with("sys/hold", handler, host_kw={"max_pending": 1})
         hc = j.host.connect()
         first = asyncio.create_task(hc.call("dev/dev1/sys/hold", 1, timeout=2))
-        await until(lambda: j.hl.stats()["pending_calls"] == 1)       # forwarded
+        await until(lambda: j.hl.stats()["pending_calls"] == 1)  # forwarded
         second = asyncio.create_task(hc.call("dev/dev1/sys/hold", 2, timeout=2))
         await asyncio.sleep(0.05)
-        assert not second.done()          # queued in the proxy: the cap holds it back
+        assert not second.done()  # queued in the proxy: the cap holds it back
         assert j.hl.stats()["pending_calls"] == 1
-        await araises(edgebus.Full, hc.call("dev/dev1/sys/hold", 3))   # refused at once
+        await araises(edgebus.Full, hc.call("dev/dev1/sys/hold", 3))  # refused at once
         first.cancel()
         second.cancel()
         ep.unbind()
         await j.stop()
+
     run(main())
 
 
@@ -36,6 +38,7 @@ def test_pending_call_fails_session_reset_when_the_session_ends():
     async def main():
         async def handler(ep):
             await ep.closed()
+
         j, ep, task = await joined_with("sys/hold", handler)
         hc = j.host.connect()
         call = asyncio.create_task(hc.call("dev/dev1/sys/hold", 1, timeout=5))
@@ -44,6 +47,7 @@ def test_pending_call_fails_session_reset_when_the_session_ends():
         e = await araises(edgebus.Closed, call)
         assert e.reason == "session_reset"
         ep.unbind()
+
     run(main())
 
 
@@ -52,12 +56,14 @@ def test_oversize_reply_fails_clearly_and_the_link_goes_on():
         async def handler(ep):
             async for req in ep:
                 req.reply("x" * (1100 if req.payload == "big" else 1))
+
         j, ep, task = await joined_with("sys/big", handler)
         hc = j.host.connect()
         e = await araises(edgebus.Failed, hc.call("dev/dev1/sys/big", "big"))
         assert "too large" in e.reason
-        assert await hc.call("dev/dev1/sys/big", "small") == "x"     # still working
+        assert await hc.call("dev/dev1/sys/big", "small") == "x"  # still working
         assert j.dl.counters.get("oversize_out") == 1
         ep.unbind()
         await j.stop()
+
     run(main())

@@ -1,4 +1,5 @@
 """Remote calls over the link, both directions (docs/protocol.md, Calls)."""
+
 import asyncio
 
 import edgebus
@@ -17,6 +18,7 @@ def test_call_host_to_device_reply_and_fail():
                     req.fail({"why": "bad input"})
                 else:
                     req.reply({"echo": req.payload, "kind": req.origin.kind})
+
         j, ep, task = await joined_with("sys/echo", handler)
         hc = j.host.connect()
         assert await hc.call("dev/dev1/sys/echo", 7) == {"echo": 7, "kind": "link"}
@@ -24,6 +26,7 @@ def test_call_host_to_device_reply_and_fail():
         assert e.reason == {"why": "bad input"}
         ep.unbind()
         await j.stop()
+
     run(main())
 
 
@@ -36,12 +39,14 @@ def test_call_device_to_host():
         async def handler():
             async for req in ep:
                 req.reply(["t", req.payload, req.origin.peer_node])
+
         task = asyncio.create_task(handler())
         j.start()
         await until(lambda: synced(j) and ("host", "time") in j.dev.endpoints())
         assert await j.dev.connect().call("host/time", 1) == ["t", 1, "dev1"]
         ep.unbind()
         await j.stop()
+
     run(main())
 
 
@@ -49,6 +54,7 @@ def test_remote_unbound_endpoint_is_closed_no_route_and_routes_update():
     async def main():
         async def handler(ep):
             await ep.closed()
+
         j, ep, task = await joined_with("sys/gone", handler)
         hc = j.host.connect()
         ep.unbind()
@@ -58,6 +64,7 @@ def test_remote_unbound_endpoint_is_closed_no_route_and_routes_update():
         await until(lambda: ("dev", "dev1", "sys", "gone") not in j.host.endpoints())
         await araises(edgebus.NoRoute, hc.call("dev/dev1/sys/gone", 1))
         await j.stop()
+
     run(main())
 
 
@@ -67,15 +74,17 @@ def test_timeout_propagates_deadline_and_abandons_remotely():
 
         async def handler(ep):
             async for req in ep:
-                held.append(req)        # never replies
+                held.append(req)  # never replies
+
         j, ep, task = await joined_with("sys/slow", handler)
         hc = j.host.connect()
         t0 = edgebus.now()
         await araises(edgebus.Timeout, hc.call("dev/dev1/sys/slow", 1, timeout=0.3))
         assert edgebus.now() - t0 < 1.0
-        await until(lambda: held and held[0].done())   # the device's call timed out too
+        await until(lambda: held and held[0].done())  # the device's call timed out too
         assert held[0].deadline is not None
         assert held[0].reply("late") is False
         ep.unbind()
         await j.stop()
+
     run(main())

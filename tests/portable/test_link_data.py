@@ -1,4 +1,5 @@
 """The link (docs/protocol.md): session, data with provenance, sequence numbers."""
+
 import asyncio
 
 from tests.portable.linkkit import Joined, sealed, synced, until, up
@@ -6,7 +7,9 @@ from tests.portable.support import run
 
 # Two buses, two links and their frames in one interpreter: ~70 KB of code on
 # the 64-bit unix port before any test data.
-MPY_HEAP = "224K"   # two sealed links (HMAC state, two digests a frame): 192K ran out once under load
+MPY_HEAP = (
+    "224K"  # two sealed links (HMAC state, two digests a frame): 192K ran out once under load
+)
 
 
 def test_handshake_then_publish_with_link_provenance():
@@ -20,8 +23,9 @@ def test_handshake_then_publish_with_link_provenance():
         o = m.origin
         assert o.kind == "link" and o.link_id == j.hl.link_id and o.peer_node == "dev1"
         assert o.peer_sid == j.dl.sid and o.generation == 1
-        assert o.extra["ts"] == 123 and o.extra["seq"] >= 1   # sender's seq kept
+        assert o.extra["ts"] == 123 and o.extra["seq"] >= 1  # sender's seq kept
         await j.stop()
+
     run(main())
 
 
@@ -41,6 +45,7 @@ def test_sequence_numbers_increase_and_binary_payloads_cross():
         assert seqs == list(range(seqs[0], seqs[0] + 5))
         assert j.hl.counters.get("gaps", 0) == 0
         await j.stop()
+
     run(main())
 
 
@@ -53,19 +58,22 @@ def test_remote_cannot_forge_provenance_or_leave_its_prefix():
         # 'extra' claiming trusted fields or a seq stays in extra; seq is overwritten
         j.dev.connect().publish("x/y", 1, extra={"link_id": "forged", "kind": "local", "seq": -5})
         m = await asyncio.wait_for(sub.recv(), 2)
-        while m.topic[0] == "link":       # the host link's own status
+        while m.topic[0] == "link":  # the host link's own status
             m = await asyncio.wait_for(sub.recv(), 2)
-        assert m.topic == ("dev", "dev1", "x", "y")       # always under the mapped prefix
+        assert m.topic == ("dev", "dev1", "x", "y")  # always under the mapped prefix
         assert m.origin.kind == "link" and m.origin.link_id == j.hl.link_id
         assert m.origin.extra["seq"] > 0 and m.origin.extra["link_id"] == "forged"
         await j.stop()
+
     run(main())
 
 
 def test_local_only_topics_never_cross_and_loop_guard():
     async def main():
-        j = Joined(dev_kw={"exports": [("#", "")], "imports": [("#", "")]},
-                   host_kw={"exports": [("dev/{node}/#", "dev/{node}")]}).start()
+        j = Joined(
+            dev_kw={"exports": [("#", "")], "imports": [("#", "")]},
+            host_kw={"exports": [("dev/{node}/#", "dev/{node}")]},
+        ).start()
         await until(lambda: synced(j))
         seen = j.host.connect().subscribe("dev/#", queue_len=32)
         dc = j.dev.connect()
@@ -80,6 +88,7 @@ def test_local_only_topics_never_cross_and_loop_guard():
         assert seen.recv_nowait() is None
         assert j.dl.counters.get("imported", 0) == 0
         await j.stop()
+
     run(main())
 
 
@@ -92,6 +101,7 @@ def _lose_one_frame(j):
             state["drop"] = False
             return b"\x00"
         return data
+
     j.ta.writer.filter = lose
 
 
@@ -108,20 +118,21 @@ def test_frame_lost_in_flight_is_sent_again_in_order():
         await asyncio.sleep(0.1)
         c.publish("sensor/a", 2)
         got = []
-        for _ in range(2):   # a loop: MicroPython has no await in comprehensions
+        for _ in range(2):  # a loop: MicroPython has no await in comprehensions
             got.append((await asyncio.wait_for(sub.recv(), 3)).payload)
         assert got == [1, 2]
         assert j.hl.counters.get("gaps", 0) == 0
         assert j.hl.counters.get("resends_asked", 0) >= 1 and j.dl.counters.get("resends", 0) >= 1
         assert j.dl.counters.get("retransmitted", 0) >= 1
-        await until(lambda: j.dl.stats()["spool"]["depth"] == 0)   # all acknowledged
+        await until(lambda: j.dl.stats()["spool"]["depth"] == 0)  # all acknowledged
         await j.stop()
+
     run(main())
 
 
 def test_gap_counted_when_frames_are_lost_without_acks():
     async def main():
-        j = Joined(dev_kw={"ack": False}).start()   # a peer without the capability
+        j = Joined(dev_kw={"ack": False}).start()  # a peer without the capability
         await until(lambda: synced(j))
         assert not j.dl.stats()["acking"] and not j.hl.stats()["acking"]
         c = j.dev.connect()
@@ -137,6 +148,7 @@ def test_gap_counted_when_frames_are_lost_without_acks():
         assert j.hl.counters.get("gaps") == 1 and j.hl.last_gap[0] == j.hl.last_gap[1]
         assert j.hl.stats()["counters"]["gaps"] == 1
         await j.stop()
+
     run(main())
 
 
@@ -168,4 +180,5 @@ def test_a_numbered_frame_that_passes_its_crc_but_does_not_decode_is_asked_for_a
         hl.feed(sealed(j.dl, wire.encode(wire.PUB, ["sensor/c", 3], n)[:3] + b"[{"))
         assert hl.state["rx_next"] == n + 1 and hl.counters["gaps"] == 1
         await j.stop()
+
     run(main())

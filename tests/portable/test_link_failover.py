@@ -3,6 +3,7 @@ one Link, one sid, run over a transport to gateway A, then B, then A again.
 Each gateway gets every number once from where it stands; what the other
 gateway acknowledged meanwhile is not a gap (SYNCSTART's "acked"), while a
 number no gateway got still is."""
+
 import asyncio
 
 import edgebus
@@ -11,19 +12,32 @@ from edgebus.link.pipe import pair
 from tests.portable.linkkit import KEY, until
 from tests.portable.support import run
 
-MPY_HEAP = "256K"   # two tests of three buses and three links each, in one interpreter
+MPY_HEAP = "256K"  # two tests of three buses and three links each, in one interpreter
 
 
 class _Gateways:
     def __init__(self, spool=2048):
         self.dev = edgebus.Bus()
-        self.dl = Link(self.dev, "dev1", key=KEY, role="initiator",
-                       exports=[("sensor/#", "")], heartbeat=1.0, spool=spool)
+        self.dl = Link(
+            self.dev,
+            "dev1",
+            key=KEY,
+            role="initiator",
+            exports=[("sensor/#", "")],
+            heartbeat=1.0,
+            spool=spool,
+        )
         self.gw = {}
         for name in ("a", "b"):
             bus = edgebus.Bus()
-            link = Link(bus, "gw-" + name, key=KEY, role="responder",
-                        imports=[("#", "dev/{node}")], heartbeat=1.0)
+            link = Link(
+                bus,
+                "gw-" + name,
+                key=KEY,
+                role="responder",
+                imports=[("#", "dev/{node}")],
+                heartbeat=1.0,
+            )
             sub = bus.connect().subscribe("dev/dev1/sensor/#", queue_len=128)
             self.gw[name] = (link, sub)
         self.c = self.dev.connect()
@@ -73,6 +87,7 @@ def test_what_the_other_gateway_acknowledged_is_no_gap():
         assert a.counters["acked_elsewhere"] == 10
         assert b.counters.get("gaps", 0) == 0 and "acked_elsewhere" not in b.counters
         assert a.peer_sid == b.peer_sid == g.dl.sid
+
     run(main())
 
 
@@ -95,4 +110,5 @@ def test_a_number_no_gateway_got_is_still_a_gap():
         assert g.got("a") == [1, 2, 3, 4, 5] + list(range(11 + lost, 91))
         assert a.counters["acked_elsewhere"] == 5
         assert a.last_gap == (11, 10 + lost) and a.counters["gaps"] == lost
+
     run(main())

@@ -2,6 +2,7 @@
 paces its sender with a window, the numbered frames it may have sent and not
 acknowledged; what the window does not admit waits in the sender's spool,
 nothing is sent to be thrown away, nothing is lost."""
+
 import asyncio
 
 from tests.portable.linkkit import Joined, synced, until
@@ -26,41 +27,43 @@ async def _durable(window):
 def test_the_window_from_the_handshake_bounds_what_is_sent_ahead_of_the_acks():
     async def main():
         j, sub, c = await _durable(3)
-        assert j.dl.stats()["acking"] and j.dl._tx_window == 3     # told in HELLO_ACK
+        assert j.dl.stats()["acking"] and j.dl._tx_window == 3  # told in HELLO_ACK
         for n in range(10):
             c.publish("sensor/n", n)
         await until(lambda: len(_recv_all(sub)) == 0 and j.hl.counters.get("imported") == 3)
         await asyncio.sleep(0.2)
-        assert j.hl.counters["imported"] == 3                  # three, and no more
-        assert j.dl.spool_stats()["depth"] == 10               # all kept, 7 not yet sent
+        assert j.hl.counters["imported"] == 3  # three, and no more
+        assert j.dl.spool_stats()["depth"] == 10  # all kept, 7 not yet sent
         assert j.dl.counters.get("retransmitted", 0) == 0
-        j.hl.acknowledge(j.hl.rx_mark())                       # durable: three more may go
+        j.hl.acknowledge(j.hl.rx_mark())  # durable: three more may go
         await until(lambda: j.hl.counters["imported"] == 6)
         await asyncio.sleep(0.2)
         assert j.hl.counters["imported"] == 6
         j.hl.acknowledge(j.hl.rx_mark())
         await until(lambda: j.hl.counters["imported"] == 9)
         await j.stop()
+
     run(main())
 
 
 def test_a_window_change_mid_session_stops_and_restarts_the_sender():
     async def main():
         j, sub, c = await _durable(None)
-        assert j.dl._tx_window is None                          # no limit unless told
-        j.hl.window(0)                                          # the owner is behind: stop
+        assert j.dl._tx_window is None  # no limit unless told
+        j.hl.window(0)  # the owner is behind: stop
         await until(lambda: j.dl._tx_window == 0)
         for n in range(5):
             c.publish("sensor/n", n)
         await asyncio.sleep(0.3)
         assert j.hl.counters.get("imported", 0) == 0 and j.dl.spool_stats()["depth"] == 5
-        j.hl.window(None)                                       # caught up: everything
+        j.hl.window(None)  # caught up: everything
         await until(lambda: j.hl.counters.get("imported", 0) == 5)
         assert [m.payload for m in _recv_all(sub)] == [0, 1, 2, 3, 4]
         assert j.hl.counters.get("gaps", 0) == 0 and j.dl.counters.get("retransmitted", 0) == 0
-        j.hl.window(None)                                       # unchanged: no frame
+        j.hl.window(None)  # unchanged: no frame
         assert not j.hl._ctl
         await j.stop()
+
     run(main())
 
 
@@ -69,11 +72,11 @@ def test_the_window_holds_across_a_reconnect_and_a_peer_that_ignores_it_is_not_t
         j, sub, c = await _durable(2)
         await j.stop()
         for n in range(6):
-            c.publish("sensor/n", n)                            # spooled while down
+            c.publish("sensor/n", n)  # spooled while down
         j.start()
         await until(lambda: synced(j) and j.hl.counters.get("imported", 0) == 2)
         await asyncio.sleep(0.2)
-        assert j.hl.counters["imported"] == 2                   # the new session's window too
+        assert j.hl.counters["imported"] == 2  # the new session's window too
         j.hl.acknowledge(j.hl.rx_mark())
         await until(lambda: j.hl.counters["imported"] == 4)
         await j.stop()
@@ -84,4 +87,5 @@ def test_the_window_holds_across_a_reconnect_and_a_peer_that_ignores_it_is_not_t
         await until(lambda: synced(k))
         assert not k.hl._flow and k.dl._tx_window is None
         await k.stop()
+
     run(main())

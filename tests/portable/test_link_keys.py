@@ -3,6 +3,7 @@ peer (a key rotation's grace period) picks the one whose kid the peer names;
 a peer that names none gets the first; a key it does not hold fails. And the
 rotation's wrap (edgebus.link.keywrap): the device recovers the new key only
 with its own, and an altered wrap is refused."""
+
 import json
 
 from edgebus.link import frame, keywrap, wire
@@ -10,7 +11,7 @@ from edgebus.link.handshake import kid
 from tests.portable.linkkit import Joined, until, up
 from tests.portable.support import raises, run
 
-MPY_HEAP = "256K"   # two links, their pipes and route tables per case
+MPY_HEAP = "256K"  # two links, their pipes and route tables per case
 
 NEW, OLD, OTHER = b"k-new-0123", b"k-old-4567", b"k-other-89"
 
@@ -20,7 +21,7 @@ async def _linked(dev_key, host_keys, strip_kid=False):
     once up or refused."""
     j = Joined(dev_key=dev_key, host_key=host_keys)
     j.start()
-    if strip_kid:   # an initiator that predates key ids
+    if strip_kid:  # an initiator that predates key ids
         j.ta.writer.filter = _no_kid
     await until(lambda: up(j) or j.hl.counters.get("auth_failures", 0) >= 1)
     return j
@@ -40,8 +41,8 @@ def test_a_responder_with_two_keys_takes_either_and_refuses_a_third():
         for dev_key in (NEW, OLD):
             j = await _linked(dev_key, [NEW, OLD])
             assert up(j) and j.hl.counters.get("auth_failures", 0) == 0
-            assert j.dl._mine["kid"] == kid(dev_key)       # it said which key it holds
-            j.dev.connect().publish("sensor/k", 1)       # and the sealed session carries data
+            assert j.dl._mine["kid"] == kid(dev_key)  # it said which key it holds
+            j.dev.connect().publish("sensor/k", 1)  # and the sealed session carries data
             await until(lambda: j.hl.counters.get("frames_in", 0) > 2)
             assert j.hl.counters.get("forged", 0) == 0
             await j.stop()
@@ -49,6 +50,7 @@ def test_a_responder_with_two_keys_takes_either_and_refuses_a_third():
         assert not up(j) and j.dl.counters.get("sessions", 0) == 0
         assert "auth_failed" in (j.hl.last_error or "")
         await j.stop()
+
     run(main())
 
 
@@ -60,6 +62,7 @@ def test_an_initiator_without_a_kid_links_with_the_current_key_only():
         j = await _linked(OLD, [NEW, OLD], strip_kid=True)
         assert not up(j) and j.hl.counters.get("auth_failures", 0) >= 1
         await j.stop()
+
     run(main())
 
 
@@ -74,12 +77,18 @@ def test_a_wrapped_key_opens_only_under_the_old_key_and_unaltered():
     req = keywrap.wrap(OLD, new, "0123456789abcdef")
     assert new not in json.dumps(req) and len(req["wrapped"]) == 64
     assert keywrap.unwrap(OLD, req) == new
-    e = raises(ValueError, keywrap.unwrap, NEW, req)          # another device's key
+    e = raises(ValueError, keywrap.unwrap, NEW, req)  # another device's key
     assert "check does not match" in str(e)
     w = req["wrapped"]
     bad = dict(req, wrapped=("0" if w[0] != "0" else "1") + w[1:])
     assert "check does not match" in str(raises(ValueError, keywrap.unwrap, OLD, bad))
-    for junk in (None, {}, dict(req, nonce="xyz"), dict(req, wrapped="zz" * 32),
-                 dict(req, check=7)):
-        assert "hex digits" in str(raises(ValueError, keywrap.unwrap, OLD, junk)) \
-            or "takes" in str(raises(ValueError, keywrap.unwrap, OLD, junk))
+    for junk in (
+        None,
+        {},
+        dict(req, nonce="xyz"),
+        dict(req, wrapped="zz" * 32),
+        dict(req, check=7),
+    ):
+        assert "hex digits" in str(raises(ValueError, keywrap.unwrap, OLD, junk)) or "takes" in str(
+            raises(ValueError, keywrap.unwrap, OLD, junk)
+        )

@@ -1,5 +1,6 @@
 """Presence notices to an endpoint's owner: a peer that can reach it comes
 ("open") and goes ("close") (docs/api.md: Presence notices)."""
+
 import edgebus
 from tests.portable.linkkit import Joined, until, up
 from tests.portable.support import run
@@ -26,6 +27,7 @@ def test_owner_told_when_a_peer_comes_and_goes():
         await until(lambda: notes.stats()["queued"] >= 1)
         assert notes.recv_nowait().payload["event"] == "close"
         ep.unbind()
+
     run(main())
 
 
@@ -49,17 +51,20 @@ def test_route_withdrawn_and_notices_never_cross():
                 break
             assert m.topic[0] != "local", m.topic
         await j.stop()
+
     run(main())
 
 
 def test_a_refused_notice_is_counted_and_the_session_goes_on():
     async def main():
         def auth(ctx):
-            return ctx["topic"][0] != "local"     # this bus refuses every notice
+            return ctx["topic"][0] != "local"  # this bus refuses every notice
+
         j = Joined(host_bus=edgebus.Bus(authoriser=auth))
         j.host.connect().bind("host/time")
         j.start()
         await until(lambda: up(j) and j.hl.counters.get("presence_lost", 0) == 1)
         await j.stop()
         assert j.hl.counters["presence_lost"] == 2 and j.hl.status == "down"
+
     run(main())

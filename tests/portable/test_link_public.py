@@ -1,6 +1,7 @@
 """The Link's public names other packages use: publish_status() and
 end_session(why); and a session's proxies seen through bus.endpoints();
 a max_len with no room for the handshake refused."""
+
 import asyncio
 
 import edgebus
@@ -10,7 +11,7 @@ from tests.portable.support import run
 
 # Two buses and two links in one interpreter (64-bit unix port), and what
 # the tasks of a finished test hold until the next asyncio.run() ends them.
-MPY_HEAP = "256K"   # two links, their pipes and the route table
+MPY_HEAP = "256K"  # two links, their pipes and the route table
 
 
 def test_publish_status_retains_the_stats_at_once():
@@ -47,6 +48,7 @@ def test_end_session_drops_the_session_keeps_the_state():
                 if req is None:
                     return
                 # Held: the call stays pending until the session ends.
+
         j = Joined()
         ep = j.dev.connect().bind("sys/hold", queue_len=4)
         task = asyncio.create_task(serve(ep))
@@ -69,9 +71,10 @@ def test_end_session_drops_the_session_keeps_the_state():
             raise AssertionError("the held call did not end with the session")
         except edgebus.Closed as e:
             assert "session_reset" in str(e)
-        assert j.hl.state["generation"] == gen     # the peer's continuity is kept
-        j.hl.end_session("again")                  # already down: nothing more to count
+        assert j.hl.state["generation"] == gen  # the peer's continuity is kept
+        j.hl.end_session("again")  # already down: nothing more to count
         assert j.hl.counters["session_ends"] == ends + 1
         await j.stop()
         task.cancel()
+
     run(main())

@@ -1,5 +1,6 @@
 """Relay: calls and publishes across several links, routes with paths and
 priorities (docs/protocol.md, Relay)."""
+
 import asyncio
 
 import edgebus
@@ -11,8 +12,14 @@ from tests.portable.support import araises, run
 MPY_HEAP = "320K"
 
 # Small spools and queues: six links share the emulated board's 128 KB heap.
-CALLS = {"exports": [], "imports": [], "export_calls": [("#", "")],
-         "import_calls": [("#", "")], "spool": 512, "out_queue": 4}
+CALLS = {
+    "exports": [],
+    "imports": [],
+    "export_calls": [("#", "")],
+    "import_calls": [("#", "")],
+    "spool": 512,
+    "out_queue": 4,
+}
 
 
 def hop(a, na, b, nb, a_kw=None, b_kw=None):
@@ -22,8 +29,7 @@ def hop(a, na, b, nb, a_kw=None, b_kw=None):
     ak.update(a_kw or {})
     bk = dict(CALLS, link_id="to-" + na)
     bk.update(b_kw or {})
-    return Joined(dev_bus=a, host_bus=b, dev_node=na, host_node=nb, dev_kw=ak,
-                  host_kw=bk).start()
+    return Joined(dev_bus=a, host_bus=b, dev_node=na, host_node=nb, dev_kw=ak, host_kw=bk).start()
 
 
 def offers(bus, k):
@@ -33,7 +39,7 @@ def offers(bus, k):
 
 async def holding(ep, seen):
     async for req in ep:
-        seen.append(req.payload)          # held: never answered
+        seen.append(req.payload)  # held: never answered
 
 
 async def held_chain(topic, b_kw=None):
@@ -56,18 +62,20 @@ def test_a_call_crosses_two_links_and_the_path_names_each_bus():
             async for req in ep:
                 o = req.origin
                 req.reply([req.payload, o.kind, o.peer_node])
+
         task = asyncio.create_task(echo())
         ab, cb = hop(a, "A", b, "B"), hop(c, "C", b, "B")
         await until(lambda: ("svc", "echo") in a.endpoints())
         assert offers(a, ("svc", "echo")) == [("B", ["C", "B"])]
         assert await a.connect().call("svc/echo", 5) == [5, "link", "B"]
         assert ab.dl.stats()["proxies"] == 1 and cb.hl.stats()["proxies"] == 1
-        ep.unbind()                      # withdrawn at C: gone at B, then at A
+        ep.unbind()  # withdrawn at C: gone at B, then at A
         await until(lambda: ("svc", "echo") not in a.endpoints())
         await araises(edgebus.NoRoute, a.connect().call("svc/echo", 6))
         task.cancel()
         await ab.stop()
         await cb.stop()
+
     run(main())
 
 
@@ -83,11 +91,12 @@ def test_a_deadline_that_runs_out_in_the_middle_hop_never_reaches_the_owner():
         await araises(edgebus.Timeout, first)
         await until(lambda: cb.hl.stats()["pending_calls"] == 0)
         c2 = asyncio.create_task(ac.call("svc/slow", 3, timeout=1.0))
-        await until(lambda: seen == [1, 3])           # 2 never reached C
+        await until(lambda: seen == [1, 3])  # 2 never reached C
         c2.cancel()
         task.cancel()
         await ab.stop()
         await cb.stop()
+
     run(main())
 
 
@@ -99,6 +108,7 @@ def test_a_loop_of_three_buses_settles_quiet_and_withdraws_everywhere():
         async def serve():
             async for req in ep:
                 req.reply("from A")
+
         task = asyncio.create_task(serve())
         js = [hop(a, "A", b, "B"), hop(b, "B", c, "C"), hop(c, "C", a, "A")]
         k = ("svc", "x")
@@ -112,17 +122,19 @@ def test_a_loop_of_three_buses_settles_quiet_and_withdraws_everywhere():
 
         def sent():
             return [l.counters.get("routes_sent", 0) for l in links]
+
         before = sent()
-        await asyncio.sleep(1.0)          # several ticks on every link
-        assert sent() == before           # quiet: no ROUTES goes round the loop
+        await asyncio.sleep(1.0)  # several ticks on every link
+        assert sent() == before  # quiet: no ROUTES goes round the loop
         assert await c.connect().call("svc/x", None) == "from A"
         ep.unbind()
         await until(lambda: k not in b.endpoints() and k not in c.endpoints())
-        await asyncio.sleep(0.6)          # no phantom route comes back
+        await asyncio.sleep(0.6)  # no phantom route comes back
         assert k not in b.endpoints() and k not in c.endpoints()
         task.cancel()
         for j in js:
             await j.stop()
+
     run(main())
 
 
@@ -137,6 +149,7 @@ def test_priority_picks_the_route_and_no_route_falls_through_to_the_next():
             async def serve(ep=ep, name=name):
                 async for req in ep:
                     req.reply(name)
+
             tasks.append(asyncio.create_task(serve()))
         jy = hop(y, "Y", h, "H")
         jx = hop(x, "X", h, "H", b_kw={"priority": 10})
@@ -145,14 +158,15 @@ def test_priority_picks_the_route_and_no_route_falls_through_to_the_next():
         assert [n for n, _ in offers(h, k)] == ["X", "Y"]
         hc = h.connect()
         assert await hc.call("svc/job", 1) == "X"
-        eps["X"].unbind()                 # X's ROUTES has not said so yet
+        eps["X"].unbind()  # X's ROUTES has not said so yet
         assert await hc.call("svc/job", 2) == "Y"
         assert jx.hl.counters.get("calls_fell_through") == 1
-        assert jy.hl.counters.get("calls_out") == 1     # Y served only the fall-through
+        assert jy.hl.counters.get("calls_out") == 1  # Y served only the fall-through
         for t in tasks:
             t.cancel()
         await jx.stop()
         await jy.stop()
+
     run(main())
 
 
@@ -161,22 +175,23 @@ def test_a_route_that_vanishes_mid_call_fails_the_call_at_once():
         a, ab, cb, seen, task = await held_chain("svc/hold")
         call = asyncio.create_task(a.connect().call("svc/hold", 1, timeout=10))
         await until(lambda: seen == [1])
-        await cb.stop()                   # the C-B link goes mid-call
+        await cb.stop()  # the C-B link goes mid-call
         e = await araises(edgebus.Closed, call)
         assert e.reason == "session_reset"
         await until(lambda: ("svc", "hold") not in a.endpoints())
         task.cancel()
         await ab.stop()
+
     run(main())
 
 
 def test_a_relayed_publish_names_where_it_entered_and_who_passed_it_on():
     async def main():
         a, b, c = edgebus.Bus(), edgebus.Bus(), edgebus.Bus()
-        ab = hop(a, "A", b, "B", a_kw={"exports": [("sensor/#", "")]},
-                 b_kw={"imports": [("#", "a")]})
-        cb = hop(c, "C", b, "B", a_kw={"imports": [("#", "")]},
-                 b_kw={"exports": [("a/#", "")]})
+        ab = hop(
+            a, "A", b, "B", a_kw={"exports": [("sensor/#", "")]}, b_kw={"imports": [("#", "a")]}
+        )
+        cb = hop(c, "C", b, "B", a_kw={"imports": [("#", "")]}, b_kw={"exports": [("a/#", "")]})
         await until(lambda: synced(ab) and synced(cb))
         sub = c.connect().subscribe("a/#", queue_len=4)
         a.connect().publish("sensor/t", 21.5)
@@ -186,6 +201,7 @@ def test_a_relayed_publish_names_where_it_entered_and_who_passed_it_on():
         assert m.origin.extra["src"] == "A" and m.origin.extra["via"] == ["B"]
         await ab.stop()
         await cb.stop()
+
     run(main())
 
 
@@ -193,15 +209,19 @@ def test_a_publish_in_a_ring_of_buses_stops_and_never_returns_to_its_source():
     async def main():
         a, b, c = edgebus.Bus(), edgebus.Bus(), edgebus.Bus()
         data = {"exports": [("t/#", "")], "imports": [("t/#", "")]}
-        js = [hop(a, "A", b, "B", data, data), hop(b, "B", c, "C", data, data),
-              hop(c, "C", a, "A", data, data)]
+        js = [
+            hop(a, "A", b, "B", data, data),
+            hop(b, "B", c, "C", data, data),
+            hop(c, "C", a, "A", data, data),
+        ]
         for j in js:
             await until(lambda: synced(j))
         subs = [bus.connect().subscribe("t/#", queue_len=8) for bus in (a, b, c)]
         a.connect().publish("t/x", 1)
-        await until(lambda: sum(l.counters.get("relay_loops", 0)
-                                for j in js for l in (j.dl, j.hl)) >= 2)
-        await asyncio.sleep(0.3)          # time for anything still going round
+        await until(
+            lambda: sum(l.counters.get("relay_loops", 0) for j in js for l in (j.dl, j.hl)) >= 2
+        )
+        await asyncio.sleep(0.3)  # time for anything still going round
 
         def drain(s):
             out = []
@@ -210,6 +230,7 @@ def test_a_publish_in_a_ring_of_buses_stops_and_never_returns_to_its_source():
                 out.append((m.origin.peer_node, m.origin.extra and m.origin.extra.get("via")))
                 m = s.recv_nowait()
             return out
+
         # A sees only its own publish; B and C once per path (no dedup in a
         # mesh: docs/protocol.md §7), and it goes no further.
         assert drain(subs[0]) == [(None, None)]
@@ -217,4 +238,5 @@ def test_a_publish_in_a_ring_of_buses_stops_and_never_returns_to_its_source():
         assert sorted(drain(subs[2]), key=str) == [("A", None), ("B", ["B"])]
         for j in js:
             await j.stop()
+
     run(main())

@@ -2,6 +2,7 @@
 carries a counter and a tag; a forged, replayed or foreign frame is refused
 and counted, nothing in it is acted on, and the session stays up. Old peers
 still link unless a side requires the seal; a stripped seal is caught."""
+
 import asyncio
 import binascii
 import json
@@ -12,7 +13,7 @@ from edgebus.link.link import Link
 from tests.portable.linkkit import Joined, sealed, synced, until
 from tests.portable.support import run
 
-MPY_HEAP = "256K"   # two or four links per test, their pipes and route tables
+MPY_HEAP = "256K"  # two or four links per test, their pipes and route tables
 
 
 async def _flowing(**kw):
@@ -36,6 +37,7 @@ def test_every_frame_after_auth_is_sealed_and_data_flows():
             if b is not None:
                 seen.append(b)
             return data
+
         j.start()
         j.ta.writer.filter = tap
         sub = j.host.connect().subscribe("dev/dev1/sensor/#", queue_len=16)
@@ -44,24 +46,25 @@ def test_every_frame_after_auth_is_sealed_and_data_flows():
         m = await asyncio.wait_for(sub.recv(), 3)
         assert m.payload == 21 and m.origin.extra["seq"] == 1
         assert [b[0] for b in seen[:2]] == [wire.HELLO, wire.AUTH]
-        wire.decode(seen[1])                   # AUTH: no seal
+        wire.decode(seen[1])  # AUTH: no seal
         # after it, every frame ends with counter 1, 2, 3, ... and a tag
         ctrs = [int.from_bytes(bytes(b[-12:-8]), "big") for b in seen[2:]]
         assert ctrs == list(range(1, len(seen) - 1))
-        types = [b[0] & wire.TYPE_MASK for b in seen[2:]]   # clear even when encrypted
+        types = [b[0] & wire.TYPE_MASK for b in seen[2:]]  # clear even when encrypted
         assert wire.PUB in types and wire.SYNCSTART in types
         assert j.dl.counters.get("forged", 0) == j.hl.counters.get("forged", 0) == 0
         await j.stop()
+
     run(main())
 
 
 def test_a_flipped_tag_bit_a_replay_and_a_foreign_frame_are_refused():
     async def main():
         j, sub = await _flowing()
-        other, _ = await _flowing()           # same key, another session
+        other, _ = await _flowing()  # same key, another session
         hl = j.hl
         n = hl.state["rx_next"]
-        j.dl._tx_seq = n + 1                  # the device skips the number we forge with
+        j.dl._tx_seq = n + 1  # the device skips the number we forge with
         good = sealed(j.dl, wire.encode(wire.PUB, ["sensor/f", 7], n))
         flipped = bytearray(good)
         flipped[-1] ^= 0x01
@@ -71,14 +74,15 @@ def test_a_flipped_tag_bit_a_replay_and_a_foreign_frame_are_refused():
         hl.feed(sealed(other.dl, wire.encode(wire.PUB, ["sensor/f", 8], n)))
         assert _refused(hl, "forged", f0, 2) and hl.state["rx_next"] == n
         assert sub.recv_nowait() is None
-        hl.feed(good)                          # the genuine frame itself is taken
+        hl.feed(good)  # the genuine frame itself is taken
         assert (await asyncio.wait_for(sub.recv(), 3)).payload == 7
         r0 = hl.counters.get("replayed", 0)
-        hl.feed(good)                          # again: its tag holds, its counter is old
+        hl.feed(good)  # again: its tag holds, its counter is old
         assert _refused(hl, "replayed", r0) and sub.recv_nowait() is None
-        assert hl.counters.get("duplicates", 0) == 0   # refused before the data layer
+        assert hl.counters.get("duplicates", 0) == 0  # refused before the data layer
         await j.stop()
         await other.stop()
+
     run(main())
 
 
@@ -96,16 +100,22 @@ def test_forged_control_frames_free_nothing_and_end_nothing():
         depth = dl.spool_stats()["depth"]
         assert depth == 3
         n = hl.state["rx_next"]
-        for t, obj, to in ((wire.ACK, 10 ** 6, dl), (wire.RESEND, 1, dl),
-                           (wire.SKIP, n + 5, hl), (wire.BYE, {"reason": "x"}, hl),
-                           (wire.BYE, {"reason": "x"}, dl),
-                           (wire.ERROR, {"code": "protocol", "msg": "x"}, hl)):
-            for forged in (wire.encode(t, obj),                 # no seal at all
-                           sealed(other.hl if to is dl else other.dl, wire.encode(t, obj))):
+        for t, obj, to in (
+            (wire.ACK, 10**6, dl),
+            (wire.RESEND, 1, dl),
+            (wire.SKIP, n + 5, hl),
+            (wire.BYE, {"reason": "x"}, hl),
+            (wire.BYE, {"reason": "x"}, dl),
+            (wire.ERROR, {"code": "protocol", "msg": "x"}, hl),
+        ):
+            for forged in (
+                wire.encode(t, obj),  # no seal at all
+                sealed(other.hl if to is dl else other.dl, wire.encode(t, obj)),
+            ):
                 f0 = to.counters.get("forged", 0)
                 to.feed(forged)
                 assert _refused(to, "forged", f0), (wire.NAMES[t], to.counters)
-        assert dl.spool_stats()["depth"] == depth          # nothing freed
+        assert dl.spool_stats()["depth"] == depth  # nothing freed
         assert dl.counters.get("resends", 0) == 0 and dl.counters.get("retransmitted", 0) == 0
         assert hl.state["rx_next"] == n and hl.counters.get("gaps", 0) == 0
         assert dl.counters["sessions"] == 1 and hl.counters["sessions"] == 1
@@ -114,6 +124,7 @@ def test_forged_control_frames_free_nothing_and_end_nothing():
         await until(lambda: dl.spool_stats()["depth"] == 0)
         await j.stop()
         await other.stop()
+
     run(main())
 
 
@@ -125,9 +136,10 @@ def test_an_unsealed_error_to_the_initiator_is_refused_and_the_peer_asked():
         f0 = dl.counters.get("forged", 0)
         dl.feed(wire.encode(wire.ERROR, {"code": "no_session", "msg": "x"}))
         assert _refused(dl, "forged", f0)
-        await until(lambda: dl.rtt is not None)   # its PING answered, sealed: the peer is there
+        await until(lambda: dl.rtt is not None)  # its PING answered, sealed: the peer is there
         assert dl.status == "up" and dl.counters["sessions"] == 1
         await j.stop()
+
     run(main())
 
 
@@ -138,11 +150,12 @@ def test_an_old_peer_links_unsealed_only_where_the_other_side_offers():
         j.dev.connect().publish("sensor/o", 1)
         assert (await asyncio.wait_for(sub.recv(), 3)).payload == 1
         await j.stop()
-        j = Joined(dev_kw={"seal": "off"}).start()   # the default: "auto", a seal required
+        j = Joined(dev_kw={"seal": "off"}).start()  # the default: "auto", a seal required
         await until(lambda: j.hl.counters.get("seal_refused", 0) >= 1)
         assert j.hl.status != "up" and j.dl.status != "up"
         assert j.dl.last_error and "seal_required" in j.dl.last_error
         await j.stop()
+
     run(main())
 
 
@@ -166,6 +179,7 @@ def _tapped(**kw):
     def tap(data):
         seen.append(data)
         return data
+
     j = Joined(**kw).start()
     j.ta.writer.filter = tap
     return j, seen
@@ -178,8 +192,9 @@ def test_the_keystream_is_aes_128_ctr_on_every_backend():
     if _no_aes():
         return
     out = cipher.ctr(cipher.key(bytes(range(16))), 0x01020304, bytes(range(40)))
-    assert binascii.hexlify(out) == (b"ce17dd0ed624192eb2696dcfbbcc381b95c620229eac7c92"
-                                     b"65534c629cf2c92f1dc9d53f6a019c87")
+    assert binascii.hexlify(out) == (
+        b"ce17dd0ed624192eb2696dcfbbcc381b95c620229eac7c9265534c629cf2c92f1dc9d53f6a019c87"
+    )
     assert cipher.ctr(cipher.key(bytes(16)), 1, b"") == b""
 
 
@@ -207,7 +222,7 @@ def test_an_encrypted_session_hides_what_it_carries():
         j.hl.feed(good)
         assert _refused(j.hl, "forged", f0) and sub.recv_nowait() is None
         await j.stop()
-        mac = {"seal": "mac"}                 # on both sides: readable, but sealed
+        mac = {"seal": "mac"}  # on both sides: readable, but sealed
         j, seen = _tapped(dev_kw=mac, host_kw=mac)
         sub = j.host.connect().subscribe("dev/dev1/sensor/#", queue_len=16)
         await until(lambda: synced(j))
@@ -216,6 +231,7 @@ def test_an_encrypted_session_hides_what_it_carries():
         await asyncio.wait_for(sub.recv(), 3)
         assert b"plain-reading-4711" in b"".join(seen)
         await j.stop()
+
     run(main())
 
 
@@ -229,18 +245,20 @@ def test_a_side_that_must_encrypt_refuses_a_peer_that_only_seals():
             await until(lambda: getattr(j, refuser).counters.get("seal_refused", 0) >= 1)
             assert j.hl.status != "up" and j.dl.counters.get("sessions", 0) == 0
             await j.stop()
-        for dev in ("offer", "auto"):          # each encrypts where the peer asks
+        for dev in ("offer", "auto"):  # each encrypts where the peer asks
             j, sub = await _flowing(dev_kw={"seal": dev}, host_kw={"seal": "encrypt"})
             assert seal.encrypted(j.dl)
             await j.stop()
         j, sub = await _flowing(dev_kw={"seal": "auto"}, host_kw={"seal": "mac"})
         assert j.dl._seal is not None and not seal.encrypted(j.dl)
         await j.stop()
+
     run(main())
 
 
 def _strip_seal(kind, cap=wire.CAP_SEAL):
     """A man in the middle: removes ``cap`` from the caps of ``kind`` frames."""
+
     def f(data):
         b = frame.decode(data)
         if b is None or b[0] != kind:
@@ -248,6 +266,7 @@ def _strip_seal(kind, cap=wire.CAP_SEAL):
         obj = json.loads(b[1:])
         obj["caps"] = [c for c in obj["caps"] if c != cap]
         return frame.encode(wire.encode(kind, obj), frame.MAX_LEN, True)
+
     return f
 
 
@@ -259,12 +278,17 @@ def test_a_seal_stripped_from_either_side_of_the_handshake_is_caught():
             j = Joined(dev_kw=offer, host_kw=offer)
             j.start()
             (j.ta if kind == wire.HELLO else j.tb).writer.filter = _strip_seal(kind, cap)
-            await until(lambda: j.hl.counters.get("auth_failures", 0) >= 1
-                        or j.dl.counters.get("auth_failures", 0) >= 1)
+            await until(
+                lambda: (
+                    j.hl.counters.get("auth_failures", 0) >= 1
+                    or j.dl.counters.get("auth_failures", 0) >= 1
+                )
+            )
             assert j.hl.status != "up" and j.dl.counters.get("sessions", 0) == 0
-            if kind == wire.HELLO and cap == wire.CAP_SEAL:   # the initiator's seal mark
+            if kind == wire.HELLO and cap == wire.CAP_SEAL:  # the initiator's seal mark
                 assert j.hl.counters.get("downgrades", 0) >= 1
             await j.stop()
+
     run(main())
 
 
@@ -273,17 +297,18 @@ def test_word_that_a_sealed_peer_is_gone_is_checked_not_obeyed():
     session the link PINGs and keeps the session when the peer answers
     sealed; a peer that answers nothing loses it within min(2 s, heartbeat).
     Unsealed, the word ends the session at once."""
+
     async def main():
         j, _ = await _flowing(hb=2.0)
         assert j.dl._seal is not None
         n = j.dl.counters["sessions"]
-        j.dl.peer_presence(False)                  # the peer is alive and answers
+        j.dl.peer_presence(False)  # the peer is alive and answers
         await until(lambda: j.dl.counters.get("peer_offline") == 1)
         rx = j.dl.counters.get("frames_in", 0)
-        await until(lambda: j.dl.counters.get("frames_in", 0) > rx, 3)   # its PONG
-        await asyncio.sleep(2.5)                   # past the check's 2 s: still up
+        await until(lambda: j.dl.counters.get("frames_in", 0) > rx, 3)  # its PONG
+        await asyncio.sleep(2.5)  # past the check's 2 s: still up
         assert j.dl.status == "up" and j.dl.counters["sessions"] == n
-        j.tasks[1].cancel()                        # now it is gone: nothing answers
+        j.tasks[1].cancel()  # now it is gone: nothing answers
         j.dl.peer_presence(False)
         # ended by the check (2 s), well before the liveness timeout (3 heartbeats: 6 s)
         await until(lambda: j.dl.status != "up", 4.5)
@@ -294,4 +319,5 @@ def test_word_that_a_sealed_peer_is_gone_is_checked_not_obeyed():
         j.dl.peer_presence(False)
         assert j.dl.status != "up" and j.dl.counters.get("session_ends") == 1
         await j.stop()
+
     run(main())

@@ -1,11 +1,12 @@
 """Acknowledged delivery over a link (docs/protocol.md, "Acknowledgements"):
 the spool keeps readings through outages, losses are said, never silent."""
+
 import asyncio
 
 from tests.portable.linkkit import Joined, sealed, synced, until
 from tests.portable.support import run
 
-MPY_HEAP = "256K"   # eight tests with two links each, run in one interpreter
+MPY_HEAP = "256K"  # eight tests with two links each, run in one interpreter
 
 
 async def _flowing(**kw):
@@ -32,13 +33,13 @@ def test_readings_before_the_first_session_arrive_late_with_their_time():
         j = Joined()
         sub = j.host.connect().subscribe("dev/dev1/sensor/#", queue_len=64)
         c = j.dev.connect()
-        j.dl.start()                      # the device boots; no line yet
+        j.dl.start()  # the device boots; no line yet
         for n in range(20):
             c.publish("sensor/n", n)
             await asyncio.sleep(0)
         j.start()
         await until(lambda: synced(j))
-        c.publish("sensor/n", 20)         # live
+        c.publish("sensor/n", 20)  # live
         got = []
         while len(got) < 21:
             got.append(await asyncio.wait_for(sub.recv(), 3))
@@ -52,6 +53,7 @@ def test_readings_before_the_first_session_arrive_late_with_their_time():
         await until(lambda: j.dl.spool_stats()["depth"] == 0)
         assert j.dl.counters["acked"] == 21
         await j.stop()
+
     run(main())
 
 
@@ -61,8 +63,8 @@ def test_outage_longer_than_the_spool_loses_exactly_the_overflow():
         sub = j.host.connect().subscribe("dev/dev1/sensor/#", queue_len=256)
         c = j.dev.connect()
         await until(lambda: synced(j))
-        await j.stop()                    # the line goes down
-        for n in range(100):              # ~30-byte entries: the ring holds ~16
+        await j.stop()  # the line goes down
+        for n in range(100):  # ~30-byte entries: the ring holds ~16
             c.publish("sensor/n", n)
             await asyncio.sleep(0)
         dropped = j.dl.counters.get("spool_dropped", 0)
@@ -77,6 +79,7 @@ def test_outage_longer_than_the_spool_loses_exactly_the_overflow():
         assert j.hl.counters.get("gaps", 0) == dropped
         assert j.dl.spool_stats()["dropped_unsent"] == dropped
         await j.stop()
+
     run(main())
 
 
@@ -87,16 +90,17 @@ def test_peer_without_the_capability_links_and_drops_what_waited_as_before():
         c.publish("sensor/n", 1)
         assert (await asyncio.wait_for(sub.recv(), 3)).payload == 1
         await j.stop()
-        c.publish("sensor/n", 2)          # while down: dropped at the next session
+        c.publish("sensor/n", 2)  # while down: dropped at the next session
         j.start()
         await until(lambda: j.hl.counters.get("syncs", 0) >= 2)
         c.publish("sensor/n", 3)
         m = await asyncio.wait_for(sub.recv(), 3)
         assert m.payload == 3 and j.hl.counters.get("gaps") == 1
         assert j.dl.counters.get("dropped_down") == 1
-        assert j.hl.counters.get("unknown_type", 0) == 0   # no ACK/SKIP sent to it
-        await until(lambda: j.dl.spool_stats()["depth"] == 0)   # nothing kept for it
+        assert j.hl.counters.get("unknown_type", 0) == 0  # no ACK/SKIP sent to it
+        await until(lambda: j.dl.spool_stats()["depth"] == 0)  # nothing kept for it
         await j.stop()
+
     run(main())
 
 
@@ -110,7 +114,7 @@ def test_durable_receiver_acknowledges_only_what_its_owner_confirms():
         mark = j.hl.rx_mark()
         assert mark == (j.dl.sid, j.dl.tx_seq)
         await asyncio.sleep(0.2)
-        assert j.dl.spool_stats()["depth"] == 5    # delivered, not yet durable: kept
+        assert j.dl.spool_stats()["depth"] == 5  # delivered, not yet durable: kept
         j.hl.acknowledge(mark)
         await until(lambda: j.dl.spool_stats()["depth"] == 0)
         assert j.dl.counters["acked"] == 5
@@ -118,6 +122,7 @@ def test_durable_receiver_acknowledges_only_what_its_owner_confirms():
         j.hl.acknowledge(("another-sid", 99))
         assert j.dl.counters["acked"] == 5
         await j.stop()
+
     run(main())
 
 
@@ -125,7 +130,7 @@ def test_a_frame_waiting_for_its_first_ack_is_not_sent_again_at_once():
     # the tail timeout runs from the send, not from an ACK that never came yet
     # (a burst's start: the bridge benchmark saw ~5% of each burst sent twice)
     async def main():
-        j = Joined(host_kw={"durable": True}).start()    # acknowledges when told
+        j = Joined(host_kw={"durable": True}).start()  # acknowledges when told
         sub = j.host.connect().subscribe("dev/dev1/sensor/#", queue_len=8)
         c = j.dev.connect()
         await until(lambda: synced(j))
@@ -140,6 +145,7 @@ def test_a_frame_waiting_for_its_first_ack_is_not_sent_again_at_once():
         j.hl.acknowledge(j.hl.rx_mark())
         await until(lambda: j.dl.spool_stats()["depth"] == 0)
         await j.stop()
+
     run(main())
 
 
@@ -147,7 +153,7 @@ def test_unsendable_reading_is_skipped_out_loud_and_nothing_is_asked_again():
     async def main():
         j, sub, c = await _flowing()
         c.publish("sensor/n", 1)
-        c.publish("sensor/n", "x" * 2000)   # larger than a frame may be
+        c.publish("sensor/n", "x" * 2000)  # larger than a frame may be
         c.publish("sensor/n", 3)
         got = []
         while len(got) < 2:
@@ -157,6 +163,7 @@ def test_unsendable_reading_is_skipped_out_loud_and_nothing_is_asked_again():
         assert j.hl.counters.get("gaps") == 1
         assert j.hl.counters.get("resends_asked", 0) == 0
         await j.stop()
+
     run(main())
 
 
@@ -177,6 +184,7 @@ def test_a_numbered_frame_that_does_not_decode_is_asked_for_once_then_a_counted_
         assert j.hl.counters.get("resends_asked", 0) == 1
         assert j.hl.counters.get("gaps", 0) == 1 and j.hl.state["rx_next"] == s + 2
         await j.stop()
+
     run(main())
 
 
@@ -202,4 +210,5 @@ def test_late_acks_bring_no_copies_while_data_flows_and_a_silent_tail_goes_again
         got = [m.payload for m in _recv_all(sub)]
         assert got == list(range(30))
         await j.stop()
+
     run(main())

@@ -1,4 +1,5 @@
 """Module surface, bus.stats() and the clock (docs/api.md: Module surface, Bus, Time)."""
+
 import asyncio
 
 import edgebus
@@ -6,9 +7,24 @@ from tests.portable.support import run
 
 
 def test_module_surface():
-    for name in ("Bus", "literal", "Origin", "Message", "RetainedEvent", "Request",
-                 "BusError", "Denied", "Disconnected", "CallError", "NoRoute", "Full",
-                 "Closed", "Timeout", "Failed", "now"):
+    for name in (
+        "Bus",
+        "literal",
+        "Origin",
+        "Message",
+        "RetainedEvent",
+        "Request",
+        "BusError",
+        "Denied",
+        "Disconnected",
+        "CallError",
+        "NoRoute",
+        "Full",
+        "Closed",
+        "Timeout",
+        "Failed",
+        "now",
+    ):
         assert hasattr(edgebus, name), name
     for name in ("Denied", "Disconnected", "CallError"):
         assert issubclass(getattr(edgebus, name), edgebus.BusError)
@@ -45,6 +61,7 @@ def test_now_is_monotonic_seconds():
         await asyncio.sleep(0.1)
         d = edgebus.now() - b
         assert 0.08 <= d < 1.0
+
     run(main())
 
 
@@ -56,7 +73,7 @@ def test_endpoints_lists_the_bound_topic_keys():
     c.bind(("dev", 2))
     assert sorted(bus.endpoints(), key=str) == [("dev", "a"), ("dev", 2)]
     assert ("dev", "a") in bus.endpoints() and ("dev", "b") not in bus.endpoints()
-    bus.endpoints().clear()                # a new list: the registry is not touched
+    bus.endpoints().clear()  # a new list: the registry is not touched
     assert len(bus.endpoints()) == 2 == bus.stats()["endpoints"]
     a.unbind()
     assert bus.endpoints() == [("dev", 2)]

@@ -3,6 +3,7 @@
 TCP and never answers, and one that answers the connect and then falls
 silent, each end the connection in bounded time; a broker that answers its
 PINGREQs keeps it. Runs on CPython and the real MicroPython."""
+
 import asyncio
 from os import urandom
 
@@ -13,8 +14,8 @@ from tests.portable.support import araises, run
 CONNACK = b"\x20\x02\x00\x00"
 SUBACK = b"\x90\x04\x00\x01\x00\x00"
 PINGRESP = b"\xd0\x00"
-MPY_HEAP = "256K"   # a server and a client transport in one interpreter
-NETWORK = True      # needs sockets: not run on the emulated board, which has no network stack
+MPY_HEAP = "256K"  # a server and a client transport in one interpreter
+NETWORK = True  # needs sockets: not run on the emulated board, which has no network stack
 
 
 async def stand_in(serve):
@@ -34,7 +35,7 @@ async def _packet(r):
     """One MQTT packet (kind, body) from r, or None at the end."""
     try:
         h = (await r.readexactly(1))[0]
-        n = (await r.readexactly(1))[0]      # the tests' packets are short
+        n = (await r.readexactly(1))[0]  # the tests' packets are short
         return h & 0xF0, (await r.readexactly(n) if n else b"")
     except (OSError, EOFError):
         return None
@@ -44,10 +45,11 @@ def test_a_broker_that_never_answers_the_connect_is_given_up_in_the_deadline():
     async def main():
         seen = []
 
-        async def mute(r, w):                 # takes CONNECT, answers nothing
+        async def mute(r, w):  # takes CONNECT, answers nothing
             seen.append(await _packet(r))
-            seen.append(await _packet(r))     # None: the device closed the connection
+            seen.append(await _packet(r))  # None: the device closed the connection
             w.close()
+
         srv, port = await stand_in(mute)
         t = MqttTransport("127.0.0.1", port, node="d", connect_timeout=0.4)
         t0 = now()
@@ -59,9 +61,10 @@ def test_a_broker_that_never_answers_the_connect_is_given_up_in_the_deadline():
             if len(seen) == 2:
                 break
             await asyncio.sleep(0.02)
-        assert seen[0][0] == 0x10 and seen[1] is None, seen     # CONNECT, then closed
+        assert seen[0][0] == 0x10 and seen[1] is None, seen  # CONNECT, then closed
         assert t.closed
         srv.close()
+
     run(main())
 
 
@@ -80,6 +83,7 @@ def _broker(answer_pings, log):
                 w.write(PINGRESP)
             await w.drain()
         w.close()
+
     return serve
 
 
@@ -92,9 +96,10 @@ def test_a_broker_that_falls_silent_ends_the_connection_within_keepalive():
         got = await asyncio.wait_for(t.recv(), 10)
         took = now() - t0
         assert got is None and t.closed and t.stats()["silent"] == 1
-        assert 0.8 < took < 5, took              # keepalive/2 quiet, PINGREQ, keepalive/2 more
-        assert 0xC0 in log                       # it did ask before giving up
+        assert 0.8 < took < 5, took  # keepalive/2 quiet, PINGREQ, keepalive/2 more
+        assert 0xC0 in log  # it did ask before giving up
         srv.close()
+
     run(main())
 
 
@@ -104,10 +109,11 @@ def test_a_broker_that_answers_its_pings_keeps_the_connection():
         srv, port = await stand_in(_broker(True, log))
         t = await MqttTransport("127.0.0.1", port, node="d", keepalive=1).open()
         task = asyncio.create_task(t.recv())
-        await asyncio.sleep(2.5)                 # two and a half keepalives, quiet but answered
+        await asyncio.sleep(2.5)  # two and a half keepalives, quiet but answered
         assert not task.done() and not t.closed
         assert log.count(0xC0) >= 3 and t.stats()["silent"] == 0
         t.close()
         assert await asyncio.wait_for(task, 5) is None
         srv.close()
+
     run(main())

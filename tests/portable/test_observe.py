@@ -1,4 +1,5 @@
 """conn.observe(): publishes and retained changes in one ordered feed."""
+
 import edgebus
 from edgebus import Message, RetainedEvent
 from tests.portable.support import raises
@@ -73,9 +74,10 @@ def test_wake_on_sets_the_event_for_every_accepted_item():
         c.publish("b", 1)
         assert ev.is_set()
         ev.clear()
-        c.publish("b", 2)                 # rejected: nothing new to wake for
+        c.publish("b", 2)  # rejected: nothing new to wake for
         assert not ev.is_set() and subs[1].dropped() == 1
         c.publish("a", 3)
         await asyncio.wait_for(ev.wait(), 1)
         assert subs[0].recv_nowait().payload == 3 and subs[1].recv_nowait().payload == 1
+
     asyncio.run(main())

@@ -1,9 +1,15 @@
 """origin_factory, origin sharing and derive
 (docs/api.md: Connection, Precise edge cases: Origins)."""
+
 import edgebus
 
-TRUSTED = {"kind": "fabric_import", "link_id": "link-1", "peer_node": "peer-a",
-           "peer_sid": "sid-42", "generation": 7}
+TRUSTED = {
+    "kind": "fabric_import",
+    "link_id": "link-1",
+    "peer_node": "peer-a",
+    "peer_sid": "sid-42",
+    "generation": 7,
+}
 
 
 def _one(c, **kw):
@@ -16,7 +22,12 @@ def _one(c, **kw):
 
 def _check_trusted(o):
     assert (o.kind, o.link_id, o.peer_node, o.peer_sid, o.generation) == (
-        "fabric_import", "link-1", "peer-a", "sid-42", 7)
+        "fabric_import",
+        "link-1",
+        "peer-a",
+        "sid-42",
+        7,
+    )
 
 
 def test_origin_factory_dict_and_callable_and_alias():
@@ -29,8 +40,7 @@ def test_origin_factory_dict_and_callable_and_alias():
 
 def test_only_trusted_keys_are_taken():
     bus = edgebus.Bus()
-    f = {"link_id": "L", "conn_id": "fake", "principal": "root", "extra": {"a": 1},
-         "other": 1}
+    f = {"link_id": "L", "conn_id": "fake", "principal": "root", "extra": {"a": 1}, "other": 1}
     c = bus.connect(principal="p", origin_factory=f)
     o = _one(c)
     assert o.kind == "local" and o.link_id == "L"

@@ -1,4 +1,5 @@
 """origin_factory calls and a raising factory (docs/api.md: Precise edge cases: Origins)."""
+
 import asyncio
 
 import edgebus
@@ -27,6 +28,7 @@ def test_callable_factory_is_called_for_every_operation():
         assert s.recv_nowait().origin.generation == 1
         assert s.recv_nowait().origin.generation == 2
         assert len(calls) == 4
+
     run(main())
 
 
@@ -64,6 +66,7 @@ def test_raising_factory_on_call_sends_nothing():
         bad = bus.connect(origin_factory=_boom)
         await araises(Boom, bad.call("rpc", 1))
         assert ep.recv_nowait() is None and ep.stats()["queued"] == 0
+
     run(main())
 
 

@@ -1,10 +1,10 @@
 """Origin fields, immutability and extra
 (docs/api.md: Delivered values, Precise edge cases: Origins)."""
+
 import edgebus
 from tests.portable.support import raises
 
-FIELDS = ("kind", "conn_id", "principal", "link_id", "peer_node", "peer_sid",
-          "generation", "extra")
+FIELDS = ("kind", "conn_id", "principal", "link_id", "peer_node", "peer_sid", "generation", "extra")
 
 
 def _one(c, **kw):

@@ -1,4 +1,5 @@
 """Publish fan-out to subscriptions (docs/api.md: Connection, Feeds)."""
+
 import edgebus
 
 

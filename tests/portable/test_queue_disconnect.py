@@ -1,5 +1,6 @@
 """The disconnect full policy (sbus's flood control): a feed that cannot keep
 up closes with reason "overflow", counted (docs/api.md: Feeds)."""
+
 import asyncio
 
 import edgebus
@@ -39,7 +40,7 @@ def test_watch_and_rendezvous_disconnect():
     c.retain("r/1", 1)
     c.retain("r/2", 2)
     assert w.why() == "overflow" and w.stats()["full"] == "disconnect"
-    rv = c.subscribe("z", queue_len=0)   # rendezvous: nobody waiting is full
+    rv = c.subscribe("z", queue_len=0)  # rendezvous: nobody waiting is full
     c.publish("z", 1)
     assert rv.why() == "overflow" and bus.stats()["overflows"] == 2
 
@@ -61,5 +62,5 @@ def test_a_waiting_receiver_sees_the_close():
         await settle()
         assert got == ["overflow"]
         await t
-    run(main())
 
+    run(main())

@@ -1,4 +1,5 @@
 """Queue policies and drop accounting (docs/api.md: Feeds, Precise edge cases: Feeds)."""
+
 import edgebus
 from tests.portable.support import flooded, raises
 

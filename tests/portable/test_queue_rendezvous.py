@@ -1,4 +1,5 @@
 """Rendezvous queues (length 0) and endpoint drop accounting (docs/api.md: Feeds)."""
+
 import asyncio
 
 import edgebus
@@ -29,6 +30,7 @@ def test_rendezvous_delivers_only_to_a_waiting_receiver():
         assert m.payload == 1 and s.dropped() == 1
         c.publish("t", 3)  # nobody waiting now
         assert s.recv_nowait() is None and s.dropped() == 2
+
     run(main())
 
 
@@ -39,6 +41,7 @@ def test_rendezvous_receiver_that_timed_out_no_longer_counts():
         await araises(asyncio.TimeoutError, asyncio.wait_for(s.recv(), 0.02))
         c.publish("t", 1)
         assert s.recv_nowait() is None and s.dropped() == 1
+
     run(main())
 
 
@@ -56,4 +59,5 @@ def test_endpoint_rejections_count_against_the_binding_connection():
         assert caller.dropped() == 0 and bus.stats()["dropped"] == 1
         (await ep.recv()).reply("ok")
         assert await t == "ok"
+
     run(main())

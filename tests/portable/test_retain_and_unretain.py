@@ -1,4 +1,5 @@
 """retain/unretain: publish, store, notify (docs/api.md: Connection; seed: retained write)."""
+
 import edgebus
 
 

@@ -1,4 +1,5 @@
 """Retained replay to new subscriptions: matching and bounded (seed: retained replay)."""
+
 import edgebus
 
 

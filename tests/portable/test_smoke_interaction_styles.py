@@ -1,4 +1,5 @@
 """A first end-to-end pass through the four interaction styles."""
+
 import asyncio
 
 import edgebus
@@ -31,6 +32,7 @@ def test_call_roundtrip():
         ep.unbind()
         await settle()
         assert t.done()
+
     run(main())
 
 

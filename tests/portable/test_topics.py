@@ -1,4 +1,5 @@
 """Topic forms, token types and literal tokens (docs/api.md: Topics, Precise edge cases)."""
+
 import edgebus
 from tests.portable.support import raises
 

@@ -1,4 +1,5 @@
 """RetainedView changed()/close (docs/api.md: RetainedView, Precise edge cases: Views)."""
+
 import asyncio
 
 import edgebus
@@ -12,6 +13,7 @@ def test_changed_is_immediate_when_version_differs():
         c.retain("a", 1)
         n = await asyncio.wait_for(v.changed(v.version - 1), 0.5)
         assert n == v.version
+
     run(main())
 
 
@@ -31,6 +33,7 @@ def test_changed_waits_for_a_change():
         await settle()
         assert t.done()
         assert await t == v.version and v.version != seen
+
     run(main())
 
 
@@ -48,6 +51,7 @@ def test_changed_on_closed_view_returns_none():
         assert await v.changed(v.version - 1) is None
         assert v.why() == "closed"
         assert await v.closed() == "closed"
+
     run(main())
 
 
@@ -78,4 +82,5 @@ def test_view_closes_on_disconnect_and_closed_waits():
         assert v.why() == "disconnected"
         assert await v.changed(0) is None
         assert v.close() is True and v.why() == "disconnected"
+
     run(main())

@@ -1,4 +1,5 @@
 """RetainedView versions, get, snapshot (docs/api.md: RetainedView, Precise edge cases: Views)."""
+
 import edgebus
 
 
@@ -28,12 +29,12 @@ def test_version_rules():
     n = v.version
     c.retain("b/x", 1)  # not matching
     c.publish("a/x", 2)  # not retained
-    c.unretain("a/y")    # absent
+    c.unretain("a/y")  # absent
     assert v.version == n
     c.unretain("a/x")
     assert v.version > n
     n = v.version
-    c.unretain("a/x")    # now absent
+    c.unretain("a/x")  # now absent
     assert v.version == n
 
 
@@ -61,9 +62,29 @@ def test_changes_coalesce():
 
 def test_snapshot_sorting():
     c = edgebus.Bus().connect()
-    for t in (("n", 9), ("n", 10), "b", "a/z", "a/b", ("n", "3"), ("n", 3),
-              ("3", 3), (3, "3"), "a-b"):
+    for t in (
+        ("n", 9),
+        ("n", 10),
+        "b",
+        "a/z",
+        "a/b",
+        ("n", "3"),
+        ("n", 3),
+        ("3", 3),
+        (3, "3"),
+        "a-b",
+    ):
         c.retain(t, 0)
     got = [m.topic for m in c.retained_view("#").snapshot()]
-    assert got == [(3, "3"), ("3", 3), ("a-b",), ("a", "b"), ("a", "z"), ("b",),
-                   ("n", 10), ("n", 3), ("n", "3"), ("n", 9)]
+    assert got == [
+        (3, "3"),
+        ("3", 3),
+        ("a-b",),
+        ("a", "b"),
+        ("a", "z"),
+        ("b",),
+        ("n", 10),
+        ("n", 3),
+        ("n", "3"),
+        ("n", 9),
+    ]

@@ -1,4 +1,5 @@
 """Retained watches: lifecycle events and replay (docs/api.md: Delivered values, Feeds)."""
+
 import edgebus
 
 
@@ -39,7 +40,9 @@ def test_replay_sends_current_values_then_replay_done():
     for _ in range(3):
         evs.append(w.recv_nowait())
     assert sorted([(e.op, e.topic, e.payload) for e in evs[:2]]) == [
-        ("retain", ("cfg", "a"), 1), ("retain", ("cfg", "b"), 2)]
+        ("retain", ("cfg", "a"), 1),
+        ("retain", ("cfg", "b"), 2),
+    ]
     assert evs[0].origin.conn_id == c.conn_id
     d = evs[2]
     assert d.op == "replay_done" and d.topic is None and d.payload is None

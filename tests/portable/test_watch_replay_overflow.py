@@ -1,5 +1,6 @@
 """Replay overflow and replay_done under the watch's own policy
 (docs/api.md: Precise edge cases)."""
+
 import edgebus
 
 

@@ -1,4 +1,5 @@
 """Single- and multi-level wildcards (docs/api.md: Topics)."""
+
 import edgebus
 from tests.portable.support import raises
 

@@ -1,4 +1,5 @@
 """Custom wildcard symbols, feed.topic, and wildcards in bind/call (docs/api.md: Topics)."""
+
 import asyncio
 
 import edgebus
@@ -70,4 +71,5 @@ def test_bind_and_call_reject_raw_wildcards():
         assert req.topic == ("rpc", "+") and req.payload == 5
         req.reply("ok")
         assert await t == "ok"
+
     run(main())

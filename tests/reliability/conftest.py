@@ -5,13 +5,14 @@ or ``EDGEBUS_SOAK=1``. ``python -m dev.soak`` runs the long form and writes
 RELIABILITY.md from what the tests record here: each test calls
 ``rel.record(case, tried=N, **figures)`` once its assertions have held;
 outcomes come from pytest's junit XML."""
+
 import json
 import os
 import time
 
 import pytest
 
-RESULTS = os.environ.get("EDGEBUS_REL_OUT")     # a JSON-lines file, set by dev.soak
+RESULTS = os.environ.get("EDGEBUS_REL_OUT")  # a JSON-lines file, set by dev.soak
 
 
 def _write(row):
@@ -31,8 +32,14 @@ class Rel:
         return long if self.soak else short
 
     def record(self, case, tried, **figures):
-        row = {"kind": "figures", "case": case, "test": self.nodeid, "tried": tried,
-               "soak": self.soak, "seconds": round(time.monotonic() - self.t0, 1)}
+        row = {
+            "kind": "figures",
+            "case": case,
+            "test": self.nodeid,
+            "tried": tried,
+            "soak": self.soak,
+            "seconds": round(time.monotonic() - self.t0, 1),
+        }
         row.update(figures)
         _write(row)
         print("REL", json.dumps(row, default=str))
@@ -50,6 +57,8 @@ def rel_device(mpy_tree):
     rel_device(uplink, key, node, rate, count, boot, heap="256K") -> Popen.
     Killed at the end of the test."""
     from tests.conftest import ROOT, mpy_script
+
     for start in mpy_script(mpy_tree, os.path.join(ROOT, "tests", "reliability", "rel_device.py")):
         yield lambda uplink, key, node, rate, count, boot, heap="256K": start(
-            [uplink, key, node, str(rate), str(count), boot], heap)
+            [uplink, key, node, str(rate), str(count), boot], heap
+        )

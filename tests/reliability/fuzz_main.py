@@ -2,6 +2,7 @@
 
 edgebus is imported inside atheris.instrument_imports() so the fuzzer is
 guided by coverage of the code under test (and only of it)."""
+
 import sys
 
 import atheris

@@ -18,6 +18,7 @@ invariants (AssertionError otherwise):
            three bit flips per frame, so CRC-16 detects every damaged frame):
            every message delivered is exactly one that was sent, once, in order.
 """
+
 import asyncio
 import binascii
 import json
@@ -28,10 +29,11 @@ from edgebus.link.link import Link
 from tests.portable.linkkit import sealed
 
 KEY = b"fuzz-key"
-MAX_LEN = wire.MIN_LEN   # small (more bodies hit the limit), yet room for the handshake
+MAX_LEN = wire.MIN_LEN  # small (more bodies hit the limit), yet room for the handshake
 
 
 # -- frame ---------------------------------------------------------------------
+
 
 def frame_target(data):
     if not data:
@@ -43,7 +45,7 @@ def frame_target(data):
     cap = len(r._buf)
     got = []
     for i in range(0, len(stream), step):
-        got.extend(r.feed(stream[i:i + step]))
+        got.extend(r.feed(stream[i : i + step]))
         assert r.pending <= frame.max_encoded_len(max_len)
     assert len(r._buf) == cap
     for b in got:
@@ -61,6 +63,7 @@ def frame_target(data):
 
 
 # -- session -------------------------------------------------------------------
+
 
 class Session:
     """A host bus and its link to dev1 with a session up, reused across inputs;
@@ -81,20 +84,35 @@ class Session:
             self.loop.run_until_complete(self._teardown())
         self.host = edgebus.Bus(q_length=64)
         self.dev = edgebus.Bus()
-        self.hl = Link(self.host, "host", key=KEY, role="responder", link_id="serial:dev1",
-                       peer="dev1", imports=[("#", "dev/{node}")],
-                       import_calls=[("#", "dev/{node}")],
-                       exports=[("dev/{node}/cmd/#", "dev/{node}")], heartbeat=1.0,
-                       max_len=MAX_LEN)
-        self.dl = Link(self.dev, "dev1", key=KEY, role="initiator", exports=[("sensor/#", "")],
-                       heartbeat=1.0, max_len=MAX_LEN)
+        self.hl = Link(
+            self.host,
+            "host",
+            key=KEY,
+            role="responder",
+            link_id="serial:dev1",
+            peer="dev1",
+            imports=[("#", "dev/{node}")],
+            import_calls=[("#", "dev/{node}")],
+            exports=[("dev/{node}/cmd/#", "dev/{node}")],
+            heartbeat=1.0,
+            max_len=MAX_LEN,
+        )
+        self.dl = Link(
+            self.dev,
+            "dev1",
+            key=KEY,
+            role="initiator",
+            exports=[("sensor/#", "")],
+            heartbeat=1.0,
+            max_len=MAX_LEN,
+        )
         self.watch = self.host.connect().observe("#", queue_len=4096)
         # The handshake, frame by frame, without a transport.
         handshake.hello(self.dl)
         for _ in range(4):
             for a, b in ((self.dl, self.hl), (self.hl, self.dl)):
                 while a._ctl:
-                    b.feed(sealed(a, a._ctl.pop(0)))   # as the writer sends it
+                    b.feed(sealed(a, a._ctl.pop(0)))  # as the writer sends it
         assert self.hl.status == "up", self.hl.last_error
         self.n = 0
 
@@ -109,7 +127,7 @@ class Session:
             m = self.watch.recv_nowait()
             if m is None:
                 break
-            if m.topic[0] == "link":          # the link's own status
+            if m.topic[0] == "link":  # the link's own status
                 continue
             self.delivered += 1
             assert m.topic[:2] == ("dev", "dev1"), m.topic
@@ -117,14 +135,19 @@ class Session:
                 assert t is not self.host.s_wild and t is not self.host.m_wild
             o = m.origin
             assert (o.kind, o.link_id, o.peer_node, o.peer_sid, o.generation) == (
-                "link", "serial:dev1", "dev1", self.dl.sid, 1), o
+                "link",
+                "serial:dev1",
+                "dev1",
+                self.dl.sid,
+                1,
+            ), o
             if o.extra is not None and "seq" in o.extra:
                 assert type(o.extra["seq"]) is int
         assert len(hl._pending) <= hl.max_pending
         assert hl._rx_sync is None or len(hl._rx_sync) <= hl.max_sync
         assert len(hl._recent) <= 16
         assert hl._served <= hl.max_pending
-        hl._ctl.clear()                        # what the writer would have sent
+        hl._ctl.clear()  # what the writer would have sent
         hl._calls.clear()
 
     def feed(self, data):
@@ -137,10 +160,10 @@ class Session:
         bodies = []
         while i < len(data):
             n = data[i] + 1
-            bodies.append(data[i + 1:i + 1 + n])
+            bodies.append(data[i + 1 : i + 1 + n])
             i += 1 + n
         self.loop.run_until_complete(self._feed(bodies))
-        if self.hl.status != "up":     # a HELLO, ERROR or BYE ended it: start again
+        if self.hl.status != "up":  # a HELLO, ERROR or BYE ended it: start again
             self._build()
 
     async def _feed(self, bodies):
@@ -151,8 +174,8 @@ class Session:
                 b = bytes([(b[0] % 18) | (b[0] & 0xC0)]) + b[1:]
                 # sealed as the device would: the handlers, not the seal, are fuzzed
                 b = sealed(self.dl, b)
-            self.hl.feed(b)            # never raises
-        await asyncio.sleep(0)         # let proxies spawned by ROUTES run once
+            self.hl.feed(b)  # never raises
+        await asyncio.sleep(0)  # let proxies spawned by ROUTES run once
         self.check()
 
 
@@ -203,16 +226,23 @@ def line_target(data):
         out.append(bytes(b))
     stream = b"".join(out)
     host = edgebus.Bus(q_length=64)
-    hl = Link(host, "host", key=None, role="responder", link_id="line",
-              imports=[("#", "dev/{node}")], max_len=MAX_LEN)
-    hl.status = "up"                   # data path only: the session is not under test here
+    hl = Link(
+        host,
+        "host",
+        key=None,
+        role="responder",
+        link_id="line",
+        imports=[("#", "dev/{node}")],
+        max_len=MAX_LEN,
+    )
+    hl.status = "up"  # data path only: the session is not under test here
     hl._imp = hl._conn.derive(origin_factory={"kind": "link", "link_id": "line"})
     hl._imports = rules.resolve([("#", "dev/d")], host, None)
     sub = host.connect().subscribe("dev/d/#", queue_len=64)
     r = frame.FrameReader(MAX_LEN)
     step = (data[0] % 64 + 1) if data else 64
     for i in range(0, len(stream), step):
-        for body in r.feed(stream[i:i + step]):
+        for body in r.feed(stream[i : i + step]):
             hl.feed(body)
     got = []
     while True:
@@ -221,31 +251,50 @@ def line_target(data):
             break
         got.append(m)
     seqs = [m.origin.extra["seq"] for m in got]
-    assert seqs == sorted(set(seqs)), seqs                 # once each, in order
+    assert seqs == sorted(set(seqs)), seqs  # once each, in order
     for m in got:
         assert m.topic == ("dev", "d", "sensor", "v")
         assert m.payload == sent[m.payload["i"]], m.payload  # exactly what was sent
         assert m.origin.extra["seq"] == m.payload["i"] + 1
     damaged = sum(1 for a, b in zip(out, frames) if a != b)
-    assert len(got) >= len(frames) - damaged    # an intact frame is never lost
+    assert len(got) >= len(frames) - damaged  # an intact frame is never lost
 
 
-FORGED = {"link_id": "serial:other", "peer_node": "other", "peer_sid": "x", "generation": 99,
-          "kind": "local", "conn_id": "c1", "principal": "root", "seq": "s"}
+FORGED = {
+    "link_id": "serial:other",
+    "peer_node": "other",
+    "peer_sid": "x",
+    "generation": 99,
+    "kind": "local",
+    "conn_id": "c1",
+    "principal": "root",
+    "seq": "s",
+}
 
 
 def session_bodies():
     """Valid bodies of every type (the seeds the fuzzer mutates from)."""
     E = wire.encode
-    return [E(wire.PUB, ["sensor/a", 1], 1), E(wire.PUB, ["sensor/b", {"x": [1, 2]}, FORGED], 2),
-            E(wire.RET, [["sys", 3, "x/y"], "v"], 3), E(wire.UNRET, ["sys/x"], 4),
-            E(wire.PUB, ["a/#", 1], 5), E(wire.PUB, ["../../host/x", None], 6),
-            E(wire.SYNCSTART, {"seq": 7, "n": 2}), E(wire.SYNC, ["sys/s", 1, FORGED]),
-            E(wire.SYNC, ["sys/t", [1]]), E(wire.SYNCEND, {"seq": 7, "n": 2}),
-            E(wire.CALL, [1, "sys/x", 1, 100, None]), E(wire.ROUTES, ["sys/echo", "sys/#"]),
-            E(wire.REPLY, [1, 2]), E(wire.FAIL, [1, "failed", "r"]),
-            E(wire.PING, 5), E(wire.PONG, 5),
-            E(wire.PUB, ["sensor/raw", None], 8, b"\x00\xff"), E(wire.BYE, {"reason": "x"})]
+    return [
+        E(wire.PUB, ["sensor/a", 1], 1),
+        E(wire.PUB, ["sensor/b", {"x": [1, 2]}, FORGED], 2),
+        E(wire.RET, [["sys", 3, "x/y"], "v"], 3),
+        E(wire.UNRET, ["sys/x"], 4),
+        E(wire.PUB, ["a/#", 1], 5),
+        E(wire.PUB, ["../../host/x", None], 6),
+        E(wire.SYNCSTART, {"seq": 7, "n": 2}),
+        E(wire.SYNC, ["sys/s", 1, FORGED]),
+        E(wire.SYNC, ["sys/t", [1]]),
+        E(wire.SYNCEND, {"seq": 7, "n": 2}),
+        E(wire.CALL, [1, "sys/x", 1, 100, None]),
+        E(wire.ROUTES, ["sys/echo", "sys/#"]),
+        E(wire.REPLY, [1, 2]),
+        E(wire.FAIL, [1, "failed", "r"]),
+        E(wire.PING, 5),
+        E(wire.PONG, 5),
+        E(wire.PUB, ["sensor/raw", None], 8, b"\x00\xff"),
+        E(wire.BYE, {"reason": "x"}),
+    ]
 
 
 def session_input(bodies):
@@ -262,9 +311,11 @@ def session_input(bodies):
 
 def seeds():
     b = session_bodies()
-    return {"session": [session_input(b[i:i + 4]) for i in range(0, len(b), 2)],
-            "frame": [b"\x05" + b"".join(frame.encode(x, 1024, True) for x in b[:6])],
-            "line": [bytes(range(64))]}
+    return {
+        "session": [session_input(b[i : i + 4]) for i in range(0, len(b), 2)],
+        "frame": [b"\x05" + b"".join(frame.encode(x, 1024, True) for x in b[:6])],
+        "line": [bytes(range(64))],
+    }
 
 
 TARGETS = {"frame": frame_target, "session": session_target, "line": line_target}
@@ -277,6 +328,7 @@ def main(argv):
     import time
 
     import atheris
+
     name, runs = argv[1], int(argv[2])
     target = TARGETS[name]
     t0 = time.monotonic()
@@ -288,22 +340,38 @@ def main(argv):
         if count[0] == 1000:
             rss0[0] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         target(data)
-        if count[0] == runs:           # atheris ends with os._exit: report now
+        if count[0] == runs:  # atheris ends with os._exit: report now
             report()
 
     def report():
-        out = {"target": name, "runs": count[0], "seconds": round(time.monotonic() - t0, 1),
-               "maxrss_kb_after_1000": rss0[0],
-               "maxrss_kb_end": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
+        out = {
+            "target": name,
+            "runs": count[0],
+            "seconds": round(time.monotonic() - t0, 1),
+            "maxrss_kb_after_1000": rss0[0],
+            "maxrss_kb_end": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
+        }
         if _session is not None:
             out["delivered"] = _session.delivered
             out["rebuilt"] = _session.inputs // _session.fresh
         print("FUZZ " + json.dumps(out), flush=True)
+
     import tempfile
+
     corpus = tempfile.mkdtemp(prefix="edgebus-fuzz-")
     for i, x in enumerate(seeds()[name]):
         with open("%s/seed%d" % (corpus, i), "wb") as f:
             f.write(x)
-    atheris.Setup([argv[0], "-runs=%d" % runs, "-max_len=2048", "-rss_limit_mb=2048",
-                   "-print_final_stats=1", "-artifact_prefix=%s/" % corpus, corpus], one)
+    atheris.Setup(
+        [
+            argv[0],
+            "-runs=%d" % runs,
+            "-max_len=2048",
+            "-rss_limit_mb=2048",
+            "-print_final_stats=1",
+            "-artifact_prefix=%s/" % corpus,
+            corpus,
+        ],
+        one,
+    )
     atheris.Fuzz()

@@ -31,10 +31,19 @@ async def main(spec, key, node, rate, count, boot):
     c = bus.connect(principal="app")
     c.retain("sys/boot", boot)
     c.retain("sys/boot/" + boot, 1)
-    link = Link(bus, node, key=key.encode(), role="initiator",
-                exports=[("sensor/#", ""), ("sys/#", "")], imports=[("cmd/#", "")],
-                export_calls=[("sys/#", "")], heartbeat=0.5, out_queue=64,
-                handshake_timeout=1.0, spool=SPOOL)
+    link = Link(
+        bus,
+        node,
+        key=key.encode(),
+        role="initiator",
+        exports=[("sensor/#", ""), ("sys/#", "")],
+        imports=[("cmd/#", "")],
+        export_calls=[("sys/#", "")],
+        heartbeat=0.5,
+        out_queue=64,
+        handshake_timeout=1.0,
+        spool=SPOOL,
+    )
     echo = c.bind("sys/echo")
     slow = c.bind("sys/slow", queue_len=8)
     clock = c.subscribe("cmd/clock")
@@ -46,7 +55,7 @@ async def main(spec, key, node, rate, count, boot):
     async def serve_slow():
         held = []
         async for req in slow:
-            held.append(req)      # never answered: the caller waits
+            held.append(req)  # never answered: the caller waits
 
     async def serve_clock():
         async for m in clock:
@@ -73,5 +82,6 @@ async def main(spec, key, node, rate, count, boot):
         await asyncio.sleep(1)
 
 
-asyncio.run(main(sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), int(sys.argv[5]),
-                 sys.argv[6]))
+asyncio.run(
+    main(sys.argv[1], sys.argv[2], sys.argv[3], float(sys.argv[4]), int(sys.argv[5]), sys.argv[6])
+)

@@ -1,6 +1,7 @@
 """Bad device input reaching the bridge's own consumers: the
 telemetry log and the MQTT mirror refuse what they cannot hold, count it,
 and keep going."""
+
 import asyncio
 import json
 
@@ -23,6 +24,7 @@ def test_deep_payload_does_not_stop_the_telemetry_log(tmp_path):
     from edgebus import tlog
     from edgebus.bridge import config as bridge_config
     from edgebus.bridge.telemetry import Appender
+
     cfg = bridge_config.parse({"log": {"dir": str(tmp_path / "log"), "patterns": ["dev/#"]}})
     bus = edgebus.Bus()
 
@@ -39,12 +41,14 @@ def test_deep_payload_does_not_stop_the_telemetry_log(tmp_path):
         await until(lambda: a.appended == 3)
         task.cancel()
         a.close()
+
     asyncio.run(main())
     recs = [r["topic"][-1] for _, r in tlog.read_log(str(tmp_path / "log"))]
     assert recs == ["a", "b", "c"]
     with pytest.raises(ValueError, match="nests too deeply"):
         tlog.LogWriter(str(tmp_path / "log2")).append(
-            tlog.record_from_message(_msg(json.loads(deep(900)))))
+            tlog.record_from_message(_msg(json.loads(deep(900))))
+        )
     assert tlog.list_segments(str(tmp_path / "log2")) == []
 
 

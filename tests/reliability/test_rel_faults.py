@@ -9,6 +9,7 @@ Real parts: mosquitto on a free loopback port, MicroPython device processes
 own process. Related: tests/host/mqtt/test_mqtt.py (one broker restart),
 test_bridge.py (one unplug, one device restart), test_tlog.py (SIGKILLed log
 writer), test_spark_ingest.py (SIGKILLed Spark job), test_link_properties.py."""
+
 import asyncio
 import json
 import os
@@ -59,27 +60,39 @@ def test_broker_killed_and_restarted_repeatedly(tmp_path, rel, rel_device):
 
     with Mosquitto() as broker:
         cfg = bridge_config.parse(
-            {"bridge": {"state_dir": str(tmp_path / "state"), "heartbeat": 0.5},
-             "mqtt": {"url": "mqtt://127.0.0.1:%d" % broker.port,
-                      "devices": [{"node": "d1", "key": "k1"}]}})
+            {
+                "bridge": {"state_dir": str(tmp_path / "state"), "heartbeat": 0.5},
+                "mqtt": {
+                    "url": "mqtt://127.0.0.1:%d" % broker.port,
+                    "devices": [{"node": "d1", "key": "k1"}],
+                },
+            }
+        )
 
         async def main():
             b = Bridge(cfg)
             task = asyncio.create_task(b.run())
             sub = b.bus.connect().subscribe("dev/d1/sensor/n", queue_len=count)
-            dev = rel_device("mqtt:127.0.0.1:%d" % broker.port, "k1", "d1", rate, count, "b1", heap="256K")
+            dev = rel_device(
+                "mqtt:127.0.0.1:%d" % broker.port, "k1", "d1", rate, count, "b1", heap="256K"
+            )
             link = b.links["mqtt:d1"]
             downs = []
             for k in range(restarts):
-                await until(lambda: link.status == "up" and link.counters.get("imported", 0)
-                            >= (k + 1) * 150, 30)
-                broker.stop()                       # SIGKILL: no goodbye to anyone
+                await until(
+                    lambda: (
+                        link.status == "up" and link.counters.get("imported", 0) >= (k + 1) * 150
+                    ),
+                    30,
+                )
+                broker.stop()  # SIGKILL: no goodbye to anyone
                 t0 = time.monotonic()
                 await asyncio.sleep(random.uniform(0.2, 1.0))
                 broker.start()
                 try:
-                    await until(lambda: link.status == "up" and link.counters["sessions"] > k + 1,
-                                30)
+                    await until(
+                        lambda: link.status == "up" and link.counters["sessions"] > k + 1, 30
+                    )
                 except AssertionError:
                     dev.kill()
                     raise AssertionError((link.stats(), b.mqtt.stats(), dev.communicate()[0]))
@@ -92,9 +105,11 @@ def test_broker_killed_and_restarted_repeatedly(tmp_path, rel, rel_device):
             await task
             dev.kill()
             return res, downs
+
         res, downs = asyncio.run(main())
-    rel.record("fault: MQTT broker killed and restarted", restarts,
-               outage_to_session_s=downs, **res)
+    rel.record(
+        "fault: MQTT broker killed and restarted", restarts, outage_to_session_s=downs, **res
+    )
 
 
 def documented_window(board, health_period):
@@ -117,15 +132,26 @@ def test_a_fleet_device_loses_nothing_through_80_percent_of_its_documented_windo
     loses nothing through a broker outage of 80 % of the documented window
     (the rest leaves room for the reconnect after it)."""
     from edgebus.tools.fleet import Fleet
+
     log_dir = tmp_path / "log"
-    with Mosquitto() as broker, Fleet(tmp_path / "fleet", mqtt=1,
-                                      broker=("127.0.0.1", broker.port),
-                                      period=0.05, health_period=2.0) as fleet:
+    with (
+        Mosquitto() as broker,
+        Fleet(
+            tmp_path / "fleet",
+            mqtt=1,
+            broker=("127.0.0.1", broker.port),
+            period=0.05,
+            health_period=2.0,
+        ) as fleet,
+    ):
         down = 0.8 * documented_window(fleet.board["name"], 2.0)
         node = fleet.devices[0]["node"]
-        cfg = bridge_config.parse(dict(fleet.bridge_config(("127.0.0.1", broker.port)), **{
-            "bridge": {"state_dir": str(tmp_path / "state")},
-            "log": {"dir": str(log_dir)}}))
+        cfg = bridge_config.parse(
+            dict(
+                fleet.bridge_config(("127.0.0.1", broker.port)),
+                **{"bridge": {"state_dir": str(tmp_path / "state")}, "log": {"dir": str(log_dir)}},
+            )
+        )
         fleet.start()
 
         async def main():
@@ -133,35 +159,46 @@ def test_a_fleet_device_loses_nothing_through_80_percent_of_its_documented_windo
             task = asyncio.create_task(b.run())
             health = b.bus.connect().subscribe("dev/%s/sys/health" % node, queue_len=64)
             link = b.links["mqtt:" + node]
-            await until(lambda: link.status == "up" and link.counters.get("imported", 0) >= 40,
-                        40)
+            await until(lambda: link.status == "up" and link.counters.get("imported", 0) >= 40, 40)
             broker.stop()
             t0 = time.monotonic()
             await asyncio.sleep(down)
             broker.start()
             await until(lambda: link.counters.get("sessions", 0) >= 2, 60)
             back = time.monotonic() - t0
-            while True:      # a report taken after the spool drained
+            while True:  # a report taken after the spool drained
                 h = (await asyncio.wait_for(health.recv(), 20)).payload
                 if h["link"]["sessions"] >= 2 and h["link"]["spool"]["unsent"] == 0:
                     break
-            res = {"outage_s": round(down, 2), "device_back_after_s": round(back, 2),
-                   "gaps": link.counters.get("gaps", 0)}
+            res = {
+                "outage_s": round(down, 2),
+                "device_back_after_s": round(back, 2),
+                "gaps": link.counters.get("gaps", 0),
+            }
             b.stop()
             await task
             return res, h
+
         res, h = asyncio.run(main())
     assert h["manifest"] == "board.json"
     assert h["link"]["spool"]["capacity"] == fleet.board["queues"]["spool"]
     recs, stats = _records(log_dir)
     assert stats.clean, stats
     seqs = sorted(r["seq"] for _, r in recs if r["seq"] is not None)
-    assert seqs == list(range(1, seqs[-1] + 1)) and res["gaps"] == 0, \
-        (res, sorted(set(range(1, seqs[-1] + 1)) - set(seqs))[:20])
+    assert seqs == list(range(1, seqs[-1] + 1)) and res["gaps"] == 0, (
+        res,
+        sorted(set(range(1, seqs[-1] + 1)) - set(seqs))[:20],
+    )
     assert h["link"]["spool_dropped"] == 0, h
     late = [r for _, r in recs if (r["extra"] or {}).get("late")]
-    rel.record("fault: broker outage of 80% of the unix board's window", 1, sent=seqs[-1],
-               delivered=len(seqs), late=len(late), **res)
+    rel.record(
+        "fault: broker outage of 80% of the unix board's window",
+        1,
+        sent=seqs[-1],
+        delivered=len(seqs),
+        late=len(late),
+        **res,
+    )
 
 
 @pytest.mark.mosquitto
@@ -172,16 +209,30 @@ def test_outage_longer_than_the_spool_loses_exactly_the_overflow(tmp_path, rel):
     is missing from the log, every missing number is one the device counted
     as evicted and the bridge as a gap, and nothing else is lost."""
     from edgebus.tools.fleet import Fleet
+
     down = rel.n(4.0, 8.0)
     log_dir = tmp_path / "log"
-    with Mosquitto() as broker, Fleet(tmp_path / "fleet", mqtt=1,
-                                      broker=("127.0.0.1", broker.port), period=0.05,
-                                      health_period=1.0,
-                                      link={"heartbeat": 1.0, "spool": 4096}) as fleet:
+    with (
+        Mosquitto() as broker,
+        Fleet(
+            tmp_path / "fleet",
+            mqtt=1,
+            broker=("127.0.0.1", broker.port),
+            period=0.05,
+            health_period=1.0,
+            link={"heartbeat": 1.0, "spool": 4096},
+        ) as fleet,
+    ):
         node = fleet.devices[0]["node"]
-        cfg = bridge_config.parse(dict(fleet.bridge_config(("127.0.0.1", broker.port)), **{
-            "bridge": {"state_dir": str(tmp_path / "state"), "heartbeat": 1.0},
-            "log": {"dir": str(log_dir), "segment_seconds": 1}}))
+        cfg = bridge_config.parse(
+            dict(
+                fleet.bridge_config(("127.0.0.1", broker.port)),
+                **{
+                    "bridge": {"state_dir": str(tmp_path / "state"), "heartbeat": 1.0},
+                    "log": {"dir": str(log_dir), "segment_seconds": 1},
+                },
+            )
+        )
         fleet.start()
 
         async def main():
@@ -189,8 +240,7 @@ def test_outage_longer_than_the_spool_loses_exactly_the_overflow(tmp_path, rel):
             task = asyncio.create_task(b.run())
             health = b.bus.connect().subscribe("dev/%s/sys/health" % node, queue_len=64)
             link = b.links["mqtt:" + node]
-            await until(lambda: link.status == "up" and link.counters.get("imported", 0) >= 60,
-                        40)
+            await until(lambda: link.status == "up" and link.counters.get("imported", 0) >= 60, 40)
             broker.stop()
             await asyncio.sleep(down)
             broker.start()
@@ -198,13 +248,13 @@ def test_outage_longer_than_the_spool_loses_exactly_the_overflow(tmp_path, rel):
             # a report taken after the spool has drained (what it counts is final)
             while True:
                 h = (await asyncio.wait_for(health.recv(), 20)).payload["link"]
-                if h["sessions"] >= 2 and h["spool"]["unsent"] == 0 and \
-                        h["spool"]["depth"] < 10:
+                if h["sessions"] >= 2 and h["spool"]["unsent"] == 0 and h["spool"]["depth"] < 10:
                     break
             gaps = link.counters.get("gaps", 0)
             b.stop()
             await task
             return h, gaps
+
         dev, gaps = asyncio.run(main())
     recs, stats = _records(log_dir)
     assert stats.clean, stats
@@ -216,14 +266,24 @@ def test_outage_longer_than_the_spool_loses_exactly_the_overflow(tmp_path, rel):
     assert missing == list(range(missing[0], missing[-1] + 1)), missing
     assert gaps == len(missing), (gaps, missing)
     assert dev["spool_dropped"] <= len(missing) <= dev["spool"]["evicted"], (dev, missing)
-    rel.record("fault: outage longer than the spool", 1, outage_s=down, spool_bytes=4096,
-               spent=seqs[-1], delivered=len(seqs), missing=len(missing), host_gaps=gaps,
-               device_evicted=dev["spool"]["evicted"])
+    rel.record(
+        "fault: outage longer than the spool",
+        1,
+        outage_s=down,
+        spool_bytes=4096,
+        spent=seqs[-1],
+        delivered=len(seqs),
+        missing=len(missing),
+        host_gaps=gaps,
+        device_evicted=dev["spool"]["evicted"],
+    )
 
 
 def _serial_cfg(tmp_path, port, hb=0.3, log=False):
-    d = {"bridge": {"state_dir": str(tmp_path / "state"), "heartbeat": hb},
-         "serial": [{"node": "d1", "port": port, "key": "k1"}]}
+    d = {
+        "bridge": {"state_dir": str(tmp_path / "state"), "heartbeat": hb},
+        "serial": [{"node": "d1", "port": port, "key": "k1"}],
+    }
     if log:
         d["log"] = {"dir": str(tmp_path / "log"), "segment_seconds": 0.5}
     return bridge_config.parse(d)
@@ -245,17 +305,18 @@ def test_serial_line_cut_and_restored_and_unplugged(tmp_path, rel, rel_device):
             task = asyncio.create_task(b.run())
             sub = b.bus.connect().subscribe("dev/d1/sensor/n", queue_len=count)
             dev = rel_device(cable.a, "k1", "d1", rate, count, "b1", heap="256K")
-            await until(lambda: "serial:d1" in b.links and b.links["serial:d1"].status == "up",
-                        20)
+            await until(lambda: "serial:d1" in b.links and b.links["serial:d1"].status == "up", 20)
             link = b.links["serial:d1"]
             replug_to_session = []
+
             def flowing():
                 n = link.counters.get("imported", 0) + 50
                 return until(lambda: link.counters.get("imported", 0) >= n, 20)
+
             for k in range(cycles):
                 await flowing()
                 cable.cut()
-                await asyncio.sleep(random.uniform(0.3, 2.0))   # some cuts outlast liveness
+                await asyncio.sleep(random.uniform(0.3, 2.0))  # some cuts outlast liveness
                 cable.restore()
                 await until(lambda: link.status == "up", 20)
                 await flowing()
@@ -266,8 +327,7 @@ def test_serial_line_cut_and_restored_and_unplugged(tmp_path, rel, rel_device):
                 os.symlink(cable.replug(), port)
                 t0 = time.monotonic()
                 try:
-                    await until(lambda: link.status == "up" and link.counters["sessions"] > s0,
-                                30)
+                    await until(lambda: link.status == "up" and link.counters["sessions"] > s0, 30)
                     replug_to_session.append(round(time.monotonic() - t0, 2))
                 except AssertionError:
                     dev.kill()
@@ -282,6 +342,7 @@ def test_serial_line_cut_and_restored_and_unplugged(tmp_path, rel, rel_device):
             await task
             dev.kill()
             return res
+
         res = asyncio.run(main())
     rel.record("fault: serial line cut/restored and pty closed/reopened", 2 * cycles, **res)
 
@@ -290,7 +351,7 @@ def test_serial_line_with_noise(tmp_path, rel, rel_device):
     rate = 100
     count = rel.n(800, 6000)
     with PtyCable() as cable:
-        cable.noise = 2e-4            # about one byte in 5000 corrupted
+        cable.noise = 2e-4  # about one byte in 5000 corrupted
         cfg = _serial_cfg(tmp_path, cable.b, hb=0.5)
 
         async def main():
@@ -298,8 +359,7 @@ def test_serial_line_with_noise(tmp_path, rel, rel_device):
             task = asyncio.create_task(b.run())
             sub = b.bus.connect().subscribe("dev/d1/sensor/n", queue_len=count)
             dev = rel_device(cable.a, "k1", "d1", rate, count, "b1", heap="256K")
-            await until(lambda: "serial:d1" in b.links and b.links["serial:d1"].status == "up",
-                        30)
+            await until(lambda: "serial:d1" in b.links and b.links["serial:d1"].status == "up", 30)
             link = b.links["serial:d1"]
             # Every message arrives, the last too: when noise hits it, nothing
             # after it reveals the loss, and it goes again by the sender's tail
@@ -313,16 +373,20 @@ def test_serial_line_with_noise(tmp_path, rel, rel_device):
             assert corrupted > 0
             errs = sum(st["transport"][k] for k in ("crc_errors", "cobs_errors", "oversize"))
             assert errs > 0
-            for m in got:                    # never a damaged payload
+            for m in got:  # never a damaged payload
                 assert set(m.payload) == {"i", "t"} and type(m.payload["t"]) is int
-            res.update(corrupted_bytes=corrupted, frame_errors=errs,
-                       resends_asked=link.counters.get("resends_asked", 0),
-                       crc_passed_but_undecodable=link.counters.get("bad_frames", 0),
-                       sessions=link.counters["sessions"])
+            res.update(
+                corrupted_bytes=corrupted,
+                frame_errors=errs,
+                resends_asked=link.counters.get("resends_asked", 0),
+                crc_passed_but_undecodable=link.counters.get("bad_frames", 0),
+                sessions=link.counters["sessions"],
+            )
             b.stop()
             await task
             dev.kill()
             return res
+
         res = asyncio.run(main())
     rel.record("fault: serial line with injected noise", res["sent"], **res)
 
@@ -348,13 +412,14 @@ def test_device_killed_and_restarted(tmp_path, rel, rel_device):
                 await until(lambda: slow in b.bus.endpoints(), 10)
                 calls = [asyncio.create_task(c.call(slow, i, timeout=60)) for i in range(3)]
                 await until(lambda: link.stats()["pending_calls"] == 3, 5)
-                dev.kill()                                  # a power cut
+                dev.kill()  # a power cut
                 dev.wait()
                 t0 = time.monotonic()
                 boot = "boot%d" % k
                 dev = rel_device(cable.a, "k1", "d1", 20, 0, boot, heap="256K")
                 outcomes = await asyncio.wait_for(
-                    asyncio.gather(*calls, return_exceptions=True), 20)   # none hangs
+                    asyncio.gather(*calls, return_exceptions=True), 20
+                )  # none hangs
                 failed_after = time.monotonic() - t0
                 for o in outcomes:
                     assert isinstance(o, errors.Closed) and "session_reset" in str(o), outcomes
@@ -371,9 +436,15 @@ def test_device_killed_and_restarted(tmp_path, rel, rel_device):
             await task
             dev.kill()
             return results, link.generation
+
         results, gen = asyncio.run(main())
-    rel.record("fault: device killed and restarted", restarts, calls_failed_after_s=results,
-               final_generation=gen, pending_calls_per_restart=3)
+    rel.record(
+        "fault: device killed and restarted",
+        restarts,
+        calls_failed_after_s=results,
+        final_generation=gen,
+        pending_calls_per_restart=3,
+    )
 
 
 def _records(log_dir):
@@ -412,18 +483,23 @@ def test_bridge_sigkilled_during_log_appends(tmp_path, rel, rel_device):
     kills = rel.n(3, 10)
     with PtyCable() as cable:
         toml = tmp_path / "bridge.toml"
-        toml.write_text('[bridge]\nstate_dir = "%s"\nheartbeat = 0.5\n'
-                        '[log]\ndir = "%s"\nsegment_seconds = 0.5\n'
-                        '[[serial]]\nnode = "d1"\nport = "%s"\nkey = "k1"\n'
-                        % (tmp_path / "state", tmp_path / "log", cable.b))
+        toml.write_text(
+            '[bridge]\nstate_dir = "%s"\nheartbeat = 0.5\n'
+            '[log]\ndir = "%s"\nsegment_seconds = 0.5\n'
+            '[[serial]]\nnode = "d1"\nport = "%s"\nkey = "k1"\n'
+            % (tmp_path / "state", tmp_path / "log", cable.b)
+        )
         dev = rel_device(cable.a, "k1", "d1", 200, 0, "boot0")
         durable = {}
         bridge = None
         try:
             for k in range(kills + 1):
-                bridge = subprocess.Popen([sys.executable, "-m", "edgebus.bridge.daemon", "--config",
-                                           str(toml)], cwd=ROOT, stdout=subprocess.DEVNULL,
-                                          stderr=subprocess.DEVNULL)
+                bridge = subprocess.Popen(
+                    [sys.executable, "-m", "edgebus.bridge.daemon", "--config", str(toml)],
+                    cwd=ROOT,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
                 if k == kills // 2:
                     dev.kill()
                     dev.wait()
@@ -432,7 +508,7 @@ def test_bridge_sigkilled_during_log_appends(tmp_path, rel, rel_device):
                     _wait_for_boots(tmp_path / "log", 2 if k else 1)
                 time.sleep(random.uniform(1.5, 3.5))
                 if k == kills:
-                    bridge.send_signal(signal.SIGTERM)      # the last run ends cleanly
+                    bridge.send_signal(signal.SIGTERM)  # the last run ends cleanly
                     assert bridge.wait(20) == 0
                     break
                 before = _sealed(tmp_path / "log")
@@ -447,10 +523,10 @@ def test_bridge_sigkilled_during_log_appends(tmp_path, rel, rel_device):
     assert stats.corrupt == [] and stats.missing == []
     have = {pos: (r["peer_sid"], r["seq"], r["topic"][-1]) for pos, r in recs}
     lost_durable = [p for p, v in durable.items() if have.get(p) != v]
-    assert not lost_durable, lost_durable[:5]          # nothing acknowledged lost
+    assert not lost_durable, lost_durable[:5]  # nothing acknowledged lost
     data = [r for _, r in recs if r["topic"][-1] == "n"]
     keys = [(r["peer_sid"], r["seq"]) for r in data]
-    assert len(set(keys)) == len(keys)                 # nothing logged twice
+    assert len(set(keys)) == len(keys)  # nothing logged twice
     by_sid = {}
     for r in data:
         by_sid.setdefault(r["peer_sid"], []).append(r)
@@ -470,15 +546,22 @@ def test_bridge_sigkilled_during_log_appends(tmp_path, rel, rel_device):
         # tail, unacknowledged when the device itself was killed, may be
         # missing: it had no flash journal.)
         every = sorted(numbered[sid])
-        assert every == list(range(1, every[-1] + 1)), \
-            (sid, sorted(set(range(1, every[-1] + 1)) - set(every))[:10])
+        assert every == list(range(1, every[-1] + 1)), (
+            sid,
+            sorted(set(range(1, every[-1] + 1)) - set(every))[:10],
+        )
         idx = [r["payload"]["i"] for r in rs]
         assert idx == list(range(len(idx))), (sid, len(idx), idx[-1])
         g = {r["generation"] for r in rs}
-        assert len(g) == 1, (sid, g)                   # one boot, one generation
+        assert len(g) == 1, (sid, g)  # one boot, one generation
         gens.append((rs[0]["ts_host"], g.pop()))
     gens.sort()
-    assert [g for _, g in gens] == [1, 2], gens        # the reboot is generation 2, always
-    rel.record("fault: bridge SIGKILLed during log appends", kills, records=len(data),
-               durable_checked=len(durable), holes=0,
-               generations=[g for _, g in gens])
+    assert [g for _, g in gens] == [1, 2], gens  # the reboot is generation 2, always
+    rel.record(
+        "fault: bridge SIGKILLed during log appends",
+        kills,
+        records=len(data),
+        durable_checked=len(durable),
+        holes=0,
+        generations=[g for _, g in gens],
+    )

@@ -3,6 +3,7 @@ fuzz_targets.py under Hypothesis, and under atheris (coverage guided) when it
 is installed. Short in CI; with --soak well over 100,000 generated inputs.
 Properties of the reader against a reference, and of a damaged line between
 two live links, are in tests/host/link/test_frame_fuzz.py and test_link_properties.py."""
+
 import json
 import os
 import subprocess
@@ -20,18 +21,47 @@ SOAK = os.environ.get("EDGEBUS_SOAK") == "1" or "--soak" in sys.argv
 
 
 def _settings(short, long):
-    return settings(max_examples=long if SOAK else short, deadline=None, derandomize=not SOAK,
-                    suppress_health_check=list(HealthCheck))
+    return settings(
+        max_examples=long if SOAK else short,
+        deadline=None,
+        derandomize=not SOAK,
+        suppress_health_check=list(HealthCheck),
+    )
 
 
 # Bodies that look like the protocol: a real type, maybe a sequence number,
 # JSON of every shape (deep, wide, forged extras, wildcard topics), maybe a tail.
-JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8)
-                    | st.sampled_from(["#", "+", "sensor/#", "../x", "", "sys/echo"]),
-                    lambda c: st.lists(c, max_size=4) | st.dictionaries(
-                        st.sampled_from(["seq", "link_id", "kind", "generation", "peer_node",
-                                         "code", "node", "sid", "nonce", "v", "n", "proof"]),
-                        c, max_size=4), max_leaves=12)
+JSON = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.text(max_size=8)
+    | st.sampled_from(["#", "+", "sensor/#", "../x", "", "sys/echo"]),
+    lambda c: (
+        st.lists(c, max_size=4)
+        | st.dictionaries(
+            st.sampled_from(
+                [
+                    "seq",
+                    "link_id",
+                    "kind",
+                    "generation",
+                    "peer_node",
+                    "code",
+                    "node",
+                    "sid",
+                    "nonce",
+                    "v",
+                    "n",
+                    "proof",
+                ]
+            ),
+            c,
+            max_size=4,
+        )
+    ),
+    max_leaves=12,
+)
 
 
 @st.composite
@@ -71,20 +101,27 @@ def test_session_memory_stays_bounded(rel):
     warm-up does not grow beyond a generous bound."""
     import random
     import tracemalloc
+
     rng = random.Random(7)
     seeds = fuzz_targets.session_bodies()
-    s = fuzz_targets.Session(fresh=10 ** 9)        # never rebuilt: what a long session accumulates
+    s = fuzz_targets.Session(fresh=10**9)  # never rebuilt: what a long session accumulates
     n = rel.n(3000, 30000)
 
     def one():
         bs = [bytes(b) for b in rng.sample(seeds, 4)]
-        bs = [b if rng.random() < 0.5 else bytes(x ^ (rng.random() < 0.05) * rng.randrange(256)
-                                                    for x in b) for b in bs]
+        bs = [
+            b
+            if rng.random() < 0.5
+            else bytes(x ^ (rng.random() < 0.05) * rng.randrange(256) for x in b)
+            for b in bs
+        ]
         s.feed(fuzz_targets.session_input(bs))
+
     import gc
+
     for _ in range(500):
         one()
-    gc.collect()                         # only what is still referenced counts
+    gc.collect()  # only what is still referenced counts
     tracemalloc.start()
     base = tracemalloc.get_traced_memory()[0]
     peak_growth = 0
@@ -101,13 +138,20 @@ def test_session_memory_stays_bounded(rel):
     # cap): allow for those, nothing else may grow.
     facts = s.host.stats()["retained"]
     assert grown < 2 * 1024 * 1024 + 2048 * facts, (grown, facts)
-    rel.record("fuzz: session memory", n, grown_bytes=grown, peak_growth_bytes=peak_growth,
-               delivered=s.delivered, retained_facts=facts)
+    rel.record(
+        "fuzz: session memory",
+        n,
+        grown_bytes=grown,
+        peak_growth_bytes=peak_growth,
+        delivered=s.delivered,
+        retained_facts=facts,
+    )
 
 
 def _atheris():
     try:
         import atheris  # noqa: F401
+
         return True
     except ImportError:
         return False
@@ -116,19 +160,31 @@ def _atheris():
 @pytest.mark.skipif(not _atheris(), reason="atheris is not installed (pip install atheris)")
 @pytest.mark.parametrize("target", ["frame", "session", "line"])
 def test_atheris(rel, target, tmp_path):
-    runs = rel.n({"frame": 20000, "session": 10000, "line": 2000}[target],
-                 {"frame": 400000, "session": 200000, "line": 20000}[target])
-    r = subprocess.run([sys.executable, "-m", "tests.reliability.fuzz_main", target,
-                        str(runs)], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    runs = rel.n(
+        {"frame": 20000, "session": 10000, "line": 2000}[target],
+        {"frame": 400000, "session": 200000, "line": 20000}[target],
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "tests.reliability.fuzz_main", target, str(runs)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     out = r.stdout + r.stderr
     line = [x for x in out.splitlines() if x.startswith("FUZZ ")]
     assert r.returncode == 0 and line, out[-4000:]
     res = json.loads(line[-1][5:])
     assert res["runs"] == runs
     if target == "session":
-        assert res["delivered"] > 0          # the fuzzer reached the data path
+        assert res["delivered"] > 0  # the fuzzer reached the data path
     # Memory: RSS after the warm-up vs the end, generously bounded.
     grew = res["maxrss_kb_end"] - res["maxrss_kb_after_1000"]
     assert grew < 64 * 1024, res
-    rel.record("fuzz: atheris " + target, runs, seconds=res["seconds"], rss_growth_kb=grew,
-               delivered=res.get("delivered"))
+    rel.record(
+        "fuzz: atheris " + target,
+        runs,
+        seconds=res["seconds"],
+        rss_growth_kb=grew,
+        delivered=res.get("delivered"),
+    )

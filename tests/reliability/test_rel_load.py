@@ -4,6 +4,7 @@ process) and its telemetry log: 50 devices at 20 messages/s each. Figures
 (messages/s, device -> log latency p50/p99, bridge RSS over time) go to
 RELIABILITY.md; asserted: zero gaps, drops and duplicates while nothing is
 faulted, every device's sequence contiguous, bridge RSS flat (generous)."""
+
 import asyncio
 import json
 import os
@@ -43,9 +44,12 @@ def _pct(xs, p):
 
 def test_fleet_of_50_micropython_devices_over_mqtt(tmp_path, rel):
     seconds = rel.n(20, 90)
-    with Mosquitto() as broker, Fleet(tmp_path / "fleet", mqtt=DEVICES,
-                                      broker=("127.0.0.1", broker.port),
-                                      health_period=3600) as fleet:
+    with (
+        Mosquitto() as broker,
+        Fleet(
+            tmp_path / "fleet", mqtt=DEVICES, broker=("127.0.0.1", broker.port), health_period=3600
+        ) as fleet,
+    ):
         shutil.copy(os.path.join(ROOT, "tests", "reliability", "loadgen.py"), fleet.bundle)
         for d in fleet.devices:
             with open(d["config"]) as f:
@@ -55,18 +59,29 @@ def test_fleet_of_50_micropython_devices_over_mqtt(tmp_path, rel):
                 json.dump(cfg, f)
         sock = tmp_path / "state" / "bridge.sock"
         toml = tmp_path / "bridge.toml"
-        toml.write_text('[bridge]\nstate_dir = "%s"\nsocket = "%s"\nheartbeat = 2.0\n'
-                        'queue_len = 256\n[log]\ndir = "%s"\nsegment_seconds = 5\n%s'
-                        % (tmp_path / "state", sock, tmp_path / "log",
-                           bridge_toml(fleet.bridge_config(("127.0.0.1", broker.port)))))
+        toml.write_text(
+            '[bridge]\nstate_dir = "%s"\nsocket = "%s"\nheartbeat = 2.0\n'
+            'queue_len = 256\n[log]\ndir = "%s"\nsegment_seconds = 5\n%s'
+            % (
+                tmp_path / "state",
+                sock,
+                tmp_path / "log",
+                bridge_toml(fleet.bridge_config(("127.0.0.1", broker.port))),
+            )
+        )
         blog = open(tmp_path / "bridge.log", "wb")
-        br = subprocess.Popen([sys.executable, "-m", "edgebus.bridge.daemon", "--config", str(toml)],
-                              cwd=ROOT, stdout=blog, stderr=subprocess.STDOUT)
+        br = subprocess.Popen(
+            [sys.executable, "-m", "edgebus.bridge.daemon", "--config", str(toml)],
+            cwd=ROOT,
+            stdout=blog,
+            stderr=subprocess.STDOUT,
+        )
         try:
             fleet.start()
 
             async def status():
                 return await fetch(str(sock))
+
             deadline = time.monotonic() + 90
             while True:
                 time.sleep(1)
@@ -74,12 +89,15 @@ def test_fleet_of_50_micropython_devices_over_mqtt(tmp_path, rel):
                     st = asyncio.run(status())
                 except OSError:
                     continue
-                up = sum(1 for k, l in st["links"].items()
-                         if k.startswith("mqtt:") and l["state"] == "up")
+                up = sum(
+                    1
+                    for k, l in st["links"].items()
+                    if k.startswith("mqtt:") and l["state"] == "up"
+                )
                 if up == DEVICES:
                     break
                 assert time.monotonic() < deadline, "only %d devices up" % up
-            time.sleep(2)                         # past the start-up transient
+            time.sleep(2)  # past the start-up transient
             t_start = time.time()
             rss = []
             while time.time() - t_start < seconds:
@@ -109,7 +127,7 @@ def test_fleet_of_50_micropython_devices_over_mqtt(tmp_path, rel):
     dropped = st["log"]["dropped"]
     logged = [r for _, r in tlog.read_log(str(tmp_path / "log"))]
     recs = [r for r in logged if r["topic"][-1] == "load"]
-    per = {}      # every sequenced record: a device numbers all it exports in one sequence
+    per = {}  # every sequenced record: a device numbers all it exports in one sequence
     for r in logged:
         if r["seq"] is not None:
             per.setdefault(r["peer_node"], []).append(r)
@@ -122,24 +140,51 @@ def test_fleet_of_50_micropython_devices_over_mqtt(tmp_path, rel):
         holes += seqs[-1] - seqs[0] + 1 - len(seqs)
         for a, b in zip(rs, rs[1:]):
             if b["seq"] != a["seq"] + 1:
-                where.append((node, a["seq"], b["seq"], round(a["ts_host"] - t_start, 2),
-                              a["peer_sid"] == b["peer_sid"]))
+                where.append(
+                    (
+                        node,
+                        a["seq"],
+                        b["seq"],
+                        round(a["ts_host"] - t_start, 2),
+                        a["peer_sid"] == b["peer_sid"],
+                    )
+                )
     window = [r for r in recs if t_start <= r["ts_host"] < t_end]
     lat = [(r["ts_host"] * 1e6 - r["payload"]["t"]) / 1000 for r in window]
     rate = len(window) / (t_end - t_start)
     assert gaps == 0 and dups == 0 and dropped == 0 and holes == 0 and ends == 0, (
-        gaps, dups, dropped, holes, ends, where[:20],
-        {k: (l["counters"], l.get("transport")) for k, l in links.items()
-         if l["counters"].get("gaps") or (l.get("transport") or {}).get("oversize")})
+        gaps,
+        dups,
+        dropped,
+        holes,
+        ends,
+        where[:20],
+        {
+            k: (l["counters"], l.get("transport"))
+            for k, l in links.items()
+            if l["counters"].get("gaps") or (l.get("transport") or {}).get("oversize")
+        },
+    )
     # RSS flat: the second half never above the first half's peak by much.
     half = len(rss) // 2
     growth = max(rss[half:]) - max(rss[:half])
     assert growth < 50 * 1024, rss
-    rel.record("load: 50 MicroPython devices over MQTT at 20 msg/s", DEVICES,
-               window_s=round(t_end - t_start, 1), messages=len(window),
-               messages_per_s=round(rate), latency_p50_ms=round(_pct(lat, 0.5), 2),
-               latency_p99_ms=round(_pct(lat, 0.99), 2), latency_max_ms=round(max(lat), 1),
-               rss_mb_first=round(rss[0] / 1024, 1), rss_mb_last=round(rss[-1] / 1024, 1),
-               rss_mb_max=round(max(rss) / 1024, 1), rss_growth_2nd_half_kb=growth,
-               rss_mb_series=[round(x / 1024, 1) for x in rss[::max(1, len(rss) // 12)]],
-               gaps=gaps, duplicates=dups, log_dropped=dropped, seq_holes=holes)
+    rel.record(
+        "load: 50 MicroPython devices over MQTT at 20 msg/s",
+        DEVICES,
+        window_s=round(t_end - t_start, 1),
+        messages=len(window),
+        messages_per_s=round(rate),
+        latency_p50_ms=round(_pct(lat, 0.5), 2),
+        latency_p99_ms=round(_pct(lat, 0.99), 2),
+        latency_max_ms=round(max(lat), 1),
+        rss_mb_first=round(rss[0] / 1024, 1),
+        rss_mb_last=round(rss[-1] / 1024, 1),
+        rss_mb_max=round(max(rss) / 1024, 1),
+        rss_growth_2nd_half_kb=growth,
+        rss_mb_series=[round(x / 1024, 1) for x in rss[:: max(1, len(rss) // 12)]],
+        gaps=gaps,
+        duplicates=dups,
+        log_dropped=dropped,
+        seq_holes=holes,
+    )

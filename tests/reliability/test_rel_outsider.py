@@ -23,6 +23,7 @@ handshake no captured frame shows a topic or payload, yet the genuine call
 and readings go through; the outsider, who now reads only the type bytes,
 forges a CALL from the documented shape and replays a captured frame, and
 neither is acted on, each counted."""
+
 import asyncio
 import os
 from collections import Counter
@@ -39,14 +40,14 @@ from edgebus.tools import status
 from edgebus.tools.fleet import Fleet
 from tests.conftest import until
 
-SEAL = "mac"            # both ends of the injection trial; "off": the trial unsealed
-SEAL_LEN = 12           # counter (4) and tag (8) after a sealed body (section 17)
+SEAL = "mac"  # both ends of the injection trial; "off": the trial unsealed
+SEAL_LEN = 12  # counter (4) and tag (8) after a sealed body (section 17)
 KEY = "outsider-trial-key"
-MARK = "outsider"       # a key in every payload the outsider makes up
-CALL_ID = 0x7FFF0000    # the outsider's call ids, from here up
-HIGH = 60000            # the sequence number its ACK and SKIP name
-SETTLE = 20             # genuine readings waited for after the attack
-WAYS = ("up", "down")   # up: from the device (MQTT) or the dialler (TCP)
+MARK = "outsider"  # a key in every payload the outsider makes up
+CALL_ID = 0x7FFF0000  # the outsider's call ids, from here up
+HIGH = 60000  # the sequence number its ACK and SKIP name
+SETTLE = 20  # genuine readings waited for after the attack
+WAYS = ("up", "down")  # up: from the device (MQTT) or the dialler (TCP)
 # What a readable frame after the handshake would show.
 PLAIN = (b"sensor/temp", b'"simulated"', b"sys/config/get", b'"n":')
 REAL_DEVICE = [pytest.mark.mosquitto, pytest.mark.micropython]
@@ -80,20 +81,29 @@ def forgeries(seen, calls=()):
     out = []
     for b in of_type(seen, wire.CALL)[-1:]:
         c = read(b)[2]
-        out += [wire.encode(wire.CALL, [CALL_ID + i, t] + c[2:])
-                for i, t in enumerate([c[1]] + list(calls))]
+        out += [
+            wire.encode(wire.CALL, [CALL_ID + i, t] + c[2:])
+            for i, t in enumerate([c[1]] + list(calls))
+        ]
     for b in of_type(seen, wire.PUB)[-1:]:
         _, s, p, _ = read(b)
-        out += [wire.encode(wire.PUB, [p[0], {"n": -k, MARK: True}] + p[2:], (s + k) & 0xFFFF)
-                for k in (1, 2, 3)]
-    return out + [wire.encode(wire.ACK, HIGH), wire.encode(wire.SKIP, HIGH),
-                  wire.encode(wire.RESEND, 1)]
+        out += [
+            wire.encode(wire.PUB, [p[0], {"n": -k, MARK: True}] + p[2:], (s + k) & 0xFFFF)
+            for k in (1, 2, 3)
+        ]
+    return out + [
+        wire.encode(wire.ACK, HIGH),
+        wire.encode(wire.SKIP, HIGH),
+        wire.encode(wire.RESEND, 1),
+    ]
 
 
 # Sent after the others are counted: acted on, they would end the session
 # before the others had their effect.
-ENDS = (wire.encode(wire.BYE, {"reason": MARK}),
-        wire.encode(wire.ERROR, {"code": "protocol", "msg": MARK}))
+ENDS = (
+    wire.encode(wire.BYE, {"reason": MARK}),
+    wire.encode(wire.ERROR, {"code": "protocol", "msg": MARK}),
+)
 
 
 def framed(bodies, forms):
@@ -135,8 +145,11 @@ async def collect(sub, into):
 
 def numbers(msgs):
     """The "n" of each genuine reading (topic .../temp) in ``msgs``."""
-    return [m.payload["n"] for m in msgs if m.topic[-1] == "temp"
-            and type(m.payload) is dict and MARK not in m.payload]
+    return [
+        m.payload["n"]
+        for m in msgs
+        if m.topic[-1] == "temp" and type(m.payload) is dict and MARK not in m.payload
+    ]
 
 
 def foreign(msgs):
@@ -145,8 +158,11 @@ def foreign(msgs):
 
 def health(msgs):
     """The link part of the last sys/health in ``msgs`` (not a forged one), or None."""
-    h = [m.payload["link"] for m in msgs if m.topic[-2:] == ("sys", "health")
-         and type(m.payload) is dict and "link" in m.payload]
+    h = [
+        m.payload["link"]
+        for m in msgs
+        if m.topic[-2:] == ("sys", "health") and type(m.payload) is dict and "link" in m.payload
+    ]
     return h[-1] if h else None
 
 
@@ -159,8 +175,9 @@ def link_status(links):
         st = bridge.stats()
         s = st["links"][lid]
         row = [r for r in status.render(st).splitlines() if r.startswith(lid + " ")][0]
-        out[k] = dict(s["counters"], status=s["state"], peer_sid=s["peer_sid"],
-                      shown_errs=int(row.split()[8]))
+        out[k] = dict(
+            s["counters"], status=s["state"], peer_sid=s["peer_sid"], shown_errs=int(row.split()[8])
+        )
     return out
 
 
@@ -171,8 +188,10 @@ def delta(after, before, k):
 def refused(rig, before, want):
     """True once each party counted what was sent to it."""
     now = rig.snapshot()
-    return all(delta(now[k], before[k], "forged") >= f and
-               delta(now[k], before[k], "replayed") >= r for k, (f, r) in want.items())
+    return all(
+        delta(now[k], before[k], "forged") >= f and delta(now[k], before[k], "replayed") >= r
+        for k, (f, r) in want.items()
+    )
 
 
 async def settle(cond, timeout=20):
@@ -207,8 +226,7 @@ async def strike(rig, plan):
 async def more_readings(rig):
     """True once every genuine reading stream grew by SETTLE."""
     n0 = {k: max(v) for k, v in rig.readings().items()}
-    return await settle(lambda: all(max(v) >= n0[k] + SETTLE
-                                    for k, v in rig.readings().items()))
+    return await settle(lambda: all(max(v) >= n0[k] + SETTLE for k, v in rig.readings().items()))
 
 
 def answers(bodies, genuine):
@@ -219,50 +237,74 @@ def answers(bodies, genuine):
 
 def outcome(rig, ok, before, want):
     after = rig.snapshot()
-    return {"settled": ok, "parties": {k: (before[k], after[k], want[k]) for k in want},
-            "bridges": list(rig.links), "readings": rig.readings(), "foreign": rig.foreign(),
-            "frames": {w: after_handshake(rig.bodies(w)) for w in WAYS}}
+    return {
+        "settled": ok,
+        "parties": {k: (before[k], after[k], want[k]) for k in want},
+        "bridges": list(rig.links),
+        "readings": rig.readings(),
+        "foreign": rig.foreign(),
+        "frames": {w: after_handshake(rig.bodies(w)) for w in WAYS},
+    }
 
 
 async def reading_trial(rig):
     """The injection trial: the outsider reads the genuine frames (seal
     "mac") and forges from them."""
-    assert await rig.call() == rig.callee     # a genuine call, captured
-    await until(lambda: of_type(rig.bodies("down"), wire.CALL)
-                and of_type(rig.bodies("up"), wire.PUB) and rig.ready())
+    assert await rig.call() == rig.callee  # a genuine call, captured
+    await until(
+        lambda: (
+            of_type(rig.bodies("down"), wire.CALL)
+            and of_type(rig.bodies("up"), wire.PUB)
+            and rig.ready()
+        )
+    )
     up, down = rig.bodies("up"), rig.bodies("down")
     call = of_type(down, wire.CALL)[-1]
     forms = rig.forms()
-    ok, before, want = await strike(rig, {
-        "up": attack(up, of_type(up, wire.PUB)[-1], forms),
-        "down": attack(down, call, forms, rig.calls)})
+    ok, before, want = await strike(
+        rig,
+        {
+            "up": attack(up, of_type(up, wire.PUB)[-1], forms),
+            "down": attack(down, call, forms, rig.calls),
+        },
+    )
     rig.forge_presence()
     ok = await more_readings(rig) and ok
-    return dict(outcome(rig, ok, before, want),
-                answers=answers(rig.bodies("up"), read(call)[2][0]))
+    return dict(outcome(rig, ok, before, want), answers=answers(rig.bodies("up"), read(call)[2][0]))
 
 
 async def blind_trial(rig):
     """The outsider at the defaults (encrypted): it forges from the
     documented shapes and replays captured frames, picked by type byte."""
     got = await rig.call()
-    await until(lambda: of_type(rig.bodies("down"), wire.CALL)
-                and of_type(rig.bodies("up"), wire.PUB, wire.REPLY) and rig.ready())
+    await until(
+        lambda: (
+            of_type(rig.bodies("down"), wire.CALL)
+            and of_type(rig.bodies("up"), wire.PUB, wire.REPLY)
+            and rig.ready()
+        )
+    )
 
     def replies():
         return sum(len(of_type(rig.bodies(w), wire.REPLY, wire.FAIL)) for w in WAYS)
+
     r0 = replies()
     up, down = rig.bodies("up"), rig.bodies("down")
     forms = rig.forms()
-    ok, before, want = await strike(rig, {
-        "up": blind(rig.call_topic, of_type(up, wire.PUB)[-1], forms),
-        "down": blind(rig.call_topic, of_type(down, wire.CALL)[-1], forms)})
+    ok, before, want = await strike(
+        rig,
+        {
+            "up": blind(rig.call_topic, of_type(up, wire.PUB)[-1], forms),
+            "down": blind(rig.call_topic, of_type(down, wire.CALL)[-1], forms),
+        },
+    )
     rig.forge_presence()
     ok = await more_readings(rig) and ok
     return dict(outcome(rig, ok, before, want), call=(got, rig.callee), replies=(r0, replies()))
 
 
 # -- an outsider on the broker of an MQTT device link ---------------------------
+
 
 class BrokerRig:
     """A fleet device and the bridge over mosquitto, and the outsider: a
@@ -276,8 +318,8 @@ class BrokerRig:
         self.node = self.callee = fleet.devices[0]["node"]
         self.topic = {w: "edgebus/%s/%s" % (self.node, w) for w in WAYS}
         self.spy = Watcher(port, ["edgebus/#"], client_id="outsider")
-        self.own = Counter()       # what the outsider published (the spy hears it too)
-        self.seen = []             # the host bus's dev/# messages
+        self.own = Counter()  # what the outsider published (the spy hears it too)
+        self.seen = []  # the host bus's dev/# messages
 
     def messages(self, way):
         """The peers' messages one way. A replay is a genuine message again:
@@ -298,8 +340,10 @@ class BrokerRig:
     def forms(self):
         """Framed as the genuine messages are (bare in a sealed session whose
         ends list "bare"), then the other way: a receiver takes both."""
-        forms = [lambda b, t: frame.message(b, tail=t, bare=True),
-                 lambda b, t: frame.message(b, tail=t)]
+        forms = [
+            lambda b, t: frame.message(b, tail=t, bare=True),
+            lambda b, t: frame.message(b, tail=t),
+        ]
         return forms if self.messages("up")[-1][0] == 0 else forms[::-1]
 
     def inject(self, way, frames):
@@ -336,13 +380,25 @@ def broker_run(tmp, trial, seal=None):
     """``trial(rig)`` on a BrokerRig; ``seal``: the bridge's seal and the
     device's link.seal (None: the defaults)."""
     device = {"link": {"seal": seal}} if seal else None
-    with Mosquitto() as broker, Fleet(tmp / "fleet", mqtt=1, period=0.1, health_period=0.5,
-                                      broker=("127.0.0.1", broker.port),
-                                      config=device) as fleet:
+    with (
+        Mosquitto() as broker,
+        Fleet(
+            tmp / "fleet",
+            mqtt=1,
+            period=0.1,
+            health_period=0.5,
+            broker=("127.0.0.1", broker.port),
+            config=device,
+        ) as fleet,
+    ):
         rig = BrokerRig(fleet, broker.port)
         more = {"seal": seal} if seal else {}
-        cfg = bridge_config.parse(dict(fleet.bridge_config(("127.0.0.1", broker.port)), bridge=dict(
-            state_dir=str(tmp / "state"), heartbeat=1.0, **more)))
+        cfg = bridge_config.parse(
+            dict(
+                fleet.bridge_config(("127.0.0.1", broker.port)),
+                bridge=dict(state_dir=str(tmp / "state"), heartbeat=1.0, **more),
+            )
+        )
         fleet.start()
 
         async def main():
@@ -360,6 +416,7 @@ def broker_run(tmp, trial, seal=None):
                 b.stop()
                 await task
                 pump.cancel()
+
         try:
             res = asyncio.run(main())
         finally:
@@ -369,6 +426,7 @@ def broker_run(tmp, trial, seal=None):
 
 
 # -- a man in the middle of a [[peer]] link -------------------------------------
+
 
 class Relay:
     """The man in the middle of one TCP connection at a time: forwards both
@@ -469,26 +527,52 @@ def path_run(tmp, trial, seal=None):
     async def main():
         site_port = free_port()
         relay = await Relay(site_port).start()
-        site = Bridge(bridge_config.parse({
-            "bridge": dict(node="site", state_dir=str(tmp / "site"), heartbeat=0.5, **more),
-            "peer": [{"node": "gw", "key": KEY, "listen": "127.0.0.1:%d" % site_port,
-                      "imports": ["dev/#"], "import_calls": ["dev/#"], "exports": ["site/#"]}]}))
-        gw = Bridge(bridge_config.parse({
-            "bridge": dict(node="gw", state_dir=str(tmp / "gw"), heartbeat=0.5, **more),
-            "peer": [{"node": "site", "key": KEY, "connect": "127.0.0.1:%d" % relay.port,
-                      "backoff_max": 0.5, "exports": ["dev/#"], "export_calls": ["dev/+/sys/#"],
-                      "imports": ["site/#"]}]}))
+        site = Bridge(
+            bridge_config.parse(
+                {
+                    "bridge": dict(node="site", state_dir=str(tmp / "site"), heartbeat=0.5, **more),
+                    "peer": [
+                        {
+                            "node": "gw",
+                            "key": KEY,
+                            "listen": "127.0.0.1:%d" % site_port,
+                            "imports": ["dev/#"],
+                            "import_calls": ["dev/#"],
+                            "exports": ["site/#"],
+                        }
+                    ],
+                }
+            )
+        )
+        gw = Bridge(
+            bridge_config.parse(
+                {
+                    "bridge": dict(node="gw", state_dir=str(tmp / "gw"), heartbeat=0.5, **more),
+                    "peer": [
+                        {
+                            "node": "site",
+                            "key": KEY,
+                            "connect": "127.0.0.1:%d" % relay.port,
+                            "backoff_max": 0.5,
+                            "exports": ["dev/#"],
+                            "export_calls": ["dev/+/sys/#"],
+                            "imports": ["site/#"],
+                        }
+                    ],
+                }
+            )
+        )
         rig = PathRig(relay, site, gw)
         tasks = [asyncio.create_task(x.run()) for x in (site, gw)]
         sc, gc = site.bus.connect(), gw.bus.connect()
         ep = gc.bind(rig.call_topic, queue_len=8)
-        tasks += [asyncio.create_task(collect(sc.subscribe("dev/#", queue_len=256),
-                                              rig.at["to site"])),
-                  asyncio.create_task(collect(gc.subscribe("site/#", queue_len=256),
-                                              rig.at["to gw"])),
-                  asyncio.create_task(_serve(ep)),
-                  asyncio.create_task(_readings(gc, "dev/probe/sensor/temp")),
-                  asyncio.create_task(_readings(sc, "site/probe/sensor/temp"))]
+        tasks += [
+            asyncio.create_task(collect(sc.subscribe("dev/#", queue_len=256), rig.at["to site"])),
+            asyncio.create_task(collect(gc.subscribe("site/#", queue_len=256), rig.at["to gw"])),
+            asyncio.create_task(_serve(ep)),
+            asyncio.create_task(_readings(gc, "dev/probe/sensor/temp")),
+            asyncio.create_task(_readings(sc, "site/probe/sensor/temp")),
+        ]
         get = tuple(rig.call_topic.split("/"))
         rig.call = lambda: sc.call(get, "node", timeout=5)
         try:
@@ -501,6 +585,7 @@ def path_run(tmp, trial, seal=None):
             for t in tasks[2:]:
                 t.cancel()
             relay.close()
+
     return asyncio.run(main())
 
 
@@ -549,6 +634,7 @@ def defaults(request):
 
 # -- what the injection trial saw -------------------------------------------------
 
+
 def refusals_counted(trial):
     """Each party counted exactly what was sent to it and its session is up."""
     assert trial["settled"], trial["parties"]
@@ -575,7 +661,7 @@ def test_each_frame_is_refused_counted_and_the_session_stays_up(trial):
 
 def test_no_call_of_the_outsiders_is_served(trial):
     theirs, genuine = trial["answers"]
-    assert theirs == [] and genuine == 1     # the replayed genuine call served once
+    assert theirs == [] and genuine == 1  # the replayed genuine call served once
 
 
 def test_every_genuine_reading_arrives_once_in_order_and_none_of_the_outsiders(trial):
@@ -588,7 +674,7 @@ def test_every_frame_after_the_handshake_is_tagged(trial):
         ctrs = [int.from_bytes(b[-SEAL_LEN:-8], "big") for b in bodies]
         assert ctrs == list(range(1, len(bodies) + 1)), (way, ctrs[:20])
         for b in bodies:
-            wire.decode(b[:-SEAL_LEN])        # what is left is a readable body
+            wire.decode(b[:-SEAL_LEN])  # what is left is a readable body
 
 
 @pytest.mark.mosquitto
@@ -617,6 +703,7 @@ def test_edgebus_status_counts_the_refused_frames_among_the_errors(trial):
 
 
 # -- what the blind trial saw (the defaults) --------------------------------------
+
 
 def test_at_the_defaults_no_frame_after_the_handshake_is_readable(defaults):
     for way, bodies in defaults["frames"].items():

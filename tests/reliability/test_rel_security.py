@@ -11,6 +11,7 @@ test_unix_socket_credentials_reach_the_authoriser).
 Here: a rogue CPython "device" speaking raw frames on a real pty to the
 bridge, a real MicroPython device with a wrong key over real mosquitto, and
 the bridge's listening sockets read from /proc."""
+
 import asyncio
 import os
 import subprocess
@@ -53,11 +54,18 @@ class Rogue:
                 assert bodies is not None, "line closed"
                 for b in bodies:
                     self.inbox.append(wire.decode(b))
+
         return await asyncio.wait_for(go(), timeout)
 
     async def handshake(self, key=KEY, node="dev1", sid="rogue-sid-1", nonce=None):
-        hello = {"v": 1, "node": node, "sid": sid, "nonce": nonce or wire.nonce(), "hb": 1000,
-                 "auth": True}
+        hello = {
+            "v": 1,
+            "node": node,
+            "sid": sid,
+            "nonce": nonce or wire.nonce(),
+            "hb": 1000,
+            "auth": True,
+        }
         raw_hello = await self.send(wire.HELLO, hello)
         t, _, ack, _ = await self.expect((wire.HELLO_ACK, wire.ERROR))
         if t == wire.ERROR:
@@ -71,8 +79,11 @@ def _cfg(tmp_path, port):
     # and speaks unsealed frames, so these tests reach what the bridge does
     # with a keyed peer's frames (the seal itself: tests/portable/test_link_seal.py).
     return bridge_config.parse(
-        {"bridge": {"state_dir": str(tmp_path / "state"), "heartbeat": 1.0},
-         "serial": [{"node": "dev1", "port": port, "key": KEY.decode(), "seal": "offer"}]})
+        {
+            "bridge": {"state_dir": str(tmp_path / "state"), "heartbeat": 1.0},
+            "serial": [{"node": "dev1", "port": port, "key": KEY.decode(), "seal": "offer"}],
+        }
+    )
 
 
 async def _rogue_on(cable):
@@ -82,6 +93,7 @@ async def _rogue_on(cable):
 
 def test_replayed_handshake_is_refused_by_the_bridge(tmp_path):
     with PtyCable() as cable:
+
         async def main():
             b = Bridge(_cfg(tmp_path, cable.b))
             task = asyncio.create_task(b.run())
@@ -99,8 +111,14 @@ def test_replayed_handshake_is_refused_by_the_bridge(tmp_path):
             assert err["code"] == "replay"
             await rogue.t.send(raw_auth)
             # 2. A fresh HELLO, then the old AUTH proof: bound to the old nonces.
-            h2 = {"v": 1, "node": "dev1", "sid": "rogue-sid-1", "nonce": wire.nonce(), "hb": 1000,
-                  "auth": True}
+            h2 = {
+                "v": 1,
+                "node": "dev1",
+                "sid": "rogue-sid-1",
+                "nonce": wire.nonce(),
+                "hb": 1000,
+                "auth": True,
+            }
             await rogue.send(wire.HELLO, h2)
             await rogue.expect((wire.HELLO_ACK,))
             await rogue.t.send(raw_auth)
@@ -120,11 +138,13 @@ def test_replayed_handshake_is_refused_by_the_bridge(tmp_path):
             assert link.counters.get("imported", 0) == 0
             b.stop()
             await task
+
         asyncio.run(main())
 
 
 def test_device_cannot_forge_provenance_or_leave_its_prefix(tmp_path):
     with PtyCable() as cable:
+
         async def main():
             b = Bridge(_cfg(tmp_path, cable.b))
             task = asyncio.create_task(b.run())
@@ -135,14 +155,29 @@ def test_device_cannot_forge_provenance_or_leave_its_prefix(tmp_path):
             rogue = await _rogue_on(cable)
             await rogue.handshake()
             await until(lambda: link.status == "up", 5)
-            forged = {"link_id": "serial:other", "peer_node": "other", "peer_sid": "x",
-                      "generation": 99, "kind": "local", "conn_id": "c", "principal": "root",
-                      "seq": 424242}
+            forged = {
+                "link_id": "serial:other",
+                "peer_node": "other",
+                "peer_sid": "x",
+                "generation": 99,
+                "kind": "local",
+                "conn_id": "c",
+                "principal": "root",
+                "seq": 424242,
+            }
             await rogue.send(wire.SYNCSTART, {"seq": 1, "n": 1})
             await rogue.send(wire.SYNC, ["sys/info", {"fw": "evil"}, forged])
             await rogue.send(wire.SYNCEND, {"seq": 1, "n": 1})
-            for i, topic in enumerate(["sensor/a", "../../host/x", ["..", "bridge", "status"],
-                                       "link/serial:dev1", "sensor/#", "+/x"]):
+            for i, topic in enumerate(
+                [
+                    "sensor/a",
+                    "../../host/x",
+                    ["..", "bridge", "status"],
+                    "link/serial:dev1",
+                    "sensor/#",
+                    "+/x",
+                ]
+            ):
                 await rogue.send(wire.PUB, [topic, i, forged], i + 1)
             await rogue.send(wire.RET, ["sys/x", 1, forged], 7)
             await rogue.send(wire.ROUTES, ["sys/#", "sys/echo"])
@@ -157,10 +192,15 @@ def test_device_cannot_forge_provenance_or_leave_its_prefix(tmp_path):
                 assert m.topic[:2] == ("dev", "dev1"), m.topic
                 o = m.origin
                 assert (o.kind, o.link_id, o.peer_node, o.peer_sid, o.generation) == (
-                    "link", "serial:dev1", "dev1", "rogue-sid-1", 1)
+                    "link",
+                    "serial:dev1",
+                    "dev1",
+                    "rogue-sid-1",
+                    1,
+                )
                 assert o.principal == ("link", "serial:dev1")
                 seq = (o.extra or {}).get("seq")
-                assert seq != 424242        # the receiver's own number, or none at all
+                assert seq != 424242  # the receiver's own number, or none at all
             synced_fact = [m for m in msgs if m.topic == ("dev", "dev1", "sys", "info")]
             assert synced_fact and "seq" not in (synced_fact[0].origin.extra or {})
             # Only the concrete route got a proxy.
@@ -168,6 +208,7 @@ def test_device_cannot_forge_provenance_or_leave_its_prefix(tmp_path):
             assert not any("#" in k for k in b.bus.endpoints())
             b.stop()
             await task
+
         asyncio.run(main())
 
 
@@ -176,19 +217,24 @@ def test_sync_cannot_smuggle_a_sequence_number():
     records (log, Spark dedup by peer_node, peer_sid, seq) as the link's own
     sequence number: a device could make a genuine record look like a
     duplicate. Now only a sequenced frame has a seq, set by the receiver."""
+
     async def main():
         j = Joined().start()
         await until(lambda: synced(j))
         view = j.host.connect().retained_view("dev/#")
         from edgebus.link import frame
-        for body in (wire.encode(wire.SYNCSTART, {"seq": j.dl.tx_seq, "n": 1}),
-                     wire.encode(wire.SYNC, ["sensor/s", 1, {"seq": 5, "ts": 9}]),
-                     wire.encode(wire.SYNCEND, {"seq": j.dl.tx_seq, "n": 1})):
+
+        for body in (
+            wire.encode(wire.SYNCSTART, {"seq": j.dl.tx_seq, "n": 1}),
+            wire.encode(wire.SYNC, ["sensor/s", 1, {"seq": 5, "ts": 9}]),
+            wire.encode(wire.SYNCEND, {"seq": j.dl.tx_seq, "n": 1}),
+        ):
             # sent as the device itself would (sealed): a device's own lie
             j.ta.writer.write(frame.encode(sealed(j.dl, body), frame.MAX_LEN, True))
         await until(lambda: view.get("dev/dev1/sensor/s") is not None)
         assert view.get("dev/dev1/sensor/s").origin.extra == {"ts": 9}
         await j.stop()
+
     asyncio.run(main())
 
 
@@ -196,9 +242,14 @@ def test_sync_cannot_smuggle_a_sequence_number():
 def test_wrong_key_over_mqtt_never_gets_a_session(tmp_path, link_device):
     with Mosquitto() as broker:
         cfg = bridge_config.parse(
-            {"bridge": {"state_dir": str(tmp_path / "state"), "heartbeat": 0.5},
-             "mqtt": {"url": "mqtt://127.0.0.1:%d" % broker.port,
-                      "devices": [{"node": "d1", "key": "right"}]}})
+            {
+                "bridge": {"state_dir": str(tmp_path / "state"), "heartbeat": 0.5},
+                "mqtt": {
+                    "url": "mqtt://127.0.0.1:%d" % broker.port,
+                    "devices": [{"node": "d1", "key": "right"}],
+                },
+            }
+        )
 
         async def main():
             b = Bridge(cfg)
@@ -214,6 +265,7 @@ def test_wrong_key_over_mqtt_never_gets_a_session(tmp_path, link_device):
             dev.kill()
             out = dev.communicate(timeout=5)[0]
             assert "UP" not in out, out
+
         asyncio.run(main())
 
 
@@ -239,7 +291,7 @@ def _listening(pid):
     with open("/proc/%d/net/unix" % pid) as f:
         for line in f.readlines()[1:]:
             p = line.split()
-            if p[6] in inodes and p[3] == "00010000" and len(p) > 7:   # __SO_ACCEPTCON
+            if p[6] in inodes and p[3] == "00010000" and len(p) > 7:  # __SO_ACCEPTCON
                 unix.append(p[7])
     return tcp, unix
 
@@ -253,13 +305,18 @@ def test_bridge_listens_only_where_configured(tmp_path, metrics):
         toml += 'metrics = "127.0.0.1:%d"\n' % port
     toml += '[log]\ndir = "%s"\n' % (tmp_path / "log")
     (tmp_path / "b.toml").write_text(toml)
-    p = subprocess.Popen([sys.executable, "-m", "edgebus.bridge.daemon", "--config",
-                          str(tmp_path / "b.toml")], cwd=ROOT, stdout=subprocess.PIPE,
-                         stderr=subprocess.STDOUT, text=True)
+    p = subprocess.Popen(
+        [sys.executable, "-m", "edgebus.bridge.daemon", "--config", str(tmp_path / "b.toml")],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
+
         async def wait():
-            await until(lambda: os.path.exists(sock) and (
-                not metrics or _listening(p.pid)[0]), 15)
+            await until(lambda: os.path.exists(sock) and (not metrics or _listening(p.pid)[0]), 15)
+
         asyncio.run(wait())
         tcp, unix = _listening(p.pid)
     finally:

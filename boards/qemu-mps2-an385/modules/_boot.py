@@ -3,9 +3,9 @@
 import mps2
 import vfs
 
-IMAGE = "flash.img"    # relative to QEMU's working directory (edgebus flash sets it)
+IMAGE = "flash.img"  # relative to QEMU's working directory (edgebus flash sets it)
 BLOCK = 4096
-BLOCKS = 256           # a 1 MB flash when the image has to be created here
+BLOCKS = 256  # a 1 MB flash when the image has to be created here
 
 
 class HostFlash:
@@ -27,7 +27,7 @@ class HostFlash:
         if op == 5:
             return BLOCK
         if op == 6:
-            return 0      # erase: littlefs rewrites whole blocks anyway
+            return 0  # erase: littlefs rewrites whole blocks anyway
         return None
 
 

@@ -1,5 +1,6 @@
 """machine.UART's subset the link uses, for the MPS2 board (the qemu port has
 no machine.UART): UART1, interrupt-driven in board.c (module mps2)."""
+
 import mps2
 
 

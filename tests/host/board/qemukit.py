@@ -1,5 +1,6 @@
 """The emulated board for tests: the image built once per run (cached by its
 inputs), booted in the real qemu-system-arm, its REPL read by pyserial."""
+
 import os
 
 import pytest
@@ -9,8 +10,7 @@ from edgebus.tools.qemuboard import Console  # noqa: F401 (the tests' REPL reade
 from tests.conftest import ROOT
 
 BOARD = "qemu-mps2-an385"
-TARBALL = os.path.join(os.path.dirname(ROOT), "shared", "micropython",
-                       "micropython-1.28.0.tar.xz")
+TARBALL = os.path.join(os.path.dirname(ROOT), "shared", "micropython", "micropython-1.28.0.tar.xz")
 
 
 def source():
@@ -26,8 +26,10 @@ def build_image(heap=None):
     board = boards.load_board(BOARD)
     src = source()
     if src is None:
-        pytest.skip("no MicroPython source: set %s or put %s beside the checkout"
-                    % (firmware.ENV_SOURCE, TARBALL))
+        pytest.skip(
+            "no MicroPython source: set %s or put %s beside the checkout"
+            % (firmware.ENV_SOURCE, TARBALL)
+        )
     try:
         qemuboard.qemu_binary(board)
         firmware.check_toolchain("arm")

@@ -5,6 +5,7 @@ spool and heap budget (sys/info, sys/health). The MicroPython boards' bundles
 run on the real unix port (their .mpy files are bytecode, which every port
 loads), linux-edge's sources on CPython; what is board-specific here is the
 manifest, which is the point."""
+
 import asyncio
 import json
 import os
@@ -21,7 +22,7 @@ from tests.host import devicekit
 pytestmark = pytest.mark.micropython
 
 NODE, KEY = "b1", "board-key"
-HEAP = "256K"      # the 64-bit unix port's objects are about twice a board's
+HEAP = "256K"  # the 64-bit unix port's objects are about twice a board's
 
 
 def _start(start, board, bundle, cfg):
@@ -35,10 +36,17 @@ def _start(start, board, bundle, cfg):
 def _config(tmp_path, board, port):
     p = str(tmp_path / "config.json")
     with open(p, "w") as f:
-        json.dump({"node": NODE, "key": KEY, "board": board,
-                   "uplink": {"kind": "uart", "port": port, "backoff_min": 0.2,
-                              "backoff_max": 1},
-                   "link": {"heartbeat": 0.5}, "health_period": 0.3}, f)
+        json.dump(
+            {
+                "node": NODE,
+                "key": KEY,
+                "board": board,
+                "uplink": {"kind": "uart", "port": port, "backoff_min": 0.2, "backoff_max": 1},
+                "link": {"heartbeat": 0.5},
+                "health_period": 0.3,
+            },
+            f,
+        )
     return p
 
 
@@ -47,7 +55,7 @@ def _build(board, tmp_path):
     build.build(board, out, log=lambda *a: None)
     with open(os.path.join(out, "package.json")) as f:
         urls = json.load(f)["urls"]
-    assert ["board.json", "board.json"] in urls        # mip and deploy install it
+    assert ["board.json", "board.json"] in urls  # mip and deploy install it
     with open(os.path.join(out, "board.json"), "rb") as f:
         assert f.read() == boards.runtime_files(board)["board.json"]
     return out
@@ -74,6 +82,7 @@ def test_the_device_runs_and_reports_its_boards_manifest(name, tmp_path):
                 with pytest.raises(edgebus.Failed, match="bundle is built for board %s" % name):
                     await c.call(topic, {"board": "other"}, timeout=5)
                 return view.snapshot()[0].payload, h.payload
+
             try:
                 info, health = asyncio.run(devicekit.host(cable, KEY, body))
             except BaseException:
@@ -111,5 +120,6 @@ def test_a_manifest_for_another_board_stops_the_device_with_one_line(tmp_path, r
     assert out.strip().splitlines() == [
         "edgebus firmware: config error: %s: board.json is the manifest of board %s but the "
         "config says board rp2-pico-w: deploy the bundle built for rp2-pico-w (edgebus build "
-        "--board rp2-pico-w) or correct the config's board" % (tmp_path / "config.json",
-                                                               board["name"])]
+        "--board rp2-pico-w) or correct the config's board"
+        % (tmp_path / "config.json", board["name"])
+    ]

@@ -1,5 +1,6 @@
 """Board manifests: every shipped one is valid and says what the tools rely on;
 a broken one is refused with a message naming the file, the field and the fix."""
+
 import json
 import os
 import shutil
@@ -21,16 +22,19 @@ def test_the_seven_boards_are_listed_and_valid():
         assert b["budget"]["heap"] > 0 and b["budget"]["flash"] > 0
 
 
-@pytest.mark.parametrize("name,chip,offset,arch", [
-    ("esp32", "esp32", 0x1000, "xtensawin"),
-    ("esp32-s3", "esp32s3", 0x0, "xtensawin"),
-    ("esp8266", "esp8266", 0x0, "xtensa"),
-])
+@pytest.mark.parametrize(
+    "name,chip,offset,arch",
+    [
+        ("esp32", "esp32", 0x1000, "xtensawin"),
+        ("esp32-s3", "esp32s3", 0x0, "xtensawin"),
+        ("esp8266", "esp8266", 0x0, "xtensa"),
+    ],
+)
 def test_esp_boards_name_chip_offset_and_arch(name, chip, offset, arch):
     b = load_board(name)
     assert b["flash"]["method"] == "esptool"
     assert b["flash"]["chip"] == chip
-    assert b["flash"]["firmware_offset"] == offset       # hex string -> int
+    assert b["flash"]["firmware_offset"] == offset  # hex string -> int
     # MicroPython's .bin starts with the bootloader, so both offsets are the same.
     assert b["flash"]["bootloader_offset"] == offset
     assert b["mpy"]["arch"] == arch
@@ -39,8 +43,7 @@ def test_esp_boards_name_chip_offset_and_arch(name, chip, offset, arch):
 
 def test_the_emulated_board_builds_from_its_board_dir_and_boots_in_qemu():
     b = load_board("qemu-mps2-an385")
-    assert b["flash"] == {"method": "qemu", "system": "arm", "machine": "mps2-an385",
-                          "size": "1MB"}
+    assert b["flash"] == {"method": "qemu", "system": "arm", "machine": "mps2-an385", "size": "1MB"}
     assert b["firmware"]["build"] == {"board_dir": "qemu-mps2-an385", "image": "firmware.elf"}
     assert os.path.isfile(os.path.join(boards.BOARDS_DIR, "qemu-mps2-an385", "mpconfigboard.mk"))
     assert b["mpy"]["arch"] == "armv7m"
@@ -59,12 +62,12 @@ def test_a_uart_driver_must_be_a_module_name(tmp_path):
 def test_rp2_unix_and_linux_edge():
     rp2 = load_board("rp2-pico-w")
     assert rp2["flash"]["method"] == "uf2" and rp2["mpy"]["arch"] == "armv6m"
-    assert rp2["flash"]["uf2_family_id"] == 0xE48BFF56   # RP2040
+    assert rp2["flash"]["uf2_family_id"] == 0xE48BFF56  # RP2040
     unix = load_board("unix")
-    assert unix["mpy"]["arch"] is None                    # bytecode
-    assert unix["device"]["soft_reset"] is False          # Ctrl-D ends the process
-    assert unix["budget"]["heap"] == 106496                # 72 KB of objects + the 32 KB spool
-    assert unix["queues"]["spool"] == 32768                # a 10 s outage and the reconnect at 20/s
+    assert unix["mpy"]["arch"] is None  # bytecode
+    assert unix["device"]["soft_reset"] is False  # Ctrl-D ends the process
+    assert unix["budget"]["heap"] == 106496  # 72 KB of objects + the 32 KB spool
+    assert unix["queues"]["spool"] == 32768  # a 10 s outage and the reconnect at 20/s
     edge = load_board("linux-edge")
     assert edge["runtime"] == "cpython" and edge["mpy"] is None
     assert edge["flash"]["method"] == "none"
@@ -98,35 +101,41 @@ def _broken(tmp_path, board="esp32", **changes):
     return str(d)
 
 
-@pytest.mark.parametrize("change,expect", [
-    ({"budget__heap": KeyError}, 'budget: missing key "heap"'),
-    ({"uplink": KeyError}, 'manifest: missing key "uplink"'),
-    ({"budget__heap": "64K"}, 'budget.heap: expected an integer, got "64K"'),
-    ({"budget__heap": 4096}, 'budget.heap: expected an integer >= 8192, got 4096'),
-    ({"flash__firmware_offset": "1000h"}, 'flash.firmware_offset: expected a hex string'),
-    ({"uplink": "wifi"}, 'uplink: expected one of "uart", "mqtt", got "wifi"'),
-    ({"mpy__arch": "xtensa-lx6"}, 'mpy.arch: expected one of'),
-    ({"flash__chip": "esp33"}, 'flash.chip: expected one of'),
-    ({"flash__method": "jtag"}, 'flash.method: expected one of "none", "esptool", "uf2"'),
-    ({"flsh": {}}, 'unknown key "flsh"'),
-    ({"name": "esp-32"}, 'the file is named esp32.json'),
-    ({"budget__flash": 8 * 1024 * 1024}, "budget.flash: 8388608 bytes is more than the 4MB flash"),
-    ({"queues__full": "block"}, 'queues.full: expected one of "drop_oldest", "reject_newest"'),
-    ({"device__machine": "with (ESP32"}, "device.machine: not a valid regular expression"),
-    ({"uart__baud": KeyError}, 'uart: missing key "baud"'),
-])
+@pytest.mark.parametrize(
+    "change,expect",
+    [
+        ({"budget__heap": KeyError}, 'budget: missing key "heap"'),
+        ({"uplink": KeyError}, 'manifest: missing key "uplink"'),
+        ({"budget__heap": "64K"}, 'budget.heap: expected an integer, got "64K"'),
+        ({"budget__heap": 4096}, "budget.heap: expected an integer >= 8192, got 4096"),
+        ({"flash__firmware_offset": "1000h"}, "flash.firmware_offset: expected a hex string"),
+        ({"uplink": "wifi"}, 'uplink: expected one of "uart", "mqtt", got "wifi"'),
+        ({"mpy__arch": "xtensa-lx6"}, "mpy.arch: expected one of"),
+        ({"flash__chip": "esp33"}, "flash.chip: expected one of"),
+        ({"flash__method": "jtag"}, 'flash.method: expected one of "none", "esptool", "uf2"'),
+        ({"flsh": {}}, 'unknown key "flsh"'),
+        ({"name": "esp-32"}, "the file is named esp32.json"),
+        (
+            {"budget__flash": 8 * 1024 * 1024},
+            "budget.flash: 8388608 bytes is more than the 4MB flash",
+        ),
+        ({"queues__full": "block"}, 'queues.full: expected one of "drop_oldest", "reject_newest"'),
+        ({"device__machine": "with (ESP32"}, "device.machine: not a valid regular expression"),
+        ({"uart__baud": KeyError}, 'uart: missing key "baud"'),
+    ],
+)
 def test_bad_manifests_are_refused_with_the_field_named(tmp_path, change, expect):
     d = _broken(tmp_path, **change)
     with pytest.raises(BoardError) as e:
         load_board("esp32", boards_dir=d)
     msg = str(e.value)
     assert expect in msg, msg
-    assert "esp32.json" in msg                   # which file to fix
+    assert "esp32.json" in msg  # which file to fix
 
 
 def test_cpython_board_must_not_name_mpy(tmp_path):
     d = _broken(tmp_path, "linux-edge", mpy={"version": 6, "arch": None})
-    with pytest.raises(BoardError, match='a cpython board runs .py sources'):
+    with pytest.raises(BoardError, match="a cpython board runs .py sources"):
         load_board("linux-edge", boards_dir=d)
 
 

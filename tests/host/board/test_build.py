@@ -1,5 +1,6 @@
 """edgebus build: real mpy-cross, real micropython. The unix bundle imports and
 runs from .mpy alone under the board's heap budget; package.json is what mip reads."""
+
 import json
 import os
 import subprocess
@@ -38,13 +39,21 @@ def unix_bundle(tmp_path_factory):
 
 
 def _files(d):
-    return sorted(os.path.relpath(os.path.join(p, f), d).replace(os.sep, "/")
-                  for p, _ds, fs in os.walk(d) for f in fs)
+    return sorted(
+        os.path.relpath(os.path.join(p, f), d).replace(os.sep, "/")
+        for p, _ds, fs in os.walk(d)
+        for f in fs
+    )
 
 
 def _run_mpy(cwd, code, heap):
-    return subprocess.run([mpybuild.micropython(), "-X", "heapsize=%d" % heap, "-c", code],
-                          cwd=cwd, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        [mpybuild.micropython(), "-X", "heapsize=%d" % heap, "-c", code],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_unix_bundle_has_no_sources_and_a_mip_package_json(unix_bundle):
@@ -80,9 +89,11 @@ def test_freeze_manifest_names_every_module_from_its_source(unix_bundle):
         seen.append(path[:-3] + ".mpy")
 
     included = []
-    exec(open(os.path.join(out, "manifest.py")).read(),
-         {"module": module, "include": included.append})
-    assert included == ["$(PORT_DIR)/boards/manifest.py"]   # the port's own modules stay
+    exec(
+        open(os.path.join(out, "manifest.py")).read(),
+        {"module": module, "include": included.append},
+    )
+    assert included == ["$(PORT_DIR)/boards/manifest.py"]  # the port's own modules stay
     assert sorted(seen) == sorted(f for f in _files(out) if f.endswith(".mpy"))
 
 
@@ -103,8 +114,11 @@ def test_every_bundled_module_loads_from_mpy(unix_bundle):
     # heap here is generous on purpose: whether the whole runtime fits the
     # board's budget is the runtime's test, not the bundler's.
     out, rep, _ = unix_bundle
-    mods = [p[:-4].replace("/", ".").replace(".__init__", "") for p in rep["files"]
-            if p.endswith(".mpy")]
+    mods = [
+        p[:-4].replace("/", ".").replace(".__init__", "")
+        for p in rep["files"]
+        if p.endswith(".mpy")
+    ]
     code = "import sys\nfor m in %r:\n __import__(m)\nprint('loaded', len(%r))" % (mods, mods)
     r = _run_mpy(out, code, 1024 * 1024)
     assert r.returncode == 0 and "loaded %d" % len(mods) in r.stdout, r.stdout + r.stderr
@@ -142,7 +156,7 @@ def test_mpy_cross_matches_the_real_micropython():
     v, sub, label = build.target_mpy(UNIX)
     assert "micropython binary" in label
     assert cross[1] == (v, sub)
-    build.check_mpy_version(cross, (v, sub, label))   # no error
+    build.check_mpy_version(cross, (v, sub, label))  # no error
 
 
 def test_mpy_version_mismatch_is_refused(tmp_path, monkeypatch, capsys):
@@ -166,7 +180,7 @@ def test_over_budget_fails_and_writes_nothing(tmp_path, capsys):
     out = tmp_path / "out"
     assert cli.main(["build", "--board", str(manifest), "--out", str(out)]) == 1
     cap = capsys.readouterr()
-    assert "OVER BUDGET" in cap.out                          # the size report still shows
+    assert "OVER BUDGET" in cap.out  # the size report still shows
     assert "edgebus build: error: the bundle takes" in cap.err
     assert "over the tiny board's budget of 16,384 bytes" in cap.err
     assert "budget.flash" in cap.err
@@ -182,8 +196,9 @@ def test_linux_edge_bundle_is_the_sources(tmp_path):
     assert "edgebus/bus.py" in files
     for p in rep["files"]:
         if p != "board.json":
-            assert open(os.path.join(out, p), "rb").read() == \
-                open(os.path.join(ROOT, p), "rb").read()
+            assert (
+                open(os.path.join(out, p), "rb").read() == open(os.path.join(ROOT, p), "rb").read()
+            )
     assert json.load(open(os.path.join(out, "bundle.json")))["mpy"] is None
 
 
@@ -193,7 +208,7 @@ def test_rebuild_replaces_only_a_bundle(tmp_path):
     build.build(UNIX, str(out), log=lambda *a: None)
     (out / "edgebus" / "stale.mpy").write_bytes(b"M")
     build.build(UNIX, str(out), log=lambda *a: None)
-    assert not (out / "edgebus" / "stale.mpy").exists()      # a fresh bundle, no leftovers
+    assert not (out / "edgebus" / "stale.mpy").exists()  # a fresh bundle, no leftovers
     precious = tmp_path / "mine"
     precious.mkdir()
     (precious / "notes.txt").write_text("keep me")

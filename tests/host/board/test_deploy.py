@@ -1,5 +1,6 @@
 """edgebus deploy against the unix port acting as a board: a real `micropython`
 whose REPL is on a pseudo-terminal (tools/simboard.py), driven by mpremote."""
+
 import hashlib
 import json
 import os
@@ -64,15 +65,21 @@ def test_deploy_copies_then_copies_nothing_and_the_code_runs(sim, bundles, tmp_p
 
     # The deployed .mpy run on the board, through mpremote's own CLI with `resume`
     # (the unix port has no soft reset), in the same micropython process.
-    code = ("import asyncio, edgebus\n"
-            "bus = edgebus.Bus()\n"
-            "c = bus.connect(principal='t')\n"
-            "s = c.subscribe('a/+')\n"
-            "c.publish('a/b', 42)\n"
-            "m = asyncio.run(s.recv())\n"
-            "print('RAN', edgebus.__file__, m.payload)")
-    r = subprocess.run([sys.executable, "-m", "mpremote", "connect", sim.port, "resume",
-                        "exec", code], capture_output=True, text=True, timeout=30)
+    code = (
+        "import asyncio, edgebus\n"
+        "bus = edgebus.Bus()\n"
+        "c = bus.connect(principal='t')\n"
+        "s = c.subscribe('a/+')\n"
+        "c.publish('a/b', 42)\n"
+        "m = asyncio.run(s.recv())\n"
+        "print('RAN', edgebus.__file__, m.payload)"
+    )
+    r = subprocess.run(
+        [sys.executable, "-m", "mpremote", "connect", sim.port, "resume", "exec", code],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert "RAN edgebus/__init__.mpy 42" in r.stdout, r.stdout + r.stderr
     assert sim.alive()
 
@@ -92,22 +99,46 @@ def test_only_changed_files_are_written_and_stale_ones_removed(sim, bundles, tmp
     assert res["removed"] == ["edgebus/feed.py", "edgebus/old/x.mpy"]
     assert "1 of" in text and "2 stale to remove" in text
     assert _sha(bus) == _sha(bundles / "unix" / "edgebus" / "bus.mpy")
-    assert os.path.exists(os.path.join(sim.cwd, "mine.txt"))   # outside the bundle: kept
+    assert os.path.exists(os.path.join(sim.cwd, "mine.txt"))  # outside the bundle: kept
 
 
 def test_package_json_installs_with_mip(sim, bundles):
     # mpremote's mip reads the bundle's package.json (relative URLs) like a board's mip.
-    r = subprocess.run([sys.executable, "-m", "mpremote", "connect", sim.port, "resume", "mip",
-                        "install", "--target", "lib", str(bundles / "unix" / "package.json")],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mpremote",
+            "connect",
+            sim.port,
+            "resume",
+            "mip",
+            "install",
+            "--target",
+            "lib",
+            str(bundles / "unix" / "package.json"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 0 and "Done" in r.stdout, r.stdout + r.stderr
     for dest, src in json.load(open(bundles / "unix" / "package.json"))["urls"]:
         assert _sha(os.path.join(sim.cwd, "lib", dest)) == _sha(bundles / "unix" / src)
 
 
 def test_cli_deploy(sim, bundles, capsys):
-    args = ["deploy", "--board", "unix", "--port", sim.port, "--bundle",
-            str(bundles / "unix"), "--timeout", "5"]
+    args = [
+        "deploy",
+        "--board",
+        "unix",
+        "--port",
+        sim.port,
+        "--bundle",
+        str(bundles / "unix"),
+        "--timeout",
+        "5",
+    ]
     assert cli.main(args) == 0
     assert cli.main(args) == 0
     assert "up to date" in capsys.readouterr().out
@@ -119,8 +150,8 @@ def test_wrong_board_is_refused_before_any_reset(sim, bundles):
     msg = str(e.value)
     assert msg.startswith("wrong board: the device on %s" % sim.port)
     assert "sys.platform 'linux'" in msg and "use --board unix" in msg
-    assert sim.alive()                 # identified before a soft reset could end it
-    assert not os.listdir(sim.cwd)     # nothing copied
+    assert sim.alive()  # identified before a soft reset could end it
+    assert not os.listdir(sim.cwd)  # nothing copied
 
 
 def test_missing_port():
@@ -130,13 +161,14 @@ def test_missing_port():
 
 def test_busy_port(sim, bundles):
     import serial
-    holder = serial.Serial(sim.port, exclusive=True)   # like a serial monitor left open
+
+    holder = serial.Serial(sim.port, exclusive=True)  # like a serial monitor left open
     try:
         with pytest.raises(deploy.DeployError, match="port %s is busy" % sim.port):
             _deploy(sim, bundles / "unix")
     finally:
         holder.close()
-    _deploy(sim, bundles / "unix")                     # free again: works
+    _deploy(sim, bundles / "unix")  # free again: works
 
 
 def test_no_response_from_the_repl(bundles):
@@ -145,8 +177,9 @@ def test_no_response_from_the_repl(bundles):
     tty.setraw(slave)
     try:
         with pytest.raises(deploy.DeployError, match=r"no response from the REPL on .* within 1 s"):
-            deploy.deploy(UNIX, os.ttyname(slave), str(bundles / "unix"), timeout=1,
-                          log=lambda *a: None)
+            deploy.deploy(
+                UNIX, os.ttyname(slave), str(bundles / "unix"), timeout=1, log=lambda *a: None
+            )
     finally:
         os.close(master)
         os.close(slave)
@@ -162,12 +195,17 @@ def test_mpy_version_mismatch_on_the_device(bundles):
     # Native code must also match the sub-version and the arch.
     meta["mpy"].update(native=True, arch="xtensawin")
     esp = boards.load_board("esp32")
-    ident = ("micropython", "esp32", "Generic ESP32 module with ESP32", 6 | (2 << 8) | (10 << 10),
-             "1.22.0")
+    ident = (
+        "micropython",
+        "esp32",
+        "Generic ESP32 module with ESP32",
+        6 | (2 << 8) | (10 << 10),
+        "1.22.0",
+    )
     with pytest.raises(deploy.DeployError, match="native code for xtensawin, mpy v6.3"):
         deploy.check_device(esp, meta, ident, "/dev/ttyUSB0")
     ident = ident[:3] + (6 | (3 << 8) | (10 << 10),) + ident[4:]
-    deploy.check_device(esp, meta, ident, "/dev/ttyUSB0")     # matches: no error
+    deploy.check_device(esp, meta, ident, "/dev/ttyUSB0")  # matches: no error
 
 
 def test_bundle_and_config_errors(sim, bundles, tmp_path):
@@ -179,25 +217,29 @@ def test_bundle_and_config_errors(sim, bundles, tmp_path):
     bad.write_text('{"node_id": }')
     with pytest.raises(deploy.DeployError, match="--config .*bad.json: not valid JSON"):
         _deploy(sim, bundles / "unix", config=str(bad))
-    bad.write_text('[1, 2]')
+    bad.write_text("[1, 2]")
     with pytest.raises(deploy.DeployError, match="must be a JSON object"):
         _deploy(sim, bundles / "unix", config=str(bad))
     with pytest.raises(deploy.DeployError, match="runs CPython, which has no REPL"):
         _deploy(sim, bundles / "linux-edge", board=boards.load_board("linux-edge"))
     # checked before the board is touched: a config the device would stop on
     bad.write_text('{"node": "n", "board": "rp2-pico-w"}')
-    with pytest.raises(deploy.DeployError, match="names board \"rp2-pico-w\" but the bundle "
-                       "is for board unix"):
+    with pytest.raises(
+        deploy.DeployError, match='names board "rp2-pico-w" but the bundle is for board unix'
+    ):
         _deploy(sim, bundles / "unix", config=str(bad))
     bad.write_text('{"node": "n", "key": "change-me"}')
-    with pytest.raises(deploy.DeployError, match="the example's key 'change-me', which board "
-                       "esp32 refuses"):
+    with pytest.raises(
+        deploy.DeployError, match="the example's key 'change-me', which board esp32 refuses"
+    ):
         deploy.read_config(str(bad), "esp32")
-    assert deploy.read_config(str(bad), "unix")          # the simulator takes it
+    assert deploy.read_config(str(bad), "unix")  # the simulator takes it
 
 
 def test_plan_writes_changed_files_and_removes_stale_ones_in_owned_folders():
     local = {"edgebus/a.mpy": "1", "edgebus/b.mpy": "2", "config.json": "3"}
     dev = {"edgebus/a.mpy": "1", "edgebus/b.mpy": "x", "edgebus/c.py": "4", "other/d": "5"}
-    assert deploy.plan(local, dev, ["edgebus"]) == (["edgebus/b.mpy", "config.json"],
-                                                    ["edgebus/c.py"])
+    assert deploy.plan(local, dev, ["edgebus"]) == (
+        ["edgebus/b.mpy", "config.json"],
+        ["edgebus/c.py"],
+    )

@@ -1,5 +1,6 @@
 """edgebus firmware build and edgebus flash for the emulated board, without
 building or booting anything: inputs checked, errors that say what to do."""
+
 import os
 import tarfile
 
@@ -23,8 +24,9 @@ def test_no_source_names_the_option_and_the_variable(capsys, monkeypatch):
 
 
 def test_a_folder_that_is_not_micropython_is_refused(tmp_path, capsys):
-    code, out = _run(["firmware", "build", "--board", BOARD, "--micropython", str(tmp_path)],
-                     capsys)
+    code, out = _run(
+        ["firmware", "build", "--board", BOARD, "--micropython", str(tmp_path)], capsys
+    )
     assert code == 1 and "not a MicroPython source tree" in out
 
 
@@ -39,13 +41,14 @@ def test_a_tarball_without_micropython_is_refused(tmp_path, capsys, monkeypatch)
 
 
 def test_a_board_without_a_build_says_where_its_firmware_comes_from(capsys):
-    code, out = _run(["firmware", "build", "--board", "esp32", "--micropython", "/nonexistent"],
-                     capsys)
+    code, out = _run(
+        ["firmware", "build", "--board", "esp32", "--micropython", "/nonexistent"], capsys
+    )
     assert code == 1 and "no firmware.build" in out and "micropython.org" in out
 
 
 def test_a_missing_toolchain_names_the_packages(tmp_path, monkeypatch):
-    monkeypatch.setenv("PATH", str(tmp_path))       # nothing on it
+    monkeypatch.setenv("PATH", str(tmp_path))  # nothing on it
     with pytest.raises(firmware.FirmwareError) as e:
         firmware.check_toolchain("arm")
     assert "arm-none-eabi-gcc" in str(e.value)
@@ -60,8 +63,10 @@ def test_missing_qemu_names_the_package(tmp_path, monkeypatch):
 
 def test_the_freeze_manifest_is_the_boards_then_edgebus_and_firmware():
     m = firmware.freeze_manifest(boards.load_board(BOARD))
-    assert "include(%r)" % os.path.join(firmware.board_dir(boards.load_board(BOARD)),
-                                         "manifest.py") in m
+    assert (
+        "include(%r)" % os.path.join(firmware.board_dir(boards.load_board(BOARD)), "manifest.py")
+        in m
+    )
     assert "module('edgebus/bus.py'" in m and "module('firmware/main.py'" in m
 
 
@@ -77,8 +82,21 @@ def test_the_cache_key_follows_the_inputs():
 def test_flash_dry_run_prints_the_qemu_command(tmp_path, capsys):
     img = tmp_path / "firmware.elf"
     img.write_bytes(b"\x7fELF")
-    code, out = _run(["flash", "--board", BOARD, "--firmware", str(img), "--dry-run",
-                      "--state", str(tmp_path / "st"), "--uart", "tcp:4455"], capsys)
+    code, out = _run(
+        [
+            "flash",
+            "--board",
+            BOARD,
+            "--firmware",
+            str(img),
+            "--dry-run",
+            "--state",
+            str(tmp_path / "st"),
+            "--uart",
+            "tcp:4455",
+        ],
+        capsys,
+    )
     if code == 1 and "not found" in out:
         pytest.skip("qemu-system-arm is not installed: " + out)
     assert code == 0, out
@@ -87,13 +105,15 @@ def test_flash_dry_run_prints_the_qemu_command(tmp_path, capsys):
 
 
 def test_flash_refuses_a_bad_uart_spec_and_a_missing_image(tmp_path, capsys):
-    code, out = _run(["flash", "--board", BOARD, "--firmware", str(tmp_path / "no.elf"),
-                      "--dry-run"], capsys)
+    code, out = _run(
+        ["flash", "--board", BOARD, "--firmware", str(tmp_path / "no.elf"), "--dry-run"], capsys
+    )
     assert code == 1 and "no such firmware image" in out
     img = tmp_path / "firmware.elf"
     img.write_bytes(b"\x7fELF")
-    code, out = _run(["flash", "--board", BOARD, "--firmware", str(img), "--dry-run",
-                      "--uart", "usb"], capsys)
+    code, out = _run(
+        ["flash", "--board", BOARD, "--firmware", str(img), "--dry-run", "--uart", "usb"], capsys
+    )
     assert code == 1 and "expected pty, tcp:PORT" in out
 
 
@@ -117,6 +137,7 @@ def test_old_images_are_pruned_newest_kept(tmp_path, monkeypatch):
 
 def test_the_runtime_takes_the_board_json_edgebus_flash_wrote(tmp_path, monkeypatch):
     from firmware import ConfigError, boot
+
     monkeypatch.chdir(tmp_path)
     # None on this filesystem: the built-in defaults, and said so
     got = boot.load_board(BOARD)
@@ -132,8 +153,10 @@ def test_the_runtime_takes_the_board_json_edgebus_flash_wrote(tmp_path, monkeypa
     assert "notes" in b and "flash" in b
     assert set(got) <= set(boot.RUNTIME_KEYS) | {"manifest"}
     # A manifest of another board: the device stops, naming both
-    with pytest.raises(ConfigError, match="board.json is the manifest of board %s but the "
-                       "config says board esp32" % BOARD):
+    with pytest.raises(
+        ConfigError,
+        match="board.json is the manifest of board %s but the config says board esp32" % BOARD,
+    ):
         boot.load_board("esp32")
     (tmp_path / "board.json").write_text("{not json")
     with pytest.raises(ConfigError, match="board.json is not valid JSON"):
@@ -142,10 +165,11 @@ def test_the_runtime_takes_the_board_json_edgebus_flash_wrote(tmp_path, monkeypa
 
 def test_boot_sids_count_boots_and_never_repeat(tmp_path):
     from firmware.boot import boot_sid
+
     p = str(tmp_path / "bootcount")
     sids = [boot_sid(p) for _ in range(3)]
     assert [int(s[:6], 16) for s in sids] == [1, 2, 3] and len(set(sids)) == 3
     assert all(len(s) == 16 for s in sids)
-    (tmp_path / "bootcount").write_text("garbage")          # a damaged counter
+    (tmp_path / "bootcount").write_text("garbage")  # a damaged counter
     assert boot_sid(p)[:6] == "000001"
     assert boot_sid(str(tmp_path / "no" / "dir" / "bootcount"))[:6] == "000000"  # unwritable

@@ -2,6 +2,7 @@
 edgebus frozen in, built from source (edgebus firmware build), booted in the real
 qemu-system-arm (edgebus flash's QemuBoard) and joined over its emulated UART
 to a real bridge process through pyserial."""
+
 import asyncio
 import os
 import re
@@ -19,7 +20,7 @@ from edgebus.tools.status import fetch
 from tests.conftest import ROOT, until
 from tests.host.board import qemukit
 
-pytestmark = pytest.mark.qemu    # every test here boots the board (so: slow)
+pytestmark = pytest.mark.qemu  # every test here boots the board (so: slow)
 
 NODE = "mps2-1"
 KEY = "k-mps2"
@@ -31,10 +32,15 @@ def image():
 
 
 def _device_config(**over):
-    cfg = {"node": NODE, "key": KEY, "board": qemukit.BOARD,
-           "uplink": {"kind": "uart", "port": 1, "backoff_min": 0.2, "backoff_max": 1},
-           "link": {"heartbeat": 1, "handshake_timeout": 2},
-           "services": [{"module": "temp", "period": 0.5}], "health_period": 1}
+    cfg = {
+        "node": NODE,
+        "key": KEY,
+        "board": qemukit.BOARD,
+        "uplink": {"kind": "uart", "port": 1, "backoff_min": 0.2, "backoff_max": 1},
+        "link": {"heartbeat": 1, "handshake_timeout": 2},
+        "services": [{"module": "temp", "period": 0.5}],
+        "health_period": 1,
+    }
     cfg.update(over)
     return cfg
 
@@ -54,6 +60,7 @@ def board(image, tmp_path):
         con = qemukit.Console(qb.repl_port)
         started.append((qb, con))
         return qb, con
+
     yield start
     for qb, con in started:
         con.close()
@@ -76,9 +83,13 @@ node = "{NODE}"
 port = "{port}"
 key = "{KEY}"
 """)
-    return subprocess.Popen([sys.executable, "-m", "edgebus.bridge.daemon", "--config", str(path)],
-                            cwd=str(tmp_path), stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "edgebus.bridge.daemon", "--config", str(path)],
+        cwd=str(tmp_path),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def _ep(*path):
@@ -92,6 +103,7 @@ def test_board_boots_joins_the_bridge_answers_and_reboots_with_a_new_sid(board, 
     br = _bridge(tmp_path, qb.uart_port)
     sock = str(tmp_path / "state" / "bridge.sock")
     try:
+
         async def main():
             await until(lambda: os.path.exists(sock), 15)
             bus = edgebus.Bus(q_length=64)
@@ -113,6 +125,7 @@ def test_board_boots_joins_the_bridge_answers_and_reboots_with_a_new_sid(board, 
             async def call(topic, payload):
                 await until(lambda: topic in bus.endpoints(), 10)
                 return await c.call(topic, payload, timeout=10)
+
             assert await call(_ep("sys", "config", "get"), "node") == NODE
             got = await call(_ep("sys", "config", "get"), None)
             assert got["key"] == "***" and got["uplink"]["port"] == 1
@@ -131,6 +144,7 @@ def test_board_boots_joins_the_bridge_answers_and_reboots_with_a_new_sid(board, 
             async def rejoined():
                 s = (await fetch(sock))["links"]["serial:" + NODE]
                 return s if s["state"] == "up" and s["generation"] == 2 else None
+
             for _ in range(300):
                 st2 = await rejoined()
                 if st2:
@@ -145,6 +159,7 @@ def test_board_boots_joins_the_bridge_answers_and_reboots_with_a_new_sid(board, 
             await link.close()
             task.cancel()
             return sid1, st2["peer_sid"]
+
         sid1, sid2 = asyncio.run(main())
     finally:
         br.send_signal(signal.SIGTERM)
@@ -171,10 +186,15 @@ async def _failure(aw):
 
 # Every module but those that need a network stack, which the board lacks
 # (a module says so with NETWORK = True).
-PORTABLE = sorted(m for m in (f[:-3] for f in os.listdir(os.path.join(ROOT, "tests", "portable"))
-                              if f.startswith("test_") and f.endswith(".py"))
-                  if not getattr(__import__("tests.portable." + m, fromlist=["_"]), "NETWORK",
-                                 False))
+PORTABLE = sorted(
+    m
+    for m in (
+        f[:-3]
+        for f in os.listdir(os.path.join(ROOT, "tests", "portable"))
+        if f.startswith("test_") and f.endswith(".py")
+    )
+    if not getattr(__import__("tests.portable." + m, fromlist=["_"]), "NETWORK", False)
+)
 
 
 # The tests' own code and their second Link (a pair per test) live on the heap
@@ -191,10 +211,12 @@ def suite_board(tmp_path_factory):
     b, meta = qemukit.build_image(SUITE_HEAP)
     tree = str(tmp_path_factory.mktemp("suite"))
     mpybuild.compile_tree(ROOT, [os.path.join("tests", "portable")], tree)
-    mpybuild.compile_file(os.path.join(ROOT, "tests", "__init__.py"),
-                          os.path.join(tree, "tests", "__init__.mpy"))
-    mpybuild.compile_file(os.path.join(ROOT, "tests", "mpy", "run.py"),
-                          os.path.join(tree, "run.mpy"))
+    mpybuild.compile_file(
+        os.path.join(ROOT, "tests", "__init__.py"), os.path.join(tree, "tests", "__init__.mpy")
+    )
+    mpybuild.compile_file(
+        os.path.join(ROOT, "tests", "mpy", "run.py"), os.path.join(tree, "run.mpy")
+    )
     files = {}
     for dirpath, _d, fs in os.walk(tree):
         for f in fs:
@@ -211,33 +233,40 @@ def suite_board(tmp_path_factory):
 @pytest.mark.parametrize("mod", PORTABLE)
 def test_portable_module_on_the_board(suite_board, mod):
     code = "import run; run.run(['tests.portable.%s'])" % mod
-    r = subprocess.run(executables.command("mpremote") + ["connect", suite_board.repl_port,
-                                                          "exec", code],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        executables.command("mpremote") + ["connect", suite_board.repl_port, "exec", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     out = r.stdout + r.stderr
     assert r.returncode == 0, out
     ran = set(re.findall(r"^PASS \S+ (\S+)\r?$", r.stdout, re.M))
-    names = {n for n in dir(__import__("tests.portable." + mod, fromlist=["_"]))
-             if n.startswith("test_")}
+    names = {
+        n for n in dir(__import__("tests.portable." + mod, fromlist=["_"])) if n.startswith("test_")
+    }
     assert ran == names, out
 
 
 # -- bad input on the board's UART: noise and a cut line, as on the unix port
 
+
 def test_noise_and_a_cut_on_the_board_uart_are_survived_and_counted(board, tmp_path):
     from edgebus.tools.ptycable import PtyCable
+
     with PtyCable() as cable:
         qb, con = board(_device_config(), uart=cable.a)
         br = _bridge(tmp_path, cable.b)
         sock = str(tmp_path / "state" / "bridge.sock")
         try:
+
             async def link_state():
                 try:
                     return (await fetch(sock))["links"].get("serial:" + NODE)
                 except OSError:
                     return None
 
-            async def wait_link(cond, timeout=90):      # a loaded 2-core CI machine
+            async def wait_link(cond, timeout=90):  # a loaded 2-core CI machine
                 for _ in range(int(timeout / 0.1)):
                     s = await link_state()
                     if s and cond(s):
@@ -249,17 +278,23 @@ def test_noise_and_a_cut_on_the_board_uart_are_survived_and_counted(board, tmp_p
                 up = await wait_link(lambda s: s["state"] == "up")
                 sid = up["peer_sid"]
                 rx0 = up["counters"].get("frames_in", 0)
-                cable.noise = 0.002         # both ways: frames to and from the board
+                cable.noise = 0.002  # both ways: frames to and from the board
                 # the noise may take the session down meanwhile (no transport then)
-                await wait_link(lambda s: (s.get("transport") or {}).get("crc_errors", 0) >= 3
-                                and cable.bytes["corrupted"] >= 10)
+                await wait_link(
+                    lambda s: (
+                        (s.get("transport") or {}).get("crc_errors", 0) >= 3
+                        and cable.bytes["corrupted"] >= 10
+                    )
+                )
                 cable.noise = 0.0
                 cable.cut()
                 await wait_link(lambda s: s["state"] != "up")
                 cable.restore()
-                s = await wait_link(lambda s: s["state"] == "up"
-                                    and s["counters"].get("frames_in", 0) > rx0 + 20)
+                s = await wait_link(
+                    lambda s: s["state"] == "up" and s["counters"].get("frames_in", 0) > rx0 + 20
+                )
                 return sid, s
+
             sid, s = asyncio.run(main())
         finally:
             br.send_signal(signal.SIGTERM)
@@ -271,9 +306,25 @@ def test_noise_and_a_cut_on_the_board_uart_are_survived_and_counted(board, tmp_p
 
 
 def test_the_demo_shows_the_emulated_board_among_its_devices(image, tmp_path):
-    r = subprocess.run([sys.executable, "-m", "dev.demo", "--seconds", "6", "--no-spark",
-                        "--qemu", "--serial-devices", "1", "--out", str(tmp_path / "demo")],
-                       cwd=ROOT, capture_output=True, text=True, timeout=180)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dev.demo",
+            "--seconds",
+            "6",
+            "--no-spark",
+            "--qemu",
+            "--serial-devices",
+            "1",
+            "--out",
+            str(tmp_path / "demo"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "3 of 3 device links had a session" in r.stdout, r.stdout
     recs = [rec for _, rec in tlog.read_log(str(tmp_path / "demo" / "telemetry"))]

@@ -1,6 +1,7 @@
 """The bridge daemon with real parts: MicroPython device processes on real ptys
 (tools/ptycable.py), pyserial on the bridge side, the telemetry log on disk,
 unix-socket clients with their real credentials."""
+
 import asyncio
 import os
 import signal
@@ -18,7 +19,7 @@ from edgebus.tools.ptycable import PtyCable
 from edgebus.tools.status import fetch, render
 from tests.conftest import ROOT, until
 
-DEVICE_HEAP = "192K"   # core + link (sealed) with its spool on the 64-bit unix port
+DEVICE_HEAP = "192K"  # core + link (sealed) with its spool on the 64-bit unix port
 
 
 @pytest.fixture
@@ -47,7 +48,10 @@ def _records(log_dir):
 def test_serial_device_to_telemetry_log_with_provenance(tmp_path, device):
     count = 60
     with PtyCable() as cable:
-        cfg = bridge_config.load(_cfg(tmp_path, f"""
+        cfg = bridge_config.load(
+            _cfg(
+                tmp_path,
+                f"""
 [bridge]
 node = "gw"
 state_dir = "state"
@@ -60,7 +64,9 @@ patterns = ["dev/#"]
 node = "dev-micropython"
 port = "{cable.b}"
 key = "k1"
-"""))
+""",
+            )
+        )
         dev = device(cable.a, "k1", count)
 
         async def main():
@@ -72,6 +78,7 @@ key = "k1"
             b.stop()
             await t
             return st, text
+
         st, text = asyncio.run(main())
     link = st["links"]["serial:dev-micropython"]
     assert link["state"] == "up" and link["peer"] == "dev-micropython" and link["generation"] == 1
@@ -93,7 +100,10 @@ key = "k1"
 
 def test_unix_socket_credentials_reach_the_authoriser(tmp_path):
     uid = os.getuid()
-    cfg = bridge_config.load(_cfg(tmp_path, f"""
+    cfg = bridge_config.load(
+        _cfg(
+            tmp_path,
+            f"""
 [bridge]
 socket = "s/bridge.sock"
 state_dir = "s"
@@ -101,7 +111,9 @@ state_dir = "s"
 uid = {uid}
 read = ["app/#"]
 write = ["app/mine/#"]
-"""))
+""",
+        )
+    )
 
     async def main():
         b = Bridge(cfg)
@@ -112,8 +124,8 @@ write = ["app/mine/#"]
         link, task = await attach_local(client_bus, cfg.socket, node="app1")
         await until(lambda: link.status == "up")
         c = client_bus.connect()
-        c.publish("app/other/x", 1)       # not allowed for this uid: refused, counted
-        c.publish("app/mine/x", 2)        # allowed
+        c.publish("app/other/x", 1)  # not allowed for this uid: refused, counted
+        c.publish("app/mine/x", 2)  # allowed
         m = await asyncio.wait_for(seen.recv(), 3)
         assert m.topic == ("app", "mine", "x") and m.payload == 2
         p = m.origin.principal
@@ -126,13 +138,16 @@ write = ["app/mine/#"]
         task.cancel()
         b.stop()
         await t
+
     asyncio.run(main())
 
 
 def test_sigterm_flushes_and_seals_the_log(tmp_path, device):
     count = 40
     with PtyCable() as cable:
-        path = _cfg(tmp_path, f"""
+        path = _cfg(
+            tmp_path,
+            f"""
 [bridge]
 state_dir = "state"
 socket = "state/bridge.sock"
@@ -144,11 +159,18 @@ segment_seconds = 3600
 node = "dev-micropython"
 port = "{cable.b}"
 key = "k1"
-""")
-        br = subprocess.Popen([sys.executable, "-m", "edgebus.bridge.daemon", "--config", str(path)],
-                              cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+""",
+        )
+        br = subprocess.Popen(
+            [sys.executable, "-m", "edgebus.bridge.daemon", "--config", str(path)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
         dev = device(cable.a, "k1", count)
         try:
+
             async def wait_all():
                 sock = str(tmp_path / "state" / "bridge.sock")
                 await until(lambda: os.path.exists(sock), 10)
@@ -158,6 +180,7 @@ key = "k1"
                         return st
                     await asyncio.sleep(0.1)
                 raise AssertionError(st)
+
             asyncio.run(wait_all())
             # Nothing is sealed yet (hour-long segments): only SIGTERM can seal it.
             assert tlog.list_segments(str(tmp_path / "log")) == []
@@ -176,7 +199,9 @@ key = "k1"
 def _durable_cfg(tmp_path, port):
     """A bridge process for dev-micropython on port: group commits every 20 ms,
     hour-long segments (so nothing is durable by a seal), a status socket."""
-    return _cfg(tmp_path, f"""
+    return _cfg(
+        tmp_path,
+        f"""
 [bridge]
 state_dir = "state"
 socket = "state/bridge.sock"
@@ -189,13 +214,18 @@ commit_ms = 20
 node = "dev-micropython"
 port = "{port}"
 key = "k1"
-""")
+""",
+    )
 
 
 def _bridge_process(path):
-    return subprocess.Popen([sys.executable, "-m", "edgebus.bridge.daemon", "--config", str(path)],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "edgebus.bridge.daemon", "--config", str(path)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def test_group_commit_survives_sigkill_and_restart_resumes_from_the_log(tmp_path, device):
@@ -218,6 +248,7 @@ def test_group_commit_survives_sigkill_and_restart_resumes_from_the_log(tmp_path
                 st.update(await fetch(sock))
                 lg = st["log"]
                 return lg["appended"] >= count + 1 and lg["unsynced"] == 0 and lg["syncs"] >= 1
+
             for _ in range(200):
                 if await poll():
                     return st
@@ -254,16 +285,18 @@ def test_group_commit_survives_sigkill_and_restart_resumes_from_the_log(tmp_path
         assert br.returncode == 0, out
         recs = _records(tmp_path / "log")
         counts = [r for r in recs if r["topic"][-1] == "count"]
-        assert [r["payload"] for r in counts] == list(range(count))    # all survived the kill
-        last = max(r["seq"] for r in recs
-                   if r["peer_sid"] == link["peer_sid"] and r["seq"] is not None)
-        assert ("serial:dev-micropython resumes peer boot %s after seq %d in the log "
-                "(rx_next %d, " % (link["peer_sid"], last, last + 1)) in out, out
+        assert [r["payload"] for r in counts] == list(range(count))  # all survived the kill
+        last = max(
+            r["seq"] for r in recs if r["peer_sid"] == link["peer_sid"] and r["seq"] is not None
+        )
+        assert (
+            "serial:dev-micropython resumes peer boot %s after seq %d in the log "
+            "(rx_next %d, " % (link["peer_sid"], last, last + 1)
+        ) in out, out
         dev.kill()
 
 
-def test_bridge_sigkilled_mid_stream_loses_and_doubles_nothing(tmp_path, link_device,
-                                                                monkeypatch):
+def test_bridge_sigkilled_mid_stream_loses_and_doubles_nothing(tmp_path, link_device, monkeypatch):
     """Lossless delivery end to end: a MicroPython device streams over a pty into a
     bridge process that is SIGKILLed mid-stream; the device keeps what was not
     acknowledged (acknowledged = made durable by a group commit) and sends it
@@ -313,21 +346,23 @@ def test_bridge_sigkilled_mid_stream_loses_and_doubles_nothing(tmp_path, link_de
                 while (m := sub.recv_nowait()) is not None:
                     seen.add(m.payload)
                 return first | seen >= set(range(count)) and b.appender.unsynced == 0
+
             await until(done, 30)
             b.stop()
             await t
             return first, b.links["serial:dev-micropython"].stats()
+
         first, link = asyncio.run(second())
     recs = [r for r in _records(cfg.log_dir) if tuple(r["topic"]) == topic]
-    assert sorted(r["payload"] for r in recs) == list(range(count))       # once each
-    assert first and len(first) < count                                   # killed mid-stream
+    assert sorted(r["payload"] for r in recs) == list(range(count))  # once each
+    assert first and len(first) < count  # killed mid-stream
     # The ones bridge 1 never logged: first those the device had published
     # before the new session (resent out of its spool: late, with the reading's
     # time), then what it published since.
     again = sorted((r for r in recs if r["payload"] not in first), key=lambda r: r["seq"])
     late = [r["extra"].get("late") is True for r in again]
     assert late[0] and late == sorted(late, reverse=True), late
-    assert all(r["ts_device"] is not None for r in again)      # the reading's own time
+    assert all(r["ts_device"] is not None for r in again)  # the reading's own time
     assert not any(r["extra"].get("late") for r in recs if r["payload"] in first)
     dev.kill()
 
@@ -338,9 +373,13 @@ def test_socket_client_queue_holds_a_burst(tmp_path, queue):
     socket client whole with 100; with the default 32 the oldest 68 go,
     counted on the client's link as dropped_out (its gap). Bodies up to the
     local frame limit reach it too (they were refused by a 2 KB spool)."""
-    cfg = bridge_config.load(_cfg(tmp_path, '[bridge]\nsocket = "s/bridge.sock"\n'
-                                  'state_dir = "s"\n'
-                                  + ("client_queue = %d\n" % queue if queue else "")))
+    cfg = bridge_config.load(
+        _cfg(
+            tmp_path,
+            '[bridge]\nsocket = "s/bridge.sock"\n'
+            'state_dir = "s"\n' + ("client_queue = %d\n" % queue if queue else ""),
+        )
+    )
     assert cfg.client_queue == (queue or 32)
 
     async def main():
@@ -354,7 +393,7 @@ def test_socket_client_queue_holds_a_burst(tmp_path, queue):
         host_link = [lk for k, lk in b.links.items() if k.startswith("local:")][0]
         await until(lambda: host_link.status == "up")
         pub = b.bus.connect(principal=("test",))
-        for i in range(100):              # no await between: one burst for the feed
+        for i in range(100):  # no await between: one burst for the feed
             pub.publish(("app", "burst"), i)
         want = 100 if queue else 32
         seen = []
@@ -372,36 +411,59 @@ def test_socket_client_queue_holds_a_burst(tmp_path, queue):
         task.cancel()
         b.stop()
         await t
+
     asyncio.run(main())
-    bad = _cfg(tmp_path, '[bridge]\nclient_queue = 0\n')
+    bad = _cfg(tmp_path, "[bridge]\nclient_queue = 0\n")
     with pytest.raises(bridge_config.ConfigError, match="client_queue must be between 1"):
         bridge_config.load(bad)
 
 
 def test_bad_config_is_a_clear_error(tmp_path):
     p = _cfg(tmp_path, '[[serial]]\nnode = "d"\nport = "/dev/x"\n')
-    r = subprocess.run([sys.executable, "-m", "edgebus.bridge.daemon", "--config", str(p)], cwd=ROOT,
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "edgebus.bridge.daemon", "--config", str(p)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 2 and "needs key or key_file" in r.stderr
     with pytest.raises(bridge_config.ConfigError, match="seal must be"):
         bridge_config.load(_cfg(tmp_path, '[bridge]\nseal = "yes"\n'))
-    c = bridge_config.load(_cfg(tmp_path, '[bridge]\n[mqtt]\ndevices = [{node = "a", key = "k",'
-                                          ' seal = "mac"}, {node = "b", key = "k"}]\n'))
+    c = bridge_config.load(
+        _cfg(
+            tmp_path,
+            '[bridge]\n[mqtt]\ndevices = [{node = "a", key = "k",'
+            ' seal = "mac"}, {node = "b", key = "k"}]\n',
+        )
+    )
     assert c.seal == "auto" and c.seal_for("serial") == "mac" and c.seal_for("peer") == "encrypt"
     assert c.seal_for("mqtt", c.mqtt.seals.get("a")) == "mac"
     assert c.seal_for("mqtt", c.mqtt.seals.get("b")) == "encrypt"
     with pytest.raises(bridge_config.ConfigError, match=r"\[\[serial\]\] #1: seal must be"):
-        bridge_config.load(_cfg(tmp_path, '[[serial]]\nnode = "d"\nport = "/dev/x"\nkey = "k"\n'
-                                          'seal = "require"\n'))
+        bridge_config.load(
+            _cfg(tmp_path, '[[serial]]\nnode = "d"\nport = "/dev/x"\nkey = "k"\nseal = "require"\n')
+        )
     p.write_text('[bridge]\nnodes = "x"\n')
-    r = subprocess.run([sys.executable, "-m", "edgebus.bridge.daemon", "--config", str(p)], cwd=ROOT,
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-m", "edgebus.bridge.daemon", "--config", str(p)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     assert r.returncode == 2 and "unknown key 'nodes'" in r.stderr
-    for bad, why in (("-1", "commit_ms must be between 0"), ("20000", "and 10000 milliseconds"),
-                     ("nan", "got nan"), ('"20"', "commit_ms has the wrong type")):
+    for bad, why in (
+        ("-1", "commit_ms must be between 0"),
+        ("20000", "and 10000 milliseconds"),
+        ("nan", "got nan"),
+        ('"20"', "commit_ms has the wrong type"),
+    ):
         p.write_text('[log]\ndir = "log"\ncommit_ms = %s\n' % bad)
-        r = subprocess.run([sys.executable, "-m", "edgebus.bridge.daemon", "--config", str(p)],
-                           cwd=ROOT, capture_output=True, text=True)
+        r = subprocess.run(
+            [sys.executable, "-m", "edgebus.bridge.daemon", "--config", str(p)],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+        )
         assert r.returncode == 2 and why in r.stderr, r.stderr
     assert bridge_config.parse({"log": {"commit_ms": 0}}).commit_ms == 0
     assert bridge_config.parse({}).commit_ms == bridge_config.DEFAULT_COMMIT_MS
@@ -411,9 +473,12 @@ def test_serial_port_vanishing_and_returning(tmp_path, device):
     """A USB unplug: the tty path disappears, the bridge retries with backoff,
     and when the port returns the same device boot resumes (same generation)."""
     with PtyCable() as cable:
-        port = tmp_path / "ttyDEV"            # a stable name, like /dev/serial/by-id/...
+        port = tmp_path / "ttyDEV"  # a stable name, like /dev/serial/by-id/...
         os.symlink(cable.b, port)
-        cfg = bridge_config.load(_cfg(tmp_path, f"""
+        cfg = bridge_config.load(
+            _cfg(
+                tmp_path,
+                f"""
 [bridge]
 state_dir = "state"
 heartbeat = 0.3
@@ -421,14 +486,21 @@ heartbeat = 0.3
 node = "dev-micropython"
 port = "{port}"
 key = "k1"
-"""))
+""",
+            )
+        )
         device(cable.a, "k1", 5)
 
         async def main():
             b = Bridge(cfg)
             t = asyncio.create_task(b.run())
-            await until(lambda: "serial:dev-micropython" in b.links
-                         and b.links["serial:dev-micropython"].status == "up", 15)
+            await until(
+                lambda: (
+                    "serial:dev-micropython" in b.links
+                    and b.links["serial:dev-micropython"].status == "up"
+                ),
+                15,
+            )
             link = b.links["serial:dev-micropython"]
             sid = link.peer_sid
             cable.unplug()
@@ -442,12 +514,16 @@ key = "k1"
             assert link.peer_sid == sid and link.generation == 1
             b.stop()
             await t
+
         asyncio.run(main())
 
 
 def test_device_restart_bumps_generation_persisted_across_bridge_restart(tmp_path, device):
     with PtyCable() as cable:
-        cfg = bridge_config.load(_cfg(tmp_path, f"""
+        cfg = bridge_config.load(
+            _cfg(
+                tmp_path,
+                f"""
 [bridge]
 state_dir = "state"
 heartbeat = 0.3
@@ -455,12 +531,19 @@ heartbeat = 0.3
 node = "dev-micropython"
 port = "{cable.b}"
 key = "k1"
-"""))
+""",
+            )
+        )
 
         async def session(b, expect_gen):
             t = asyncio.create_task(b.run())
-            await until(lambda: "serial:dev-micropython" in b.links
-                         and b.links["serial:dev-micropython"].status == "up", 15)
+            await until(
+                lambda: (
+                    "serial:dev-micropython" in b.links
+                    and b.links["serial:dev-micropython"].status == "up"
+                ),
+                15,
+            )
             link = b.links["serial:dev-micropython"]
             await until(lambda: link.generation == expect_gen, 10)
             view = b.bus.connect().retained_view("dev/#")
@@ -474,8 +557,8 @@ key = "k1"
         sid1, g1 = asyncio.run(session(Bridge(cfg), 1))
         d1.kill()
         d1.wait()
-        device(cable.a, "k1", 1)              # the device reboots: a new sid
-        sid2, g2 = asyncio.run(session(Bridge(cfg), 2))   # a new bridge process too
+        device(cable.a, "k1", 1)  # the device reboots: a new sid
+        sid2, g2 = asyncio.run(session(Bridge(cfg), 2))  # a new bridge process too
         assert sid1 != sid2 and (g1, g2) == (1, 2)
 
 
@@ -483,8 +566,12 @@ def test_prometheus_metrics(tmp_path):
     import urllib.request
 
     from dev.broker import free_port
+
     port = free_port()
-    cfg = bridge_config.load(_cfg(tmp_path, f"""
+    cfg = bridge_config.load(
+        _cfg(
+            tmp_path,
+            f"""
 [bridge]
 state_dir = "state"
 metrics = "127.0.0.1:{port}"
@@ -494,18 +581,26 @@ dir = "log"
 node = "nowhere"
 port = "{tmp_path}/no-such-tty"
 key = "k"
-"""))
+""",
+        )
+    )
 
     async def main():
         b = Bridge(cfg)
         t = asyncio.create_task(b.run())
-        await until(lambda: "serial:nowhere" in b.links
-                     and b.links["serial:nowhere"].counters.get("port_errors", 0) >= 1)
+        await until(
+            lambda: (
+                "serial:nowhere" in b.links
+                and b.links["serial:nowhere"].counters.get("port_errors", 0) >= 1
+            )
+        )
         body = await asyncio.to_thread(
-            lambda: urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=3).read())
+            lambda: urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=3).read()
+        )
         b.stop()
         await t
         return body.decode()
+
     text = asyncio.run(main())
     assert 'edgebus_link_up{link="serial:nowhere",peer=""} 0.0' in text
     assert 'edgebus_link_events_total{counter="port_errors",link="serial:nowhere"}' in text
@@ -523,9 +618,13 @@ def test_a_fleet_of_links_in_status_pages_and_small_metrics(tmp_path):
 
     from dev.broker import free_port
     from edgebus.bridge import status
+
     port = free_port()
     devices = ",\n".join('{node = "d%04d", key = "k"}' % i for i in range(1000))
-    cfg = bridge_config.load(_cfg(tmp_path, f"""
+    cfg = bridge_config.load(
+        _cfg(
+            tmp_path,
+            f"""
 [bridge]
 state_dir = "state"
 socket = "{tmp_path}/b.sock"
@@ -536,7 +635,9 @@ url = "mqtt://127.0.0.1:{free_port()}"
 devices = [
 {devices}
 ]
-"""))
+""",
+        )
+    )
 
     async def main():
         b = Bridge(cfg)
@@ -551,13 +652,15 @@ devices = [
         with pytest.raises(edgebus.CallError, match="no link"):
             await fetch(cfg.socket, 10, {"link": "mqtt:nobody"})
         body = await asyncio.to_thread(
-            lambda: urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5).read())
+            lambda: urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=5).read()
+        )
         b.stop()
         await t
         return pages, st, summary, one, body.decode()
+
     pages, st, summary, one, text = asyncio.run(main())
     assert len(pages) > 2 and all(len(json.dumps(p)) < 60000 for p in pages)
-    ids = sorted(k for k in st["links"] if not k.startswith("local:"))   # and the asker's
+    ids = sorted(k for k in st["links"] if not k.startswith("local:"))  # and the asker's
     assert ids == ["mqtt:d%04d" % i for i in range(1000)]
     assert st["fleet"]["states"]["down"] == 1000
     assert summary["links"] == {} and "1000 down" in render(summary)
@@ -586,21 +689,30 @@ def test_one_task_ticks_many_links_and_a_failing_tick_stops_none(caplog):
 
         def fail():
             raise RuntimeError("boom")
+
         broken.tick = fail
         tasks = []
         for i in range(3):
             ta, tb = pair()
-            tasks += [asyncio.create_task(links["d%d" % i].run(ta)),
-                      asyncio.create_task(links["gw%d" % i].run(tb))]
+            tasks += [
+                asyncio.create_task(links["d%d" % i].run(ta)),
+                asyncio.create_task(links["gw%d" % i].run(tb)),
+            ]
         ticker = asyncio.create_task(tick_links(links, 0.2))
         try:
-            await until(lambda: all(links[k].rtt is not None for k in ("d0", "gw0", "d1", "gw1"))
-                        and broken.counters.get("tick_errors", 0) > 3, 20)
+            await until(
+                lambda: (
+                    all(links[k].rtt is not None for k in ("d0", "gw0", "d1", "gw1"))
+                    and broken.counters.get("tick_errors", 0) > 3
+                ),
+                20,
+            )
         finally:
             for t in tasks + [ticker]:
                 t.cancel()
             await asyncio.gather(*tasks, ticker, return_exceptions=True)
         return broken
+
     caplog.set_level("ERROR", "edgebus.bridge")
     broken = asyncio.run(main())
     assert broken.rtt is None and "boom" in broken.last_error
@@ -612,6 +724,7 @@ def test_the_state_file_counts_each_new_generation(tmp_path):
     generation is set (the bridge saves the file soon after), and nothing
     else it writes (rx_next moves with every frame); it loads what it saved."""
     from edgebus.bridge.links import StateFile
+
     f = StateFile(str(tmp_path))
     st = f.for_link("mqtt:a")
     st["rx_next"] = 5

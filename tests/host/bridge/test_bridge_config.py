@@ -1,6 +1,7 @@
 """The bridge's configuration over its whole schema (edgebus.bridge.config.SCHEMA):
 every key of every table, fed a value it must refuse, ends edgebus-bridge
 with exit 2 and one line naming the table and the key, never a traceback."""
+
 import json
 import logging
 import math
@@ -25,7 +26,7 @@ BASE = {
     "acl": [{"uid": 1000}],
 }
 ARRAYS = ("serial", "peer", "acl")
-BRIDGE = os.path.join(os.path.dirname(sys.executable), "edgebus-bridge")   # as installed
+BRIDGE = os.path.join(os.path.dirname(sys.executable), "edgebus-bridge")  # as installed
 
 
 def _toml(v):
@@ -36,7 +37,7 @@ def _toml(v):
     if isinstance(v, (int, float)):
         return repr(v)
     if isinstance(v, str):
-        return json.dumps(v)        # a TOML basic string
+        return json.dumps(v)  # a TOML basic string
     if isinstance(v, list):
         return "[%s]" % ", ".join(_toml(x) for x in v)
     return "{%s}" % ", ".join("%s = %s" % (k, _toml(x)) for k, x in v.items())
@@ -45,7 +46,7 @@ def _toml(v):
 def _document(doc):
     out = []
     for name, t in doc.items():
-        for entry in (t if name in ARRAYS else [t]):
+        for entry in t if name in ARRAYS else [t]:
             out.append(("[[%s]]" if name in ARRAYS else "[%s]") % name)
             out.extend("%s = %s" % (k, _toml(v)) for k, v in entry.items())
     return "\n".join(out) + "\n"
@@ -96,13 +97,14 @@ def _run(tmp, doc, capsys):
 def test_every_key_refuses_a_bad_value_in_one_line(tmp_path, monkeypatch, capsys):
     def started(*a, **kw):
         raise Started()
+
     monkeypatch.setattr(daemon, "Bridge", started)
     # main() sets up logging: the root logger is as it was after the test
     monkeypatch.setattr(logging.root, "handlers", list(logging.root.handlers))
     monkeypatch.setattr(logging.root, "level", logging.root.level)
     (tmp_path / "afile").write_text("")
     rc, err, _ = _run(tmp_path, BASE, capsys)
-    assert rc is Started, err          # the base is valid: only the bad value stops it
+    assert rc is Started, err  # the base is valid: only the bad value stops it
     cases = 0
     for name, (label, keys) in schema.SCHEMA.items():
         for key, spec in keys.items():
@@ -116,13 +118,15 @@ def test_every_key_refuses_a_bad_value_in_one_line(tmp_path, monkeypatch, capsys
                     table, where = doc[name], label
                 table[key] = bad
                 if key == "key_file":
-                    del table["key"]        # an inline key would be taken instead
+                    del table["key"]  # an inline key would be taken instead
                 rc, err, path = _run(tmp_path, doc, capsys)
                 what = "%s %s = %r" % (label, key, bad)
                 assert rc == 2, what
                 assert "Traceback" not in err and err.count("\n") == 1, (what, err)
-                assert err.startswith("edgebus-bridge: %s: %s: %s" % (path, where, key)), \
-                    (what, err)
+                assert err.startswith("edgebus-bridge: %s: %s: %s" % (path, where, key)), (
+                    what,
+                    err,
+                )
                 cases += 1
     assert cases > 150
 
@@ -130,8 +134,9 @@ def test_every_key_refuses_a_bad_value_in_one_line(tmp_path, monkeypatch, capsys
 def _bridge(tmp_path, toml):
     path = tmp_path / "bridge.toml"
     path.write_text('[bridge]\nstate_dir = "state"\n' + toml)
-    return subprocess.run([BRIDGE, "--config", str(path)], capture_output=True, text=True,
-                          timeout=60)
+    return subprocess.run(
+        [BRIDGE, "--config", str(path)], capture_output=True, text=True, timeout=60
+    )
 
 
 def test_what_fails_at_the_start_is_one_line_too(tmp_path):
@@ -143,13 +148,20 @@ def test_what_fails_at_the_start_is_one_line_too(tmp_path):
     port = taken.getsockname()[1]
     with taken:
         for toml, line in (
-                ('[log]\ndir = "/proc/x"\n', "[log]: dir /proc/x: cannot make it"),
-                ('[log]\ndir = "log"\nsegment_seconds = -5\n',
-                 "[log]: segment_seconds must be between"),
-                ('metrics = "127.0.0.1:%d"\n' % port, "[bridge]: metrics 127.0.0.1:%d: cannot "
-                 "listen" % port),
-                ('[[peer]]\nnode = "p"\nkey = "k"\nlisten = "127.0.0.1:%d"\n' % port,
-                 "[[peer]] #1: listen 127.0.0.1:%d: cannot listen" % port)):
+            ('[log]\ndir = "/proc/x"\n', "[log]: dir /proc/x: cannot make it"),
+            (
+                '[log]\ndir = "log"\nsegment_seconds = -5\n',
+                "[log]: segment_seconds must be between",
+            ),
+            (
+                'metrics = "127.0.0.1:%d"\n' % port,
+                "[bridge]: metrics 127.0.0.1:%d: cannot listen" % port,
+            ),
+            (
+                '[[peer]]\nnode = "p"\nkey = "k"\nlisten = "127.0.0.1:%d"\n' % port,
+                "[[peer]] #1: listen 127.0.0.1:%d: cannot listen" % port,
+            ),
+        ):
             r = _bridge(tmp_path, toml)
             assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
             assert r.stderr.count("\n") == 1 and line in r.stderr, r.stderr
@@ -162,12 +174,14 @@ def test_a_log_another_bridge_holds_is_named(tmp_path):
     finally:
         held.close()
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
-    assert "[log]: dir %s: cannot open the log: another writer holds" % (tmp_path / "log") \
-        in r.stderr
+    assert (
+        "[log]: dir %s: cannot open the log: another writer holds" % (tmp_path / "log") in r.stderr
+    )
 
 
-@pytest.mark.parametrize("toml", ['[bridge]\nkeys = "k"\n', '[log]\ndir = "l"\n',
-                                  '[bridge]\nsocket = "run/b.sock"\n'])
+@pytest.mark.parametrize(
+    "toml", ['[bridge]\nkeys = "k"\n', '[log]\ndir = "l"\n', '[bridge]\nsocket = "run/b.sock"\n']
+)
 def test_reading_a_configuration_makes_nothing(tmp_path, toml):
     """The tools read a bridge's configuration (edgebus keys, devices): only
     the daemon's start (prepare) makes its directories."""

@@ -6,6 +6,7 @@ reading a device had acknowledged is in the log; started again, it takes
 what was not acknowledged from the devices' spools, none of it twice. How
 long a stop takes is a figure (dev/bench/swarm_bench.py, ``stop_s``), not
 asserted here."""
+
 import json
 import os
 
@@ -32,11 +33,18 @@ def _logged_once(log_dir, summary):
 
 def test_a_bridge_of_2000_devices_stops_with_sessions_up_and_loses_nothing(tmp_path):
     with Mosquitto() as broker:
-        swarm = Swarm(DEVICES, ("127.0.0.1", broker.port), rate=5.0, workers=2,
-                      log=str(tmp_path / "workers.log"))
+        swarm = Swarm(
+            DEVICES,
+            ("127.0.0.1", broker.port),
+            rate=5.0,
+            workers=2,
+            log=str(tmp_path / "workers.log"),
+        )
         cfg = swarm.bridge_config()
-        cfg["mqtt"]["devices"] += [{"node": n, "key": node_key(n)} for n in
-                                   ("idle-%d" % i for i in range(CONFIGURED - DEVICES))]
+        cfg["mqtt"]["devices"] += [
+            {"node": n, "key": node_key(n)}
+            for n in ("idle-%d" % i for i in range(CONFIGURED - DEVICES))
+        ]
         bridge, log_dir = gateway_bridge(tmp_path, "gw", bridge_toml(cfg), heartbeat=5.0)
         try:
             bridge.start()

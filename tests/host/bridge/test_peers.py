@@ -2,6 +2,7 @@
 device on a pty federates up to a site host; the site sees the device's
 readings with their relay provenance and calls the device's actions through
 the gateway, and the route goes and comes back with the gateway."""
+
 import asyncio
 import socket
 
@@ -25,17 +26,41 @@ def free_port():
 
 
 def site_config(tmp_path, port, key=KEY):
-    return bridge_config.parse({
-        "bridge": {"node": "site", "state_dir": str(tmp_path / "site"), "heartbeat": 0.5},
-        "peer": [{"node": "gw", "key": key, "listen": "127.0.0.1:%d" % port,
-                  "imports": ["dev/#"], "import_calls": ["dev/#"], "exports": ["site/#"]}]})
+    return bridge_config.parse(
+        {
+            "bridge": {"node": "site", "state_dir": str(tmp_path / "site"), "heartbeat": 0.5},
+            "peer": [
+                {
+                    "node": "gw",
+                    "key": key,
+                    "listen": "127.0.0.1:%d" % port,
+                    "imports": ["dev/#"],
+                    "import_calls": ["dev/#"],
+                    "exports": ["site/#"],
+                }
+            ],
+        }
+    )
 
 
 def gateway_config(tmp_path, port, fleet):
-    return bridge_config.parse(dict(fleet.bridge_config(), bridge={
-        "node": "gw", "state_dir": str(tmp_path / "gw"), "heartbeat": 0.5}, peer=[{
-            "node": "site", "key": KEY, "connect": "127.0.0.1:%d" % port, "backoff_max": 0.5,
-            "exports": ["dev/#"], "export_calls": ["dev/+/sys/#"], "imports": ["site/#"]}]))
+    return bridge_config.parse(
+        dict(
+            fleet.bridge_config(),
+            bridge={"node": "gw", "state_dir": str(tmp_path / "gw"), "heartbeat": 0.5},
+            peer=[
+                {
+                    "node": "site",
+                    "key": KEY,
+                    "connect": "127.0.0.1:%d" % port,
+                    "backoff_max": 0.5,
+                    "exports": ["dev/#"],
+                    "export_calls": ["dev/+/sys/#"],
+                    "imports": ["site/#"],
+                }
+            ],
+        )
+    )
 
 
 def test_a_site_host_reads_and_calls_a_device_through_its_gateway(tmp_path):
@@ -78,6 +103,7 @@ def test_a_site_host_reads_and_calls_a_device_through_its_gateway(tmp_path):
             site.stop()
             await gt
             await st
+
         asyncio.run(main())
 
 
@@ -87,10 +113,21 @@ def test_a_peer_with_the_wrong_key_gets_no_session_and_says_why(tmp_path):
     async def main():
         site = Bridge(site_config(tmp_path, port, key="another-key"))
         st = asyncio.create_task(site.run())
-        gw = Bridge(bridge_config.parse({
-            "bridge": {"node": "gw", "state_dir": str(tmp_path / "gw"), "heartbeat": 0.5},
-            "peer": [{"node": "site", "key": KEY, "connect": "127.0.0.1:%d" % port,
-                      "exports": ["dev/#"]}]}))
+        gw = Bridge(
+            bridge_config.parse(
+                {
+                    "bridge": {"node": "gw", "state_dir": str(tmp_path / "gw"), "heartbeat": 0.5},
+                    "peer": [
+                        {
+                            "node": "site",
+                            "key": KEY,
+                            "connect": "127.0.0.1:%d" % port,
+                            "exports": ["dev/#"],
+                        }
+                    ],
+                }
+            )
+        )
         gt = asyncio.create_task(gw.run())
         await until(lambda: "peer:site" in gw.links)
         link = gw.links["peer:site"]
@@ -101,17 +138,21 @@ def test_a_peer_with_the_wrong_key_gets_no_session_and_says_why(tmp_path):
         site.stop()
         await gt
         await st
+
     asyncio.run(main())
 
 
-@pytest.mark.parametrize("peer,why", [
-    ({"node": "x", "key": "k"}, "give connect"),
-    ({"node": "x", "key": "k", "connect": "h:1", "listen": "h:2"}, "not both"),
-    ({"node": "x", "key": "k", "connect": "nohost"}, "host:port"),
-    ({"key": "k", "connect": "h:1"}, "node is required"),
-    ({"node": "x", "connect": "h:1"}, "needs key"),
-    ({"node": "x", "key": "k", "connect": "h:1", "exports": [3]}, "patterns or [pattern"),
-])
+@pytest.mark.parametrize(
+    "peer,why",
+    [
+        ({"node": "x", "key": "k"}, "give connect"),
+        ({"node": "x", "key": "k", "connect": "h:1", "listen": "h:2"}, "not both"),
+        ({"node": "x", "key": "k", "connect": "nohost"}, "host:port"),
+        ({"key": "k", "connect": "h:1"}, "node is required"),
+        ({"node": "x", "connect": "h:1"}, "needs key"),
+        ({"node": "x", "key": "k", "connect": "h:1", "exports": [3]}, "patterns or [pattern"),
+    ],
+)
 def test_peer_config_errors_say_what_is_wrong(peer, why):
     with pytest.raises(bridge_config.ConfigError) as e:
         bridge_config.parse({"peer": [peer]})
@@ -123,18 +164,20 @@ def test_a_dial_that_gets_no_answer_is_given_up_and_tried_again(tmp_path, monkey
     wedged host's is: the SYN is dropped) costs a dial CONNECT_TIMEOUT, not
     the OS's minutes; the link says why and dials again."""
     from edgebus.bridge import peers
+
     monkeypatch.setattr(peers, "CONNECT_TIMEOUT", 0.5)
     wedged = socket.socket()
     wedged.bind(("127.0.0.1", 0))
     wedged.listen(0)
     port = wedged.getsockname()[1]
     fillers = []
-    for _ in range(3):                       # fill the queue; a SYN beyond it gets no answer
+    for _ in range(3):  # fill the queue; a SYN beyond it gets no answer
         s = socket.socket()
         s.setblocking(False)
         s.connect_ex(("127.0.0.1", port))
         fillers.append(s)
     with Fleet(tmp_path / "fleet", serial=1) as fleet:
+
         async def main():
             gw = Bridge(gateway_config(tmp_path, port, fleet))
             t = asyncio.create_task(gw.run())
@@ -143,9 +186,10 @@ def test_a_dial_that_gets_no_answer_is_given_up_and_tried_again(tmp_path, monkey
             why = "connect 127.0.0.1:%d: no answer within 0.5 s" % port
             await until(lambda: link.last_error == why, 10)
             link.last_error = None
-            await until(lambda: link.last_error == why, 10)       # and again
+            await until(lambda: link.last_error == why, 10)  # and again
             gw.stop()
             await t
+
         try:
             asyncio.run(main())
         finally:

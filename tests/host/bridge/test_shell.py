@@ -1,6 +1,7 @@
 """The shell-typable bus with real parts: the bridge (in-process, serving its
 real unix socket with SO_PEERCRED credentials), the `edgebus` command run as
 a subprocess, and a real MicroPython device running the firmware."""
+
 import asyncio
 import json
 import os
@@ -16,7 +17,7 @@ from edgebus.bridge.daemon import Bridge
 from edgebus.tools.fleet import Fleet
 from tests.conftest import ROOT, until
 
-pytestmark = pytest.mark.slow     # each case starts several interpreters
+pytestmark = pytest.mark.slow  # each case starts several interpreters
 
 BRIDGE = """
 [bridge]
@@ -42,6 +43,7 @@ def _cfg(tmp_path, extra=""):
 
 def with_bridge(cfg, body):
     """Run the bridge in this process and ``await body(bridge)`` beside it."""
+
     async def main():
         b = Bridge(cfg)
         t = asyncio.create_task(b.run())
@@ -51,15 +53,22 @@ def with_bridge(cfg, body):
         finally:
             b.stop()
             await t
+
     asyncio.run(main())
 
 
 async def start(sock, *args):
     """`edgebus ARGS` as a subprocess, reaching the bridge through $EDGEBUS_SOCKET."""
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "edgebus.tools.cli", *args, cwd=ROOT,
+        sys.executable,
+        "-m",
+        "edgebus.tools.cli",
+        *args,
+        cwd=ROOT,
         env=dict(os.environ, EDGEBUS_SOCKET=sock),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
 
 
 async def edgebus(sock, *args, timeout=30):
@@ -91,8 +100,13 @@ def test_pub_then_sub_sees_it(tmp_path):
         sub = await start(cfg.socket, "sub", "app/#", "--json")
         # The retained marker comes first: from then on the subscriber is live.
         assert json.loads(await line(sub)) == {"topic": "app/marker", "value": 1}
-        for value, want in (('{"x": [1, 2]}', {"x": [1, 2]}), ("hello world", "hello world"),
-                            ("007", "007"), ('"42"', "42"), ("42", 42)):
+        for value, want in (
+            ('{"x": [1, 2]}', {"x": [1, 2]}),
+            ("hello world", "hello world"),
+            ("007", "007"),
+            ('"42"', "42"),
+            ("42", 42),
+        ):
             rc, out, err = await edgebus(cfg.socket, "pub", "app/t", value)
             assert (rc, out, err) == (0, "", "")
             assert json.loads(await line(sub)) == {"topic": "app/t", "value": want}
@@ -108,6 +122,7 @@ def test_pub_then_sub_sees_it(tmp_path):
         for p in (sub, text):
             p.terminate()
             await p.wait()
+
     with_bridge(cfg, body)
 
 
@@ -132,6 +147,7 @@ def test_watch_shows_retained_state_then_changes(tmp_path):
         assert (await ended(j))[0] == 0
         w.terminate()
         await w.wait()
+
     with_bridge(cfg, body)
 
 
@@ -144,29 +160,44 @@ def test_call_replies_and_exit_codes(tmp_path):
 
     async def body(b):
         c = b.bus.connect(principal=("svc",))
-        tasks = [asyncio.create_task(serve(c.bind("svc/echo", 4), lambda r: r.reply(
-                     {"echo": r.payload, "uid": r.origin.principal["uid"]}))),
-                 asyncio.create_task(serve(c.bind("svc/fail", 4), lambda r: r.fail("bad input"))),
-                 asyncio.create_task(serve(c.bind("svc/slow", 4), lambda r: None))]
+        tasks = [
+            asyncio.create_task(
+                serve(
+                    c.bind("svc/echo", 4),
+                    lambda r: r.reply({"echo": r.payload, "uid": r.origin.principal["uid"]}),
+                )
+            ),
+            asyncio.create_task(serve(c.bind("svc/fail", 4), lambda r: r.fail("bad input"))),
+            asyncio.create_task(serve(c.bind("svc/slow", 4), lambda r: None)),
+        ]
         rc, out, err = await edgebus(cfg.socket, "call", "svc/echo", '{"a": 1}')
         assert rc == 0 and json.loads(out) == {"echo": {"a": 1}, "uid": os.getuid()}
         assert await edgebus(cfg.socket, "call", "svc/echo", "hi") == (
-            0, '{"echo": "hi", "uid": %d}\n' % os.getuid(), "")
+            0,
+            '{"echo": "hi", "uid": %d}\n' % os.getuid(),
+            "",
+        )
         rc, out, err = await edgebus(cfg.socket, "call", "nothing/here")
         assert (rc, out, err) == (4, "", "edgebus call: no route: nothing serves nothing/here\n")
         rc, out, err = await edgebus(cfg.socket, "call", "svc/slow", "--timeout", "0.3")
         assert rc == 5 and err.startswith("edgebus call: timeout:") and err.count("\n") == 1
         rc, out, err = await edgebus(cfg.socket, "call", "svc/fail")
         assert rc == 8 and "bad input" in err
-        for args in (("call", "svc/+"), ("pub", "svc/#", "1"), ("pub", "local/x", "1"),
-                     ("sub", "a/#/b")):
+        for args in (
+            ("call", "svc/+"),
+            ("pub", "svc/#", "1"),
+            ("pub", "local/x", "1"),
+            ("sub", "a/#/b"),
+        ):
             rc, out, err = await edgebus(cfg.socket, *args)
             assert rc == 2 and err.count("\n") == 1, (args, rc, err)
-        rc, out, err = await edgebus(cfg.socket, "call", "svc/echo", "--socket",
-                                     str(tmp_path / "nowhere.sock"))
+        rc, out, err = await edgebus(
+            cfg.socket, "call", "svc/echo", "--socket", str(tmp_path / "nowhere.sock")
+        )
         assert rc == 6 and "cannot reach the bridge" in err
         for t in tasks:
             t.cancel()
+
     with_bridge(cfg, body)
 
 
@@ -177,19 +208,26 @@ def test_acl_denials_and_whoami(tmp_path):
         seen = b.bus.connect(principal=("test",)).subscribe("app/#", queue_len=16)
         p = await start(cfg.socket, "whoami")
         out = await line(p)
-        assert out.startswith("uid=%d gid=%d pid=%d link=local:%d:" % (
-            os.getuid(), os.getgid(), p.pid, p.pid)) and out.endswith(" bridge=gw")
+        assert out.startswith(
+            "uid=%d gid=%d pid=%d link=local:%d:" % (os.getuid(), os.getgid(), p.pid, p.pid)
+        ) and out.endswith(" bridge=gw")
         assert (await ended(p))[0] == 0
-        for args in (("pub", "app/other/x", "1"), ("pub", "app/other/x", "1", "--retain"),
-                     ("sub", "secret/#"), ("watch", "#"), ("call", "bridge/status")):
+        for args in (
+            ("pub", "app/other/x", "1"),
+            ("pub", "app/other/x", "1", "--retain"),
+            ("sub", "secret/#"),
+            ("watch", "#"),
+            ("call", "bridge/status"),
+        ):
             rc, out, err = await edgebus(cfg.socket, *args)
             assert rc == 3 and out == "" and err.count("\n") == 1, (args, rc, err)
             assert err.startswith("edgebus %s: denied: " % args[0]), err
-        assert seen.recv_nowait() is None            # nothing refused reached the bus
+        assert seen.recv_nowait() is None  # nothing refused reached the bus
         assert (await edgebus(cfg.socket, "pub", "app/mine/x", "2"))[0] == 0
         await until(lambda: seen.stats()["queued"] == 1)
         assert seen.recv_nowait().payload == 2
-        assert (await edgebus(cfg.socket, "call", "svc/missing"))[0] == 4   # allowed, unserved
+        assert (await edgebus(cfg.socket, "call", "svc/missing"))[0] == 4  # allowed, unserved
+
     with_bridge(cfg, body)
 
 
@@ -202,7 +240,7 @@ def as_user(uid, sock, lines):
     sends each line and returns the first reply to each."""
     r, w = os.pipe()
     pid = os.fork()
-    if pid == 0:                       # the child: no asyncio, no threads, then _exit
+    if pid == 0:  # the child: no asyncio, no threads, then _exit
         try:
             os.setgroups([])
             os.setgid(uid)
@@ -232,7 +270,7 @@ def as_user(uid, sock, lines):
 def test_another_user_gets_only_what_an_acl_entry_grants(tmp_path, grant):
     """The socket admits every local user (mode 0666), so the ACL is the gate:
     without an [[acl]] entry only the bridge's own user and root may use it."""
-    d = tempfile.mkdtemp(prefix="edgebus-sock-")       # a directory the user can reach
+    d = tempfile.mkdtemp(prefix="edgebus-sock-")  # a directory the user can reach
     os.chmod(d, 0o755)
     acl = '\n[[acl]]\nuid = %d\nread = ["app/#"]\nwrite = ["app/#"]\n' % NOBODY
     cfg = _cfg(tmp_path, acl if grant else "")
@@ -241,9 +279,18 @@ def test_another_user_gets_only_what_an_acl_entry_grants(tmp_path, grant):
     async def body(b):
         c = b.bus.connect(principal=("test",))
         seen, devs = c.subscribe("app/#", queue_len=16), c.subscribe("dev/#", queue_len=16)
-        got = await asyncio.to_thread(as_user, NOBODY, cfg.socket, [
-            "whoami", "pub dev/sim-1/cmd/led 1", "sub dev/#", "call dev/sim-1/sys/reboot",
-            "pub app/x 1"])
+        got = await asyncio.to_thread(
+            as_user,
+            NOBODY,
+            cfg.socket,
+            [
+                "whoami",
+                "pub dev/sim-1/cmd/led 1",
+                "sub dev/#",
+                "call dev/sim-1/sys/reboot",
+                "pub app/x 1",
+            ],
+        )
         assert json.loads(got[0].split(" ", 1)[1])["principal"]["uid"] == NOBODY, got
         for reply in got[1:4]:
             assert reply.startswith("error denied permission denied: "), got
@@ -253,10 +300,15 @@ def test_another_user_gets_only_what_an_acl_entry_grants(tmp_path, grant):
         # the bridge's own user (root here) needs no entry
         assert (await edgebus(cfg.socket, "pub", "app/own", "2"))[0] == 0
         msgs = []
-        await until(lambda: msgs.extend(iter(seen.recv_nowait, None)) or
-                    any(m.topic == ("app", "own") for m in msgs))
+        await until(
+            lambda: (
+                msgs.extend(iter(seen.recv_nowait, None))
+                or any(m.topic == ("app", "own") for m in msgs)
+            )
+        )
         assert [m.topic for m in msgs] == ([("app", "x")] if grant else []) + [("app", "own")]
-        assert devs.recv_nowait() is None         # no command reached a device's topics
+        assert devs.recv_nowait() is None  # no command reached a device's topics
+
     try:
         with_bridge(cfg, body)
     finally:
@@ -273,6 +325,7 @@ def test_sub_reports_the_bridge_going_away(tmp_path):
         b.stop()
         rc, err = await ended(sub)
         assert rc == 7 and err == "edgebus sub: the bridge at %s went away\n" % cfg.socket
+
     with_bridge(cfg, body)
 
 
@@ -283,8 +336,15 @@ def test_sub_and_watch_report_a_killed_bridge(tmp_path):
 
     async def main():
         br = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "edgebus.bridge.daemon", "--config", str(tmp_path / "bridge.toml"),
-            cwd=ROOT, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL)
+            sys.executable,
+            "-m",
+            "edgebus.bridge.daemon",
+            "--config",
+            str(tmp_path / "bridge.toml"),
+            cwd=ROOT,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=asyncio.subprocess.DEVNULL,
+        )
         try:
             await until(lambda: os.path.exists(cfg.socket), 15)
             assert (await edgebus(cfg.socket, "pub", "app/m", "1", "--retain"))[0] == 0
@@ -293,12 +353,15 @@ def test_sub_and_watch_report_a_killed_bridge(tmp_path):
             assert await line(sub) == await line(watch) == "app/m 1"
             br.kill()
             for name, p in (("sub", sub), ("watch", watch)):
-                assert await ended(p) == (7, "edgebus %s: the bridge at %s went away\n"
-                                          % (name, cfg.socket))
+                assert await ended(p) == (
+                    7,
+                    "edgebus %s: the bridge at %s went away\n" % (name, cfg.socket),
+                )
         finally:
             if br.returncode is None:
                 br.kill()
             await br.wait()
+
     asyncio.run(main())
 
 
@@ -312,15 +375,19 @@ def test_flow_control_choices_at_the_socket(tmp_path):
         strict = await start(cfg.socket, "sub", "app/#", "--queue", "1", "--full", "disconnect")
         lossy = await start(cfg.socket, "sub", "app/#", "--queue", "1")
         assert await line(strict) == await line(lossy) == "app/marker 0"
-        for i in range(300):   # one burst: frames arrive many to a read
+        for i in range(300):  # one burst: frames arrive many to a read
             b.conn.publish("app/n", i)
         rc, err = await ended(strict)
         assert rc == 9 and "could not keep up (1 queued): disconnected" in err
         assert "messages dropped" in err
         b.stop()
         rc, err = await ended(lossy)
-        assert rc == 7 and " messages dropped: this command could not keep up (--full " \
-            "drop_oldest)" in err and "went away" in err
+        assert (
+            rc == 7
+            and " messages dropped: this command could not keep up (--full drop_oldest)" in err
+            and "went away" in err
+        )
+
     with_bridge(cfg, body)
 
 
@@ -336,9 +403,12 @@ def test_presence_notices_as_clients_come_and_go(tmp_path):
         await ended(p)
         await until(lambda: notes.stats()["queued"] >= 2)
         got = [notes.recv_nowait().payload for _ in range(2)]
-        assert got == [{"event": "open", "peer": "cli", "link": link},
-                       {"event": "close", "peer": "cli", "link": link}]
+        assert got == [
+            {"event": "open", "peer": "cli", "link": link},
+            {"event": "close", "peer": "cli", "link": link},
+        ]
         ep.unbind()
+
     with_bridge(cfg, body)
 
 
@@ -346,21 +416,25 @@ def test_presence_notices_as_clients_come_and_go(tmp_path):
 def test_call_and_watch_a_micropython_device(tmp_path):
     with Fleet(tmp_path / "fleet", serial=1, period=0.5) as fleet:
         d = fleet.devices[0]
-        cfg = _cfg(tmp_path, '[[serial]]\nnode = "%s"\nport = "%s"\nkey = "%s"\n' % (
-            d["node"], d["port"], d["key"]))
+        cfg = _cfg(
+            tmp_path,
+            '[[serial]]\nnode = "%s"\nport = "%s"\nkey = "%s"\n' % (d["node"], d["port"], d["key"]),
+        )
         fleet.start()
         node = d["node"]
 
         async def body(b):
             await until(lambda: ("dev", node, "sys", "config", "get") in b.bus.endpoints(), 60)
-            rc, out, err = await edgebus(cfg.socket, "call", "dev/%s/sys/config/get" % node,
-                                         "node")
+            rc, out, err = await edgebus(cfg.socket, "call", "dev/%s/sys/config/get" % node, "node")
             assert (rc, out, err) == (0, node + "\n", "")
-            rc, out, err = await edgebus(cfg.socket, "call", "dev/%s/sys/config/get" % node,
-                                         "nokey")
+            rc, out, err = await edgebus(
+                cfg.socket, "call", "dev/%s/sys/config/get" % node, "nokey"
+            )
             assert rc == 8 and "no key" in err
-            rc, out, err = await edgebus(cfg.socket, "watch", "dev/%s/sys/info" % node,
-                                         "--json", "-n", "1")
+            rc, out, err = await edgebus(
+                cfg.socket, "watch", "dev/%s/sys/info" % node, "--json", "-n", "1"
+            )
             info = json.loads(out.splitlines()[0])
             assert rc == 0 and info["value"]["impl"].startswith("micropython")
+
         with_bridge(cfg, body)

@@ -1,6 +1,7 @@
 """The socket's text mode (bridge/textmode.py) with real parts: the bridge
 in-process serving its unix socket, a client speaking lines over it as
 socat would, with its real credentials under the bridge's ACL."""
+
 import asyncio
 import json
 import os
@@ -20,6 +21,7 @@ async def session(cfg):
     async def hear(timeout=10):
         b = await asyncio.wait_for(r.readline(), timeout)
         return b.decode().rstrip("\n")
+
     return say, hear, w
 
 
@@ -54,8 +56,9 @@ def test_lines_in_and_out(tmp_path):
         await say("frobnicate")
         assert (await hear()).startswith("error usage 'frobnicate': commands are pub,")
         await say("quit")
-        assert await asyncio.wait_for(hear(), 5) == ""     # the bridge closed the session
+        assert await asyncio.wait_for(hear(), 5) == ""  # the bridge closed the session
         w.close()
+
     with_bridge(cfg, body)
 
 
@@ -72,6 +75,7 @@ def test_acl_applies_to_text_clients(tmp_path):
         b.stop()
         assert [await hear(), await hear()] == ["bye bridge stopping", ""]
         w.close()
+
     with_bridge(cfg, body)
 
 
@@ -86,7 +90,7 @@ def test_flow_control_choices_are_kept_and_counted(tmp_path):
             say, hear, w = clients[full] = await session(cfg)
             await say("sub app/# " + full)
             assert await hear() == "ok"
-        for i in range(300):          # no await: nobody reads during the burst
+        for i in range(300):  # no await: nobody reads during the burst
             b.conn.publish("app/n", i)
         st = b.bus.stats()
         assert st["overflows"] == 1 and st["dropped"] == 1 + 44 + 44
@@ -98,9 +102,11 @@ def test_flow_control_choices_are_kept_and_counted(tmp_path):
         for full, first in (("reject_newest", 0), ("drop_oldest", 44)):
             say, hear, w = clients[full]
             assert [await hear() for _ in range(256)] == [
-                "msg app/n %d" % i for i in range(first, first + 256)]
+                "msg app/n %d" % i for i in range(first, first + 256)
+            ]
             b.conn.publish("app/n", "after")
-            assert await hear() == 'msg app/n "after"'     # still subscribed
+            assert await hear() == 'msg app/n "after"'  # still subscribed
             w.close()
         await until(lambda: b.bus.stats()["subscriptions"] == 0)
+
     with_bridge(cfg, body)

@@ -1,4 +1,5 @@
 """Property tests: the tries agree with a brute-force matcher (CPython, Hypothesis)."""
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -10,8 +11,9 @@ from edgebus.trie import KeyTrie, PatternTrie
 # A small alphabet so that random patterns and topics collide often; includes
 # int tokens that render like str ones, and the wildcard characters as text.
 TOKENS = st.sampled_from(["a", "b", "", "3", 3, 0, "+", "#"])
-PAT_TOKENS = st.one_of(TOKENS, st.sampled_from([ANY]),
-                       st.sampled_from(["+", "#"]).map(edgebus.literal))
+PAT_TOKENS = st.one_of(
+    TOKENS, st.sampled_from([ANY]), st.sampled_from(["+", "#"]).map(edgebus.literal)
+)
 
 
 def _same(a, b):
@@ -22,7 +24,7 @@ def brute_match(pat, topic):
     """Does key-form pattern pat match concrete topic? (reference definition)"""
     for i, p in enumerate(pat):
         if p is REST:
-            return True           # '#' matches the rest, zero levels included
+            return True  # '#' matches the rest, zero levels included
         if i >= len(topic):
             return False
         if p is not ANY and not _same(p, topic[i]):
@@ -56,8 +58,11 @@ class Rec:
 
 @pytest.mark.slow
 @settings(max_examples=300, deadline=None)
-@given(st.lists(patterns(), min_size=1, max_size=12), st.lists(topics, min_size=1, max_size=8),
-       st.data())
+@given(
+    st.lists(patterns(), min_size=1, max_size=12),
+    st.lists(topics, min_size=1, max_size=8),
+    st.data(),
+)
 def test_pattern_trie_matches_brute_force(pats, tops, data):
     trie = PatternTrie()
     recs = [Rec(i) for i in range(len(pats))]
@@ -90,8 +95,10 @@ def test_key_trie_query_matches_brute_force(keys, pat, data):
         store.pop(k)
     live = {k for k in keys if k not in gone}
     got = sorted(store.query(pat, []), key=repr)
-    want = sorted(((k, max(i for i, kk in enumerate(keys) if kk == k)) for k in live
-                   if brute_match(pat, k)), key=repr)
+    want = sorted(
+        ((k, max(i for i, kk in enumerate(keys) if kk == k)) for k in live if brute_match(pat, k)),
+        key=repr,
+    )
     assert got == want
     assert store.count == len(live)
 
@@ -104,9 +111,16 @@ def test_bus_subscriptions_agree_with_brute_force(pats, tops):
     c = bus.connect()
 
     def user(p):  # key form back to a user pattern (text wildcards, literal text)
-        return tuple("+" if t is ANY else "#" if t is REST
-                     else edgebus.literal(t) if t in ("+", "#") and type(t) is str else t
-                     for t in p)
+        return tuple(
+            "+"
+            if t is ANY
+            else "#"
+            if t is REST
+            else edgebus.literal(t)
+            if t in ("+", "#") and type(t) is str
+            else t
+            for t in p
+        )
 
     subs = [c.subscribe(user(p)) for p in pats]
     for t in tops:

@@ -1,5 +1,6 @@
 """Helpers shared by the end-to-end tests that run devices, bridges and the
 ingest job (test_e2e_fleet_spark.py, test_e2e_failover.py, test_e2e_shard.py)."""
+
 import argparse
 import json
 
@@ -21,10 +22,17 @@ def ingest_once(spark, log, table, ckpt):
     """`edgebus ingest --once` of log (a directory or a list of them) into table."""
     from edgebus.ingest import job
 
-    args = argparse.Namespace(log=log, table=table, checkpoint=ckpt, once=True,
-                              watermark=job.DEFAULT_WATERMARK, trigger_interval=5.0,
-                              max_records_per_trigger=None, max_bytes_per_trigger=None,
-                              master=None)
+    args = argparse.Namespace(
+        log=log,
+        table=table,
+        checkpoint=ckpt,
+        once=True,
+        watermark=job.DEFAULT_WATERMARK,
+        trigger_interval=5.0,
+        max_records_per_trigger=None,
+        max_bytes_per_trigger=None,
+        master=None,
+    )
     q = job.start(spark, args)
     q.awaitTermination()
     assert q.exception() is None
@@ -43,8 +51,10 @@ def once_each(rows, summary, nodes):
         mine = out[n] = [r for r in rows if r["peer_node"] == n and r["seq"] is not None]
         assert {r["peer_sid"] for r in mine} == {sessions[n]["peer_sid"]}
         seqs = sorted(r["seq"] for r in mine)
-        assert seqs == list(range(1, seqs[-1] + 1)), \
-            (n, sorted(set(range(1, seqs[-1] + 1)) - set(seqs)))
+        assert seqs == list(range(1, seqs[-1] + 1)), (
+            n,
+            sorted(set(range(1, seqs[-1] + 1)) - set(seqs)),
+        )
         s = sessions[n]
         assert not s["gaps"] and s["missing"] == 0, (n, s)
     return out
@@ -66,8 +76,9 @@ def reported(log_dir, nodes, **want):
         if n in nodes and r["topic"] == ("dev", n, "sys", "health"):
             p = r["payload"]
             up = (json.loads(p) if type(p) in (str, bytes) else p).get("uplink", {})
-            if all(up.get(k) == v if type(v) is str else (up.get(k) or 0) >= v
-                   for k, v in want.items()):
+            if all(
+                up.get(k) == v if type(v) is str else (up.get(k) or 0) >= v for k, v in want.items()
+            ):
                 seen.add(n)
     return seen == set(nodes)
 
@@ -82,5 +93,6 @@ def gateway_bridge(out, name, links, heartbeat=1.0):
     toml.write_text(
         '[bridge]\nnode = "%s"\nstate_dir = "%s"\nsocket = "%s"\nheartbeat = %r\n'
         '[log]\ndir = "%s"\npatterns = ["dev/#"]\nsegment_seconds = 1\n\n%s'
-        % (name, d / "state", d / "bridge.sock", heartbeat, d / "tlog", links))
+        % (name, d / "state", d / "bridge.sock", heartbeat, d / "tlog", links)
+    )
     return BridgeProcess(str(d), toml=str(toml)), str(d / "tlog")

@@ -1,6 +1,7 @@
 """The embedded default (dev/demo.py) runs: real mosquitto, the real firmware
 under the real MicroPython port on ptys and MQTT, the bridge and its log.
 The Spark half has its own tests (tests/host/spark/)."""
+
 import subprocess
 import sys
 
@@ -14,10 +15,25 @@ pytestmark = [pytest.mark.mosquitto, pytest.mark.micropython]
 
 
 def test_demo_pipeline_without_spark(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "dev.demo", "--seconds", "6", "--no-spark",
-                        "--no-qemu",
-                        "--serial-devices", "2", "--out", str(tmp_path / "demo")], cwd=ROOT,
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dev.demo",
+            "--seconds",
+            "6",
+            "--no-spark",
+            "--no-qemu",
+            "--serial-devices",
+            "2",
+            "--out",
+            str(tmp_path / "demo"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "3 of 3 device links had a session" in r.stdout, r.stdout
     recs = [rec for _, rec in tlog.read_log(str(tmp_path / "demo" / "telemetry"))]

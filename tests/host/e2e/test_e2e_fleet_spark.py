@@ -16,6 +16,7 @@ report's exactly once: what was published during each outage, and what the
 killed bridge had received but not yet made durable, come out of the devices'
 spools later (flagged late), so the report shows no gap.
 """
+
 import json
 import time
 
@@ -35,13 +36,13 @@ from tests.host.spark.sparkkit import make_session  # noqa: E402
 pytestmark = [pytest.mark.spark, pytest.mark.mosquitto, pytest.mark.micropython]
 
 DEVICES = 3
-PERIOD = 0.05           # 20 readings/s per device
-OUTAGES = {"broker": 3.0, "bridge": 2.0, "both": 2.0}   # seconds down
+PERIOD = 0.05  # 20 readings/s per device
+OUTAGES = {"broker": 3.0, "bridge": 2.0, "both": 2.0}  # seconds down
 # The default RAM spool (16 KB on the unix board) holds ~11 s of 20 readings/s
 # with a ~0.9 KB sys/health every 10 s; a report every 2 s leaves ~8 s, more
 # than each outage below plus the device's reconnect backoff (<= 2 s).
 HEALTH_S = 2.0
-ADVANCE = 60            # readings each device must get through after a fault
+ADVANCE = 60  # readings each device must get through after a fault
 
 
 def _advance(log_dir, nodes, by, what, timeout=60):
@@ -59,16 +60,24 @@ def _advance(log_dir, nodes, by, what, timeout=60):
 def test_fleet_to_table_holds_every_reading_once_through_broker_and_bridge_kills(tmp_path):
     out = tmp_path / "e2e"
     log_dir, table, ckpt = str(out / "tlog"), str(out / "table"), str(out / "ckpt")
-    windows = {}                           # fault -> (host time killed, host time restarting)
-    with Mosquitto() as broker, Fleet(out / "fleet", mqtt=DEVICES,
-                                      broker=("127.0.0.1", broker.port),
-                                      period=PERIOD, health_period=HEALTH_S) as fleet:
+    windows = {}  # fault -> (host time killed, host time restarting)
+    with (
+        Mosquitto() as broker,
+        Fleet(
+            out / "fleet",
+            mqtt=DEVICES,
+            broker=("127.0.0.1", broker.port),
+            period=PERIOD,
+            health_period=HEALTH_S,
+        ) as fleet,
+    ):
         nodes = [d["node"] for d in fleet.devices]
         toml = out / "bridge.toml"
         toml.write_text(
             '[bridge]\nnode = "e2e-gateway"\nstate_dir = "%s"\nheartbeat = 1.0\n'
             '[log]\ndir = "%s"\npatterns = ["dev/#"]\nsegment_seconds = 1\n\n%s'
-            % (out / "state", log_dir, bridge_toml(fleet.bridge_config(("127.0.0.1", broker.port)))))
+            % (out / "state", log_dir, bridge_toml(fleet.bridge_config(("127.0.0.1", broker.port))))
+        )
         bridge = BridgeProcess(str(out), toml=str(toml))
         try:
             fleet.start()
@@ -76,18 +85,18 @@ def test_fleet_to_table_holds_every_reading_once_through_broker_and_bridge_kills
             _advance(log_dir, nodes, ADVANCE, "start")
             for fault, down in OUTAGES.items():
                 if fault in ("bridge", "both"):
-                    bridge.kill()          # SIGKILL: no goodbye, records not yet synced lost
+                    bridge.kill()  # SIGKILL: no goodbye, records not yet synced lost
                 if fault in ("broker", "both"):
-                    broker.stop()          # SIGKILL
+                    broker.stop()  # SIGKILL
                 t_killed = time.time()
-                time.sleep(down)           # the devices keep publishing meanwhile
+                time.sleep(down)  # the devices keep publishing meanwhile
                 windows[fault] = (t_killed, time.time())
                 if fault in ("broker", "both"):
                     broker.start()
                 if fault in ("bridge", "both"):
                     bridge.start()
                 _advance(log_dir, nodes, ADVANCE + int(down / PERIOD), fault)
-            assert bridge.stop(30) == 0, open(bridge.logpath).read()   # SIGTERM seals the log
+            assert bridge.stop(30) == 0, open(bridge.logpath).read()  # SIGTERM seals the log
         finally:
             bridge.close()
 
@@ -108,9 +117,22 @@ def test_fleet_to_table_holds_every_reading_once_through_broker_and_bridge_kills
     spark = make_session()
     try:
         ingest_once(spark, log_dir, table, ckpt)
-        rows = read_table(spark, table).select(
-            "peer_node", "peer_sid", "generation", "seq", "topic", "payload",
-            "ts_host", "ts_device", "late", "gateway").collect()
+        rows = (
+            read_table(spark, table)
+            .select(
+                "peer_node",
+                "peer_sid",
+                "generation",
+                "seq",
+                "topic",
+                "payload",
+                "ts_host",
+                "ts_device",
+                "late",
+                "gateway",
+            )
+            .collect()
+        )
         summary = summarize(spark, table)
     finally:
         spark.stop()
@@ -126,21 +148,28 @@ def test_fleet_to_table_holds_every_reading_once_through_broker_and_bridge_kills
         mine = [r for r in rows if r["peer_node"] == n]
         # Ingest lost and repeated nothing: the table is the log.
         assert len(mine) == len(logged[n])
-        assert {(r["peer_sid"], r["seq"]) for r in mine} == \
-            {(r["peer_sid"], r["seq"]) for r in logged[n]}
+        assert {(r["peer_sid"], r["seq"]) for r in mine} == {
+            (r["peer_sid"], r["seq"]) for r in logged[n]
+        }
         # One boot: one session id and one generation through every fault
         # (the restarted bridge keeps the generation in its state directory).
-        assert {(r["peer_sid"], r["generation"]) for r in mine} == \
-            {(sessions[n]["peer_sid"], 1)}
+        assert {(r["peer_sid"], r["generation"]) for r in mine} == {(sessions[n]["peer_sid"], 1)}
         seqs = sorted(r["seq"] for r in mine if r["seq"] is not None)
         assert len(seqs) == len(set(seqs))
         health = sorted(
-            ({"seq": r["seq"], **json.loads(r["payload"])}
-             for r in mine if r["topic"] == "dev/%s/sys/health" % n), key=lambda h: h["seq"])
+            (
+                {"seq": r["seq"], **json.loads(r["payload"])}
+                for r in mine
+                if r["topic"] == "dev/%s/sys/health" % n
+            ),
+            key=lambda h: h["seq"],
+        )
         # Lossless: every number the device spent up to its last
         # report is in the table exactly once; no fault left a hole.
-        assert seqs == list(range(1, seqs[-1] + 1)), \
-            (n, sorted(set(range(1, seqs[-1] + 1)) - set(seqs)))
+        assert seqs == list(range(1, seqs[-1] + 1)), (
+            n,
+            sorted(set(range(1, seqs[-1] + 1)) - set(seqs)),
+        )
         assert seqs[-1] >= health[-1]["uplink"]["tx_seq"] - 1
         s = sessions[n]
         assert not s["gaps"] and s["missing"] == 0, (n, s)
@@ -148,11 +177,13 @@ def test_fleet_to_table_holds_every_reading_once_through_broker_and_bridge_kills
         # flagged late, with the device's own time of the reading.
         late = [r for r in mine if r["late"]]
         for r in mine:
-            if r["seq"] is not None:      # numbered frames (a snapshot's facts carry no time)
+            if r["seq"] is not None:  # numbered frames (a snapshot's facts carry no time)
                 assert r["ts_device"] is not None and r["ts_device"] <= r["ts_host"] + 1.0, r
-        for r in late:                    # taken before it could be sent
+        for r in late:  # taken before it could be sent
             assert r["ts_device"] < r["ts_host"], r
         for fault, (t0, t1) in windows.items():
             assert any(t0 <= r["ts_device"] <= t1 for r in late), (n, fault)
-        print("%s: %d rows, seq 1..%d without a hole, %d delivered late out of the spool"
-              % (n, len(mine), seqs[-1], len(late)))
+        print(
+            "%s: %d rows, seq 1..%d without a hole, %d delivered late out of the spool"
+            % (n, len(mine), seqs[-1], len(late))
+        )

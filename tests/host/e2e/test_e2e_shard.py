@@ -9,6 +9,7 @@ kept their sessions throughout.
 
 Waits are for conditions (a log's progress, a bridge's status), never fixed sleeps.
 """
+
 import os
 import signal
 import subprocess
@@ -30,16 +31,20 @@ from tests.host.spark.sparkkit import make_session  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.mosquitto, pytest.mark.micropython]
 
-PERIOD = 0.05           # 20 readings/s per device, steady through the move
-HEARTBEAT = 1.0         # devices and bridges
-ADVANCE = 30            # readings through a bridge before and after the move
+PERIOD = 0.05  # 20 readings/s per device, steady through the move
+HEARTBEAT = 1.0  # devices and bridges
+ADVANCE = 30  # readings through a bridge before and after the move
 GATEWAYS = ("gw-a", "gw-b")
 
 
 def _shard(out, name, port, nodes, keys):
     """A shard bridge process with ``nodes``' key files in its own keystore."""
-    bridge, log_dir = gateway_bridge(out, name, '[mqtt]\nurl = "mqtt://127.0.0.1:%d"\n'
-                                     'shard = true\nkeystore = true\n' % port, HEARTBEAT)
+    bridge, log_dir = gateway_bridge(
+        out,
+        name,
+        '[mqtt]\nurl = "mqtt://127.0.0.1:%d"\nshard = true\nkeystore = true\n' % port,
+        HEARTBEAT,
+    )
     store = KeyStore(str(out / name / "state" / "keys"))
     for n in nodes:
         store.write(n, {"key": keys[n], "since": 0})
@@ -48,9 +53,14 @@ def _shard(out, name, port, nodes, keys):
 
 def _edgebus(*args):
     """The edgebus command, run to its end; its CompletedProcess (exit 0 asserted)."""
-    r = subprocess.run([sys.executable, "-m", "edgebus.tools.cli"] + list(args), cwd=ROOT,
-                       capture_output=True, text=True, timeout=120,
-                       env=dict(os.environ, PYTHONPATH=ROOT))
+    r = subprocess.run(
+        [sys.executable, "-m", "edgebus.tools.cli"] + list(args),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=ROOT),
+    )
     assert r.returncode == 0, r.stderr
     return r
 
@@ -61,13 +71,20 @@ def _holds(bridge, nodes):
     return all((s or {}).get("state") == "up" for s in st.values()) and st
 
 
-def test_a_device_moved_between_two_shard_bridges_has_each_reading_once_in_the_table(
-        tmp_path):
+def test_a_device_moved_between_two_shard_bridges_has_each_reading_once_in_the_table(tmp_path):
     out = tmp_path / "shard"
     table, ckpt = str(out / "table"), str(out / "ckpt")
-    with Mosquitto() as broker, Fleet(out / "fleet", mqtt=3, broker=("127.0.0.1", broker.port),
-                                      period=PERIOD, health_period=1.0,
-                                      link={"heartbeat": HEARTBEAT}) as fleet:
+    with (
+        Mosquitto() as broker,
+        Fleet(
+            out / "fleet",
+            mqtt=3,
+            broker=("127.0.0.1", broker.port),
+            period=PERIOD,
+            health_period=1.0,
+            link={"heartbeat": HEARTBEAT},
+        ) as fleet,
+    ):
         nodes = [d["node"] for d in fleet.devices]
         keys = {d["node"]: d["key"] for d in fleet.devices}
         stay_a, moved, stay_b = nodes
@@ -78,12 +95,20 @@ def test_a_device_moved_between_two_shard_bridges_has_each_reading_once_in_the_t
             a.start()
             b.start()
             fleet.start()
-            wait_until(lambda: _holds(a, [stay_a, moved]) and _holds(b, [stay_b]), 60,
-                       "the shards did not take their devices")
+            wait_until(
+                lambda: _holds(a, [stay_a, moved]) and _holds(b, [stay_b]),
+                60,
+                "the shards did not take their devices",
+            )
             zero = {n: 0 for n in nodes}
-            wait_until(lambda: past(log_a, [stay_a, moved], zero, ADVANCE)
-                       and past(log_b, [stay_b], zero, ADVANCE), 30,
-                       "no progress on the shards")
+            wait_until(
+                lambda: (
+                    past(log_a, [stay_a, moved], zero, ADVANCE)
+                    and past(log_b, [stay_b], zero, ADVANCE)
+                ),
+                30,
+                "no progress on the shards",
+            )
             # Each shard takes only its own devices' frames.
             assert progress(log_b, [stay_a, moved]) == {stay_a: 0, moved: 0}
             assert progress(log_a, [stay_b]) == {stay_b: 0}
@@ -93,25 +118,33 @@ def test_a_device_moved_between_two_shard_bridges_has_each_reading_once_in_the_t
             with open(a.toml, "w") as f:
                 f.write(good + "\n[mqtt\n")
             a.proc.send_signal(signal.SIGHUP)
-            wait_until(lambda: "running on with the configuration loaded before"
-                       in open(a.logpath).read(), 30,
-                       "no word on the bad configuration")
+            wait_until(
+                lambda: "running on with the configuration loaded before" in open(a.logpath).read(),
+                30,
+                "no word on the bad configuration",
+            )
             with open(a.toml, "w") as f:
                 f.write(good)
             at = progress(log_a, [stay_a, moved])
-            wait_until(lambda: past(log_a, [stay_a, moved], at, 5), 30,
-                       "A stopped after the bad reload")
+            wait_until(
+                lambda: past(log_a, [stay_a, moved], at, 5), 30, "A stopped after the bad reload"
+            )
 
             # The move, in one step, while the device publishes.
             at = progress(log_a, [moved])
             t0 = time.monotonic()
             r = _edgebus("devices", "move", moved, "--from", a.toml, "--to", b.toml)
             assert "released by gw-a (its session ended" in r.stdout and "taken by gw-b" in r.stdout
-            wait_until(lambda: past(log_b, [moved], at, ADVANCE), 30,
-                       lambda: "no progress through B: a %r, b %r"
-                       % (progress(log_a, [moved]), progress(log_b, [moved])))
+            wait_until(
+                lambda: past(log_b, [moved], at, ADVANCE),
+                30,
+                lambda: (
+                    "no progress through B: a %r, b %r"
+                    % (progress(log_a, [moved]), progress(log_b, [moved]))
+                ),
+            )
             moved_s = time.monotonic() - t0
-            assert a.link(moved) is None                   # A holds no link for it
+            assert a.link(moved) is None  # A holds no link for it
             st = _holds(b, [moved])[moved]
             assert st["counters"].get("gaps", 0) == 0, st
             # A reload that finds nothing changed changes nothing.
@@ -121,26 +154,28 @@ def test_a_device_moved_between_two_shard_bridges_has_each_reading_once_in_the_t
             for bridge, n in ((a, stay_a), (b, stay_b)):
                 c = bridge.link(n)["counters"]
                 assert c["sessions"] == 1 and not c.get("session_ends"), (n, c)
-            assert a.stop(30) == 0, open(a.logpath).read()   # SIGTERM seals the logs
+            assert a.stop(30) == 0, open(a.logpath).read()  # SIGTERM seals the logs
             assert b.stop(30) == 0, open(b.logpath).read()
         finally:
             a.close()
             b.close()
 
     print("%s moved: B's log %d numbers past A's within %.1f s" % (moved, ADVANCE, moved_s))
-    for g in GATEWAYS:            # each log alone: clean, no record twice
+    for g in GATEWAYS:  # each log alone: clean, no record twice
         stats = tlog.ReadStats()
-        seen = [(r["peer_node"], r["peer_sid"], r["seq"])
-                for _pos, r in tlog.read_log(logs[g], stats=stats, decode_payload=False)
-                if r["seq"] is not None]
+        seen = [
+            (r["peer_node"], r["peer_sid"], r["seq"])
+            for _pos, r in tlog.read_log(logs[g], stats=stats, decode_payload=False)
+            if r["seq"] is not None
+        ]
         assert stats.clean and len(seen) == len(set(seen)), g
 
     from edgebus.ingest.report import read_table, summarize
+
     spark = make_session()
     try:
         ingest_once(spark, [logs[g] for g in GATEWAYS], table, ckpt)
-        rows = read_table(spark, table).select("peer_node", "peer_sid", "seq",
-                                               "gateway").collect()
+        rows = read_table(spark, table).select("peer_node", "peer_sid", "seq", "gateway").collect()
         summary = summarize(spark, table)
     finally:
         spark.stop()
@@ -148,7 +183,7 @@ def test_a_device_moved_between_two_shard_bridges_has_each_reading_once_in_the_t
     # move resent what A had not acknowledged.
     for n, mine in once_each(rows, summary, nodes).items():
         by_gw = {g: sorted(r["seq"] for r in mine if r["gateway"] == g) for g in GATEWAYS}
-        if n == moved:            # A before the move, B after it
+        if n == moved:  # A before the move, B after it
             assert by_gw["gw-a"] and by_gw["gw-b"] and by_gw["gw-a"][-1] < by_gw["gw-b"][-1]
             assert by_gw["gw-a"][0] == 1 and len(by_gw["gw-b"]) >= ADVANCE
         else:

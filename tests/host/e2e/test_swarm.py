@@ -3,6 +3,7 @@ devices in 2 processes over a real mosquitto into a real bridge process with
 its telemetry log (the benchmark's trial, dev/bench/swarm_bench.py, at a
 size CI affords); and its checker, which must catch a reading the log lost
 after the bridge acknowledged it."""
+
 import json
 import os
 
@@ -12,7 +13,7 @@ from dev.bench.swarm_bench import trial
 from dev.swarm import check
 from edgebus import tlog
 
-pytestmark = pytest.mark.mosquitto      # mosquitto starts inside the trial
+pytestmark = pytest.mark.mosquitto  # mosquitto starts inside the trial
 
 DEVICES = 20
 
@@ -28,7 +29,7 @@ def run(tmp_path_factory):
 def test_every_device_has_a_session_and_the_log_holds_every_acknowledged_reading(run):
     _work, fig = run
     assert fig["ever_up"] == DEVICES and fig["sessions_up_s"] is not None
-    assert fig["sessions"] >= 2 * DEVICES           # one before the outage, one after
+    assert fig["sessions"] >= 2 * DEVICES  # one before the outage, one after
     assert fig["sent"] >= 3 * DEVICES and fig["acked"] == fig["sent"]
     c = fig["check"]
     assert c["logged"] == fig["sent"]

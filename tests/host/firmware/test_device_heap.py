@@ -11,6 +11,7 @@ of objects, sealed sessions' keys and buffers among them, and the link's 32 KB
 spool; the workload needs about 100 KB); the
 firmware itself checks that budget at boot and refuses a config over it.
 """
+
 import json
 import os
 
@@ -46,15 +47,22 @@ def test_runtime_runs_with_its_data_in_the_96k_budget(tree):
 def test_config_over_the_heap_budget_is_refused_at_boot(tree):
     # four 1024-slot export feeds (34 KB on 64-bit) cannot fit the unix board's data budget
     # beside the 32 KB spool
-    r = devheap.run(tree, "400K", seconds=0.5, board=BOARD,
-                    link={"heartbeat": 0.5, "out_queue": 1024,
-                          "exports": [["sensor/#", ""], ["sys/#", ""], ["app/#", ""],
-                                      ["log/#", ""]]})
+    r = devheap.run(
+        tree,
+        "400K",
+        seconds=0.5,
+        board=BOARD,
+        link={
+            "heartbeat": 0.5,
+            "out_queue": 1024,
+            "exports": [["sensor/#", ""], ["sys/#", ""], ["app/#", ""], ["log/#", ""]],
+        },
+    )
     assert r["exit"] == 2, r["output"]
     assert "over the unix board's budget of 106496" in r["output"]
     assert "lower queues.bus, link.out_queue" in r["output"]
     assert "Traceback" not in r["output"]
-    assert r["steps"] == []          # refused before any session
+    assert r["steps"] == []  # refused before any session
 
 
 def test_too_small_a_heap_fails_the_workload(tree):

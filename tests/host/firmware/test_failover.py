@@ -2,6 +2,7 @@
 and, from the .mpy bundle, under the real MicroPython unix port, where the
 firmware runs. The failover itself, end to end with two brokers and two
 bridges: tests/host/e2e/test_e2e_failover.py."""
+
 import os
 import re
 import shutil
@@ -27,8 +28,10 @@ def test_case_on_cpython(name):
 def test_cases_on_micropython(tmp_path):
     out = str(tmp_path)
     mpybuild.compile_tree(ROOT, ["edgebus", "firmware"], out)
-    mpybuild.compile_file(os.path.join(ROOT, "tests", "mpy", "failover_cases.py"),
-                          os.path.join(out, "failover_cases.mpy"))
+    mpybuild.compile_file(
+        os.path.join(ROOT, "tests", "mpy", "failover_cases.py"),
+        os.path.join(out, "failover_cases.mpy"),
+    )
     shutil.copy(os.path.join(ROOT, "tests", "mpy", "run.py"), out)
     r = run_micropython(out, ["run.py", "failover_cases"], heap="96K")
     assert r.returncode == 0, r.stdout + r.stderr
@@ -104,11 +107,11 @@ def test_mqtt_probe_says_alive_only_for_a_retained_online_presence():
         # No bridge ever said anything: no answer within the timeout.
         alive, took = probe()
         assert alive is False and took < 3.0
-        _retain(broker.port, "p/_bridge", b"offline")     # a bridge's last will
+        _retain(broker.port, "p/_bridge", b"offline")  # a bridge's last will
         assert probe()[0] is False
         _retain(broker.port, "p/_bridge", b"online")
         alive, took = probe(5.0)
-        assert alive is True and took < 2.0               # the retained answer, at once
+        assert alive is True and took < 2.0  # the retained answer, at once
         # Another prefix is another gateway: its bridge is not this one.
         assert asyncio.run(uplink_mqtt.probe(ctx, dict(gw, prefix="q"), 0.5)) is False
         # A probe has no presence of its own: nothing of this node is left
@@ -116,4 +119,4 @@ def test_mqtt_probe_says_alive_only_for_a_retained_online_presence():
         assert _retained_under(broker.port, "p/d1") == []
         broker.stop()
         alive, took = probe(5.0)
-        assert alive is False and took < 2.0              # refused at once
+        assert alive is False and took < 2.0  # refused at once

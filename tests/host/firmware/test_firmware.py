@@ -6,6 +6,7 @@ Heap: the device runs with -X heapsize=256K: on the 64-bit unix port the
 modules' code is on the heap (~92 KB; frozen into flash on boards), see
 tests/host/firmware/test_device_heap.py and firmware/README.md "Memory".
 """
+
 import asyncio
 import json
 import os
@@ -33,13 +34,22 @@ def fw_tree(tmp_path_factory):
 
 
 def _config(tmp_path, port, **over):
-    cfg = {"node": NODE, "key": KEY, "board": "unix",
-           "uplink": {"kind": "uart", "port": port, "baud": 115200,
-                      "backoff_min": 0.2, "backoff_max": 2},
-           "link": {"heartbeat": 0.5, "handshake_timeout": 1.0},
-           "queues": {"bus": 8},
-           "services": [{"module": "temp", "period": 0.3}],
-           "health_period": 0.5}
+    cfg = {
+        "node": NODE,
+        "key": KEY,
+        "board": "unix",
+        "uplink": {
+            "kind": "uart",
+            "port": port,
+            "baud": 115200,
+            "backoff_min": 0.2,
+            "backoff_max": 2,
+        },
+        "link": {"heartbeat": 0.5, "handshake_timeout": 1.0},
+        "queues": {"bus": 8},
+        "services": [{"module": "temp", "period": 0.3}],
+        "health_period": 0.5,
+    }
     cfg.update(over)
     p = str(tmp_path / "config.json")
     with open(p, "w") as f:
@@ -50,12 +60,14 @@ def _config(tmp_path, port, **over):
 @pytest.fixture
 def device(fw_tree):
     for start in processes():
+
         def run(cfg_path, runtime="micropython"):
             if runtime == "micropython":
                 cmd, cwd = [mpybuild.micropython(), "-X", "heapsize=" + DEVICE_HEAP], fw_tree
             else:
                 cmd, cwd = [sys.executable, "-u"], ROOT
             return start(cmd + ["-m", "firmware.main", cfg_path], cwd)
+
         yield run
 
 
@@ -68,7 +80,7 @@ def _ep(node, *path):
 
 
 async def _call(bus, c, topic, payload, timeout=5.0):
-    await until(lambda: topic in bus.endpoints(), timeout)     # the proxy is bound
+    await until(lambda: topic in bus.endpoints(), timeout)  # the proxy is bound
     return await c.call(topic, payload, timeout=timeout)
 
 
@@ -94,7 +106,7 @@ def test_device_runtime_over_pty(device, tmp_path):
             assert info["manifest"] is None and info["queues"]["spool"] == 24576
             assert info["impl"].startswith("micropython ") and info["platform"] == "linux"
             assert type(info["uptime"]) is int and info["mem_free"] > 0
-            assert "reset_cause" in info    # None on the unix port: no machine.reset_cause
+            assert "reset_cause" in info  # None on the unix port: no machine.reset_cause
 
             # sys/health, periodic (0.5 s)
             h = [await asyncio.wait_for(health.recv(), 5) for _ in range(3)]
@@ -120,25 +132,33 @@ def test_device_runtime_over_pty(device, tmp_path):
             # sys/config/get over the link (key redacted)
             got = await _call(bus, c, _ep(NODE, "sys", "config", "get"), None)
             assert got["node"] == NODE and got["key"] == "***" and got["health_period"] == 0.5
-            assert await _call(bus, c, _ep(NODE, "sys", "config", "get"), "uplink") \
+            assert (
+                await _call(bus, c, _ep(NODE, "sys", "config", "get"), "uplink")
                 == json.load(open(cfg_path))["uplink"]
+            )
 
             # sys/config/set: valid -> persisted; invalid -> Failed with the reason
-            r = await _call(bus, c, _ep(NODE, "sys", "config", "set"),
-                            {"health_period": 0.4, "link": {"out_queue": 24}})
+            r = await _call(
+                bus,
+                c,
+                _ep(NODE, "sys", "config", "set"),
+                {"health_period": 0.4, "link": {"out_queue": 24}},
+            )
             assert r["saved"] is True and r["restart_needed"] == ["link"]
             on_disk = json.load(open(cfg_path))
             assert on_disk["health_period"] == 0.4 and on_disk["link"]["out_queue"] == 24
             assert on_disk["link"]["heartbeat"] == 0.5 and on_disk["node"] == NODE
-            bad = [({"uplink": {"baud": "fast"}}, "uplink.baud must be int, not str"),
-                   ({"colour": "red"}, "unknown key colour"),
-                   ({"node": "evil"}, "node cannot be changed remotely"),
-                   ({"queues": {"bus": 0}}, "queues.bus must be between 1 and 1024")]
+            bad = [
+                ({"uplink": {"baud": "fast"}}, "uplink.baud must be int, not str"),
+                ({"colour": "red"}, "unknown key colour"),
+                ({"node": "evil"}, "node cannot be changed remotely"),
+                ({"queues": {"bus": 0}}, "queues.bus must be between 1 and 1024"),
+            ]
             for change, why in bad:
                 with pytest.raises(edgebus.Failed) as ei:
                     await _call(bus, c, _ep(NODE, "sys", "config", "set"), change)
                 assert why in str(ei.value.reason), ei.value.reason
-            assert json.load(open(cfg_path)) == on_disk      # failed sets wrote nothing
+            assert json.load(open(cfg_path)) == on_disk  # failed sets wrote nothing
 
             # cut the cable past liveness: the device reconnects by itself,
             # same sid, same generation
@@ -149,7 +169,7 @@ def test_device_runtime_over_pty(device, tmp_path):
             await until(lambda: link.status == "up", 15)
             assert link.peer_sid == sid1 and link.generation == 1
             assert link.counters["sessions"] == 2
-            m = await asyncio.wait_for(temp.recv(), 5)     # data flows again
+            m = await asyncio.wait_for(temp.recv(), 5)  # data flows again
             while m.origin.generation != 1:
                 m = await asyncio.wait_for(temp.recv(), 5)
             return sid1, mem
@@ -207,31 +227,53 @@ def test_cpython_device_smoke(device, tmp_path):
             assert view.get(_ep(NODE, "sys", "info")).payload["impl"].startswith("cpython")
             got = await _call(bus, c, _ep(NODE, "sys", "config", "get"), "node")
             assert got == NODE
+
         asyncio.run(_host(cable, body))
         dev.kill()
 
 
-@pytest.mark.parametrize("cfg,why", [
-    ({"key": "k", "uplink": {"kind": "uart"}}, "missing key node"),
-    ({"node": "d", "uplink": {"kind": "uart", "baud": "fast"}}, "uplink.baud must be int, not str"),
-    ({"node": 5, "uplink": {"kind": "uart"}}, "node must be str, not int"),
-    ({"node": "d", "uplink": {"kind": "carrier-pigeon"}}, "uplink.kind must be one of uart, mqtt"),
-    ({"node": "d", "uplink": {"kind": "uart"}, "colour": 1}, "unknown key colour"),
-    ("{not json", "is not valid JSON"),
-    ({"node": "d", "uplink": {"kind": "uart"}, "services": ["nosuch"]},
-     "service 'nosuch' cannot be loaded"),
-    ({"node": "d", "uplink": {"kind": "mqtt"}}, "uplink.host is required for an mqtt uplink"),
-    ({"node": "d", "uplink": {"kind": "uart"}, "link": {"journal": 5}},
-     "link.journal must be str or null, not int"),
-    ({"node": "d", "uplink": {"kind": "uart"}, "link": {"journal": "../up"}},
-     "link.journal must be a directory name without '..'"),
-    ({"node": "d", "uplink": {"kind": "uart"}, "link": {"journal_bytes": 4096}},
-     "link.journal_bytes must be between 16384"),
-    ({"node": "d", "uplink": {"kind": "uart"}, "network": {"password": "pw"}},
-     "missing key network.ssid"),
-    ({"node": "d", "uplink": {"kind": "uart"}, "network": {"ssid": "lab"}},
-     "network: no network module in this build"),
-])
+@pytest.mark.parametrize(
+    "cfg,why",
+    [
+        ({"key": "k", "uplink": {"kind": "uart"}}, "missing key node"),
+        (
+            {"node": "d", "uplink": {"kind": "uart", "baud": "fast"}},
+            "uplink.baud must be int, not str",
+        ),
+        ({"node": 5, "uplink": {"kind": "uart"}}, "node must be str, not int"),
+        (
+            {"node": "d", "uplink": {"kind": "carrier-pigeon"}},
+            "uplink.kind must be one of uart, mqtt",
+        ),
+        ({"node": "d", "uplink": {"kind": "uart"}, "colour": 1}, "unknown key colour"),
+        ("{not json", "is not valid JSON"),
+        (
+            {"node": "d", "uplink": {"kind": "uart"}, "services": ["nosuch"]},
+            "service 'nosuch' cannot be loaded",
+        ),
+        ({"node": "d", "uplink": {"kind": "mqtt"}}, "uplink.host is required for an mqtt uplink"),
+        (
+            {"node": "d", "uplink": {"kind": "uart"}, "link": {"journal": 5}},
+            "link.journal must be str or null, not int",
+        ),
+        (
+            {"node": "d", "uplink": {"kind": "uart"}, "link": {"journal": "../up"}},
+            "link.journal must be a directory name without '..'",
+        ),
+        (
+            {"node": "d", "uplink": {"kind": "uart"}, "link": {"journal_bytes": 4096}},
+            "link.journal_bytes must be between 16384",
+        ),
+        (
+            {"node": "d", "uplink": {"kind": "uart"}, "network": {"password": "pw"}},
+            "missing key network.ssid",
+        ),
+        (
+            {"node": "d", "uplink": {"kind": "uart"}, "network": {"ssid": "lab"}},
+            "network: no network module in this build",
+        ),
+    ],
+)
 @pytest.mark.parametrize("runtime", ["micropython", "cpython"])
 def test_bad_config_is_a_clear_error(device, tmp_path, cfg, why, runtime):
     p = tmp_path / "config.json"
@@ -253,14 +295,15 @@ def test_uplink_that_cannot_open_backs_off_without_crashing(device, tmp_path):
     and waits longer each time (exponential backoff with jitter)."""
     dev = device(_config(tmp_path, str(tmp_path / "no-such-tty")))
     import time
+
     time.sleep(3.0)
-    assert dev.poll() is None            # still running: no crash loop
+    assert dev.poll() is None  # still running: no crash loop
     dev.kill()
     out = dev.communicate(timeout=5)[0]
     stamps = [float(line[1:10]) for line in out.splitlines() if "uplink uart: open:" in line]
     assert len(stamps) >= 3, out
     gaps = [b - a for a, b in zip(stamps, stamps[1:])]
-    assert gaps[-1] > gaps[0], out        # 0.2 s doubling to 2 s, each 0.5-1x jittered
+    assert gaps[-1] > gaps[0], out  # 0.2 s doubling to 2 s, each 0.5-1x jittered
     assert "READY" in out, out
 
 
@@ -270,14 +313,31 @@ def test_device_runtime_over_mqtt_through_the_bridge_survives_broker_restart(dev
     from dev.broker import Mosquitto
     from edgebus.bridge import config as bridge_config
     from edgebus.bridge.daemon import Bridge
+
     with Mosquitto() as broker:
-        dev = device(_config(tmp_path, None, uplink={
-            "kind": "mqtt", "host": "127.0.0.1", "port": broker.port, "keepalive": 5,
-            "backoff_min": 0.2, "backoff_max": 1}))
+        dev = device(
+            _config(
+                tmp_path,
+                None,
+                uplink={
+                    "kind": "mqtt",
+                    "host": "127.0.0.1",
+                    "port": broker.port,
+                    "keepalive": 5,
+                    "backoff_min": 0.2,
+                    "backoff_max": 1,
+                },
+            )
+        )
         cfg = bridge_config.parse(
-            {"bridge": {"state_dir": str(tmp_path / "state"), "heartbeat": 0.5},
-             "mqtt": {"url": "mqtt://127.0.0.1:%d" % broker.port,
-                      "devices": [{"node": NODE, "key": KEY}]}})
+            {
+                "bridge": {"state_dir": str(tmp_path / "state"), "heartbeat": 0.5},
+                "mqtt": {
+                    "url": "mqtt://127.0.0.1:%d" % broker.port,
+                    "devices": [{"node": NODE, "key": KEY}],
+                },
+            }
+        )
 
         async def main():
             b = Bridge(cfg)
@@ -293,10 +353,11 @@ def test_device_runtime_over_mqtt_through_the_bridge_survives_broker_restart(dev
             await asyncio.sleep(0.5)
             broker.start()
             await until(lambda: link.status == "up" and link.counters["sessions"] > sessions, 20)
-            assert link.generation == 1      # the same device boot
+            assert link.generation == 1  # the same device boot
             assert (await _call(b.bus, c, _ep(NODE, "sys", "config", "get"), "node")) == NODE
             b.stop()
             await t
+
         asyncio.run(main())
         dev.kill()
         out = dev.communicate(timeout=5)[0]
@@ -317,7 +378,7 @@ def test_the_example_key_runs_only_on_the_simulator(device, tmp_path, runtime):
         assert dev.returncode == 2 and "key is the example's 'change-me'" in out, out
     else:
         seen = ""
-        while "READY node=d1" not in seen:       # it starts (EOF would mean it stopped)
+        while "READY node=d1" not in seen:  # it starts (EOF would mean it stopped)
             line = dev.stdout.readline()
             assert line, seen
             seen += line

@@ -1,6 +1,7 @@
 """The flash spool (docs/protocol.md 14) with real parts: a MicroPython device
 process on MQTT through a real mosquitto to the bridge, killed and started
 again during a broker outage with its journal on."""
+
 import asyncio
 import os
 
@@ -10,22 +11,28 @@ from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
 from tests.conftest import ROOT, mpy_script, until
 
-DEVICE_HEAP = "192K"   # core + link + MQTT transport + the journal's 4 KB block
+DEVICE_HEAP = "192K"  # core + link + MQTT transport + the journal's 4 KB block
 
 
 @pytest.fixture
 def flash_device(mpy_tree):
     for start in mpy_script(mpy_tree, os.path.join(ROOT, "tests", "mpy", "flash_device.py")):
         yield lambda port, journal, up_n, down_n: start(
-            ["mqtt:127.0.0.1:%d" % port, "k1", "d1", journal, str(up_n), str(down_n)],
-            DEVICE_HEAP)
+            ["mqtt:127.0.0.1:%d" % port, "k1", "d1", journal, str(up_n), str(down_n)], DEVICE_HEAP
+        )
 
 
 def _bridge_cfg(tmp_path, port):
     return bridge_config.parse(
-        {"bridge": {"node": "gw", "state_dir": str(tmp_path / "state"), "heartbeat": 0.5},
-         "mqtt": {"url": "mqtt://127.0.0.1:%d" % port, "client_id": "bridge-test",
-                  "devices": [{"node": "d1", "key": "k1"}]}})
+        {
+            "bridge": {"node": "gw", "state_dir": str(tmp_path / "state"), "heartbeat": 0.5},
+            "mqtt": {
+                "url": "mqtt://127.0.0.1:%d" % port,
+                "client_id": "bridge-test",
+                "devices": [{"node": "d1", "key": "k1"}],
+            },
+        }
+    )
 
 
 async def _line(proc, prefix):
@@ -49,24 +56,24 @@ def _journaled(d, sid):
         try:
             with open(os.path.join(d, name), "rb") as f:
                 data = f.read()
-        except FileNotFoundError:          # the device deleted it meanwhile
+        except FileNotFoundError:  # the device deleted it meanwhile
             continue
-        if data[:4] != b"EBJ1" or len(data) < 5 or data[5:5 + data[4]] != sid.encode():
+        if data[:4] != b"EBJ1" or len(data) < 5 or data[5 : 5 + data[4]] != sid.encode():
             continue
         i = 5 + data[4]
         while i + 5 <= len(data):
-            k, v = data[i], int.from_bytes(data[i + 1:i + 5], "big")
-            if k == 0x45:                  # E seq len body
-                n = int.from_bytes(data[i + 5:i + 7], "big")
+            k, v = data[i], int.from_bytes(data[i + 1 : i + 5], "big")
+            if k == 0x45:  # E seq len body
+                n = int.from_bytes(data[i + 5 : i + 7], "big")
                 if i + 7 + n > len(data):
                     break
                 top = max(top, v)
                 i += 7 + n
-            elif k == 0x41:                # A upto
+            elif k == 0x41:  # A upto
                 i += 5
-            elif k == 0x43:                # C wall
+            elif k == 0x43:  # C wall
                 i += 9
-            elif k == 0x4F:                # O upto sid
+            elif k == 0x4F:  # O upto sid
                 i += 6 + data[i + 5]
             else:
                 break
@@ -74,7 +81,8 @@ def _journaled(d, sid):
 
 
 def test_device_rebooted_during_outage_delivers_earlier_boot_late_under_its_sid(
-        tmp_path, broker, flash_device):
+    tmp_path, broker, flash_device
+):
     journal = str(tmp_path / "spool")
     up_n, down_n, n2 = 10, 20, 15
 
@@ -86,19 +94,19 @@ def test_device_rebooted_during_outage_delivers_earlier_boot_late_under_its_sid(
         dev1 = flash_device(broker.port, journal, up_n, down_n)
         sid1 = await _line(dev1, "SID")
         await until(lambda: link.counters.get("imported", 0) >= up_n, 20)
-        broker.stop()                             # the outage
+        broker.stop()  # the outage
         last1 = int(await _line(dev1, "DONE"))
         assert last1 == up_n + down_n
         # Every reading of boot 1 the host has not acknowledged is on flash:
         # the journal is written while there is no session.
         await until(lambda: _journaled(journal, sid1) == last1, 10)
-        dev1.kill()                               # the reboot, mid-outage
+        dev1.kill()  # the reboot, mid-outage
         dev1.wait()
         dev2 = flash_device(broker.port, journal, 0, n2)
         sid2 = await _line(dev2, "SID")
         last2 = int(await _line(dev2, "DONE"))
         assert sid2 != sid1 and last2 == n2
-        broker.start()                            # the outage ends
+        broker.start()  # the outage ends
         got = {sid1: [], sid2: []}
         while len(got[sid1]) < last1 or len(got[sid2]) < last2:
             m = await asyncio.wait_for(sub.recv(), 30)
@@ -112,7 +120,7 @@ def test_device_rebooted_during_outage_delivers_earlier_boot_late_under_its_sid(
         assert [m.payload for m in two] == list(range(last2))
         for m in one:
             assert m.origin.generation == 1 and m.origin.link_id == "mqtt:d1"
-            if m.payload >= up_n:                 # published in the outage, delivered later
+            if m.payload >= up_n:  # published in the outage, delivered later
                 assert m.origin.extra["late"] is True and m.origin.extra["ts"] > 1.5e9
         for m in two:
             assert m.origin.generation == 2 and m.origin.extra["late"] is True
@@ -123,4 +131,5 @@ def test_device_rebooted_during_outage_delivers_earlier_boot_late_under_its_sid(
         b.stop()
         await task
         dev2.kill()
+
     asyncio.run(main())

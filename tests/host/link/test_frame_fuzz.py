@@ -4,6 +4,7 @@ The streaming FrameReader is checked against a deliberately naive reference
 (byte-at-a-time COBS, binascii.crc_hqx for the CRC) on corrupted and on
 arbitrary streams fed in arbitrary chunks.
 """
+
 import binascii
 
 import pytest
@@ -16,6 +17,7 @@ ERRORS = ("crc_errors", "cobs_errors", "oversize")
 
 
 # -- reference -----------------------------------------------------------------
+
 
 def ref_cobs(data):
     """Canonical COBS, a byte at a time: no 0x01 code after a final full
@@ -51,7 +53,7 @@ def ref_unstuff(seg):
         i += 1
         if code == 0 or i + code - 1 > len(seg):
             return None
-        out += seg[i:i + code - 1]
+        out += seg[i : i + code - 1]
         i += code - 1
         if code != 0xFF and i < len(seg):
             out.append(0)
@@ -73,7 +75,7 @@ def ref_body(seg, max_len):
 def ref_read(stream, max_len):
     """(bodies, non-empty complete segments, empty segments, tail length)."""
     segs = stream.split(DELIM)
-    tail = segs.pop()                  # not terminated yet
+    tail = segs.pop()  # not terminated yet
     bodies = [b for b in (ref_body(s, max_len) for s in segs) if b is not None]
     full = [s for s in segs if s]
     return bodies, full, len(segs) - len(full), len(tail)
@@ -86,7 +88,7 @@ def feed_chunked(r, stream, sizes):
     while i < len(stream):
         n = sizes[k % len(sizes)]
         k += 1
-        got.extend(r.feed(stream[i:i + n]))
+        got.extend(r.feed(stream[i : i + n]))
         assert r.pending <= max_encoded_len(r.max_len)
         i += n
     return got
@@ -106,9 +108,11 @@ def check_against_reference(r, stream, got):
     # Every byte but the delimiters is delivered, dropped or still held.
     delivered = sum(len(s) for s in full if ref_body(s, r.max_len) is not None)
     assert delivered + r.garbage_bytes + r.pending == len(stream) - stream.count(0)
-    assert len(r._buf) == max_encoded_len(r.max_len)   # never reallocated
-    assert r.stats() == {k: getattr(r, k) for k in (
-        "frames", "crc_errors", "cobs_errors", "oversize", "garbage_bytes", "empty")}
+    assert len(r._buf) == max_encoded_len(r.max_len)  # never reallocated
+    assert r.stats() == {
+        k: getattr(r, k)
+        for k in ("frames", "crc_errors", "cobs_errors", "oversize", "garbage_bytes", "empty")
+    }
 
 
 # -- strategies ----------------------------------------------------------------
@@ -133,11 +137,12 @@ def payloads(draw, max_size):
 
 # -- properties ----------------------------------------------------------------
 
+
 @settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=300), st.integers(0, 0xFFFF))
 def test_crc_matches_binascii(data, start):
     want = binascii.crc_hqx(data, start)
-    assert crc16_py(data, start) == want        # the MicroPython path
+    assert crc16_py(data, start) == want  # the MicroPython path
     assert crc16(data, start) == want
 
 
@@ -169,9 +174,9 @@ def corrupted_streams(draw):
         if not wire:
             break
         i = draw(st.integers(0, len(wire) - 1))
-        if op == "truncate":           # cut short, delimiter included
+        if op == "truncate":  # cut short, delimiter included
             if wire[i]:
-                wire[i] = wire[i][:draw(st.integers(0, len(wire[i]) - 1))]
+                wire[i] = wire[i][: draw(st.integers(0, len(wire[i]) - 1))]
         elif op == "dup":
             wire.insert(i, wire[i])
         elif op == "garbage":
@@ -183,7 +188,7 @@ def corrupted_streams(draw):
         else:
             del wire[i]
     stream = bytearray(DELIM + b"".join(wire))
-    for _ in range(draw(st.integers(0, 4))):    # bit flips
+    for _ in range(draw(st.integers(0, 4))):  # bit flips
         if len(stream) > 1:
             p = draw(st.integers(1, len(stream) - 1))
             stream[p] ^= 1 << draw(st.integers(0, 7))
@@ -218,9 +223,11 @@ def test_corruption_never_yields_a_body_not_sent(case, sizes):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.one_of(st.binary(max_size=4000),
-                 st.lists(BYTE, max_size=3000).map(bytes)),
-       CHUNKS, st.sampled_from([0, 1, 16, 64, 300, 1024]))
+@given(
+    st.one_of(st.binary(max_size=4000), st.lists(BYTE, max_size=3000).map(bytes)),
+    CHUNKS,
+    st.sampled_from([0, 1, 16, 64, 300, 1024]),
+)
 def test_arbitrary_streams_never_raise_and_stay_bounded(stream, sizes, max_len):
     r = FrameReader(max_len)
     got = feed_chunked(r, stream, sizes)

@@ -1,5 +1,6 @@
 """Property tests of the link session (CPython, Hypothesis): docs/protocol.md
 sections 1-3 (bad input is counted, never delivered) and 9 (state re-sync)."""
+
 import asyncio
 
 import pytest
@@ -10,8 +11,7 @@ import edgebus
 from edgebus.link.link import Link
 from tests.portable.linkkit import Joined, synced, until
 
-SETTINGS = settings(max_examples=60, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
 @SETTINGS
@@ -20,7 +20,7 @@ def test_arbitrary_bodies_never_raise_and_are_counted(bodies):
     host = edgebus.Bus()
     hl = Link(host, "host", key=b"k", role="responder", imports=[("#", "dev")])
     for b in bodies:
-        hl.feed(b)                       # never raises
+        hl.feed(b)  # never raises
     c = hl.counters
     # nothing imported without a session; every body is accounted for
     assert host.stats()["retained"] == 0
@@ -35,7 +35,7 @@ def _damage(data, op, rng):
         b[i] ^= 1 << rng.randrange(8)
         return bytes(b)
     if op == "cut" and len(data) > 1:
-        return data[:rng.randrange(1, len(data))]
+        return data[: rng.randrange(1, len(data))]
     if op == "dup":
         return data + data
     if op == "garbage":
@@ -45,8 +45,12 @@ def _damage(data, op, rng):
 
 @pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.sampled_from(["ok", "flip", "cut", "dup", "garbage", "hold"]),
-                min_size=5, max_size=40), st.randoms(use_true_random=False))
+@given(
+    st.lists(
+        st.sampled_from(["ok", "flip", "cut", "dup", "garbage", "hold"]), min_size=5, max_size=40
+    ),
+    st.randoms(use_true_random=False),
+)
 def test_damaged_line_never_delivers_corrupted_messages(ops, rng):
     async def main():
         j = Joined()
@@ -58,13 +62,14 @@ def test_damaged_line_never_delivers_corrupted_messages(ops, rng):
 
         def line(data):
             op = next(it, "ok")
-            if op == "hold":             # reordering: this write goes out after the next
+            if op == "hold":  # reordering: this write goes out after the next
                 held.append(data)
                 return b""
             out = _damage(data, op, rng)
             while held:
                 out += held.pop()
             return out
+
         j.ta.writer.filter = line
         c = j.dev.connect()
         sent = {}
@@ -87,13 +92,14 @@ def test_damaged_line_never_delivers_corrupted_messages(ops, rng):
                 break
             got.append(m)
         seqs = [m.origin.extra["seq"] for m in got]
-        for m in got:                    # every delivered message is exactly one that was sent
+        for m in got:  # every delivered message is exactly one that was sent
             assert m.payload == sent[m.payload["i"]]
-        assert len(set(seqs)) == len(seqs)          # duplicates never delivered twice
-        assert seqs == sorted(seqs)                 # never delivered out of order
+        assert len(set(seqs)) == len(seqs)  # duplicates never delivered twice
+        assert seqs == sorted(seqs)  # never delivered out of order
         lost = len(ops) - len(got)
         assert j.hl.counters.get("gaps", 0) == lost  # every loss counted, nothing else
         await j.stop()
+
     asyncio.run(main())
 
 
@@ -127,7 +133,7 @@ def test_host_view_converges_to_device_exported_state(actions):
             elif op == "reconnect" and not running:
                 j.start()
                 running = True
-            elif op == "restart":        # the device reboots: new bus, new sid, empty state
+            elif op == "restart":  # the device reboots: new bus, new sid, empty state
                 if running:
                     await j.stop()
                 j = Joined(host_link=j.hl)
@@ -137,11 +143,15 @@ def test_host_view_converges_to_device_exported_state(actions):
         if not running:
             j.start()
         syncs = j.hl.counters.get("syncs", 0)
-        want = sorted(("dev/dev1/" + "/".join(m.topic), m.payload)
-                      for m in j.dev.connect().retained_view("sensor/#").snapshot())
+        want = sorted(
+            ("dev/dev1/" + "/".join(m.topic), m.payload)
+            for m in j.dev.connect().retained_view("sensor/#").snapshot()
+        )
 
         def have():
             return sorted(("/".join(m.topic), m.payload) for m in host_view.snapshot())
+
         await until(lambda: synced(j) and have() == want, timeout=5)
         await j.stop()
+
     asyncio.run(main())

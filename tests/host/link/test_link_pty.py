@@ -1,6 +1,7 @@
 """The link across runtimes and a real serial line: the device side runs under
 the real micropython binary on one end of a pty pair, the host side under
 CPython with pyserial-asyncio on the other end (tools/ptycable.py joins them)."""
+
 import asyncio
 
 import pytest
@@ -9,7 +10,7 @@ from edgebus.tools.ptycable import PtyCable
 from tests.conftest import until
 from tests.host import devicekit
 
-DEVICE_HEAP = "192K"   # core + link (sealed) on the 64-bit unix port, plus the script
+DEVICE_HEAP = "192K"  # core + link (sealed) on the 64-bit unix port, plus the script
 
 
 @pytest.fixture
@@ -34,6 +35,7 @@ def test_micropython_device_to_cpython_host_over_pty(device):
             async def add():
                 async for req in ep:
                     req.reply(sum(req.payload))
+
             asyncio.create_task(add())
             view = c.retained_view("dev/#")
             await until(lambda: link.status == "up")
@@ -45,9 +47,13 @@ def test_micropython_device_to_cpython_host_over_pty(device):
             assert node == "dev-micropython"
             assert [m.payload for m in got] == list(range(count))
             seqs = [m.origin.extra["seq"] for m in got]
-            assert seqs == list(range(seqs[0], seqs[0] + count))       # no gap, no duplicate
-            assert all(m.origin.kind == "link" and m.origin.peer_sid == link.peer_sid
-                       and m.origin.generation == 1 for m in got)
+            assert seqs == list(range(seqs[0], seqs[0] + count))  # no gap, no duplicate
+            assert all(
+                m.origin.kind == "link"
+                and m.origin.peer_sid == link.peer_sid
+                and m.origin.generation == 1
+                for m in got
+            )
             info = view.get(("dev", node, "sys", "info"))
             assert info.payload == {"fw": "test", "impl": "micropython"}
             # host -> device call through the proxy endpoint
@@ -74,7 +80,7 @@ def test_wrong_key_over_pty_gives_no_session(device):
             await until(lambda: link.counters.get("auth_failures", 0) >= 1)
             await asyncio.sleep(0.3)
             assert link.status != "up"
-            assert bus.stats()["retained"] == 1     # only the link status: nothing imported
+            assert bus.stats()["retained"] == 1  # only the link status: nothing imported
             return link.last_error
 
         err = asyncio.run(_host(cable, b"k1", body))

@@ -2,6 +2,7 @@
 device side runs edgebus.link.mqtt under the real micropython binary, the
 bridge side paho-mqtt on the event loop (bridge/mqtt_conn.py) for the frames
 and aiomqtt for the mirror."""
+
 import asyncio
 import json
 import logging
@@ -20,20 +21,28 @@ from edgebus.bridge.daemon import Bridge
 from edgebus.link import frame, seal
 from tests.conftest import until
 
-DEVICE_HEAP = "192K"   # core + link + MQTT transport on the 64-bit unix port
+DEVICE_HEAP = "192K"  # core + link + MQTT transport on the 64-bit unix port
 
 
 @pytest.fixture
 def device(link_device):
     return lambda port, key, count, node="d1": link_device(
-        "mqtt:127.0.0.1:%d" % port, key, count, node, heap=DEVICE_HEAP)
+        "mqtt:127.0.0.1:%d" % port, key, count, node, heap=DEVICE_HEAP
+    )
 
 
 def _bridge_cfg(tmp_path, port, mirror=()):
     return bridge_config.parse(
-        {"bridge": {"node": "gw", "state_dir": str(tmp_path / "state"), "heartbeat": 0.5},
-         "mqtt": {"url": "mqtt://127.0.0.1:%d" % port, "client_id": "bridge-test",
-                  "devices": [{"node": "d1", "key": "k1"}], "mirror": list(mirror)}})
+        {
+            "bridge": {"node": "gw", "state_dir": str(tmp_path / "state"), "heartbeat": 0.5},
+            "mqtt": {
+                "url": "mqtt://127.0.0.1:%d" % port,
+                "client_id": "bridge-test",
+                "devices": [{"node": "d1", "key": "k1"}],
+                "mirror": list(mirror),
+            },
+        }
+    )
 
 
 def test_device_over_mqtt_with_provenance_calls_and_presence(tmp_path, broker, device):
@@ -63,6 +72,7 @@ def test_device_over_mqtt_with_provenance_calls_and_presence(tmp_path, broker, d
         assert link.counters.get("presence_offline", 0) >= 1
         b.stop()
         await task
+
     asyncio.run(main())
 
 
@@ -76,7 +86,7 @@ def test_broker_restart_mid_stream_no_duplicates_losses_are_gaps(tmp_path, broke
         dev = device(broker.port, "k1", count)
         link = b.links["mqtt:d1"]
         await until(lambda: link.counters.get("imported", 0) >= 60, 15)
-        broker.stop()                 # a crash: no goodbye to anyone
+        broker.stop()  # a crash: no goodbye to anyone
         await asyncio.sleep(0.7)
         broker.start()
         got = []
@@ -86,16 +96,17 @@ def test_broker_restart_mid_stream_no_duplicates_losses_are_gaps(tmp_path, broke
             if m.payload == count - 1:
                 break
         payloads = [m.payload for m in got]
-        assert len(set(payloads)) == len(payloads)            # no duplicate
-        assert payloads == sorted(payloads)                   # in order
+        assert len(set(payloads)) == len(payloads)  # no duplicate
+        assert payloads == sorted(payloads)  # in order
         seqs = [m.origin.extra["seq"] for m in got]
-        assert len(got) + link.counters.get("gaps", 0) == count   # every loss is a counted gap
-        assert link.counters.get("gaps", 0) > 0               # the outage did lose some
-        assert link.generation == 1 and b.mqtt.connects >= 2   # same device boot, reconnected
+        assert len(got) + link.counters.get("gaps", 0) == count  # every loss is a counted gap
+        assert link.counters.get("gaps", 0) > 0  # the outage did lose some
+        assert link.generation == 1 and b.mqtt.connects >= 2  # same device boot, reconnected
         assert seqs == sorted(seqs)
         b.stop()
         await task
         dev.kill()
+
     asyncio.run(main())
 
 
@@ -107,8 +118,9 @@ def test_native_mirror_for_plain_mqtt_clients(tmp_path, broker, device):
         await until(lambda: b.links["mqtt:d1"].status == "up", 15)
         await asyncio.sleep(0.5)
         # Any MQTT client, subscribing late, gets the retained fact as JSON.
-        async with aiomqtt.Client("127.0.0.1", broker.port, identifier="reader",
-                                  protocol=aiomqtt.ProtocolVersion.V5) as cl:
+        async with aiomqtt.Client(
+            "127.0.0.1", broker.port, identifier="reader", protocol=aiomqtt.ProtocolVersion.V5
+        ) as cl:
             await cl.subscribe("dev/d1/sys/info")
             m = await asyncio.wait_for(anext(aiter(cl.messages)), 5)
             assert m.retain and json.loads(m.payload) == {"fw": "test", "impl": "micropython"}
@@ -118,6 +130,7 @@ def test_native_mirror_for_plain_mqtt_clients(tmp_path, broker, device):
         b.stop()
         await task
         dev.kill()
+
     asyncio.run(main())
 
 
@@ -142,16 +155,25 @@ def test_reading_pauses_under_backpressure_and_nothing_is_lost(broker, monkeypat
 
     async def main():
         box = {}
-        conn = await mqtt_conn.connect("127.0.0.1", broker.port, "bp-test",
-                                       lambda topic, payload: box["t"].deliver(payload),
-                                       ("edgebus/d1/up",))
-        assert not conn.reading          # paused until there is a transport
+        conn = await mqtt_conn.connect(
+            "127.0.0.1",
+            broker.port,
+            "bp-test",
+            lambda topic, payload: box["t"].deliver(payload),
+            ("edgebus/d1/up",),
+        )
+        assert not conn.reading  # paused until there is a transport
         full = set()
         t = box["t"] = mqtt_transport.DeviceTransport(conn, "edgebus/d1/down", 256, full)
         conn.resume_reading()
         done = threading.Event()
-        pub = asyncio.get_running_loop().run_in_executor(None, lambda: (_publish_all(
-            broker.port, "edgebus/d1/up", [frame.encode(b, 256) for b in bodies]), done.set()))
+        pub = asyncio.get_running_loop().run_in_executor(
+            None,
+            lambda: (
+                _publish_all(broker.port, "edgebus/d1/up", [frame.encode(b, 256) for b in bodies]),
+                done.set(),
+            ),
+        )
         # Nobody takes the frames: the connection stops reading at HIGH and
         # stays stopped while the rest waits in the broker and TCP buffers.
         await until(lambda: not conn.reading, 10)
@@ -163,15 +185,16 @@ def test_reading_pauses_under_backpressure_and_nothing_is_lost(broker, monkeypat
             got += await asyncio.wait_for(t.recv(), 10)
         await pub
         assert done.is_set()
-        assert got == bodies                       # all of them, in order
+        assert got == bodies  # all of them, in order
         assert t.frames.oversize == 0 and t.frames.crc_errors == 0
         assert conn.reading and not full
         conn.close()
         assert conn.closed.done() and conn.closed.result() is None
+
     asyncio.run(main())
 
 
-@pytest.mark.mosquitto   # its own broker, with a password file
+@pytest.mark.mosquitto  # its own broker, with a password file
 def test_refused_credentials_are_logged_and_retried_then_accepted(tmp_path, caplog):
     b = Mosquitto()
     # Readable by mosquitto once it drops root for its own user.
@@ -185,13 +208,20 @@ def test_refused_credentials_are_logged_and_retried_then_accepted(tmp_path, capl
         f.write(conf + "password_file %s\n" % pwfile)
     b.start()
     try:
+
         def cfg(password):
             return bridge_config.parse(
-                {"bridge": {"node": "gw", "state_dir": str(tmp_path / "state")},
-                 "mqtt": {"url": "mqtt://127.0.0.1:%d" % b.port,
-                          "client_id": "bridge-auth", "username": "bridge",
-                          "password": password,
-                          "devices": [{"node": "d1", "key": "k1"}]}})
+                {
+                    "bridge": {"node": "gw", "state_dir": str(tmp_path / "state")},
+                    "mqtt": {
+                        "url": "mqtt://127.0.0.1:%d" % b.port,
+                        "client_id": "bridge-auth",
+                        "username": "bridge",
+                        "password": password,
+                        "devices": [{"node": "d1", "key": "k1"}],
+                    },
+                }
+            )
 
         async def run(password, cond):
             br = Bridge(cfg(password))
@@ -204,30 +234,41 @@ def test_refused_credentials_are_logged_and_retried_then_accepted(tmp_path, capl
             return br
 
         caplog.set_level(logging.WARNING, "edgebus.bridge")
-        refused = lambda: [r for r in caplog.records
-                           if "refused the connection" in r.getMessage()]
+        refused = lambda: [r for r in caplog.records if "refused the connection" in r.getMessage()]
         br = asyncio.run(run("wrong", lambda br: len(refused()) >= 2))
         assert br.mqtt.connects == 0 and not br.mqtt.connected
-        assert "Not authorized" in refused()[0].getMessage() \
+        assert (
+            "Not authorized" in refused()[0].getMessage()
             or "Bad user name or password" in refused()[0].getMessage()
+        )
         br = asyncio.run(run("right", lambda br: br.mqtt.connected))
         assert br.mqtt.connects == 1
     finally:
         b.close()
 
 
-def test_a_device_provisioned_into_the_keystore_links_without_a_restart(tmp_path, broker,
-                                                                        device):
+def test_a_device_provisioned_into_the_keystore_links_without_a_restart(tmp_path, broker, device):
     """[mqtt] keystore = true: a device the configuration does not list links
     from its first frame once `edgebus keys new` put its key in the keystore,
     the bridge running all along; one without a key file never does."""
     from edgebus.bridge.keystore import KeyStore
+
     keys = tmp_path / "keys"
     cfg = bridge_config.parse(
-        {"bridge": {"node": "gw", "state_dir": str(tmp_path / "state"), "heartbeat": 0.5,
-                    "keys": str(keys)},
-         "mqtt": {"url": "mqtt://127.0.0.1:%d" % broker.port, "client_id": "bridge-ks",
-                  "keystore": True}})
+        {
+            "bridge": {
+                "node": "gw",
+                "state_dir": str(tmp_path / "state"),
+                "heartbeat": 0.5,
+                "keys": str(keys),
+            },
+            "mqtt": {
+                "url": "mqtt://127.0.0.1:%d" % broker.port,
+                "client_id": "bridge-ks",
+                "keystore": True,
+            },
+        }
+    )
 
     async def main():
         b = Bridge(cfg)
@@ -235,9 +276,9 @@ def test_a_device_provisioned_into_the_keystore_links_without_a_restart(tmp_path
         sub = b.bus.connect().subscribe("dev/+/sensor/count", queue_len=64)
         await until(lambda: b.mqtt.connected, 10)
         stranger = device(broker.port, "k-stranger", 5, node="stranger")
-        await until(lambda: b.mqtt.unknown >= 1, 15)       # its HELLO, refused
+        await until(lambda: b.mqtt.unknown >= 1, 15)  # its HELLO, refused
         assert "mqtt:stranger" not in b.links
-        KeyStore(str(keys)).write("late1", {"key": "k-late", "since": 0})   # as keys new does
+        KeyStore(str(keys)).write("late1", {"key": "k-late", "since": 0})  # as keys new does
         dev = device(broker.port, "k-late", 5, node="late1")
         got = [await asyncio.wait_for(sub.recv(), 20) for _ in range(5)]
         assert {m.topic[1] for m in got} == {"late1"} and [m.payload for m in got] == list(range(5))
@@ -246,6 +287,7 @@ def test_a_device_provisioned_into_the_keystore_links_without_a_restart(tmp_path
         dev.kill()
         b.stop()
         await task
+
     asyncio.run(main())
 
 
@@ -257,21 +299,32 @@ def test_the_bridge_reports_messages_the_broker_dropped(tmp_path, caplog):
     import socket
 
     from edgebus.tools.status import render
+
     caplog.set_level("WARNING", "edgebus.bridge")
     with Mosquitto(options=["max_queued_messages 5", "sys_interval 1"]) as broker:
         # A subscriber that never reads: its socket fills, then the broker drops.
         sink = socket.create_connection(("127.0.0.1", broker.port))
         sink.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
         cid = b"slow-sink"
-        sink.sendall(b"\x10" + bytes([12 + len(cid)]) + b"\x00\x04MQTT\x04\x02\x00\x3c"
-                     + len(cid).to_bytes(2, "big") + cid)          # CONNECT, clean session
-        assert sink.recv(4)[:2] == b"\x20\x02"                      # CONNACK
-        sink.sendall(b"\x82\x08\x00\x01\x00\x03s/x\x00")           # SUBSCRIBE s/x QoS 0
-        assert sink.recv(5)[:1] == b"\x90"                          # SUBACK
-        cfg = bridge_config.parse({"bridge": {"state_dir": str(tmp_path / "state"),
-                                              "socket": str(tmp_path / "b.sock")},
-                                   "mqtt": {"url": "mqtt://127.0.0.1:%d" % broker.port,
-                                            "devices": []}})
+        sink.sendall(
+            b"\x10"
+            + bytes([12 + len(cid)])
+            + b"\x00\x04MQTT\x04\x02\x00\x3c"
+            + len(cid).to_bytes(2, "big")
+            + cid
+        )  # CONNECT, clean session
+        assert sink.recv(4)[:2] == b"\x20\x02"  # CONNACK
+        sink.sendall(b"\x82\x08\x00\x01\x00\x03s/x\x00")  # SUBSCRIBE s/x QoS 0
+        assert sink.recv(5)[:1] == b"\x90"  # SUBACK
+        cfg = bridge_config.parse(
+            {
+                "bridge": {
+                    "state_dir": str(tmp_path / "state"),
+                    "socket": str(tmp_path / "b.sock"),
+                },
+                "mqtt": {"url": "mqtt://127.0.0.1:%d" % broker.port, "devices": []},
+            }
+        )
 
         async def main():
             b = Bridge(cfg)
@@ -292,6 +345,7 @@ def test_the_bridge_reports_messages_the_broker_dropped(tmp_path, caplog):
             finally:
                 b.stop()
                 await task
+
         st = asyncio.run(main())
         sink.close()
     assert st["mqtt"]["broker_dropped"] > 0

@@ -3,6 +3,7 @@ real mosquitto and a real-micropython device: it subscribes to its own
 devices' topics only, and a reload (bridge/devices/reload, as SIGHUP and
 `edgebus devices reload` ask) links new devices, releases removed ones, and
 changes nothing when the configuration does not load."""
+
 import asyncio
 import logging
 
@@ -20,10 +21,12 @@ DEVICE_HEAP = "192K"
 
 
 def _toml(port, keys, devices):
-    return ('[bridge]\nnode = "gw-a"\nstate_dir = "state"\nkeys = "%s"\nheartbeat = 0.5\n'
-            '[mqtt]\nurl = "mqtt://127.0.0.1:%d"\nshard = true\nkeystore = true\n'
-            'devices = [%s]\n' % (keys, port, ", ".join(
-                '{node = "%s", key = "%s"}' % d for d in devices)))
+    return (
+        '[bridge]\nnode = "gw-a"\nstate_dir = "state"\nkeys = "%s"\nheartbeat = 0.5\n'
+        '[mqtt]\nurl = "mqtt://127.0.0.1:%d"\nshard = true\nkeystore = true\n'
+        "devices = [%s]\n"
+        % (keys, port, ", ".join('{node = "%s", key = "%s"}' % d for d in devices))
+    )
 
 
 def _publish(port, topic, payload):
@@ -36,12 +39,13 @@ def _publish(port, topic, payload):
 
 
 def test_a_shard_takes_only_its_devices_and_reloads_them_without_a_restart(
-        tmp_path, broker, link_device, caplog):
+    tmp_path, broker, link_device, caplog
+):
     keys = tmp_path / "keys"
     path = tmp_path / "bridge.toml"
     path.write_text(_toml(broker.port, keys, [("d1", "k1")]))
     cfg = bridge_config.load(str(path))
-    assert cfg.mqtt.client_id == "edgebus-bridge-gw-a"    # shards' ids differ by default
+    assert cfg.mqtt.client_id == "edgebus-bridge-gw-a"  # shards' ids differ by default
     caplog.set_level(logging.INFO, "edgebus.bridge")
 
     async def main():
@@ -60,8 +64,7 @@ def test_a_shard_takes_only_its_devices_and_reloads_them_without_a_restart(
             await until(lambda: b.links["mqtt:d1"].counters.get("presence_offline"), 10)
             assert b.mqtt.unknown == 0
 
-            dev = link_device("mqtt:127.0.0.1:%d" % broker.port, "k1", 5, "d1",
-                              heap=DEVICE_HEAP)
+            dev = link_device("mqtt:127.0.0.1:%d" % broker.port, "k1", 5, "d1", heap=DEVICE_HEAP)
             await until(lambda: b.links["mqtt:d1"].status == "up", 20)
             sessions = b.links["mqtt:d1"].counters["sessions"]
 
@@ -83,8 +86,12 @@ def test_a_shard_takes_only_its_devices_and_reloads_them_without_a_restart(
             assert r == {"added": ["d2"], "removed": [], "changed": [], "devices": 2}
             assert "mqtt:d2" in b.links
             assert sorted(b.mqtt.subscriptions()) == [
-                "edgebus/d1/state", "edgebus/d1/up", "edgebus/d2/state", "edgebus/d2/up"]
-            assert b.mqtt.stats()["subscriptions"] == 4          # on the broker too
+                "edgebus/d1/state",
+                "edgebus/d1/up",
+                "edgebus/d2/state",
+                "edgebus/d2/up",
+            ]
+            assert b.mqtt.stats()["subscriptions"] == 4  # on the broker too
             # Its key can be rotated like a listed device's (it has no session yet).
             with pytest.raises(edgebus.Failed) as e:
                 await c.call("bridge/keys/rotate", {"node": "d2"}, timeout=10)
@@ -109,4 +116,5 @@ def test_a_shard_takes_only_its_devices_and_reloads_them_without_a_restart(
         finally:
             b.stop()
             await task
+
     asyncio.run(main())

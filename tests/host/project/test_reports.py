@@ -3,6 +3,7 @@
 BENCHMARKS.md and RELIABILITY.md are rendered from stored results through the
 templates in dev/bench/templates and dev/soak_templates, so the words are checked
 where they are written; the repository has no issue tracker, so no issue numbers."""
+
 import glob
 import json
 import os
@@ -12,13 +13,29 @@ from dev import soak
 from dev.bench import report
 from tests.conftest import ROOT
 
-DOCS = ["BENCHMARKS.md", "RELIABILITY.md", "README.md", "ARCHITECTURE.md", "*/README.md",
-        "docs/*.md", "dev/bench/templates/*.md", "dev/soak_templates/*"]
+DOCS = [
+    "BENCHMARKS.md",
+    "RELIABILITY.md",
+    "README.md",
+    "ARCHITECTURE.md",
+    "*/README.md",
+    "docs/*.md",
+    "dev/bench/templates/*.md",
+    "dev/soak_templates/*",
+]
 CODE = ("edgebus", "firmware", "boards", "bridge", "tlog", "ingest", "tools", "dev", "tests")
 ISSUE = r"\bissues? #?\d+"
-HISTORY = [ISSUE, r"(?<!\bis )(?<!\bare )(?<!\bbe )(?<!\bbeen )\bused to\b",
-           r"\b(before|after|since) the (fix|change)\b", r"\bwas fixed\b", r"\bbefore issue\b",
-           r"\bthe old behaviou?r\b", r"\brefreshed since\b", r'"Was"', r"\(before\)"]
+HISTORY = [
+    ISSUE,
+    r"(?<!\bis )(?<!\bare )(?<!\bbe )(?<!\bbeen )\bused to\b",
+    r"\b(before|after|since) the (fix|change)\b",
+    r"\bwas fixed\b",
+    r"\bbefore issue\b",
+    r"\bthe old behaviou?r\b",
+    r"\brefreshed since\b",
+    r'"Was"',
+    r"\(before\)",
+]
 
 
 def _found(patterns, paths):
@@ -39,9 +56,12 @@ def _docs(root=ROOT):
 
 def _code(root=ROOT):
     me = os.path.abspath(__file__)
-    return sorted(p for top in CODE for p in glob.glob(os.path.join(root, top, "**", "*.py"),
-                                                       recursive=True)
-                  if os.path.abspath(p) != me)
+    return sorted(
+        p
+        for top in CODE
+        for p in glob.glob(os.path.join(root, top, "**", "*.py"), recursive=True)
+        if os.path.abspath(p) != me
+    )
 
 
 def test_the_docs_and_reports_do_not_narrate_history():
@@ -59,10 +79,13 @@ def test_the_checks_catch_a_planted_phrase(tmp_path):
     os.makedirs(tmp_path / "bridge")
     (tmp_path / "docs" / "x.md").write_text(
         "The receiver sends one ACK per batch.\nThe receiver used to send one per frame.\n"
-        "Before the fix it sent two.\nA tool is used to flash boards.\n")
+        "Before the fix it sent two.\nA tool is used to flash boards.\n"
+    )
     (tmp_path / "bridge" / "x.py").write_text('"""The stop at fleet size (issue %s)."""\n' % 25)
     assert [x.split(": ", 1)[1] for x in _found(HISTORY, _docs(tmp_path))] == [
-        "The receiver used to send one per frame.", "Before the fix it sent two."]
+        "The receiver used to send one per frame.",
+        "Before the fix it sent two.",
+    ]
     assert len(_found([ISSUE], _code(tmp_path))) == 1
 
 
@@ -80,11 +103,26 @@ def test_benchmarks_md_is_the_templates_filled_with_the_stored_results(tmp_path)
 
 def _results(outcome):
     """Stored soak results: every case's tests with one outcome, one figures row."""
-    return {"meta": {"soak": False, "wall": 400.0, "cmd": "python -m dev.soak --short",
-                     "when": 0, "cpus": 2, "commit": "0123abc"},
-            "outcomes": {t + "_x": [outcome, 1.0] for c in soak.cases() for t in c["tests"]},
-            "figures": [{"kind": "figures", "case": "fault: device killed and restarted",
-                         "test": "t.py::t", "tried": 7, "calls": [1, 2]}]}
+    return {
+        "meta": {
+            "soak": False,
+            "wall": 400.0,
+            "cmd": "python -m dev.soak --short",
+            "when": 0,
+            "cpus": 2,
+            "commit": "0123abc",
+        },
+        "outcomes": {t + "_x": [outcome, 1.0] for c in soak.cases() for t in c["tests"]},
+        "figures": [
+            {
+                "kind": "figures",
+                "case": "fault: device killed and restarted",
+                "test": "t.py::t",
+                "tried": 7,
+                "calls": [1, 2],
+            }
+        ],
+    }
 
 
 def test_the_soak_report_is_its_templates_filled_with_the_results():
@@ -97,6 +135,7 @@ def test_the_soak_report_is_its_templates_filled_with_the_results():
     assert "**FAILED**" in soak.render(_results("failed"))
     with open(os.path.join(ROOT, "RELIABILITY.md"), encoding="utf-8") as f:
         doc = f.read()
-    words = soak._t("figures", rows="", tests=0, passed=0, failed=0, failed_list="",
-                    skipped="", xfailed="")
+    words = soak._t(
+        "figures", rows="", tests=0, passed=0, failed=0, failed_list="", skipped="", xfailed=""
+    )
     assert words.split("## Reading the figures")[1].split("## Tests run")[0] in doc

@@ -1,4 +1,5 @@
 """Shared pieces of the Spark tests: a small local session and log builders."""
+
 import json
 
 import pytest
@@ -11,6 +12,7 @@ def make_session():
     pytest.importorskip("pyspark")
     pytest.importorskip("pyarrow")
     from edgebus.ingest.job import small_session
+
     return small_session("edgebus-tests")
 
 
@@ -28,18 +30,33 @@ def device_record(node, sid, seq, t, gen=1, payload=None, topic=None, late=False
     extra = {"seq": seq, "ts": 1000.0 + seq}
     if late:
         extra["late"] = True
-    return {"ts_host": t, "topic": topic or ("dev", node, "temp"),
-            "payload": {"temp": 20.0 + seq % 7, "n": seq} if payload is None else payload,
-            "ts_device": 1000.0 + seq, "seq": seq, "origin_kind": "link",
-            "conn_id": "c-" + node, "principal": "device:" + node, "link_id": "uart0",
-            "peer_node": node, "peer_sid": sid, "generation": gen,
-            "extra": extra}
+    return {
+        "ts_host": t,
+        "topic": topic or ("dev", node, "temp"),
+        "payload": {"temp": 20.0 + seq % 7, "n": seq} if payload is None else payload,
+        "ts_device": 1000.0 + seq,
+        "seq": seq,
+        "origin_kind": "link",
+        "conn_id": "c-" + node,
+        "principal": "device:" + node,
+        "link_id": "uart0",
+        "peer_node": node,
+        "peer_sid": sid,
+        "generation": gen,
+        "extra": extra,
+    }
 
 
 def local_record(i, t):
     """Host-local traffic: no device key (peer_node/peer_sid/seq null)."""
-    return {"ts_host": t, "topic": ("host", "load"), "payload": i * 0.5,
-            "origin_kind": "local", "conn_id": "c-host", "principal": "app"}
+    return {
+        "ts_host": t,
+        "topic": ("host", "load"),
+        "payload": i * 0.5,
+        "origin_kind": "local",
+        "conn_id": "c-host",
+        "principal": "app",
+    }
 
 
 def expected_row(rec, pos, gateway=None):
@@ -54,20 +71,27 @@ def expected_row(rec, pos, gateway=None):
     toks = [str(t) for t in topic]
 
     def i64(v):
-        return v if v is None or -2 ** 63 <= v < 2 ** 63 else None
+        return v if v is None or -(2**63) <= v < 2**63 else None
 
     extra = rec.get("extra") or None
     td = rec.get("ts_device")
     return {
-        "topic": "/".join(toks), "topic_tokens": toks,
+        "topic": "/".join(toks),
+        "topic_tokens": toks,
         "payload": None if rec["payload"] is None else js(rec["payload"]),
         "ts_device": None if td is None or abs(td) > 1e308 else float(td),
         "ts_host": float(rec["ts_host"]),
-        "link_id": rec.get("link_id"), "peer_node": rec.get("peer_node"),
-        "peer_sid": rec.get("peer_sid"), "generation": i64(rec.get("generation")),
-        "seq": i64(rec.get("seq")), "origin_kind": rec.get("origin_kind"),
-        "conn_id": rec.get("conn_id"), "principal": rec.get("principal"),
+        "link_id": rec.get("link_id"),
+        "peer_node": rec.get("peer_node"),
+        "peer_sid": rec.get("peer_sid"),
+        "generation": i64(rec.get("generation")),
+        "seq": i64(rec.get("seq")),
+        "origin_kind": rec.get("origin_kind"),
+        "conn_id": rec.get("conn_id"),
+        "principal": rec.get("principal"),
         "extra": None if extra is None else js(extra),
         "late": isinstance(extra, dict) and extra.get("late") is True,
-        "gateway": gateway, "segment": pos[0], "offset": pos[1],
+        "gateway": gateway,
+        "segment": pos[0],
+        "offset": pos[1],
     }

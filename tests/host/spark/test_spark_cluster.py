@@ -3,6 +3,7 @@ started from the installed pyspark's own launcher (``spark-class``), on
 loopback only, the job run by ``spark-submit --master spark://...``; the table
 it writes is the one `local[*]` writes from the same logs (docs/spark.md,
 "On a cluster")."""
+
 import os
 import subprocess
 import sys
@@ -23,15 +24,21 @@ T0 = 1_712_000_000.0
 
 def _bin(name):
     import pyspark
+
     return os.path.join(os.path.dirname(pyspark.__file__), "bin", name)
 
 
 def _env(tmp):
     e = dict(os.environ)
-    e.update(SPARK_LOCAL_IP="127.0.0.1", SPARK_LOCAL_HOSTNAME="localhost",
-             PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable,
-             SPARK_LOG_DIR=str(tmp), SPARK_WORKER_DIR=str(tmp / "work"),
-             PYTHONPATH=ROOT + os.pathsep + e.get("PYTHONPATH", ""))
+    e.update(
+        SPARK_LOCAL_IP="127.0.0.1",
+        SPARK_LOCAL_HOSTNAME="localhost",
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        SPARK_LOG_DIR=str(tmp),
+        SPARK_WORKER_DIR=str(tmp / "work"),
+        PYTHONPATH=ROOT + os.pathsep + e.get("PYTHONPATH", ""),
+    )
     return e
 
 
@@ -46,9 +53,13 @@ def _read(path):
 
 
 def _wait_for(logfile, text, proc, timeout=90):
-    wait_until(lambda: text in _read(logfile), timeout,
-               lambda: "%r in %s: %s" % (text, logfile, _read(logfile)[-3000:]), step=0.2,
-               procs=[proc])
+    wait_until(
+        lambda: text in _read(logfile),
+        timeout,
+        lambda: "%r in %s: %s" % (text, logfile, _read(logfile)[-3000:]),
+        step=0.2,
+        procs=[proc],
+    )
 
 
 @pytest.fixture
@@ -59,14 +70,44 @@ def cluster(tmp_path):
     url = "spark://127.0.0.1:%d" % port
     procs = []
     try:
-        procs.append(_start([_bin("spark-class"), "org.apache.spark.deploy.master.Master",
-                             "--host", "127.0.0.1", "--port", str(port), "--webui-port",
-                             str(ui)], tmp_path / "master.log", env))
+        procs.append(
+            _start(
+                [
+                    _bin("spark-class"),
+                    "org.apache.spark.deploy.master.Master",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(port),
+                    "--webui-port",
+                    str(ui),
+                ],
+                tmp_path / "master.log",
+                env,
+            )
+        )
         _wait_for(tmp_path / "master.log", "I have been elected leader", procs[0])
-        procs.append(_start([_bin("spark-class"), "org.apache.spark.deploy.worker.Worker",
-                             url, "--host", "127.0.0.1", "--cores", "2", "--memory", "2g",
-                             "--webui-port", str(wui), "--work-dir", str(tmp_path / "work")],
-                            tmp_path / "worker.log", env))
+        procs.append(
+            _start(
+                [
+                    _bin("spark-class"),
+                    "org.apache.spark.deploy.worker.Worker",
+                    url,
+                    "--host",
+                    "127.0.0.1",
+                    "--cores",
+                    "2",
+                    "--memory",
+                    "2g",
+                    "--webui-port",
+                    str(wui),
+                    "--work-dir",
+                    str(tmp_path / "work"),
+                ],
+                tmp_path / "worker.log",
+                env,
+            )
+        )
         _wait_for(tmp_path / "worker.log", "Successfully registered with master", procs[1])
         yield url, env
     finally:
@@ -74,8 +115,8 @@ def cluster(tmp_path):
             try:
                 p.stop(30)
             except subprocess.TimeoutExpired:
-                pass            # killed with its group
-            p.close()           # whatever it started
+                pass  # killed with its group
+            p.close()  # whatever it started
 
 
 def _write_logs(root):
@@ -101,24 +142,64 @@ def test_cluster_run_gives_the_local_table(cluster, tmp_path):
     url, env = cluster
     logs = _write_logs(tmp_path / "logs")
     r = subprocess.run(
-        [_bin("spark-submit"), "--master", url,
-         "--conf", "spark.python.unix.domain.socket.enabled=true",
-         "--conf", "spark.ui.enabled=false", "--conf", "spark.sql.shuffle.partitions=4",
-         "--conf", "spark.executor.memory=1g", "--conf", "spark.driver.host=127.0.0.1",
-         os.path.join(ROOT, "ingest", "job.py"), "--log", *logs,
-         "--table", str(tmp_path / "cluster"), "--checkpoint", str(tmp_path / "cluster.ckpt"),
-         "--once"], cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=600)
+        [
+            _bin("spark-submit"),
+            "--master",
+            url,
+            "--conf",
+            "spark.python.unix.domain.socket.enabled=true",
+            "--conf",
+            "spark.ui.enabled=false",
+            "--conf",
+            "spark.sql.shuffle.partitions=4",
+            "--conf",
+            "spark.executor.memory=1g",
+            "--conf",
+            "spark.driver.host=127.0.0.1",
+            os.path.join(ROOT, "ingest", "job.py"),
+            "--log",
+            *logs,
+            "--table",
+            str(tmp_path / "cluster"),
+            "--checkpoint",
+            str(tmp_path / "cluster.ckpt"),
+            "--once",
+        ],
+        cwd=str(tmp_path),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     assert "read %d log records" % (2 * (400 + 16 + 1)) in r.stdout, r.stdout
-    r = subprocess.run([sys.executable, "-m", "edgebus.tools.cli", "ingest", "--log", *logs, "--table",
-                        str(tmp_path / "local"), "--checkpoint", str(tmp_path / "local.ckpt"),
-                        "--once"], cwd=ROOT, env=env, capture_output=True, text=True,
-                       timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "edgebus.tools.cli",
+            "ingest",
+            "--log",
+            *logs,
+            "--table",
+            str(tmp_path / "local"),
+            "--checkpoint",
+            str(tmp_path / "local.ckpt"),
+            "--once",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     spark = make_session()
     try:
-        tables = [sorted(map(str, read_table(spark, tmp_path / k).collect()))
-                  for k in ("cluster", "local")]
+        tables = [
+            sorted(map(str, read_table(spark, tmp_path / k).collect()))
+            for k in ("cluster", "local")
+        ]
     finally:
         spark.stop()
     assert len(tables[0]) == 2 * (400 + 16) and tables[0] == tables[1]

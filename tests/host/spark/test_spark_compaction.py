@@ -2,6 +2,7 @@
 files of many micro-batches merged per partition, the table reading the same
 rows, the next run on the same checkpoint going on exactly once, a SIGKILL
 before or after the listing's swap changing no row, and one job per table."""
+
 import json
 import os
 import subprocess
@@ -21,9 +22,26 @@ T0 = 1_712_000_000.0
 def ingest(log, table, ckpt, *extra):
     env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    r = subprocess.run([sys.executable, "-m", "edgebus.tools.cli", "ingest", "--log", str(log),
-                        "--table", str(table), "--checkpoint", str(ckpt)] + list(extra),
-                       cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "edgebus.tools.cli",
+            "ingest",
+            "--log",
+            str(log),
+            "--table",
+            str(table),
+            "--checkpoint",
+            str(ckpt),
+        ]
+        + list(extra),
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     return r
 
 
@@ -49,15 +67,22 @@ def listed(table):
 
 
 def on_disk(table):
-    return sorted(os.path.join(dp, f) for dp, _dn, fn in os.walk(str(table))
-                  if "_spark_metadata" not in dp for f in fn if f.endswith(".parquet"))
+    return sorted(
+        os.path.join(dp, f)
+        for dp, _dn, fn in os.walk(str(table))
+        if "_spark_metadata" not in dp
+        for f in fn
+        if f.endswith(".parquet")
+    )
 
 
 def rows(spark, table):
     from edgebus.ingest.report import read_table
 
-    return sorted(json.dumps(r.asDict(), default=str, sort_keys=True)
-                  for r in read_table(spark, str(table)).collect())
+    return sorted(
+        json.dumps(r.asDict(), default=str, sort_keys=True)
+        for r in read_table(spark, str(table)).collect()
+    )
 
 
 def test_compaction_merges_small_files_and_keeps_exactly_once(spark, tmp_path):
@@ -66,7 +91,7 @@ def test_compaction_merges_small_files_and_keeps_exactly_once(spark, tmp_path):
     r = ingest(log, table, ckpt, "--once", "--max-records-per-trigger", "100")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     before = listed(table)
-    assert len(before) == 4 and all(len(f) >= 5 for f in before.values())    # 3 devices + local
+    assert len(before) == 4 and all(len(f) >= 5 for f in before.values())  # 3 devices + local
     want = rows(spark, table)
     assert len(want) == 990
 
@@ -129,10 +154,18 @@ def test_compaction_killed_before_or_after_the_swap_keeps_the_rows(spark, tmp_pa
     env = dict(os.environ, PYTHONPATH=ROOT)
     # Killed as it renames the new listing into place: merged files written,
     # not listed; then as it removes the first replaced file: listing swapped.
-    for event, suffix, listing in (("os.rename", ".compact", "old"),
-                                   ("os.remove", ".parquet", "new")):
-        p = subprocess.run([sys.executable, "-c", KILLED_COMPACTION, str(table), event, suffix],
-                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    for event, suffix, listing in (
+        ("os.rename", ".compact", "old"),
+        ("os.remove", ".parquet", "new"),
+    ):
+        p = subprocess.run(
+            [sys.executable, "-c", KILLED_COMPACTION, str(table), event, suffix],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert p.returncode == -9, p.stderr[-2000:]
         now = listed(table)
         if listing == "old":

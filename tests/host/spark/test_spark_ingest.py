@@ -1,6 +1,7 @@
 """`edgebus ingest` (ingest/job.py) as a real process: exactly once across a
 SIGKILL mid-batch, duplicates removed, local traffic kept, corruption skipped,
 and the same module run by spark-submit."""
+
 import os
 import re
 import shutil
@@ -36,8 +37,18 @@ def env():
 
 
 def ingest_cmd(log, table, ckpt, *extra):
-    return [sys.executable, "-m", "edgebus.tools.cli", "ingest", "--log", str(log), "--table",
-            str(table), "--checkpoint", str(ckpt)] + list(extra)
+    return [
+        sys.executable,
+        "-m",
+        "edgebus.tools.cli",
+        "ingest",
+        "--log",
+        str(log),
+        "--table",
+        str(table),
+        "--checkpoint",
+        str(ckpt),
+    ] + list(extra)
 
 
 def committed_files(table):
@@ -74,8 +85,8 @@ class Fleet:
         self.path = str(path)
         self.t = T0
         self.seq = {n: 0 for n in NODES}
-        self.written = []              # (record, position)
-        self.unique = set()            # (node, sid, seq) keys logged
+        self.written = []  # (record, position)
+        self.unique = set()  # (node, sid, seq) keys logged
 
     def write(self, n, dup_every=0, local_every=10, version=2):
         with LogWriter(self.path, segment_bytes=6000, version=version) as w:
@@ -99,8 +110,9 @@ class Fleet:
 def corrupt_one(fleet):
     """Damage a body byte of a device record in the second segment (version 1,
     row format); return it."""
-    rec, pos = next((r, p) for r, p in fleet.written
-                    if p[0] == 1 and r.get("seq") is not None and p[1] > 20)
+    rec, pos = next(
+        (r, p) for r, p in fleet.written if p[0] == 1 and r.get("seq") is not None and p[1] > 20
+    )
     fname = os.path.join(fleet.path, segment_name(pos[0]))
     data = bytearray(open(fname, "rb").read())
     data[pos[1] + RECORD_HEADER_SIZE + 5] ^= 0x20
@@ -125,11 +137,14 @@ def check_table(spark, table, fleet, lost_pos):
     # Provenance and values intact in the table, and the partition columns.
     by_pos = {(r["segment"], r["offset"]): r for r in rows}
     import datetime
+
     for rec, pos in fleet.written[::37]:
         if pos in by_pos:
             row = dict(by_pos[pos])
-            assert row.pop("date") == datetime.datetime.fromtimestamp(
-                rec["ts_host"], datetime.timezone.utc).date()
+            assert (
+                row.pop("date")
+                == datetime.datetime.fromtimestamp(rec["ts_host"], datetime.timezone.utc).date()
+            )
             row.pop("ts_host_time")
             assert row == expected_row(rec, pos)
     return rows
@@ -147,10 +162,14 @@ def test_exactly_once_across_sigkill_with_duplicates_and_corruption(spark, tmp_p
     # Run 1: a continuous query in small micro-batches, SIGKILLed (JVM, Python
     # workers and all) while a batch is planned but not committed, preferably
     # once that batch has written some of its files.
-    p = subprocess.Popen(ingest_cmd(log, table, ckpt, "--max-records-per-trigger", "150",
-                                    "--trigger-interval", "0"),
-                         cwd=ROOT, env=env(), start_new_session=True,
-                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    p = subprocess.Popen(
+        ingest_cmd(log, table, ckpt, "--max-records-per-trigger", "150", "--trigger-interval", "0"),
+        cwd=ROOT,
+        env=env(),
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
     killed_mid_batch = torn = False
     deadline = time.time() + 150
     try:
@@ -183,21 +202,32 @@ def test_exactly_once_across_sigkill_with_duplicates_and_corruption(spark, tmp_p
     # A record logged with a clock gone back by more than the watermark is
     # dropped as late, and said so.
     with LogWriter(str(log), segment_bytes=6000) as w:
-        late = [device_record("node-a", "node-a-s1", 10 ** 6, T0 - 3600, gen=2),
-                local_record(10 ** 6, T0 - 3600)]
+        late = [
+            device_record("node-a", "node-a-s1", 10**6, T0 - 3600, gen=2),
+            local_record(10**6, T0 - 3600),
+        ]
         late_pos = {w.append(r) for r in late}
     fleet.write(30, dup_every=0)
 
     # Run 2: restart on the same checkpoint, process what is there, exit.
-    r = subprocess.run(ingest_cmd(log, table, ckpt, "--once"), cwd=ROOT, env=env(),
-                       capture_output=True, text=True, timeout=240)
+    r = subprocess.run(
+        ingest_cmd(log, table, ckpt, "--once"),
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     assert "the log has 1 corrupt region(s) and 0 missing segment range(s), skipped" in r.stdout
     assert "WARNING: 2 records were older than the watermark" in r.stdout
     rows = check_table(spark, table, fleet, lost_pos)
     assert not late_pos & {(r["segment"], r["offset"]) for r in rows}
-    n_dups = len(fleet.written) - len(fleet.unique) - sum(
-        1 for rec, _ in fleet.written if rec.get("seq") is None)
+    n_dups = (
+        len(fleet.written)
+        - len(fleet.unique)
+        - sum(1 for rec, _ in fleet.written if rec.get("seq") is None)
+    )
     assert n_dups > 100 and len(rows) == len(fleet.written) - n_dups - 1
     # The killed batch's files (rows written again by the replay, or torn) stay
     # on disk outside the metadata log, which is why the table reads right.
@@ -208,27 +238,52 @@ def test_exactly_once_across_sigkill_with_duplicates_and_corruption(spark, tmp_p
     assert rep["regions"][0]["file"] == os.path.join(str(log), segment_name(lost_pos[0]))
 
     # Run 3: nothing new: the table does not change.
-    r = subprocess.run(ingest_cmd(log, table, ckpt, "--once"), cwd=ROOT, env=env(),
-                       capture_output=True, text=True, timeout=240)
+    r = subprocess.run(
+        ingest_cmd(log, table, ckpt, "--once"),
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert r.returncode == 0 and "read 0 log records" in r.stdout, r.stdout + r.stderr[-2000:]
     assert sorted(map(str, check_table(spark, table, fleet, lost_pos))) == sorted(map(str, rows))
 
 
 def test_spark_submit_runs_the_job_module(spark, tmp_path):
-    submit = shutil.which("spark-submit") or os.path.join(os.path.dirname(sys.executable),
-                                                          "spark-submit")
+    submit = shutil.which("spark-submit") or os.path.join(
+        os.path.dirname(sys.executable), "spark-submit"
+    )
     if not os.path.exists(submit):
         pytest.skip("spark-submit is not installed")
     fleet = Fleet(tmp_path / "log")
     fleet.write(300, dup_every=5)
     e = env()
     e["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    r = subprocess.run([submit, "--master", "local[2]", "--conf", "spark.ui.enabled=false",
-                        "--conf", "spark.sql.shuffle.partitions=2",
-                        os.path.join(ROOT, "ingest", "job.py"), "--log", str(tmp_path / "log"),
-                        "--table", str(tmp_path / "table"), "--checkpoint",
-                        str(tmp_path / "ckpt"), "--once"],
-                       cwd=str(tmp_path), env=e, capture_output=True, text=True, timeout=240)
+    r = subprocess.run(
+        [
+            submit,
+            "--master",
+            "local[2]",
+            "--conf",
+            "spark.ui.enabled=false",
+            "--conf",
+            "spark.sql.shuffle.partitions=2",
+            os.path.join(ROOT, "ingest", "job.py"),
+            "--log",
+            str(tmp_path / "log"),
+            "--table",
+            str(tmp_path / "table"),
+            "--checkpoint",
+            str(tmp_path / "ckpt"),
+            "--once",
+        ],
+        cwd=str(tmp_path),
+        env=e,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     check_table(spark, tmp_path / "table", fleet, None)
 
@@ -255,12 +310,17 @@ def test_retransmitted_copies_are_removed_and_late_is_kept(spark, tmp_path):
             t += 0.01
             w.append(device_record("node-a", "a1", s, t, late=True))
         w.append(device_record("node-b", "b1", 5, t, late=True))
-    r = subprocess.run(ingest_cmd(log, table, ckpt, "--once", "--max-records-per-trigger",
-                                  "45"), cwd=ROOT, env=env(), capture_output=True, text=True,
-                       timeout=240)
+    r = subprocess.run(
+        ingest_cmd(log, table, ckpt, "--once", "--max-records-per-trigger", "45"),
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     batches = re.search(r"read 213 log records in (\d+) micro-batches", r.stdout)
-    assert batches and int(batches.group(1)) >= 5, r.stdout     # copies in later batches
+    assert batches and int(batches.group(1)) >= 5, r.stdout  # copies in later batches
     rows = [x.asDict() for x in read_table(spark, table).collect()]
     keyed = sorted((x["peer_node"], x["seq"]) for x in rows if x["seq"] is not None)
     assert keyed == [("node-a", s) for s in range(160)] + [("node-b", 5)]
@@ -282,7 +342,7 @@ def test_three_gateways_into_one_table(spark, tmp_path):
     from edgebus.ingest.report import read_table
 
     logs, table, ckpt = tmp_path / "logs", tmp_path / "table", tmp_path / "ckpt"
-    want = {}                                   # gateway -> (device rows, local rows)
+    want = {}  # gateway -> (device rows, local rows)
     for g, gw in enumerate(("gw-a", "gw-b", "gw-c")):
         n = k = 0
         with LogWriter(str(logs / gw), segment_bytes=5000, gateway=gw) as w:
@@ -293,35 +353,58 @@ def test_three_gateways_into_one_table(spark, tmp_path):
                 if i % 20 == 0:
                     w.append(local_record(i, T0 + i))
                     k += 1
-            if gw == "gw-a":                    # node-m boots here, seq 0..49
+            if gw == "gw-a":  # node-m boots here, seq 0..49
                 for s in range(50):
                     w.append(device_record("node-m", "m-1", s, T0 + 200 + s))
-            if gw == "gw-b":                    # ... and moves here, seq 40..99
+            if gw == "gw-b":  # ... and moves here, seq 40..99
                 for s in range(40, 100):
                     w.append(device_record("node-m", "m-1", s, T0 + 245 + s))
         want[gw] = (n, k)
-    r = subprocess.run(ingest_cmd(str(logs / "gw-*"), table, ckpt, "--once"), cwd=ROOT,
-                       env=env(), capture_output=True, text=True, timeout=240)
+    r = subprocess.run(
+        ingest_cmd(str(logs / "gw-*"), table, ckpt, "--once"),
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     assert "read %d log records" % (sum(map(sum, want.values())) + 110) in r.stdout, r.stdout
     df = read_table(spark, table)
 
     def per_gateway(rows):
-        return {x["gateway"]: x["n"] for x in rows.groupBy("gateway")
-                .agg(F.count(F.lit(1)).alias("n")).collect()}
-    assert per_gateway(df.where(F.col("peer_node").startswith("node-")
-                                & (F.col("peer_node") != "node-m"))) == {
-        g: n for g, (n, _) in want.items()}
+        return {
+            x["gateway"]: x["n"]
+            for x in rows.groupBy("gateway").agg(F.count(F.lit(1)).alias("n")).collect()
+        }
+
+    assert per_gateway(
+        df.where(F.col("peer_node").startswith("node-") & (F.col("peer_node") != "node-m"))
+    ) == {g: n for g, (n, _) in want.items()}
     assert per_gateway(df.where(F.col("seq").isNull())) == {g: k for g, (_, k) in want.items()}
-    moved = [(x["seq"], x["gateway"]) for x in df.where(F.col("peer_node") == "node-m")
-             .select("seq", "gateway").collect()]
+    moved = [
+        (x["seq"], x["gateway"])
+        for x in df.where(F.col("peer_node") == "node-m").select("seq", "gateway").collect()
+    ]
     assert sorted(s for s, _ in moved) == list(range(100))
     assert {g for s, g in moved if s < 40} == {"gw-a"} and {g for s, g in moved if s >= 50} == {
-        "gw-b"}
+        "gw-b"
+    }
     # One history: node-m's rows sit in one partition of the table.
-    parts = [os.path.join(d, p) for d in os.listdir(table) if d.startswith("date=")
-             for p in os.listdir(table / d) if p == "peer_node=node-m"]
+    parts = [
+        os.path.join(d, p)
+        for d in os.listdir(table)
+        if d.startswith("date=")
+        for p in os.listdir(table / d)
+        if p == "peer_node=node-m"
+    ]
     assert len(parts) == 1
-    r = subprocess.run(ingest_cmd(str(logs / "gw-a"), table, ckpt, "--once"), cwd=ROOT,
-                       env=env(), capture_output=True, text=True, timeout=240)
+    r = subprocess.run(
+        ingest_cmd(str(logs / "gw-a"), table, ckpt, "--once"),
+        cwd=ROOT,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert r.returncode == 2 and "a checkpoint keeps its list of logs" in r.stderr, r.stderr

@@ -1,5 +1,6 @@
 """`edgebus report` (ingest/report.py) on a table ingested from a log with
 known gaps: counts, gap ranges, generations, last-seen, the PNG."""
+
 import argparse
 import os
 import subprocess
@@ -21,8 +22,11 @@ SESSIONS = [
     ("node-a", "a2", 2, [s for s in range(30) if not 5 <= s <= 9], 400),
     ("node-b", "b1", 7, list(range(100, 160)), 200),
 ]
-GAPS = {("node-a", "a1"): [(10, 14), (50, 50), (97, 98)], ("node-a", "a2"): [(5, 9)],
-        ("node-b", "b1"): []}
+GAPS = {
+    ("node-a", "a1"): [(10, 14), (50, 50), (97, 98)],
+    ("node-a", "a2"): [(5, 9)],
+    ("node-b", "b1"): [],
+}
 N_LOCAL = 12
 
 
@@ -43,12 +47,19 @@ def table(spark, tmp_path_factory):
     for node, sid, gen, seqs, t in SESSIONS:
         for k, s in enumerate(seqs):
             recs.append(device_record(node, sid, s, T0 + t + 3 * k, gen=gen))
-            if k % 9 == 0:       # a replay, logged again half a second later
+            if k % 9 == 0:  # a replay, logged again half a second later
                 recs.append(device_record(node, sid, s, T0 + t + 3 * k + 0.5, gen=gen))
     recs += [local_record(i, T0 + 50 * i) for i in range(N_LOCAL)]
     # A retained fact from b1's session-start snapshot: no seq number.
-    snap = device_record("node-b", "b1", 0, T0 + 200, gen=7, payload={"fw": "0.1.0"},
-                         topic=("dev", "node-b", "sys", "info"))
+    snap = device_record(
+        "node-b",
+        "b1",
+        0,
+        T0 + 200,
+        gen=7,
+        payload={"fw": "0.1.0"},
+        topic=("dev", "node-b", "sys", "info"),
+    )
     del snap["seq"], snap["ts_device"]
     snap["extra"] = {}
     recs.append(snap)
@@ -58,8 +69,17 @@ def table(spark, tmp_path_factory):
             w.append(r)
     ap = argparse.ArgumentParser()
     add_arguments(ap)
-    args = ap.parse_args(["--log", str(d / "log"), "--table", str(d / "table"),
-                          "--checkpoint", str(d / "ckpt"), "--once"])
+    args = ap.parse_args(
+        [
+            "--log",
+            str(d / "log"),
+            "--table",
+            str(d / "table"),
+            "--checkpoint",
+            str(d / "ckpt"),
+            "--once",
+        ]
+    )
     start(spark, args).awaitTermination()
     return d / "table"
 
@@ -106,7 +126,7 @@ def test_printed_report_and_plot(spark, table, tmp_path):
     assert next(ln for ln in lines if " b1 " in ln).split()[3:5] == ["60+1", "100..159"]
     png = tmp_path / "rate.png"
     width = plot_rates(spark, str(table), str(png), s)
-    assert width == 10                               # ~10 min of data: 10 s bins
+    assert width == 10  # ~10 min of data: 10 s bins
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10000
 
@@ -115,16 +135,35 @@ def test_report_command(table, tmp_path):
     """The CLI, as a user runs it (its own Spark)."""
     png = tmp_path / "fleet.png"
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    r = subprocess.run([sys.executable, "-m", "edgebus.tools.cli", "report", "--table", str(table),
-                        "--plot", str(png)], cwd=ROOT, env=env, capture_output=True,
-                       text=True, timeout=240)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "edgebus.tools.cli",
+            "report",
+            "--table",
+            str(table),
+            "--plot",
+            str(png),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     assert "10..14, 50, 97..98" in r.stdout and "node-b" in r.stdout
     assert "plot: %s" % png in r.stdout
     assert png.read_bytes()[:4] == b"\x89PNG"
-    r = subprocess.run([sys.executable, "-m", "edgebus.tools.cli", "report", "--table",
-                        str(tmp_path / "nope")], cwd=ROOT, env=env, capture_output=True,
-                       text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "edgebus.tools.cli", "report", "--table", str(tmp_path / "nope")],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2 and "no table" in r.stderr
 
 

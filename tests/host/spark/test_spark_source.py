@@ -1,6 +1,7 @@
 """The `edgebus` PySpark data source (ingest/) on real local Spark:
 schema and values, batch and streaming, offsets, range splits, corruption;
 version-2 (Parquet) segments and version-1 (row) ones alike."""
+
 import datetime
 import json
 import os
@@ -53,22 +54,45 @@ def mixed_records(n=60):
         if i % 5 == 4:
             recs.append(local_record(i, T0 + i))
         else:
-            recs.append(device_record("node-%d" % (i % 2), "s%d" % (i % 2), i, T0 + i,
-                                      gen=3 + i % 2, late=i % 7 == 3))
+            recs.append(
+                device_record(
+                    "node-%d" % (i % 2), "s%d" % (i % 2), i, T0 + i, gen=3 + i % 2, late=i % 7 == 3
+                )
+            )
     recs += [
-        {"ts_host": T0 + n, "topic": ("capteurs", "température", "日本", 7, ""),
-         "payload": {"bin": b"\x00\xff", "nested": [1, 2.5, None, True, "ünï"], "big": 2 ** 80},
-         "ts_device": 12345, "seq": 2 ** 70, "generation": -5, "origin_kind": "link",
-         "conn_id": "c7", "principal": "device:ω", "link_id": "l1", "peer_node": "p",
-         "peer_sid": "s", "extra": {"seq": 2 ** 70, "note": "é"}},
-        {"ts_host": T0 + n + 1, "topic": ("a",), "payload": None},            # all optional null
+        {
+            "ts_host": T0 + n,
+            "topic": ("capteurs", "température", "日本", 7, ""),
+            "payload": {"bin": b"\x00\xff", "nested": [1, 2.5, None, True, "ünï"], "big": 2**80},
+            "ts_device": 12345,
+            "seq": 2**70,
+            "generation": -5,
+            "origin_kind": "link",
+            "conn_id": "c7",
+            "principal": "device:ω",
+            "link_id": "l1",
+            "peer_node": "p",
+            "peer_sid": "s",
+            "extra": {"seq": 2**70, "note": "é"},
+        },
+        {"ts_host": T0 + n + 1, "topic": ("a",), "payload": None},  # all optional null
         {"ts_host": int(T0) + n + 2, "topic": "x/y", "payload": b"\x01\x02"},  # int ts_host
-        {"ts_host": T0 + n + 3, "topic": ("x",), "payload": {"$b64": "not bytes"},
-         "extra": {"$x": 1}},
+        {
+            "ts_host": T0 + n + 3,
+            "topic": ("x",),
+            "payload": {"$b64": "not bytes"},
+            "extra": {"$x": 1},
+        },
         {"ts_host": T0 + n + 4, "topic": ("x",), "payload": "", "extra": {}},
-        {"ts_host": T0 + n + 5, "topic": ("x",), "payload": 1, "ts_device": 2 ** 60 + 1,
-         "generation": 2 ** 63, "seq": -2 ** 63},                         # edges of long/double
-        {"ts_host": T0 + n + 6, "topic": ("x",), "payload": 1, "ts_device": 10 ** 400},
+        {
+            "ts_host": T0 + n + 5,
+            "topic": ("x",),
+            "payload": 1,
+            "ts_device": 2**60 + 1,
+            "generation": 2**63,
+            "seq": -(2**63),
+        },  # edges of long/double
+        {"ts_host": T0 + n + 6, "topic": ("x",), "payload": 1, "ts_device": 10**400},
         # late is extra's own member "late" being true, nothing that looks like it
         {"ts_host": T0 + n + 7, "topic": ("x",), "payload": 1, "extra": {"x": {"late": True}}},
         {"ts_host": T0 + n + 8, "topic": ("x",), "payload": 1, "extra": {"n": '"late":true'}},
@@ -85,8 +109,9 @@ def check_rows(got, recs, positions, gateway=None):
         row = dict(got[pos])
         want = expected_row(rec, pos, gateway)
         t = row.pop("ts_host_time")
-        assert t == datetime.datetime.fromtimestamp(rec["ts_host"], datetime.timezone.utc) \
-            .replace(tzinfo=None)
+        assert t == datetime.datetime.fromtimestamp(rec["ts_host"], datetime.timezone.utc).replace(
+            tzinfo=None
+        )
         assert row == want
 
 
@@ -96,29 +121,46 @@ def test_batch_schema_and_values(spark, tmp_path, version):
 
     recs = mixed_records()
     positions = write_log(tmp_path / "log", recs, version=version)
-    assert len({p[0] for p in positions}) > 3          # several segments
+    assert len({p[0] for p in positions}) > 3  # several segments
     df = spark.read.format("edgebus").load(str(tmp_path / "log"))
     assert df.schema == SCHEMA
     assert [f.name for f in df.schema.fields] == [
-        "topic", "topic_tokens", "payload", "ts_device", "ts_host", "ts_host_time", "link_id",
-        "peer_node", "peer_sid", "generation", "seq", "origin_kind", "conn_id", "principal",
-        "extra", "late", "gateway", "segment", "offset"]
+        "topic",
+        "topic_tokens",
+        "payload",
+        "ts_device",
+        "ts_host",
+        "ts_host_time",
+        "link_id",
+        "peer_node",
+        "peer_sid",
+        "generation",
+        "seq",
+        "origin_kind",
+        "conn_id",
+        "principal",
+        "extra",
+        "late",
+        "gateway",
+        "segment",
+        "offset",
+    ]
     got = rows_by_pos(df)
     check_rows(got, recs, positions, gateway_of(version))
     # Spot checks of the documented conversions.
     odd = got[positions[len(recs) - 12]]
-    assert odd["topic"] == "capteurs/température/日本/7/" and odd["seq"] is None   # > int64
+    assert odd["topic"] == "capteurs/température/日本/7/" and odd["seq"] is None  # > int64
     assert json.loads(odd["payload"])["bin"] == {"$b64": "AP8="}
-    assert json.loads(odd["payload"])["big"] == 2 ** 80 and odd["ts_device"] == 12345.0
+    assert json.loads(odd["payload"])["big"] == 2**80 and odd["ts_device"] == 12345.0
     assert got[positions[-11]]["payload"] is None and got[positions[-11]]["extra"] is None
     assert got[positions[-9]]["payload"] == '{"$lit":{"$b64":"not bytes"}}'
     assert got[positions[-9]]["extra"] == '{"$lit":{"$x":1}}'
     assert got[positions[-8]]["payload"] == '""' and got[positions[-8]]["extra"] is None
     edge = got[positions[-7]]
-    assert (edge["ts_device"], edge["generation"], edge["seq"]) == (2.0 ** 60, None, -2 ** 63)
+    assert (edge["ts_device"], edge["generation"], edge["seq"]) == (2.0**60, None, -(2**63))
     assert got[positions[-6]]["ts_device"] is None
     assert [got[p]["late"] for p in positions[-5:]] == [False, False, False, False, True]
-    spooled = [i for i in range(60) if i % 7 == 3 and i % 5 != 4]     # device_record(late=)
+    spooled = [i for i in range(60) if i % 7 == 3 and i % 5 != 4]  # device_record(late=)
     assert sum(got[p]["late"] for p in positions) == len(spooled) + 1
 
 
@@ -128,10 +170,13 @@ def test_payload_helpers(spark, tmp_path):
     from edgebus.ingest.helpers import payload_bytes, payload_field, payload_struct
 
     recs = [
-        {"ts_host": T0, "topic": ("t",), "payload": {"temp": 21.5, "ok": True, "n": 3,
-                                                     "pos": {"x": 1}, "xs": [4, 5]}},
-        {"ts_host": T0 + 1, "topic": ("t",), "payload": {"temp": "warm"}},   # wrong type
-        {"ts_host": T0 + 2, "topic": ("t",), "payload": 7},                  # bare number
+        {
+            "ts_host": T0,
+            "topic": ("t",),
+            "payload": {"temp": 21.5, "ok": True, "n": 3, "pos": {"x": 1}, "xs": [4, 5]},
+        },
+        {"ts_host": T0 + 1, "topic": ("t",), "payload": {"temp": "warm"}},  # wrong type
+        {"ts_host": T0 + 2, "topic": ("t",), "payload": 7},  # bare number
         {"ts_host": T0 + 3, "topic": ("t",), "payload": b"\x00raw"},
         {"ts_host": T0 + 4, "topic": ("t",), "payload": None, "extra": {"ts": 9.5}},
     ]
@@ -148,7 +193,7 @@ def test_payload_helpers(spark, tmp_path):
         payload_struct("payload", "temp double, n long").alias("st"),
         payload_field("extra", "ts", "double").alias("ets"),
     ).collect()
-    assert [r["temp"] for r in got] == [21.5, None, None, None, None]   # "warm": null, no error
+    assert [r["temp"] for r in got] == [21.5, None, None, None, None]  # "warm": null, no error
     assert got[0]["ok"] is True and got[0]["x"] == 1 and got[0]["x1"] == 5
     assert got[0]["pos"] == '{"x":1}'
     assert got[2]["bare"] == 7 and got[0]["bare"] is None
@@ -165,16 +210,24 @@ def test_byte_range_splits_give_the_same_rows(spark, tmp_path, version):
     positions = write_log(tmp_path / "log", recs, segment_bytes=16384, version=version)
     corrupt = tmp_path / "corrupt"
     for opts in ({"splitBytes": "1000"}, {"splitBytes": "1777"}, {"minPartitions": "7"}):
-        df = (spark.read.format("edgebus").options(**opts).option("corruptDir", str(corrupt))
-              .load(str(tmp_path / "log")))
+        df = (
+            spark.read.format("edgebus")
+            .options(**opts)
+            .option("corruptDir", str(corrupt))
+            .load(str(tmp_path / "log"))
+        )
         rows = df.collect()
         assert len(rows) == len(recs)
         check_rows(rows_by_pos(df), recs, positions, gateway_of(version))
     assert not corrupt.exists()
     from edgebus.ingest.planning import RangeGroup
     from edgebus.ingest.source import EdgebusDataSource
-    parts = EdgebusDataSource({"path": str(tmp_path / "log"), "splitBytes": "1000"}) \
-        .reader(None).partitions()
+
+    parts = (
+        EdgebusDataSource({"path": str(tmp_path / "log"), "splitBytes": "1000"})
+        .reader(None)
+        .partitions()
+    )
     assert all(isinstance(p, RangeGroup) for p in parts)
     assert len(parts) > len({p[0] for p in positions})
 
@@ -185,6 +238,7 @@ def test_small_segments_are_packed_into_few_partitions(spark, tmp_path, version)
     about minPartitions partitions, by default the session's parallelism,
     each reading its segments in log order; every record is read once."""
     from edgebus.ingest.source import EdgebusDataSource, with_parallelism
+
     recs = mixed_records(2000)
     positions = write_log(tmp_path / "log", recs, segment_bytes=8192, version=version)
     nseg = len({p[0] for p in positions})
@@ -196,10 +250,11 @@ def test_small_segments_are_packed_into_few_partitions(spark, tmp_path, version)
         ranges = [(r.segment, r.start, r.end) for g in parts for r in g.ranges]
         assert ranges == sorted(ranges) and len({r[0] for r in ranges}) == nseg
         plans[k] = len(parts)
-    assert 2 <= plans["default"] < nseg / 4          # packed, yet spread over the cores
+    assert 2 <= plans["default"] < nseg / 4  # packed, yet spread over the cores
     assert plans["default"] < plans["four"] < nseg / 4
     # register() passes the session's parallelism to the planning worker.
     from pyspark import cloudpickle
+
     cls = pickle.loads(cloudpickle.dumps(with_parallelism(5)))
     assert cls({"path": log}).reader(None).opts.min_partitions == 5
     assert cls({"path": log, "minPartitions": "3"}).reader(None).opts.min_partitions == 3
@@ -222,8 +277,14 @@ def stream_to_table(spark, log, out, ckpt, **opts):
     r = spark.readStream.format("edgebus")
     for k, v in opts.items():
         r = r.option(k, str(v))
-    q = (r.load(str(log)).writeStream.format("parquet").option("path", str(out))
-         .option("checkpointLocation", str(ckpt)).trigger(availableNow=True).start())
+    q = (
+        r.load(str(log))
+        .writeStream.format("parquet")
+        .option("path", str(out))
+        .option("checkpointLocation", str(ckpt))
+        .trigger(availableNow=True)
+        .start()
+    )
     q.awaitTermination()
     return sum(1 for p in q.recentProgress if p["numInputRows"] > 0)
 
@@ -246,10 +307,10 @@ def test_streaming_offsets_rate_limits_and_restart(spark, tmp_path, version):
     more = [device_record("node-9", "s9", i, T0 + 500 + i) for i in range(50)]
     positions += write_log(log, more, segment_bytes=4096, version=version)
     batches = stream_to_table(spark, log, out, ckpt, maxBytesPerTrigger=1500)
-    assert batches >= 3               # byte budget cuts inside segments and records
+    assert batches >= 3  # byte budget cuts inside segments and records
     df = spark.read.schema(SCHEMA).parquet(str(out))
     got = rows_by_pos(df)
-    assert df.count() == len(got)     # nothing twice
+    assert df.count() == len(got)  # nothing twice
     check_rows(got, recs + more, positions, gateway_of(version))
 
 
@@ -257,13 +318,13 @@ def damage(path, sid, offset, how):
     fname = os.path.join(str(path), segment_name(sid))
     data = bytearray(open(fname, "rb").read())
     if how == "crc":
-        data[offset + RECORD_HEADER_SIZE + 3] ^= 0x55          # a body byte
+        data[offset + RECORD_HEADER_SIZE + 3] ^= 0x55  # a body byte
     elif how == "magic":
         data[offset] = 0x00
     elif how == "truncate":
-        del data[offset + 9:]
+        del data[offset + 9 :]
     elif how == "header":
-        data[5] = 0x77                                       # file header version/CRC
+        data[5] = 0x77  # file header version/CRC
     with open(fname, "wb") as f:
         f.write(data)
 
@@ -300,15 +361,19 @@ def test_corrupt_and_truncated_records_are_skipped_and_reported(spark, tmp_path)
     # The same answer however the segments are cut into partitions.
     for k, opts in enumerate(({}, {"splitBytes": "1024"}, {"splitBytes": "1333"})):
         cdir = tmp_path / ("corrupt%d" % k)
-        df = (spark.read.format("edgebus").options(**opts).option("corruptDir", str(cdir))
-              .load(str(log)))
+        df = (
+            spark.read.format("edgebus")
+            .options(**opts)
+            .option("corruptDir", str(cdir))
+            .load(str(log))
+        )
         got = rows_by_pos(df)
-        assert set(got) == {p for _, p in keep}          # no wrong row, none invented
+        assert set(got) == {p for _, p in keep}  # no wrong row, none invented
         check_rows(got, [r for r, _ in keep], [p for _, p in keep])
         rep = corrupt_report(str(cdir))
         assert rep["missing"] == []
         named = {(r["segment"], r["offset"]): r for r in rep["regions"]}
-        assert set(named) == set(lost), opts             # each bad region once, by position
+        assert set(named) == set(lost), opts  # each bad region once, by position
         for pos, word in lost.items():
             r = named[pos]
             assert r["file"] == os.path.join(str(log), segment_name(pos[0]))
@@ -324,19 +389,19 @@ def test_streaming_skips_corruption_and_missing_segments(spark, tmp_path):
     recs = [device_record("n", "s", i, T0 + i) for i in range(80)]
     positions = write_log(log, recs, segment_bytes=2048, version=1)
     segs = sorted({p[0] for p in positions})
-    damage(log, segs[1], 0, "header")                    # bad file header: records still read
-    os.unlink(log / segment_name(segs[2]))               # a quarantined / deleted segment
+    damage(log, segs[1], 0, "header")  # bad file header: records still read
+    os.unlink(log / segment_name(segs[2]))  # a quarantined / deleted segment
     i = [k for k, p in enumerate(positions) if p[0] == segs[3]][2]
     damage(log, segs[3], positions[i][1], "crc")
-    stream_to_table(spark, log, tmp_path / "out", tmp_path / "ckpt", corruptDir=cdir,
-                    maxBytesPerTrigger=700)
+    stream_to_table(
+        spark, log, tmp_path / "out", tmp_path / "ckpt", corruptDir=cdir, maxBytesPerTrigger=700
+    )
     got = rows_by_pos(spark.read.schema(SCHEMA).parquet(str(tmp_path / "out")))
     want = {p for p in positions if p[0] != segs[2] and p != positions[i]}
     assert set(got) == want
     rep = corrupt_report(str(cdir))
     assert rep["missing"] == [[segs[2], segs[2]]]
-    assert [(r["segment"], r["offset"]) for r in rep["regions"]] == [
-        (segs[1], 0), positions[i]]
+    assert [(r["segment"], r["offset"]) for r in rep["regions"]] == [(segs[1], 0), positions[i]]
     assert "header" in rep["regions"][0]["reason"]
 
 
@@ -362,8 +427,10 @@ def test_region_ownership_random_cuts_and_damage(tmp_path):
     trials = int(os.environ.get("EDGEBUS_OWNERSHIP_TRIALS", "60"))
     for trial in range(trials):
         d = tmp_path / ("log%d" % trial)
-        recs = [device_record("n", "s", i, T0 + i, payload={"v": "x" * rnd.randrange(0, 300)})
-                for i in range(rnd.randrange(5, 40))]
+        recs = [
+            device_record("n", "s", i, T0 + i, payload={"v": "x" * rnd.randrange(0, 300)})
+            for i in range(rnd.randrange(5, 40))
+        ]
         write_log(d, recs, segment_bytes=1 << 20, version=1)
         fname = str(d / segment_name(0))
         data = bytearray(open(fname, "rb").read())
@@ -374,7 +441,7 @@ def test_region_ownership_random_cuts_and_damage(tmp_path):
                 data[k] ^= 1 << rnd.randrange(8)
             elif how == "zero":
                 n = rnd.randrange(1, 40)
-                data[k:k + n] = bytes(len(data[k:k + n]))
+                data[k : k + n] = bytes(len(data[k : k + n]))
             elif how == "insert":
                 data[k:k] = bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 30)))
             elif how == "cut" and k > 30:
@@ -411,8 +478,11 @@ def test_retention_reports_only_unread_segments_as_missing(spark, tmp_path):
     stream_to_table(spark, log, tmp_path / "out", tmp_path / "ckpt", corruptDir=cdir)
     assert corrupt_report(str(cdir)) == {"regions": [], "missing": []}
     # The stream falls behind: retention removes what it read and more.
-    second = write_log(log, [device_record("n", "s", 40 + i, T0 + 40 + i) for i in range(80)],
-                       retention_bytes=3 * 2048)
+    second = write_log(
+        log,
+        [device_record("n", "s", 40 + i, T0 + 40 + i) for i in range(80)],
+        retention_bytes=3 * 2048,
+    )
     left = list_segments(str(log))
     assert left[0] > k
     stream_to_table(spark, log, tmp_path / "out", tmp_path / "ckpt", corruptDir=cdir)
@@ -426,6 +496,7 @@ def _hand_written(path, sid, body):
     sealed segment, as a foreign or buggy writer might."""
     import struct
     import zlib
+
     head = struct.pack(">4sHI", b"\xffEBR", 1, len(body))
     frame = head + struct.pack(">I", zlib.crc32(body, zlib.crc32(head))) + body
     with open(os.path.join(str(path), segment_name(sid)), "ab") as f:
@@ -445,20 +516,27 @@ def test_bulk_reader_yields_exactly_what_the_reference_reader_does(tmp_path):
     log = tmp_path / "log"
     recs = mixed_records(120)
     recs[3] = dict(recs[3], topic=("a", 3, "b"), payload=b"\x00\xffbytes")
-    recs[4] = dict(recs[4], payload={"$x": [1, {"$b64": "x"}]}, extra={"k": "é\n\"q"})
-    recs[5] = dict(recs[5], payload=None, seq=2 ** 64 + 5, generation=2 ** 63)
-    recs[6] = dict(recs[6], payload="null", ts_device=10 ** 400)
+    recs[4] = dict(recs[4], payload={"$x": [1, {"$b64": "x"}]}, extra={"k": 'é\n"q'})
+    recs[5] = dict(recs[5], payload=None, seq=2**64 + 5, generation=2**63)
+    recs[6] = dict(recs[6], payload="null", ts_device=10**400)
     positions = write_log(log, recs, segment_bytes=3000, version=1)
     last = positions[-1][0]
     # Appended by hand to the last sealed segment: members reordered and an
     # unknown one (valid); bad UTF-8, an unknown tag, extra not an object and an
     # empty topic (invalid: corrupt); then valid again.
-    ok = (b'{"topic":["x"],"extra":null,"ts_host":5.5,"payload":{"a":1},"ts_device":null,'
-          b'"seq":1,"origin_kind":null,"conn_id":null,"principal":null,"link_id":null,'
-          b'"peer_node":"p","peer_sid":"s","generation":null,"more":[1]}')
-    for body in (ok, ok.replace(b'"x"', b'"\xc3x"'), ok.replace(b'{"a":1}', b'{"$zz":1}'),
-                 ok.replace(b'"extra":null', b'"extra":[1]'),
-                 ok.replace(b'["x"]', b'[]'), ok):
+    ok = (
+        b'{"topic":["x"],"extra":null,"ts_host":5.5,"payload":{"a":1},"ts_device":null,'
+        b'"seq":1,"origin_kind":null,"conn_id":null,"principal":null,"link_id":null,'
+        b'"peer_node":"p","peer_sid":"s","generation":null,"more":[1]}'
+    )
+    for body in (
+        ok,
+        ok.replace(b'"x"', b'"\xc3x"'),
+        ok.replace(b'{"a":1}', b'{"$zz":1}'),
+        ok.replace(b'"extra":null', b'"extra":[1]'),
+        ok.replace(b'["x"]', b"[]"),
+        ok,
+    ):
         _hand_written(log, last, body)
     damage(log, positions[10][0], positions[10][1], "crc")
     damage(log, positions[40][0], positions[40][1], "magic")
@@ -471,7 +549,8 @@ def test_bulk_reader_yields_exactly_what_the_reference_reader_does(tmp_path):
             reported = got[name][1]
             real = corruption.report
             corruption.report = lambda opts, part, fname, bad, missing: reported.extend(
-                (b["segment"], b["offset"], b["reason"], b["bytes"]) for b in bad)
+                (b["segment"], b["offset"], b["reason"], b["bytes"]) for b in bad
+            )
             try:
                 for p in parts:
                     for batch in fn(o, p):
@@ -482,7 +561,7 @@ def test_bulk_reader_yields_exactly_what_the_reference_reader_does(tmp_path):
         assert got["fast"][0] == got["slow"][0], split
         assert sorted(got["fast"][1]) == sorted(got["slow"][1]), split
         assert len(got["fast"][0]) == len(recs) - 2 + 2
-        assert len(got["fast"][1]) == 3        # the four bad bodies are one region
+        assert len(got["fast"][1]) == 3  # the four bad bodies are one region
         odd = {r["offset"]: r for r in got["fast"][0] if r["segment"] == positions[5][0]}
         r5 = odd[positions[5][1]]
         assert r5["payload"] is None and r5["seq"] is None and r5["generation"] is None
@@ -502,14 +581,18 @@ def test_damaged_parquet_segments_are_skipped_and_named(spark, tmp_path):
     assert len(segs) >= 4
     f1, f2 = (str(log / parquet_name(s)) for s in segs[1:3])
     data = bytearray(open(f1, "rb").read())
-    data[len(data) // 3] ^= 0xFF                          # inside the data pages
+    data[len(data) // 3] ^= 0xFF  # inside the data pages
     open(f1, "wb").write(bytes(data))
-    os.truncate(f2, os.path.getsize(f2) - 30)              # the footer is gone
+    os.truncate(f2, os.path.getsize(f2) - 30)  # the footer is gone
     keep = [(r, p) for r, p in zip(recs, positions) if p[0] not in segs[1:3]]
     for k, opts in enumerate(({}, {"splitBytes": "1024"})):
         cdir = tmp_path / ("corrupt%d" % k)
-        df = (spark.read.format("edgebus").options(**opts).option("corruptDir", str(cdir))
-              .load(str(log)))
+        df = (
+            spark.read.format("edgebus")
+            .options(**opts)
+            .option("corruptDir", str(cdir))
+            .load(str(log))
+        )
         got = rows_by_pos(df)
         check_rows(got, [r for r, _ in keep], [p for _, p in keep], GW)
         rep = corrupt_report(str(cdir))

@@ -1,5 +1,6 @@
 """The bridge's telemetry log (tlog/, docs/telemetry-log.md): round
 trip, rolling, real SIGKILL crashes, corruption, retention.  Real files only."""
+
 import json
 import os
 import random
@@ -57,14 +58,18 @@ class Clock:
 # ---------------------------------------------------------------------------
 # Round trip
 
+
 def test_round_trip_every_field(tmp_path):
     d = str(tmp_path / "log")
     full = {
         "ts_host": 1712345678.123456,
         "topic": ("capteurs", "température", "日本", 7, ""),
-        "payload": {"bin": b"\x00\xff\xfe raw", "nested": [1, 2.5, None, True, "ünï",
-                                                          {"b": bytearray(b"ab")}],
-                    "big": 2 ** 80, "neg": -3},
+        "payload": {
+            "bin": b"\x00\xff\xfe raw",
+            "nested": [1, 2.5, None, True, "ünï", {"b": bytearray(b"ab")}],
+            "big": 2**80,
+            "neg": -3,
+        },
         "ts_device": 12345.5,
         "seq": 42,
         "origin_kind": "link",
@@ -78,8 +83,8 @@ def test_round_trip_every_field(tmp_path):
     }
     cases = [
         full,
-        {"ts_host": 1, "topic": ("a",), "payload": None},              # every optional null
-        {"ts_host": 2.0, "topic": "a/b/c", "payload": b"\x00\x01\x02\xff"},   # str topic, raw bytes
+        {"ts_host": 1, "topic": ("a",), "payload": None},  # every optional null
+        {"ts_host": 2.0, "topic": "a/b/c", "payload": b"\x00\x01\x02\xff"},  # str topic, raw bytes
         {"ts_host": 3.0, "topic": ["x", 0], "payload": {"$b64": "not bytes"}},  # looks like a tag
         {"ts_host": 4.0, "topic": ("x",), "payload": {"$lit": {"$b64": 1}}, "extra": {"$x": 1}},
         {"ts_host": 5.0, "topic": ("x",), "payload": (1, (2, b"z")), "extra": {}},
@@ -88,8 +93,13 @@ def test_round_trip_every_field(tmp_path):
     ]
     expect_payload = [
         full["payload"] | {"nested": [1, 2.5, None, True, "ünï", {"b": b"ab"}]},
-        None, b"\x00\x01\x02\xff", {"$b64": "not bytes"}, {"$lit": {"$b64": 1}},
-        [1, [2, b"z"]], "", {"k": "v"},
+        None,
+        b"\x00\x01\x02\xff",
+        {"$b64": "not bytes"},
+        {"$lit": {"$b64": 1}},
+        [1, [2, b"z"]],
+        "",
+        {"k": "v"},
     ]
     with LogWriter(d, version=1) as w:
         positions = [w.append(c) for c in cases]
@@ -108,7 +118,7 @@ def test_round_trip_every_field(tmp_path):
     r0 = got[0][1]
     assert r0["extra"] == full["extra"]
     assert tlog.topic_text(r0["topic"]) == "capteurs/température/日本/7/"
-    assert got[1][1]["extra"] is None and got[5][1]["extra"] is None   # {} is logged as null
+    assert got[1][1]["extra"] is None and got[5][1]["extra"] is None  # {} is logged as null
     assert got[4][1]["extra"] == {"$x": 1}
     # Undecoded form: the logged JSON model, what the Spark reader emits as text.
     raw = [r for _, r in read_log(d, decode_payload=False)]
@@ -122,31 +132,44 @@ def test_round_trip_every_field(tmp_path):
     assert (magic, version, flags, sid) == (b"\xffEBL", 1, 0, 0)
     assert crc == zlib.crc32(data[:16])
     m, v, length, crc = struct.unpack(">4sHII", data[20:34])
-    body = data[34:34 + length]
+    body = data[34 : 34 + length]
     assert (m, v) == (b"\xffEBR", 1) and crc == zlib.crc32(body, zlib.crc32(data[20:30]))
     assert b": " not in body and "température".encode() in body
     assert positions[1] == (0, 34 + length)
 
 
 def test_record_from_message():
-    o = Origin("link", "c3", object(), "link-1", "peer-a", "sid-9", 4,
-               FrozenDict({"seq": 17, "ts": 99.25, "hop": 2}))
+    o = Origin(
+        "link",
+        "c3",
+        object(),
+        "link-1",
+        "peer-a",
+        "sid-9",
+        4,
+        FrozenDict({"seq": 17, "ts": 99.25, "hop": 2}),
+    )
     r = record_from_message(Message(("sensors", 3, "temp"), {"c": 21.5}, o), ts_host=5.0)
     assert r["ts_host"] == 5.0 and r["topic"] == ("sensors", 3, "temp")
     assert (r["seq"], r["ts_device"], r["generation"]) == (17, 99.25, 4)
-    assert (r["origin_kind"], r["conn_id"], r["link_id"], r["peer_node"], r["peer_sid"]) == \
-        ("link", "c3", "link-1", "peer-a", "sid-9")
+    assert (r["origin_kind"], r["conn_id"], r["link_id"], r["peer_node"], r["peer_sid"]) == (
+        "link",
+        "c3",
+        "link-1",
+        "peer-a",
+        "sid-9",
+    )
     assert isinstance(r["principal"], str)
     assert r["extra"] == {"seq": 17, "ts": 99.25, "hop": 2}
     # Local message: no extra, no provenance, seq/ts absent -> null; ts_host defaults to now.
     before = time.time()
-    r = record_from_message(Message(("a",), b"x", Origin("local", "c1", None, None, None,
-                                                            None, None, None)))
+    r = record_from_message(
+        Message(("a",), b"x", Origin("local", "c1", None, None, None, None, None, None))
+    )
     assert before <= r["ts_host"] <= time.time()
     assert r["seq"] is None and r["ts_device"] is None and r["extra"] is None
     # Ill-typed seq/ts stay in extra only.
-    o = Origin("local", "c1", "p", None, None, None, None,
-               FrozenDict({"seq": "7", "ts": True}))
+    o = Origin("local", "c1", "p", None, None, None, None, FrozenDict({"seq": "7", "ts": True}))
     r = record_from_message(Message(("a",), 1, o), ts_host=1.0)
     assert r["seq"] is None and r["ts_device"] is None and r["extra"] == {"seq": "7", "ts": True}
 
@@ -185,22 +208,23 @@ def test_append_rejects_bad_records_without_writing(tmp_path):
 # ---------------------------------------------------------------------------
 # Rolling
 
+
 def test_roll_by_size(tmp_path):
     d = str(tmp_path)
     with LogWriter(d, version=1, segment_bytes=1024, segment_seconds=None) as w:
         assert w.active_segment is None and list_segments(d) == []
         positions = [w.append(rec(i, payload="p" * 50)) for i in range(40)]
-        big = w.append(rec(40, payload="B" * 3000))           # larger than a segment
+        big = w.append(rec(40, payload="B" * 3000))  # larger than a segment
         positions.append(big)
         positions.append(w.append(rec(41)))
         active = w.active_segment
         assert os.path.exists(seg_path(d, active, sealed=False))
-        assert active not in list_segments(d)                 # only sealed ones are listed
+        assert active not in list_segments(d)  # only sealed ones are listed
         assert list_segments(d) == list(range(active))
     ids = list_segments(d)
     assert ids == list(range(len(ids))) and len(ids) >= 8
     assert [p[0] for p in positions] == sorted(p[0] for p in positions)
-    assert big[1] == FILE_HEADER_SIZE                          # alone in its segment
+    assert big[1] == FILE_HEADER_SIZE  # alone in its segment
     for sid in ids:
         size = os.path.getsize(seg_path(d, sid))
         assert size <= 1024 or sid == big[0]
@@ -219,24 +243,28 @@ def test_roll_by_time_and_tick(tmp_path):
         p1 = w.append(rec(1))
         assert p0 == (0, FILE_HEADER_SIZE) and p1[0] == 0 and p1[1] > p0[1]
         assert list_segments(d) == []
-        clk.t = 1010.0                                         # age 10 >= 10: roll first
+        clk.t = 1010.0  # age 10 >= 10: roll first
         assert w.append(rec(2)) == (1, FILE_HEADER_SIZE)
         assert list_segments(d) == [0]
-        assert os.path.getmtime(seg_path(d, 0)) == 1010.0      # seal time = writer's clock
+        assert os.path.getmtime(seg_path(d, 0)) == 1010.0  # seal time = writer's clock
         clk.t = 1015.0
-        w.tick()                                               # not old enough yet
+        w.tick()  # not old enough yet
         assert list_segments(d) == [0] and w.active_segment == 1
         clk.t = 1020.5
-        w.tick()                                               # no append needed to seal
+        w.tick()  # no append needed to seal
         assert list_segments(d) == [0, 1] and w.active_segment is None
         w.tick()
-        assert w.roll() is None                                # nothing active
+        assert w.roll() is None  # nothing active
         assert w.append(rec(3)) == (2, FILE_HEADER_SIZE)
         assert w.roll() == 2
         assert w.position() == (3, FILE_HEADER_SIZE)
     assert list_segments(d) == [0, 1, 2]
     assert [(p, r["seq"]) for p, r in read_all(d)[0]] == [
-        (p0, 0), (p1, 1), ((1, FILE_HEADER_SIZE), 2), ((2, FILE_HEADER_SIZE), 3)]
+        (p0, 0),
+        (p1, 1),
+        ((1, FILE_HEADER_SIZE), 2),
+        ((2, FILE_HEADER_SIZE), 3),
+    ]
 
 
 def test_fsync_modes_and_flush(tmp_path):
@@ -263,11 +291,11 @@ def test_one_writer_per_directory(tmp_path):
         LogWriter(d, version=1)
     w.append(rec(0))
     w.close()
-    w.close()                                                   # idempotent
+    w.close()  # idempotent
     with pytest.raises(tlog.LogError):
         w.append(rec(1))
     with LogWriter(d, version=1) as w2:
-        assert w2.append(rec(1)) == (1, FILE_HEADER_SIZE)       # ids continue after reopen
+        assert w2.append(rec(1)) == (1, FILE_HEADER_SIZE)  # ids continue after reopen
     assert "LOCK" in os.listdir(d) and list_segments(d) == [0, 1]
 
 
@@ -312,19 +340,31 @@ def test_crash_with_sigkill_recovers(tmp_path, version):
     child.write_text(CHILD)
     rng = random.Random(20240611)
     modes = ["segment", "always", "interval"]
-    synced = {}            # base -> highest seq reported durable by the child
-    present = {}           # base -> count of records seen after the previous recovery
+    synced = {}  # base -> highest seq reported durable by the child
+    present = {}  # base -> count of records seen after the previous recovery
     recoveries = []
     iterations = 10
     for it in range(iterations):
         base = (it + 1) * 1_000_000
-        p = subprocess.Popen([sys.executable, str(child), ROOT, d, str(base), modes[it % 3],
-                              str(rng.choice([2048, 8192, 65536])), str(version)],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        p = subprocess.Popen(
+            [
+                sys.executable,
+                str(child),
+                ROOT,
+                d,
+                str(base),
+                modes[it % 3],
+                str(rng.choice([2048, 8192, 65536])),
+                str(version),
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         lines = []
-        if it % 2 == 0:                    # kill at a random instant (some during start-up)
+        if it % 2 == 0:  # kill at a random instant (some during start-up)
             time.sleep(rng.uniform(0.0, 0.3))
-        else:                              # kill soon after the n-th reported sync
+        else:  # kill soon after the n-th reported sync
             want = rng.randint(1, 60)
             for line in p.stdout:
                 lines.append(line)
@@ -335,11 +375,14 @@ def test_crash_with_sigkill_recovers(tmp_path, version):
         out, err = p.communicate(timeout=10)
         assert p.returncode == -signal.SIGKILL, err
         lines += out.splitlines()
-        syncs = [tuple(map(int, x.split()[1:])) for x in lines
-                 if x.startswith("SYNC") and len(x.split()) == 4]
+        syncs = [
+            tuple(map(int, x.split()[1:]))
+            for x in lines
+            if x.startswith("SYNC") and len(x.split()) == 4
+        ]
         synced[base] = syncs[-1][0] if syncs else base - 1
 
-        if it % 4 in (1, 2):               # power loss: unsynced bytes vanish
+        if it % 4 in (1, 2):  # power loss: unsynced bytes vanish
             for name in os.listdir(d):
                 if name.endswith(".seg.open"):
                     f = os.path.join(d, name)
@@ -350,7 +393,7 @@ def test_crash_with_sigkill_recovers(tmp_path, version):
         got, stats = read_all(d)
         assert stats.clean, stats.corrupt
 
-        with LogWriter(d, version=version) as w:            # recovery
+        with LogWriter(d, version=version) as w:  # recovery
             assert w.active_segment is None
             recoveries += w.recovered
         names = os.listdir(d)
@@ -370,7 +413,7 @@ def test_crash_with_sigkill_recovers(tmp_path, version):
             # A run's records are a prefix of what it appended, covering all it synced.
             assert s_list == list(range(b, b + len(s_list)))
             assert b + len(s_list) - 1 >= s
-            if b in present:                   # earlier runs are untouched by later crashes
+            if b in present:  # earlier runs are untouched by later crashes
                 assert len(s_list) == present[b]
             present[b] = len(s_list)
     assert sum(s - b + 1 for b, s in synced.items()) > 0, "no child ever synced"
@@ -390,7 +433,7 @@ def test_recovery_of_crash_leftovers(tmp_path):
     with LogWriter(d, version=1) as w:
         w.append(rec(0))
     frames = [tlog.frame(tlog.encode_body(rec(i))) for i in (1, 2, 3)]
-    _write_open(d, 1, frames[:2], tail=frames[2][:-5])       # torn last record
+    _write_open(d, 1, frames[:2], tail=frames[2][:-5])  # torn last record
     with LogWriter(d, version=1) as w:
         assert [a for _, a, _ in w.recovered] == ["sealed"]
         assert w.append(rec(9)) == (2, FILE_HEADER_SIZE)
@@ -421,6 +464,7 @@ def test_recovery_of_crash_leftovers(tmp_path):
 
 # ---------------------------------------------------------------------------
 # Corruption
+
 
 def _three_segments(d):
     pos = []
@@ -456,7 +500,7 @@ def test_corruption_is_skipped_counted_and_named(tmp_path):
     gone = {pos[4], pos[7], pos[19]}
     assert [p for p, _ in got] == [p for p in pos if p not in gone]
     for p, r in got:
-        assert r == original[p]                 # never a wrong record
+        assert r == original[p]  # never a wrong record
     assert stats.records == 27
     assert stats.corrupt == [
         (f0, off4, "CRC mismatch"),
@@ -488,11 +532,11 @@ def test_random_damage_never_raises_or_yields_a_wrong_record(tmp_path):
             if kind < 0.6:
                 data[i] ^= 1 << rng.randrange(8)
             elif kind < 0.8:
-                data[i:i + rng.randint(1, 40)] = b""
+                data[i : i + rng.randint(1, 40)] = b""
             else:
                 data[i:i] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 30)))
         if rng.random() < 0.3:
-            del data[rng.randrange(len(data)):]
+            del data[rng.randrange(len(data)) :]
         open(seg_path(d, 1), "wb").write(data)
         it = read_segment(d, 1)
         out = list(it)
@@ -535,6 +579,7 @@ def test_bad_file_headers(tmp_path):
 # ---------------------------------------------------------------------------
 # Offsets and ranges
 
+
 def test_offsets_are_replayable_ranges(tmp_path):
     d = str(tmp_path)
     assert latest_offset(d) is None and earliest_offset(d) is None
@@ -568,20 +613,22 @@ def test_offsets_are_replayable_ranges(tmp_path):
     it = read_segment(d, 0)
     assert list(it) == [] and it.stats.missing == [(0, 0)]
     os.unlink(seg_path(d, 1))
-    it = read_log(d, start=(0, 100), end=(1, 10 ** 9))
+    it = read_log(d, start=(0, 100), end=(1, 10**9))
     assert list(it) == [] and it.stats.missing == [(0, 1)]
-    it = read_log(d, start=pos[3], end=(2 ** 64 - 1, 0))       # far future end: no loop
+    it = read_log(d, start=pos[3], end=(2**64 - 1, 0))  # far future end: no loop
     assert [p for p, _ in it] == pos[20:] and it.stats.missing == [(0, 1)]
 
 
 # ---------------------------------------------------------------------------
 # Retention
 
+
 def test_retention_by_size(tmp_path):
     d = str(tmp_path)
     clk = Clock()
-    with LogWriter(d, version=1, segment_bytes=1000, segment_seconds=None, retention_bytes=3000,
-                   clock=clk) as w:
+    with LogWriter(
+        d, version=1, segment_bytes=1000, segment_seconds=None, retention_bytes=3000, clock=clk
+    ) as w:
         for i in range(100):
             w.append(rec(i, payload="x" * 100))
             ids = list_segments(d)
@@ -607,17 +654,17 @@ def test_retention_by_age(tmp_path):
     d = str(tmp_path)
     clk = Clock(1000.0)
     with LogWriter(d, version=1, segment_seconds=None, retention_seconds=100, clock=clk) as w:
-        for t in (1000, 1050, 1090, 1095):                    # sealed at these times
+        for t in (1000, 1050, 1090, 1095):  # sealed at these times
             clk.t = t
             w.append(rec(t))
             w.roll()
         assert list_segments(d) == [0, 1, 2, 3]
         clk.t = 1160.0
-        w.append(rec(9999))                                   # active: never deleted
-        w.tick()                                              # cutoff 1060: 0 and 1 go
+        w.append(rec(9999))  # active: never deleted
+        w.tick()  # cutoff 1060: 0 and 1 go
         assert list_segments(d) == [2, 3] and w.active_segment == 4
         clk.t = 5000.0
-        w.tick()                                              # all expired: newest kept
+        w.tick()  # all expired: newest kept
         assert list_segments(d) == [3]
         assert os.path.exists(seg_path(d, 4, sealed=False))
     # Sealed on close at t=5000; reopening far later still keeps the newest.
@@ -660,19 +707,23 @@ def test_last_seqs_after_a_crash(tmp_path, version):
     d = str(tmp_path / "log")
     child = tmp_path / "child.py"
     child.write_text(TAIL_CHILD)
-    p = subprocess.Popen([sys.executable, str(child), ROOT, d, str(version)],
-                         stdout=subprocess.PIPE, text=True)
+    p = subprocess.Popen(
+        [sys.executable, str(child), ROOT, d, str(version)], stdout=subprocess.PIPE, text=True
+    )
     try:
         assert p.stdout.readline().strip() == "SYNCED"
     finally:
         p.send_signal(signal.SIGKILL)
         p.wait()
     assert os.path.exists(seg_path(d, 1, sealed=False))
-    assert tlog.last_seqs(d) == {("serial:a", "a1"): 49}   # .open segments are not read
+    assert tlog.last_seqs(d) == {("serial:a", "a1"): 49}  # .open segments are not read
     with LogWriter(d, version=version) as w:
         assert [a for _, a, _ in w.recovered] == ["sealed"]
-        assert tlog.last_seqs(d) == {("serial:a", "a1"): 49, ("serial:a", "a2"): 7,
-                                     ("mqtt:b", "b1"): 107}
+        assert tlog.last_seqs(d) == {
+            ("serial:a", "a1"): 49,
+            ("serial:a", "a2"): 7,
+            ("mqtt:b", "b1"): 107,
+        }
         # max_bytes bounds the reading to the newest segments (at least one).
         assert tlog.last_seqs(d, max_bytes=1) == {("serial:a", "a2"): 7, ("mqtt:b", "b1"): 107}
     assert tlog.last_seqs(str(tmp_path / "none")) == {}
@@ -687,6 +738,7 @@ def test_atomic_writes_leave_the_old_file_or_the_new_one(tmp_path):
     def half(f):
         f.write(b"tw")
         raise OSError("disk full")
+
     with pytest.raises(OSError):
         tlog.write_atomically(str(final), str(tmp), half)
     assert final.read_bytes() == b"one" and not tmp.exists()

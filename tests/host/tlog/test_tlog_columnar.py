@@ -2,6 +2,7 @@
 Parquet files any engine reads, positions as row numbers, a seal that a
 SIGKILL at any step neither loses nor duplicates, damaged files skipped and
 named, version-1 segments still read beside them.  Real files only."""
+
 import os
 import signal
 import subprocess
@@ -17,25 +18,42 @@ from tests.conftest import ROOT
 
 
 def rec(i, **kw):
-    r = {"ts_host": 1700000000.0 + i, "topic": ("t", "n%d" % i), "payload": {"i": i}, "seq": i,
-         "link_id": "serial:a", "peer_node": "a", "peer_sid": "s1"}
+    r = {
+        "ts_host": 1700000000.0 + i,
+        "topic": ("t", "n%d" % i),
+        "payload": {"i": i},
+        "seq": i,
+        "link_id": "serial:a",
+        "peer_node": "a",
+        "peer_sid": "s1",
+    }
     r.update(kw)
     return r
 
 
 CASES = [
-    {"ts_host": 1712345678.123456, "topic": ("capteurs", "température", 7, ""),
-     "payload": {"bin": b"\x00\xff", "nested": [1, 2.5, None, True, "ünï"], "big": 2 ** 80},
-     "ts_device": 12345.5, "seq": 42, "origin_kind": "link", "conn_id": "c7",
-     "principal": "device:ω", "link_id": "link-1", "peer_node": "peer-a", "peer_sid": "sid-42",
-     "generation": 7, "extra": {"seq": 42, "ts": 12345.5, "late": True, "blob": b"\x01"}},
+    {
+        "ts_host": 1712345678.123456,
+        "topic": ("capteurs", "température", 7, ""),
+        "payload": {"bin": b"\x00\xff", "nested": [1, 2.5, None, True, "ünï"], "big": 2**80},
+        "ts_device": 12345.5,
+        "seq": 42,
+        "origin_kind": "link",
+        "conn_id": "c7",
+        "principal": "device:ω",
+        "link_id": "link-1",
+        "peer_node": "peer-a",
+        "peer_sid": "sid-42",
+        "generation": 7,
+        "extra": {"seq": 42, "ts": 12345.5, "late": True, "blob": b"\x01"},
+    },
     {"ts_host": 1, "topic": ("a",), "payload": None},
     {"ts_host": 2.0, "topic": "a/b/c", "payload": b"\x00\x01\x02\xff"},
     {"ts_host": 3.0, "topic": ["x", 0], "payload": {"$b64": "not bytes"}},
     {"ts_host": 4.0, "topic": ("x",), "payload": {"$lit": {"$b64": 1}}, "extra": {"$x": 1}},
     {"ts_host": 5.0, "topic": ("x",), "payload": (1, (2, b"z")), "extra": {}},
     {"ts_host": 7.0, "topic": ("x",), "payload": FrozenDict({"k": "v"})},
-    {"ts_host": 1e15, "topic": ("far",), "payload": 1},      # beyond Spark's timestamps
+    {"ts_host": 1e15, "topic": ("far",), "payload": 1},  # beyond Spark's timestamps
 ]
 
 
@@ -54,7 +72,7 @@ def test_same_records_as_version_1_and_plain_parquet(tmp_path, decode):
     b = list(it)
     assert it.stats.clean and [p for p, _ in b] == [(0, i) for i in range(len(CASES))]
     assert [r for _, r in b] == a
-    assert b[0][1]["topic"] == ("capteurs", "température", 7, "")      # int token kept
+    assert b[0][1]["topic"] == ("capteurs", "température", 7, "")  # int token kept
     # Any engine reads it as plain Parquet: the documented columns and metadata.
     fname = os.path.join(v2, tlog.parquet_name(0))
     t = pq.read_table(fname)
@@ -80,10 +98,10 @@ def test_version_1_segments_are_read_beside_version_2(tmp_path):
         w.roll()
         w.append(rec(5, peer_sid="s0"))
         w.flush()
-        os.close(w._fd)                              # a version-1 writer "crashes"
+        os.close(w._fd)  # a version-1 writer "crashes"
         w._fd, w._closed = None, True
         os.close(w._lock_fd)
-    with LogWriter(d, gateway="gw") as w:            # a version-2 writer takes over
+    with LogWriter(d, gateway="gw") as w:  # a version-2 writer takes over
         assert [a for _, a, _ in w.recovered] == ["sealed"]
         for i in range(6, 9):
             w.append(rec(i))
@@ -121,14 +139,15 @@ def test_sigkill_inside_the_seal_loses_and_duplicates_nothing(tmp_path, where):
     d = str(tmp_path / "log")
     child = tmp_path / "child.py"
     child.write_text(SEAL_CHILD)
-    p = subprocess.run([sys.executable, str(child), ROOT, d, where], capture_output=True,
-                       text=True, timeout=60)
+    p = subprocess.run(
+        [sys.executable, str(child), ROOT, d, where], capture_output=True, text=True, timeout=60
+    )
     assert p.returncode == -signal.SIGKILL, p.stderr
     names = sorted(os.listdir(d))
     assert tlog.segment_name(0, sealed=False) in names
-    if where == "rename":            # a finished temporary file, invisible to readers
+    if where == "rename":  # a finished temporary file, invisible to readers
         assert list_segments(d) == [] and [n for n in names if n.startswith(".tmp-")]
-    else:                            # the Parquet segment is in place: readers see it whole
+    else:  # the Parquet segment is in place: readers see it whole
         assert list_segments(d) == [0]
         assert [r["seq"] for _, r in read_log(d)] == list(range(100))
     with LogWriter(d) as w:
@@ -160,13 +179,13 @@ def test_damaged_parquet_is_skipped_and_named(tmp_path):
             w.roll()
     f1 = os.path.join(d, tlog.parquet_name(1))
     data = bytearray(open(f1, "rb").read())
-    data[len(data) // 3] ^= 0xFF                   # inside the data pages
+    data[len(data) // 3] ^= 0xFF  # inside the data pages
     open(f1, "wb").write(bytes(data))
     f2 = os.path.join(d, tlog.parquet_name(2))
-    os.truncate(f2, os.path.getsize(f2) - 20)       # the footer is gone
+    os.truncate(f2, os.path.getsize(f2) - 20)  # the footer is gone
     it = read_log(d)
     got = [r["seq"] for _, r in it]
-    assert got == list(range(10))                    # never a wrong record
+    assert got == list(range(10))  # never a wrong record
     named = {(f, o): why for f, o, why in it.stats.corrupt}
     assert set(named) == {(f1, 0), (f2, 0)}
     assert "unreadable" in named[(f1, 0)] and "segment skipped" in named[(f2, 0)]
@@ -184,7 +203,7 @@ def test_retention_and_positions_in_rows(tmp_path):
     total = sum(os.path.getsize(f) for f, _ in tlog.sealed_files(d).values())
     assert total <= 12000 + max(os.path.getsize(f) for f, _ in tlog.sealed_files(d).values())
     got = [(p, r["seq"]) for p, r in read_log(d)]
-    assert got == [(p, i) for i, p in enumerate(pos)][-len(got):]
+    assert got == [(p, i) for i, p in enumerate(pos)][-len(got) :]
 
 
 def test_convert_a_version_1_log(tmp_path):
@@ -199,7 +218,7 @@ def test_convert_a_version_1_log(tmp_path):
     assert len(mtimes) > 2 and convert_log(d, gateway="old-gw") == sorted(mtimes)
     files = tlog.sealed_files(d)
     assert {v for _, v in files.values()} == {2}
-    assert {s: os.path.getmtime(f) for s, (f, _) in files.items()} == mtimes   # retention ages
+    assert {s: os.path.getmtime(f) for s, (f, _) in files.items()} == mtimes  # retention ages
     it = read_log(d)
     assert [r for _, r in it] == before and it.stats.clean
     assert convert_log(d) == []

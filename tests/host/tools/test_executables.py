@@ -1,5 +1,6 @@
 """edgebus.tools.executables finds the programs pip installed beside the running
 interpreter (an unactivated venv), and names the extra when one is missing."""
+
 import os
 import subprocess
 import sys
@@ -14,16 +15,18 @@ from edgebus.tools import executables
 def test_found_without_the_venv_on_path(name, monkeypatch):
     monkeypatch.setenv("PATH", os.defpath)
     argv = executables.command(name)
-    assert subprocess.run(argv + ["--help"], capture_output=True, timeout=60).returncode \
-        in (0, 1, 2)         # it runs (tools differ in --help's exit status)
+    assert subprocess.run(argv + ["--help"], capture_output=True, timeout=60).returncode in (
+        0,
+        1,
+        2,
+    )  # it runs (tools differ in --help's exit status)
     if name in executables.MODULES:
         assert argv == [sys.executable, "-m", executables.MODULES[name]]
     else:
         assert os.access(argv[0], os.X_OK)
 
 
-@pytest.mark.parametrize("name, extra", [("micropython", "micropython"),
-                                         ("mpremote", "boards")])
+@pytest.mark.parametrize("name, extra", [("micropython", "micropython"), ("mpremote", "boards")])
 def test_a_missing_program_names_its_extra(name, extra, monkeypatch, tmp_path):
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setattr(sys, "executable", str(tmp_path / "python"))

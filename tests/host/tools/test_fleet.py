@@ -1,5 +1,6 @@
 """edgebus fleet: simulated devices (the real firmware on the real MicroPython
 unix port) against a real mosquitto and the real bridge."""
+
 import asyncio
 import json
 import os
@@ -23,12 +24,15 @@ pytestmark = pytest.mark.micropython
 
 @pytest.mark.mosquitto
 def test_five_devices_over_mqtt_come_up_answer_and_survive_a_broker_restart(tmp_path):
-    with Mosquitto() as broker, Fleet(tmp_path / "fleet", mqtt=5,
-                                      broker=("127.0.0.1", broker.port)) as fleet:
+    with (
+        Mosquitto() as broker,
+        Fleet(tmp_path / "fleet", mqtt=5, broker=("127.0.0.1", broker.port)) as fleet,
+    ):
         fleet.start()
         parts = fleet.bridge_config(("127.0.0.1", broker.port))
         cfg = bridge_config.parse(
-            dict(parts, bridge={"state_dir": str(tmp_path / "state"), "heartbeat": 1.0}))
+            dict(parts, bridge={"state_dir": str(tmp_path / "state"), "heartbeat": 1.0})
+        )
         nodes = [d["node"] for d in fleet.devices]
 
         async def main():
@@ -43,6 +47,7 @@ def test_five_devices_over_mqtt_come_up_answer_and_survive_a_broker_restart(tmp_
                 topic = ("dev", n, "sys", "config", "get")
                 await until(lambda: topic in b.bus.endpoints())
                 return await c.call(topic, "node", timeout=5)
+
             assert await asyncio.gather(*[config_of(n) for n in nodes]) == nodes
             links = [b.links["mqtt:" + n] for n in nodes]
             before = [l.counters["sessions"] for l in links]
@@ -50,25 +55,54 @@ def test_five_devices_over_mqtt_come_up_answer_and_survive_a_broker_restart(tmp_
             await asyncio.sleep(0.5)
             broker.start()
             try:
-                await until(lambda: all(l.status == "up" and l.counters["sessions"] > s
-                                        for l, s in zip(links, before)), 40)
+                await until(
+                    lambda: all(
+                        l.status == "up" and l.counters["sessions"] > s
+                        for l, s in zip(links, before)
+                    ),
+                    40,
+                )
             except AssertionError:
-                raise AssertionError([(l.link_id, l.status, l.counters, l.last_error,
-                                       b.mqtt.stats()) for l in links])
-            assert all(l.generation == 1 for l in links)      # the same boots
+                raise AssertionError(
+                    [(l.link_id, l.status, l.counters, l.last_error, b.mqtt.stats()) for l in links]
+                )
+            assert all(l.generation == 1 for l in links)  # the same boots
             assert await asyncio.gather(*[config_of(n) for n in nodes]) == nodes
             b.stop()
             await t
+
         asyncio.run(main())
 
 
 def test_fleet_command_prints_the_bridge_config(tmp_path):
     frag = tmp_path / "fleet.toml"
-    p = subprocess.Popen([sys.executable, "-m", "edgebus.tools.cli", "fleet", "--devices", "2",
-                          "--out", str(tmp_path / "f"), "--config-out", str(frag),
-                          "--board", "esp32-s3", "--journal", "--set", "health_period=1",
-                          "--set", "link.spool=40000", "--set", "queues.full=reject_newest"],
-                         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    p = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "edgebus.tools.cli",
+            "fleet",
+            "--devices",
+            "2",
+            "--out",
+            str(tmp_path / "f"),
+            "--config-out",
+            str(frag),
+            "--board",
+            "esp32-s3",
+            "--journal",
+            "--set",
+            "health_period=1",
+            "--set",
+            "link.spool=40000",
+            "--set",
+            "queues.full=reject_newest",
+        ],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         text = ""
         while "Ctrl-C" not in text:
@@ -89,16 +123,27 @@ def test_fleet_command_prints_the_bridge_config(tmp_path):
     assert p.returncode == 0
 
 
-@pytest.mark.parametrize("args,why", [
-    (["--set", "spool"], "--set takes KEY=VALUE"),
-    (["--set", "link..spool=1"], "--set takes KEY=VALUE"),
-    (["--set", "health_period=1", "--set", "health_period.x=2"], "health_period is set to a value"),
-    (["--board", "esp33"], 'unknown board "esp33" (did you mean "esp32"?)'),
-    (["--board", "linux-edge"], "board linux-edge runs CPython"),
-])
+@pytest.mark.parametrize(
+    "args,why",
+    [
+        (["--set", "spool"], "--set takes KEY=VALUE"),
+        (["--set", "link..spool=1"], "--set takes KEY=VALUE"),
+        (
+            ["--set", "health_period=1", "--set", "health_period.x=2"],
+            "health_period is set to a value",
+        ),
+        (["--board", "esp33"], 'unknown board "esp33" (did you mean "esp32"?)'),
+        (["--board", "linux-edge"], "board linux-edge runs CPython"),
+    ],
+)
 def test_fleet_command_refuses_bad_options_in_one_line(tmp_path, args, why):
-    r = subprocess.run([sys.executable, "-m", "edgebus.tools.cli", "fleet", "--out", str(tmp_path)] + args,
-                       cwd=ROOT, capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "edgebus.tools.cli", "fleet", "--out", str(tmp_path)] + args,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode != 0 and why in r.stderr, r.stderr
     assert len(r.stderr.strip().splitlines()) == 1, r.stderr
 
@@ -109,13 +154,24 @@ def test_a_device_told_to_reboot_comes_back_under_a_new_boot_while_the_others_ru
     device's process with status 3, the fleet starts it again (counted), and
     the other devices keep their sessions. With --journal each device keeps
     its flash journal in its own directory."""
-    with Mosquitto() as broker, Fleet(tmp_path / "fleet", mqtt=2, period=0.1,
-                                      broker=("127.0.0.1", broker.port), journal=True,
-                                      config={"link": {"journal_bytes": 65536}}) as fleet:
+    with (
+        Mosquitto() as broker,
+        Fleet(
+            tmp_path / "fleet",
+            mqtt=2,
+            period=0.1,
+            broker=("127.0.0.1", broker.port),
+            journal=True,
+            config={"link": {"journal_bytes": 65536}},
+        ) as fleet,
+    ):
         fleet.start()
-        cfg = bridge_config.parse(dict(fleet.bridge_config(("127.0.0.1", broker.port)),
-                                       bridge={"state_dir": str(tmp_path / "state"),
-                                               "heartbeat": 1.0}))
+        cfg = bridge_config.parse(
+            dict(
+                fleet.bridge_config(("127.0.0.1", broker.port)),
+                bridge={"state_dir": str(tmp_path / "state"), "heartbeat": 1.0},
+            )
+        )
         one, other = [d["node"] for d in fleet.devices]
 
         async def main():
@@ -137,17 +193,21 @@ def test_a_device_told_to_reboot_comes_back_under_a_new_boot_while_the_others_ru
             b.stop()
             await t
             return res
+
         gen, same_boot, same_session, info = asyncio.run(main())
         assert gen == 2 and same_boot and same_session
         d1, d2 = fleet.devices
         assert d1["restarts"] == 1 and d1["exits"] == [3]
         assert d2["restarts"] == 0 and d2["exits"] == [] and fleet.running() == [one, other]
         assert info["manifest"] == "board.json" and info["queues"]["spool"] == 32768
-        for d in fleet.devices:    # each device's own journal, made by the device
+        for d in fleet.devices:  # each device's own journal, made by the device
             assert os.path.isdir(os.path.join(d["dir"], "journal")), d["node"]
             with open(d["config"]) as f:
-                assert json.load(f)["link"] == {"heartbeat": 1.0, "journal": "journal",
-                                                "journal_bytes": 65536}
+                assert json.load(f)["link"] == {
+                    "heartbeat": 1.0,
+                    "journal": "journal",
+                    "journal_bytes": 65536,
+                }
         with open(os.path.join(d1["dir"], "bootcount")) as f:
             assert f.read().strip() == "2"
 
@@ -185,31 +245,42 @@ def test_a_device_gives_up_on_a_broker_that_never_answers_and_comes_back(tmp_pat
     port = free_port()
     mute = MuteBroker(port)
     try:
-        fleet = Fleet(tmp_path / "fleet", mqtt=1, broker=("127.0.0.1", port), period=0.2,
-                      config={"uplink": {"connect_timeout": 0.5}})
+        fleet = Fleet(
+            tmp_path / "fleet",
+            mqtt=1,
+            broker=("127.0.0.1", port),
+            period=0.2,
+            config={"uplink": {"connect_timeout": 0.5}},
+        )
         with fleet:
             fleet.start()
             d = fleet.devices[0]
-            wait_until(lambda: len(mute.conns) >= 3, 30, lambda: mute.conns)   # it tried again
+            wait_until(lambda: len(mute.conns) >= 3, 30, lambda: mute.conns)  # it tried again
             with open(d["log"]) as f:
                 text = f.read()
             assert "open: MqttError: no CONNACK from 127.0.0.1:%d within 0.5 s" % port in text
             mute.close()
             with Mosquitto(port) as broker:
-                cfg = bridge_config.parse(dict(fleet.bridge_config(("127.0.0.1", broker.port)),
-                                               bridge={"state_dir": str(tmp_path / "state")}))
+                cfg = bridge_config.parse(
+                    dict(
+                        fleet.bridge_config(("127.0.0.1", broker.port)),
+                        bridge={"state_dir": str(tmp_path / "state")},
+                    )
+                )
 
                 async def main():
                     b = Bridge(cfg)
                     t = asyncio.create_task(b.run())
-                    temp = b.bus.connect().subscribe("dev/%s/sensor/temp" % d["node"],
-                                                     queue_len=256)
+                    temp = b.bus.connect().subscribe(
+                        "dev/%s/sensor/temp" % d["node"], queue_len=256
+                    )
                     health = b.bus.connect().subscribe("dev/%s/sys/health" % d["node"])
                     first = await asyncio.wait_for(temp.recv(), 40)
                     h = (await asyncio.wait_for(health.recv(), 20)).payload
                     b.stop()
                     await t
                     return first, h
+
                 first, h = asyncio.run(main())
     finally:
         mute.close()
@@ -224,11 +295,24 @@ def test_the_network_step_waits_for_the_access_point_and_rejoins_after_it_drops(
     access point), a session once it joins; when the access point drops, the
     uplink drops its transport and waits, the station rejoins, and every
     reading arrives once. sys/health reports the network."""
-    net = {"ssid": "lab", "password": "pw", "driver": "firmware.wlansim", "backoff_min": 0.2,
-           "backoff_max": 1}
-    with Mosquitto() as broker, Fleet(tmp_path / "fleet", mqtt=1, period=0.1,
-                                      broker=("127.0.0.1", broker.port), health_period=0.5,
-                                      config={"network": net}) as fleet:
+    net = {
+        "ssid": "lab",
+        "password": "pw",
+        "driver": "firmware.wlansim",
+        "backoff_min": 0.2,
+        "backoff_max": 1,
+    }
+    with (
+        Mosquitto() as broker,
+        Fleet(
+            tmp_path / "fleet",
+            mqtt=1,
+            period=0.1,
+            broker=("127.0.0.1", broker.port),
+            health_period=0.5,
+            config={"network": net},
+        ) as fleet,
+    ):
         d = fleet.devices[0]
         ap = os.path.join(d["dir"], "wlansim.json")
 
@@ -240,15 +324,19 @@ def test_the_network_step_waits_for_the_access_point_and_rejoins_after_it_drops(
         def log_has(text):
             with open(d["log"]) as f:
                 return text in f.read()
+
         access_point(True, password="other")
         fleet.start()
         wait_until(lambda: log_has("network: join lab: wrong_password"), 20)
         access_point(False)
         wait_until(lambda: log_has("network: join lab: no_ap_found"), 20)
         assert log_has("uplink mqtt: waiting for the network")
-        cfg = bridge_config.parse(dict(fleet.bridge_config(("127.0.0.1", broker.port)),
-                                       bridge={"state_dir": str(tmp_path / "state"),
-                                               "heartbeat": 1.0}))
+        cfg = bridge_config.parse(
+            dict(
+                fleet.bridge_config(("127.0.0.1", broker.port)),
+                bridge={"state_dir": str(tmp_path / "state"), "heartbeat": 1.0},
+            )
+        )
 
         async def main():
             b = Bridge(cfg)
@@ -258,7 +346,7 @@ def test_the_network_step_waits_for_the_access_point_and_rejoins_after_it_drops(
             health = c.subscribe("dev/%s/sys/health" % d["node"], queue_len=64)
             link = b.links["mqtt:" + d["node"]]
             await asyncio.sleep(1.0)
-            assert link.counters.get("sessions", 0) == 0      # nothing while it cannot join
+            assert link.counters.get("sessions", 0) == 0  # nothing while it cannot join
             access_point(True)
             await until(lambda: link.status == "up", 30)
             await until(lambda: link.counters.get("imported", 0) > 20, 20)
@@ -283,8 +371,9 @@ def test_the_network_step_waits_for_the_access_point_and_rejoins_after_it_drops(
             b.stop()
             await t
             return h, ns, link.counters.get("gaps", 0)
+
         h, ns, gaps = asyncio.run(main())
-    assert ns == list(range(len(ns))) and gaps == 0, ns      # every reading once, in order
+    assert ns == list(range(len(ns))) and gaps == 0, ns  # every reading once, in order
     n = h["network"]
     assert n["state"] == "up" and n["rssi"] == -61 and n["drops"] == 1, n
     assert n["failures"] >= 2 and h["uplink"]["open_failures"] == 0, h
