@@ -61,7 +61,15 @@ def measure(tree, cycles, work):
             bridge.start()
             fleet.start()
             watcher = Watcher(broker.port, [up])
-            is_up = lambda: (bridge.link(node) or {}).get("state") == "up"
+
+            def is_up(more_than=-1):
+                """A session up, the more_than-th or a later one."""
+                lk = bridge.link(node) or {}
+                return (
+                    lk.get("state") == "up"
+                    and lk.get("counters", {}).get("sessions", 0) > more_than
+                )
+
             wait_until(is_up, 60, "a session at the start (see %s)" % bridge.logpath)
             for case in ("bridge", "broker"):
                 for _ in range(cycles):
@@ -71,18 +79,12 @@ def measure(tree, cycles, work):
                     if case == "bridge":
                         bridge.kill()
                         bridge.start()
-                        ok = lambda: is_up()
+                        after = -1  # a new bridge counts from 0
                     else:
                         broker.stop()
                         broker.start()
-                        ok = lambda: (
-                            lambda l: (
-                                l
-                                and l["state"] == "up"
-                                and l["counters"].get("sessions", 0) > before
-                            )
-                        )(bridge.link(node))
-                    wait_until(ok, 90, "a session after the %s restart" % case)
+                        after = before
+                    wait_until(lambda: is_up(after), 90, "a session after the %s restart" % case)
                     t1 = time.monotonic()
                     h = watcher.first_hello(up, t0)
                     out.append((case, round(t1 - t0, 2), round(h - t0, 2) if h else None))

@@ -9,7 +9,7 @@ import time
 
 MICROPYTHON = sys.implementation.name == "micropython"
 
-import asyncio  # MicroPython >= 1.22 names it asyncio too
+import asyncio  # noqa: E402  (MicroPython >= 1.22 names it asyncio too)
 
 Event = asyncio.Event
 CancelledError = asyncio.CancelledError
@@ -17,7 +17,7 @@ TimeoutError = asyncio.TimeoutError
 wait_for = asyncio.wait_for
 if not MICROPYTHON and sys.version_info < (3, 12):
     # In a module of its own: on MicroPython even code that never runs costs heap.
-    pass  # noqa: F811
+    from edgebus.compat_cpython import wait_for  # noqa: F401, F811
 
 try:
     from micropython import const

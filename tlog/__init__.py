@@ -11,7 +11,8 @@ format and every promise made to readers are specified in
 - ``edgebus.tlog.segments``: the log directory's segment files;
 - ``edgebus.tlog.reader``: reading sealed segments, resynchronising past bad bytes;
 - ``edgebus.tlog.columnar``: version-2 sealed segments, Parquet files (pyarrow);
-- ``edgebus.tlog.writer``: the one writer, with ``edgebus.tlog.recovery`` and ``edgebus.tlog.retention``;
+- ``edgebus.tlog.writer``: the one writer, with ``edgebus.tlog.recovery`` and
+  ``edgebus.tlog.retention``;
 - ``edgebus.tlog.tail``: the newest sequence number per sender boot, for a restart.
 
 Host only (CPython >= 3.11, POSIX: ``fcntl``, ``fsync`` of directories).

@@ -7,8 +7,9 @@ or ``mip.install("http://host/.../package.json")`` installs it) and
 ``bundle.json`` (board, .mpy version, sizes) that ``edgebus deploy`` checks,
 ``board.json``, the part of the board's manifest the device runtime runs
 (queues, spool, heap budget; installed with the rest), and ``manifest.py``, a
-MicroPython freeze manifest of the same sources: built into the firmware (``make BOARD=... FROZEN_MANIFEST=<bundle>/manifest.py`` in
-the port's directory) the modules run from flash and their code takes no heap.
+MicroPython freeze manifest of the same sources: built into the firmware
+(``make BOARD=... FROZEN_MANIFEST=<bundle>/manifest.py`` in the port's directory)
+the modules run from flash and their code takes no heap.
 """
 
 from __future__ import annotations

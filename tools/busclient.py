@@ -124,7 +124,7 @@ class Session:
         except OSError as e:
             raise Fail(
                 UNREACHABLE, "cannot reach the bridge at %s: %s" % (self.path, e.strerror or e)
-            )
+            ) from None
         # The bridge offers its own endpoints to every client: once they are
         # here, the session is up and the routes have arrived.
         await self.until(
@@ -154,18 +154,22 @@ class Session:
         try:
             return await self.conn.call(topic, payload, timeout=timeout)
         except edgebus.NoRoute:
-            raise Fail(NO_ROUTE, "no route: nothing serves %s" % topic)
+            raise Fail(NO_ROUTE, "no route: nothing serves %s" % topic) from None
         except edgebus.Timeout:
-            raise Fail(TIMEOUT, "timeout: %s did not answer within %g s" % (topic, timeout))
+            raise Fail(
+                TIMEOUT, "timeout: %s did not answer within %g s" % (topic, timeout)
+            ) from None
         except edgebus.Failed as e:
-            raise Fail(FAILED, "%s failed: %s" % (topic, render(e.reason)))
+            raise Fail(FAILED, "%s failed: %s" % (topic, render(e.reason))) from None
         except edgebus.CallError as e:
             # A refusal at the bridge comes back as the call closed with its reason.
             if e.reason == "denied":
-                raise Fail(DENIED, "denied: the bridge's ACL does not let you call %s" % topic)
+                raise Fail(
+                    DENIED, "denied: the bridge's ACL does not let you call %s" % topic
+                ) from None
             if e.reason == "no_route":
-                raise Fail(NO_ROUTE, "no route: nothing serves %s" % topic)
-            raise Fail(FAILED, "%s: %s" % (topic, e.reason))
+                raise Fail(NO_ROUTE, "no route: nothing serves %s" % topic) from None
+            raise Fail(FAILED, "%s: %s" % (topic, e.reason)) from None
 
     async def check(self, action: str, topic: str, what: str) -> None:
         """Fail(DENIED) unless the bridge's ACL lets us do action on topic."""

@@ -165,8 +165,10 @@ def run(args: argparse.Namespace) -> int:
         req = {"link": args.link} if args.link else {"links": False} if args.summary else None
         st = asyncio.run(fetch(args.socket, args.timeout, req))
     except (OSError, ConnectionError) as e:
-        raise SystemExit("edgebus status: cannot reach the bridge at %s: %s" % (args.socket, e))
+        raise SystemExit(
+            "edgebus status: cannot reach the bridge at %s: %s" % (args.socket, e)
+        ) from None
     except edgebus.CallError as e:
-        raise SystemExit("edgebus status: %s" % e)
+        raise SystemExit("edgebus status: %s" % e) from None
     print(json.dumps(st, indent=1) if args.json else render(st))
     return 0

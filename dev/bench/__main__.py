@@ -1,6 +1,7 @@
 """Run every benchmark and write BENCHMARKS.md and benchmarks.json.
 
-usage: python -m dev.bench [--smoke] [--out DIR] [--only PART,...] [--baseline REF [--baseline-only]]
+usage: python -m dev.bench [--smoke] [--out DIR] [--only PART,...]
+                           [--baseline REF [--baseline-only]]
 The results (benchmarks.json and the plots) go to dev/bench/results/ and the
 report to BENCHMARKS.md at the repository root, linking the plots there.
 --smoke runs each benchmark briefly (CI keeps the suite working with it) and

@@ -40,7 +40,7 @@ def test_call_device_to_host():
             async for req in ep:
                 req.reply(["t", req.payload, req.origin.peer_node])
 
-        task = asyncio.create_task(handler())
+        _task = asyncio.create_task(handler())
         j.start()
         await until(lambda: synced(j) and ("host", "time") in j.dev.endpoints())
         assert await j.dev.connect().call("host/time", 1) == ["t", 1, "dev1"]

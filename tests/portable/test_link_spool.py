@@ -109,7 +109,7 @@ def test_durable_receiver_acknowledges_only_what_its_owner_confirms():
         j, sub, c = await _flowing(host_kw={"durable": True})
         for n in range(5):
             c.publish("sensor/n", n)
-        for n in range(5):
+        for _ in range(5):
             await asyncio.wait_for(sub.recv(), 3)
         mark = j.hl.rx_mark()
         assert mark == (j.dl.sid, j.dl.tx_seq)

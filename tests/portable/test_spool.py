@@ -18,7 +18,7 @@ def test_put_send_ack_in_order_across_the_wrap():
     sp = Spool(100)
     seq = 1
     sent = []
-    for round in range(30):  # 30 x 3 bodies of 20 bytes through a 100-byte ring
+    for _round in range(30):  # 30 x 3 bodies of 20 bytes through a 100-byte ring
         for _ in range(3):
             assert sp.put(seq, bytes([seq % 256]) * 20)
             seq += 1

@@ -313,7 +313,7 @@ def test_serial_line_cut_and_restored_and_unplugged(tmp_path, rel, rel_device):
                 n = link.counters.get("imported", 0) + 50
                 return until(lambda: link.counters.get("imported", 0) >= n, 20)
 
-            for k in range(cycles):
+            for _ in range(cycles):
                 await flowing()
                 cable.cut()
                 await asyncio.sleep(random.uniform(0.3, 2.0))  # some cuts outlast liveness

@@ -47,7 +47,7 @@ class Rogue:
     async def expect(self, want, timeout=5):
         async def go():
             while True:
-                for i, (t, s, o, b) in enumerate(self.inbox):
+                for i, (t, _s, _o, _b) in enumerate(self.inbox):
                     if t in want:
                         return self.inbox.pop(i)
                 bodies = await self.t.recv()

@@ -43,7 +43,10 @@ def test_devices_started_at_once_get_one_session_each_and_lose_nothing(tmp_path,
             assert bridge.stop(timeout=120) == 0
         finally:
             bridge.close()
-    count = lambda k: sum(s["counters"].get(k, 0) for s in links)
+
+    def count(k):
+        return sum(s["counters"].get(k, 0) for s in links)
+
     assert len(links) == n and all(s["state"] == "up" for s in links), [
         s["state"] for s in links if s["state"] != "up"
     ][:10]

@@ -71,7 +71,7 @@ def test_unix_bundle_has_no_sources_and_a_mip_package_json(unix_bundle):
     assert sorted(dest for dest, _src in pj["urls"]) == sorted(mods + ["board.json"])
     with open(os.path.join(out, "board.json"), "rb") as f:
         assert f.read() == boards.runtime_files(UNIX)["board.json"]
-    for dest, src in pj["urls"]:
+    for _dest, src in pj["urls"]:
         assert not os.path.isabs(src) and "://" not in src
         assert os.path.isfile(os.path.join(out, src))
     assert pj["version"] == build.package_version()

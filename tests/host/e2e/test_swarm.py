@@ -59,7 +59,10 @@ def test_the_checker_catches_a_lost_acknowledged_reading_and_a_duplicate(run, tm
         summary = json.load(f)
     d = summary["devices"][3]
     assert d["acked"] >= 2
-    lost = lambda r: r["peer_node"] == d["node"] and r["seq"] == 2
+
+    def lost(r):
+        return r["peer_node"] == d["node"] and r["seq"] == 2
+
     assert _copy_log(os.path.join(work, "tlog"), str(tmp_path / "lost"), skip=lost) == 1
     res = check(str(tmp_path / "lost"), summary)
     assert not res["ok"] and res["totals"]["acked_missing"] == 1

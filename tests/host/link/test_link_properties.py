@@ -142,7 +142,6 @@ def test_host_view_converges_to_device_exported_state(actions):
             await asyncio.sleep(0.01)
         if not running:
             j.start()
-        syncs = j.hl.counters.get("syncs", 0)
         want = sorted(
             ("dev/dev1/" + "/".join(m.topic), m.payload)
             for m in j.dev.connect().retained_view("sensor/#").snapshot()

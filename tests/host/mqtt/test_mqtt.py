@@ -234,7 +234,10 @@ def test_refused_credentials_are_logged_and_retried_then_accepted(tmp_path, capl
             return br
 
         caplog.set_level(logging.WARNING, "edgebus.bridge")
-        refused = lambda: [r for r in caplog.records if "refused the connection" in r.getMessage()]
+
+        def refused():
+            return [r for r in caplog.records if "refused the connection" in r.getMessage()]
+
         br = asyncio.run(run("wrong", lambda br: len(refused()) >= 2))
         assert br.mqtt.connects == 0 and not br.mqtt.connected
         assert (

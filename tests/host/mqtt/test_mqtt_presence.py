@@ -46,7 +46,9 @@ def test_bridge_presence_is_retained_and_reaches_the_device(tmp_path, broker, pr
     bridge = BridgeProcess(str(tmp_path), broker.port, {"d1": "k1"})
     watcher = Watcher(broker.port, [PRESENCE])
     dev = presence_device(broker.port, "d1")
-    peers = lambda: [ln.split()[1] for ln in dev.lines if ln.startswith("PEER")]
+
+    def peers():
+        return [ln.split()[1] for ln in dev.lines if ln.startswith("PEER")]
 
     async def main():
         await until(lambda: "OPEN\n" in dev.lines, 15)

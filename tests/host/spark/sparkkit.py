@@ -16,14 +16,6 @@ def make_session():
     return small_session("edgebus-tests")
 
 
-@pytest.fixture(scope="module")
-def spark():
-    """make_session() for a test module that imports this fixture."""
-    s = make_session()
-    yield s
-    s.stop()
-
-
 def device_record(node, sid, seq, t, gen=1, payload=None, topic=None, late=False):
     """What the bridge logs for a device message (provenance from the link);
     late: delivered out of the device's spool (extra["late"])."""

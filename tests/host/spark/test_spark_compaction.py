@@ -14,7 +14,7 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 from edgebus.tlog import LogWriter  # noqa: E402
-from tests.host.spark.sparkkit import ROOT, device_record, local_record, spark  # noqa: E402,F401
+from tests.host.spark.sparkkit import ROOT, device_record, local_record  # noqa: E402
 
 T0 = 1_712_000_000.0
 

@@ -16,17 +16,10 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 from edgebus.tlog import RECORD_HEADER_SIZE, LogWriter, segment_name  # noqa: E402
-from tests.host.spark.sparkkit import ROOT, device_record, expected_row, local_record, make_session  # noqa: E402
+from tests.host.spark.sparkkit import ROOT, device_record, expected_row, local_record  # noqa: E402
 
 T0 = 1_712_000_000.0
 NODES = ("node-a", "node-b", "node-c")
-
-
-@pytest.fixture(scope="module")
-def spark():
-    s = make_session()
-    yield s
-    s.stop()
 
 
 def env():

@@ -12,7 +12,7 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 from edgebus.tlog import LogWriter  # noqa: E402
-from tests.host.spark.sparkkit import ROOT, device_record, local_record, make_session  # noqa: E402
+from tests.host.spark.sparkkit import ROOT, device_record, local_record  # noqa: E402
 
 T0 = 1_712_000_000.0
 
@@ -28,13 +28,6 @@ GAPS = {
     ("node-b", "b1"): [],
 }
 N_LOCAL = 12
-
-
-@pytest.fixture(scope="module")
-def spark():
-    s = make_session()
-    yield s
-    s.stop()
 
 
 @pytest.fixture(scope="module")

@@ -14,16 +14,9 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 from edgebus.tlog import RECORD_HEADER_SIZE, LogWriter, segment_name  # noqa: E402
-from tests.host.spark.sparkkit import device_record, expected_row, local_record, make_session  # noqa: E402
+from tests.host.spark.sparkkit import device_record, expected_row, local_record  # noqa: E402
 
 T0 = 1_712_000_000.0
-
-
-@pytest.fixture(scope="module")
-def spark():
-    s = make_session()
-    yield s
-    s.stop()
 
 
 GW = "gw-test"

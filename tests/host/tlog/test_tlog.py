@@ -107,7 +107,7 @@ def test_round_trip_every_field(tmp_path):
     got, stats = read_all(d)
     assert stats.clean and stats.records == len(cases) and stats.bytes_skipped == 0
     assert [p for p, _ in got] == positions
-    for (pos, r), c, pl in zip(got, cases, expect_payload):
+    for (_pos, r), c, pl in zip(got, cases, expect_payload):
         assert list(r) == list(tlog.FIELDS)
         assert r["payload"] == pl and type(r["payload"]) is type(pl)
         assert r["ts_host"] == c["ts_host"]
@@ -524,7 +524,7 @@ def test_random_damage_never_raises_or_yields_a_wrong_record(tmp_path):
     original = {p: r for p, r in read_all(d)[0]}
     clean = open(seg_path(d, 1), "rb").read()
     rng = random.Random(7)
-    for trial in range(300):
+    for _trial in range(300):
         data = bytearray(clean)
         for _ in range(rng.randint(1, 6)):
             kind = rng.random()
@@ -540,7 +540,7 @@ def test_random_damage_never_raises_or_yields_a_wrong_record(tmp_path):
         open(seg_path(d, 1), "wb").write(data)
         it = read_segment(d, 1)
         out = list(it)
-        for off, r in out:
+        for _off, r in out:
             # Any record yielded is one that was written (shifted offsets allowed
             # only when bytes were inserted/removed before it).
             assert r in [original[p] for p in pos[10:20]]
