@@ -4,12 +4,21 @@ counters its status replies count as errors. The bridge serves the socket
 (bridge/links.py); the shell commands (tools/) join it, and need nothing of
 the daemon's."""
 
+from __future__ import annotations
+
 import asyncio
 import os
 import tomllib
+from typing import TYPE_CHECKING, Any, Iterable
 
 from edgebus.link.link import Link
 from edgebus.link.stream import StreamTransport
+
+if TYPE_CHECKING:
+    from edgebus import Bus
+
+    # A Link's rules: (pattern, prefix) pairs.
+    Rules = Iterable[tuple[str, str]]
 
 # The environment variable naming the bridge's socket for the shell commands.
 SOCKET_ENV = "EDGEBUS_SOCKET"
@@ -25,13 +34,13 @@ CLIENT_BURST = 32
 ERRORS = ("bad_frames", "auth_failures", "errors", "refused", "denied", "forged", "replayed")
 
 
-def default_socket():
+def default_socket() -> str:
     """The socket the host commands reach by default: $EDGEBUS_SOCKET, else
     bridge.sock in the default state directory."""
     return os.environ.get(SOCKET_ENV) or os.path.join(STATE_DIR, "bridge.sock")
 
 
-def config_socket(path):
+def config_socket(path: str) -> str | None:
     """The [bridge] socket the configuration at ``path`` sets (relative to the
     file's directory), None when it sets none, read without the rest of the
     file; ValueError naming the file when it cannot be read."""
@@ -50,7 +59,7 @@ def config_socket(path):
     return os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(path)), sock))
 
 
-def host_spool(max_len, burst):
+def host_spool(max_len: int, burst: int) -> int:
     """Spool bytes for a link between hosts whose bodies reach max_len: the
     largest body twice over and a burst of ``burst`` 1 KB ones. A spool
     refuses a body it cannot hold (Link's default, 2 KB, is a board's)."""
@@ -58,15 +67,15 @@ def host_spool(max_len, burst):
 
 
 async def attach_local(
-    bus,
-    path,
-    node="local",
-    exports=(("#", ""),),
-    imports=(("#", ""),),
-    export_calls=(("#", ""),),
-    import_calls=(("#", ""),),
-    heartbeat=5.0,
-):
+    bus: Bus,
+    path: str,
+    node: str = "local",
+    exports: Rules = (("#", ""),),
+    imports: Rules = (("#", ""),),
+    export_calls: Rules = (("#", ""),),
+    import_calls: Rules = (("#", ""),),
+    heartbeat: float = 5.0,
+) -> tuple[Link, asyncio.Task[Any]]:
     """Join ``bus`` to the bridge's host bus over its unix socket (the client
     side of the bridge's serve_local). Returns (link, task); await
     link.close() to leave."""

@@ -300,10 +300,10 @@ def plot_rates(
         ys = [series[dev].get(b, 0) / width for b in range(lo, hi + 1)]
         # (matplotlib takes datetimes through its units registry; its stubs want arrays)
         ax.step(
-            xs,
+            xs,  # type: ignore[arg-type]
             ys + ys[-1:],
             where="post",
-            label=dev,  # type: ignore[arg-type]
+            label=dev,
             linewidth=1.2,
         )
     ax.set_title("edgebus: messages per second per device (%s bins)" % _human(width))

@@ -3,9 +3,12 @@ portable core (edgebus/ without its host parts), the device runtime
 (firmware/) and the board manifests (boards/); and the runtime's modules
 imported as a device imports them, as ``firmware``."""
 
+from __future__ import annotations
+
 import importlib
 import os
 import sys
+from types import ModuleType
 
 import edgebus
 
@@ -21,19 +24,19 @@ FIRMWARE_DIR = os.path.join(DEVICE_DIR, "firmware")
 BOARDS_DIR = os.path.join(DEVICE_DIR, "boards")
 
 
-def source_dir(name):
+def source_dir(name: str) -> str:
     """The directory of a package a device imports: edgebus (the core) or firmware."""
     return CORE_DIR if name == "edgebus" else os.path.join(DEVICE_DIR, name)
 
 
-def prune(rel, dirs):
+def prune(rel: str, dirs: list[str]) -> None:
     """In an os.walk over a tree, drop edgebus/'s host parts from ``dirs`` when
     ``rel``, the walked directory relative to the tree, is edgebus/."""
     if rel == "edgebus":
         dirs[:] = [d for d in dirs if d not in HOST_PARTS]
 
 
-def firmware(module):
+def firmware(module: str) -> ModuleType:
     """firmware.<module>, imported as on a device: DEVICE_DIR goes first on sys.path."""
     if DEVICE_DIR not in sys.path:
         sys.path.insert(0, DEVICE_DIR)

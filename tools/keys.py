@@ -125,7 +125,7 @@ def _device_config(path: str, node: str, key: str, force: bool) -> bool:
         else os.path.join(devicefiles.FIRMWARE_DIR, "config.example.json")
     )
     try:
-        with open(src) as f:  # type: ignore[arg-type]  # files(): a Path on disk
+        with open(src) as f:
             cfg = json.load(f)
     except (OSError, ValueError) as e:
         raise bc.Fail(1, "%s: %s" % (src, e)) from None
