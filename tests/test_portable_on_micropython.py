@@ -12,6 +12,7 @@ module-level ``MPY_HEAP = "96K"`` and a comment saying why.
 import ast
 import os
 import re
+from pathlib import Path
 
 import pytest
 
@@ -25,7 +26,7 @@ MODULES = sorted(
 
 
 def _module(mod):
-    return ast.parse(open(os.path.join(PORTABLE, mod + ".py")).read())
+    return ast.parse(Path(os.path.join(PORTABLE, mod + ".py")).read_text())
 
 
 def _test_names(mod):

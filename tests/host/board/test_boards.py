@@ -4,6 +4,7 @@ a broken one is refused with a message naming the file, the field and the fix.""
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -158,7 +159,7 @@ def test_a_manifest_path_works_as_a_board_name(tmp_path):
 
 
 def test_every_field_is_documented():
-    doc = open(os.path.join(boards.BOARDS_DIR, "README.md")).read()
+    doc = Path(os.path.join(boards.BOARDS_DIR, "README.md")).read_text()
     for name in BOARDS:
         data = json.load(open(os.path.join(boards.BOARDS_DIR, name + ".json")))
         for k, v in data.items():

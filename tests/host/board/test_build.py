@@ -4,6 +4,7 @@ runs from .mpy alone under the board's heap budget; package.json is what mip rea
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -90,7 +91,7 @@ def test_freeze_manifest_names_every_module_from_its_source(unix_bundle):
 
     included = []
     exec(
-        open(os.path.join(out, "manifest.py")).read(),
+        Path(os.path.join(out, "manifest.py")).read_text(),
         {"module": module, "include": included.append},
     )
     assert included == ["$(PORT_DIR)/boards/manifest.py"]  # the port's own modules stay
@@ -197,7 +198,7 @@ def test_linux_edge_bundle_is_the_sources(tmp_path):
     for p in rep["files"]:
         if p != "board.json":
             assert (
-                open(os.path.join(out, p), "rb").read() == open(os.path.join(ROOT, p), "rb").read()
+                Path(os.path.join(out, p)).read_bytes() == Path(os.path.join(ROOT, p)).read_bytes()
             )
     assert json.load(open(os.path.join(out, "bundle.json")))["mpy"] is None
 

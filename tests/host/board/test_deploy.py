@@ -8,6 +8,7 @@ import pty
 import subprocess
 import sys
 import tty
+from pathlib import Path
 
 import pytest
 
@@ -43,7 +44,7 @@ def _deploy(sim, bundle, board=UNIX, **kw):
 
 
 def _sha(p):
-    return hashlib.sha256(open(p, "rb").read()).hexdigest()
+    return hashlib.sha256(Path(p).read_bytes()).hexdigest()
 
 
 def test_deploy_copies_then_copies_nothing_and_the_code_runs(sim, bundles, tmp_path):
@@ -90,10 +91,10 @@ def test_only_changed_files_are_written_and_stale_ones_removed(sim, bundles, tmp
     with open(bus, "ab") as f:
         f.write(b"garbage")
     # A leftover source would shadow its .mpy (MicroPython tries .py first).
-    open(os.path.join(sim.cwd, "edgebus", "feed.py"), "w").write("raise ImportError")
+    Path(os.path.join(sim.cwd, "edgebus", "feed.py")).write_text("raise ImportError")
     os.makedirs(os.path.join(sim.cwd, "edgebus", "old"))
-    open(os.path.join(sim.cwd, "edgebus", "old", "x.mpy"), "wb").write(b"M")
-    open(os.path.join(sim.cwd, "mine.txt"), "w").write("not ours")
+    Path(os.path.join(sim.cwd, "edgebus", "old", "x.mpy")).write_bytes(b"M")
+    Path(os.path.join(sim.cwd, "mine.txt")).write_text("not ours")
     res, text = _deploy(sim, bundles / "unix")
     assert res["written"] == ["edgebus/bus.mpy"]
     assert res["removed"] == ["edgebus/feed.py", "edgebus/old/x.mpy"]

@@ -7,6 +7,7 @@ import pty
 import shlex
 import struct
 import tty
+from pathlib import Path
 
 import pytest
 
@@ -214,7 +215,7 @@ def test_wrong_chip_message_names_the_right_board():
     )
     import esptool.loader
 
-    src = open(esptool.loader.__file__).read()
+    src = Path(esptool.loader.__file__).read_text()
     assert 'f"This chip is {chip_type}, not {self.CHIP_NAME}. "' in src
 
 
@@ -238,7 +239,7 @@ def test_uf2_copy_to_the_mounted_drive(tmp_path):
     assert flash.find_uf2_drive("RPI-RP2", mounts, extra=[]) == str(drive)
     lines = []
     flash.flash_uf2(rp2, fw, None, False, None, lines.append, mounts=mounts, extra=[])
-    assert (drive / "RPI_PICO_W-v1.22.uf2").read_bytes() == open(fw, "rb").read()
+    assert (drive / "RPI_PICO_W-v1.22.uf2").read_bytes() == Path(fw).read_bytes()
     # Dry run: the exact command, nothing copied.
     (drive / "RPI_PICO_W-v1.22.uf2").unlink()
     lines = []

@@ -9,6 +9,7 @@ import re
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -221,7 +222,7 @@ def suite_board(tmp_path_factory):
     for dirpath, _d, fs in os.walk(tree):
         for f in fs:
             p = os.path.join(dirpath, f)
-            files[os.path.relpath(p, tree)] = open(p, "rb").read()
+            files[os.path.relpath(p, tree)] = Path(p).read_bytes()
     files.update(qemuboard.device_files(b, None, main=None))
     state = str(tmp_path_factory.mktemp("suite-board"))
     qemuboard.prepare_flash(b, state, files)
@@ -329,5 +330,5 @@ def test_the_demo_shows_the_emulated_board_among_its_devices(image, tmp_path):
     assert "3 of 3 device links had a session" in r.stdout, r.stdout
     recs = [rec for _, rec in tlog.read_log(str(tmp_path / "demo" / "telemetry"))]
     assert {rec["peer_node"] for rec in recs} == {"sim-1", "sim-mqtt-1", "mps2-1"}
-    boot = open(tmp_path / "demo" / "devices" / "mps2-1.log").read()
+    boot = Path(tmp_path / "demo" / "devices" / "mps2-1.log").read_text()
     assert "READY node=mps2-1" in boot

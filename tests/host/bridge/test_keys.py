@@ -9,6 +9,7 @@ import os
 import shutil
 import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -111,7 +112,7 @@ def test_rotate_a_device_key_with_grace_tamper_and_offline(tmp_path):
                 await session_after(n)
 
             # a tampered wrap, or one under another key, changes nothing
-            before = open(d["config"]).read()
+            before = Path(d["config"]).read_text()
             good = keywrap.wrap(k0.encode(), "ab" * 32, "00112233aabbccdd")
             flip = dict(
                 good, wrapped=("1" if good["wrapped"][0] == "0" else "0") + good["wrapped"][1:]
@@ -123,7 +124,7 @@ def test_rotate_a_device_key_with_grace_tamper_and_offline(tmp_path):
             with pytest.raises(edgebus.Failed) as ei:  # nor does a plain config change
                 await c.call("dev/%s/sys/config/set" % node, {"key": "ab" * 32}, timeout=10)
             assert "key moves only wrapped" in ei.value.reason
-            assert open(d["config"]).read() == before
+            assert Path(d["config"]).read_text() == before
             assert await c.call("dev/%s/sys/key/set" % node, None, timeout=10) == {
                 "kid": kid(k0.encode())
             }
@@ -150,10 +151,10 @@ def test_rotate_a_device_key_with_grace_tamper_and_offline(tmp_path):
             # an offline device: a clear failure, the keystore as it was
             fleet.kill(node)
             await until(lambda: key_set not in b.bus.endpoints(), 30)
-            kept = open(store.file(node)).read()
+            kept = Path(store.file(node)).read_text()
             rc, out, err = await run_edgebus(cfg.socket, "keys", "rotate", node, "-t", "3")
             assert rc == 8 and "device offline: %s has no session" % node in err, err
-            assert open(store.file(node)).read() == kept
+            assert Path(store.file(node)).read_text() == kept
             rc, out, err = await run_edgebus(cfg.socket, "keys", "rotate", "ghost")
             assert rc == 8 and "unknown node 'ghost'" in err, err
 

@@ -14,6 +14,7 @@ Waits are for conditions (a log's progress), never fixed sleeps.
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -156,8 +157,8 @@ def test_primary_killed_devices_fail_over_and_back_and_the_table_has_every_readi
                 # 5. The broker returns, the primary bridge reconnects and says
                 # it is online: the devices' probe sees it, they go back.
                 _back_to_primary(logs, nodes, on_b, broker_a.start, failbacks=2)
-                assert a.stop(30) == 0, open(a.logpath).read()  # SIGTERM seals the logs
-                assert b.stop(30) == 0, open(b.logpath).read()
+                assert a.stop(30) == 0, Path(a.logpath).read_text()  # SIGTERM seals the logs
+                assert b.stop(30) == 0, Path(b.logpath).read_text()
             finally:
                 a.close()
                 b.close()

@@ -19,6 +19,7 @@ spools later (flagged late), so the report shows no gap.
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 
@@ -96,7 +97,7 @@ def test_fleet_to_table_holds_every_reading_once_through_broker_and_bridge_kills
                 if fault in ("bridge", "both"):
                     bridge.start()
                 _advance(log_dir, nodes, ADVANCE + int(down / PERIOD), fault)
-            assert bridge.stop(30) == 0, open(bridge.logpath).read()  # SIGTERM seals the log
+            assert bridge.stop(30) == 0, Path(bridge.logpath).read_text()  # SIGTERM seals the log
         finally:
             bridge.close()
 

@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -114,12 +115,14 @@ def test_a_device_moved_between_two_shard_bridges_has_each_reading_once_in_the_t
             assert progress(log_a, [stay_b]) == {stay_b: 0}
 
             # A configuration that does not load: A runs on with the one it has.
-            good = open(a.toml).read()
+            good = Path(a.toml).read_text()
             with open(a.toml, "w") as f:
                 f.write(good + "\n[mqtt\n")
             a.proc.send_signal(signal.SIGHUP)
             wait_until(
-                lambda: "running on with the configuration loaded before" in open(a.logpath).read(),
+                lambda: (
+                    "running on with the configuration loaded before" in Path(a.logpath).read_text()
+                ),
                 30,
                 "no word on the bad configuration",
             )
@@ -154,8 +157,8 @@ def test_a_device_moved_between_two_shard_bridges_has_each_reading_once_in_the_t
             for bridge, n in ((a, stay_a), (b, stay_b)):
                 c = bridge.link(n)["counters"]
                 assert c["sessions"] == 1 and not c.get("session_ends"), (n, c)
-            assert a.stop(30) == 0, open(a.logpath).read()  # SIGTERM seals the logs
-            assert b.stop(30) == 0, open(b.logpath).read()
+            assert a.stop(30) == 0, Path(a.logpath).read_text()  # SIGTERM seals the logs
+            assert b.stop(30) == 0, Path(b.logpath).read_text()
         finally:
             a.close()
             b.close()

@@ -8,6 +8,7 @@ logs together hold every sequence number of the boot once, no log holds one
 twice. (The MQTT case, with Spark ingest: test_e2e_failover.py.)"""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -30,7 +31,7 @@ def _serial(cable, dev):
 
 def _running(b, n):
     try:
-        return open(b.logpath).read().count(" running: ") >= n
+        return Path(b.logpath).read_text().count(" running: ") >= n
     except FileNotFoundError:
         return False
 
@@ -95,8 +96,8 @@ def test_device_fails_over_between_two_serial_lines_and_back(tmp_path):
                     30,
                     "no sys/health through line-a after the failback",
                 )
-                assert a.stop(30) == 0, open(a.logpath).read()
-                assert b.stop(30) == 0, open(b.logpath).read()
+                assert a.stop(30) == 0, Path(a.logpath).read_text()
+                assert b.stop(30) == 0, Path(b.logpath).read_text()
             finally:
                 a.close()
                 b.close()

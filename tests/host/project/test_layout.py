@@ -6,6 +6,7 @@ module in the product's big parts grows past ~450 lines (ARCHITECTURE.md)."""
 import ast
 import os
 import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -50,7 +51,7 @@ def _package(name):
 def _imports(name):
     """(imported module, names taken from it, alias -> module) for one module."""
     path, is_pkg = MODULES[name]
-    tree = ast.parse(open(path).read(), path)
+    tree = ast.parse(Path(path).read_text(), path)
     found, aliases = [], {}
     # Imports under `if TYPE_CHECKING:` are for mypy only and never run.
     typing_only = {
@@ -165,7 +166,7 @@ def test_host_packages_are_imported_under_edgebus():
         for d, _, files in os.walk(os.path.join(ROOT, top)):
             for f in (f for f in files if f.endswith(".py")):
                 path = os.path.join(d, f)
-                for node in ast.walk(ast.parse(open(path).read(), path)):
+                for node in ast.walk(ast.parse(Path(path).read_text(), path)):
                     names = (
                         [a.name for a in node.names]
                         if isinstance(node, ast.Import)

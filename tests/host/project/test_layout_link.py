@@ -8,6 +8,7 @@ and ``end_session``, so end_session repeats no initial value itself."""
 import ast
 import os
 import re
+from pathlib import Path
 
 from tests.conftest import ROOT
 
@@ -23,7 +24,7 @@ def _sources():
         for f in files:
             if f.endswith(".py"):
                 p = os.path.join(d, f)
-                out[os.path.relpath(p, EDGEBUS).replace(os.sep, "/")] = open(p).read()
+                out[os.path.relpath(p, EDGEBUS).replace(os.sep, "/")] = Path(p).read_text()
     return out
 
 

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -51,7 +52,7 @@ def committed_files(table):
     meta = os.path.join(str(table), "_spark_metadata")
     listed = set()
     for m in [x for x in os.listdir(meta) if x.isdigit()] if os.path.isdir(meta) else []:
-        for line in open(os.path.join(meta, m)).read().splitlines()[1:]:
+        for line in Path(os.path.join(meta, m)).read_text().splitlines()[1:]:
             listed.add(json.loads(line)["path"].replace("file://", ""))
     return listed
 
@@ -107,9 +108,9 @@ def corrupt_one(fleet):
         (r, p) for r, p in fleet.written if p[0] == 1 and r.get("seq") is not None and p[1] > 20
     )
     fname = os.path.join(fleet.path, segment_name(pos[0]))
-    data = bytearray(open(fname, "rb").read())
+    data = bytearray(Path(fname).read_bytes())
     data[pos[1] + RECORD_HEADER_SIZE + 5] ^= 0x20
-    open(fname, "wb").write(bytes(data))
+    Path(fname).write_bytes(bytes(data))
     return rec, pos
 
 

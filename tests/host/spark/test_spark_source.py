@@ -7,6 +7,7 @@ import json
 import os
 import pickle
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -293,7 +294,7 @@ def test_streaming_offsets_rate_limits_and_restart(spark, tmp_path, version):
     assert batches == -(-len(recs) // 40)
     # The checkpoint's offsets are log positions, as JSON.
     offs = sorted((f for f in os.listdir(ckpt / "offsets") if f.isdigit()), key=int)
-    last = open(ckpt / "offsets" / offs[-1]).read().splitlines()[-1]
+    last = Path(ckpt / "offsets" / offs[-1]).read_text().splitlines()[-1]
     # (The end of the newest sealed segment is written as the next one's start.)
     assert json.loads(last) == {"segment": positions[-1][0] + 1, "offset": 0}
     # More records, sealed later: the restarted query reads only those.
@@ -309,7 +310,7 @@ def test_streaming_offsets_rate_limits_and_restart(spark, tmp_path, version):
 
 def damage(path, sid, offset, how):
     fname = os.path.join(str(path), segment_name(sid))
-    data = bytearray(open(fname, "rb").read())
+    data = bytearray(Path(fname).read_bytes())
     if how == "crc":
         data[offset + RECORD_HEADER_SIZE + 3] ^= 0x55  # a body byte
     elif how == "magic":
@@ -426,7 +427,7 @@ def test_region_ownership_random_cuts_and_damage(tmp_path):
         ]
         write_log(d, recs, segment_bytes=1 << 20, version=1)
         fname = str(d / segment_name(0))
-        data = bytearray(open(fname, "rb").read())
+        data = bytearray(Path(fname).read_bytes())
         for _ in range(rnd.randrange(0, 4)):
             k = rnd.randrange(len(data))
             how = rnd.choice(("flip", "zero", "insert", "cut"))
@@ -439,7 +440,7 @@ def test_region_ownership_random_cuts_and_damage(tmp_path):
                 data[k:k] = bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 30)))
             elif how == "cut" and k > 30:
                 del data[k:]
-        open(fname, "wb").write(bytes(data))
+        Path(fname).write_bytes(bytes(data))
         truth = read_segment(str(d), 0)
         want_rows = [off for off, _ in truth]
         want_bad = sorted(off for _, off, _ in truth.stats.corrupt)
@@ -573,9 +574,9 @@ def test_damaged_parquet_segments_are_skipped_and_named(spark, tmp_path):
     segs = sorted({p[0] for p in positions})
     assert len(segs) >= 4
     f1, f2 = (str(log / parquet_name(s)) for s in segs[1:3])
-    data = bytearray(open(f1, "rb").read())
+    data = bytearray(Path(f1).read_bytes())
     data[len(data) // 3] ^= 0xFF  # inside the data pages
-    open(f1, "wb").write(bytes(data))
+    Path(f1).write_bytes(bytes(data))
     os.truncate(f2, os.path.getsize(f2) - 30)  # the footer is gone
     keep = [(r, p) for r, p in zip(recs, positions) if p[0] not in segs[1:3]]
     for k, opts in enumerate(({}, {"splitBytes": "1024"})):

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import zlib
+from pathlib import Path
 
 import pytest
 
@@ -127,7 +128,7 @@ def test_round_trip_every_field(tmp_path):
     assert raw[4]["extra"] == {"$lit": {"$x": 1}}
     assert json.loads(json.dumps(raw[0]["payload"]))["bin"] == {"$b64": "AP/+IHJhdw=="}
     # Bytes on disk: compact UTF-8 JSON bodies, exactly as the doc describes.
-    data = open(seg_path(d, 0), "rb").read()
+    data = Path(seg_path(d, 0)).read_bytes()
     magic, version, flags, sid, crc = struct.unpack(">4sHHQI", data[:FILE_HEADER_SIZE])
     assert (magic, version, flags, sid) == (b"\xffEBL", 1, 0, 0)
     assert crc == zlib.crc32(data[:16])
@@ -483,14 +484,14 @@ def test_corruption_is_skipped_counted_and_named(tmp_path):
     # Flip bytes in the body of record 4 of segment 0.
     off4 = pos[4][1]
     f0 = seg_path(d, 0)
-    data = bytearray(open(f0, "rb").read())
+    data = bytearray(Path(f0).read_bytes())
     data[off4 + RECORD_HEADER_SIZE + 10] ^= 0x55
     data[off4 + RECORD_HEADER_SIZE + 11] ^= 0x55
-    open(f0, "wb").write(data)
+    Path(f0).write_bytes(data)
     # Break the magic of record 7 of segment 0 as well.
     off7 = pos[7][1]
     data[off7] = 0x00
-    open(f0, "wb").write(data)
+    Path(f0).write_bytes(data)
     # Truncate segment 1 in the middle of its last record.
     f1 = seg_path(d, 1)
     last = pos[19][1]
@@ -522,7 +523,7 @@ def test_random_damage_never_raises_or_yields_a_wrong_record(tmp_path):
     d = str(tmp_path / "log")
     pos = _three_segments(d)
     original = {p: r for p, r in read_all(d)[0]}
-    clean = open(seg_path(d, 1), "rb").read()
+    clean = Path(seg_path(d, 1)).read_bytes()
     rng = random.Random(7)
     for _trial in range(300):
         data = bytearray(clean)
@@ -537,7 +538,7 @@ def test_random_damage_never_raises_or_yields_a_wrong_record(tmp_path):
                 data[i:i] = bytes(rng.randrange(256) for _ in range(rng.randint(1, 30)))
         if rng.random() < 0.3:
             del data[rng.randrange(len(data)) :]
-        open(seg_path(d, 1), "wb").write(data)
+        Path(seg_path(d, 1)).write_bytes(data)
         it = read_segment(d, 1)
         out = list(it)
         for _off, r in out:
@@ -560,15 +561,15 @@ def test_bad_file_headers(tmp_path):
     head = struct.pack(">4sHHQ", b"\xffEBL", 2, 0, 0)
     head += struct.pack(">I", zlib.crc32(head))
     f0 = seg_path(d, 0)
-    data = open(f0, "rb").read()
-    open(f0, "wb").write(head + data[FILE_HEADER_SIZE:])
+    data = Path(f0).read_bytes()
+    Path(f0).write_bytes(head + data[FILE_HEADER_SIZE:])
     # Segment 1: garbage header -> counted, records still read.
     f1 = seg_path(d, 1)
-    data = bytearray(open(f1, "rb").read())
+    data = bytearray(Path(f1).read_bytes())
     data[2] ^= 0xFF
-    open(f1, "wb").write(data)
+    Path(f1).write_bytes(data)
     # Segment 2 copied under another id: the header names 2, the file says 3.
-    open(seg_path(d, 3), "wb").write(open(seg_path(d, 2), "rb").read())
+    Path(seg_path(d, 3)).write_bytes(Path(seg_path(d, 2)).read_bytes())
     got, stats = read_all(d)
     assert [p for p, _ in got] == pos[10:30]
     assert [(f, o) for f, o, _ in stats.corrupt] == [(f0, 0), (f1, 0), (seg_path(d, 3), 0)]

@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -178,9 +179,9 @@ def test_damaged_parquet_is_skipped_and_named(tmp_path):
                 w.append(rec(s * 10 + i, payload={"pad": "z%d" % i * 50}))
             w.roll()
     f1 = os.path.join(d, tlog.parquet_name(1))
-    data = bytearray(open(f1, "rb").read())
+    data = bytearray(Path(f1).read_bytes())
     data[len(data) // 3] ^= 0xFF  # inside the data pages
-    open(f1, "wb").write(bytes(data))
+    Path(f1).write_bytes(bytes(data))
     f2 = os.path.join(d, tlog.parquet_name(2))
     os.truncate(f2, os.path.getsize(f2) - 20)  # the footer is gone
     it = read_log(d)
