@@ -4,12 +4,15 @@ Every section is optional; what is missing takes the default below, so an
 empty file (or none) is a valid configuration of a bridge with no links.
 """
 
+from __future__ import annotations
+
 import contextlib
 import importlib.resources
 import os
 import tempfile
 import tomllib
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from edgebus.bridge.keystore import KeyStore, KeyStoreError
 from edgebus.bridge.schema import SEALS, ConfigError, address, label, take  # noqa: F401 (SEALS, ConfigError: this module's API too)
@@ -17,8 +20,11 @@ from edgebus.client.local import STATE_DIR
 from edgebus.link import cipher
 from edgebus.tlog import LogError
 
+if TYPE_CHECKING:
+    from typing import Iterator
+
 # The annotated example configuration, installed with the package.
-EXAMPLE = os.fspath(importlib.resources.files("edgebus.bridge") / "example.toml")
+EXAMPLE = str(importlib.resources.files("edgebus.bridge") / "example.toml")
 
 
 # The log's group commit period (dev/bench/log_bench.py measured it: BENCHMARKS.md).
@@ -136,7 +142,7 @@ class Config:
     # another device's action through the bridge (e.g. "dev/+/sys/config/get").
     relay_calls: list = field(default_factory=list)
 
-    def seal_for(self, kind, own=None):
+    def seal_for(self, kind: str, own: str | None = None) -> str:
         """The seal mode of a link of ``kind`` ("serial", "mqtt", "peer")
         whose entry says ``own`` (None: the [bridge] default)."""
         s = own or self.seal
@@ -145,7 +151,7 @@ class Config:
         return s
 
 
-def _key(d, where, store):
+def _key(d: dict[str, Any], where: str, store: KeyStore) -> bytes | None:
     """The inline key or key_file's; None when neither is given and the
     keystore holds the node's key (which overrides both anyway)."""
     if "key" in d:
@@ -155,19 +161,19 @@ def _key(d, where, store):
             with open(d["key_file"], "rb") as f:
                 return f.read().strip()
         except OSError as e:
-            raise ConfigError("%s: key_file %s: %s" % (where, d["key_file"], e.strerror))
+            raise ConfigError("%s: key_file %s: %s" % (where, d["key_file"], e.strerror)) from None
     try:
         if store.read(d.get("node", "")) is not None:
             return None
     except KeyStoreError as e:
-        raise ConfigError("%s: %s" % (where, e))
+        raise ConfigError("%s: %s" % (where, e)) from None
     raise ConfigError(
         "%s: needs key or key_file (the device's shared key), or a key in the "
         "keystore %s (edgebus keys new NODE)" % (where, store.path)
     )
 
 
-def _peer(d, i, store, base_dir):
+def _peer(d: Any, i: int, store: KeyStore, base_dir: str) -> Peer:
     where = label("peer", i)
     pp = take(d, "peer", base_dir, i)
     if "node" not in pp:
@@ -193,7 +199,7 @@ def _peer(d, i, store, base_dir):
     return peer
 
 
-def _seal(d, where):
+def _seal(d: dict[str, Any], where: str) -> str | None:
     """The table's seal mode (None when it names none); one the runtime can make."""
     s = d.get("seal")
     if s == "encrypt" and cipher.BACKEND is None:
@@ -203,7 +209,7 @@ def _seal(d, where):
     return s
 
 
-def _keys_dir(b, base_dir):
+def _keys_dir(b: dict[str, Any], base_dir: str) -> str:
     """The keystore directory the [bridge] table ``b`` names, resolved."""
     return os.path.normpath(
         os.path.join(
@@ -212,30 +218,83 @@ def _keys_dir(b, base_dir):
     )
 
 
-def _nodes_unique(items, name):
+def _nodes_unique(items: list[Any], name: str) -> None:
     nodes = [x.node for x in items]
     if len(set(nodes)) != len(nodes):
         raise ConfigError("%s: node ids must be unique, got %s" % (label(name), nodes))
 
 
-def parse(data, base_dir="."):
-    """A Config from a parsed TOML document (a dict); paths resolved against base_dir."""
-    top = data
+# Each top-level table and what it must be: a table, or an array of tables.
+_TABLES = {
+    "acl": list,
+    "bridge": dict,
+    "log": dict,
+    "mqtt": dict,
+    "peer": list,
+    "serial": list,
+}
+# [log] key -> the Config attribute it sets.
+_LOG = {
+    "dir": "log_dir",
+    "patterns": "log_patterns",
+    "queue": "log_queue",
+    "segment_bytes": "segment_bytes",
+    "segment_seconds": "segment_seconds",
+    "retention_bytes": "retention_bytes",
+    "retention_seconds": "retention_seconds",
+    "commit_ms": "commit_ms",
+}
+
+
+def _check_tables(top: dict[str, Any]) -> None:
+    """Refuse an unknown top-level table, or one of the wrong shape."""
     for k, v in top.items():
-        if k not in ("bridge", "log", "serial", "mqtt", "acl", "peer"):
+        if k not in _TABLES:
             raise ConfigError(
-                "config: unknown table %r (known: acl, bridge, log, mqtt, peer, serial)" % k
+                "config: unknown table %r (known: %s)" % (k, ", ".join(sorted(_TABLES)))
             )
-        if not isinstance(v, list if k in ("serial", "acl", "peer") else dict):
+        if not isinstance(v, _TABLES[k]):
             raise ConfigError(
                 "%s: must be %s"
-                % (
-                    label(k),
-                    "an array of tables ([[%s]])" % k
-                    if k in ("serial", "acl", "peer")
-                    else "a table",
-                )
+                % (label(k), "an array of tables ([[%s]])" % k if _TABLES[k] is list else "a table")
             )
+
+
+def _device(d: Any, i: int, store: KeyStore, base_dir: str) -> Device:
+    """The [[serial]] entry number i."""
+    s = take(d, "serial", base_dir, i)
+    where = label("serial", i)
+    for k in ("node", "port"):
+        if k not in s:
+            raise ConfigError("%s: %s is required" % (where, k))
+    return Device(
+        s["node"], s["port"], _key(s, where, store), s.get("baud", 115200), _seal(s, where)
+    )
+
+
+def _mqtt(d: Any, node: str, store: KeyStore, base_dir: str) -> Mqtt:
+    """The [mqtt] table of the bridge ``node``, with its devices' keys and seals."""
+    m = take(d, "mqtt", base_dir)
+    mq = Mqtt(**{k: v for k, v in m.items() if k not in ("devices",)})
+    if mq.shard and "client_id" not in m:
+        # Shards on one broker need client ids of their own: a second
+        # client with the same id would take the connection over.
+        mq.client_id = "edgebus-bridge-" + node
+    for i, dev in enumerate(m.get("devices", [])):
+        where = label("mqtt.devices", i)
+        dd = take(dev, "mqtt.devices", base_dir, i)
+        if "node" not in dd:
+            raise ConfigError("%s: node is required" % where)
+        mq.keys[dd["node"]] = _key(dd, where, store)
+        if "seal" in dd:
+            mq.seals[dd["node"]] = _seal(dd, where)
+    return mq
+
+
+def parse(data: dict[str, Any], base_dir: str = ".") -> Config:
+    """A Config from a parsed TOML document (a dict); paths resolved against base_dir."""
+    top = data
+    _check_tables(top)
     b = take(top.get("bridge", {}), "bridge", base_dir)
     _seal(b, "[bridge]")
     cfg = Config(**b)
@@ -243,47 +302,13 @@ def parse(data, base_dir="."):
     cfg.state_dir = os.path.normpath(os.path.join(base_dir, cfg.state_dir))
     store = KeyStore(cfg.keys)
     if "log" in top:
-        lg = take(top["log"], "log", base_dir)
-        for k, attr in (
-            ("dir", "log_dir"),
-            ("patterns", "log_patterns"),
-            ("queue", "log_queue"),
-            ("segment_bytes",) * 2,
-            ("segment_seconds",) * 2,
-            ("retention_bytes",) * 2,
-            ("retention_seconds",) * 2,
-            ("commit_ms",) * 2,
-        ):
-            if k in lg:
-                setattr(cfg, attr, lg[k])
+        for k, v in take(top["log"], "log", base_dir).items():
+            setattr(cfg, _LOG[k], v)
     for i, d in enumerate(top.get("serial", [])):
-        s = take(d, "serial", base_dir, i)
-        where = label("serial", i)
-        for k in ("node", "port"):
-            if k not in s:
-                raise ConfigError("%s: %s is required" % (where, k))
-        cfg.serial.append(
-            Device(
-                s["node"], s["port"], _key(s, where, store), s.get("baud", 115200), _seal(s, where)
-            )
-        )
+        cfg.serial.append(_device(d, i, store, base_dir))
     _nodes_unique(cfg.serial, "serial")
     if "mqtt" in top:
-        m = take(top["mqtt"], "mqtt", base_dir)
-        mq = Mqtt(**{k: v for k, v in m.items() if k not in ("devices",)})
-        if mq.shard and "client_id" not in m:
-            # Shards on one broker need client ids of their own: a second
-            # client with the same id would take the connection over.
-            mq.client_id = "edgebus-bridge-" + cfg.node
-        for i, d in enumerate(m.get("devices", [])):
-            where = label("mqtt.devices", i)
-            dd = take(d, "mqtt.devices", base_dir, i)
-            if "node" not in dd:
-                raise ConfigError("%s: node is required" % where)
-            mq.keys[dd["node"]] = _key(dd, where, store)
-            if "seal" in dd:
-                mq.seals[dd["node"]] = _seal(dd, where)
-        cfg.mqtt = mq
+        cfg.mqtt = _mqtt(top["mqtt"], cfg.node, store, base_dir)
     for i, d in enumerate(top.get("peer", [])):
         cfg.peers.append(_peer(d, i, store, base_dir))
     _nodes_unique(cfg.peers, "peer")
@@ -295,27 +320,27 @@ def parse(data, base_dir="."):
     return cfg
 
 
-def _read(path):
+def _read(path: str) -> dict[str, Any]:
     try:
         with open(path, "rb") as f:
             return tomllib.load(f)
     except OSError as e:
-        raise ConfigError("%s: %s" % (path, e.strerror))
+        raise ConfigError("%s: %s" % (path, e.strerror)) from None
     except tomllib.TOMLDecodeError as e:
-        raise ConfigError("%s: not valid TOML: %s" % (path, e))
+        raise ConfigError("%s: not valid TOML: %s" % (path, e)) from None
 
 
-def load(path):
+def load(path: str) -> Config:
     """A Config from a TOML file; ConfigError with the file named on any problem."""
     data = _read(path)
     try:
         return parse(data, os.path.dirname(os.path.abspath(path)))
     except ConfigError as e:
-        raise ConfigError("%s: %s" % (path, e))
+        raise ConfigError("%s: %s" % (path, e)) from None
 
 
 @contextlib.contextmanager
-def blame(where, key, value, what):
+def blame(where: str, key: str, value: Any, what: str) -> Iterator[None]:
     """Turn what a step of the bridge's start raises over this key's value
     (a directory it cannot make, an address it cannot bind, a log another
     writer holds) into the ConfigError that names it: "WHERE: KEY VALUE: WHAT: why"."""
@@ -327,7 +352,7 @@ def blame(where, key, value, what):
         ) from None
 
 
-def prepare(cfg):
+def prepare(cfg: Config) -> None:
     """Make the directories cfg names and prove the bridge can write in them
     and read its files (the daemon's first step; a tool that reads a
     configuration makes nothing): ConfigError naming the key otherwise."""
@@ -338,7 +363,7 @@ def prepare(cfg):
         ("[bridge]", "socket", cfg.socket, cfg.socket and os.path.dirname(cfg.socket), None),
     ]
     for where, key, value, d, mode in made:
-        if value is None:
+        if d is None:  # the key is not set
             continue
         with blame(where, key, value, "cannot make it or write in it"):
             os.makedirs(d, **({} if mode is None else {"mode": mode}), exist_ok=True)
@@ -350,7 +375,7 @@ def prepare(cfg):
                 pass
 
 
-def keystore_dir(path):
+def keystore_dir(path: str) -> str:
     """The keystore directory of the configuration at ``path``, read without
     the rest of it (whose devices may still lack their keys)."""
     b = _read(path).get("bridge", {})

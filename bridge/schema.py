@@ -2,10 +2,19 @@
 what its value must be, in one table (SCHEMA) that parsing checks against
 and tests walk (tests/host/bridge/test_bridge_config.py)."""
 
+from __future__ import annotations
+
 import os
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
 
 from edgebus import topic
+
+if TYPE_CHECKING:
+    from typing import Callable
+
+    # A kind's check: (the value the table keeps, why it is refused or None).
+    Checked = tuple[Any, str | None]
 
 LOG_QUEUE_RANGE = (64, 1048576)
 MAX_COMMIT_MS = 10000
@@ -21,7 +30,16 @@ class Key:
     """One key of a table: the types it takes and the kind of value it holds,
     which says what parse checks (and what a test feeds it to see it refused)."""
 
-    def __init__(self, types, kind=None, lo=None, hi=None, unit="", note="", choices=()):
+    def __init__(
+        self,
+        types: type | tuple[type, ...],
+        kind: str | None = None,
+        lo: float | None = None,
+        hi: float | None = None,
+        unit: str = "",
+        note: str = "",
+        choices: tuple[str, ...] = (),
+    ) -> None:
         self.types = types if isinstance(types, tuple) else (types,)
         self.kind = kind
         self.lo, self.hi = lo, hi  # RANGE: the bounds, both included
@@ -142,13 +160,13 @@ SCHEMA = {
 }
 
 
-def label(name, i=None):
+def label(name: str, i: int | None = None) -> str:
     """How errors name table ``name`` of SCHEMA (an array's entry: number i)."""
     label = SCHEMA[name][0]
     return label if i is None else "%s #%d" % (label, i + 1)
 
 
-def _not_dir(path):
+def _not_dir(path: str) -> str | None:
     """Why a directory cannot be made at path, or None: it is one, or the
     nearest part of it that exists is. Whether the bridge may write in it is
     prepare()'s to find (tools read a configuration without writing)."""
@@ -160,7 +178,7 @@ def _not_dir(path):
     return None
 
 
-def address(v):
+def address(v: str) -> tuple[str, int] | None:
     """(host, port) of "host:port" ("[::1]:port" too), or None."""
     host, _, port = v.rpartition(":")
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
@@ -168,82 +186,113 @@ def address(v):
     return host.strip("[]"), int(port)
 
 
-def _check(where, name, spec, v, base_dir):
+def _range(spec: Key, v: float, base_dir: str) -> Checked:
+    assert spec.lo is not None and spec.hi is not None  # a RANGE key has both bounds
+    if spec.lo <= v <= spec.hi:  # false for nan too
+        return v, None
+    return v, "must be between %r and %r%s%s, got %r" % (spec.lo, spec.hi, spec.unit, spec.note, v)
+
+
+def _choice(spec: Key, v: str, base_dir: str) -> Checked:
+    if v in spec.choices:
+        return v, None
+    return v, "must be one of %s, got %r" % (", ".join('"%s"' % c for c in spec.choices), v)
+
+
+def _path(spec: Key, v: str, base_dir: str) -> Checked:
+    """A DIR or SOCKET path, resolved: refused when the bridge could not make it."""
+    v = os.path.normpath(os.path.join(base_dir, v))
+    if spec.kind == DIR:
+        why = _not_dir(v)
+    elif os.path.isdir(v):
+        why = "%s is a directory" % v
+    elif len(os.fsencode(v)) > SOCKET_PATH_MAX:
+        why = "%s is longer than a unix socket's %d bytes" % (v, SOCKET_PATH_MAX)
+    else:
+        why = _not_dir(os.path.dirname(v))
+    return v, None if why is None else "%r cannot be made: %s" % (v, why)
+
+
+def _address(spec: Key, v: str, base_dir: str) -> Checked:
+    if address(v) is not None:
+        return v, None
+    return v, "must be host:port, got %r" % (v,)
+
+
+def _url(spec: Key, v: str, base_dir: str) -> Checked:
+    u = urlparse(v)
+    try:
+        port = u.port
+    except ValueError:
+        port = 0
+    if u.scheme in ("mqtt", "mqtts") and u.hostname and port != 0:
+        return v, None
+    return v, "must be mqtt://host[:port] or mqtts://host[:port], got %r" % (v,)
+
+
+def _tables(spec: Key, v: list[Any], base_dir: str) -> Checked:
+    if all(isinstance(t, dict) for t in v):
+        return v, None
+    return v, "entries are tables ({key = value, ...}), got %r" % (v,)
+
+
+def _rule(r: Any, pairs: bool) -> tuple[str, str] | None:
+    """(pattern, prefix) of an entry: a pattern (prefix ""), or with pairs a
+    [pattern, prefix] pair; None when it is neither."""
+    if pairs and isinstance(r, list) and len(r) == 2 and all(isinstance(x, str) for x in r):
+        return r[0], r[1]
+    if isinstance(r, str):
+        return r, ""
+    return None
+
+
+def _patterns(spec: Key, v: list[Any], base_dir: str) -> Checked:
+    """PATTERNS as a list of patterns, RULES as (pattern, prefix) pairs."""
+    pairs = spec.kind == RULES
+    what = "entries are topic patterns%s, got %%r%%s" % (" or [pattern, prefix]" if pairs else "")
+    out: list[Any] = []
+    for r in v:
+        p = _rule(r, pairs)
+        if p is None:
+            return v, what % (r, "")
+        try:
+            topic.pattern(p[0], "+", "#")
+        except (TypeError, ValueError) as e:
+            return v, what % (r, " (%s)" % e)
+        out.append(p if pairs else p[0])
+    return out, None
+
+
+# Each kind's check (a kind not here takes any value of its key's types).
+_CHECKS: dict[str, Callable[[Key, Any, str], Checked]] = {
+    RANGE: _range,
+    CHOICE: _choice,
+    DIR: _path,
+    SOCKET: _path,
+    ADDRESS: _address,
+    URL: _url,
+    TABLES: _tables,
+    PATTERNS: _patterns,
+    RULES: _patterns,
+}
+# The kinds whose value must not be empty (checked before the kind's check).
+_NOT_EMPTY = (TEXT, DIR, SOCKET, FILE, URL, ADDRESS)
+
+
+def _check(where: str, name: str, spec: Key, v: Any, base_dir: str) -> Any:
     """v as key ``name`` of a table keeps it: checked against spec, a path
     resolved against base_dir; ConfigError naming where and name otherwise."""
-    kind = spec.kind
-    bad = None
-    if kind == RANGE:
-        if not spec.lo <= v <= spec.hi:  # false for nan too
-            bad = "must be between %r and %r%s%s, got %r" % (
-                spec.lo,
-                spec.hi,
-                spec.unit,
-                spec.note,
-                v,
-            )
-    elif kind in (TEXT, DIR, SOCKET, FILE, URL, ADDRESS) and not v:
+    bad: str | None = None
+    if spec.kind in _NOT_EMPTY and not v:
         bad = "must not be empty"
-    elif kind == CHOICE:
-        if v not in spec.choices:
-            bad = "must be one of %s, got %r" % (", ".join('"%s"' % c for c in spec.choices), v)
-    elif kind in (DIR, SOCKET):
-        v = os.path.normpath(os.path.join(base_dir, v))
-        if kind == DIR:
-            why = _not_dir(v)
-        elif os.path.isdir(v):
-            why = "%s is a directory" % v
-        elif len(os.fsencode(v)) > SOCKET_PATH_MAX:
-            why = "%s is longer than a unix socket's %d bytes" % (v, SOCKET_PATH_MAX)
-        else:
-            why = _not_dir(os.path.dirname(v))
-        if why:
-            bad = "%r cannot be made: %s" % (v, why)
-    elif kind == ADDRESS:
-        if address(v) is None:
-            bad = "must be host:port, got %r" % (v,)
-    elif kind == URL:
-        u = urlparse(v)
-        try:
-            port = u.port
-        except ValueError:
-            port = 0
-        if u.scheme not in ("mqtt", "mqtts") or not u.hostname or port == 0:
-            bad = "must be mqtt://host[:port] or mqtts://host[:port], got %r" % (v,)
-    elif kind == TABLES:
-        if not all(isinstance(t, dict) for t in v):
-            bad = "entries are tables ({key = value, ...}), got %r" % (v,)
-    elif kind in (PATTERNS, RULES):
-        out = []
-        for r in v:
-            if (
-                kind == RULES
-                and isinstance(r, list)
-                and len(r) == 2
-                and all(isinstance(x, str) for x in r)
-            ):
-                p = r
-            elif isinstance(r, str):
-                p = (r, "")
-            else:
-                p = None
-            try:
-                topic.pattern(p[0], "+", "#")
-            except (TypeError, ValueError) as e:
-                bad = "entries are topic patterns%s, got %r%s" % (
-                    " or [pattern, prefix]" if kind == RULES else "",
-                    r,
-                    "" if p is None else " (%s)" % e,
-                )
-                break
-            out.append(tuple(p) if kind == RULES else p[0])
-        v = out
+    elif spec.kind in _CHECKS:
+        v, bad = _CHECKS[spec.kind](spec, v, base_dir)
     if bad:
         raise ConfigError("%s: %s %s" % (where, name, bad))
     return v
 
 
-def take(d, name, base_dir, i=None):
+def take(d: Any, name: str, base_dir: str, i: int | None = None) -> dict[str, Any]:
     """The keys of table d (SCHEMA[name], entry i of an array), each
     type-checked and checked by kind; unknown keys refused."""
     where = label(name, i)
@@ -255,7 +304,7 @@ def take(d, name, base_dir, i=None):
             raise ConfigError(
                 "%s: unknown key %r (known: %s)" % (where, k, ", ".join(sorted(spec)))
             )
-    out = {}
+    out: dict[str, Any] = {}
     for k, s in spec.items():
         if k in d:
             v = d[k]

@@ -159,11 +159,36 @@ def validate(cfg):
             _check(cfg[sec], schema, sec + ".")
     if not cfg["node"] or "/" in cfg["node"] or "+" in cfg["node"] or "#" in cfg["node"]:
         raise ConfigError("node must be a non-empty id without '/', '+' or '#'")
-    if cfg["uplink"]["kind"] not in UPLINKS:
+    _uplink(cfg["uplink"])
+    q = cfg.get("queues", {})
+    if q.get("full") not in (None, "drop_oldest", "reject_newest"):  # None: the board's
+        raise ConfigError("queues.full must be 'drop_oldest' or 'reject_newest'")
+    for sec, k in (("queues", "bus"), ("link", "out_queue"), ("link", "max_pending")):
+        v = cfg.get(sec, {}).get(k)
+        if v is not None and not 1 <= v <= 1024:
+            raise ConfigError("%s.%s must be between 1 and 1024, not %d" % (sec, k, v))
+    lk = cfg.get("link", {})
+    _link(lk)
+    seal(cfg)
+    j = lk.get("journal")
+    if j is not None and (not j or ".." in j.split("/") or len(j) > 64):
         raise ConfigError(
-            "uplink.kind must be one of %s, not %r" % (", ".join(UPLINKS), cfg["uplink"]["kind"])
+            "link.journal must be a directory name without '..' (at most 64 "
+            "characters), not %r; null turns the flash spool off" % j
         )
-    u = cfg["uplink"]
+    jb = lk.get("journal_bytes")
+    if jb is not None and not 16384 <= jb <= 16777216:
+        raise ConfigError(
+            "link.journal_bytes must be between 16384 (4 flash blocks) and 16777216, not %d" % jb
+        )
+    _services(cfg.get("services", ()))
+    return cfg
+
+
+def _uplink(u):
+    """Check the uplink section beyond its keys' types: kind, broker, failover, TLS."""
+    if u["kind"] not in UPLINKS:
+        raise ConfigError("uplink.kind must be one of %s, not %r" % (", ".join(UPLINKS), u["kind"]))
     if "gateways" in u or "failover_after" in u or "probe_every" in u:
         __import__("firmware.failover").failover.check_config(u, _check, SECTIONS["uplink"])
     elif u["kind"] == "mqtt" and not u.get("host"):
@@ -175,14 +200,10 @@ def validate(cfg):
                 "uplink.tls.cert and uplink.tls.key go together (the device's "
                 "certificate and its private key)"
             )
-    q = cfg.get("queues", {})
-    if q.get("full") not in (None, "drop_oldest", "reject_newest"):  # None: the board's
-        raise ConfigError("queues.full must be 'drop_oldest' or 'reject_newest'")
-    for sec, k in (("queues", "bus"), ("link", "out_queue"), ("link", "max_pending")):
-        v = cfg.get(sec, {}).get(k)
-        if v is not None and not 1 <= v <= 1024:
-            raise ConfigError("%s.%s must be between 1 and 1024, not %d" % (sec, k, v))
-    lk = cfg.get("link", {})
+
+
+def _link(lk):
+    """Check the link section's spool and its export/import rules."""
     if opt(lk, "link", "spool_policy") not in ("drop_oldest", "drop_newest"):
         raise ConfigError("link.spool_policy must be 'drop_oldest' or 'drop_newest'")
     if "spool" in lk and not 1024 <= lk["spool"] <= 1048576:  # absent: the board's
@@ -206,25 +227,16 @@ def validate(cfg):
                 raise ConfigError(
                     "link.exports class must be 'reliable' or 'latest', not %r" % (r[2],)
                 )
-    seal(cfg)
-    j = cfg.get("link", {}).get("journal")
-    if j is not None and (not j or ".." in j.split("/") or len(j) > 64):
-        raise ConfigError(
-            "link.journal must be a directory name without '..' (at most 64 "
-            "characters), not %r; null turns the flash spool off" % j
-        )
-    jb = cfg.get("link", {}).get("journal_bytes")
-    if jb is not None and not 16384 <= jb <= 16777216:
-        raise ConfigError(
-            "link.journal_bytes must be between 16384 (4 flash blocks) and 16777216, not %d" % jb
-        )
-    for s in cfg.get("services", ()):
+
+
+def _services(services):
+    """Check the services list: module names, or objects that name one."""
+    for s in services:
         if type(s) is dict:
             if type(s.get("module")) is not str:
                 raise ConfigError('a service given as an object needs "module": a string')
         elif type(s) is not str:
             raise ConfigError("services entries must be module names or objects")
-    return cfg
 
 
 def seal(cfg):

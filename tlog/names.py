@@ -61,7 +61,7 @@ def write_atomically(
         fsync_dir(os.path.dirname(final))
 
 
-def rename_durably(tmp, final):
+def rename_durably(tmp: str, final: str) -> None:
     """Rename tmp, a file or a directory tree written and closed, to final so
     that after a crash final is either absent or whole: every file and
     directory under tmp is fsynced first, final's directory after."""

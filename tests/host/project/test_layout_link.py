@@ -77,29 +77,28 @@ def _resets(fn):
     ]
 
 
-def check(sources):
-    """({field: owner}, problems) of ``sources`` ({path under edgebus/: source},
-    LINK among them); an owner is a path, or "any"."""
-    out = []
-    pkg = LINK.rpartition("/")[0] + "/"
-    trees = {p: ast.parse(s) for p, s in sources.items()}
-    cls = [n for n in trees[LINK].body if isinstance(n, ast.ClassDef) and n.name == "Link"][0]
-    init, end = _def(cls.body, "__init__"), _def(cls.body, "end_session")
-    # The owners' blocks: each header owns the lines down to the next one.
+def _own(owner, field, who, where, out):
+    """Record ``who`` as field's owner; a problem when another owns it already."""
+    if owner.setdefault(field, who) != who:
+        out.append("%s: %s owned by %s and %s" % (where, field, owner[field], who))
+
+
+def _init_owners(source, init, pkg, owner, out):
+    """Each field __init__ sets, owned by the block it is set in: a header
+    owns the lines down to the next one."""
     heads = []
-    for i, line in enumerate(sources[LINK].split("\n"), 1):
+    for i, line in enumerate(source.split("\n"), 1):
         m = HEADER.match(line)
         if m and init.lineno <= i <= init.end_lineno:
             heads.append((i, "any" if m.group(2) == " module" else pkg + m.group(1) + ".py"))
-    owner = {}
-
-    def own(field, who, where):
-        if owner.setdefault(field, who) != who:
-            out.append("%s: %s owned by %s and %s" % (where, field, owner[field], who))
-
     for field, line, _ in _writes(init, "self"):
         who = [h[1] for h in heads if h[0] < line]
-        own(field, who[-1] if who else None, "%s:%d" % (LINK, line))
+        _own(owner, field, who[-1] if who else None, "%s:%d" % (LINK, line), out)
+
+
+def _reset_owners(trees, pkg, owner, out):
+    """{path: its reset()} of the link package; each owns the fields it sets,
+    which __init__ must not set too."""
     first = set(owner)
     resets = {}
     for p, tree in trees.items():
@@ -109,10 +108,13 @@ def check(sources):
             for field, line, _ in _writes(r, r.args.args[0].arg):
                 if field in first:
                     out.append("%s:%d: %s is set in __init__ and reset()" % (p, line, field))
-                own(field, p, "%s:%d" % (p, line))
-    for f in sorted(f for f, who in owner.items() if who is None):
-        out.append("%s: %s is in no owner's block" % (LINK, f))
-    # Each reset at the start and at a session's end; no initial value again.
+                _own(owner, field, p, "%s:%d" % (p, line), out)
+    return resets
+
+
+def _check_end_session(init, end, pkg, owner, first, resets, out):
+    """Each reset runs at the start and at a session's end; end_session sets
+    no initial value again, nor a field a reset() sets."""
     for fn in (init, end):
         called = {pkg + m + ".py" for m in _resets(fn)}
         for p in sorted(set(resets) - called):
@@ -129,7 +131,10 @@ def check(sources):
                 "%s:%d: end_session sets %s as __init__ does: its owner's reset()"
                 % (LINK, line, field)
             )
-    # Who writes what: link.py only the fields __init__ sets, another module its own.
+
+
+def _check_writers(cls, trees, owner, out):
+    """Who writes what: link.py only the fields __init__ sets, another module its own."""
     for field, line, _ in _writes(cls, "self"):
         if field not in owner:
             out.append("%s:%d: self.%s is not set in __init__" % (LINK, line, field))
@@ -144,6 +149,24 @@ def check(sources):
                 )
             elif who not in (p, "any"):
                 out.append("%s:%d: link.%s belongs to %s" % (p, line, field, who))
+
+
+def check(sources):
+    """({field: owner}, problems) of ``sources`` ({path under edgebus/: source},
+    LINK among them); an owner is a path, or "any"."""
+    out = []
+    owner = {}
+    pkg = LINK.rpartition("/")[0] + "/"
+    trees = {p: ast.parse(s) for p, s in sources.items()}
+    cls = [n for n in trees[LINK].body if isinstance(n, ast.ClassDef) and n.name == "Link"][0]
+    init, end = _def(cls.body, "__init__"), _def(cls.body, "end_session")
+    _init_owners(sources[LINK], init, pkg, owner, out)
+    first = set(owner)
+    resets = _reset_owners(trees, pkg, owner, out)
+    for f in sorted(f for f, who in owner.items() if who is None):
+        out.append("%s: %s is in no owner's block" % (LINK, f))
+    _check_end_session(init, end, pkg, owner, first, resets, out)
+    _check_writers(cls, trees, owner, out)
     return owner, out
 
 
