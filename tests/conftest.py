@@ -20,16 +20,22 @@ def mpy_tree(tmp_path_factory):
     """A directory holding edgebus/ and tests/portable/ compiled to .mpy and
     the MicroPython test runner, as a board would hold them."""
     out = str(tmp_path_factory.mktemp("mpy"))
-    mpybuild.compile_tree(ROOT, ["edgebus", os.path.join("tests", "portable")], out)
-    # The polling helper the portable tests wait with (dev/harness/poll.py);
-    # its packages' __init__ left out (MicroPython imports them as namespace
-    # packages), as the link tests' heaps have little to spare.
+    mpybuild.compile_tree(ROOT, ["edgebus"], out)
+    compile_portable_tests(out)
+    shutil.copy(os.path.join(ROOT, "tests", "mpy", "run.py"), out)
+    return out
+
+
+def compile_portable_tests(out):
+    """tests/portable/ compiled to .mpy under out, with what they import beside
+    the core: tests/__init__ and the polling helper (dev/harness/poll.py). The
+    helper's packages' __init__ are left out (MicroPython imports them as
+    namespace packages), as the link tests' heaps have little to spare."""
+    mpybuild.compile_tree(ROOT, [os.path.join("tests", "portable")], out)
     for mod in ("tests/__init__", "dev/harness/poll"):
         mpybuild.compile_file(
             os.path.join(ROOT, *mod.split("/")) + ".py", os.path.join(out, *mod.split("/")) + ".mpy"
         )
-    shutil.copy(os.path.join(ROOT, "tests", "mpy", "run.py"), out)
-    return out
 
 
 def run_micropython(tree, args, heap="64K", timeout=120):

@@ -18,7 +18,7 @@ from edgebus import tlog
 from edgebus.client.local import attach_local
 from edgebus.tools import executables, mpybuild, qemuboard
 from edgebus.tools.status import fetch
-from tests.conftest import ROOT, until
+from tests.conftest import ROOT, compile_portable_tests, until
 from tests.host.board import qemukit
 
 pytestmark = pytest.mark.qemu  # every test here boots the board (so: slow)
@@ -211,10 +211,7 @@ def suite_board(tmp_path_factory):
     main.py, so its REPL is free; edgebus is the frozen one."""
     b, meta = qemukit.build_image(SUITE_HEAP)
     tree = str(tmp_path_factory.mktemp("suite"))
-    mpybuild.compile_tree(ROOT, [os.path.join("tests", "portable")], tree)
-    mpybuild.compile_file(
-        os.path.join(ROOT, "tests", "__init__.py"), os.path.join(tree, "tests", "__init__.mpy")
-    )
+    compile_portable_tests(tree)
     mpybuild.compile_file(
         os.path.join(ROOT, "tests", "mpy", "run.py"), os.path.join(tree, "run.mpy")
     )
