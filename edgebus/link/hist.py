@@ -63,15 +63,7 @@ def on_frame(link, t, obj, blob):
         return link.count("unexpected")
     h = _rx(link)
     if t == wire.SKIP:
-        n, sid = obj[0], obj[1]
-        if type(n) is not int or type(sid) is not str or sid == link.peer_sid:
-            return link.count("bad_frames")
-        o = _old(link, sid)
-        if o[1] is not None and n > o[1]:
-            link._gap(o[1], n - 1)
-        if o[1] is None or n > o[1]:
-            o[1] = n
-        return
+        return _skip(link, obj[0], obj[1])
     sid, seq, wall = obj[0], obj[1], obj[2]
     if type(sid) is not str or type(seq) is not int or blob is None or sid == link.peer_sid:
         return link.count("bad_frames")
@@ -117,6 +109,17 @@ def on_frame(link, t, obj, blob):
     except errors.Denied as e:
         link.count("denied")
         link.last_error = str(e)
+
+
+def _skip(link, n, sid):
+    """SKIP [n, sid]: earlier boot sid's next number is n; ours below it are lost."""
+    if type(n) is not int or type(sid) is not str or sid == link.peer_sid:
+        return link.count("bad_frames")
+    o = _old(link, sid)
+    if o[1] is not None and n > o[1]:
+        link._gap(o[1], n - 1)
+    if o[1] is None or n > o[1]:
+        o[1] = n
 
 
 def mark(link):

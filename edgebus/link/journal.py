@@ -54,6 +54,32 @@ def _oack(o):
     return _record(_O, o[_ACKED], bytes([len(b)]) + b)
 
 
+def _records(f, size, fl, o, acks):
+    """An earlier boot's file f (size bytes) read up to a short or unknown record:
+    its entries into fl, its boot's acknowledgement and clock into o, others' into acks."""
+    while True:
+        h = f.read(5)
+        if len(h) < 5 or h[0] not in (_E, _A, _C, _O):
+            return
+        v = _u(h[1:5])
+        if h[0] == _E:
+            n = f.read(2)
+            if len(n) < 2 or f.seek(_u(n), 1) > size:
+                return
+            fl[2] = v
+            fl[3] += 1
+        elif h[0] == _A:
+            o[_ACKED] = max(o[_ACKED], v)
+        elif h[0] == _C:
+            x = f.read(4)
+            if len(x) == 4:
+                o[_WALL] = (v << 32) | _u(x)
+        else:
+            n = f.read(1)
+            s = f.read(n[0]).decode() if n else ""
+            acks[s] = max(acks.get(s, 0), v)
+
+
 class Journal:
     def __init__(self, path, sid, size=262144, block=4096):
         if block < 256 or size < 4 * block:
@@ -157,27 +183,7 @@ class Journal:
                     o = [sid, [], 0, None, 0, 0, 0, None, 0]
                     olds.append(o)
                 o[_FILES].append(fl)
-                while True:
-                    h = f.read(5)
-                    if len(h) < 5 or h[0] not in (_E, _A, _C, _O):
-                        break
-                    v = _u(h[1:5])
-                    if h[0] == _E:
-                        n = f.read(2)
-                        if len(n) < 2 or f.seek(_u(n), 1) > size:
-                            break
-                        fl[2] = v
-                        fl[3] += 1
-                    elif h[0] == _A:
-                        o[_ACKED] = max(o[_ACKED], v)
-                    elif h[0] == _C:
-                        x = f.read(4)
-                        if len(x) == 4:
-                            o[_WALL] = (v << 32) | _u(x)
-                    else:
-                        n = f.read(1)
-                        s = f.read(n[0]).decode() if n else ""
-                        acks[s] = max(acks.get(s, 0), v)
+                _records(f, size, fl, o, acks)
         self.olds = olds
         for o in olds:
             o[_ACKED] = max(o[_ACKED], acks.get(o[0], 0))

@@ -41,32 +41,12 @@ def acknowledge(link, mark):
 
 def handle(link, t, seq, obj, blob):
     """Act on one decoded frame."""
-    if t == wire.HELLO:
-        return handshake.on_hello(link, obj)
-    if t == wire.HELLO_ACK:
-        return handshake.on_ack(link, obj)
-    if t == wire.AUTH:
-        return handshake.on_auth(link, obj)
-    if t == wire.ERROR:
-        link.count("errors_in")
-        code = obj.get("code")
-        link.last_error = "peer: %s: %s" % (code, obj.get("msg"))
-        if code == "auth_failed":
-            link.count("auth_failures")
-        if code == "no_session":
-            # The peer restarted and lost our session: a new one at once,
-            # unless one is already being made (the answer may be stale).
-            if link.status == wire.UP:
-                link.end_session("peer has no session")
-            return
-        link.end_session("peer error")
-        if link.role == "initiator":
-            link.retry_later()
-        return
-    if t == wire.BYE:
-        link.end_session("peer closed")
-        return
-    if link.status != wire.UP:
+    up = link.status == wire.UP
+    if up and wire.PUB <= t <= wire.UNRET:  # data, the common case: first, no helper between
+        return on_data(link, t, seq, obj, blob)
+    if wire.HELLO <= t <= wire.BYE:
+        return _opening(link, t, obj)
+    if not up:
         link.count("unauthenticated")
         if (
             link.role == "responder"
@@ -85,9 +65,7 @@ def handle(link, t, seq, obj, blob):
     if t == wire.PONG:
         link.rtt = compat.now() - obj / 1000 if type(obj) in (int, float) else None
         return
-    if t == wire.PUB or t == wire.RET or t == wire.UNRET:
-        return on_data(link, t, seq, obj, blob)
-    if t == wire.SYNCSTART or t == wire.SYNC or t == wire.SYNCEND:
+    if wire.SYNCSTART <= t <= wire.SYNCEND:
         return on_snapshot(link, t, obj, blob)
     if t == wire.CALL:
         return calls.on_call(link, obj, blob)
@@ -99,7 +77,39 @@ def handle(link, t, seq, obj, blob):
         return on_refuse(link, obj)
     if t == wire.WINDOW:
         return tx.on_window(link, obj)
-    if t >= wire.ACK and (t == wire.HIST or type(obj) is list):  # earlier boots' (protocol 14)
+    _acks(link, t, obj, blob)
+
+
+def _opening(link, t, obj):
+    """HELLO, HELLO_ACK, AUTH, ERROR or BYE: taken in any state."""
+    if t == wire.HELLO:
+        return handshake.on_hello(link, obj)
+    if t == wire.HELLO_ACK:
+        return handshake.on_ack(link, obj)
+    if t == wire.AUTH:
+        return handshake.on_auth(link, obj)
+    if t == wire.BYE:
+        return link.end_session("peer closed")
+    link.count("errors_in")
+    code = obj.get("code")
+    link.last_error = "peer: %s: %s" % (code, obj.get("msg"))
+    if code == "auth_failed":
+        link.count("auth_failures")
+    if code == "no_session":
+        # The peer restarted and lost our session: a new one at once,
+        # unless one is already being made (the answer may be stale).
+        if link.status == wire.UP:
+            link.end_session("peer has no session")
+        return
+    link.end_session("peer error")
+    if link.role == "initiator":
+        link.retry_later()
+
+
+def _acks(link, t, obj, blob):
+    """ACK, RESEND, SKIP and HIST (earlier boots' with a list: protocol 14),
+    or an unknown type."""
+    if t >= wire.ACK and (t == wire.HIST or type(obj) is list):
         if link._journal is not None and t <= wire.RESEND:
             return link._journal.on_old(link, t, obj)
         from . import hist
@@ -324,6 +334,12 @@ def on_snapshot(link, t, obj, blob):
             buf[k] = (blob if blob is not None else obj[1], extra_in(link, obj, 2, None))
         return
     link._rx_sync = None
+    _apply_snapshot(link, buf)
+    link.count("syncs")
+
+
+def _apply_snapshot(link, buf):
+    """SYNCEND: the collected facts ``buf`` ({topic: (payload, extra)}) retained here."""
     store = link.bus._store
     imp = link._imp
     # Replace, then remove: a view never sees a fact missing between its
@@ -348,4 +364,3 @@ def on_snapshot(link, t, obj, blob):
             for m in store.query(r[1] + r[0], []):
                 if m.origin.link_id == link.link_id and m.topic not in buf:
                     imp.unretain(m.topic)
-    link.count("syncs")
