@@ -52,7 +52,7 @@ def test_the_emulated_board_builds_from_its_board_dir_and_boots_in_qemu():
 
 
 def test_a_uart_driver_must_be_a_module_name(tmp_path):
-    d = json.load(open(boards.board_path("qemu-mps2-an385")))
+    d = json.loads(Path(boards.board_path("qemu-mps2-an385")).read_text())
     d["uart"]["driver"] = "not a module"
     p = tmp_path / "qemu-mps2-an385.json"
     p.write_text(json.dumps(d))
@@ -150,7 +150,7 @@ def test_invalid_json_names_line_and_column(tmp_path):
 
 def test_a_manifest_path_works_as_a_board_name(tmp_path):
     p = tmp_path / "myboard.json"
-    data = json.load(open(os.path.join(boards.BOARDS_DIR, "esp32.json")))
+    data = json.loads(Path(os.path.join(boards.BOARDS_DIR, "esp32.json")).read_text())
     data["name"] = "myboard"
     p.write_text(json.dumps(data))
     assert load_board(str(p))["name"] == "myboard"
@@ -161,7 +161,7 @@ def test_a_manifest_path_works_as_a_board_name(tmp_path):
 def test_every_field_is_documented():
     doc = Path(os.path.join(boards.BOARDS_DIR, "README.md")).read_text()
     for name in BOARDS:
-        data = json.load(open(os.path.join(boards.BOARDS_DIR, name + ".json")))
+        data = json.loads(Path(os.path.join(boards.BOARDS_DIR, name + ".json")).read_text())
         for k, v in data.items():
             if isinstance(v, dict):
                 for sub in v:

@@ -64,7 +64,7 @@ def test_unix_bundle_has_no_sources_and_a_mip_package_json(unix_bundle):
     assert [f for f in files if f.endswith(".py")] == ["manifest.py"]
     mods = [f for f in files if f.endswith(".mpy")]
     assert "edgebus/__init__.mpy" in mods and "edgebus/bus.mpy" in mods
-    pj = json.load(open(os.path.join(out, "package.json")))
+    pj = json.loads(Path(os.path.join(out, "package.json")).read_text())
     # mip's format: "urls" is a list of [destination, URL]; relative URLs are
     # resolved against package.json's own location.
     assert set(pj) == {"urls", "version"}
@@ -76,7 +76,7 @@ def test_unix_bundle_has_no_sources_and_a_mip_package_json(unix_bundle):
         assert not os.path.isabs(src) and "://" not in src
         assert os.path.isfile(os.path.join(out, src))
     assert pj["version"] == build.package_version()
-    meta = json.load(open(os.path.join(out, "bundle.json")))
+    meta = json.loads(Path(os.path.join(out, "bundle.json")).read_text())
     assert meta["board"] == "unix" and meta["mpy"]["version"] == 6
     assert meta["files"] == rep["files"]
 
@@ -173,7 +173,7 @@ def test_mpy_version_mismatch_is_refused(tmp_path, monkeypatch, capsys):
 
 
 def test_over_budget_fails_and_writes_nothing(tmp_path, capsys):
-    data = json.load(open(os.path.join(boards.BOARDS_DIR, "unix.json")))
+    data = json.loads(Path(os.path.join(boards.BOARDS_DIR, "unix.json")).read_text())
     data["name"] = "tiny"
     data["budget"]["flash"] = 16384
     manifest = tmp_path / "tiny.json"
@@ -200,7 +200,7 @@ def test_linux_edge_bundle_is_the_sources(tmp_path):
             assert (
                 Path(os.path.join(out, p)).read_bytes() == Path(os.path.join(ROOT, p)).read_bytes()
             )
-    assert json.load(open(os.path.join(out, "bundle.json")))["mpy"] is None
+    assert json.loads(Path(os.path.join(out, "bundle.json")).read_text())["mpy"] is None
 
 
 @pytest.mark.slow
@@ -224,7 +224,9 @@ def test_entry_stub_for_boards_only(tmp_path):
     rep = build.build(esp, str(tmp_path / "e"), entry="edgebus", log=lambda *a: None)
     assert rep["entry"] == "edgebus"
     assert (tmp_path / "e" / "main.py").read_text().startswith("import edgebus")
-    assert ["main.py", "main.py"] in json.load(open(tmp_path / "e" / "package.json"))["urls"]
+    assert ["main.py", "main.py"] in json.loads(Path(tmp_path / "e" / "package.json").read_text())[
+        "urls"
+    ]
     with pytest.raises(build.BuildError, match="does not run main.py"):
         build.build(UNIX, str(tmp_path / "u"), entry="edgebus", log=lambda *a: None)
 

@@ -51,13 +51,13 @@ def test_deploy_copies_then_copies_nothing_and_the_code_runs(sim, bundles, tmp_p
     cfg = tmp_path / "device.json"
     cfg.write_text(json.dumps({"node_id": "sim-1", "uplink": "uart"}))
     res, text = _deploy(sim, bundles / "unix", config=str(cfg))
-    urls = json.load(open(bundles / "unix" / "package.json"))["urls"]
+    urls = json.loads(Path(bundles / "unix" / "package.json").read_text())["urls"]
     assert sorted(res["written"]) == sorted([d for d, _ in urls] + ["config.json"])
     assert "MicroPython 1." in text and "no soft reset" in text
     # The files landed in the process's working directory, byte for byte.
     for dest, src in urls:
         assert _sha(os.path.join(sim.cwd, dest)) == _sha(bundles / "unix" / src)
-    assert json.load(open(os.path.join(sim.cwd, "config.json")))["node_id"] == "sim-1"
+    assert json.loads(Path(os.path.join(sim.cwd, "config.json")).read_text())["node_id"] == "sim-1"
 
     # Second deploy: one hashing round trip, nothing written.
     res, text = _deploy(sim, bundles / "unix", config=str(cfg))
@@ -124,7 +124,7 @@ def test_package_json_installs_with_mip(sim, bundles):
         timeout=60,
     )
     assert r.returncode == 0 and "Done" in r.stdout, r.stdout + r.stderr
-    for dest, src in json.load(open(bundles / "unix" / "package.json"))["urls"]:
+    for dest, src in json.loads(Path(bundles / "unix" / "package.json").read_text())["urls"]:
         assert _sha(os.path.join(sim.cwd, "lib", dest)) == _sha(bundles / "unix" / src)
 
 
@@ -187,7 +187,7 @@ def test_no_response_from_the_repl(bundles):
 
 
 def test_mpy_version_mismatch_on_the_device(bundles):
-    meta = json.load(open(bundles / "unix" / "bundle.json"))
+    meta = json.loads(Path(bundles / "unix" / "bundle.json").read_text())
     ident = ("micropython", "linux", "linux [GCC] version", 5 | (2 << 10), "1.19.1")
     with pytest.raises(deploy.DeployError) as e:
         deploy.check_device(UNIX, meta, ident, "/dev/pts/9")

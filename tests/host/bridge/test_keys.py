@@ -174,8 +174,12 @@ def test_keys_new_provisions_a_device_and_refuses_to_overwrite(tmp_path):
             "", "keys", "new", "n1", "--keys", str(keys), "--device-config", str(dev)
         )
         assert rc == 0, err
-        k = json.load(open(dev))["key"]
-        assert len(k) == 64 and int(k, 16) and json.load(open(dev))["uplink"] == {"kind": "uart"}
+        k = json.loads(Path(dev).read_text())["key"]
+        assert (
+            len(k) == 64
+            and int(k, 16)
+            and json.loads(Path(dev).read_text())["uplink"] == {"kind": "uart"}
+        )
         assert KeyStore(str(keys)).read("n1")["key"] == k and k not in out
         assert "kid %s" % kid(k.encode()) in out
         assert oct(os.stat(dev).st_mode & 0o777) == "0o600"

@@ -14,6 +14,7 @@ firmware itself checks that budget at boot and refuses a config over it.
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 
@@ -32,7 +33,7 @@ def tree(tmp_path_factory):
 
 
 def test_runtime_runs_with_its_data_in_the_96k_budget(tree):
-    budget = json.load(open(BOARD))["budget"]["heap"]
+    budget = json.loads(Path(BOARD).read_text())["budget"]["heap"]
     assert budget == 104 * 1024
     code = devheap.code_heap(tree)
     heap = (code + 1023) // 1024 + budget // 1024

@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -134,7 +135,7 @@ def test_device_runtime_over_pty(device, tmp_path):
             assert got["node"] == NODE and got["key"] == "***" and got["health_period"] == 0.5
             assert (
                 await _call(bus, c, _ep(NODE, "sys", "config", "get"), "uplink")
-                == json.load(open(cfg_path))["uplink"]
+                == json.loads(Path(cfg_path).read_text())["uplink"]
             )
 
             # sys/config/set: valid -> persisted; invalid -> Failed with the reason
@@ -145,7 +146,7 @@ def test_device_runtime_over_pty(device, tmp_path):
                 {"health_period": 0.4, "link": {"out_queue": 24}},
             )
             assert r["saved"] is True and r["restart_needed"] == ["link"]
-            on_disk = json.load(open(cfg_path))
+            on_disk = json.loads(Path(cfg_path).read_text())
             assert on_disk["health_period"] == 0.4 and on_disk["link"]["out_queue"] == 24
             assert on_disk["link"]["heartbeat"] == 0.5 and on_disk["node"] == NODE
             bad = [
@@ -158,7 +159,7 @@ def test_device_runtime_over_pty(device, tmp_path):
                 with pytest.raises(edgebus.Failed) as ei:
                     await _call(bus, c, _ep(NODE, "sys", "config", "set"), change)
                 assert why in str(ei.value.reason), ei.value.reason
-            assert json.load(open(cfg_path)) == on_disk  # failed sets wrote nothing
+            assert json.loads(Path(cfg_path).read_text()) == on_disk  # failed sets wrote nothing
 
             # cut the cable past liveness: the device reconnects by itself,
             # same sid, same generation

@@ -455,7 +455,7 @@ def test_region_ownership_random_cuts_and_damage(tmp_path):
                 rows += rb.column("offset").to_pylist()
         reported = []
         for name in sorted(os.listdir(cdir)) if cdir.exists() else []:
-            reported += [r["offset"] for r in json.load(open(cdir / name))["regions"]]
+            reported += [r["offset"] for r in json.loads(Path(cdir / name).read_text())["regions"]]
         assert list_segments(str(d)) == [0]
         assert rows == want_rows, (trial, cuts)
         assert sorted(reported) == want_bad, (trial, cuts)
