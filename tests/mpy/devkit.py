@@ -37,9 +37,10 @@ async def uplink(link, spec, node):
 
 
 def device_link(bus, node, key, **kw):
-    """The test devices' Link: the initiator with key (a str), a 0.5 s
-    heartbeat, a 1 s handshake timeout, 64 frames out; kw the rest (what it
-    exports, imports, its spool...)."""
+    """The test devices' Link: the initiator with key (a str) exporting
+    sensor/# and sys/# (and its calls), importing cmd/#, with a 0.5 s
+    heartbeat, a 1 s handshake timeout, 64 frames out; kw the rest (its
+    spool, the calls it imports...)."""
     from edgebus.link.link import Link
 
     return Link(
@@ -47,6 +48,9 @@ def device_link(bus, node, key, **kw):
         node,
         key=key.encode(),
         role="initiator",
+        exports=[("sensor/#", ""), ("sys/#", "")],
+        imports=[("cmd/#", "")],
+        export_calls=[("sys/#", "")],
         heartbeat=0.5,
         out_queue=64,
         handshake_timeout=1.0,

@@ -24,9 +24,6 @@ async def main(spec, key, count, node):
         bus,
         node,
         key,
-        exports=[("sensor/#", ""), ("sys/#", "")],
-        imports=[("cmd/#", "")],
-        export_calls=[("sys/#", "")],
         import_calls=[("host/#", "")],
         spool=int(os.getenv("LINK_DEVICE_SPOOL") or 2048),
     )

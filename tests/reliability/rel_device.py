@@ -30,15 +30,7 @@ async def main(spec, key, node, rate, count, boot):
     c = bus.connect(principal="app")
     c.retain("sys/boot", boot)
     c.retain("sys/boot/" + boot, 1)
-    link = device_link(
-        bus,
-        node,
-        key,
-        exports=[("sensor/#", ""), ("sys/#", "")],
-        imports=[("cmd/#", "")],
-        export_calls=[("sys/#", "")],
-        spool=SPOOL,
-    )
+    link = device_link(bus, node, key, spool=SPOOL)
     serve_echo(c)
     slow = c.bind("sys/slow", queue_len=8)
     clock = c.subscribe("cmd/clock")

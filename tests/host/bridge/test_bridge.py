@@ -59,6 +59,13 @@ def _state_text(tmp_path):
         return ""
 
 
+async def _serial_up(b, node="dev-micropython"):
+    """Bridge b's serial link to node once it has a session (15 s at most)."""
+    lid = "serial:" + node
+    await until(lambda: lid in b.links and b.links[lid].status == "up", 15)
+    return b.links[lid]
+
+
 def _records(log_dir):
     return [r for _, r in tlog.read_log(str(log_dir))]
 
@@ -398,14 +405,7 @@ def test_serial_port_vanishing_and_returning(tmp_path, device):
         async def main():
             b = Bridge(cfg)
             t = asyncio.create_task(b.run())
-            await until(
-                lambda: (
-                    "serial:dev-micropython" in b.links
-                    and b.links["serial:dev-micropython"].status == "up"
-                ),
-                15,
-            )
-            link = b.links["serial:dev-micropython"]
+            link = await _serial_up(b)
             sid = link.peer_sid
             cable.unplug()
             os.unlink(port)
@@ -428,14 +428,7 @@ def test_device_restart_bumps_generation_persisted_across_bridge_restart(tmp_pat
 
         async def session(b, expect_gen):
             t = asyncio.create_task(b.run())
-            await until(
-                lambda: (
-                    "serial:dev-micropython" in b.links
-                    and b.links["serial:dev-micropython"].status == "up"
-                ),
-                15,
-            )
-            link = b.links["serial:dev-micropython"]
+            link = await _serial_up(b)
             await until(lambda: link.generation == expect_gen, 10)
             view = b.bus.connect().retained_view("dev/#")
             await until(lambda: view.get("dev/dev-micropython/sys/info") is not None)
