@@ -8,14 +8,34 @@ import subprocess
 
 from dev.harness.poll import wait_until
 from dev.harness.process import ROOT, Process, env, python
+from edgebus.bridge import config
 from edgebus.tools.status import fetch
+
+
+def mqtt_config(state_dir, broker_port, devices, bridge=None, **mqtt):
+    """An in-process bridge's configuration (a bridge.config.Config) for MQTT
+    devices {node: key} on the broker at the loopback broker_port: its state
+    in state_dir, a 0.5 s heartbeat, and the [bridge] keys in bridge and the
+    [mqtt] keys in mqtt (client_id, mirror...) besides."""
+    return config.parse(
+        {
+            "bridge": dict({"state_dir": str(state_dir), "heartbeat": 0.5}, **(bridge or {})),
+            "mqtt": dict(
+                url="mqtt://127.0.0.1:%d" % broker_port,
+                devices=[{"node": n, "key": k} for n, k in devices.items()],
+                **mqtt,
+            ),
+        }
+    )
 
 
 class BridgeProcess:
     """edgebus-bridge as its own process (``python -m edgebus.bridge.daemon``) from a
     checkout ``tree``, for MQTT devices {node: key}, with a status socket;
-    or, given ``toml``, run with that configuration as it is. Its output
-    goes to ``logpath`` (``log()`` reads it)."""
+    or, given ``toml``, run with that configuration as it is (its status
+    socket, if it names one, is the one ``ready()`` waits for). Its output
+    goes to ``logpath`` in workdir (``log()`` reads it); ``cwd`` is where it
+    runs (the tree by default)."""
 
     def __init__(
         self,
@@ -30,13 +50,15 @@ class BridgeProcess:
         cwd=None,
     ):
         self.tree = os.path.abspath(tree)
-        self.cwd = cwd or self.tree  # relative paths in toml are from here
-        self.sock = os.path.join(workdir, "bridge.sock")
-        self.toml = toml or os.path.join(workdir, "bridge.toml")
+        self.cwd = str(cwd or self.tree)
         self.logpath = os.path.join(workdir, "bridge.log")
         self.proc = None
         if toml:
+            self.toml = str(toml)
+            self.sock = config.load(self.toml).socket
             return
+        self.sock = os.path.join(workdir, "bridge.sock")
+        self.toml = os.path.join(workdir, "bridge.toml")
         with open(self.toml, "w") as f:
             f.write(
                 '[bridge]\nnode = "gw"\nstate_dir = "%s"\nsocket = "%s"\nheartbeat = %r\n'
@@ -98,10 +120,33 @@ class BridgeProcess:
         with open(self.logpath, errors="replace") as f:
             return f.read()
 
-    def link(self, node, kind="mqtt"):
-        """The bridge's link to node (Link.stats()), or None if it cannot say."""
+    def status(self, timeout=2.0):
+        """Its status (what `edgebus status` shows), or None if it cannot say."""
         try:
-            st = asyncio.run(fetch(self.sock, timeout=2.0))
+            return asyncio.run(fetch(self.sock, timeout=timeout))
         except Exception:  # not running (yet), or not answering
             return None
-        return st["links"].get("%s:%s" % (kind, node))
+
+    def wait_status(self, cond, timeout=30, what="the bridge's status", step=0.1):
+        """Its status once cond(status) is true, asked every step seconds;
+        AssertionError after timeout seconds or at once when it has exited,
+        naming what (a string, or a function of the last status it gave)."""
+        last = [None]
+
+        def ok():
+            last[0] = self.status()
+            return last[0] is not None and cond(last[0])
+
+        wait_until(
+            ok,
+            timeout,
+            lambda: what(last[0]) if callable(what) else "%s (last: %s)" % (what, last[0]),
+            step=step,
+            procs=[self.proc],
+        )
+        return last[0]
+
+    def link(self, node, kind="mqtt"):
+        """The bridge's link to node (Link.stats()), or None if it cannot say."""
+        st = self.status()
+        return None if st is None else st["links"].get("%s:%s" % (kind, node))

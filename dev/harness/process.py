@@ -20,6 +20,14 @@ def python(module, *args):
     return [sys.executable, "-m", module] + [str(a) for a in args]
 
 
+def run_module(module, *args, timeout, cwd=ROOT, env=None):
+    """A module of this checkout run on this CPython to its end, within
+    timeout seconds, its output captured as text: the CompletedProcess."""
+    return subprocess.run(
+        python(module, *args), cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
 class Process(subprocess.Popen):
     """A Popen (same arguments) in a session of its own: what it starts (a
     fleet's devices, Spark's JVM) is in its process group, so close() ends

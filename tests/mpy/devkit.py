@@ -34,3 +34,45 @@ async def uplink(link, spec, node):
             print("UPLINK", repr(e))
         await asyncio.sleep(delay)
         delay = min(delay * 2, 2.0)
+
+
+def device_link(bus, node, key, **kw):
+    """The test devices' Link: the initiator with key (a str) exporting
+    sensor/# and sys/# (and its calls), importing cmd/#, with a 0.5 s
+    heartbeat, a 1 s handshake timeout, 64 frames out; kw the rest (its
+    spool, the calls it imports...)."""
+    from edgebus.link.link import Link
+
+    return Link(
+        bus,
+        node,
+        key=key.encode(),
+        role="initiator",
+        exports=[("sensor/#", ""), ("sys/#", "")],
+        imports=[("cmd/#", "")],
+        export_calls=[("sys/#", "")],
+        heartbeat=0.5,
+        out_queue=64,
+        handshake_timeout=1.0,
+        **kw,
+    )
+
+
+def serve_echo(c):
+    """Bind sys/echo on connection c and answer each call with {"echo": payload}."""
+    ep = c.bind("sys/echo")
+
+    async def serve():
+        async for req in ep:
+            req.reply({"echo": req.payload})
+
+    return asyncio.create_task(serve())
+
+
+async def up(link, spec, node):
+    """Keep link running over spec (uplink) and wait for its first session;
+    prints UP and the link's sid."""
+    asyncio.create_task(uplink(link, spec, node))
+    while link.status != "up":
+        await asyncio.sleep(0.02)
+    print("UP", link.sid)

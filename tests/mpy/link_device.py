@@ -11,42 +11,25 @@ import asyncio
 import os
 import sys
 
-from devkit import uplink
+from devkit import device_link, serve_echo, up
 
 import edgebus
-from edgebus.link.link import Link
 
 
 async def main(spec, key, count, node):
     bus = edgebus.Bus(q_length=16)
     c = bus.connect(principal="app")
     c.retain("sys/info", {"fw": "test", "impl": sys.implementation.name})
-    link = Link(
+    link = device_link(
         bus,
         node,
-        key=key.encode(),
-        role="initiator",
-        exports=[("sensor/#", ""), ("sys/#", "")],
-        imports=[("cmd/#", "")],
-        export_calls=[("sys/#", "")],
+        key,
         import_calls=[("host/#", "")],
-        heartbeat=0.5,
-        out_queue=64,
-        handshake_timeout=1.0,
         spool=int(os.getenv("LINK_DEVICE_SPOOL") or 2048),
     )
-    ep = c.bind("sys/echo")
+    serve_echo(c)
     stop = c.subscribe("cmd/stop")
-
-    async def echo():
-        async for req in ep:
-            req.reply({"echo": req.payload})
-
-    asyncio.create_task(echo())
-    asyncio.create_task(uplink(link, spec, node))
-    while link.status != "up":
-        await asyncio.sleep(0.02)
-    print("UP", link.sid)
+    await up(link, spec, node)
     mqtt = spec.startswith("mqtt:")
     for i in range(count):
         c.publish("sensor/count", i)

@@ -11,11 +11,10 @@ import asyncio
 import sys
 import time
 
-from devkit import uplink
+from devkit import device_link, serve_echo, up
 
 import edgebus
 from edgebus.compat import now
-from edgebus.link.link import Link
 
 OFFSET = [0]
 # ~1000 readings of ~63 bytes: 10 s at 100 msg/s, longer than any outage here.
@@ -31,26 +30,10 @@ async def main(spec, key, node, rate, count, boot):
     c = bus.connect(principal="app")
     c.retain("sys/boot", boot)
     c.retain("sys/boot/" + boot, 1)
-    link = Link(
-        bus,
-        node,
-        key=key.encode(),
-        role="initiator",
-        exports=[("sensor/#", ""), ("sys/#", "")],
-        imports=[("cmd/#", "")],
-        export_calls=[("sys/#", "")],
-        heartbeat=0.5,
-        out_queue=64,
-        handshake_timeout=1.0,
-        spool=SPOOL,
-    )
-    echo = c.bind("sys/echo")
+    link = device_link(bus, node, key, spool=SPOOL)
+    serve_echo(c)
     slow = c.bind("sys/slow", queue_len=8)
     clock = c.subscribe("cmd/clock")
-
-    async def serve_echo():
-        async for req in echo:
-            req.reply({"echo": req.payload})
 
     async def serve_slow():
         held = []
@@ -62,13 +45,9 @@ async def main(spec, key, node, rate, count, boot):
             OFFSET[0] += int(m.payload["offset_s"] * 1000000)
             print("CLOCK", OFFSET[0])
 
-    asyncio.create_task(serve_echo())
     asyncio.create_task(serve_slow())
     asyncio.create_task(serve_clock())
-    asyncio.create_task(uplink(link, spec, node))
-    while link.status != "up":
-        await asyncio.sleep(0.02)
-    print("UP", link.sid)
+    await up(link, spec, node)
     period = 1.0 / rate
     t0 = now()
     i = 0

@@ -14,19 +14,17 @@ import asyncio
 import json
 import os
 import random
-import signal
-import subprocess
-import sys
 import time
 
 import pytest
 
 from dev.broker import Mosquitto
+from dev.harness.bridge import BridgeProcess, mqtt_config
 from edgebus import errors, tlog
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
 from edgebus.tools.ptycable import PtyCable
-from tests.conftest import ROOT, until
+from tests.conftest import ROOT, until, wait_until
 
 
 def check_stream(got, sent, gaps, lossless=True):
@@ -59,15 +57,7 @@ def test_broker_killed_and_restarted_repeatedly(tmp_path, rel, rel_device):
     count = (restarts + 1) * 300
 
     with Mosquitto() as broker:
-        cfg = bridge_config.parse(
-            {
-                "bridge": {"state_dir": str(tmp_path / "state"), "heartbeat": 0.5},
-                "mqtt": {
-                    "url": "mqtt://127.0.0.1:%d" % broker.port,
-                    "devices": [{"node": "d1", "key": "k1"}],
-                },
-            }
-        )
+        cfg = mqtt_config(tmp_path / "state", broker.port, {"d1": "k1"})
 
         async def main():
             b = Bridge(cfg)
@@ -466,10 +456,12 @@ def _wait_for_boots(log_dir, n, timeout=60):
     """Wait until sealed records come from n device boots (sids): on a loaded
     machine a bridge can take longer to start than a random kill delay, and
     a boot that never had a session would test nothing."""
-    deadline = time.monotonic() + timeout
-    while len({v[0] for v in _sealed(log_dir).values() if v[2] == "n"}) < n:
-        assert time.monotonic() < deadline, "no sealed record from boot %d" % n
-        time.sleep(0.2)
+    wait_until(
+        lambda: len({v[0] for v in _sealed(log_dir).values() if v[2] == "n"}) >= n,
+        timeout,
+        "a sealed record from boot %d" % n,
+        step=0.2,
+    )
 
 
 def test_bridge_sigkilled_during_log_appends(tmp_path, rel, rel_device):
@@ -494,12 +486,7 @@ def test_bridge_sigkilled_during_log_appends(tmp_path, rel, rel_device):
         bridge = None
         try:
             for k in range(kills + 1):
-                bridge = subprocess.Popen(
-                    [sys.executable, "-m", "edgebus.bridge.daemon", "--config", str(toml)],
-                    cwd=ROOT,
-                    stdout=subprocess.DEVNULL,
-                    stderr=subprocess.DEVNULL,
-                )
+                bridge = BridgeProcess(str(tmp_path), toml=toml).start()
                 if k == kills // 2:
                     dev.kill()
                     dev.wait()
@@ -508,16 +495,14 @@ def test_bridge_sigkilled_during_log_appends(tmp_path, rel, rel_device):
                     _wait_for_boots(tmp_path / "log", 2 if k else 1)
                 time.sleep(random.uniform(1.5, 3.5))
                 if k == kills:
-                    bridge.send_signal(signal.SIGTERM)  # the last run ends cleanly
-                    assert bridge.wait(20) == 0
+                    assert bridge.stop(20) == 0, bridge.log()  # the last run ends cleanly
                     break
                 before = _sealed(tmp_path / "log")
-                bridge.send_signal(signal.SIGKILL)
-                bridge.wait()
+                bridge.kill()
                 durable.update(before)
         finally:
-            if bridge is not None and bridge.poll() is None:
-                bridge.kill()
+            if bridge is not None:
+                bridge.close()
             dev.kill()
     recs, stats = _records(tmp_path / "log")
     assert stats.corrupt == [] and stats.missing == []

@@ -5,21 +5,18 @@ process) and its telemetry log: 50 devices at 20 messages/s each. Figures
 RELIABILITY.md; asserted: zero gaps, drops and duplicates while nothing is
 faulted, every device's sequence contiguous, bridge RSS flat (generous)."""
 
-import asyncio
 import json
 import os
 import shutil
-import signal
 import subprocess
-import sys
 import time
 
 import pytest
 
 from dev.broker import Mosquitto
+from dev.harness.bridge import BridgeProcess
 from edgebus import tlog
 from edgebus.tools.fleet import Fleet, bridge_toml
-from edgebus.tools.status import fetch
 from tests.conftest import ROOT
 
 # mosquitto and the fleet's micropython devices start in the test body.
@@ -69,56 +66,43 @@ def test_fleet_of_50_micropython_devices_over_mqtt(tmp_path, rel):
                 bridge_toml(fleet.bridge_config(("127.0.0.1", broker.port))),
             )
         )
-        blog = open(tmp_path / "bridge.log", "wb")
-        br = subprocess.Popen(
-            [sys.executable, "-m", "edgebus.bridge.daemon", "--config", str(toml)],
-            cwd=ROOT,
-            stdout=blog,
-            stderr=subprocess.STDOUT,
-        )
+        br = BridgeProcess(str(tmp_path), toml=toml).start()
         try:
             fleet.start()
 
-            async def status():
-                return await fetch(str(sock))
-
-            deadline = time.monotonic() + 90
-            while True:
-                time.sleep(1)
-                try:
-                    st = asyncio.run(status())
-                except OSError:
-                    continue
-                up = sum(
+            def up(st):
+                return sum(
                     1
                     for k, l in st["links"].items()
                     if k.startswith("mqtt:") and l["state"] == "up"
                 )
-                if up == DEVICES:
-                    break
-                assert time.monotonic() < deadline, "only %d devices up" % up
+
+            br.wait_status(
+                lambda st: up(st) == DEVICES,
+                90,
+                lambda st: "only %d devices up" % (up(st) if st else 0),
+                step=1,
+            )
             time.sleep(2)  # past the start-up transient
             t_start = time.time()
             rss = []
             while time.time() - t_start < seconds:
-                rss.append(_rss_kb(br.pid))
+                rss.append(_rss_kb(br.proc.pid))
                 time.sleep(1)
             t_end = time.time()
-            st = asyncio.run(status())
+            st = br.status(10)
+            assert st is not None, "no status from the bridge"
             dead = [(d["node"], d["exits"]) for d in fleet.devices if d["exits"]]
             assert not dead, dead
             t_term = time.monotonic()
-            br.send_signal(signal.SIGTERM)
             try:
-                rc = br.wait(30)
+                rc = br.stop(30)
             except subprocess.TimeoutExpired:
                 rc = "still running"
-            blog.close()
-            assert rc == 0, (rc, (tmp_path / "bridge.log").read_text()[-3000:])
+            assert rc == 0, (rc, br.log()[-3000:])
             print("bridge stopped in %.1f s" % (time.monotonic() - t_term))
         finally:
-            if br.poll() is None:
-                br.kill()
+            br.close()
     links = {k: l for k, l in st["links"].items() if k.startswith("mqtt:")}
     assert len(links) == DEVICES
     gaps = sum(l["counters"].get("gaps", 0) for l in links.values())

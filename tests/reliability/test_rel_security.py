@@ -14,19 +14,18 @@ the bridge's listening sockets read from /proc."""
 
 import asyncio
 import os
-import subprocess
-import sys
 
 import pytest
 import serial_asyncio
 
 from dev.broker import Mosquitto, free_port
+from dev.harness.bridge import BridgeProcess, mqtt_config
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
 from edgebus.link import wire
 from edgebus.link.stream import StreamTransport
 from edgebus.tools.ptycable import PtyCable
-from tests.conftest import ROOT, until
+from tests.conftest import until, wait_until
 from tests.portable.linkkit import Joined, sealed, synced
 
 KEY = b"k-rogue"
@@ -241,15 +240,7 @@ def test_sync_cannot_smuggle_a_sequence_number():
 @pytest.mark.mosquitto
 def test_wrong_key_over_mqtt_never_gets_a_session(tmp_path, link_device):
     with Mosquitto() as broker:
-        cfg = bridge_config.parse(
-            {
-                "bridge": {"state_dir": str(tmp_path / "state"), "heartbeat": 0.5},
-                "mqtt": {
-                    "url": "mqtt://127.0.0.1:%d" % broker.port,
-                    "devices": [{"node": "d1", "key": "right"}],
-                },
-            }
-        )
+        cfg = mqtt_config(tmp_path / "state", broker.port, {"d1": "right"})
 
         async def main():
             b = Bridge(cfg)
@@ -305,23 +296,17 @@ def test_bridge_listens_only_where_configured(tmp_path, metrics):
         toml += 'metrics = "127.0.0.1:%d"\n' % port
     toml += '[log]\ndir = "%s"\n' % (tmp_path / "log")
     (tmp_path / "b.toml").write_text(toml)
-    p = subprocess.Popen(
-        [sys.executable, "-m", "edgebus.bridge.daemon", "--config", str(tmp_path / "b.toml")],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    p = BridgeProcess(str(tmp_path), toml=tmp_path / "b.toml").start()
     try:
-
-        async def wait():
-            await until(lambda: os.path.exists(sock) and (not metrics or _listening(p.pid)[0]), 15)
-
-        asyncio.run(wait())
-        tcp, unix = _listening(p.pid)
+        wait_until(
+            lambda: os.path.exists(sock) and (not metrics or _listening(p.proc.pid)[0]),
+            15,
+            "its sockets",
+            procs=[p.proc],
+        )
+        tcp, unix = _listening(p.proc.pid)
     finally:
-        p.terminate()
-        p.wait(10)
+        p.stop(10)
     # 0100007F is 127.0.0.1 in /proc's little-endian hex.
     assert tcp == ([("tcp", "0100007F", port)] if metrics else []), tcp
     assert unix == [str(sock)], unix

@@ -6,20 +6,20 @@ to a real bridge process through pyserial."""
 import asyncio
 import os
 import re
-import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 import edgebus
+from dev.harness.bridge import BridgeProcess
 from edgebus import tlog
 from edgebus.client.local import attach_local
 from edgebus.tools import executables, mpybuild, qemuboard
 from edgebus.tools.status import fetch
 from tests.conftest import ROOT, compile_portable_tests, until
 from tests.host.board import qemukit
+from tests.host.e2e.e2ekit import demo
 
 pytestmark = pytest.mark.qemu  # every test here boots the board (so: slow)
 
@@ -84,13 +84,7 @@ node = "{NODE}"
 port = "{port}"
 key = "{KEY}"
 """)
-    return subprocess.Popen(
-        [sys.executable, "-m", "edgebus.bridge.daemon", "--config", str(path)],
-        cwd=str(tmp_path),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+    return BridgeProcess(str(tmp_path), toml=path, cwd=tmp_path).start()
 
 
 def _ep(*path):
@@ -102,7 +96,7 @@ def test_board_boots_joins_the_bridge_answers_and_reboots_with_a_new_sid(board, 
     line, ready = con.wait_line("READY node=%s" % NODE, 30)
     assert "board=qemu-mps2-an385" in line
     br = _bridge(tmp_path, qb.uart_port)
-    sock = str(tmp_path / "state" / "bridge.sock")
+    sock = br.sock
     try:
 
         async def main():
@@ -163,9 +157,8 @@ def test_board_boots_joins_the_bridge_answers_and_reboots_with_a_new_sid(board, 
 
         sid1, sid2 = asyncio.run(main())
     finally:
-        br.send_signal(signal.SIGTERM)
-        out = br.communicate(timeout=15)[0]
-    assert br.returncode == 0, out
+        rc = br.stop(15)
+    assert rc == 0, br.log()
     # The boot counter (first 6 hex digits) moved on with the reboot.
     assert sid1 != sid2 and int(sid2[:6], 16) == int(sid1[:6], 16) + 1, (sid1, sid2)
     assert con.text.count("READY node=%s" % NODE) == 2
@@ -255,7 +248,7 @@ def test_noise_and_a_cut_on_the_board_uart_are_survived_and_counted(board, tmp_p
     with PtyCable() as cable:
         qb, con = board(_device_config(), uart=cable.a)
         br = _bridge(tmp_path, cable.b)
-        sock = str(tmp_path / "state" / "bridge.sock")
+        sock = br.sock
         try:
 
             async def link_state():
@@ -295,37 +288,15 @@ def test_noise_and_a_cut_on_the_board_uart_are_survived_and_counted(board, tmp_p
 
             sid, s = asyncio.run(main())
         finally:
-            br.send_signal(signal.SIGTERM)
-            out = br.communicate(timeout=15)[0]
-        assert br.returncode == 0, out
+            rc = br.stop(15)
+        assert rc == 0, br.log()
     # The same boot throughout: the board never crashed or rebooted.
     assert s["peer_sid"] == sid and s["generation"] == 1
     assert con.text.count("READY") == 1 and "Traceback" not in con.text, con.text
 
 
 def test_the_demo_shows_the_emulated_board_among_its_devices(image, tmp_path):
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "dev.demo",
-            "--seconds",
-            "6",
-            "--no-spark",
-            "--qemu",
-            "--serial-devices",
-            "1",
-            "--out",
-            str(tmp_path / "demo"),
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "3 of 3 device links had a session" in r.stdout, r.stdout
-    recs = [rec for _, rec in tlog.read_log(str(tmp_path / "demo" / "telemetry"))]
+    recs = demo(str(tmp_path / "demo"), 3, "--qemu", "--serial-devices", "1", timeout=180)
     assert {rec["peer_node"] for rec in recs} == {"sim-1", "sim-mqtt-1", "mps2-1"}
     boot = Path(tmp_path / "demo" / "devices" / "mps2-1.log").read_text()
     assert "READY node=mps2-1" in boot

@@ -4,20 +4,19 @@ unix-socket clients with their real credentials."""
 
 import asyncio
 import os
-import signal
-import subprocess
-import sys
 
 import pytest
 
 import edgebus
+from dev.harness.bridge import BridgeProcess
+from dev.harness.process import run_module
 from edgebus import tlog
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
 from edgebus.client.local import attach_local
 from edgebus.tools.ptycable import PtyCable
 from edgebus.tools.status import fetch, render
-from tests.conftest import ROOT, until
+from tests.conftest import until, wait_until
 
 DEVICE_HEAP = "192K"  # core + link (sealed) with its spool on the 64-bit unix port
 
@@ -33,12 +32,38 @@ def _cfg(tmp_path, toml):
     return path
 
 
+def _serial_cfg(tmp_path, port, bridge="", log=None, node="dev-micropython", key="k1"):
+    """A bridge config for one serial device on port: [bridge] with state_dir
+    "state" and the lines in bridge, [log] with dir "log" and the lines in log
+    (none without log)."""
+    toml = '[bridge]\nstate_dir = "state"\n' + bridge
+    if log is not None:
+        toml += '[log]\ndir = "log"\n' + log
+    toml += '[[serial]]\nnode = "%s"\nport = "%s"\nkey = "%s"\n' % (node, port, key)
+    return _cfg(tmp_path, toml)
+
+
+SOCKET = 'socket = "state/bridge.sock"\n'
+
+
+def _daemon(path):
+    """edgebus-bridge run on the config at path, to its end (a bad one: at once)."""
+    return run_module("edgebus.bridge.daemon", "--config", path, timeout=60)
+
+
 def _state_text(tmp_path):
     """The bridge's state file (state_dir "state"), or "" before its first save."""
     try:
         return (tmp_path / "state" / "links.json").read_text()
     except FileNotFoundError:
         return ""
+
+
+async def _serial_up(b, node="dev-micropython"):
+    """Bridge b's serial link to node once it has a session (15 s at most)."""
+    lid = "serial:" + node
+    await until(lambda: lid in b.links and b.links[lid].status == "up", 15)
+    return b.links[lid]
 
 
 def _records(log_dir):
@@ -49,22 +74,11 @@ def test_serial_device_to_telemetry_log_with_provenance(tmp_path, device):
     count = 60
     with PtyCable() as cable:
         cfg = bridge_config.load(
-            _cfg(
+            _serial_cfg(
                 tmp_path,
-                f"""
-[bridge]
-node = "gw"
-state_dir = "state"
-socket = "state/bridge.sock"
-heartbeat = 0.5
-[log]
-dir = "log"
-patterns = ["dev/#"]
-[[serial]]
-node = "dev-micropython"
-port = "{cable.b}"
-key = "k1"
-""",
+                cable.b,
+                'node = "gw"\n' + SOCKET + "heartbeat = 0.5\n",
+                'patterns = ["dev/#"]\n',
             )
         )
         dev = device(cable.a, "k1", count)
@@ -145,51 +159,20 @@ write = ["app/mine/#"]
 def test_sigterm_flushes_and_seals_the_log(tmp_path, device):
     count = 40
     with PtyCable() as cable:
-        path = _cfg(
-            tmp_path,
-            f"""
-[bridge]
-state_dir = "state"
-socket = "state/bridge.sock"
-heartbeat = 0.5
-[log]
-dir = "log"
-segment_seconds = 3600
-[[serial]]
-node = "dev-micropython"
-port = "{cable.b}"
-key = "k1"
-""",
+        path = _serial_cfg(
+            tmp_path, cable.b, SOCKET + "heartbeat = 0.5\n", "segment_seconds = 3600\n"
         )
-        br = subprocess.Popen(
-            [sys.executable, "-m", "edgebus.bridge.daemon", "--config", str(path)],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+        br = BridgeProcess(str(tmp_path), toml=path).start()
         dev = device(cable.a, "k1", count)
         try:
-
-            async def wait_all():
-                sock = str(tmp_path / "state" / "bridge.sock")
-                await until(lambda: os.path.exists(sock), 10)
-                for _ in range(100):
-                    st = await fetch(sock)
-                    if st["log"]["appended"] >= count + 1:
-                        return st
-                    await asyncio.sleep(0.1)
-                raise AssertionError(st)
-
-            asyncio.run(wait_all())
+            br.wait_status(lambda st: st["log"]["appended"] >= count + 1, 20)
             # Nothing is sealed yet (hour-long segments): only SIGTERM can seal it.
             assert tlog.list_segments(str(tmp_path / "log")) == []
-            br.send_signal(signal.SIGTERM)
-            out = br.communicate(timeout=15)[0]
+            rc = br.stop(15)
         finally:
-            if br.poll() is None:
-                br.kill()
-        assert br.returncode == 0, out
+            br.close()
+        out = br.log()
+        assert rc == 0, out
         assert '"bridge stopped in ' in out
         recs = _records(tmp_path / "log")
         assert [r["payload"] for r in recs if r["topic"][-1] == "count"] == list(range(count))
@@ -199,33 +182,15 @@ key = "k1"
 def _durable_cfg(tmp_path, port):
     """A bridge process for dev-micropython on port: group commits every 20 ms,
     hour-long segments (so nothing is durable by a seal), a status socket."""
-    return _cfg(
-        tmp_path,
-        f"""
-[bridge]
-state_dir = "state"
-socket = "state/bridge.sock"
-heartbeat = 0.5
-[log]
-dir = "log"
-segment_seconds = 3600
-commit_ms = 20
-[[serial]]
-node = "dev-micropython"
-port = "{port}"
-key = "k1"
-""",
+    return _serial_cfg(
+        tmp_path, port, SOCKET + "heartbeat = 0.5\n", "segment_seconds = 3600\ncommit_ms = 20\n"
     )
 
 
-def _bridge_process(path):
-    return subprocess.Popen(
-        [sys.executable, "-m", "edgebus.bridge.daemon", "--config", str(path)],
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
+def _bridge_process(tmp_path, path, run):
+    """The bridge on the config at path, its output in tmp_path/run/bridge.log."""
+    (tmp_path / run).mkdir()
+    return BridgeProcess(str(tmp_path / run), toml=path).start()
 
 
 def test_group_commit_survives_sigkill_and_restart_resumes_from_the_log(tmp_path, device):
@@ -235,54 +200,37 @@ def test_group_commit_survives_sigkill_and_restart_resumes_from_the_log(tmp_path
     count = 40
     with PtyCable() as cable:
         path = _durable_cfg(tmp_path, cable.b)
-        sock = str(tmp_path / "state" / "bridge.sock")
 
-        def start():
-            return _bridge_process(path)
+        def synced(st):
+            lg = st["log"]
+            return lg["appended"] >= count + 1 and lg["unsynced"] == 0 and lg["syncs"] >= 1
 
-        async def synced():
-            await until(lambda: os.path.exists(sock), 10)
-            st = {}
-
-            async def poll():
-                st.update(await fetch(sock))
-                lg = st["log"]
-                return lg["appended"] >= count + 1 and lg["unsynced"] == 0 and lg["syncs"] >= 1
-
-            for _ in range(200):
-                if await poll():
-                    return st
-                await asyncio.sleep(0.05)
-            raise AssertionError(st)
-
-        br = start()
+        br = _bridge_process(tmp_path, path, "run1")
         dev = device(cable.a, "k1", count)
         try:
-            st = asyncio.run(synced())
+            st = br.wait_status(synced, 20, step=0.05)
             sid = st["links"]["serial:dev-micropython"]["peer_sid"]
             # The state file learns a new peer boot within 0.2 s (Bridge._persist_state).
             asyncio.run(until(lambda: sid in _state_text(tmp_path), 5))
-            br.send_signal(signal.SIGKILL)
-            br.wait()
+            br.kill()
         finally:
-            if br.poll() is None:
-                br.kill()
+            br.close()
         assert st["log"]["commit_ms"] == 20 and st["log"]["last_sync_ms"] is not None
         link = st["links"]["serial:dev-micropython"]
-        os.unlink(sock)
-        br = start()
+        os.unlink(br.sock)
+        br = _bridge_process(tmp_path, path, "run2")
         try:
-            lines = []
-            for line in br.stdout:
-                lines.append(line)
-                if "bridge gateway running" in line:
-                    break
-            br.send_signal(signal.SIGTERM)
-            out = "".join(lines) + br.communicate(timeout=15)[0]
+            wait_until(
+                lambda: "bridge gateway running" in br.log(),
+                60,
+                "its start in " + br.logpath,
+                procs=[br.proc],
+            )
+            rc = br.stop(15)
         finally:
-            if br.poll() is None:
-                br.kill()
-        assert br.returncode == 0, out
+            br.close()
+        out = br.log()
+        assert rc == 0, out
         recs = _records(tmp_path / "log")
         counts = [r for r in recs if r["topic"][-1] == "count"]
         assert [r["payload"] for r in counts] == list(range(count))  # all survived the kill
@@ -309,29 +257,20 @@ def test_bridge_sigkilled_mid_stream_loses_and_doubles_nothing(tmp_path, link_de
     monkeypatch.setenv("LINK_DEVICE_SPOOL", "12288")
     with PtyCable() as cable:
         path = _durable_cfg(tmp_path, cable.b)
-        sock = str(tmp_path / "state" / "bridge.sock")
         topic = ("dev", "dev-micropython", "sensor", "count")
 
-        async def midway():
-            await until(lambda: os.path.exists(sock), 10)
-            for _ in range(500):
-                st = await fetch(sock)
-                sid = st["links"].get("serial:dev-micropython", {}).get("peer_sid")
-                if st["log"]["appended"] >= 60 and sid and sid in _state_text(tmp_path):
-                    return
-                await asyncio.sleep(0.01)
-            raise AssertionError(st)
+        def midway(st):
+            sid = st["links"].get("serial:dev-micropython", {}).get("peer_sid")
+            return st["log"]["appended"] >= 60 and sid and sid in _state_text(tmp_path)
 
-        br = _bridge_process(path)
+        br = _bridge_process(tmp_path, path, "run1")
         dev = link_device(cable.a, "k1", count, heap="192K")
         try:
-            asyncio.run(midway())
-            br.send_signal(signal.SIGKILL)
-            br.wait()
+            br.wait_status(midway, 15, step=0.01)
+            br.kill()
         finally:
-            if br.poll() is None:
-                br.kill()
-        os.unlink(sock)
+            br.close()
+        os.unlink(br.sock)
         cfg = bridge_config.load(path)
 
         async def second():
@@ -420,12 +359,7 @@ def test_socket_client_queue_holds_a_burst(tmp_path, queue):
 
 def test_bad_config_is_a_clear_error(tmp_path):
     p = _cfg(tmp_path, '[[serial]]\nnode = "d"\nport = "/dev/x"\n')
-    r = subprocess.run(
-        [sys.executable, "-m", "edgebus.bridge.daemon", "--config", str(p)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
+    r = _daemon(p)
     assert r.returncode == 2 and "needs key or key_file" in r.stderr
     with pytest.raises(bridge_config.ConfigError, match="seal must be"):
         bridge_config.load(_cfg(tmp_path, '[bridge]\nseal = "yes"\n'))
@@ -444,12 +378,7 @@ def test_bad_config_is_a_clear_error(tmp_path):
             _cfg(tmp_path, '[[serial]]\nnode = "d"\nport = "/dev/x"\nkey = "k"\nseal = "require"\n')
         )
     p.write_text('[bridge]\nnodes = "x"\n')
-    r = subprocess.run(
-        [sys.executable, "-m", "edgebus.bridge.daemon", "--config", str(p)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-    )
+    r = _daemon(p)
     assert r.returncode == 2 and "unknown key 'nodes'" in r.stderr
     for bad, why in (
         ("-1", "commit_ms must be between 0"),
@@ -458,12 +387,7 @@ def test_bad_config_is_a_clear_error(tmp_path):
         ('"20"', "commit_ms has the wrong type"),
     ):
         p.write_text('[log]\ndir = "log"\ncommit_ms = %s\n' % bad)
-        r = subprocess.run(
-            [sys.executable, "-m", "edgebus.bridge.daemon", "--config", str(p)],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-        )
+        r = _daemon(p)
         assert r.returncode == 2 and why in r.stderr, r.stderr
     assert bridge_config.parse({"log": {"commit_ms": 0}}).commit_ms == 0
     assert bridge_config.parse({}).commit_ms == bridge_config.DEFAULT_COMMIT_MS
@@ -475,33 +399,13 @@ def test_serial_port_vanishing_and_returning(tmp_path, device):
     with PtyCable() as cable:
         port = tmp_path / "ttyDEV"  # a stable name, like /dev/serial/by-id/...
         os.symlink(cable.b, port)
-        cfg = bridge_config.load(
-            _cfg(
-                tmp_path,
-                f"""
-[bridge]
-state_dir = "state"
-heartbeat = 0.3
-[[serial]]
-node = "dev-micropython"
-port = "{port}"
-key = "k1"
-""",
-            )
-        )
+        cfg = bridge_config.load(_serial_cfg(tmp_path, port, "heartbeat = 0.3\n"))
         device(cable.a, "k1", 5)
 
         async def main():
             b = Bridge(cfg)
             t = asyncio.create_task(b.run())
-            await until(
-                lambda: (
-                    "serial:dev-micropython" in b.links
-                    and b.links["serial:dev-micropython"].status == "up"
-                ),
-                15,
-            )
-            link = b.links["serial:dev-micropython"]
+            link = await _serial_up(b)
             sid = link.peer_sid
             cable.unplug()
             os.unlink(port)
@@ -520,31 +424,11 @@ key = "k1"
 
 def test_device_restart_bumps_generation_persisted_across_bridge_restart(tmp_path, device):
     with PtyCable() as cable:
-        cfg = bridge_config.load(
-            _cfg(
-                tmp_path,
-                f"""
-[bridge]
-state_dir = "state"
-heartbeat = 0.3
-[[serial]]
-node = "dev-micropython"
-port = "{cable.b}"
-key = "k1"
-""",
-            )
-        )
+        cfg = bridge_config.load(_serial_cfg(tmp_path, cable.b, "heartbeat = 0.3\n"))
 
         async def session(b, expect_gen):
             t = asyncio.create_task(b.run())
-            await until(
-                lambda: (
-                    "serial:dev-micropython" in b.links
-                    and b.links["serial:dev-micropython"].status == "up"
-                ),
-                15,
-            )
-            link = b.links["serial:dev-micropython"]
+            link = await _serial_up(b)
             await until(lambda: link.generation == expect_gen, 10)
             view = b.bus.connect().retained_view("dev/#")
             await until(lambda: view.get("dev/dev-micropython/sys/info") is not None)
@@ -569,19 +453,13 @@ def test_prometheus_metrics(tmp_path):
 
     port = free_port()
     cfg = bridge_config.load(
-        _cfg(
+        _serial_cfg(
             tmp_path,
-            f"""
-[bridge]
-state_dir = "state"
-metrics = "127.0.0.1:{port}"
-[log]
-dir = "log"
-[[serial]]
-node = "nowhere"
-port = "{tmp_path}/no-such-tty"
-key = "k"
-""",
+            "%s/no-such-tty" % tmp_path,
+            'metrics = "127.0.0.1:%d"\n' % port,
+            "",
+            node="nowhere",
+            key="k",
         )
     )
 

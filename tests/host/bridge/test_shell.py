@@ -12,6 +12,7 @@ import tempfile
 
 import pytest
 
+from dev.harness.bridge import BridgeProcess
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
 from edgebus.tools.fleet import Fleet
@@ -335,16 +336,7 @@ def test_sub_and_watch_report_a_killed_bridge(tmp_path):
     cfg = _cfg(tmp_path)
 
     async def main():
-        br = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "edgebus.bridge.daemon",
-            "--config",
-            str(tmp_path / "bridge.toml"),
-            cwd=ROOT,
-            stdout=asyncio.subprocess.DEVNULL,
-            stderr=asyncio.subprocess.DEVNULL,
-        )
+        br = BridgeProcess(str(tmp_path), toml=tmp_path / "bridge.toml").start()
         try:
             await until(lambda: os.path.exists(cfg.socket), 15)
             assert (await edgebus(cfg.socket, "pub", "app/m", "1", "--retain"))[0] == 0
@@ -358,9 +350,7 @@ def test_sub_and_watch_report_a_killed_bridge(tmp_path):
                     "edgebus %s: the bridge at %s went away\n" % (name, cfg.socket),
                 )
         finally:
-            if br.returncode is None:
-                br.kill()
-            await br.wait()
+            br.close()
 
     asyncio.run(main())
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from edgebus.bridge import config as bridge_config
+from dev.harness.bridge import mqtt_config
 from edgebus.bridge.daemon import Bridge
 from tests.conftest import ROOT, mpy_script, until
 
@@ -20,19 +20,6 @@ def flash_device(mpy_tree):
         yield lambda port, journal, up_n, down_n: start(
             ["mqtt:127.0.0.1:%d" % port, "k1", "d1", journal, str(up_n), str(down_n)], DEVICE_HEAP
         )
-
-
-def _bridge_cfg(tmp_path, port):
-    return bridge_config.parse(
-        {
-            "bridge": {"node": "gw", "state_dir": str(tmp_path / "state"), "heartbeat": 0.5},
-            "mqtt": {
-                "url": "mqtt://127.0.0.1:%d" % port,
-                "client_id": "bridge-test",
-                "devices": [{"node": "d1", "key": "k1"}],
-            },
-        }
-    )
 
 
 async def _line(proc, prefix):
@@ -87,7 +74,15 @@ def test_device_rebooted_during_outage_delivers_earlier_boot_late_under_its_sid(
     up_n, down_n, n2 = 10, 20, 15
 
     async def main():
-        b = Bridge(_bridge_cfg(tmp_path, broker.port))
+        b = Bridge(
+            mqtt_config(
+                tmp_path / "state",
+                broker.port,
+                {"d1": "k1"},
+                {"node": "gw"},
+                client_id="bridge-test",
+            )
+        )
         task = asyncio.create_task(b.run())
         sub = b.bus.connect().subscribe("dev/d1/sensor/r", queue_len=256)
         link = b.links["mqtt:d1"]

@@ -15,6 +15,7 @@ import paho.mqtt.client as paho
 import pytest
 
 from dev.broker import Mosquitto
+from dev.harness.bridge import mqtt_config
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge import mqtt_conn, mqtt_transport
 from edgebus.bridge.daemon import Bridge
@@ -32,16 +33,13 @@ def device(link_device):
 
 
 def _bridge_cfg(tmp_path, port, mirror=()):
-    return bridge_config.parse(
-        {
-            "bridge": {"node": "gw", "state_dir": str(tmp_path / "state"), "heartbeat": 0.5},
-            "mqtt": {
-                "url": "mqtt://127.0.0.1:%d" % port,
-                "client_id": "bridge-test",
-                "devices": [{"node": "d1", "key": "k1"}],
-                "mirror": list(mirror),
-            },
-        }
+    return mqtt_config(
+        tmp_path / "state",
+        port,
+        {"d1": "k1"},
+        {"node": "gw"},
+        client_id="bridge-test",
+        mirror=list(mirror),
     )
 
 

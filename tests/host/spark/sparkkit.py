@@ -1,10 +1,42 @@
 """Shared pieces of the Spark tests: a small local session and log builders."""
 
 import json
+import sys
 
 import pytest
 
+from dev.harness.process import env, python, run_module
 from tests.conftest import ROOT  # noqa: F401 (the Spark tests take it from here)
+
+CLI = "edgebus.tools.cli"
+
+
+def spark_env(**more):
+    """The environment for a Spark job of this checkout: its packages first,
+    Spark's Python workers on this CPython, and ``more``."""
+    e = env()
+    e["PYSPARK_PYTHON"] = sys.executable
+    e.update(more)
+    return e
+
+
+def _ingest_args(log, table, ckpt, extra):
+    logs = log if isinstance(log, list) else [log]
+    return ["ingest", "--log", *logs, "--table", table, "--checkpoint", ckpt, *extra]
+
+
+def ingest_cmd(log, table, ckpt, *extra):
+    """argv of `edgebus ingest` from log (a directory or a glob, or a list of
+    them) into table with its checkpoint ckpt, and the options in extra."""
+    return python(CLI, *_ingest_args(log, table, ckpt, extra))
+
+
+def ingest(log, table, ckpt, *extra, env=None, timeout=240):
+    """`edgebus ingest` (as ingest_cmd) run to its end, in env (spark_env()
+    by default): the CompletedProcess."""
+    return run_module(
+        CLI, *_ingest_args(log, table, ckpt, extra), env=env or spark_env(), timeout=timeout
+    )
 
 
 def make_session():

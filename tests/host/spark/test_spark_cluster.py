@@ -17,7 +17,14 @@ from dev.broker import free_port  # noqa: E402
 from dev.harness.process import Process  # noqa: E402
 from edgebus.tlog import LogWriter  # noqa: E402
 from tests.conftest import wait_until  # noqa: E402
-from tests.host.spark.sparkkit import ROOT, device_record, local_record, make_session  # noqa: E402
+from tests.host.spark.sparkkit import (  # noqa: E402
+    ROOT,
+    device_record,
+    ingest,
+    local_record,
+    make_session,
+    spark_env,
+)
 
 T0 = 1_712_000_000.0
 
@@ -29,17 +36,13 @@ def _bin(name):
 
 
 def _env(tmp):
-    e = dict(os.environ)
-    e.update(
+    return spark_env(
         SPARK_LOCAL_IP="127.0.0.1",
         SPARK_LOCAL_HOSTNAME="localhost",
-        PYSPARK_PYTHON=sys.executable,
         PYSPARK_DRIVER_PYTHON=sys.executable,
         SPARK_LOG_DIR=str(tmp),
         SPARK_WORKER_DIR=str(tmp / "work"),
-        PYTHONPATH=ROOT + os.pathsep + e.get("PYTHONPATH", ""),
     )
-    return e
 
 
 def _start(cmd, logfile, env):
@@ -173,26 +176,7 @@ def test_cluster_run_gives_the_local_table(cluster, tmp_path):
     )
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     assert "read %d log records" % (2 * (400 + 16 + 1)) in r.stdout, r.stdout
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "edgebus.tools.cli",
-            "ingest",
-            "--log",
-            *logs,
-            "--table",
-            str(tmp_path / "local"),
-            "--checkpoint",
-            str(tmp_path / "local.ckpt"),
-            "--once",
-        ],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    r = ingest(logs, tmp_path / "local", tmp_path / "local.ckpt", "--once", env=env, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
     spark = make_session()
     try:

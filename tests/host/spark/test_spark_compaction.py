@@ -14,35 +14,9 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 from edgebus.tlog import LogWriter  # noqa: E402
-from tests.host.spark.sparkkit import ROOT, device_record, local_record  # noqa: E402
+from tests.host.spark.sparkkit import ROOT, device_record, ingest, local_record  # noqa: E402
 
 T0 = 1_712_000_000.0
-
-
-def ingest(log, table, ckpt, *extra):
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable)
-    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "edgebus.tools.cli",
-            "ingest",
-            "--log",
-            str(log),
-            "--table",
-            str(table),
-            "--checkpoint",
-            str(ckpt),
-        ]
-        + list(extra),
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    return r
 
 
 def write(log, first, n):

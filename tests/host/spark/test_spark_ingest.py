@@ -16,33 +16,20 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
+from dev.harness.process import Process  # noqa: E402
 from edgebus.tlog import RECORD_HEADER_SIZE, LogWriter, segment_name  # noqa: E402
-from tests.host.spark.sparkkit import ROOT, device_record, expected_row, local_record  # noqa: E402
+from tests.host.spark.sparkkit import (  # noqa: E402
+    ROOT,
+    device_record,
+    expected_row,
+    ingest,
+    ingest_cmd,
+    local_record,
+    spark_env,
+)
 
 T0 = 1_712_000_000.0
 NODES = ("node-a", "node-b", "node-c")
-
-
-def env():
-    e = dict(os.environ)
-    e["PYTHONPATH"] = ROOT + os.pathsep + e.get("PYTHONPATH", "")
-    e["PYSPARK_PYTHON"] = sys.executable
-    return e
-
-
-def ingest_cmd(log, table, ckpt, *extra):
-    return [
-        sys.executable,
-        "-m",
-        "edgebus.tools.cli",
-        "ingest",
-        "--log",
-        str(log),
-        "--table",
-        str(table),
-        "--checkpoint",
-        str(ckpt),
-    ] + list(extra)
 
 
 def committed_files(table):
@@ -156,11 +143,10 @@ def test_exactly_once_across_sigkill_with_duplicates_and_corruption(spark, tmp_p
     # Run 1: a continuous query in small micro-batches, SIGKILLed (JVM, Python
     # workers and all) while a batch is planned but not committed, preferably
     # once that batch has written some of its files.
-    p = subprocess.Popen(
+    p = Process(
         ingest_cmd(log, table, ckpt, "--max-records-per-trigger", "150", "--trigger-interval", "0"),
         cwd=ROOT,
-        env=env(),
-        start_new_session=True,
+        env=spark_env(),
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
@@ -204,14 +190,7 @@ def test_exactly_once_across_sigkill_with_duplicates_and_corruption(spark, tmp_p
     fleet.write(30, dup_every=0)
 
     # Run 2: restart on the same checkpoint, process what is there, exit.
-    r = subprocess.run(
-        ingest_cmd(log, table, ckpt, "--once"),
-        cwd=ROOT,
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    r = ingest(log, table, ckpt, "--once")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     assert "the log has 1 corrupt region(s) and 0 missing segment range(s), skipped" in r.stdout
     assert "WARNING: 2 records were older than the watermark" in r.stdout
@@ -232,14 +211,7 @@ def test_exactly_once_across_sigkill_with_duplicates_and_corruption(spark, tmp_p
     assert rep["regions"][0]["file"] == os.path.join(str(log), segment_name(lost_pos[0]))
 
     # Run 3: nothing new: the table does not change.
-    r = subprocess.run(
-        ingest_cmd(log, table, ckpt, "--once"),
-        cwd=ROOT,
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    r = ingest(log, table, ckpt, "--once")
     assert r.returncode == 0 and "read 0 log records" in r.stdout, r.stdout + r.stderr[-2000:]
     assert sorted(map(str, check_table(spark, table, fleet, lost_pos))) == sorted(map(str, rows))
 
@@ -252,7 +224,7 @@ def test_spark_submit_runs_the_job_module(spark, tmp_path):
         pytest.skip("spark-submit is not installed")
     fleet = Fleet(tmp_path / "log")
     fleet.write(300, dup_every=5)
-    e = env()
+    e = spark_env()
     e["PYSPARK_DRIVER_PYTHON"] = sys.executable
     r = subprocess.run(
         [
@@ -304,14 +276,7 @@ def test_retransmitted_copies_are_removed_and_late_is_kept(spark, tmp_path):
             t += 0.01
             w.append(device_record("node-a", "a1", s, t, late=True))
         w.append(device_record("node-b", "b1", 5, t, late=True))
-    r = subprocess.run(
-        ingest_cmd(log, table, ckpt, "--once", "--max-records-per-trigger", "45"),
-        cwd=ROOT,
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    r = ingest(log, table, ckpt, "--once", "--max-records-per-trigger", "45")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     batches = re.search(r"read 213 log records in (\d+) micro-batches", r.stdout)
     assert batches and int(batches.group(1)) >= 5, r.stdout  # copies in later batches
@@ -354,14 +319,7 @@ def test_three_gateways_into_one_table(spark, tmp_path):
                 for s in range(40, 100):
                     w.append(device_record("node-m", "m-1", s, T0 + 245 + s))
         want[gw] = (n, k)
-    r = subprocess.run(
-        ingest_cmd(str(logs / "gw-*"), table, ckpt, "--once"),
-        cwd=ROOT,
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    r = ingest(str(logs / "gw-*"), table, ckpt, "--once")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     assert "read %d log records" % (sum(map(sum, want.values())) + 110) in r.stdout, r.stdout
     df = read_table(spark, table)
@@ -393,12 +351,5 @@ def test_three_gateways_into_one_table(spark, tmp_path):
         if p == "peer_node=node-m"
     ]
     assert len(parts) == 1
-    r = subprocess.run(
-        ingest_cmd(str(logs / "gw-a"), table, ckpt, "--once"),
-        cwd=ROOT,
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
+    r = ingest(str(logs / "gw-a"), table, ckpt, "--once")
     assert r.returncode == 2 and "a checkpoint keeps its list of logs" in r.stderr, r.stderr
