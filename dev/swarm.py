@@ -32,6 +32,7 @@ usage: python -m dev.swarm --devices 3000 --rate 1 --mqtt HOST:PORT --seconds 60
 import argparse
 import asyncio
 import collections
+import importlib
 import json
 import os
 import sys
@@ -39,14 +40,22 @@ import time
 
 import edgebus
 
+# A baseline tree the bench measures beside this one may predate the one backoff,
+# the shared ticker or the one installed name (host packages at the top level).
 try:
     from edgebus.backoff import Backoff
-except ImportError:  # a baseline tree (the bench's) from before edgebus.backoff
-    from edgebus.bridge.links import Backoff
+except ImportError:
+    try:
+        from edgebus.bridge.links import Backoff
+    except ImportError:
+        Backoff = importlib.import_module("bridge.links").Backoff
 try:
     from edgebus.bridge.links import tick_links
-except ImportError:  # a baseline tree (the bench's) from before shared tickers
-    tick_links = None
+except ImportError:
+    try:
+        tick_links = importlib.import_module("bridge.links").tick_links
+    except (ImportError, AttributeError):
+        tick_links = None
 from edgebus.compat import wait_for
 from edgebus.link.link import Link
 from edgebus.link.mqtt import MqttTransport
