@@ -50,6 +50,7 @@ class Key:
 NUM = (int, float)
 # The kinds of value (Key.kind); None: any value of the key's types.
 TEXT = "text"  # a non-empty string
+NODE = "node"  # a node id: a topic level (no "/", "+", "#" or NUL)
 RANGE = "range"  # a number between lo and hi
 CHOICE = "choice"  # one of the key's choices
 DIR = "dir"  # a directory the bridge makes and writes in (prepare)
@@ -72,7 +73,7 @@ SCHEMA = {
     "bridge": (
         "[bridge]",
         {
-            "node": Key(str, TEXT),
+            "node": Key(str, NODE),
             "state_dir": Key(str, DIR),
             "keys": Key(str, DIR),
             "socket": Key(str, SOCKET),
@@ -108,7 +109,7 @@ SCHEMA = {
     "serial": (
         "[[serial]]",
         {
-            "node": Key(str, TEXT),
+            "node": Key(str, NODE),
             "port": Key(str, TEXT),
             "baud": Key(int, RANGE, 50, 20000000, " bits a second"),
             **_KEY,
@@ -130,11 +131,11 @@ SCHEMA = {
             "shard": Key(bool),
         },
     ),
-    "mqtt.devices": ("[mqtt].devices", {"node": Key(str, TEXT), **_KEY, **_SEAL}),
+    "mqtt.devices": ("[mqtt].devices", {"node": Key(str, NODE), **_KEY, **_SEAL}),
     "peer": (
         "[[peer]]",
         {
-            "node": Key(str, TEXT),
+            "node": Key(str, NODE),
             **_KEY,
             "connect": Key(str, ADDRESS),
             "listen": Key(str, ADDRESS),
@@ -230,6 +231,14 @@ def _url(spec: Key, v: str, base_dir: str) -> Checked:
     return v, "must be mqtt://host[:port] or mqtts://host[:port], got %r" % (v,)
 
 
+def _node(spec: Key, v: str, base_dir: str) -> Checked:
+    # A node id is one level of topics (dev/<node>/..., edgebus/<node>/...) on the
+    # bus and the broker: a separator or a wildcard would reach other nodes' topics.
+    if any(c in v for c in "/+#\x00"):
+        return v, "must be one topic level, without '/', '+', '#' or NUL, got %r" % (v,)
+    return v, None
+
+
 def _tables(spec: Key, v: list[Any], base_dir: str) -> Checked:
     if all(isinstance(t, dict) for t in v):
         return v, None
@@ -266,6 +275,7 @@ def _patterns(spec: Key, v: list[Any], base_dir: str) -> Checked:
 # Each kind's check (a kind not here takes any value of its key's types).
 _CHECKS: dict[str, Callable[[Key, Any, str], Checked]] = {
     RANGE: _range,
+    NODE: _node,
     CHOICE: _choice,
     DIR: _path,
     SOCKET: _path,
@@ -276,7 +286,7 @@ _CHECKS: dict[str, Callable[[Key, Any, str], Checked]] = {
     RULES: _patterns,
 }
 # The kinds whose value must not be empty (checked before the kind's check).
-_NOT_EMPTY = (TEXT, DIR, SOCKET, FILE, URL, ADDRESS)
+_NOT_EMPTY = (TEXT, NODE, DIR, SOCKET, FILE, URL, ADDRESS)
 
 
 def _check(where: str, name: str, spec: Key, v: Any, base_dir: str) -> Any:

@@ -62,6 +62,8 @@ def _bad_values(spec, tmp):
         out += ["bogus"]
     elif k == schema.TEXT:
         out += [""]
+    elif k == schema.NODE:
+        out += ["", "a/b", "a+", "#", "a\x00"]
     elif k in (schema.DIR, schema.SOCKET):
         # /proc takes no new entries (not even root's); a file is no directory
         out += ["/proc/edgebus-test/x", str(tmp / "afile" / "x"), ""]
