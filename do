@@ -70,7 +70,7 @@ case "$cmd" in
         "$VENV/bin/ruff" check .
         "$VENV/bin/ruff" format --check .
         "$PY" -m mypy
-        # The core's typed stubs (edgebus/*.pyi) against its code.
+        # The core's typed stubs (typings/edgebus/*.pyi) against its code.
         "$PY" -m mypy.stubtest --mypy-config-file pyproject.toml --concise --ignore-missing-stub \
             edgebus.bus edgebus.conn edgebus.errors edgebus.feed edgebus.request edgebus.values \
             edgebus.view
