@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from edgebus.tools import boards, devicefiles, executables
 from edgebus.tools.build import decode_mpy
+from edgebus.tools.progress import progress
 
 EXAMPLE_KEY = devicefiles.firmware("config").EXAMPLE_KEY
 
@@ -192,42 +193,6 @@ def plan(
         p for p in device_files if p not in local and any(p.startswith(d + "/") for d in owned_dirs)
     ]
     return write, sorted(stale)
-
-
-# -- progress
-
-
-class _TextProgress:
-    """A plain progress line when tqdm is not installed."""
-
-    def __init__(self, total: int, desc: str) -> None:
-        self.total, self.done, self.desc, self.tty = total, 0, desc, sys.stderr.isatty()
-
-    def update(self, n: int) -> None:
-        self.done += n
-        if self.tty:
-            pct = 100 * self.done // max(self.total, 1)
-            bar = "#" * (pct // 5)
-            sys.stderr.write(
-                "\r%s [%-20s] %3d%% %d/%d bytes" % (self.desc, bar, pct, self.done, self.total)
-            )
-            sys.stderr.flush()
-
-    def set_postfix_str(self, s: str) -> None:
-        if not self.tty:
-            sys.stderr.write("  %s\n" % s)
-
-    def close(self) -> None:
-        if self.tty:
-            sys.stderr.write("\n")
-
-
-def progress(total: int, desc: str = "deploy") -> Any:
-    try:
-        from tqdm import tqdm
-    except ImportError:
-        return _TextProgress(total, desc)
-    return tqdm(total=total, desc=desc, unit="B", unit_scale=True, file=sys.stderr)
 
 
 # -- the board

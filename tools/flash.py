@@ -442,7 +442,7 @@ def flash_uf2(
     dest = os.path.join(drive, os.path.basename(firmware))
     total = os.path.getsize(firmware)
     log("# copy %s to %s" % (firmware, dest))
-    from edgebus.tools.deploy import progress
+    from edgebus.tools.progress import progress
 
     bar = progress(total, "flash")
     try:

@@ -1,0 +1,51 @@
+"""A byte-count progress bar on stderr for the commands that move bundles and
+images (deploy, flash, ota): tqdm when it is installed, else a text line."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+
+class _TextProgress:
+    """A plain progress line when tqdm is not installed."""
+
+    def __init__(self, total: int, desc: str) -> None:
+        self.total, self.done, self.desc, self.tty = total, 0, desc, sys.stderr.isatty()
+
+    def update(self, n: int) -> None:
+        self.done += n
+        if self.tty:
+            pct = 100 * self.done // max(self.total, 1)
+            bar = "#" * (pct // 5)
+            sys.stderr.write(
+                "\r%s [%-20s] %3d%% %d/%d bytes" % (self.desc, bar, pct, self.done, self.total)
+            )
+            sys.stderr.flush()
+
+    def set_postfix_str(self, s: str) -> None:
+        if not self.tty:
+            sys.stderr.write("  %s\n" % s)
+
+    def write(self, s: str, file: Any = None) -> None:
+        """A line (on stdout by default) that the bar's line does not overrun."""
+        if self.tty:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+        print(s, file=file or sys.stdout, flush=True)
+        if self.tty:
+            self.update(0)
+
+    def close(self) -> None:
+        if self.tty:
+            sys.stderr.write("\n")
+
+
+def progress(total: int, desc: str = "deploy") -> Any:
+    """A bar for ``total`` bytes: ``update(n)``, ``set_postfix_str(s)``,
+    ``write(line, file=)`` (a line the bar does not overrun), ``close()``."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return _TextProgress(total, desc)
+    return tqdm(total=total, desc=desc, unit="B", unit_scale=True, file=sys.stderr)
