@@ -149,6 +149,17 @@ class Session:
             await asyncio.sleep(0.01)
         raise Fail(UNREACHABLE, what)
 
+    async def synced(self) -> None:
+        """Wait for the bridge's snapshot of its retained values, which comes
+        first on a session: from then on a view or watch here holds them."""
+        link = self.link
+        assert link is not None  # for mypy: entered
+        await self.until(
+            lambda: link.counters.get("syncs", 0) >= 1,
+            ROUTE_WAIT,
+            "no snapshot from the bridge within %g s" % ROUTE_WAIT,
+        )
+
     async def call(self, topic: str, payload: Any, timeout: float) -> Any:
         """The reply, or Fail with the code of what went wrong."""
         try:

@@ -43,14 +43,7 @@ def show(args: argparse.Namespace, ev: Any) -> bool:
 async def watch(args: argparse.Namespace) -> None:
     async with bc.Session(bc.socket_path(args), imports=[("#", "")]) as s:
         await s.check("watch_retained", args.pattern, "you may not read %s" % args.pattern)
-        # The bridge's snapshot of its retained values comes first on a session.
-        link = s.link
-        assert link is not None  # for mypy: the session is up
-        await s.until(
-            lambda: link.counters.get("syncs", 0) >= 1,
-            bc.ROUTE_WAIT,
-            "no snapshot from the bridge within %g s" % bc.ROUTE_WAIT,
-        )
+        await s.synced()
         feed = s.conn.watch_retained(
             args.pattern, queue_len=args.queue, full=args.full, replay=True
         )
