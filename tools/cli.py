@@ -71,6 +71,11 @@ COMMANDS = {
         "a running bridge's MQTT devices: reload, move NODE between bridges",
         "bridge",
     ),
+    "ota": (
+        "edgebus.tools.ota",
+        "update devices over the bus: push a bundle in waves, status, rollback",
+        "bridge",
+    ),
     "status": (
         "edgebus.tools.status",
         "a snapshot of a running bridge: links, peers, counters",

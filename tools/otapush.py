@@ -1,0 +1,268 @@
+"""`edgebus ota push` on the bus: one device's transfer (``sys/ota/begin``,
+then the files in chunks through ``sys/ota/put`` with a few calls in flight,
+resumed with a new begin after a broken session or an out-of-order chunk),
+its ``sys/ota/switch``, the wait for its verdict in its retained
+``sys/ota``, and a wave of devices a few at a time under one progress bar.
+The contract with the device: firmware/services/ota.py."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+import time
+from collections import deque
+from typing import TYPE_CHECKING, Any, Iterator
+
+import edgebus
+from edgebus.backoff import Backoff
+from edgebus.tools import busclient as bc
+from edgebus.tools.otaplan import COMMITTED, FAILED, ROLLED_BACK, Outcome
+from edgebus.tools.progress import progress
+from edgebus.topic import key
+
+if TYPE_CHECKING:
+    from edgebus.tools.otaplan import Bundle
+    from edgebus.view import RetainedView
+
+WINDOW = 3  # put calls in flight per device (the device serves 4 at once: link.max_pending)
+CHUNK = 768  # data bytes per put: with its header and the frame's, under 1024
+TRIES = 6  # begins in a row that move no byte before a device is given up
+MARGIN = 60.0  # s after trial_s for the verdict: a reboot, a session, the retained status
+# A device's refusals that a new begin resolves: a chunk the device did not
+# expect (one before it was lost), a file damaged in transit (it deleted it).
+RESEND = ("out of order", "SHA-256 mismatch")
+# Why a call did not reach the device or its answer did not come back.
+LINK_REASONS = {"timeout": "no answer in time", "no_route": "no route (device offline)"}
+
+
+class Retry(Exception):
+    """The session broke or the device lost the thread: begin again."""
+
+
+class DeviceFailed(Exception):
+    """The device refused, or could not be reached in time: the reason."""
+
+
+def positions(have: Any, sizes: list[int]) -> list[int]:
+    """Where each file resumes, from begin's ``have`` (what the device knows:
+    only the manifest's bytes until it is complete); ValueError for a reply
+    that is not a list of counts within the sizes."""
+    if not isinstance(have, list) or not have or len(have) > len(sizes):
+        raise ValueError("begin replied have=%r" % (have,))
+    out = [0] * len(sizes)
+    for i, n in enumerate(have):
+        if not isinstance(n, int) or isinstance(n, bool) or not 0 <= n <= sizes[i]:
+            raise ValueError("begin replied have=%r for files of %r bytes" % (have, sizes))
+        out[i] = n
+    return out
+
+
+def chunks(sizes: list[int], start: list[int], size: int = CHUNK) -> Iterator[tuple[int, int, int]]:
+    """(file index, offset, length) of the puts that complete every file from
+    ``start``, in order; an empty file gets one empty put."""
+    for i, total in enumerate(sizes):
+        off = start[i]
+        if total == 0 and off == 0:
+            yield i, 0, 0
+        while off < total:
+            n = min(size, total - off)
+            yield i, off, n
+            off += n
+
+
+class _Track:
+    """One device's bytes on the wave's bar: only ever forward."""
+
+    def __init__(self, bar: Any) -> None:
+        self.bar, self.done = bar, 0
+
+    def to(self, done: int) -> bool:
+        """Move to ``done`` if it is further; whether it was."""
+        if done <= self.done:
+            return False
+        self.bar.update(done - self.done)
+        self.done = done
+        return True
+
+
+class Pusher:
+    """Pushes ``bundle`` over session ``s``; ``view`` holds the retained
+    ``dev/+/sys/ota`` the verdicts are read from."""
+
+    def __init__(
+        self, s: bc.Session, bundle: Bundle, view: RetainedView, trial_s: float, timeout: float
+    ) -> None:
+        self.s, self.bundle, self.view = s, bundle, view
+        self.trial_s, self.timeout = trial_s, timeout
+
+    async def wave(self, nodes: list[str], parallel: int, desc: str) -> list[Outcome]:
+        """Every node's outcome, ``parallel`` devices at a time; each line is
+        printed as it comes."""
+        bar = progress(self.bundle.total * len(nodes), desc)
+        gate = asyncio.Semaphore(parallel)
+
+        async def one(node: str) -> Outcome:
+            async with gate:
+                o = await self.push(node, _Track(bar))
+            bar.write(o.line())
+            return o
+
+        try:
+            async with asyncio.TaskGroup() as tg:
+                tasks = [tg.create_task(one(n)) for n in nodes]
+        except* bc.Fail as eg:  # the bridge went away: the whole push ends
+            raise eg.exceptions[0] from None
+        finally:
+            bar.close()
+        return [t.result() for t in tasks]
+
+    def status(self, node: str) -> Any:
+        m = self.view.get(key("dev/%s/sys/ota" % node))
+        return m.payload if m is not None else None
+
+    async def push(self, node: str, track: _Track) -> Outcome:
+        """The whole update of one device, to its verdict."""
+        t0 = time.monotonic()
+        try:
+            if not isinstance(self.status(node), dict):
+                raise DeviceFailed(
+                    "no ota service (no retained dev/%s/sys/ota): its firmware predates "
+                    "updates over the bus" % node
+                )
+            await self.transfer(node, track)
+            before = self.status(node)
+            note = await self.switch(node)
+            kind, detail = await self.verdict(node, before, note)
+        except DeviceFailed as e:
+            kind, detail = FAILED, str(e)
+        track.to(self.bundle.total)  # the bar reaches its end whatever the outcome
+        return Outcome(node, kind, detail, time.monotonic() - t0)
+
+    async def call(self, node: str, what: str, payload: Any) -> Any:
+        """The reply of ``dev/<node>/sys/ota/<what>``; Retry when the session
+        broke or the device asks for a resend (RESEND), DeviceFailed when it
+        refused."""
+        topic = "dev/%s/sys/ota/%s" % (node, what)
+        try:
+            return await self.s.conn.call(topic, payload, timeout=self.timeout)
+        except edgebus.Failed as e:
+            reason = bc.render(e.reason)
+            if any(r in reason for r in RESEND):
+                raise Retry("%s: %s" % (what, reason)) from None
+            raise DeviceFailed("%s: %s" % (what, reason)) from None
+        except edgebus.CallError as e:
+            if self.s.task is not None and self.s.task.done():
+                raise bc.Fail(bc.GONE, "the bridge at %s went away" % self.s.path) from None
+            if e.reason == "denied":
+                raise DeviceFailed(
+                    "denied: the bridge's ACL does not let you call %s" % topic
+                ) from None
+            raise Retry("%s: %s" % (what, LINK_REASONS.get(e.reason, e.reason))) from None
+
+    async def transfer(self, node: str, track: _Track) -> None:
+        """Every file on the device, resuming from what it has; DeviceFailed
+        after TRIES begins in a row that moved nothing."""
+        b = self.bundle
+        back = Backoff(0.5, 8.0)
+        idle = 0
+        while True:
+            start = track.done
+            try:
+                r = await self.call(
+                    node, "begin", {"version": b.version, "hash": b.hash, "size": len(b.manifest)}
+                )
+                try:
+                    pos = positions(r.get("have") if isinstance(r, dict) else None, b.sizes)
+                except ValueError as e:
+                    raise DeviceFailed(str(e)) from None
+                track.to(sum(pos))
+                await self.send(node, pos, track)
+                return
+            except Retry as e:
+                why = str(e)
+            idle = 0 if track.done > start else idle + 1
+            if idle >= TRIES:
+                raise DeviceFailed("gave up after %d tries that moved nothing: %s" % (idle, why))
+            await asyncio.sleep(back.next())
+            await self.route(node)
+
+    async def route(self, node: str) -> None:
+        """Wait for the device's begin endpoint to be reachable again."""
+        k = key("dev/%s/sys/ota/begin" % node)
+        try:
+            await self.s.until(lambda: k in self.s.bus.endpoints(), self.timeout, "")
+        except bc.Fail as e:
+            if e.code != bc.UNREACHABLE:
+                raise
+            raise DeviceFailed("no route to it for %g s" % self.timeout) from None
+
+    async def send(self, node: str, pos: list[int], track: _Track) -> None:
+        """The chunks from ``pos`` on, WINDOW at a time; ``pos`` and the bar
+        follow the device's replies."""
+        blobs = self.bundle.blobs
+        flight: deque[tuple[asyncio.Future[Any], int, int]] = deque()
+
+        async def settle() -> None:
+            fut, i, end = flight.popleft()
+            r = await fut
+            nxt = r.get("next") if isinstance(r, dict) else None
+            if nxt != end:
+                raise Retry("file %d: the device is at %r, %d expected" % (i, nxt, end))
+            pos[i] = end
+            track.to(sum(pos))
+
+        try:
+            for i, off, n in chunks(self.bundle.sizes, pos):
+                if len(flight) >= WINDOW:
+                    await settle()
+                head = struct.pack(">HI", i, off)
+                put = self.call(node, "put", head + blobs[i][off : off + n])
+                flight.append((asyncio.ensure_future(put), i, off + n))
+            while flight:
+                await settle()
+        finally:
+            for f, _, _ in flight:
+                f.cancel()
+            await asyncio.gather(*(f for f, _, _ in flight), return_exceptions=True)
+
+    async def switch(self, node: str) -> str:
+        """Ask the device to boot the bundle on trial. A reply lost to its
+        reboot is no failure: the verdict tells (the note says so)."""
+        try:
+            await self.call(node, "switch", {"hash": self.bundle.hash, "trial_s": self.trial_s})
+        except Retry as e:
+            return "switch sent, no reply (%s); " % e
+        return ""
+
+    async def verdict(self, node: str, before: Any, note: str) -> tuple[str, str]:
+        """COMMITTED or ROLLED_BACK (with the device's reason) as the device's
+        retained sys/ota says; DeviceFailed when it says neither in time. A
+        last_failure for this bundle counts once the trial was seen or it is
+        not the one from before the switch."""
+        h = self.bundle.hash
+        old = before.get("last_failure") if isinstance(before, dict) else None
+        seen = False
+        wait = self.trial_s + MARGIN
+        deadline = time.monotonic() + wait
+        while True:
+            v = self.view.version
+            st = self.status(node)
+            if isinstance(st, dict):
+                run, trial = st.get("running") or {}, st.get("trial") or {}
+                fail = st.get("last_failure")
+                if run.get("hash") == h and st.get("state") == "committed":
+                    return COMMITTED, self.bundle.version
+                seen = seen or h in (run.get("hash"), trial.get("hash"))
+                if isinstance(fail, dict) and fail.get("hash") == h and (seen or fail != old):
+                    return ROLLED_BACK, str(fail.get("reason"))
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise DeviceFailed(
+                    "%sno verdict within %g s of the switch (state %s)"
+                    % (note, wait, st.get("state") if isinstance(st, dict) else "unknown")
+                )
+            try:
+                if await asyncio.wait_for(self.view.changed(v), left) is None:
+                    raise bc.Fail(bc.GONE, "the bridge at %s went away" % self.s.path)
+            except TimeoutError:
+                pass
