@@ -296,8 +296,8 @@ def build(
             )
         if entry:
             # A board runs main.py at boot only as source, so this stub stays .py.
-            with open(os.path.join(tmp, "main.py"), "wb") as f:
-                f.write(devicefiles.main_py(entry))
+            with open(os.path.join(tmp, "main.py"), "wb") as fm:
+                fm.write(devicefiles.main_py(entry))
             files["main.py"] = os.path.getsize(os.path.join(tmp, "main.py"))
 
         # The board values the runtime runs (queues, spool, budget) travel
