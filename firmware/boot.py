@@ -162,9 +162,10 @@ def boot_sid(path):
     return "%06x%s" % (n & 0xFFFFFF, hexlify(h[:5]).decode())
 
 
-async def start(cfg, path, board, ctx_class):
+async def start(cfg, path, board, ctx_class, pointer=None):
     """The bus, a ctx_class context, the uplink and the services, started:
-    (ctx, service names, code bytes) once the services took their first step."""
+    (ctx, service names, code bytes) once the services took their first step.
+    pointer: the update pointer this boot runs by (read_pointer)."""
     q = dict(DEFAULTS["queues"])
     q.update(board.get("queues", {}))
     q.update(cfg.get("queues", {}))
@@ -192,7 +193,7 @@ async def start(cfg, path, board, ctx_class):
         bus = edgebus.Bus(q_length=q["bus"], full=q["full"])
         ctx = ctx_class(bus, cfg, path, board)
         ctx.spool = spool
-        ctx.ota = read_pointer(path)
+        ctx.ota = pointer
         counter = None  # the boot counter sits beside the config file
         if path is not None:
             d = path.rpartition("/")[0]

@@ -87,27 +87,26 @@ class Ctx:
                 await asyncio.sleep(5)
 
 
-def watchdog(ctx, cfg):
-    """The watchdog of watchdog_ms, or TRIAL_WDT_MS on a boot on trial (an
+def watchdog(cfg, trial):
+    """The watchdog of watchdog_ms, else TRIAL_WDT_MS on a boot on trial (an
     update that hangs is reset and rolled back): machine.WDT, else the
     simulator (firmware.wdtsim) on runtimes without one; None when off."""
-    ms = opt(cfg, "", "watchdog_ms")
-    st = ctx.ota
-    if not ms and st and st.get("trial") and st.get("boots"):
-        ms = TRIAL_WDT_MS
+    ms = opt(cfg, "", "watchdog_ms") or (TRIAL_WDT_MS if trial else 0)
     if not ms:
         return None
     if machine is not None and hasattr(machine, "WDT"):
-        w = machine.WDT(timeout=ms)
-    else:
-        w = transient("firmware.wdtsim").WDT(timeout=ms)
-    ctx.log("watchdog on: %d ms" % ms)
-    return w
+        return machine.WDT(timeout=ms)
+    return transient("firmware.wdtsim").WDT(timeout=ms)
 
 
 async def run(cfg, path, board):
     boot = transient("firmware.boot")
-    ctx, names, code = await boot.start(cfg, path, board, Ctx)
+    ptr = boot.read_pointer(path)
+    trial = bool(ptr and ptr.get("trial") and ptr.get("boots"))
+    # On trial the watchdog runs before the services start: a bundle that
+    # hangs in its start is reset, and the loader goes back.
+    wdt = watchdog(cfg, True) if trial else None
+    ctx, names, code = await boot.start(cfg, path, board, Ctx, ptr)
     boot = None
     gc.collect()
     a0 = mem()[0]
@@ -121,7 +120,10 @@ async def run(cfg, path, board):
     if ctx.net is not None:
         asyncio.create_task(ctx.net.run())
     asyncio.create_task(up.run())
-    wdt = watchdog(ctx, cfg)
+    if wdt is None:
+        wdt = watchdog(cfg, False)
+    if wdt is not None:
+        ctx.log("watchdog on: %d ms" % (opt(cfg, "", "watchdog_ms") or TRIAL_WDT_MS))
     b = ctx.board
     if b.get("manifest") is None:
         ctx.log(
