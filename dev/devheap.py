@@ -38,7 +38,8 @@ _IMPORTS = (
     "import gc,asyncio;gc.collect();a=gc.mem_alloc();"
     "import edgebus,edgebus.link.link,edgebus.link.stream,firmware.main,"
     "firmware.uplink_uart;"
-    "[__import__('firmware.services.'+s) for s in ('info','health','reboot','sysconfig','temp')];"
+    "[__import__('firmware.services.'+s) for s in "
+    "('ota','info','health','reboot','sysconfig','temp')];"
     "gc.collect();print('CODE',gc.mem_alloc()-a)"
 )
 

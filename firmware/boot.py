@@ -13,7 +13,8 @@ from os import urandom
 import edgebus
 from firmware import ConfigError, mem, opt, write_atomic
 
-BUILTIN = ("info", "health", "reboot", "sysconfig")
+# ota first: its start says which bundle runs (ctx.bundle) before sys/info.
+BUILTIN = ("ota", "info", "health", "reboot", "sysconfig")
 # Heap kept free for transients (JSON, calls, sys/config/set loading the
 # validator) unless the board manifest sets budget.reserve: the measured
 # transient peak of the full runtime on the unix port is ~15 KB (dev/devheap.py).
@@ -161,9 +162,10 @@ def boot_sid(path):
     return "%06x%s" % (n & 0xFFFFFF, hexlify(h[:5]).decode())
 
 
-async def start(cfg, path, board, ctx_class):
+async def start(cfg, path, board, ctx_class, pointer=None):
     """The bus, a ctx_class context, the uplink and the services, started:
-    (ctx, service names, code bytes) once the services took their first step."""
+    (ctx, service names, code bytes) once the services took their first step.
+    pointer: the update pointer this boot runs by (read_pointer)."""
     q = dict(DEFAULTS["queues"])
     q.update(board.get("queues", {}))
     q.update(cfg.get("queues", {}))
@@ -191,6 +193,7 @@ async def start(cfg, path, board, ctx_class):
         bus = edgebus.Bus(q_length=q["bus"], full=q["full"])
         ctx = ctx_class(bus, cfg, path, board)
         ctx.spool = spool
+        ctx.ota = pointer
         counter = None  # the boot counter sits beside the config file
         if path is not None:
             d = path.rpartition("/")[0]
@@ -233,6 +236,19 @@ def _network(ctx, cfg):
             'has no network step; "driver": "firmware.wlansim" simulates one'
             % (opt(cfg, "network", "driver"), e)
         )
+
+
+def read_pointer(path):
+    """The update pointer (ota/state.json beside the config, as
+    firmware.loader left it this boot), or None."""
+    import json
+
+    d = path.rpartition("/")[0] if path else ""
+    try:
+        with open((d + "/" if d else "") + "ota/state.json") as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
 
 
 def start_services(ctx, svcs):

@@ -17,6 +17,11 @@ except ImportError:  # unix port, CPython
     machine = None
 
 
+# The watchdog a boot on trial runs when the config sets none: once started a
+# board's WDT cannot be stopped, so it stays on (fed) after the commit.
+TRIAL_WDT_MS = 30000
+
+
 class Ctx:
     """What a service gets: the bus, the config, the link, a logger."""
 
@@ -30,6 +35,9 @@ class Ctx:
         self.link = None
         self.uplink = None
         self.net = None  # the WiFi station (firmware/wifi.py), when configured
+        self.ota = None  # the update pointer (firmware/loader.py), None: no update yet
+        self.bundle = None  # the bundle running: {"version", "hash", "slot"} (sys/ota)
+        self.crash = None  # the last service crash, "name: Error: message"
         self.spool = None  # the link spool's buffer, allocated first
         self.counters = {}
         self._sys = None
@@ -72,15 +80,33 @@ class Ctx:
                 return
             except Exception as e:
                 self.count("service_errors")
+                self.crash = "%s: %s: %s" % (name, type(e).__name__, e)
                 self.log(
                     "service %s crashed: %s: %s; restarting in 5 s" % (name, type(e).__name__, e)
                 )
                 await asyncio.sleep(5)
 
 
+def watchdog(cfg, trial):
+    """The watchdog of watchdog_ms, else TRIAL_WDT_MS on a boot on trial (an
+    update that hangs is reset and rolled back): machine.WDT, else the
+    simulator (firmware.wdtsim) on runtimes without one; None when off."""
+    ms = opt(cfg, "", "watchdog_ms") or (TRIAL_WDT_MS if trial else 0)
+    if not ms:
+        return None
+    if machine is not None and hasattr(machine, "WDT"):
+        return machine.WDT(timeout=ms)
+    return transient("firmware.wdtsim").WDT(timeout=ms)
+
+
 async def run(cfg, path, board):
     boot = transient("firmware.boot")
-    ctx, names, code = await boot.start(cfg, path, board, Ctx)
+    ptr = boot.read_pointer(path)
+    trial = bool(ptr and ptr.get("trial") and ptr.get("boots"))
+    # On trial the watchdog runs before the services start: a bundle that
+    # hangs in its start is reset, and the loader goes back.
+    wdt = watchdog(cfg, True) if trial else None
+    ctx, names, code = await boot.start(cfg, path, board, Ctx, ptr)
     boot = None
     gc.collect()
     a0 = mem()[0]
@@ -94,11 +120,10 @@ async def run(cfg, path, board):
     if ctx.net is not None:
         asyncio.create_task(ctx.net.run())
     asyncio.create_task(up.run())
-    wdt = None
-    ms = opt(cfg, "", "watchdog_ms")
-    if ms and machine is not None and hasattr(machine, "WDT"):
-        wdt = machine.WDT(timeout=ms)
-        ctx.log("watchdog on: %d ms" % ms)
+    if wdt is None:
+        wdt = watchdog(cfg, False)
+    if wdt is not None:
+        ctx.log("watchdog on: %d ms" % (opt(cfg, "", "watchdog_ms") or TRIAL_WDT_MS))
     b = ctx.board
     if b.get("manifest") is None:
         ctx.log(
@@ -120,8 +145,14 @@ async def run(cfg, path, board):
     return ctx.exit_code or 0
 
 
+# Why the last main() failed to start the device (the loader records it
+# when a bundle on trial fails).
+error = None
+
+
 def main(config_path="config.json", board=None):
     """Run the device; returns the exit code (2: bad config)."""
+    global error
     try:
         cfg = transient("firmware.config").load(config_path)
         unload("firmware.config")
@@ -130,6 +161,7 @@ def main(config_path="config.json", board=None):
         )
         return asyncio.run(run(cfg, config_path, board))
     except ConfigError as e:
+        error = "config error: %s" % e
         print("edgebus firmware: config error: %s: %s" % (config_path, e), file=sys.stderr)
         return 2
 
@@ -141,8 +173,3 @@ if __name__ == "__main__":
             sys.argv[2] if len(sys.argv) > 2 else None,
         )
     )
-elif sys.platform not in ("linux", "darwin", "win32"):
-    # A board: the bundle's main.py (written by edgebus build) is
-    # "import firmware.main", so importing it at boot runs the device. A bad
-    # config returns here and the board falls to its REPL with the message.
-    main()

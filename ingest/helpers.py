@@ -15,10 +15,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pyspark.sql import Column
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-__all__ = ["payload_field", "payload_struct", "payload_bytes", "json_path"]
+__all__ = ["payload_field", "payload_struct", "payload_bytes", "json_path", "with_bundle"]
 
 
 def _col(c: Column | str) -> Column:
@@ -50,3 +50,25 @@ def payload_bytes(col: Column | str, path: str = "$") -> Column:
     """The bytes of a binary value (logged as {"$b64": "..."}) at path, as binary."""
     v = F.get_json_object(_col(col), json_path(path) + "['$b64']")
     return F.try_to_binary(v, F.lit("base64"))
+
+
+def with_bundle(df: DataFrame, info: DataFrame | None = None) -> DataFrame:
+    """df with ``bundle_version`` and ``bundle_hash``: the code that produced
+    each row, from its device boot's ``sys/info`` rows (``info``, default df
+    itself), joined on (``peer_node``, ``peer_sid``). A device's code changes
+    only across a reboot (an update's switch reboots), and every boot has its
+    own sid, so each boot maps to one bundle; hash null is the factory modules
+    (firmware/README.md, "Updates over the bus"). Rows of a boot whose
+    sys/info is not in the table get nulls."""
+    src = df if info is None else info
+    boots = (
+        src.filter(F.col("topic").endswith("/sys/info") & F.col("peer_sid").isNotNull())
+        .select(
+            "peer_node",
+            "peer_sid",
+            F.get_json_object("payload", "$.bundle.version").alias("bundle_version"),
+            F.get_json_object("payload", "$.bundle.hash").alias("bundle_hash"),
+        )
+        .dropDuplicates(["peer_node", "peer_sid"])
+    )
+    return df.join(boots, ["peer_node", "peer_sid"], "left")

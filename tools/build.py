@@ -14,6 +14,7 @@ the modules run from flash and their code takes no heap.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -31,6 +32,7 @@ if TYPE_CHECKING:
     import argparse
 
 SKIP_DIRS = ("__pycache__",)
+OTA_MANIFEST = "ota.json"  # what an update over the bus sends first
 
 
 class BuildError(Exception):
@@ -47,6 +49,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--out", metavar="DIR", help="bundle directory (default: build/<board>)")
     p.add_argument(
+        "--version",
+        metavar="V",
+        help="the bundle's version, as devices report it after an update (default: "
+        "edgebus's version + the first 8 hex digits of the modules' hash)",
+    )
+    p.add_argument(
         "--src",
         action="append",
         metavar="PKG",
@@ -56,8 +64,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--entry",
         metavar="MODULE",
-        help="module a board's main.py imports at boot (default: firmware.main "
-        "when firmware/main.py exists; 'none' for no main.py)",
+        help="module a board's main.py imports at boot (default: firmware.loader, which "
+        "chooses the bundle an update installed, when firmware/loader.py exists; "
+        "'none' for no main.py)",
     )
     p.add_argument(
         "--opt",
@@ -72,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         board = boards.load_board(args.board)
         out = args.out or os.path.join("build", board["name"])
-        build(board, out, args.src, entry=args.entry, opt=args.opt)
+        build(board, out, args.src, entry=args.entry, opt=args.opt, bundle_version=args.version)
     except (boards.BoardError, BuildError) as e:
         print("edgebus build: error: %s" % e, file=sys.stderr)
         return 1
@@ -236,6 +245,7 @@ def build(
     entry: str | None = None,
     opt: int = 0,
     log: Callable[[str], None] = print,
+    bundle_version: str | None = None,
 ) -> dict[str, Any]:
     """Build board's bundle into out and print the size report; returns the report
     dict. Over the flash budget it raises BuildError and leaves out as it was."""
@@ -286,8 +296,8 @@ def build(
             )
         if entry:
             # A board runs main.py at boot only as source, so this stub stays .py.
-            with open(os.path.join(tmp, "main.py"), "w") as f:
-                f.write("import %s  # written by edgebus build\n" % entry)
+            with open(os.path.join(tmp, "main.py"), "wb") as fm:
+                fm.write(devicefiles.main_py(entry))
             files["main.py"] = os.path.getsize(os.path.join(tmp, "main.py"))
 
         # The board values the runtime runs (queues, spool, budget) travel
@@ -322,6 +332,8 @@ def build(
             )
 
         version = package_version()
+        # Beside the bundle for edgebus ota push; not installed by deploy or mip.
+        ota_manifest(tmp, board, sorted(d for d, _n in done), cross, bundle_version)
         with open(os.path.join(tmp, "package.json"), "w") as f:
             # mip resolves relative URLs against package.json's own location.
             f.write(
@@ -355,6 +367,34 @@ def build(
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def ota_manifest(
+    d: str, board: dict[str, Any], modules: list[str], cross: Any, version: str | None
+) -> str:
+    """Write d/ota.json, what an update over the bus sends first
+    (firmware/README.md, "Updates over the bus"): the version, the board,
+    the .mpy version and each module's [path, size, SHA-256]. The bundle's
+    hash is the SHA-256 of these bytes; returns it."""
+    entries = []
+    for rel in modules:
+        with open(os.path.join(d, rel), "rb") as f:
+            data = f.read()
+        entries.append([rel, len(data), hashlib.sha256(data).hexdigest()])
+    if version is None:
+        # Two builds of different code never share a version.
+        digest = hashlib.sha256(json.dumps(entries).encode()).hexdigest()
+        version = "%s+%s" % (package_version(), digest[:8])
+    m = {
+        "version": version,
+        "board": board["name"],
+        "mpy": None if cross is None else cross[1][0],
+        "files": entries,
+    }
+    raw = json.dumps(m, separators=(",", ":")).encode()
+    with open(os.path.join(d, OTA_MANIFEST), "wb") as f:
+        f.write(raw)
+    return hashlib.sha256(raw).hexdigest()
 
 
 def freeze_manifest(
@@ -391,7 +431,8 @@ def _entry(board: dict[str, Any], entry: str | None, srcs: list[tuple[str, str]]
         if not re.fullmatch(r"[A-Za-z_][\w.]*", entry):
             raise BuildError("--entry %r is not a module name" % entry)
         return entry
-    return "firmware.main" if any(rel == "firmware/main.py" for _s, rel in srcs) else None
+    has = any(rel == "firmware/loader.py" for _s, rel in srcs)
+    return devicefiles.LOADER if has else None
 
 
 def _report(

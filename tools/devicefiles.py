@@ -41,3 +41,17 @@ def firmware(module: str) -> ModuleType:
     if DEVICE_DIR not in sys.path:
         sys.path.insert(0, DEVICE_DIR)
     return importlib.import_module("firmware." + module)
+
+
+LOADER = "firmware.loader"  # the default entry: a device's main.py is its source
+
+
+def main_py(entry: str = LOADER) -> bytes:
+    """A device's main.py, run at boot (boards run it only as source): for the
+    default entry the loader itself (firmware/loader.py), which chooses the
+    bundle an update over the bus installed before any firmware module loads
+    (firmware/README.md); for another module an import of it."""
+    if entry == LOADER:
+        with open(os.path.join(FIRMWARE_DIR, "loader.py"), "rb") as f:
+            return f.read()
+    return ("import %s  # written by edgebus\n" % entry).encode()

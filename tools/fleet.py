@@ -19,11 +19,14 @@ import threading
 import time
 from typing import Any, Self
 
-from edgebus.tools import boards, mpybuild
+from edgebus.tools import boards, devicefiles, mpybuild
 from edgebus.tools.ptycable import PtyCable
 
-DEVICE_HEAP = "256K"  # core + link (sealed) + firmware on the 64-bit unix port, with room
-# for 20 readings/s through failover (224K ran out of 800-byte blocks)
+# core + link (sealed) + firmware on the 64-bit unix port, with room for 20
+# readings/s through failover (224K ran out of 800-byte blocks) and for an
+# update over the bus (its transfer loads ~7 KB of code on this port; 256K
+# ran out of 800-byte blocks during one)
+DEVICE_HEAP = "320K"
 # Restart=always as systemd does it: a device that exits is started again
 # after RESTART_S; one that exits START_LIMIT times within START_WINDOW_S is
 # left stopped (StartLimitBurst / StartLimitIntervalSec), not restarted in a loop.
@@ -130,6 +133,9 @@ class Fleet:
         os.makedirs(d, exist_ok=True)
         files = boards.runtime_files(self.board)
         files["config.json"] = json.dumps(cfg).encode()
+        # The loader as main.py, as on a board: it chooses the bundle an
+        # update over the bus installed, else the fleet's shared one.
+        files["main.py"] = devicefiles.main_py()
         for name, data in files.items():
             with open(os.path.join(d, name), "wb") as f:
                 f.write(data)
@@ -146,8 +152,7 @@ class Fleet:
                     mpybuild.micropython(),
                     "-X",
                     "heapsize=" + self.heap,
-                    "-m",
-                    "firmware.main",
+                    "main.py",
                     "config.json",
                 ],
                 cwd=d["dir"],

@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Any, Iterable, Self
 
-from edgebus.tools import boards, lfsimage
+from edgebus.tools import boards, devicefiles, lfsimage
 
 FLASH_IMAGE = "flash.img"
 APT = "apt-get install -y --no-install-recommends qemu-system-arm"
@@ -59,15 +59,15 @@ def _serial(spec: str) -> tuple[str, str | None]:
 
 
 def device_files(
-    board: dict[str, Any], config: str | None = None, main: str = "firmware.main"
+    board: dict[str, Any], config: str | None = None, main: str | None = devicefiles.LOADER
 ) -> dict[str, bytes]:
     """The files edgebus flash puts on the board's filesystem: the config, the
-    board manifest the runtime reads (board.json) and main.py."""
+    board manifest the runtime reads (board.json) and main.py (the loader)."""
     files = boards.runtime_files(board)
     if config is not None:
         files["config.json"] = json.dumps(config).encode()
     if main:
-        files["main.py"] = ("import %s  # written by edgebus flash\n" % main).encode()
+        files["main.py"] = devicefiles.main_py(main)
     return files
 
 

@@ -33,6 +33,7 @@ def info(ctx):
     # The board values in force: "manifest" null means the built-in defaults.
     return {
         "fw": VERSION,
+        "bundle": ctx.bundle,
         "node": ctx.node,
         "board": b.get("name"),
         "manifest": b.get("manifest"),

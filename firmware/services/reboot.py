@@ -12,16 +12,22 @@ except ImportError:
 EXIT_REBOOT = 3
 
 
+async def restart(ctx, why, delay=0.5):
+    """Reboot the device: after delay (a reply reaches its caller), BYE on the
+    link, then the reset (boards) or exit status 3 (unix port, CPython)."""
+    ctx.log("reboot: %s" % why)
+    await asyncio.sleep(delay)
+    await ctx.link.close("reboot")
+    if machine is not None and hasattr(machine, "reset"):
+        machine.reset()
+    ctx.log("REBOOT: exiting with status %d for the supervisor to restart" % EXIT_REBOOT)
+    ctx.stop(EXIT_REBOOT)
+
+
 async def start(ctx, opts):
     c = ctx.connect("sys")
     ep = c.bind("sys/reboot")
     req = await ep.recv()
     delay = opts.get("delay", 0.5)
     req.reply({"rebooting": True, "in_s": delay})
-    ctx.log("reboot requested over the bus (from %s)" % (req.origin.peer_node,))
-    await asyncio.sleep(delay)  # lets the reply reach the caller
-    await ctx.link.close("reboot")
-    if machine is not None and hasattr(machine, "reset"):
-        machine.reset()
-    ctx.log("REBOOT: exiting with status %d for the supervisor to restart" % EXIT_REBOOT)
-    ctx.stop(EXIT_REBOOT)
+    await restart(ctx, "requested over the bus (from %s)" % (req.origin.peer_node,), delay)

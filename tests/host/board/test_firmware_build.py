@@ -6,7 +6,7 @@ import tarfile
 
 import pytest
 
-from edgebus.tools import boards, cli, firmware, qemuboard
+from edgebus.tools import boards, cli, devicefiles, firmware, qemuboard
 
 BOARD = "qemu-mps2-an385"
 
@@ -121,7 +121,8 @@ def test_the_device_files_are_config_board_and_main():
     b = boards.load_board(BOARD)
     f = qemuboard.device_files(b, {"node": "n"})
     assert sorted(f) == ["board.json", "config.json", "main.py"]
-    assert f["main.py"].startswith(b"import firmware.main")
+    # main.py is the loader's source: it chooses the bundle an update installed.
+    assert f["main.py"] == devicefiles.main_py() and b"def choose(" in f["main.py"]
 
 
 def test_old_images_are_pruned_newest_kept(tmp_path, monkeypatch):

@@ -15,7 +15,7 @@ import edgebus
 from dev.harness.bridge import BridgeProcess
 from edgebus import tlog
 from edgebus.client.local import attach_local
-from edgebus.tools import executables, mpybuild, qemuboard
+from edgebus.tools import devicefiles, executables, mpybuild, qemuboard
 from edgebus.tools.status import fetch
 from tests.conftest import ROOT, compile_portable_tests, until
 from tests.host.board import qemukit
@@ -54,7 +54,7 @@ def board(image, tmp_path):
     def start(config, uart="pty", files=None):
         b, _meta = image
         state = str(tmp_path / "board")
-        f = qemuboard.device_files(b, config, main="firmware.main" if config else None)
+        f = qemuboard.device_files(b, config, main=devicefiles.LOADER if config else None)
         f.update(files or {})
         qemuboard.prepare_flash(b, state, f)
         qb = qemuboard.QemuBoard(b, _meta["image"], state, repl="pty", uart=uart).start()

@@ -29,6 +29,7 @@ pytest.importorskip("pyarrow")
 from dev.broker import Mosquitto  # noqa: E402
 from dev.harness.bridge import BridgeProcess  # noqa: E402
 from edgebus import tlog  # noqa: E402
+from edgebus.tools import devicefiles  # noqa: E402
 from edgebus.tools.fleet import Fleet, bridge_toml  # noqa: E402
 from tests.host.e2e.e2ekit import ingest_once, progress  # noqa: E402
 from tests.host.spark.sparkkit import make_session  # noqa: E402
@@ -135,11 +136,26 @@ def test_fleet_to_table_holds_every_reading_once_through_broker_and_bridge_kills
             .collect()
         )
         summary = summarize(spark, table)
+        from pyspark.sql import functions as F
+
+        from edgebus.ingest.helpers import with_bundle
+
+        # Which code produced each reading: its boot's sys/info says.
+        t = read_table(spark, table)
+        code = (
+            with_bundle(t.filter(F.col("topic").endswith("/sensor/temp")), info=t)
+            .select("bundle_version", "bundle_hash")
+            .distinct()
+            .collect()
+        )
     finally:
         spark.stop()
     text = format_report(summary, table)
     print(text)
 
+    # The fleet runs the factory modules: every reading's boot names them.
+    version = devicefiles.firmware("main").VERSION
+    assert [tuple(r) for r in code] == [(version, None)], code
     # The bridge names itself in its log: every row says which gateway logged it.
     assert {r["gateway"] for r in rows} == {"e2e-gateway"}
     sessions = {s["peer_node"]: s for s in summary["sessions"]}

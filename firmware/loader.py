@@ -1,0 +1,134 @@
+"""The device's start: which bundle this boot runs, then firmware.main.
+
+A board's main.py is this file's source (edgebus build writes it there: run
+as main.py, it imports no ``firmware`` package before choosing the bundle),
+and the unix port's fleet runs it the same way, ``micropython main.py
+config.json`` in the device's directory. It reads
+the update pointer, ``ota/state.json`` beside the config (firmware/README.md,
+"Updates over the bus"), and puts the chosen slot's directory first on
+sys.path, ahead of the filesystem root and the frozen modules; with no
+pointer the factory modules (frozen, or installed at the root) run.
+
+A bundle on trial boots once: the loader counts the boot in the pointer
+before the bundle's code runs, so a trial boot that ends in any way but the
+bundle's own commit (a crash at import, a config error, a hang the watchdog
+resets, a power cut) makes the next boot go back to the good bundle, with the
+failed version and why recorded for the good bundle to report.
+
+This module is the factory's, never a slot's: it runs before a slot is
+chosen, so it imports nothing a bundle brings (its own pointer write, not
+firmware.write_atomic, for that reason) and forgets the factory ``firmware``
+package before importing the chosen one.
+"""
+
+import json
+import os
+import sys
+
+DIR = "ota"
+STATE = "state.json"
+
+
+def _write(path, st):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(json.dumps(st))
+    try:
+        os.rename(tmp, path)
+    except OSError:  # filesystems whose rename does not replace (FAT)
+        os.remove(path)
+        os.rename(tmp, path)
+
+
+def choose(base=""):
+    """The bundle this boot runs: ({"slot", "version", "hash"} or None for the
+    factory modules, the pointer or None). base: the config's directory."""
+    path = base + DIR + "/" + STATE
+    try:
+        with open(path) as f:
+            st = json.load(f)
+    except (OSError, ValueError):
+        return None, None
+    t = st.get("trial")
+    if t:
+        if st.get("boots"):
+            # The trial boot ended without a commit: back to the good bundle.
+            st["failed"] = {
+                "version": t.get("version"),
+                "hash": t.get("hash"),
+                "reason": st.get("reason")
+                or "reset during its trial (%s)" % st.get("stage", "starting"),
+            }
+            st["trial"] = None
+            st["rollbacks"] = st.get("rollbacks", 0) + 1
+            for k in ("boots", "stage", "reason"):
+                st.pop(k, None)
+        else:
+            st["boots"] = 1
+            st["stage"] = "starting"
+        _write(path, st)
+    return st.get("trial") or st.get("good"), st
+
+
+def note(base, reason):
+    """Record why a trial boot fails (the next boot's rollback reports it)."""
+    path = base + DIR + "/" + STATE
+    try:
+        with open(path) as f:
+            st = json.load(f)
+        if st.get("trial") and not st.get("reason"):
+            st["reason"] = reason
+            _write(path, st)
+    except (OSError, ValueError):
+        pass  # no pointer: nothing on trial
+
+
+def _forget():
+    for name in list(sys.modules):
+        if name == "firmware" or name.startswith("firmware."):
+            del sys.modules[name]
+
+
+def reboot():
+    """A board resets; the unix port and CPython exit 3 for the supervisor."""
+    try:
+        import machine
+
+        machine.reset()
+    except (ImportError, AttributeError):
+        pass
+    sys.exit(3)
+
+
+def run(config_path="config.json", board=None):
+    """Choose the bundle, run the device; returns main()'s exit status."""
+    d = config_path.rpartition("/")[0]
+    base = d + "/" if d else ""
+    cur, st = choose(base)
+    if cur and cur.get("slot"):
+        sys.path.insert(0, base + DIR + "/" + cur["slot"])
+    trial = bool(st and st.get("trial"))
+    _forget()
+    try:
+        import firmware.main
+
+        code = firmware.main.main(config_path, board)
+        why = firmware.main.error
+    except Exception as e:  # a bundle that cannot start: its trial fails
+        if not trial:
+            raise
+        code = 1
+        why = "crash at start: %s: %s" % (type(e).__name__, e)
+    if trial and code not in (0, 3):
+        note(base, why or "exit status %s" % code)
+        reboot()
+    return code
+
+
+if __name__ == "__main__" or sys.platform not in ("linux", "darwin", "win32"):
+    # main.py on a board (this file, or "import firmware.loader"), or the
+    # unix port's script: run the device. On a board a bad config returns
+    # here and the board falls to its REPL with the message.
+    _code = run(*sys.argv[1:3])
+    if sys.platform in ("linux", "darwin", "win32"):
+        sys.exit(_code)

@@ -1,0 +1,252 @@
+"""An update's transfer into the slot the device is not running: the manifest,
+the files chunk by chunk straight to flash, their SHA-256 checks.
+
+Loaded by the sys/ota service for a transfer and unloaded after it
+(firmware.transient): its code is not resident while the device runs. What it
+holds during a transfer is the manifest's file list (about 100 bytes a file)
+and one chunk; files are appended on flash, so a transfer resumes from what
+the flash has after a broken session, a reboot or a power cut.
+"""
+
+import hashlib
+import json
+import os
+import struct
+import sys
+from binascii import hexlify
+
+from firmware import write_atomic
+
+MANIFEST = "ota.json"
+STAGE = "stage.json"
+MAX_MANIFEST = 16384
+MAX_FILES = 200
+_PATH_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-/"
+
+
+class Refused(ValueError):
+    """What the call fails with: one line for the host."""
+
+
+def size(path):
+    try:
+        return os.stat(path)[6]
+    except OSError:
+        return 0
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    buf = bytearray(512)
+    mv = memoryview(buf)
+    with open(path, "rb") as f:
+        while True:
+            n = f.readinto(buf)
+            if not n:
+                break
+            h.update(mv[:n])
+    return hexlify(h.digest()).decode()
+
+
+def rmtree(path):
+    """Remove path and everything under it (MicroPython has no shutil)."""
+    try:
+        entries = list(os.ilistdir(path))
+    except OSError:
+        return
+    for e in entries:
+        p = path + "/" + e[0]
+        if e[1] == 0x4000:
+            rmtree(p)
+        else:
+            os.remove(p)
+    os.rmdir(path)
+
+
+def makedirs(path):
+    d = ""
+    for part in path.split("/"):
+        d = d + "/" + part if d else part
+        try:
+            os.mkdir(d)
+        except OSError:
+            pass  # exists
+
+
+def check_path(p):
+    if (
+        type(p) is not str
+        or not p
+        or p[0] == "/"
+        or ".." in p
+        or "//" in p
+        or not (p.endswith(".mpy") or p.endswith(".py") or p.endswith(".json"))
+    ):
+        raise Refused("manifest: unsafe or unknown file path %r" % (p,))
+    for c in p:
+        if c not in _PATH_CHARS:
+            raise Refused("manifest: unsafe or unknown file path %r" % (p,))
+
+
+class Transfer:
+    """One bundle being received into dir base + slot."""
+
+    def __init__(self, base, slot, board):
+        self.base = base
+        self.slot = slot
+        self.dir = base + slot
+        self.board = board
+        self.want = None  # begin's {"version", "hash", "size"}
+        self.files = None  # [(path, size, sha256 hex)] once the manifest checks out
+
+    def stage_path(self):
+        return self.base + STAGE
+
+    def begin(self, p):
+        """Start or resume; the byte counts the device has, per file."""
+        if type(p) is not dict:
+            raise Refused("begin takes {version, hash, size}")
+        h, n, v = p.get("hash"), p.get("size"), p.get("version")
+        if type(h) is not str or len(h) != 64 or type(n) is not int or type(v) is not str:
+            raise Refused("begin takes {version: str, hash: 64 hex digits, size: int}")
+        if not 0 < n <= MAX_MANIFEST:
+            raise Refused("manifest of %d bytes: at most %d" % (n, MAX_MANIFEST))
+        try:
+            with open(self.stage_path()) as f:
+                old = json.load(f)
+        except (OSError, ValueError):
+            old = None
+        self.want = {"version": v, "hash": h, "size": n, "slot": self.slot}
+        if old != self.want:
+            rmtree(self.dir)  # another bundle was staged here: start afresh
+            makedirs(self.dir)
+            write_atomic(self.stage_path(), json.dumps(self.want))
+        self.files = None
+        mp = self.dir + "/" + MANIFEST
+        have = [size(mp)]
+        if have[0] == n:
+            self._manifest(mp)
+            for path, sz, _h in self.files:
+                have.append(min(size(self.dir + "/" + path), sz))
+        return {"slot": self.slot, "have": have}
+
+    def _manifest(self, mp):
+        """Check the complete manifest file; self.files from it."""
+        if sha256_file(mp) != self.want["hash"]:
+            os.remove(mp)
+            raise Refused(
+                "manifest: SHA-256 mismatch with begin's hash (tampered or damaged in "
+                "transit): refused, it is sent again"
+            )
+        with open(mp) as f:
+            m = json.load(f)
+        b = m.get("board")
+        if b != self.board:
+            raise Refused("bundle built for board %s; this device is a %s" % (b, self.board))
+        mpy = m.get("mpy")
+        im = getattr(sys.implementation, "_mpy", None)
+        if mpy is not None and im is not None and (im & 0xFF) != mpy:
+            raise Refused(
+                "bundle has .mpy version %s; this device loads version %d" % (mpy, im & 0xFF)
+            )
+        fl = m.get("files")
+        if type(fl) is not list or not 0 < len(fl) <= MAX_FILES:
+            raise Refused("manifest: files must list 1 to %d files" % MAX_FILES)
+        out = []
+        total = 0
+        for e in fl:
+            if type(e) is not list or len(e) != 3 or type(e[1]) is not int or e[1] < 0:
+                raise Refused("manifest: a file entry is not [path, size, sha256]")
+            check_path(e[0])
+            if type(e[2]) is not str or len(e[2]) != 64:
+                raise Refused("manifest: %s has no SHA-256" % e[0])
+            total += e[1]
+            out.append((e[0], e[1], e[2]))
+        _room(self.base, total - _sizes(self.dir, out))
+        self.files = out
+
+    def put(self, data):
+        """One chunk: 6 bytes (file index, offset), then the bytes."""
+        if self.want is None:
+            raise Refused("no transfer begun (op begin first)")
+        if type(data) is not bytes or len(data) < 6:
+            raise Refused("put takes bytes: >HI file index and offset, then the data")
+        i, off = struct.unpack(">HI", data[:6])
+        if i == 0:
+            path, sz = MANIFEST, self.want["size"]
+        elif self.files is None:
+            raise Refused("the manifest is not complete yet (file 0)")
+        elif i > len(self.files):
+            raise Refused("no file %d: the manifest lists %d" % (i, len(self.files)))
+        else:
+            path, sz, _h = self.files[i - 1]
+        full = self.dir + "/" + path
+        have = size(full)
+        if off != have:
+            raise Refused("out of order: file %d has %d bytes" % (i, have))
+        n = len(data) - 6
+        if have + n > sz:
+            raise Refused("file %d: %d bytes past its size %d" % (i, have + n - sz, sz))
+        if have == 0 and "/" in path:
+            makedirs(full.rpartition("/")[0])
+        with open(full, "ab") as f:
+            f.write(memoryview(data)[6:])
+        have += n
+        if have == sz:
+            if i == 0:
+                self._manifest(full)
+            elif sha256_file(full) != self.files[i - 1][2]:
+                os.remove(full)
+                raise Refused(
+                    "file %s: SHA-256 mismatch with the manifest (tampered or damaged "
+                    "in transit): refused, it is sent again" % path
+                )
+        return {"next": have}
+
+    def verify(self, h):
+        """Every file complete and matching the manifest, before the switch."""
+        if self.want is None or self.files is None:
+            raise Refused("nothing staged (op begin and the files first)")
+        if h != self.want["hash"]:
+            raise Refused("switch names bundle %s but %s is staged" % (h, self.want["hash"]))
+        for path, sz, sha in self.files:
+            full = self.dir + "/" + path
+            if size(full) != sz:
+                raise Refused("file %s incomplete: %d of %d bytes" % (path, size(full), sz))
+            if sha256_file(full) != sha:
+                os.remove(full)
+                raise Refused("file %s: SHA-256 mismatch on flash: it is sent again" % path)
+
+    def staged(self):
+        if self.want is None:
+            return None
+        total = sum(f[1] for f in self.files) if self.files else None
+        got = _sizes(self.dir, self.files) if self.files else 0
+        return {
+            "version": self.want["version"],
+            "hash": self.want["hash"],
+            "slot": self.slot,
+            "bytes": got,
+            "total": total,
+        }
+
+    def done(self):
+        """The switch is decided: the stage record goes."""
+        try:
+            os.remove(self.stage_path())
+        except OSError:
+            pass
+
+
+def _sizes(d, files):
+    return sum(min(size(d + "/" + p), sz) for p, sz, _h in files)
+
+
+def _room(base, need):
+    try:
+        s = os.statvfs(base)
+    except (OSError, AttributeError):
+        return  # cannot tell: the writes fail with ENOSPC if it does not fit
+    free = s[0] * s[4]
+    if need > free:
+        raise Refused("the bundle needs %d more bytes; the filesystem has %d free" % (need, free))

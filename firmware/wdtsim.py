@@ -1,0 +1,51 @@
+"""A watchdog SIMULATOR for runtimes without machine.WDT (the unix port,
+CPython): the real class's API, WDT(timeout=ms) and feed(); when not fed for
+timeout ms it kills the process, as a board's watchdog resets the chip, and
+the supervisor (the fleet, systemd) starts it again. A thread watches, so a
+main loop that hangs is caught (the unix port runs threads without a GIL)."""
+
+import _thread
+import sys
+import time
+
+
+class WDT:
+    def __init__(self, id=0, timeout=5000):
+        self.timeout = timeout
+        self.fed = _ms()
+        _thread.start_new_thread(self._watch, ())
+
+    def feed(self):
+        self.fed = _ms()
+
+    def _watch(self):
+        while True:
+            time.sleep(0.5)
+            if _age(self.fed) > self.timeout:
+                print("WDT (simulated): not fed for %d ms: the device is reset" % self.timeout)
+                _kill()
+
+
+def _ms():
+    if hasattr(time, "ticks_ms"):
+        return time.ticks_ms()
+    return int(time.monotonic() * 1000)
+
+
+def _age(t):
+    if hasattr(time, "ticks_diff"):
+        return time.ticks_diff(time.ticks_ms(), t)
+    return _ms() - t
+
+
+def _kill():
+    if sys.implementation.name == "micropython":
+        import os
+
+        # The unix port's os has no kill nor getpid: the shell's parent is us.
+        os.system("kill -9 $PPID")
+    else:
+        import os
+        import signal
+
+        os.kill(os.getpid(), signal.SIGKILL)
