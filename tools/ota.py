@@ -63,6 +63,14 @@ def _seconds(text: str) -> float:
     return s
 
 
+def _trial(text: str) -> float:
+    s = _seconds(text)
+    lo, hi = plan.TRIAL_S
+    if not lo <= s <= hi:
+        raise argparse.ArgumentTypeError("%r: seconds from %d to %d" % (text, lo, hi))
+    return s
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     pu = sub.add_parser("push", help="send a bundle to devices, in waves, and switch them to it")
@@ -99,7 +107,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     pu.add_argument(
         "--trial-s",
-        type=_seconds,
+        type=_trial,
         default=120.0,
         metavar="S",
         help="seconds a device has to commit the new bundle before it rolls back (%(default)s)",
@@ -119,6 +127,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     bc.add_socket(st)
     rb = sub.add_parser("rollback", help="NODE goes back to its previous bundle (it reboots)")
     rb.add_argument("node")
+    rb.add_argument(
+        "--factory", action="store_true", help="to the factory (frozen or installed) modules"
+    )
     rb.add_argument(
         "--timeout", type=_seconds, default=10.0, metavar="S", help="seconds (%(default)s)"
     )
@@ -149,6 +160,10 @@ def _names(nodes: list[str]) -> str:
     return ", ".join(nodes[:SHOWN]) + (" and %d more" % more if more > 0 else "")
 
 
+def wave_name(i: int, canary: bool) -> str:
+    return "canary" if canary and i == 0 else "wave %d" % (i + 1)
+
+
 def describe(bundle: plan.Bundle, waves: list[list[str]], canary: bool) -> list[str]:
     """The plan's lines: the bundle, then each wave."""
     out = [
@@ -156,8 +171,7 @@ def describe(bundle: plan.Bundle, waves: list[list[str]], canary: bool) -> list[
         % (bundle.short(), bundle.board, len(bundle.paths) - 1, bundle.total)
     ]
     for i, w in enumerate(waves):
-        name = "canary" if canary and i == 0 else "wave %d" % (i + 1)
-        out.append("%s (%d): %s" % (name, len(w), _names(w)))
+        out.append("%s (%d): %s" % (wave_name(i, canary), len(w), _names(w)))
     return out
 
 
@@ -199,21 +213,27 @@ async def push(args: argparse.Namespace) -> int:
         for o in done:
             bc.emit(o.line())
         for n in todo:
-            await s.check("call", "dev/%s/sys/ota/begin" % n, "you may not update %s" % n)
+            await s.check("call", plan.OP % n, "you may not update %s" % n)
         if todo and not args.yes:
             await _confirm("push %s to %d device(s)?" % (bundle.short(), len(todo)))
         pusher = Pusher(s, bundle, view, args.trial_s, args.timeout)
         untouched = 0
         for i, nodes in enumerate(waves):
-            got = await pusher.wave(nodes, args.parallel, "wave %d/%d" % (i + 1, len(waves)))
+            got = await pusher.wave(nodes, args.parallel, wave_name(i, canary))
             done += got
             bad = [o for o in got if not o.ok()]
             if bad and plan.too_many(len(bad), len(nodes), args.halt) and i + 1 < len(waves):
                 untouched = sum(len(w) for w in waves[i + 1 :])
                 print(
-                    "edgebus ota push: halted after wave %d: %d of %d rolled back or failed "
+                    "edgebus ota push: halted after the %s: %d of %d rolled back or failed "
                     "(more than --halt allows); %d device(s) untouched:\n  %s"
-                    % (i + 1, len(bad), len(nodes), untouched, "\n  ".join(o.line() for o in bad)),
+                    % (
+                        wave_name(i, canary),
+                        len(bad),
+                        len(nodes),
+                        untouched,
+                        "\n  ".join(o.line() for o in bad),
+                    ),
                     file=sys.stderr,
                 )
                 break
@@ -231,9 +251,11 @@ async def status(args: argparse.Namespace) -> None:
 
 
 async def rollback(args: argparse.Namespace) -> None:
+    req = {"op": "rollback", "to": "factory"} if args.factory else {"op": "rollback"}
     async with _session(args) as s:
-        await s.call("dev/%s/sys/ota/rollback" % args.node, None, args.timeout)
-    bc.emit("%s: rolling back to its previous bundle (it reboots)" % args.node)
+        r = await s.call(plan.OP % args.node, req, args.timeout)
+    to = r.get("to") if isinstance(r, dict) else None
+    bc.emit("%s: rolling back to %s (it reboots)" % (args.node, to or "the factory modules"))
 
 
 def run(args: argparse.Namespace) -> int:

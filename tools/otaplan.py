@@ -14,6 +14,10 @@ import re
 from typing import Any, Iterable
 
 MANIFEST = "ota.json"
+# The device's one update endpoint (docs/protocol.md section 18), on the host bus.
+OP = "dev/%s/sys/ota/op"
+# What the device accepts as a trial's length, in seconds.
+TRIAL_S = (10, 3600)
 # What the device accepts as a bundle path (firmware/services/ota.py checks it too).
 SAFE_PATH = re.compile(r"[A-Za-z0-9_./-]+\Z")
 
@@ -230,6 +234,8 @@ class Outcome:
     def line(self) -> str:
         if self.kind == COMMITTED:
             return "%s: committed %s in %d s" % (self.node, self.detail, round(self.seconds))
+        if self.kind == ALREADY:
+            return "%s: already running %s" % (self.node, self.detail)
         return "%s: %s: %s" % (self.node, self.kind, self.detail)
 
     def json(self) -> dict[str, Any]:

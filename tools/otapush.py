@@ -1,9 +1,9 @@
-"""`edgebus ota push` on the bus: one device's transfer (``sys/ota/begin``,
-then the files in chunks through ``sys/ota/put`` with a few calls in flight,
-resumed with a new begin after a broken session or an out-of-order chunk),
-its ``sys/ota/switch``, the wait for its verdict in its retained
-``sys/ota``, and a wave of devices a few at a time under one progress bar.
-The contract with the device: firmware/services/ota.py."""
+"""`edgebus ota push` on the bus: one device's transfer through its
+``sys/ota/op`` (begin, then the files in chunks with a few calls in flight,
+resumed with a new begin after a broken session or a chunk the device did
+not take), its switch, the wait for its verdict in its retained ``sys/ota``,
+and a wave of devices a few at a time under one progress bar. The contract
+with the device: docs/protocol.md section 18."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Iterator
 import edgebus
 from edgebus.backoff import Backoff
 from edgebus.tools import busclient as bc
-from edgebus.tools.otaplan import COMMITTED, FAILED, ROLLED_BACK, Outcome
+from edgebus.tools.otaplan import COMMITTED, FAILED, OP, ROLLED_BACK, Outcome
 from edgebus.tools.progress import progress
 from edgebus.topic import key
 
@@ -138,15 +138,17 @@ class Pusher:
         track.to(self.bundle.total)  # the bar reaches its end whatever the outcome
         return Outcome(node, kind, detail, time.monotonic() - t0)
 
-    async def call(self, node: str, what: str, payload: Any) -> Any:
-        """The reply of ``dev/<node>/sys/ota/<what>``; Retry when the session
-        broke or the device asks for a resend (RESEND), DeviceFailed when it
-        refused."""
-        topic = "dev/%s/sys/ota/%s" % (node, what)
+    async def call(self, node: str, payload: Any) -> Any:
+        """The reply of the device's ``sys/ota/op`` to an operation (a dict)
+        or a chunk (bytes); Retry when the session broke or the device asks
+        for a resend (RESEND), DeviceFailed when it refused."""
+        what = payload["op"] if isinstance(payload, dict) else "put"
+        topic = OP % node
         try:
             return await self.s.conn.call(topic, payload, timeout=self.timeout)
         except edgebus.Failed as e:
-            reason = bc.render(e.reason)
+            # The device's refusals begin "ota: ", which the line says already.
+            reason = bc.render(e.reason).removeprefix("ota: ")
             if any(r in reason for r in RESEND):
                 raise Retry("%s: %s" % (what, reason)) from None
             raise DeviceFailed("%s: %s" % (what, reason)) from None
@@ -161,15 +163,18 @@ class Pusher:
 
     async def transfer(self, node: str, track: _Track) -> None:
         """Every file on the device, resuming from what it has; DeviceFailed
-        after TRIES begins in a row that moved nothing."""
+        after TRIES tries in a row that moved nothing (each waits up to the
+        timeout for the device's route, then begins)."""
         b = self.bundle
         back = Backoff(0.5, 8.0)
         idle = 0
         while True:
             start = track.done
             try:
+                await self.route(node)
                 r = await self.call(
-                    node, "begin", {"version": b.version, "hash": b.hash, "size": len(b.manifest)}
+                    node,
+                    {"op": "begin", "version": b.version, "hash": b.hash, "size": len(b.manifest)},
                 )
                 try:
                     pos = positions(r.get("have") if isinstance(r, dict) else None, b.sizes)
@@ -184,17 +189,17 @@ class Pusher:
             if idle >= TRIES:
                 raise DeviceFailed("gave up after %d tries that moved nothing: %s" % (idle, why))
             await asyncio.sleep(back.next())
-            await self.route(node)
 
     async def route(self, node: str) -> None:
-        """Wait for the device's begin endpoint to be reachable again."""
-        k = key("dev/%s/sys/ota/begin" % node)
+        """Wait for the device's endpoint to be reachable (at once, unless
+        it is reconnecting); Retry when it is not within the timeout."""
+        k = key(OP % node)
         try:
             await self.s.until(lambda: k in self.s.bus.endpoints(), self.timeout, "")
         except bc.Fail as e:
             if e.code != bc.UNREACHABLE:
                 raise
-            raise DeviceFailed("no route to it for %g s" % self.timeout) from None
+            raise Retry("no route to it for %g s" % self.timeout) from None
 
     async def send(self, node: str, pos: list[int], track: _Track) -> None:
         """The chunks from ``pos`` on, WINDOW at a time; ``pos`` and the bar
@@ -216,7 +221,7 @@ class Pusher:
                 if len(flight) >= WINDOW:
                     await settle()
                 head = struct.pack(">HI", i, off)
-                put = self.call(node, "put", head + blobs[i][off : off + n])
+                put = self.call(node, head + blobs[i][off : off + n])
                 flight.append((asyncio.ensure_future(put), i, off + n))
             while flight:
                 await settle()
@@ -229,7 +234,9 @@ class Pusher:
         """Ask the device to boot the bundle on trial. A reply lost to its
         reboot is no failure: the verdict tells (the note says so)."""
         try:
-            await self.call(node, "switch", {"hash": self.bundle.hash, "trial_s": self.trial_s})
+            await self.call(
+                node, {"op": "switch", "hash": self.bundle.hash, "trial_s": self.trial_s}
+            )
         except Retry as e:
             return "switch sent, no reply (%s); " % e
         return ""

@@ -118,6 +118,7 @@ def test_the_command_refuses_a_bad_bundle_in_one_line_before_reaching_the_bridge
         (["--wave", "-1"], "argument --wave: '-1'"),
         (["--parallel", "0"], "argument --parallel: '0': a whole number of at least 1"),
         (["--trial-s", "0"], "argument --trial-s: '0': seconds, more than 0"),
+        (["--trial-s", "5"], "argument --trial-s: '5': seconds from 10 to 3600"),
     ],
 )
 def test_bad_options_are_usage_errors(tmp_path, args, why):
@@ -218,7 +219,7 @@ def test_outcome_lines_and_the_summary():
     ]
     assert [o.line() for o in out] == [
         "a: committed 1.2.0 in 42 s",
-        "b: already running: 1.2.0",
+        "b: already running 1.2.0",
         "c: rolled back: service temp failed: ValueError",
         "d: failed: begin: a trial is running",
     ]
