@@ -1,0 +1,190 @@
+"""edgebus ota with real parts: two fleet devices (the real firmware on the
+MicroPython unix port, its loader as main.py) over a real mosquitto, the
+bridge as its own process under the [[acl]] the README gives a user who
+updates devices, and the `edgebus ota` command run as that user types it."""
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from dev.broker import Mosquitto
+from dev.harness.bridge import BridgeProcess
+from edgebus.tools import boards, build, devicefiles
+from edgebus.tools.fleet import Fleet, bridge_toml
+from tests.conftest import ROOT, wait_until
+
+pytestmark = [pytest.mark.micropython, pytest.mark.mosquitto]
+
+BRIDGE = '[bridge]\nnode = "gw"\nstate_dir = "%s"\nsocket = "%s"\nheartbeat = 1.0\n'
+# README's entry for a user who updates devices; bridge/status besides for the
+# harness's look at the links (BridgeProcess.link).
+ACL = """
+[[acl]]
+uid = %d
+read = ["dev/+/sys/#"]
+call = ["dev/+/sys/ota/#", "bridge/status"]
+""" % os.getuid()
+
+
+def release(tmp, version, name, old, new):
+    """`edgebus build`'s unix bundle of the runtime with firmware/<name>'s
+    ``old`` (a regular expression) replaced by ``new``: a release."""
+    src = os.path.join(str(tmp), "src-" + version, "firmware")
+    shutil.copytree(
+        devicefiles.FIRMWARE_DIR, src, ignore=shutil.ignore_patterns("__pycache__", "*.md")
+    )
+    path = os.path.join(src, name)
+    with open(path) as f:
+        text, n = re.subn(old, new, f.read(), count=1)
+    assert n == 1, "firmware/%s no longer holds %r" % (name, old)
+    with open(path, "w") as f:
+        f.write(text)
+    out = os.path.join(str(tmp), version)
+    build.build(
+        boards.load_board("unix"),
+        out,
+        [devicefiles.CORE_DIR, src],
+        bundle_version=version,
+        log=lambda s: None,
+    )
+    return out
+
+
+def ota(sock, *args):
+    """`edgebus ota ARGS` as a user runs it: CompletedProcess."""
+    return subprocess.run(
+        [sys.executable, "-m", "edgebus.tools.cli", "ota", *args],
+        cwd=ROOT,
+        env=dict(os.environ, EDGEBUS_SOCKET=sock),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def status(sock):
+    """{node: its retained sys/ota (None: no ota service)}, by `ota status --json`."""
+    r = ota(sock, "status", "--json")
+    return {row["node"]: row["ota"] for row in json.loads(r.stdout)} if r.returncode == 0 else {}
+
+
+def test_a_canary_that_rolls_back_halts_the_push_then_a_good_bundle_updates_the_fleet(tmp_path):
+    crash = release(
+        tmp_path, "crash", "services/temp.py", r"import asyncio\n", 'raise RuntimeError("boom")\n'
+    )
+    good = release(tmp_path, "9.9.9", "__init__.py", r'VERSION = "[^"]*"', 'VERSION = "9.9.9"')
+    with (
+        Mosquitto() as broker,
+        Fleet(tmp_path / "fleet", mqtt=2, broker=("127.0.0.1", broker.port)) as fleet,
+    ):
+        fleet.start()
+        toml = tmp_path / "bridge.toml"
+        toml.write_text(
+            BRIDGE % (tmp_path / "state", tmp_path / "bridge.sock")
+            + bridge_toml(fleet.bridge_config(("127.0.0.1", broker.port)))
+            + ACL
+        )
+        bridge = BridgeProcess(str(tmp_path), toml=toml).start().ready()
+        try:
+            sock = bridge.sock
+            one, two = [d["node"] for d in fleet.devices]
+            wait_until(lambda: all(status(sock).get(n) for n in (one, two)), 60)
+
+            # The canary (10% of two: one device, the first by name) rolls back
+            # with the device's reason; the push stops and the other is untouched.
+            r = ota(sock, "push", "--bundle", crash, "--to", "sim-*", "--yes", "--timeout", "10")
+            assert r.returncode == 1, r.stderr
+            out = r.stdout.splitlines()
+            assert "canary (1): %s" % one in out and "wave 2 (1): %s" % two in out
+            assert out[-2].startswith(one + ": rolled back: ") and "boom" in out[-2], out
+            assert out[-1] == "0 committed, 0 already running, 1 rolled back, 0 failed, " + (
+                "1 untouched (halted)"
+            )
+            assert "halted after the canary: 1 of 1 rolled back or failed" in r.stderr
+            st = status(sock)
+            assert st[one]["last_failure"]["version"] == "crash"
+            assert st[one]["running"]["hash"] is None  # the factory modules again
+            assert (st[two]["state"], st[two]["staged"], st[two]["last_failure"]) == (
+                "idle",
+                None,
+                None,
+            )
+
+            # One device stops answering before the push and comes back only once
+            # the bridge has lost it: the push waits for its route and goes on.
+            frozen = fleet.devices[0]["proc"]
+            frozen.send_signal(signal.SIGSTOP)
+            try:
+                p = subprocess.Popen(
+                    [sys.executable, "-m", "edgebus.tools.cli", "ota", "push"]
+                    + ["--bundle", good, "--to", "*", "--canary", "0", "--timeout", "3", "--yes"],
+                    cwd=ROOT,
+                    env=dict(os.environ, EDGEBUS_SOCKET=sock),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+                wait_until(lambda: (bridge.link(one) or {}).get("state") not in ("up", None), 30)
+            finally:
+                frozen.send_signal(signal.SIGCONT)
+            stdout, stderr = p.communicate(timeout=300)
+            assert p.returncode == 0, stdout + stderr
+            out = stdout.splitlines()
+            assert out[0].startswith("bundle 9.9.9 (") and out[1] == "wave 1 (2): %s, %s" % (
+                one,
+                two,
+            )
+            assert sorted(l.split(" in ")[0] for l in out[2:4]) == [
+                "%s: committed 9.9.9" % one,
+                "%s: committed 9.9.9" % two,
+            ]
+            assert out[4] == "2 committed, 0 already running, 0 rolled back, 0 failed"
+            st = status(sock)
+            with open(os.path.join(good, "ota.json"), "rb") as f:
+                h = hashlib.sha256(f.read()).hexdigest()
+            for n in (one, two):
+                assert st[n]["state"] == "committed" and st[n]["running"]["hash"] == h, st[n]
+            for d in fleet.devices:  # the slot's code runs: its version at READY
+                with open(d["log"]) as f:
+                    assert "READY node=%s fw=9.9.9" % d["node"] in f.read()
+
+            # Again: nothing to send.
+            r = ota(sock, "push", "--bundle", good, "--to", "sim-*", "--yes")
+            assert r.returncode == 0, r.stderr
+            assert r.stdout.splitlines()[-3:] == [
+                "%s: already running 9.9.9" % one,
+                "%s: already running 9.9.9" % two,
+                "0 committed, 2 already running, 0 rolled back, 0 failed",
+            ]
+
+            # A bundle for another board, and a pattern nothing matches.
+            other = tmp_path / "other"
+            shutil.copytree(good, other)
+            meta = json.loads((other / "ota.json").read_text())
+            (other / "ota.json").write_text(json.dumps(dict(meta, board="esp32")))
+            r = ota(sock, "push", "--bundle", str(other), "--to", "sim-*", "--yes")
+            assert r.returncode == 4 and r.stdout.splitlines() == [
+                "%s: skipped: board unix, the bundle is for esp32" % n for n in (one, two)
+            ], r.stdout
+            assert "no device of board esp32 matches 'sim-*'" in r.stderr
+            r = ota(sock, "push", "--bundle", good, "--to", "pump-*", "--yes")
+            assert r.returncode == 4 and "no device matches 'pump-*' (2 device(s)" in r.stderr
+
+            # Rollback: the device before the update ran the factory modules.
+            r = ota(sock, "rollback", two)
+            assert (r.returncode, r.stdout) == (
+                0,
+                "%s: rolling back to the factory modules (it reboots)\n" % two,
+            ), r.stderr
+            wait_until(lambda: (status(sock).get(two) or {}).get("state") == "idle", 60)
+            assert status(sock)[one]["running"]["hash"] == h
+        finally:
+            bridge.stop()
+            bridge.close()
