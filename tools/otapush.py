@@ -244,10 +244,13 @@ class Pusher:
     async def verdict(self, node: str, before: Any, note: str) -> tuple[str, str]:
         """COMMITTED or ROLLED_BACK (with the device's reason) as the device's
         retained sys/ota says; DeviceFailed when it says neither in time. A
-        last_failure for this bundle counts once the trial was seen or it is
-        not the one from before the switch."""
+        last_failure for this bundle counts once it is new: the trial was
+        seen, or the failure or the count of rollbacks differs from before
+        the switch (a bundle that failed before may crash again before its
+        trial's status ever leaves the device)."""
         h = self.bundle.hash
-        old = before.get("last_failure") if isinstance(before, dict) else None
+        b = before if isinstance(before, dict) else {}
+        old = (b.get("last_failure"), b.get("rollbacks"))
         seen = False
         wait = self.trial_s + MARGIN
         deadline = time.monotonic() + wait
@@ -260,7 +263,8 @@ class Pusher:
                 if run.get("hash") == h and st.get("state") == "committed":
                     return COMMITTED, self.bundle.version
                 seen = seen or h in (run.get("hash"), trial.get("hash"))
-                if isinstance(fail, dict) and fail.get("hash") == h and (seen or fail != old):
+                new = seen or (fail, st.get("rollbacks")) != old
+                if isinstance(fail, dict) and fail.get("hash") == h and new:
                     return ROLLED_BACK, str(fail.get("reason"))
             left = deadline - time.monotonic()
             if left <= 0:

@@ -117,6 +117,11 @@ def test_a_canary_that_rolls_back_halts_the_push_then_a_good_bundle_updates_the_
                 None,
             )
 
+            # The same bundle again: its new rollback is told from the old one.
+            r = ota(sock, "push", "--bundle", crash, "--to", one, "--yes", "--trial-s", "10")
+            assert r.returncode == 1 and "%s: rolled back: " % one in r.stdout, r.stdout + r.stderr
+            assert status(sock)[one]["rollbacks"] == 2
+
             # One device stops answering before the push and comes back only once
             # the bridge has lost it: the push waits for its route and goes on.
             frozen = fleet.devices[0]["proc"]
