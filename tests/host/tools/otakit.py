@@ -13,7 +13,11 @@ CHANGES = {
     # A service that raises when imported.
     "crash": ("services/temp.py", "import asyncio\n", 'raise RuntimeError("boom at import")\n'),
     # A service that blocks the event loop for good: only the watchdog gets it out.
-    "hang": ("services/temp.py", '    c = ctx.connect("temp")\n', "    while True:\n        pass\n"),
+    "hang": (
+        "services/temp.py",
+        '    c = ctx.connect("temp")\n',
+        "    while True:\n        pass\n",
+    ),
     # A release whose MQTT topics moved: the device never gets a session.
     "nosession": ("__init__.py", '"prefix": "edgebus"', '"prefix": "elsewhere"'),
 }
