@@ -14,6 +14,7 @@ import tomllib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from edgebus import topic
 from edgebus.bridge.keystore import KeyStore, KeyStoreError
 from edgebus.bridge.schema import SEALS, ConfigError, address, label, take  # noqa: F401 (SEALS, ConfigError: this module's API too)
 from edgebus.client.local import STATE_DIR
@@ -291,6 +292,25 @@ def _mqtt(d: Any, node: str, store: KeyStore, base_dir: str) -> Mqtt:
     return mq
 
 
+# A device's endpoints that change its code or its key: only the bridge calls
+# them (edgebus ota, edgebus keys rotate), never another device through a relay.
+PRIVATE_CALLS = ("sys/ota/op", "sys/key/set")
+
+
+def _relay_safe(patterns: list[str]) -> None:
+    """Refuse relay_calls that would let one device call another's PRIVATE_CALLS."""
+    for p in patterns:
+        pk = topic.pattern(p, "+", "#")[1]
+        node = pk[1] if len(pk) > 1 and isinstance(pk[1], str) else "x"
+        for c in PRIVATE_CALLS:
+            if topic.matches(pk, topic.key("dev/%s/%s" % (node, c))):
+                raise ConfigError(
+                    "[bridge] relay_calls: %r would let a device call another device's %s "
+                    "(its code or its key: only the bridge may); list the actions to relay, "
+                    "e.g. dev/+/sys/config/get" % (p, c)
+                )
+
+
 def parse(data: dict[str, Any], base_dir: str = ".") -> Config:
     """A Config from a parsed TOML document (a dict); paths resolved against base_dir."""
     top = data
@@ -298,6 +318,7 @@ def parse(data: dict[str, Any], base_dir: str = ".") -> Config:
     b = take(top.get("bridge", {}), "bridge", base_dir)
     _seal(b, "[bridge]")
     cfg = Config(**b)
+    _relay_safe(cfg.relay_calls)
     cfg.keys = _keys_dir(b, base_dir)
     cfg.state_dir = os.path.normpath(os.path.join(base_dir, cfg.state_dir))
     store = KeyStore(cfg.keys)

@@ -193,3 +193,26 @@ def test_reading_a_configuration_makes_nothing(tmp_path, toml):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bridge.toml"]
     bc.prepare(cfg)
     assert {"k", "l", "run", "edgebus-state"} & {p.name for p in tmp_path.iterdir()}
+
+
+@pytest.mark.parametrize(
+    "pattern, refused",
+    [
+        ("dev/+/sys/#", "sys/ota/op"),
+        ("#", "sys/ota/op"),
+        ("dev/kitchen/sys/ota/op", "sys/ota/op"),
+        ("dev/+/sys/key/+", "sys/key/set"),
+        ("dev/+/sys/config/get", None),
+        ("dev/+/sys/ota/status", None),
+    ],
+)
+def test_relay_calls_never_reach_a_devices_code_or_key(pattern, refused):
+    # A device must not be able to update or re-key another through the bridge's relay.
+    doc = {"bridge": {"relay_calls": [pattern]}}
+    if refused is None:
+        assert bc.parse(doc).relay_calls == [pattern]
+        return
+    with pytest.raises(bc.ConfigError) as e:
+        bc.parse(doc)
+    assert str(e.value).startswith("[bridge] relay_calls: %r" % pattern)
+    assert refused in str(e.value) and "only the bridge may" in str(e.value)
