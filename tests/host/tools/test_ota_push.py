@@ -6,7 +6,6 @@ updates devices, and the `edgebus ota` command run as that user types it."""
 import hashlib
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -16,9 +15,9 @@ import pytest
 
 from dev.broker import Mosquitto
 from dev.harness.bridge import BridgeProcess
-from edgebus.tools import boards, build, devicefiles
 from edgebus.tools.fleet import Fleet, bridge_toml
 from tests.conftest import ROOT, wait_until
+from tests.host.tools import otakit
 
 pytestmark = [pytest.mark.micropython, pytest.mark.mosquitto]
 
@@ -31,30 +30,6 @@ uid = %d
 read = ["dev/+/sys/#"]
 call = ["dev/+/sys/ota/#", "bridge/status"]
 """ % os.getuid()
-
-
-def release(tmp, version, name, old, new):
-    """`edgebus build`'s unix bundle of the runtime with firmware/<name>'s
-    ``old`` (a regular expression) replaced by ``new``: a release."""
-    src = os.path.join(str(tmp), "src-" + version, "firmware")
-    shutil.copytree(
-        devicefiles.FIRMWARE_DIR, src, ignore=shutil.ignore_patterns("__pycache__", "*.md")
-    )
-    path = os.path.join(src, name)
-    with open(path) as f:
-        text, n = re.subn(old, new, f.read(), count=1)
-    assert n == 1, "firmware/%s no longer holds %r" % (name, old)
-    with open(path, "w") as f:
-        f.write(text)
-    out = os.path.join(str(tmp), version)
-    build.build(
-        boards.load_board("unix"),
-        out,
-        [devicefiles.CORE_DIR, src],
-        bundle_version=version,
-        log=lambda s: None,
-    )
-    return out
 
 
 def ota(sock, *args):
@@ -76,10 +51,8 @@ def status(sock):
 
 
 def test_a_canary_that_rolls_back_halts_the_push_then_a_good_bundle_updates_the_fleet(tmp_path):
-    crash = release(
-        tmp_path, "crash", "services/temp.py", r"import asyncio\n", 'raise RuntimeError("boom")\n'
-    )
-    good = release(tmp_path, "9.9.9", "__init__.py", r'VERSION = "[^"]*"', 'VERSION = "9.9.9"')
+    crash = otakit.bundle(tmp_path, "crash")  # its temp service raises at import
+    good = otakit.bundle(tmp_path, "good", version="9.9.9")  # its VERSION is 9.9.9
     with (
         Mosquitto() as broker,
         Fleet(tmp_path / "fleet", mqtt=2, broker=("127.0.0.1", broker.port)) as fleet,
