@@ -27,6 +27,7 @@ import sys
 
 DIR = "ota"
 STATE = "state.json"
+WDT_MARK = "wdtsim.reset"  # firmware/wdtsim.py: the simulated watchdog's reset cause
 
 
 def _write(path, st):
@@ -44,6 +45,7 @@ def choose(base=""):
     """The bundle this boot runs: ({"slot", "version", "hash"} or None for the
     factory modules, the pointer or None). base: the config's directory."""
     path = base + DIR + "/" + STATE
+    wdt = _watchdog_reset(base)  # read at every boot: the mark is this boot's
     try:
         with open(path) as f:
             st = json.load(f)
@@ -53,11 +55,13 @@ def choose(base=""):
     if t:
         if st.get("boots"):
             # The trial boot ended without a commit: back to the good bundle.
+            why = "reset during its trial (%s)" % st.get("stage", "starting")
+            if wdt:
+                why = "hung: the watchdog reset it during its trial (%s)" % st.get("stage")
             st["failed"] = {
                 "version": t.get("version"),
                 "hash": t.get("hash"),
-                "reason": st.get("reason")
-                or "reset during its trial (%s)" % st.get("stage", "starting"),
+                "reason": st.get("reason") or why,
             }
             st["trial"] = None
             st["rollbacks"] = st.get("rollbacks", 0) + 1
@@ -68,6 +72,22 @@ def choose(base=""):
             st["stage"] = "starting"
         _write(path, st)
     return st.get("trial") or st.get("good"), st
+
+
+def _watchdog_reset(base):
+    """Did the watchdog reset the device? machine.reset_cause() on a board;
+    the simulator's mark (firmware/wdtsim.py) where there is none."""
+    try:
+        import machine
+
+        return machine.reset_cause() == machine.WDT_RESET
+    except (ImportError, AttributeError):
+        pass
+    try:
+        os.remove(base + WDT_MARK)
+        return True
+    except OSError:
+        return False
 
 
 def note(base, reason):

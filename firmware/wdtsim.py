@@ -1,12 +1,15 @@
 """A watchdog SIMULATOR for runtimes without machine.WDT (the unix port,
 CPython): the real class's API, WDT(timeout=ms) and feed(); when not fed for
 timeout ms it kills the process, as a board's watchdog resets the chip, and
-the supervisor (the fleet, systemd) starts it again. A thread watches, so a
-main loop that hangs is caught (the unix port runs threads without a GIL)."""
+the supervisor (the fleet, systemd) starts it again, and leaves the reset
+cause the loader reads. A thread watches, so a main loop that hangs is
+caught (the unix port runs threads without a GIL)."""
 
 import _thread
 import sys
 import time
+
+MARK = "wdtsim.reset"  # in the working directory, the device's root (firmware/loader.py)
 
 
 class WDT:
@@ -23,6 +26,13 @@ class WDT:
             time.sleep(0.5)
             if _age(self.fed) > self.timeout:
                 print("WDT (simulated): not fed for %d ms: the device is reset" % self.timeout)
+                try:
+                    # The reset cause a board's machine.reset_cause() gives,
+                    # for the loader (firmware/loader.py, WDT_MARK).
+                    with open(MARK, "w") as f:
+                        f.write("wdt\n")
+                except OSError:
+                    pass
                 _kill()
 
 

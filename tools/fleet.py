@@ -50,7 +50,8 @@ class Fleet:
     board.json is in their bundle). ``uplink``: more uplink config for every
     device (e.g. failover gateways); ``journal``: each device keeps a flash
     journal (``link.journal``) in its own directory; ``config``: any other
-    device config, merged over the defaults. Started devices are supervised:
+    device config, merged over the defaults; ``baud``: serial cables paced to
+    that line rate (8N1), else as fast as the ptys go. Started devices are supervised:
     one that exits (``sys/reboot`` exits with status 3) starts again, counted
     in ``restarts``, while the others run on."""
 
@@ -69,6 +70,7 @@ class Fleet:
         board: str = "unix",
         journal: bool = False,
         config: dict[str, Any] | None = None,
+        baud: int | None = None,
     ) -> None:
         if mqtt and broker is None:
             raise ValueError("MQTT devices need a broker (host, port)")
@@ -98,7 +100,7 @@ class Fleet:
                 "%s-%d" % (prefix, i + 1) if i < serial else "%s-mqtt-%d" % (prefix, i - serial + 1)
             )
             if i < serial:
-                cable = PtyCable()
+                cable = PtyCable(baud)
                 self.cables.append(cable)
                 uplink = {"kind": "uart", "port": cable.a, "baud": 115200}
                 d = {"node": node, "kind": "serial", "port": cable.b, "cable": cable}

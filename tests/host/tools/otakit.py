@@ -1,10 +1,29 @@
-"""Bundles for the update tests: the real runtime built by edgebus build, its
-firmware changed as a release might change it, good or bad."""
+"""What the update tests share: bundles (the real runtime built by edgebus
+build, its firmware changed as a release might change it, good or bad), the
+bridge under the [[acl]] the README gives a user who updates devices, and
+the `edgebus ota` command run as that user types it."""
 
+import json
 import os
 import shutil
+import struct
+import subprocess
+import sys
 
+from dev.harness.bridge import BridgeProcess
 from edgebus.tools import boards, build, devicefiles
+from edgebus.tools.fleet import bridge_toml
+from tests.conftest import ROOT
+
+BRIDGE = '[bridge]\nnode = "gw"\nstate_dir = "%s"\nsocket = "%s"\nheartbeat = 1.0\n'
+# README's entry for a user who updates devices; bridge/status besides for the
+# harness's look at the links (BridgeProcess.link).
+ACL = """
+[[acl]]
+uid = %d
+read = ["dev/+/sys/#"]
+call = ["dev/+/sys/ota/#", "bridge/status"]
+""" % os.getuid()
 
 # kind -> (file under firmware/, text, replacement): what the release changed.
 CHANGES = {
@@ -47,3 +66,130 @@ def bundle(tmp, kind, board="unix", version=None):
         log=lambda s: None,
     )
     return out
+
+
+def start_bridge(tmp, fleet, broker=None):
+    """The bridge for fleet (its MQTT devices on broker's port), as a process
+    with its socket and the ACL above; ready."""
+    toml = os.path.join(str(tmp), "bridge.toml")
+    with open(toml, "w") as f:
+        f.write(
+            BRIDGE % (os.path.join(str(tmp), "state"), os.path.join(str(tmp), "bridge.sock"))
+            + bridge_toml(fleet.bridge_config(("127.0.0.1", broker) if broker else None))
+            + ACL
+        )
+    return BridgeProcess(str(tmp), toml=toml).start().ready()
+
+
+def ota_args(*args):
+    return [sys.executable, "-m", "edgebus.tools.cli", "ota", *args]
+
+
+def ota_env(sock):
+    return dict(os.environ, EDGEBUS_SOCKET=sock)
+
+
+def ota(sock, *args):
+    """`edgebus ota ARGS` as a user runs it: CompletedProcess."""
+    return subprocess.run(
+        ota_args(*args), cwd=ROOT, env=ota_env(sock), capture_output=True, text=True, timeout=300
+    )
+
+
+def ota_bg(sock, *args):
+    """`edgebus ota ARGS` started in the background: a Popen (text pipes)."""
+    return subprocess.Popen(
+        ota_args(*args),
+        cwd=ROOT,
+        env=ota_env(sock),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def status(sock):
+    """{node: its retained sys/ota (None: no ota service)}, by `ota status --json`."""
+    r = ota(sock, "status", "--json")
+    return {row["node"]: row["ota"] for row in json.loads(r.stdout)} if r.returncode == 0 else {}
+
+
+def bundle_hash(d):
+    import hashlib
+
+    with open(os.path.join(d, "ota.json"), "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def manifest_bytes(d):
+    """The bundle's ota.json as sent (its SHA-256 is the bundle's hash)."""
+    with open(os.path.join(d, "ota.json"), "rb") as f:
+        return f.read()
+
+
+def manifest(d):
+    return json.loads(manifest_bytes(d))
+
+
+def file_bytes(d, path):
+    with open(os.path.join(d, path), "rb") as f:
+        return f.read()
+
+
+def sha256(data):
+    import hashlib
+
+    return hashlib.sha256(data).hexdigest()
+
+
+CHUNK = 768  # data bytes per chunk (docs/protocol.md, section 18)
+
+
+class Calls:
+    """A device's sys/ota/op called directly over the bridge's socket, as a
+    party holding the socket but not playing by edgebus ota's rules would."""
+
+    def __init__(self, sock, node):
+        self.sock = sock
+        self.topic = "dev/%s/sys/ota/op" % node
+        self.node = node
+
+    async def _call(self, payload):
+        import edgebus
+        from edgebus.tools.busclient import Session
+
+        async with Session(self.sock) as s:
+            try:
+                return "ok", await s.conn.call(self.topic, payload, timeout=10)
+            except edgebus.Failed as e:
+                return "failed", e.reason
+
+    def call(self, payload):
+        """("ok", reply) or ("failed", the device's reason)."""
+        import asyncio
+
+        return asyncio.run(self._call(payload))
+
+    def put(self, index, offset, data):
+        """data from offset on, in chunks a call carries: the first refusal,
+        else the last reply."""
+        for i in range(0, len(data), CHUNK):
+            r = self.call(struct.pack(">HI", index, offset + i) + data[i : i + CHUNK])
+            if r[0] != "ok":
+                return r
+        return r
+
+    def health(self):
+        """The device's next sys/health."""
+        import asyncio
+
+        from edgebus.tools.busclient import Session
+
+        topic = "dev/%s/sys/health" % self.node
+
+        async def one():
+            async with Session(self.sock, imports=[(topic, "")]) as s:
+                sub = s.conn.subscribe(topic)
+                return (await asyncio.wait_for(sub.recv(), 30)).payload
+
+        return asyncio.run(one())

@@ -3,51 +3,19 @@ MicroPython unix port, its loader as main.py) over a real mosquitto, the
 bridge as its own process under the [[acl]] the README gives a user who
 updates devices, and the `edgebus ota` command run as that user types it."""
 
-import hashlib
 import json
-import os
 import shutil
 import signal
-import subprocess
-import sys
 
 import pytest
 
 from dev.broker import Mosquitto
-from dev.harness.bridge import BridgeProcess
-from edgebus.tools.fleet import Fleet, bridge_toml
-from tests.conftest import ROOT, wait_until
+from edgebus.tools.fleet import Fleet
+from tests.conftest import wait_until
 from tests.host.tools import otakit
+from tests.host.tools.otakit import ota, ota_bg, status
 
 pytestmark = [pytest.mark.micropython, pytest.mark.mosquitto]
-
-BRIDGE = '[bridge]\nnode = "gw"\nstate_dir = "%s"\nsocket = "%s"\nheartbeat = 1.0\n'
-# README's entry for a user who updates devices; bridge/status besides for the
-# harness's look at the links (BridgeProcess.link).
-ACL = """
-[[acl]]
-uid = %d
-read = ["dev/+/sys/#"]
-call = ["dev/+/sys/ota/#", "bridge/status"]
-""" % os.getuid()
-
-
-def ota(sock, *args):
-    """`edgebus ota ARGS` as a user runs it: CompletedProcess."""
-    return subprocess.run(
-        [sys.executable, "-m", "edgebus.tools.cli", "ota", *args],
-        cwd=ROOT,
-        env=dict(os.environ, EDGEBUS_SOCKET=sock),
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-
-
-def status(sock):
-    """{node: its retained sys/ota (None: no ota service)}, by `ota status --json`."""
-    r = ota(sock, "status", "--json")
-    return {row["node"]: row["ota"] for row in json.loads(r.stdout)} if r.returncode == 0 else {}
 
 
 def test_a_canary_that_rolls_back_halts_the_push_then_a_good_bundle_updates_the_fleet(tmp_path):
@@ -58,13 +26,7 @@ def test_a_canary_that_rolls_back_halts_the_push_then_a_good_bundle_updates_the_
         Fleet(tmp_path / "fleet", mqtt=2, broker=("127.0.0.1", broker.port)) as fleet,
     ):
         fleet.start()
-        toml = tmp_path / "bridge.toml"
-        toml.write_text(
-            BRIDGE % (tmp_path / "state", tmp_path / "bridge.sock")
-            + bridge_toml(fleet.bridge_config(("127.0.0.1", broker.port)))
-            + ACL
-        )
-        bridge = BridgeProcess(str(tmp_path), toml=toml).start().ready()
+        bridge = otakit.start_bridge(tmp_path, fleet, broker.port)
         try:
             sock = bridge.sock
             one, two = [d["node"] for d in fleet.devices]
@@ -100,14 +62,10 @@ def test_a_canary_that_rolls_back_halts_the_push_then_a_good_bundle_updates_the_
             frozen = fleet.devices[0]["proc"]
             frozen.send_signal(signal.SIGSTOP)
             try:
-                p = subprocess.Popen(
-                    [sys.executable, "-m", "edgebus.tools.cli", "ota", "push"]
-                    + ["--bundle", good, "--to", "*", "--canary", "0", "--timeout", "3", "--yes"],
-                    cwd=ROOT,
-                    env=dict(os.environ, EDGEBUS_SOCKET=sock),
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    text=True,
+                p = ota_bg(
+                    sock,
+                    *("push", "--bundle", good, "--to", "*", "--canary", "0", "--timeout", "3"),
+                    "--yes",
                 )
                 wait_until(lambda: (bridge.link(one) or {}).get("state") not in ("up", None), 30)
             finally:
@@ -125,8 +83,7 @@ def test_a_canary_that_rolls_back_halts_the_push_then_a_good_bundle_updates_the_
             ]
             assert out[4] == "2 committed, 0 already running, 0 rolled back, 0 failed"
             st = status(sock)
-            with open(os.path.join(good, "ota.json"), "rb") as f:
-                h = hashlib.sha256(f.read()).hexdigest()
+            h = otakit.bundle_hash(good)
             for n in (one, two):
                 assert st[n]["state"] == "committed" and st[n]["running"]["hash"] == h, st[n]
             for d in fleet.devices:  # the slot's code runs: its version at READY
