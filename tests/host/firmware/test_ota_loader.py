@@ -123,3 +123,13 @@ def test_a_damaged_pointer_runs_the_factory_modules(tmp_path, runtime):
     (d / "ota").mkdir(exist_ok=True)
     (d / "ota" / "state.json").write_text('{"good": {"slot": "a"')  # cut short
     assert boot(d, runtime) == ("factory", 0, None)
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_a_trial_the_watchdog_reset_is_reported_hung(tmp_path, runtime):
+    ptr = {"good": bundle("a", "v2"), "trial": bundle("b", "v3"), "boots": 1, "stage": "session"}
+    d = device(tmp_path, ["a", "b"], ptr)
+    (d / "wdtsim.reset").write_text("wdt\n")  # the simulated watchdog's reset cause
+    ran, _code, after = boot(d, runtime)
+    assert ran == "a" and not (d / "wdtsim.reset").exists()
+    assert after["failed"]["reason"] == "hung: the watchdog reset it during its trial (session)"
