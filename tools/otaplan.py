@@ -223,23 +223,32 @@ def runs(status: Any, h: str) -> bool:
 
 class Outcome:
     """One device's result: ``kind`` (COMMITTED, ALREADY, ROLLED_BACK,
-    FAILED), ``detail`` (the version, or the reason), ``seconds``."""
+    FAILED), ``detail`` (the version, or the reason), ``seconds`` to the
+    verdict, ``sent_s`` of them the transfer (None: none was made)."""
 
-    def __init__(self, node: str, kind: str, detail: str, seconds: float = 0.0) -> None:
+    def __init__(
+        self,
+        node: str,
+        kind: str,
+        detail: str,
+        seconds: float = 0.0,
+        sent_s: float | None = None,
+    ) -> None:
         self.node, self.kind, self.detail, self.seconds = node, kind, detail, seconds
+        self.sent_s = sent_s
 
     def ok(self) -> bool:
         return self.kind in (COMMITTED, ALREADY)
 
     def line(self) -> str:
         if self.kind == COMMITTED:
-            return "%s: committed %s in %d s" % (self.node, self.detail, round(self.seconds))
+            line = "%s: committed %s in %d s" % (self.node, self.detail, round(self.seconds))
+            if self.sent_s is not None:
+                line += " (sent in %.1f s)" % self.sent_s
+            return line
         if self.kind == ALREADY:
             return "%s: already running %s" % (self.node, self.detail)
         return "%s: %s: %s" % (self.node, self.kind, self.detail)
-
-    def json(self) -> dict[str, Any]:
-        return {"node": self.node, "outcome": self.kind, "detail": self.detail}
 
 
 def summary(outcomes: list[Outcome], untouched: int, skipped: int) -> str:

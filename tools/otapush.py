@@ -123,6 +123,7 @@ class Pusher:
     async def push(self, node: str, track: _Track) -> Outcome:
         """The whole update of one device, to its verdict."""
         t0 = time.monotonic()
+        sent = None
         try:
             if not isinstance(self.status(node), dict):
                 raise DeviceFailed(
@@ -130,13 +131,14 @@ class Pusher:
                     "updates over the bus" % node
                 )
             await self.transfer(node, track)
+            sent = time.monotonic() - t0
             before = self.status(node)
             note = await self.switch(node)
             kind, detail = await self.verdict(node, before, note)
         except DeviceFailed as e:
             kind, detail = FAILED, str(e)
         track.to(self.bundle.total)  # the bar reaches its end whatever the outcome
-        return Outcome(node, kind, detail, time.monotonic() - t0)
+        return Outcome(node, kind, detail, time.monotonic() - t0, sent)
 
     async def call(self, node: str, payload: Any) -> Any:
         """The reply of the device's ``sys/ota/op`` to an operation (a dict)

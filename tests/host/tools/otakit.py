@@ -1,29 +1,13 @@
-"""What the update tests share: bundles (the real runtime built by edgebus
-build, its firmware changed as a release might change it, good or bad), the
-bridge under the [[acl]] the README gives a user who updates devices, and
-the `edgebus ota` command run as that user types it."""
+"""What the update tests share beside dev/harness/ota.py: bundles (the real
+runtime built by edgebus build, its firmware changed as a release might
+change it, good or bad) and a device's sys/ota/op called directly."""
 
 import json
 import os
 import shutil
 import struct
-import subprocess
-import sys
 
-from dev.harness.bridge import BridgeProcess
 from edgebus.tools import boards, build, devicefiles
-from edgebus.tools.fleet import bridge_toml
-from tests.conftest import ROOT
-
-BRIDGE = '[bridge]\nnode = "gw"\nstate_dir = "%s"\nsocket = "%s"\nheartbeat = 1.0\n'
-# README's entry for a user who updates devices; bridge/status besides for the
-# harness's look at the links (BridgeProcess.link).
-ACL = """
-[[acl]]
-uid = %d
-read = ["dev/+/sys/#"]
-call = ["dev/+/sys/ota/#", "bridge/status"]
-""" % os.getuid()
 
 # kind -> (file under firmware/, text, replacement): what the release changed.
 CHANGES = {
@@ -66,59 +50,6 @@ def bundle(tmp, kind, board="unix", version=None):
         log=lambda s: None,
     )
     return out
-
-
-def start_bridge(tmp, fleet, broker=None):
-    """The bridge for fleet (its MQTT devices on broker's port), as a process
-    with its socket and the ACL above; ready."""
-    toml = os.path.join(str(tmp), "bridge.toml")
-    with open(toml, "w") as f:
-        f.write(
-            BRIDGE % (os.path.join(str(tmp), "state"), os.path.join(str(tmp), "bridge.sock"))
-            + bridge_toml(fleet.bridge_config(("127.0.0.1", broker) if broker else None))
-            + ACL
-        )
-    return BridgeProcess(str(tmp), toml=toml).start().ready()
-
-
-def ota_args(*args):
-    return [sys.executable, "-m", "edgebus.tools.cli", "ota", *args]
-
-
-def ota_env(sock):
-    return dict(os.environ, EDGEBUS_SOCKET=sock)
-
-
-def ota(sock, *args):
-    """`edgebus ota ARGS` as a user runs it: CompletedProcess."""
-    return subprocess.run(
-        ota_args(*args), cwd=ROOT, env=ota_env(sock), capture_output=True, text=True, timeout=300
-    )
-
-
-def ota_bg(sock, *args):
-    """`edgebus ota ARGS` started in the background: a Popen (text pipes)."""
-    return subprocess.Popen(
-        ota_args(*args),
-        cwd=ROOT,
-        env=ota_env(sock),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def status(sock):
-    """{node: its retained sys/ota (None: no ota service)}, by `ota status --json`."""
-    r = ota(sock, "status", "--json")
-    return {row["node"]: row["ota"] for row in json.loads(r.stdout)} if r.returncode == 0 else {}
-
-
-def bundle_hash(d):
-    import hashlib
-
-    with open(os.path.join(d, "ota.json"), "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
 
 
 def manifest_bytes(d):

@@ -10,10 +10,10 @@ import time
 import pytest
 
 from dev.broker import Mosquitto
+from dev.harness.ota import bundle_hash, ota_bg, start_bridge, status
 from edgebus.tools.fleet import Fleet
 from tests.conftest import wait_until
 from tests.host.tools import otakit
-from tests.host.tools.otakit import ota_bg, status
 
 pytestmark = [pytest.mark.micropython]
 
@@ -47,7 +47,7 @@ def test_a_hang_no_session_and_a_power_cut_on_trial_each_roll_back_with_why(tmp_
         ) as fleet,
     ):
         fleet.start()
-        bridge = otakit.start_bridge(tmp_path, fleet, broker.port)
+        bridge = start_bridge(tmp_path, fleet, broker.port)
         try:
             sock = bridge.sock
             a, b, c = [d["node"] for d in fleet.devices]
@@ -85,7 +85,7 @@ def test_a_serial_device_cut_off_mid_transfer_resumes_where_its_flash_left_off(t
     good = otakit.bundle(tmp_path, "good", version="9.9.9")
     with Fleet(tmp_path / "fleet", serial=1, baud=115200) as fleet:
         fleet.start()
-        bridge = otakit.start_bridge(tmp_path, fleet)
+        bridge = start_bridge(tmp_path, fleet)
         try:
             sock = bridge.sock
             node = fleet.devices[0]["node"]
@@ -103,7 +103,7 @@ def test_a_serial_device_cut_off_mid_transfer_resumes_where_its_flash_left_off(t
             code, out, err = push_lines(p)
             assert code == 0 and out[-2].startswith(node + ": committed 9.9.9"), out + [err]
             st = status(sock)[node]
-            assert st["state"] == "committed" and st["running"]["hash"] == otakit.bundle_hash(good)
+            assert st["state"] == "committed" and st["running"]["hash"] == bundle_hash(good)
             # Resumed, not started over: what crossed the line is the bundle
             # once and its framing, not the half before the cut a second time.
             sent = cable.bytes["b_to_a"] - sent0
@@ -117,7 +117,7 @@ def test_a_serial_device_cut_off_mid_transfer_resumes_where_its_flash_left_off(t
 def test_chunks_altered_on_the_way_and_bad_manifests_are_refused(tmp_path):
     good = otakit.bundle(tmp_path, "good")
     man = otakit.manifest_bytes(good)
-    h = otakit.bundle_hash(good)
+    h = bundle_hash(good)
     first = otakit.manifest(good)["files"][0]
     data = otakit.file_bytes(good, first[0])
     with (
@@ -125,7 +125,7 @@ def test_chunks_altered_on_the_way_and_bad_manifests_are_refused(tmp_path):
         Fleet(tmp_path / "fleet", mqtt=1, broker=("127.0.0.1", broker.port)) as fleet,
     ):
         fleet.start()
-        bridge = otakit.start_bridge(tmp_path, fleet, broker.port)
+        bridge = start_bridge(tmp_path, fleet, broker.port)
         try:
             node = fleet.devices[0]["node"]
             wait_until(lambda: status(bridge.sock).get(node), 60)

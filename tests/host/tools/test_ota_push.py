@@ -10,10 +10,10 @@ import signal
 import pytest
 
 from dev.broker import Mosquitto
+from dev.harness.ota import bundle_hash, ota, ota_bg, start_bridge, status
 from edgebus.tools.fleet import Fleet
 from tests.conftest import wait_until
 from tests.host.tools import otakit
-from tests.host.tools.otakit import ota, ota_bg, status
 
 pytestmark = [pytest.mark.micropython, pytest.mark.mosquitto]
 
@@ -26,7 +26,7 @@ def test_a_canary_that_rolls_back_halts_the_push_then_a_good_bundle_updates_the_
         Fleet(tmp_path / "fleet", mqtt=2, broker=("127.0.0.1", broker.port)) as fleet,
     ):
         fleet.start()
-        bridge = otakit.start_bridge(tmp_path, fleet, broker.port)
+        bridge = start_bridge(tmp_path, fleet, broker.port)
         try:
             sock = bridge.sock
             one, two = [d["node"] for d in fleet.devices]
@@ -83,7 +83,7 @@ def test_a_canary_that_rolls_back_halts_the_push_then_a_good_bundle_updates_the_
             ]
             assert out[4] == "2 committed, 0 already running, 0 rolled back, 0 failed"
             st = status(sock)
-            h = otakit.bundle_hash(good)
+            h = bundle_hash(good)
             for n in (one, two):
                 assert st[n]["state"] == "committed" and st[n]["running"]["hash"] == h, st[n]
             for d in fleet.devices:  # the slot's code runs: its version at READY

@@ -1,0 +1,77 @@
+"""edgebus ota as a user runs it, with the bridge it goes through: the
+bridge as a process under the [[acl]] the README gives a user who updates
+devices, the command run under that user's environment, the devices'
+retained sys/ota read back (tests/host/tools, dev/bench/ota_bench.py)."""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+from dev.harness.bridge import BridgeProcess
+from edgebus.tools.fleet import bridge_toml
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+BRIDGE = '[bridge]\nnode = "gw"\nstate_dir = "%s"\nsocket = "%s"\nheartbeat = 1.0\n'
+# README's entry for a user who updates devices; bridge/status besides for the
+# harness's look at the links (BridgeProcess.link).
+ACL = """
+[[acl]]
+uid = %d
+read = ["dev/+/sys/#"]
+call = ["dev/+/sys/ota/#", "bridge/status"]
+""" % os.getuid()
+
+
+def start_bridge(tmp, fleet, broker=None):
+    """The bridge for fleet (its MQTT devices on broker's port), as a process
+    with its socket and the ACL above; ready."""
+    toml = os.path.join(str(tmp), "bridge.toml")
+    with open(toml, "w") as f:
+        f.write(
+            BRIDGE % (os.path.join(str(tmp), "state"), os.path.join(str(tmp), "bridge.sock"))
+            + bridge_toml(fleet.bridge_config(("127.0.0.1", broker) if broker else None))
+            + ACL
+        )
+    return BridgeProcess(str(tmp), toml=toml).start().ready()
+
+
+def ota_args(*args):
+    return [sys.executable, "-m", "edgebus.tools.cli", "ota", *args]
+
+
+def ota_env(sock):
+    return dict(os.environ, EDGEBUS_SOCKET=sock)
+
+
+def ota(sock, *args):
+    """`edgebus ota ARGS` as a user runs it: CompletedProcess."""
+    return subprocess.run(
+        ota_args(*args), cwd=ROOT, env=ota_env(sock), capture_output=True, text=True, timeout=300
+    )
+
+
+def ota_bg(sock, *args):
+    """`edgebus ota ARGS` started in the background: a Popen (text pipes)."""
+    return subprocess.Popen(
+        ota_args(*args),
+        cwd=ROOT,
+        env=ota_env(sock),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def status(sock):
+    """{node: its retained sys/ota (None: no ota service)}, by `ota status --json`."""
+    r = ota(sock, "status", "--json")
+    return {row["node"]: row["ota"] for row in json.loads(r.stdout)} if r.returncode == 0 else {}
+
+
+def bundle_hash(d):
+    """A bundle's hash: the SHA-256 of its ota.json."""
+    with open(os.path.join(d, "ota.json"), "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
