@@ -6,7 +6,8 @@ The results (benchmarks.json and the plots) go to dev/bench/results/ and the
 report to BENCHMARKS.md at the repository root, linking the plots there.
 --smoke runs each benchmark briefly (CI keeps the suite working with it) and
 writes everything to out/bench-smoke/ instead; --out DIR writes everything to
-DIR. --only runs some parts (core, mpy, link, bridge, log, fleet, spark, swarm)
+DIR. --only runs some parts (core, mpy, link, bridge, log, fleet, spark, swarm,
+ota)
 and keeps the other figures from the benchmarks.json already there. --baseline
 REF[,REF...]: the parts that take one (swarm) also measure these commits' code
 (--baseline-only: only it, e.g. while this checkout holds unfinished edits).
@@ -31,6 +32,7 @@ from dev.bench import (
     fleet_bench,
     link_bench,
     log_bench,
+    ota_bench,
     report,
     spark_bench,
     swarm_bench,
@@ -69,6 +71,11 @@ PARTS = {
         "bridge: a swarm of CPython devices through a broker outage, steady, and a start-up storm",
         "swarm",
         swarm_bench.run,
+    ),
+    "ota": (
+        "updates over the bus: a device over a 115,200-baud pty and over MQTT, a fleet, the board",
+        "ota",
+        ota_bench.run,
     ),
 }
 

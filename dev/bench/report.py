@@ -19,6 +19,7 @@ SECTIONS = (
     ("spark", "5"),
     ("log", "6"),
     ("swarm", "8"),
+    ("ota", "9"),
 )
 
 
@@ -758,6 +759,59 @@ def _swarm_section(sw):
     )
 
 
+def _ota_section(o):
+    """Section 9: updates over the bus (dev/bench/ota_bench.py)."""
+    if not o:
+        return []
+    one, fl, bd = o["mqtt_one"], o["mqtt_fleet"], o.get("board") or {}
+    if "error" in bd or not bd:
+        board = "not measured in this run (%s)" % bd.get("error", "no result")
+    else:
+        board = _t(
+            "ota_board",
+            heap=_n(bd["heap"]),
+            ready=_n(bd["ready_alloc"]),
+            peak=_n(bd["peak_alloc"]),
+            extra=_n(bd["peak_alloc"] - bd["ready_alloc"]),
+            seconds=_f(bd["seconds"]),
+            limit=_f(bd["bundle_bytes"] * 10 / o["baud"]),
+            bytes=_n(bd["bundle_bytes"]),
+            committed="committed" if bd.get("committed") else "did not commit",
+            smallest=(
+                "%s KB" % bd["smallest_heap_kb"] if bd.get("smallest_heap_kb") else "not sought"
+            ),
+        )
+        board = _block(board)
+    se = o.get("serial")
+    serial = (
+        _t(
+            "ota_serial",
+            baud=_n(o["baud"]),
+            sent=_f(se["sent_s"]),
+            wall=_f(se["wall_s"]),
+            limit=_f(se["limit_s"]),
+            wire=_n(se["wire_bytes"]),
+            wire_limit=_f(se["wire_limit_s"]),
+            ratio=_f(se["sent_s"] / se["limit_s"]),
+        )
+        if se
+        else ["The serial line is not measured in a smoke run."]
+    )
+    return _t(
+        "ota",
+        bytes=_n(o["bundle_bytes"]),
+        files=o["files"],
+        one_sent=_f(one["sent_s"]),
+        one_wall=_f(one["wall_s"]),
+        n=o["fleet"],
+        fleet_wall=_f(fl["wall_s"]),
+        fleet_sent=_f(fl["sent_max_s"]),
+        fleet_median=_f(fl["sent_median_s"]),
+        serial=_block(serial),
+        board=board,
+    )
+
+
 def markdown(res, out, md_dir=None):
     """BENCHMARKS.md for results res; plots go to out, linked relative to md_dir
     (the markdown's directory; default out). Section 7 is templates/board32.md as
@@ -775,6 +829,7 @@ def markdown(res, out, md_dir=None):
         _log_section(res),
         _t("board32"),
         _swarm_section(res.get("swarm")),
+        _ota_section(res.get("ota")),
     ]
     text = "\n\n".join("\n".join(b) for b in blocks if b)
     return re.sub(r"\n{3,}", "\n\n", text).strip("\n") + "\n"

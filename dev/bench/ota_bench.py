@@ -1,0 +1,106 @@
+"""Updates over the bus (BENCHMARKS.md section 9): `edgebus ota push` of the
+full runtime's bundle (edgebus build --board unix) to fleet devices (the real
+firmware on the MicroPython unix port) through the bridge: one device over a
+115,200-baud pty beside the line's physical limit for the same bytes, one
+over MQTT, and a fleet over MQTT in one wave; and the emulated 32-bit
+board's heap during an update over its UART (dev/qemuheap.ota_update)."""
+
+import json
+import os
+import re
+import shutil
+import tempfile
+import time
+
+from dev.broker import Mosquitto
+from dev.harness.ota import ota, start_bridge, status
+from dev.harness.poll import wait_until
+from edgebus.tools import boards, build
+from edgebus.tools.fleet import Fleet
+
+BAUD = 115200
+LINE = re.compile(r"^(\S+): committed \S+ in \d+ s \(sent in ([\d.]+) s\)$")
+
+
+def _bundle(tmp):
+    out = os.path.join(tmp, "bundle")
+    build.build(boards.load_board("unix"), out, bundle_version="bench", log=lambda s: None)
+    with open(os.path.join(out, "ota.json")) as f:
+        m = json.load(f)
+    return out, sum(f[1] for f in m["files"]), len(m["files"])
+
+
+def _push(tmp, fleet, bundle, broker=None, parallel=1):
+    """Push bundle to every device of the started fleet: (wall seconds from
+    the command's start to its end, {node: transfer seconds})."""
+    bridge = start_bridge(tmp, fleet, broker)
+    try:
+        nodes = [d["node"] for d in fleet.devices]
+        wait_until(lambda: all(status(bridge.sock).get(n) for n in nodes), 120)
+        t0 = time.monotonic()
+        r = ota(
+            bridge.sock,
+            *("push", "--bundle", bundle, "--to", "*", "--yes", "--canary", "0"),
+            *("--parallel", str(parallel), "--trial-s", "60"),
+        )
+        wall = time.monotonic() - t0
+        sent = {m.group(1): float(m.group(2)) for m in map(LINE.match, r.stdout.splitlines()) if m}
+        if r.returncode != 0 or len(sent) != len(nodes):
+            raise RuntimeError("edgebus ota push failed:\n%s\n%s" % (r.stdout, r.stderr))
+        return wall, sent
+    finally:
+        bridge.stop()
+        bridge.close()
+
+
+def _serial(tmp, bundle):
+    with Fleet(os.path.join(tmp, "fleet"), serial=1, baud=BAUD) as fleet:
+        fleet.start()
+        cable = fleet.cables[0]
+        b0 = cable.bytes["b_to_a"]
+        wall, sent = _push(tmp, fleet, bundle)
+        return wall, list(sent.values())[0], cable.bytes["b_to_a"] - b0
+
+
+def _mqtt(tmp, bundle, n):
+    with Mosquitto() as broker:
+        with Fleet(os.path.join(tmp, "fleet"), mqtt=n, broker=("127.0.0.1", broker.port)) as fleet:
+            fleet.start()
+            return _push(tmp, fleet, bundle, broker.port, parallel=n)
+
+
+def _board():
+    """The emulated board's figures, or None with why (no qemu here)."""
+    try:
+        from dev import qemuheap
+
+        return qemuheap.ota_update("64K")
+    except Exception as e:  # the part's other figures stand without it
+        return {"error": "%s: %s" % (type(e).__name__, e)}
+
+
+def run(smoke=False):
+    n = 2 if smoke else 20
+    res = {"baud": BAUD, "fleet": n}
+    tmp = tempfile.mkdtemp(prefix="edgebus-ota-bench-")
+    try:
+        bundle, size, files = _bundle(tmp)
+        res.update(bundle_bytes=size, files=files)
+        if not smoke:  # the smoke run keeps CI short: the tests cover the serial path
+            wall, sent, wire = _serial(os.path.join(tmp, "serial"), bundle)
+            res["serial"] = {
+                "wall_s": wall,
+                "sent_s": sent,
+                "wire_bytes": wire,
+                "limit_s": size * 10 / BAUD,  # 8N1: 10 bits a byte
+                "wire_limit_s": wire * 10 / BAUD,
+            }
+        wall, sent = _mqtt(os.path.join(tmp, "mqtt1"), bundle, 1)
+        res["mqtt_one"] = {"wall_s": wall, "sent_s": list(sent.values())[0]}
+        wall, sent = _mqtt(os.path.join(tmp, "mqttn"), bundle, n)
+        v = sorted(sent.values())
+        res["mqtt_fleet"] = {"wall_s": wall, "sent_max_s": v[-1], "sent_median_s": v[len(v) // 2]}
+        res["board"] = {"error": "not in a smoke run"} if smoke else _board()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return res
