@@ -87,8 +87,8 @@ def test_a_site_host_reads_and_calls_a_device_through_its_gateway(tmp_path):
             # Only what the gateway exports (dev/+/sys/#) is routed, with its path.
             offered = routes.table(site.bus)["routes"]
             assert sorted(offered) == sorted(k for k in site.bus.endpoints() if k[0] == "dev")
-            # sys/config/get and set, sys/key/set, sys/reboot
-            assert len(offered) == 4 and offered[get].offers[0][2] == [node, "gw"]
+            # sys/config/get and set, sys/key/set, sys/reboot, sys/ota/op
+            assert len(offered) == 5 and offered[get].offers[0][2] == [node, "gw"]
             # The gateway stops: the route goes at the site; it comes back with it.
             gw.stop()
             await gt

@@ -3,6 +3,7 @@ MicroPython unix port, its loader as main.py) over a real mosquitto, the
 bridge as its own process under the [[acl]] the README gives a user who
 updates devices, and the `edgebus ota` command run as that user types it."""
 
+import asyncio
 import json
 import shutil
 import signal
@@ -10,14 +11,16 @@ import signal
 import pytest
 
 from dev.broker import Mosquitto
-from dev.harness.ota import bundle_hash, ota, ota_bg, start_bridge, status
+from dev.harness.ota import bundle_hash, ota, ota_args, ota_bg, ota_env, start_bridge, status
+from edgebus.bridge.daemon import Bridge
 from edgebus.tools.fleet import Fleet
-from tests.conftest import wait_until
+from tests.conftest import until, wait_until
 from tests.host.tools import otakit
 
-pytestmark = [pytest.mark.micropython, pytest.mark.mosquitto]
+pytestmark = [pytest.mark.micropython]
 
 
+@pytest.mark.mosquitto
 def test_a_canary_that_rolls_back_halts_the_push_then_a_good_bundle_updates_the_fleet(tmp_path):
     crash = otakit.bundle(tmp_path, "crash")  # its temp service raises at import
     good = otakit.bundle(tmp_path, "good", version="9.9.9")  # its VERSION is 9.9.9
@@ -123,3 +126,44 @@ def test_a_canary_that_rolls_back_halts_the_push_then_a_good_bundle_updates_the_
         finally:
             bridge.stop()
             bridge.close()
+
+
+def test_a_device_behind_a_gateway_is_updated_from_the_site(tmp_path):
+    # The site's bridge reaches the device's sys/ota/op through the gateway's
+    # [[peer]] link (export_calls dev/+/sys/#), as the example configuration has it.
+    from tests.host.bridge.test_peers import free_port, gateway_config, site_config
+
+    good = otakit.bundle(tmp_path, "good", version="9.9.9")
+    port = free_port()
+    sock = str(tmp_path / "site.sock")
+    with Fleet(tmp_path / "fleet", serial=1) as fleet:
+        fleet.start()
+        node = fleet.devices[0]["node"]
+        site_cfg = site_config(tmp_path, port)
+        site_cfg.socket = sock
+
+        async def main():
+            site = Bridge(site_cfg)
+            st = asyncio.create_task(site.run())
+            gw = Bridge(gateway_config(tmp_path, port, fleet))
+            gt = asyncio.create_task(gw.run())
+            try:
+                await until(lambda: ("dev", node, "sys", "ota", "op") in site.bus.endpoints(), 30)
+                p = await asyncio.create_subprocess_exec(
+                    *ota_args("push", "--bundle", good, "--to", node, "--yes"),
+                    env=ota_env(sock),
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE,
+                )
+                out, err = await asyncio.wait_for(p.communicate(), 240)
+                return p.returncode, out.decode(), err.decode()
+            finally:
+                gw.stop()
+                site.stop()
+                await gt
+                await st
+
+        code, out, err = asyncio.run(main())
+        assert code == 0 and "%s: committed 9.9.9" % node in out, out + err
+        with open(fleet.devices[0]["log"]) as f:
+            assert "READY node=%s fw=9.9.9" % node in f.read()
