@@ -12,9 +12,7 @@ import shutil
 import tempfile
 import time
 
-from dev.broker import Mosquitto
-from dev.harness.ota import ota, start_bridge, status
-from dev.harness.poll import wait_until
+from dev.harness.ota import mqtt_fleet, ota, ready_bridge
 from edgebus.tools import boards, build
 from edgebus.tools.fleet import Fleet
 
@@ -30,43 +28,35 @@ def _bundle(tmp):
     return out, sum(f[1] for f in m["files"]), len(m["files"])
 
 
-def _push(tmp, fleet, bundle, broker=None, parallel=1):
-    """Push bundle to every device of the started fleet: (wall seconds from
-    the command's start to its end, {node: transfer seconds})."""
-    bridge = start_bridge(tmp, fleet, broker)
-    try:
-        nodes = [d["node"] for d in fleet.devices]
-        wait_until(lambda: all(status(bridge.sock).get(n) for n in nodes), 120)
-        t0 = time.monotonic()
-        r = ota(
-            bridge.sock,
-            *("push", "--bundle", bundle, "--to", "*", "--yes", "--canary", "0"),
-            *("--parallel", str(parallel), "--trial-s", "60"),
-        )
-        wall = time.monotonic() - t0
-        sent = {m.group(1): float(m.group(2)) for m in map(LINE.match, r.stdout.splitlines()) if m}
-        if r.returncode != 0 or len(sent) != len(nodes):
-            raise RuntimeError("edgebus ota push failed:\n%s\n%s" % (r.stdout, r.stderr))
-        return wall, sent
-    finally:
-        bridge.stop()
-        bridge.close()
+def _push(bridge, fleet, bundle, parallel=1):
+    """Push bundle to every device of the fleet through its ready bridge:
+    (wall seconds from the command's start to its end, {node: transfer s})."""
+    t0 = time.monotonic()
+    r = ota(
+        bridge.sock,
+        *("push", "--bundle", bundle, "--to", "*", "--yes", "--canary", "0"),
+        *("--parallel", str(parallel), "--trial-s", "60"),
+    )
+    wall = time.monotonic() - t0
+    sent = {m.group(1): float(m.group(2)) for m in map(LINE.match, r.stdout.splitlines()) if m}
+    if r.returncode != 0 or len(sent) != len(fleet.devices):
+        raise RuntimeError("edgebus ota push failed:\n%s\n%s" % (r.stdout, r.stderr))
+    return wall, sent
 
 
 def _serial(tmp, bundle):
     with Fleet(os.path.join(tmp, "fleet"), serial=1, baud=BAUD) as fleet:
         fleet.start()
-        cable = fleet.cables[0]
-        b0 = cable.bytes["b_to_a"]
-        wall, sent = _push(tmp, fleet, bundle)
-        return wall, list(sent.values())[0], cable.bytes["b_to_a"] - b0
+        with ready_bridge(tmp, fleet) as bridge:
+            cable = fleet.cables[0]
+            b0 = cable.bytes["b_to_a"]
+            wall, sent = _push(bridge, fleet, bundle)
+            return wall, list(sent.values())[0], cable.bytes["b_to_a"] - b0
 
 
 def _mqtt(tmp, bundle, n):
-    with Mosquitto() as broker:
-        with Fleet(os.path.join(tmp, "fleet"), mqtt=n, broker=("127.0.0.1", broker.port)) as fleet:
-            fleet.start()
-            return _push(tmp, fleet, bundle, broker.port, parallel=n)
+    with mqtt_fleet(tmp, n) as (fleet, bridge):
+        return _push(bridge, fleet, bundle, parallel=n)
 
 
 def _board():

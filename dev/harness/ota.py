@@ -3,14 +3,17 @@ bridge as a process under the [[acl]] the README gives a user who updates
 devices, the command run under that user's environment, the devices'
 retained sys/ota read back (tests/host/tools, dev/bench/ota_bench.py)."""
 
+import contextlib
 import hashlib
 import json
 import os
 import subprocess
 import sys
 
+from dev.broker import Mosquitto
 from dev.harness.bridge import BridgeProcess
-from edgebus.tools.fleet import bridge_toml
+from dev.harness.poll import wait_until
+from edgebus.tools.fleet import Fleet, bridge_toml
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -75,3 +78,32 @@ def bundle_hash(d):
     """A bundle's hash: the SHA-256 of its ota.json."""
     with open(os.path.join(d, "ota.json"), "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
+
+
+@contextlib.contextmanager
+def ready_bridge(tmp, fleet, broker=None):
+    """start_bridge for the started fleet, until every device's retained
+    sys/ota is on it; stopped at the end. Yields the BridgeProcess."""
+    bridge = start_bridge(tmp, fleet, broker)
+    try:
+        nodes = [d["node"] for d in fleet.devices]
+        wait_until(lambda: all(status(bridge.sock).get(n) for n in nodes), 120)
+        yield bridge
+    finally:
+        bridge.stop()
+        bridge.close()
+
+
+@contextlib.contextmanager
+def mqtt_fleet(tmp, n, **fleet):
+    """n fleet devices (Fleet's keywords in fleet) over a real mosquitto, and
+    their ready bridge: yields (the Fleet, the BridgeProcess)."""
+    with (
+        Mosquitto() as broker,
+        Fleet(
+            os.path.join(str(tmp), "fleet"), mqtt=n, broker=("127.0.0.1", broker.port), **fleet
+        ) as f,
+    ):
+        f.start()
+        with ready_bridge(tmp, f, broker.port) as bridge:
+            yield f, bridge

@@ -9,8 +9,7 @@ import time
 
 import pytest
 
-from dev.broker import Mosquitto
-from dev.harness.ota import bundle_hash, ota_bg, start_bridge, status
+from dev.harness.ota import bundle_hash, mqtt_fleet, ota_bg, ready_bridge, status
 from edgebus.tools.fleet import Fleet
 from tests.conftest import wait_until
 from tests.host.tools import otakit
@@ -37,60 +36,43 @@ def test_a_hang_no_session_and_a_power_cut_on_trial_each_roll_back_with_why(tmp_
     hang = otakit.bundle(tmp_path, "hang")  # its temp service blocks the event loop
     nosession = otakit.bundle(tmp_path, "nosession")  # its MQTT topics moved
     good = otakit.bundle(tmp_path, "good")
-    with (
-        Mosquitto() as broker,
-        Fleet(
-            tmp_path / "fleet",
-            mqtt=3,
-            broker=("127.0.0.1", broker.port),
-            config={"watchdog_ms": 3000},
-        ) as fleet,
-    ):
-        fleet.start()
-        bridge = start_bridge(tmp_path, fleet, broker.port)
-        try:
-            sock = bridge.sock
-            a, b, c = [d["node"] for d in fleet.devices]
-            wait_until(lambda: all(status(sock).get(n) for n in (a, b, c)), 60)
-            push = ("push", "--yes", "--trial-s", "10", "--timeout", "10", "--bundle")
-            pa = ota_bg(sock, *push, hang, "--to", a)
-            pb = ota_bg(sock, *push, nosession, "--to", b)
-            pc = ota_bg(sock, *push, good, "--to", c)
-            # The power cut: c is killed while its new bundle is on trial.
-            wait_until(lambda: (status(sock).get(c) or {}).get("state") == "trial", 60)
-            fleet.kill(c)
-            fleet.start(c)
-            results = {n: push_lines(p) for n, p in ((a, pa), (b, pb), (c, pc))}
-            st = status(sock)
-            why = {
-                a: "hung: the watchdog reset it during its trial (starting)",
-                b: "no session within 10 s",
-                c: "reset during its trial (",
-            }
-            for n, (code, out, err) in results.items():
-                assert code == 1, (n, out, err)
-                assert out[-2].startswith(n + ": rolled back: " + why[n]), (n, out)
-                f = st[n]["last_failure"]
-                assert f["reason"].startswith(why[n]) and f["hash"], (n, f)
-                # back on the bundle before (the factory modules), running and reporting
-                assert st[n]["running"]["hash"] is None and st[n]["state"] == "idle", st[n]
-            with open(fleet.devices[0]["log"]) as f:
-                assert "WDT (simulated): not fed for 3000 ms" in f.read()
-        finally:
-            bridge.stop()
-            bridge.close()
+    with mqtt_fleet(tmp_path, 3, config={"watchdog_ms": 3000}) as (fleet, bridge):
+        sock = bridge.sock
+        a, b, c = [d["node"] for d in fleet.devices]
+        push = ("push", "--yes", "--trial-s", "10", "--timeout", "10", "--bundle")
+        pa = ota_bg(sock, *push, hang, "--to", a)
+        pb = ota_bg(sock, *push, nosession, "--to", b)
+        pc = ota_bg(sock, *push, good, "--to", c)
+        # The power cut: c is killed while its new bundle is on trial.
+        wait_until(lambda: (status(sock).get(c) or {}).get("state") == "trial", 60)
+        fleet.kill(c)
+        fleet.start(c)
+        results = {n: push_lines(p) for n, p in ((a, pa), (b, pb), (c, pc))}
+        st = status(sock)
+        why = {
+            a: "hung: the watchdog reset it during its trial (starting)",
+            b: "no session within 10 s",
+            c: "reset during its trial (",
+        }
+        for n, (code, out, err) in results.items():
+            assert code == 1, (n, out, err)
+            assert out[-2].startswith(n + ": rolled back: " + why[n]), (n, out)
+            f = st[n]["last_failure"]
+            assert f["reason"].startswith(why[n]) and f["hash"], (n, f)
+            # back on the bundle before (the factory modules), running and reporting
+            assert st[n]["running"]["hash"] is None and st[n]["state"] == "idle", st[n]
+        with open(fleet.devices[0]["log"]) as f:
+            assert "WDT (simulated): not fed for 3000 ms" in f.read()
 
 
 def test_a_serial_device_cut_off_mid_transfer_resumes_where_its_flash_left_off(tmp_path):
     good = otakit.bundle(tmp_path, "good", version="9.9.9")
     with Fleet(tmp_path / "fleet", serial=1, baud=115200) as fleet:
         fleet.start()
-        bridge = start_bridge(tmp_path, fleet)
-        try:
+        with ready_bridge(tmp_path, fleet) as bridge:
             sock = bridge.sock
             node = fleet.devices[0]["node"]
             cable = fleet.cables[0]
-            wait_until(lambda: status(sock).get(node), 60)
             total = sum(f[1] for f in otakit.manifest(good)["files"])
             sent0 = cable.bytes["b_to_a"]
             p = ota_bg(sock, "push", "--yes", "--bundle", good, "--to", node, "--timeout", "5")
@@ -108,9 +90,6 @@ def test_a_serial_device_cut_off_mid_transfer_resumes_where_its_flash_left_off(t
             # once and its framing, not the half before the cut a second time.
             sent = cable.bytes["b_to_a"] - sent0
             assert kept > total // 2 and sent < 1.35 * total, (kept, sent, total)
-        finally:
-            bridge.stop()
-            bridge.close()
 
 
 @pytest.mark.mosquitto
@@ -120,46 +99,36 @@ def test_chunks_altered_on_the_way_and_bad_manifests_are_refused(tmp_path):
     h = bundle_hash(good)
     first = otakit.manifest(good)["files"][0]
     data = otakit.file_bytes(good, first[0])
-    with (
-        Mosquitto() as broker,
-        Fleet(tmp_path / "fleet", mqtt=1, broker=("127.0.0.1", broker.port)) as fleet,
-    ):
-        fleet.start()
-        bridge = start_bridge(tmp_path, fleet, broker.port)
-        try:
-            node = fleet.devices[0]["node"]
-            wait_until(lambda: status(bridge.sock).get(node), 60)
-            dev = otakit.Calls(bridge.sock, node)
+    with mqtt_fleet(tmp_path, 1) as (fleet, bridge):
+        node = fleet.devices[0]["node"]
+        dev = otakit.Calls(bridge.sock, node)
 
-            def begin(m=man, hh=h):
-                return dev.call({"op": "begin", "version": "x", "hash": hh, "size": len(m)})
+        def begin(m=man, hh=h):
+            return dev.call({"op": "begin", "version": "x", "hash": hh, "size": len(m)})
 
-            def refused(r, why):
-                assert r[0] == "failed" and r[1].startswith("ota: " + why), r
+        def refused(r, why):
+            assert r[0] == "failed" and r[1].startswith("ota: " + why), r
 
-            assert begin() == ("ok", {"slot": "a", "have": [0]})
-            # The manifest altered on the way: its hash is not begin's.
-            altered = man.replace(b'"board":"unix"', b'"board":"unIx"')
-            refused(dev.put(0, 0, altered), "manifest: SHA-256 mismatch")
-            assert begin()[1]["have"] == [0]  # deleted: it is sent again
-            refused(dev.put(0, 5, man[5:]), "out of order: file 0 has 0 bytes")
-            assert dev.put(0, 0, man) == ("ok", {"next": len(man)})
-            # A module altered on the way: its SHA-256 is not the manifest's.
-            refused(dev.put(1, 0, bytes([data[0] ^ 1]) + data[1:]), "file %s: SHA-256" % first[0])
-            refused(dev.call({"op": "switch", "hash": h}), "file %s incomplete" % first[0])
-            # Manifests whose hash is honest but that are for another board,
-            # or would write outside the slot: refused when they complete.
-            for text, why in (
-                (man.replace(b'"board":"unix"', b'"board":"esp32"'), "bundle built for board"),
-                (man.replace(first[0].encode(), b"../../x.mpy", 1), "manifest: unsafe"),
-            ):
-                assert begin(text, otakit.sha256(text))[1]["have"] == [0]
-                refused(dev.put(0, 0, text), why)
-            refused(dev.call({"op": "nothing"}), "sys/ota/op takes bytes")
-            assert dev.health()["ota_refused"] == 7
-            # Nothing was switched to: the device runs what it ran.
-            st = status(bridge.sock)[node]
-            assert st["running"]["hash"] is None and st["state"] == "receiving", st
-        finally:
-            bridge.stop()
-            bridge.close()
+        assert begin() == ("ok", {"slot": "a", "have": [0]})
+        # The manifest altered on the way: its hash is not begin's.
+        altered = man.replace(b'"board":"unix"', b'"board":"unIx"')
+        refused(dev.put(0, 0, altered), "manifest: SHA-256 mismatch")
+        assert begin()[1]["have"] == [0]  # deleted: it is sent again
+        refused(dev.put(0, 5, man[5:]), "out of order: file 0 has 0 bytes")
+        assert dev.put(0, 0, man) == ("ok", {"next": len(man)})
+        # A module altered on the way: its SHA-256 is not the manifest's.
+        refused(dev.put(1, 0, bytes([data[0] ^ 1]) + data[1:]), "file %s: SHA-256" % first[0])
+        refused(dev.call({"op": "switch", "hash": h}), "file %s incomplete" % first[0])
+        # Manifests whose hash is honest but that are for another board,
+        # or would write outside the slot: refused when they complete.
+        for text, why in (
+            (man.replace(b'"board":"unix"', b'"board":"esp32"'), "bundle built for board"),
+            (man.replace(first[0].encode(), b"../../x.mpy", 1), "manifest: unsafe"),
+        ):
+            assert begin(text, otakit.sha256(text))[1]["have"] == [0]
+            refused(dev.put(0, 0, text), why)
+        refused(dev.call({"op": "nothing"}), "sys/ota/op takes bytes")
+        assert dev.health()["ota_refused"] == 7
+        # Nothing was switched to: the device runs what it ran.
+        st = status(bridge.sock)[node]
+        assert st["running"]["hash"] is None and st["state"] == "receiving", st
