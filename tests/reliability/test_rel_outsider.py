@@ -9,7 +9,7 @@ The injection trial (fixtures ``mqtt``, ``peer``) faces the strongest
 outsider, one who reads everything: both ends seal with ``"mac"`` (the
 bridge's ``seal``, the device's ``link.seal``), so every body is readable and
 the outsider shapes its forgeries from the genuine frames: CALLs like the
-genuine one (and sys/reboot), PUBs with the next sequence numbers, an ACK and
+genuine one (and sys/reboot, sys/ota/op), PUBs with the next sequence numbers, an ACK and
 a SKIP for a high number, RESEND, BYE and ERROR, each without a seal and with
 a random 12-byte one, and a genuine frame replayed. Nothing of it is acted on:
 no call served, no reading taken as the peer's, nothing freed, skipped or
@@ -311,7 +311,7 @@ class BrokerRig:
     paho client on the broker that hears every message and publishes its own."""
 
     receiver = {"up": "bridge", "down": "device"}
-    calls = ["sys/reboot"]
+    calls = ["sys/reboot", "sys/ota/op"]
     call_topic = "sys/config/get"
 
     def __init__(self, fleet, port):
