@@ -102,6 +102,7 @@ class Ota:
                 self.save()
             x = transient("firmware.otaxfer")
             self.xfer = x.Transfer(self.base, slot, self.ctx.board.get("name"))
+            asyncio.create_task(_idle(self))  # only while a transfer is held
         self.last = now()
         r = self.xfer.begin(p)
         self.publish()
@@ -122,7 +123,6 @@ async def start(ctx, opts):
     ota.publish()
     if ota.on_trial():
         asyncio.create_task(_trial(ota))
-    asyncio.create_task(_idle(ota))
     async for req in ep:
         # Each request on its own: a refusal or an error fails that call with
         # one line, counted, and never ends the endpoint's task.
@@ -143,7 +143,8 @@ async def _trial(ota):
 
 
 async def _idle(ota):
-    while True:
+    """Unload an abandoned transfer's code; ends with the transfer."""
+    while ota.xfer is not None:
         await asyncio.sleep(30)
         if ota.xfer is not None and now() - ota.last > IDLE_S:
             ota.drop()
