@@ -90,13 +90,20 @@ class Ctx:
 def watchdog(cfg, trial):
     """The watchdog of watchdog_ms, else TRIAL_WDT_MS on a boot on trial (an
     update that hangs is reset and rolled back): machine.WDT, else the
-    simulator (firmware.wdtsim) on runtimes without one; None when off."""
+    simulator (firmware.wdtsim) on runtimes without one; None when off, or
+    on trial where the runtime has neither a WDT nor the threads the
+    simulator needs (the emulated MPS2-AN385): then a hang is not reset."""
     ms = opt(cfg, "", "watchdog_ms") or (TRIAL_WDT_MS if trial else 0)
     if not ms:
         return None
     if machine is not None and hasattr(machine, "WDT"):
         return machine.WDT(timeout=ms)
-    return transient("firmware.wdtsim").WDT(timeout=ms)
+    try:
+        return transient("firmware.wdtsim").WDT(timeout=ms)
+    except ImportError:  # no _thread
+        if opt(cfg, "", "watchdog_ms"):
+            raise ConfigError("watchdog_ms: this runtime has no machine.WDT nor _thread")
+        return None  # a trial still runs
 
 
 async def run(cfg, path, board):
@@ -124,6 +131,8 @@ async def run(cfg, path, board):
         wdt = watchdog(cfg, False)
     if wdt is not None:
         ctx.log("watchdog on: %d ms" % (opt(cfg, "", "watchdog_ms") or TRIAL_WDT_MS))
+    elif trial:
+        ctx.log("no watchdog: this runtime has no machine.WDT nor _thread; a hang is not reset")
     b = ctx.board
     if b.get("manifest") is None:
         ctx.log(
