@@ -341,7 +341,7 @@ def ota_update(heap="64K", src=None, log=lambda *a: None):
     """An update over the bus on the board with a GC heap of `heap` (bytes or
     "64K"): the runtime's bundle (edgebus build, version OTA_VERSION) pushed
     over its emulated UART (115,200 baud) by `edgebus ota push` through a
-    bridge process. {"heap", "bundle_bytes" (ota.json's files), "files",
+    bridge process. {"heap", "bundle_bytes" (ota.jsonl's files), "files",
     "line_s" (bundle_bytes * 10 / 115200: the line's own limit), "seconds"
     (push start to the commit the board retains in sys/ota; None: no
     commit), "transfer_s" (the board's first answer to begin to its switch,
@@ -362,8 +362,7 @@ def ota_update(heap="64K", src=None, log=lambda *a: None):
         out = os.path.join(d, "bundle")
         build.build(board, out, bundle_version=OTA_VERSION, log=lambda s: None)
         b = otaplan.load_bundle(out)
-        with open(os.path.join(out, otaplan.MANIFEST)) as f:
-            files = json.load(f)["files"]
+        files = b.meta["files"]
 
         async def update(rig):
             async with rig.watch() as w:

@@ -3,9 +3,9 @@ the files chunk by chunk straight to flash, their SHA-256 checks.
 
 Loaded by the sys/ota service for a transfer and unloaded after it
 (firmware.transient): its code is not resident while the device runs. What it
-holds during a transfer is the manifest's file list (about 100 bytes a file)
-and one chunk; files are appended on flash, so a transfer resumes from what
-the flash has after a broken session, a reboot or a power cut.
+holds during a transfer is the file count, one manifest entry and one chunk;
+files are appended on flash, so a transfer resumes from what the flash has
+after a broken session, a reboot or a power cut.
 """
 
 import hashlib
@@ -17,7 +17,7 @@ from binascii import hexlify
 
 from firmware import write_atomic
 
-MANIFEST = "ota.json"
+MANIFEST = "ota.jsonl"
 STAGE = "stage.json"
 MAX_MANIFEST = 16384
 MAX_FILES = 200
@@ -89,15 +89,18 @@ def check_path(p):
 
 
 class Transfer:
-    """One bundle being received into dir base + slot."""
+    """One bundle being received into dir base + slot. Of the manifest it
+    holds the file count and one entry at a time (read again from flash):
+    parsed whole, ~50 files took ~10 KB of a 32-bit board's heap."""
 
     def __init__(self, base, slot, board):
         self.base = base
         self.slot = slot
         self.dir = base + slot
         self.board = board
-        self.want = None  # begin's {"version", "hash", "size"}
-        self.files = None  # [(path, size, sha256 hex)] once the manifest checks out
+        self.want = None  # begin's {"version", "hash", "size", "slot"}
+        self.n = None  # files in the manifest, once it checks out
+        self.entry = None  # (index, path, size, sha256 hex): the last one read
 
     def stage_path(self):
         return self.base + STAGE
@@ -121,17 +124,36 @@ class Transfer:
             rmtree(self.dir)  # another bundle was staged here: start afresh
             makedirs(self.dir)
             write_atomic(self.stage_path(), json.dumps(self.want))
-        self.files = None
+        self.n = self.entry = None
         mp = self.dir + "/" + MANIFEST
         have = [size(mp)]
         if have[0] == n:
             self._manifest(mp)
-            for path, sz, _h in self.files:
+            for path, sz, _h in self.entries():
                 have.append(min(size(self.dir + "/" + path), sz))
         return {"slot": self.slot, "have": have}
 
+    def entries(self):
+        """The manifest's (path, size, sha256 hex), one line at a time."""
+        with open(self.dir + "/" + MANIFEST) as f:
+            f.readline()  # the header
+            for _ in range(self.n):
+                e = json.loads(f.readline())
+                yield e[0], e[1], e[2]
+
+    def file(self, i):
+        """Entry i (1-based) of the checked manifest: (path, size, sha)."""
+        if self.entry is None or self.entry[0] != i:
+            g = self.entries()
+            for _ in range(i):
+                e = next(g)
+            g.close()  # closes the manifest now, not at the next collection
+            self.entry = (i,) + e
+        return self.entry[1:]
+
     def _manifest(self, mp):
-        """Check the complete manifest file; self.files from it."""
+        """Check the complete manifest file (JSON lines: a header, then one
+        [path, size, sha256] a file); self.n from it."""
         if sha256_file(mp) != self.want["hash"]:
             os.remove(mp)
             raise Refused(
@@ -139,31 +161,39 @@ class Transfer:
                 "transit): refused, it is sent again"
             )
         with open(mp) as f:
-            m = json.load(f)
-        b = m.get("board")
-        if b != self.board:
-            raise Refused("bundle built for board %s; this device is a %s" % (b, self.board))
-        mpy = m.get("mpy")
-        im = getattr(sys.implementation, "_mpy", None)
-        if mpy is not None and im is not None and (im & 0xFF) != mpy:
-            raise Refused(
-                "bundle has .mpy version %s; this device loads version %d" % (mpy, im & 0xFF)
-            )
-        fl = m.get("files")
-        if type(fl) is not list or not 0 < len(fl) <= MAX_FILES:
-            raise Refused("manifest: files must list 1 to %d files" % MAX_FILES)
-        out = []
-        total = 0
-        for e in fl:
-            if type(e) is not list or len(e) != 3 or type(e[1]) is not int or e[1] < 0:
-                raise Refused("manifest: a file entry is not [path, size, sha256]")
-            check_path(e[0])
-            if type(e[2]) is not str or len(e[2]) != 64:
-                raise Refused("manifest: %s has no SHA-256" % e[0])
-            total += e[1]
-            out.append((e[0], e[1], e[2]))
-        _room(self.base, total - _sizes(self.dir, out))
-        self.files = out
+            try:
+                m = json.loads(f.readline())
+            except ValueError:
+                m = None
+            if type(m) is not dict:
+                raise Refused("manifest: its first line is not a JSON object")
+            b = m.get("board")
+            if b != self.board:
+                raise Refused("bundle built for board %s; this device is a %s" % (b, self.board))
+            mpy = m.get("mpy")
+            im = getattr(sys.implementation, "_mpy", None)
+            if mpy is not None and im is not None and (im & 0xFF) != mpy:
+                raise Refused(
+                    "bundle has .mpy version %s; this device loads version %d" % (mpy, im & 0xFF)
+                )
+            n = m.get("files")
+            if type(n) is not int or not 0 < n <= MAX_FILES:
+                raise Refused("manifest: files must count 1 to %d files" % MAX_FILES)
+            total = have = 0
+            for _ in range(n):
+                try:
+                    e = json.loads(f.readline())
+                except ValueError:
+                    e = None
+                if type(e) is not list or len(e) != 3 or type(e[1]) is not int or e[1] < 0:
+                    raise Refused("manifest: a file entry is not [path, size, sha256]")
+                check_path(e[0])
+                if type(e[2]) is not str or len(e[2]) != 64:
+                    raise Refused("manifest: %s has no SHA-256" % e[0])
+                total += e[1]
+                have += min(size(self.dir + "/" + e[0]), e[1])
+        _room(self.base, total - have)
+        self.n = n
 
     def put(self, data):
         """One chunk: 6 bytes (file index, offset), then the bytes."""
@@ -172,14 +202,15 @@ class Transfer:
         if type(data) is not bytes or len(data) < 6:
             raise Refused("put takes bytes: >HI file index and offset, then the data")
         i, off = struct.unpack(">HI", data[:6])
+        sha = None
         if i == 0:
             path, sz = MANIFEST, self.want["size"]
-        elif self.files is None:
+        elif self.n is None:
             raise Refused("the manifest is not complete yet (file 0)")
-        elif i > len(self.files):
-            raise Refused("no file %d: the manifest lists %d" % (i, len(self.files)))
+        elif i > self.n:
+            raise Refused("no file %d: the manifest lists %d" % (i, self.n))
         else:
-            path, sz, _h = self.files[i - 1]
+            path, sz, sha = self.file(i)
         full = self.dir + "/" + path
         have = size(full)
         if off != have:
@@ -195,7 +226,7 @@ class Transfer:
         if have == sz:
             if i == 0:
                 self._manifest(full)
-            elif sha256_file(full) != self.files[i - 1][2]:
+            elif sha256_file(full) != sha:
                 os.remove(full)
                 raise Refused(
                     "file %s: SHA-256 mismatch with the manifest (tampered or damaged "
@@ -205,11 +236,11 @@ class Transfer:
 
     def verify(self, h):
         """Every file complete and matching the manifest, before the switch."""
-        if self.want is None or self.files is None:
+        if self.want is None or self.n is None:
             raise Refused("nothing staged (op begin and the files first)")
         if h != self.want["hash"]:
             raise Refused("switch names bundle %s but %s is staged" % (h, self.want["hash"]))
-        for path, sz, sha in self.files:
+        for path, sz, sha in self.entries():
             full = self.dir + "/" + path
             if size(full) != sz:
                 raise Refused("file %s incomplete: %d of %d bytes" % (path, size(full), sz))
@@ -220,8 +251,12 @@ class Transfer:
     def staged(self):
         if self.want is None:
             return None
-        total = sum(f[1] for f in self.files) if self.files else None
-        got = _sizes(self.dir, self.files) if self.files else 0
+        total = got = None
+        if self.n is not None:
+            total = got = 0
+            for path, sz, _h in self.entries():
+                total += sz
+                got += min(size(self.dir + "/" + path), sz)
         return {
             "version": self.want["version"],
             "hash": self.want["hash"],
@@ -236,10 +271,6 @@ class Transfer:
             os.remove(self.stage_path())
         except OSError:
             pass
-
-
-def _sizes(d, files):
-    return sum(min(size(d + "/" + p), sz) for p, sz, _h in files)
 
 
 def _room(base, need):

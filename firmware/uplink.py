@@ -205,6 +205,31 @@ class Uplink:
         if t is not None and run is not None and not run.done():
             self._leave(t, run, None, None)
 
+    async def _session(self, t):
+        """Run the link over transport t until it ends."""
+        log = self.ctx.log
+        self.opens += 1
+        self.transport = t
+        log("uplink %s: open (#%d)" % (self.kind, self.opens))
+        self._cut = False
+        self._run = run = asyncio.create_task(self.link.run(t))
+        stale = asyncio.create_task(self._watch(t, run))
+        try:
+            await run
+        except asyncio.CancelledError:
+            if not self._cut:  # not ours: the device is stopping
+                run.cancel()
+                stale.cancel()
+                raise
+        except Exception as e:
+            self.last_error = "link: %s: %s" % (type(e).__name__, e)
+            log("uplink %s: %s" % (self.kind, self.last_error))
+        stale.cancel()
+        t.close()
+        self.transport = self._run = None
+        self.ends += 1
+        log("uplink %s: transport ended (%s)" % (self.kind, self.link.last_error))
+
     async def run(self):
         log = self.ctx.log
         self.link.start()  # spool from now on: nothing before the first session is lost
@@ -226,27 +251,15 @@ class Uplink:
                 log("uplink %s: %s" % (self.kind, self.last_error))
                 t = None
             if t is not None:
-                self.opens += 1
-                self.transport = t
-                log("uplink %s: open (#%d)" % (self.kind, self.opens))
-                self._cut = False
-                self._run = run = asyncio.create_task(self.link.run(t))
-                stale = asyncio.create_task(self._watch(t, run))
                 try:
-                    await run
+                    await self._session(t)
                 except asyncio.CancelledError:
-                    if not self._cut:  # not ours: the device is stopping
-                        run.cancel()
-                        stale.cancel()
-                        raise
-                except Exception as e:
-                    self.last_error = "link: %s: %s" % (type(e).__name__, e)
+                    raise
+                except Exception as e:  # a MemoryError starting the tasks: never the end
+                    self.last_error = "uplink: %s: %s" % (type(e).__name__, e)
                     log("uplink %s: %s" % (self.kind, self.last_error))
-                stale.cancel()
-                t.close()
-                self.transport = self._run = None
-                self.ends += 1
-                log("uplink %s: transport ended (%s)" % (self.kind, self.link.last_error))
+                    t.close()
+                    self.transport = self._run = None
             if self.link.counters.get("sessions", 0) > sessions:
                 bo.reset()  # a session came up: start the backoff again
             fo = self.fo

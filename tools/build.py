@@ -26,13 +26,12 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable
 
 from edgebus import tlog
-from edgebus.tools import boards, devicefiles, mpybuild
+from edgebus.tools import boards, devicefiles, mpybuild, otaplan
 
 if TYPE_CHECKING:
     import argparse
 
 SKIP_DIRS = ("__pycache__",)
-OTA_MANIFEST = "ota.json"  # what an update over the bus sends first
 
 
 class BuildError(Exception):
@@ -372,7 +371,7 @@ def build(
 def ota_manifest(
     d: str, board: dict[str, Any], modules: list[str], cross: Any, version: str | None
 ) -> str:
-    """Write d/ota.json, what an update over the bus sends first
+    """Write d/ota.jsonl, what an update over the bus sends first
     (firmware/README.md, "Updates over the bus"): the version, the board,
     the .mpy version and each module's [path, size, SHA-256]. The bundle's
     hash is the SHA-256 of these bytes; returns it."""
@@ -391,8 +390,8 @@ def ota_manifest(
         "mpy": None if cross is None else cross[1][0],
         "files": entries,
     }
-    raw = json.dumps(m, separators=(",", ":")).encode()
-    with open(os.path.join(d, OTA_MANIFEST), "wb") as f:
+    raw = otaplan.encode_manifest(m)
+    with open(os.path.join(d, otaplan.MANIFEST), "wb") as f:
         f.write(raw)
     return hashlib.sha256(raw).hexdigest()
 

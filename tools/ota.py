@@ -2,7 +2,7 @@
 under its ACL (README, "Updates over the bus").
 
 push --bundle DIR --to PATTERN: the bundle `edgebus build` made (its
-ota.json) to the devices whose node names match the shell glob PATTERN and
+ota.jsonl) to the devices whose node names match the shell glob PATTERN and
 whose board is the bundle's: a canary wave, then the rest in waves; a wave
 where more than --halt rolled back or failed stops the push. status
 [PATTERN]: each device's running bundle, slot, state, trial and last

@@ -1,5 +1,5 @@
 """What `edgebus ota` decides without the bus: the bundle and its check
-against its ota.json, counts and shares (``3``, ``10%``), the waves, which
+against its ota.jsonl, counts and shares (``3``, ``10%``), the waves, which
 devices a pattern and a board select, the halt rule, and the lines it prints
 (outcomes, the summary, the status table)."""
 
@@ -13,7 +13,7 @@ import os
 import re
 from typing import Any, Iterable
 
-MANIFEST = "ota.json"
+MANIFEST = "ota.jsonl"
 # The device's one update endpoint (docs/protocol.md section 18), on the host bus.
 OP = "dev/%s/sys/ota/op"
 # What the device accepts as a trial's length, in seconds.
@@ -30,7 +30,7 @@ class BundleError(Exception):
 
 
 class Bundle:
-    """A checked bundle directory: ``manifest`` (the ota.json bytes), ``hash``
+    """A checked bundle directory: ``manifest`` (the ota.jsonl bytes), ``hash``
     (their SHA-256, hex), ``version``, ``board``, ``paths`` and ``blobs``
     (file 0 is the manifest, then the files in the manifest's order)."""
 
@@ -38,6 +38,7 @@ class Bundle:
         self.dir = path
         self.manifest = manifest
         self.hash = hashlib.sha256(manifest).hexdigest()
+        self.meta = meta
         self.version: str = meta["version"]
         self.board: str = meta["board"]
         self.paths = [MANIFEST] + [f[0] for f in meta["files"]]
@@ -47,6 +48,28 @@ class Bundle:
 
     def short(self) -> str:
         return "%s (%s)" % (self.version, self.hash[:8])
+
+
+def encode_manifest(meta: dict[str, Any]) -> bytes:
+    """The manifest's bytes (docs/protocol.md section 18): JSON lines, a
+    header {"version", "board", "mpy", "files": the count}, then one
+    [path, size, sha256] a file, so a device reads one line at a time."""
+    head = {k: meta[k] for k in ("version", "board", "mpy")}
+    head["files"] = len(meta["files"])
+    lines = [head] + [list(f) for f in meta["files"]]
+    return b"".join(json.dumps(x, separators=(",", ":")).encode() + b"\n" for x in lines)
+
+
+def decode_manifest(raw: bytes) -> dict[str, Any]:
+    """encode_manifest's meta back (``files`` the list); ValueError when the
+    bytes are not that."""
+    lines = raw.decode().splitlines()
+    if not lines:
+        raise ValueError("empty")
+    meta = json.loads(lines[0])
+    if not isinstance(meta, dict) or meta.get("files") != len(lines) - 1:
+        raise ValueError("the header's files count is not the number of lines after it")
+    return dict(meta, files=[json.loads(x) for x in lines[1:]])
 
 
 def _read(path: str) -> bytes:
@@ -97,7 +120,7 @@ def _check_meta(where: str, meta: Any) -> None:
 
 
 def load_bundle(path: str) -> Bundle:
-    """The bundle at ``path`` once every file its ota.json lists is there with
+    """The bundle at ``path`` once every file its ota.jsonl lists is there with
     the size and SHA-256 listed; BundleError naming the first that is not."""
     if not os.path.isdir(path):
         raise BundleError("%s: no such directory" % path)
@@ -109,9 +132,11 @@ def load_bundle(path: str) -> Bundle:
     except OSError as e:
         raise BundleError("%s: %s" % (where, e.strerror)) from None
     try:
-        meta = json.loads(manifest)
+        meta = decode_manifest(manifest)
     except ValueError as e:
-        raise BundleError("%s: not valid JSON: %s" % (where, e)) from None
+        raise BundleError(
+            "%s: not a manifest (JSON lines: a header, then a line a file): %s" % (where, e)
+        ) from None
     _check_meta(where, meta)
     blobs = []
     for p, size, sha in meta["files"]:

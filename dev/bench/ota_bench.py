@@ -5,7 +5,6 @@ firmware on the MicroPython unix port) through the bridge: one device over a
 over MQTT, and a fleet over MQTT in one wave; and the emulated 32-bit
 board's heap during an update over its UART (dev/qemuheap.ota_update)."""
 
-import json
 import os
 import re
 import shutil
@@ -13,7 +12,7 @@ import tempfile
 import time
 
 from dev.harness.ota import mqtt_fleet, ota, ready_bridge
-from edgebus.tools import boards, build
+from edgebus.tools import boards, build, otaplan
 from edgebus.tools.fleet import Fleet
 
 BAUD = 115200
@@ -23,8 +22,7 @@ LINE = re.compile(r"^(\S+): committed \S+ in \d+ s \(sent in ([\d.]+) s\)$")
 def _bundle(tmp):
     out = os.path.join(tmp, "bundle")
     build.build(boards.load_board("unix"), out, bundle_version="bench", log=lambda s: None)
-    with open(os.path.join(out, "ota.json")) as f:
-        m = json.load(f)
+    m = otaplan.load_bundle(out).meta
     return out, sum(f[1] for f in m["files"]), len(m["files"])
 
 

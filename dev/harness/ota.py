@@ -75,8 +75,8 @@ def status(sock):
 
 
 def bundle_hash(d):
-    """A bundle's hash: the SHA-256 of its ota.json."""
-    with open(os.path.join(d, "ota.json"), "rb") as f:
+    """A bundle's hash: the SHA-256 of its manifest (ota.jsonl)."""
+    with open(os.path.join(d, "ota.jsonl"), "rb") as f:
         return hashlib.sha256(f.read()).hexdigest()
 
 

@@ -2,12 +2,11 @@
 runtime built by edgebus build, its firmware changed as a release might
 change it, good or bad) and a device's sys/ota/op called directly."""
 
-import json
 import os
 import shutil
 import struct
 
-from edgebus.tools import boards, build, devicefiles
+from edgebus.tools import boards, build, devicefiles, otaplan
 
 # kind -> (file under firmware/, text, replacement): what the release changed.
 CHANGES = {
@@ -53,13 +52,14 @@ def bundle(tmp, kind, board="unix", version=None):
 
 
 def manifest_bytes(d):
-    """The bundle's ota.json as sent (its SHA-256 is the bundle's hash)."""
-    with open(os.path.join(d, "ota.json"), "rb") as f:
+    """The bundle's ota.jsonl as sent (its SHA-256 is the bundle's hash)."""
+    with open(os.path.join(d, "ota.jsonl"), "rb") as f:
         return f.read()
 
 
 def manifest(d):
-    return json.loads(manifest_bytes(d))
+    """The bundle's manifest as a dict, ``files`` the list."""
+    return otaplan.decode_manifest(manifest_bytes(d))
 
 
 def file_bytes(d, path):

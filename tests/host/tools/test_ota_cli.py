@@ -1,4 +1,4 @@
-"""edgebus ota without the bus: the bundle checked against its ota.json (real
+"""edgebus ota without the bus: the bundle checked against its ota.jsonl (real
 files), counts and shares, the waves, the devices a pattern and a board
 select, the halt rule, the chunks of a transfer, and the lines printed."""
 
@@ -17,7 +17,7 @@ FILES = {"edgebus/bus.mpy": b"B" * 2000, "firmware/main.mpy": b"main", "svc/x.mp
 
 
 def make_bundle(d, files=FILES, board="unix", version="1.2.0", listed=None):
-    """A bundle directory as `edgebus build` makes it: the files, and ota.json
+    """A bundle directory as `edgebus build` makes it: the files, and ota.jsonl
     listing ``listed`` (default: the files as they are)."""
     d.mkdir(parents=True, exist_ok=True)
     for p, data in files.items():
@@ -25,8 +25,9 @@ def make_bundle(d, files=FILES, board="unix", version="1.2.0", listed=None):
         (d / p).write_bytes(data)
     if listed is None:
         listed = [[p, len(b), hashlib.sha256(b).hexdigest()] for p, b in files.items()]
-    meta = {"version": version, "board": board, "mpy": 6, "files": listed}
-    (d / "ota.json").write_text(json.dumps(meta))
+    head = {"version": version, "board": board, "mpy": 6, "files": len(listed)}
+    lines = [json.dumps(x) for x in [head] + listed]  # by hand: malformed entries too
+    (d / "ota.jsonl").write_text("".join(x + "\n" for x in lines))
     return d
 
 
@@ -39,10 +40,10 @@ def bundle_error(d):
 def test_a_bundle_is_its_files_in_manifest_order_and_its_hash_is_the_manifests(tmp_path):
     d = make_bundle(tmp_path / "b")
     b = plan.load_bundle(str(d))
-    raw = (d / "ota.json").read_bytes()
+    raw = (d / "ota.jsonl").read_bytes()
     assert b.hash == hashlib.sha256(raw).hexdigest() and b.manifest == raw
     assert (b.version, b.board) == ("1.2.0", "unix")
-    assert b.paths == ["ota.json", "edgebus/bus.mpy", "firmware/main.mpy", "svc/x.mpy"]
+    assert b.paths == ["ota.jsonl", "edgebus/bus.mpy", "firmware/main.mpy", "svc/x.mpy"]
     assert b.blobs == [raw, b"B" * 2000, b"main", b""]
     assert b.sizes == [len(raw), 2000, 4, 0] and b.total == len(raw) + 2004
     assert b.short() == "1.2.0 (%s)" % b.hash[:8]
@@ -52,7 +53,7 @@ def test_a_directory_without_ota_json_says_to_build_one(tmp_path):
     d = tmp_path / "old"
     d.mkdir()
     assert bundle_error(d) == (
-        "%s has no ota.json: run `edgebus build --board B` to make a bundle with one" % d
+        "%s has no ota.jsonl: run `edgebus build --board B` to make a bundle with one" % d
     )
     (d / "bundle.json").write_text(json.dumps({"board": "esp32"}))
     assert "run `edgebus build --board esp32`" in bundle_error(d)
@@ -65,11 +66,11 @@ def test_each_listed_file_must_be_there_with_its_size_and_sha256(tmp_path):
     assert "lists svc/gone.mpy, which cannot be read" in bundle_error(missing)
     short = make_bundle(tmp_path / "s", listed=[["edgebus/bus.mpy", 1999, good[0][2]]])
     assert bundle_error(short) == (
-        "edgebus/bus.mpy: 2000 bytes, ota.json says 1999 (rebuild the bundle)"
+        "edgebus/bus.mpy: 2000 bytes, ota.jsonl says 1999 (rebuild the bundle)"
     )
     other = make_bundle(tmp_path / "h", listed=[["firmware/main.mpy", 4, "ab" * 32]])
     msg = bundle_error(other)
-    assert msg.startswith("firmware/main.mpy: SHA-256 ") and "ota.json says abababab" in msg
+    assert msg.startswith("firmware/main.mpy: SHA-256 ") and "ota.jsonl says abababab" in msg
 
 
 @pytest.mark.parametrize(
@@ -80,7 +81,6 @@ def test_each_listed_file_must_be_there_with_its_size_and_sha256(tmp_path):
         ([["a b.mpy", 1, "00"]], "path 'a b.mpy' is not a safe bundle path"),
         ([["x.mpy", "1", "00"]], "files entry ['x.mpy', '1', '00'] is not [path, size, sha256]"),
         ([["x.mpy", 1]], "is not [path, size, sha256]"),
-        ({"x.mpy": 1}, "'files' must be a list of [path, size, sha256]"),
     ],
 )
 def test_a_malformed_manifest_is_refused_naming_the_entry(tmp_path, listed, why):
@@ -89,9 +89,13 @@ def test_a_malformed_manifest_is_refused_naming_the_entry(tmp_path, listed, why)
 
 def test_a_manifest_that_is_not_json_or_lacks_its_board_is_refused(tmp_path):
     d = make_bundle(tmp_path / "b", board="")
-    assert bundle_error(d).endswith("ota.json: 'board' must be a non-empty string")
-    (d / "ota.json").write_text("{nope")
-    assert "ota.json: not valid JSON" in bundle_error(d)
+    assert bundle_error(d).endswith("ota.jsonl: 'board' must be a non-empty string")
+    (d / "ota.jsonl").write_text("{nope")
+    assert "ota.jsonl: not a manifest (JSON lines" in bundle_error(d)
+    # a header whose count is not the lines after it: one cut short
+    head = '{"version":"1","board":"unix","mpy":6,"files":3}\n'
+    (d / "ota.jsonl").write_text(head + '["a.mpy",0,"x"]\n')
+    assert "the header's files count is not the number of lines after it" in bundle_error(d)
 
 
 def test_the_command_refuses_a_bad_bundle_in_one_line_before_reaching_the_bridge(tmp_path):
@@ -106,7 +110,7 @@ def test_the_command_refuses_a_bad_bundle_in_one_line_before_reaching_the_bridge
     )
     assert r.returncode == 2, r.stderr
     assert r.stderr == (
-        "edgebus ota push: edgebus/bus.mpy: 2000 bytes, ota.json says 1 (rebuild the bundle)\n"
+        "edgebus ota push: edgebus/bus.mpy: 2000 bytes, ota.jsonl says 1 (rebuild the bundle)\n"
     )
 
 

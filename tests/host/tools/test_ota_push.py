@@ -4,7 +4,6 @@ bridge as its own process under the [[acl]] the README gives a user who
 updates devices, and the `edgebus ota` command run as that user types it."""
 
 import asyncio
-import json
 import shutil
 import signal
 
@@ -12,6 +11,7 @@ import pytest
 
 from dev.harness.ota import bundle_hash, mqtt_fleet, ota, ota_args, ota_bg, ota_env, status
 from edgebus.bridge.daemon import Bridge
+from edgebus.tools import otaplan
 from edgebus.tools.fleet import Fleet
 from tests.conftest import until, wait_until
 from tests.host.tools import otakit
@@ -97,8 +97,8 @@ def test_a_canary_that_rolls_back_halts_the_push_then_a_good_bundle_updates_the_
         # A bundle for another board, and a pattern nothing matches.
         other = tmp_path / "other"
         shutil.copytree(good, other)
-        meta = json.loads((other / "ota.json").read_text())
-        (other / "ota.json").write_text(json.dumps(dict(meta, board="esp32")))
+        meta = otaplan.decode_manifest((other / "ota.jsonl").read_bytes())
+        (other / "ota.jsonl").write_bytes(otaplan.encode_manifest(dict(meta, board="esp32")))
         r = ota(sock, "push", "--bundle", str(other), "--to", "sim-*", "--yes")
         assert r.returncode == 4 and r.stdout.splitlines() == [
             "%s: skipped: board unix, the bundle is for esp32" % n for n in (one, two)
