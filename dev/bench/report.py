@@ -767,21 +767,29 @@ def _ota_section(o):
     if "error" in bd or not bd:
         board = "not measured in this run (%s)" % bd.get("error", "no result")
     else:
-        board = _t(
-            "ota_board",
-            heap=_n(bd["heap"]),
-            ready=_n(bd["ready_alloc"]),
-            peak=_n(bd["peak_alloc"]),
-            extra=_n(bd["peak_alloc"] - bd["ready_alloc"]),
-            seconds=_f(bd["seconds"]),
-            limit=_f(bd["bundle_bytes"] * 10 / o["baud"]),
-            bytes=_n(bd["bundle_bytes"]),
-            committed="committed" if bd.get("committed") else "did not commit",
-            smallest=(
-                "%s KB" % bd["smallest_heap_kb"] if bd.get("smallest_heap_kb") else "not sought"
-            ),
+        rows = []
+        for r in bd.values():
+            rows.append(
+                "| %s | %s | %s | %s | %s | %s | %s |"
+                % (
+                    _n(r["heap"]),
+                    _f(r["transfer_s"]) + " s" if r.get("transfer_s") else "—",
+                    _n(r["ready_alloc"]),
+                    _n(r["transfer_alloc"]) if r.get("transfer_alloc") else "—",
+                    _n(r["trial_alloc"]) if r.get("trial_alloc") else "—",
+                    _f(r["seconds"]) + " s" if r.get("seconds") else "—",
+                    r["outcome"].split(": ", 1)[-1],
+                )
+            )
+        one = next(iter(bd.values()))
+        board = _block(
+            _t(
+                "ota_board",
+                bytes=_n(one["bundle_bytes"]),
+                limit=_f(one["line_s"]),
+                rows="\n".join(rows),
+            )
         )
-        board = _block(board)
     se = o.get("serial")
     serial = (
         _t(
