@@ -781,12 +781,12 @@ def _ota_section(o):
                     r["outcome"].split(": ", 1)[-1],
                 )
             )
-        one = next(iter(bd.values()))
+        first = next(iter(bd.values()))
         board = _block(
             _t(
                 "ota_board",
-                bytes=_n(one["bundle_bytes"]),
-                limit=_f(one["line_s"]),
+                bytes=_n(first["bundle_bytes"]),
+                limit=_f(first["line_s"]),
                 rows="\n".join(rows),
             )
         )
