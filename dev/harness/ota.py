@@ -8,14 +8,12 @@ import hashlib
 import json
 import os
 import subprocess
-import sys
 
 from dev.broker import Mosquitto
 from dev.harness.bridge import BridgeProcess
 from dev.harness.poll import wait_until
+from dev.harness.process import ROOT, python, run_module
 from edgebus.tools.fleet import Fleet, bridge_toml
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 BRIDGE = '[bridge]\nnode = "gw"\nstate_dir = "%s"\nsocket = "%s"\nheartbeat = 1.0\n'
 # README's entry for a user who updates devices; bridge/status besides for the
@@ -42,7 +40,7 @@ def start_bridge(tmp, fleet, broker=None):
 
 
 def ota_args(*args):
-    return [sys.executable, "-m", "edgebus.tools.cli", "ota", *args]
+    return python("edgebus.tools.cli", "ota", *args)
 
 
 def ota_env(sock):
@@ -51,9 +49,7 @@ def ota_env(sock):
 
 def ota(sock, *args):
     """`edgebus ota ARGS` as a user runs it: CompletedProcess."""
-    return subprocess.run(
-        ota_args(*args), cwd=ROOT, env=ota_env(sock), capture_output=True, text=True, timeout=300
-    )
+    return run_module("edgebus.tools.cli", "ota", *args, timeout=300, env=ota_env(sock))
 
 
 def ota_bg(sock, *args):

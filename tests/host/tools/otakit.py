@@ -7,6 +7,7 @@ import shutil
 import struct
 
 from edgebus.tools import boards, build, devicefiles, otaplan
+from edgebus.tools.otapush import CHUNK
 
 # kind -> (file under firmware/, text, replacement): what the release changed.
 CHANGES = {
@@ -71,9 +72,6 @@ def sha256(data):
     import hashlib
 
     return hashlib.sha256(data).hexdigest()
-
-
-CHUNK = 768  # data bytes per chunk (docs/protocol.md, section 18)
 
 
 class Calls:
