@@ -12,6 +12,8 @@ import importlib
 import sys
 from typing import Any
 
+from edgebus.tools import executables
+
 # name -> (module, help, the extra its dependencies come with). The module
 # provides add_arguments(parser) and run(args) -> int.
 COMMANDS = {
@@ -120,7 +122,12 @@ def main(argv: list[str] | None = None) -> int:
     mod = _load(name)
     p = argparse.ArgumentParser(prog="edgebus " + name, description=COMMANDS[name][1])
     mod.add_arguments(p)
-    return mod.run(p.parse_args(argv[1:])) or 0
+    args = p.parse_args(argv[1:])
+    try:
+        return mod.run(args) or 0
+    except executables.ToolNotFound as e:  # any command: one line naming the extra
+        print("edgebus %s: %s" % (name, e), file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":
