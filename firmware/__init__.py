@@ -46,6 +46,8 @@ DEFAULTS = {
         "import_calls": [["host/#", ""]],
     },
     "network": {"driver": "network", "join_timeout": 20, "backoff_min": 1, "backoff_max": 30},
+    # duty cycle (firmware/sleep.py): "every" has no default (it turns it on)
+    "sleep": {"awake": 30, "linger": 1.0},
 }
 
 

@@ -26,6 +26,7 @@ TOP = {
     "watchdog_ms": "i",
     "allow_identity_change": "b",
     "network": "d",
+    "sleep": "d",
 }
 SECTIONS = {
     "uplink": {
@@ -79,6 +80,8 @@ SECTIONS = {
         "backoff_min": "n",
         "backoff_max": "n",
     },
+    # duty cycle (firmware/sleep.py); absent: always on
+    "sleep": {"every": "N", "awake": "n", "linger": "n"},
 }
 # uplink.tls (firmware/uplink_mqtt.py): files on the device
 TLS = {"ca": "s", "cert": "s", "key": "s", "server_name": "s"}
@@ -182,7 +185,22 @@ def validate(cfg):
             "link.journal_bytes must be between 16384 (4 flash blocks) and 16777216, not %d" % jb
         )
     _services(cfg.get("services", ()))
+    if "sleep" in cfg:
+        _sleep(cfg["sleep"], j)
     return cfg
+
+
+def _sleep(s, journal):
+    """Duty cycle: bounds, and the flash journal that keeps what a wake
+    leaves unacknowledged (RAM does not survive deep sleep)."""
+    for k, lo in (("every", 1), ("awake", 1), ("linger", 0)):
+        if k in s and not lo <= s[k] <= 86400:
+            raise ConfigError("sleep.%s must be between %d and 86400 s, not %r" % (k, lo, s[k]))
+    if not journal:
+        raise ConfigError(
+            "sleep needs link.journal (a directory for the flash journal): deep sleep "
+            "clears RAM, so what a wake leaves unacknowledged would be lost"
+        )
 
 
 def _uplink(u):

@@ -35,6 +35,7 @@ class Ctx:
         self.link = None
         self.uplink = None
         self.net = None  # the WiFi station (firmware/wifi.py), when configured
+        self.sleep = None  # the duty cycle (firmware/sleep.py), when configured
         self.ota = None  # the update pointer (firmware/loader.py), None: no update yet
         self.bundle = None  # the bundle running: {"version", "hash", "slot"} (sys/ota)
         self.crash = None  # the last service crash, "name: Error: message"
@@ -127,6 +128,8 @@ async def run(cfg, path, board):
     if ctx.net is not None:
         asyncio.create_task(ctx.net.run())
     asyncio.create_task(up.run())
+    if cfg.get("sleep"):
+        transient("firmware.sleep").start(ctx, cfg["sleep"])
     if wdt is None:
         wdt = watchdog(cfg, False)
     if wdt is not None:

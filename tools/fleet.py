@@ -33,6 +33,11 @@ DEVICE_HEAP = "320K"
 RESTART_S = 0.5
 START_LIMIT = 5
 START_WINDOW_S = 10.0
+# A device in duty-cycle mode (firmware/sleep.py) on the deep-sleep simulator
+# (firmware/sleepsim.py) exits with this status, leaving its wake time in
+# SLEEP_WAKE: started again at that time, a wake, not a failure (no start limit).
+SLEEP_EXIT = 4
+SLEEP_WAKE = "sleepsim.wake"
 
 
 def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -189,6 +194,11 @@ class Fleet:
                     now = time.monotonic()
                     d["exits"].append(p.returncode)
                     self.events.append((now, d["node"], "exit %s" % p.returncode))
+                    if p.returncode == SLEEP_EXIT:
+                        d["proc"] = None
+                        d["restart_at"] = now + self._sleep_left(d)
+                        d["sleeps"] = d.get("sleeps", 0) + 1
+                        continue
                     d["starts"] = [t for t in d["starts"] if now - t < START_WINDOW_S]
                     if len(d["starts"]) >= START_LIMIT:
                         d["wanted"] = False
@@ -202,10 +212,23 @@ class Fleet:
                         and d.get("proc") is None
                         and time.monotonic() >= d.get("restart_at", 0)
                     ):
-                        d["starts"].append(time.monotonic())
-                        d["restarts"] += 1
-                        self.events.append((time.monotonic(), d["node"], "restart"))
+                        if d["exits"] and d["exits"][-1] == SLEEP_EXIT:
+                            self.events.append((time.monotonic(), d["node"], "wake"))
+                        else:
+                            d["starts"].append(time.monotonic())
+                            d["restarts"] += 1
+                            self.events.append((time.monotonic(), d["node"], "restart"))
                         self._spawn(d)
+
+    def _sleep_left(self, d: dict[str, Any]) -> float:
+        """Seconds until the wake a device's simulated deep sleep asked for."""
+        path = os.path.join(d["dir"], SLEEP_WAKE)
+        try:
+            with open(path) as f:
+                wake = int(f.read().strip()) / 1000
+        except (OSError, ValueError):
+            return RESTART_S  # no wake time: as any exit
+        return max(0.0, wake - time.time())
 
     def running(self) -> list[str]:
         """Nodes whose process runs now."""
@@ -342,7 +365,12 @@ def parse_sets(items: list[str]) -> dict[str, Any]:
     return out
 
 
-EXIT_MEANING = {3: "sys/reboot", 2: "config error", -9: "killed"}
+EXIT_MEANING = {
+    3: "sys/reboot",
+    2: "config error",
+    SLEEP_EXIT: "deep sleep (simulated), woken at its time",
+    -9: "killed",
+}
 
 
 def run(args: argparse.Namespace) -> int:

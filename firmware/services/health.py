@@ -47,6 +47,7 @@ def health(ctx):
         "link": lk,
         "uplink": ctx.uplink.stats(),
         "network": ctx.net.stats() if ctx.net is not None else None,
+        "sleep": ctx.sleep.stats() if ctx.sleep is not None else None,
         "service_errors": ctx.counters.get("service_errors", 0),
         "ota_refused": ctx.counters.get("ota_refused", 0),
         "health_skipped": ctx.counters.get("health_skipped", 0),
