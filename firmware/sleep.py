@@ -120,10 +120,12 @@ def deepsleep(ms):
     try:
         import machine
 
-        f = machine.deepsleep
+        sleep = machine.deepsleep
     except (ImportError, AttributeError):
-        from firmware.sleepsim import deepsleep as f
-    f(ms)
+        from firmware import sleepsim
+
+        sleep = sleepsim.deepsleep
+    sleep(ms)
 
 
 def start(ctx, cfg):

@@ -244,13 +244,15 @@ class Fleet:
         return [d["node"] for d in self.devices if d.get("proc") and not d.get("wanted")]
 
     def kill(self, node: str) -> None:
-        """Kill one device as a power cut would; it stays off until start(node)."""
+        """Kill one device as a power cut would (one asleep is not woken);
+        it stays off until start(node)."""
         with self._lock:
             for d in self.devices:
-                if d["node"] == node and d.get("proc"):
+                if d["node"] == node:
                     d["wanted"] = False
-                    d["proc"].kill()
-                    d["proc"].wait()
+                    if d.get("proc"):
+                        d["proc"].kill()
+                        d["proc"].wait()
 
     def bridge_config(self, broker: tuple[str, int] | None = None) -> dict[str, Any]:
         """The [[serial]] and [mqtt] parts of a bridge configuration for this fleet."""
