@@ -15,8 +15,9 @@ if TYPE_CHECKING:
     from edgebus.bridge.config import Acl, Config
 
 # Endpoints any local user may call: they answer the caller about itself
-# (bridge/callerinfo.py), nothing it could not learn by trying.
-OPEN_CALLS = (("bridge", "whoami"), ("bridge", "may"))
+# (bridge/callerinfo.py), nothing it could not learn by trying; the mailbox
+# (bridge/mailbox.py) holds a call only where this ACL lets the caller make it.
+OPEN_CALLS = (("bridge", "whoami"), ("bridge", "may"), ("bridge", "mailbox"))
 
 # bus action -> the ACL list that grants it
 ACTIONS = {

@@ -142,6 +142,14 @@ class Config:
     # Host-bus endpoints offered to every device link, so a device can call
     # another device's action through the bridge (e.g. "dev/+/sys/config/get").
     relay_calls: list = field(default_factory=list)
+    # [mailbox] (bridge/mailbox.py): calls held for a device asleep, per
+    # device at most mailbox_entries calls and mailbox_bytes of JSON requests,
+    # each for mailbox_expiry s; a device not back mailbox_margin s after its
+    # announced wake is reported down again (overslept).
+    mailbox_entries: int = 16
+    mailbox_bytes: int = 16384
+    mailbox_expiry: float = 86400.0
+    mailbox_margin: float = 60.0
 
     def seal_for(self, kind: str, own: str | None = None) -> str:
         """The seal mode of a link of ``kind`` ("serial", "mqtt", "peer")
@@ -230,6 +238,7 @@ _TABLES = {
     "acl": list,
     "bridge": dict,
     "log": dict,
+    "mailbox": dict,
     "mqtt": dict,
     "peer": list,
     "serial": list,
@@ -325,6 +334,8 @@ def parse(data: dict[str, Any], base_dir: str = ".") -> Config:
     if "log" in top:
         for k, v in take(top["log"], "log", base_dir).items():
             setattr(cfg, _LOG[k], v)
+    for k, v in take(top.get("mailbox", {}), "mailbox", base_dir).items():
+        setattr(cfg, "mailbox_" + k, v)
     for i, d in enumerate(top.get("serial", [])):
         cfg.serial.append(_device(d, i, store, base_dir))
     _nodes_unique(cfg.serial, "serial")

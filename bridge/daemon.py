@@ -22,6 +22,7 @@ import edgebus
 from edgebus.bridge import acl, callerinfo, links, reload, rotation, status
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.keystore import KeyStore
+from edgebus.bridge.mailbox import Mailbox
 from edgebus.compat import wait_for
 
 if TYPE_CHECKING:
@@ -75,6 +76,7 @@ class Bridge:
         self.mqtt: MqttLinks | None = None
         self.started = time.time()
         self.tasks: list[asyncio.Task[Any]] = []
+        self.mailbox = Mailbox(self)
         if cfg.mqtt is not None:
             from edgebus.bridge.mqtt_links import MqttLinks
 
@@ -108,12 +110,15 @@ class Bridge:
         return {
             "node": self.cfg.node,
             "uptime": round(time.time() - self.started, 1),
-            "links": {k: ls[k].stats() for k in (sorted(ls) if links is None else links)},
-            "fleet": status.totals(ls.values()) if fleet else None,
+            "links": {
+                k: status.link_stats(self, ls[k]) for k in (sorted(ls) if links is None else links)
+            },
+            "fleet": status.totals(ls.values(), self.mailbox) if fleet else None,
             "bus": self.bus.stats(),
             "log": self.appender.stats() if self.appender else None,
             "mqtt": self.mqtt.stats() if self.mqtt else None,
             "denied": self.auth.denied if self.auth else 0,
+            "mailbox": self.mailbox.stats(),
         }
 
     async def _status_endpoint(self) -> None:
@@ -155,6 +160,7 @@ class Bridge:
         self.tasks.append(asyncio.create_task(callerinfo.serve(self)))
         self.tasks.append(asyncio.create_task(rotation.serve(self)))
         self.tasks.append(asyncio.create_task(reload.serve(self)))
+        self.tasks.append(asyncio.create_task(self.mailbox.run()))
         for dev in cfg.serial:
             self.tasks.append(asyncio.create_task(links.run_serial(self, dev)))
         if self.mqtt is not None:

@@ -10,23 +10,30 @@ from typing import TYPE_CHECKING, Any, Iterator
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from edgebus.bridge.status import state
 from edgebus.client.local import ERRORS
 
 if TYPE_CHECKING:
     from edgebus.bridge.daemon import Bridge
+    from edgebus.bridge.mailbox import Mailbox
     from edgebus.link.link import Link
 
+# Link states as the metrics count them: a device asleep as it announced is
+# no fault; one that overslept its wake by [mailbox] margin is.
+STATES = ("up", "down", "hello_sent", "ack_sent", "asleep", "overslept")
 
-def trouble(links: dict[str, Link], n: int) -> list[str]:
+
+def trouble(links: dict[str, Link], n: int, mailbox: Mailbox | None = None) -> list[str]:
     """The ids of at most ``n`` of ``links`` ({id: Link}) most worth a look:
-    those without a session first, then by errors and gaps; all of them when
-    there are no more than ``n``."""
+    those without a session first (a device asleep is not one), then by
+    errors and gaps; all of them when there are no more than ``n``."""
     if len(links) <= n:
         return sorted(links)
 
     def rank(kv: tuple[str, Link]) -> tuple[bool, int, str]:
         c = kv[1].counters
-        return (kv[1].status == "up", -sum(c.get(k, 0) for k in ERRORS + ("gaps",)), kv[0])
+        ok = state(kv[1], mailbox) in ("up", "asleep")
+        return (ok, -sum(c.get(k, 0) for k in ERRORS + ("gaps",)), kv[0])
 
     return sorted(k for k, _ in sorted(links.items(), key=rank)[:n])
 
@@ -38,12 +45,25 @@ class BridgeCollector:
 
     def collect(self) -> Iterator[Any]:
         b = self.bridge
-        st = b.stats(trouble(b.links, self.per_link))
+        st = b.stats(trouble(b.links, self.per_link, b.mailbox))
         f = st["fleet"]
-        states = GaugeMetricFamily("edgebus_links", "links by state", labels=["state"])
-        for s in ("up", "down", "hello_sent", "ack_sent"):
+        states = GaugeMetricFamily(
+            "edgebus_links",
+            "links by state (asleep: a device asleep as announced; overslept: past its wake)",
+            labels=["state"],
+        )
+        for s in STATES:
             states.add_metric([s], f["states"].get(s, 0))
         yield states
+        mb = CounterMetricFamily(
+            "edgebus_mailbox_calls",
+            "calls for devices asleep: held, delivered, refused_full, expired, "
+            "refused_not_asleep, denied (bridge/mailbox.py)",
+            labels=["counter"],
+        )
+        for k, v in st["mailbox"]["counters"].items():
+            mb.add_metric([k], v)
+        yield mb
         fleet = CounterMetricFamily(
             "edgebus_fleet_events", "link counters summed over every link", labels=["counter"]
         )

@@ -148,6 +148,16 @@ SCHEMA = {
             **_SEAL,
         },
     ),
+    # held calls for devices asleep (bridge/mailbox.py)
+    "mailbox": (
+        "[mailbox]",
+        {
+            "entries": Key(int, RANGE, 0, 100000, " calls", " (0: no mailbox)"),
+            "bytes": Key(int, RANGE, 0, 1 << 30, " bytes"),
+            "expiry": Key(NUM, RANGE, 1, 365 * 86400, " seconds"),
+            "margin": Key(NUM, RANGE, 0, 86400, " seconds"),
+        },
+    ),
     "acl": (
         "[[acl]]",
         {

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 if TYPE_CHECKING:
     from edgebus.bridge.daemon import Bridge
+    from edgebus.bridge.mailbox import Mailbox
     from edgebus.link.link import Link
 
 # A reply's links take at most this many bytes of JSON (one link's stats are
@@ -17,15 +18,35 @@ if TYPE_CHECKING:
 PAGE_BYTES = 40 * 1024
 
 
-def totals(links: Iterable[Link]) -> dict[str, Any]:
-    """The fleet at a glance: how many links, by state, and every counter
-    summed over them."""
+def state(link: Link, mailbox: Mailbox | None) -> str:
+    """The link's state, but "asleep" for a device asleep as it announced
+    (bridge/mailbox.py), not down, and "overslept" past its wake's margin."""
+    sl = mailbox.sleep_of(link.peer) if mailbox is not None and link.status != "up" else None
+    return link.status if sl is None else sl["state"]
+
+
+def link_stats(bridge: Bridge, link: Link) -> dict[str, Any]:
+    """link.stats(), with "state" as state() and, for a device asleep,
+    "asleep_until" (Unix s of its announced wake)."""
+    s = link.stats()
+    if s["state"] != "up":
+        sl = bridge.mailbox.sleep_of(link.peer)
+        if sl is not None:
+            s["state"] = sl["state"]
+            s["asleep_until"] = sl["until"]
+    return s
+
+
+def totals(links: Iterable[Link], mailbox: Mailbox | None = None) -> dict[str, Any]:
+    """The fleet at a glance: how many links, by state (state()), and every
+    counter summed over them."""
     states: dict[str, int] = {}
     sums: dict[str, int] = {}
     n = 0
     for lk in links:
         n += 1
-        states[lk.status] = states.get(lk.status, 0) + 1
+        st = state(lk, mailbox)
+        states[st] = states.get(st, 0) + 1
         for k, v in lk.counters.items():
             sums[k] = sums.get(k, 0) + v
     return {"links": n, "states": states, "counters": sums}
@@ -52,7 +73,7 @@ def page(bridge: Bridge, req: Any) -> dict[str, Any]:
     ids = sorted(bridge.links)
     size, j = 0, i
     while j < len(ids):
-        s = bridge.links[ids[j]].stats()
+        s = link_stats(bridge, bridge.links[ids[j]])
         size += len(json.dumps(s))
         if size > PAGE_BYTES and j > i:
             break

@@ -1,15 +1,24 @@
 """`edgebus call TOPIC [VALUE]`: call the endpoint at TOPIC on the host bus
-(a device's sys/info, the bridge's bridge/status...) and print its reply."""
+(a device's sys/info, the bridge's bridge/status...) and print its reply.
+
+A device asleep (duty cycle) has no route while it sleeps: the call goes to
+the bridge's mailbox (bridge/mailbox.py), which hands it over at the wake;
+the command waits for the reply within --timeout, or with --queue returns at
+once saying until when the call is held."""
 
 from __future__ import annotations
 
+import datetime
 import json
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import edgebus
 from edgebus.tools import busclient as bc
 
 if TYPE_CHECKING:
     import argparse
+
+MAILBOX = "bridge/mailbox"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -27,13 +36,58 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         default=5.0,
         help="seconds to wait for the reply (%(default)s)",
     )
+    p.add_argument(
+        "--queue",
+        action="store_true",
+        help="for a device asleep (duty cycle): hold the call in the bridge's mailbox "
+        "until its next wake and return at once (the outcome: the bridge's log and "
+        "the retained bridge/mailbox/NODE)",
+    )
     p.add_argument("--json", action="store_true", help="print the reply as JSON, strings too")
     bc.add_socket(p)
 
 
+def _when(t: float) -> str:
+    return datetime.datetime.fromtimestamp(t).isoformat(timespec="seconds")
+
+
+async def _held(s: bc.Session, args: argparse.Namespace, v: Any, wait: bool) -> Any:
+    """The mailbox's answer for a call held for a device asleep."""
+    try:
+        return await s.conn.call(
+            MAILBOX, {"topic": args.topic, "value": v, "wait": wait}, timeout=args.timeout
+        )
+    except edgebus.Failed as e:
+        raise bc.Fail(bc.FAILED, "%s: %s" % (args.topic, bc.render(e.reason))) from None
+    except edgebus.Timeout:
+        raise bc.Fail(
+            bc.TIMEOUT,
+            "timeout: %s is asleep and did not wake within %g s; the call stays held in "
+            "the bridge's mailbox until its wake or expiry" % (args.topic, args.timeout),
+        ) from None
+
+
 async def call(args: argparse.Namespace) -> None:
+    v = bc.value(args.value)
     async with bc.Session(bc.socket_path(args)) as s:
-        r = await s.call(args.topic, bc.value(args.value), args.timeout)
+        if args.queue:
+            r = await _held(s, args, v, False)
+            bc.emit(
+                "held: %s until %s wakes (at %s); expires at %s"
+                % (args.topic, r["node"], _when(r["wakes"]), _when(r["expires"]))
+            )
+            return
+        try:
+            r = await s.call(args.topic, v, args.timeout)
+        except bc.Fail as e:
+            if e.code != bc.NO_ROUTE or not args.topic.startswith("dev/"):
+                raise
+            try:
+                r = await _held(s, args, v, True)
+            except bc.Fail as e2:
+                if "is not asleep" in str(e2):  # the mailbox's word: a plain no route
+                    raise e from None
+                raise
     bc.emit(json.dumps(bc.jsonable(r)) if args.json else bc.render(r))
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import TYPE_CHECKING, Any
 
 import edgebus
@@ -60,6 +61,15 @@ async def fetch(
     finally:
         await link.close("done")
         task.cancel()
+
+
+def _note(s: dict[str, Any]) -> str:
+    """The last column: a device asleep's wake (bridge/mailbox.py), else the last error."""
+    t = s.get("asleep_until")
+    if t is None:
+        return s.get("last_error") or ""
+    at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+    return ("asleep until %s" if s["state"] == "asleep" else "overslept its wake at %s") % at
 
 
 def render(st: dict[str, Any]) -> str:
@@ -154,7 +164,7 @@ def render(st: dict[str, Any]) -> str:
                 c.get("gaps", 0),
                 c.get("dropped_out", 0) + c.get("dropped_down", 0),
                 errs,
-                s.get("last_error") or "",
+                _note(s),
             )
         )
     return "\n".join(L)

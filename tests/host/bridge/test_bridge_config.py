@@ -23,6 +23,7 @@ BASE = {
     "serial": [{"node": "d", "port": "/dev/edgebus-none", "key": "k"}],
     "mqtt": {"devices": [{"node": "m", "key": "k"}]},
     "peer": [{"node": "p", "key": "k", "connect": "127.0.0.1:9"}],
+    "mailbox": {"entries": 16},
     "acl": [{"uid": 1000}],
 }
 ARRAYS = ("serial", "peer", "acl")
