@@ -1,9 +1,10 @@
 """Duty-cycle mode (the config's "sleep"; loaded only when it is set): each
 boot is one wake. The services take their readings as ever; the uplink joins
-and sends the spool and earlier wakes' journal; the device stays up until the
-bridge has acknowledged everything it sent and no call has been handed to it
-for "linger" s (the bridge's mailbox hands over held calls and retained
-desired state at the session's start), or until "awake" s run out. Then it
+and sends the spool and earlier wakes' journal; the device stays up until its
+session has been up "linger" s with no new call (the bridge's mailbox hands
+over held calls, and the session's snapshot the retained desired state, at
+its start) and the bridge has acknowledged everything it sent, or until
+"awake" s run out. Then it
 retains sys/sleep (how long it sleeps: the bridge reports it asleep, not
 down), says BYE (which writes what is unacknowledged to the flash journal,
 sent on the next wake) and deep-sleeps until the next wake, "every" s after
@@ -81,16 +82,16 @@ class Sleep:
         ctx = self.ctx
         link = ctx.link
         end = ctx.t0 + self.awake
-        quiet = None
+        quiet = None  # since when the session is up with no new call
         served = -1
         while now() < end:
-            if link.status != "up" or self.unacked():
+            if link.status != "up":
                 quiet = None
             else:
                 c = link.counters.get("calls_in", 0)
                 if quiet is None or c != served:
                     quiet, served = now(), c  # a call came: linger again after it
-                elif now() - quiet >= self.linger:
+                elif now() - quiet >= self.linger and not self.unacked():
                     break
             await asyncio.sleep(0.05)
         ms = int(max(0.1, self.every - (now() - ctx.t0)) * 1000)

@@ -2,7 +2,8 @@
 (bridge/mailbox.py), with real parts: mosquitto on a free loopback port, the
 bridge in this process with a log, and two fleet devices (the real firmware
 on the MicroPython unix port) waking every 2 s on the deep-sleep simulator
-(firmware/sleepsim.py), the fleet starting each again at its wake."""
+(firmware/sleepsim.py), the fleet starting each again at its wake; one
+wake without the broker leaves its readings to the flash journal."""
 
 import asyncio
 import collections
@@ -48,7 +49,7 @@ def test_duty_cycle_devices_and_the_mailbox(tmp_path, broker):
         health_period=0.5,
         journal=True,
         config={
-            "sleep": {"every": 2, "awake": 6, "linger": 1.0},
+            "sleep": {"every": 2, "awake": 3, "linger": 1.0},
             "services": [{"module": "temp", "period": 0.3}, "cmdecho"],
         },
     )
@@ -118,8 +119,14 @@ def test_duty_cycle_devices_and_the_mailbox(tmp_path, broker):
         c = b.mailbox.counters
         assert (c["refused_full"], c["denied"]) == (1, 1)
 
-        # Several cycles of a: every reading in the log once.
-        await until(lambda: fleet.devices[0].get("sleeps", 0) >= 4, 30, "four cycles of " + a)
+        # A wake without the broker: a sleeps with its readings unacknowledged,
+        # on flash, and the next wake delivers them.
+        await until(lambda: b.links["mqtt:" + a].status == "up", 20, a + " awake")
+        n = fleet.devices[0]["sleeps"]
+        broker.stop()
+        await until(lambda: fleet.devices[0]["sleeps"] > n, 20, a + " asleep in the outage")
+        broker.start()
+        await until(lambda: fleet.devices[0]["sleeps"] > n + 2, 30, "two more cycles of " + a)
         await until(lambda: _asleep(b, a), 20, "%s asleep" % a)
         b.stop()
         await task
@@ -144,7 +151,7 @@ def test_duty_cycle_devices_and_the_mailbox(tmp_path, broker):
             echoed.append(r["payload"])
     assert not [k for k, n in seen.items() if n > 1]  # none twice
     assert len(readings) >= 4  # one boot per wake
-    for ns in readings.values():  # each wake's readings, none lost
+    for ns in readings.values():  # each wake's readings, none lost (the outage's too)
         assert sorted(ns) == list(range(len(ns)))
     assert {"topic": "cmd/led", "value": {"on": True}} in echoed
     health = []
@@ -155,3 +162,4 @@ def test_duty_cycle_devices_and_the_mailbox(tmp_path, broker):
         if m.topic[1:] == (a, "sys", "health"):
             health.append(m.payload["sleep"])
     assert max(h["cycles"] for h in health) >= 3  # sys/health counts the cycles
+    assert max(h["unacked_at_sleep"] or 0 for h in health) > 0  # the outage's wake
