@@ -58,7 +58,8 @@ class Fleet:
     device config, merged over the defaults; ``baud``: serial cables paced to
     that line rate (8N1), else as fast as the ptys go. Started devices are supervised:
     one that exits (``sys/reboot`` exits with status 3) starts again, counted
-    in ``restarts``, while the others run on."""
+    in ``restarts``, while the others run on; one in duty-cycle mode that
+    deep-sleeps (status SLEEP_EXIT) starts again at its wake, counted in ``sleeps``."""
 
     def __init__(
         self,
