@@ -839,8 +839,9 @@ def _tls_section(t):
     else:
         more = "—"
     rows.append(
-        "| TLS costs | %+d | %+d | %s |"
-        % (s["ready_alloc"] - p["ready_alloc"], s["session_alloc"] - p["session_alloc"], more)
+        "| TLS costs | {:+,} | {:+,} | {} |".format(
+            s["ready_alloc"] - p["ready_alloc"], s["session_alloc"] - p["session_alloc"], more
+        )
     )
     return _t("tls", certs=t["certs"], readings=t["readings"], rows="\n".join(rows))
 
