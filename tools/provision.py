@@ -15,6 +15,7 @@ import getpass
 import json
 import os
 import re
+import ssl
 import sys
 import tomllib
 import urllib.parse
@@ -110,6 +111,7 @@ def broker_uplink(url: str, ca: str | None, server_name: str | None) -> dict[str
         or port == -1
         or u.path not in ("", "/")
         or u.query
+        or u.fragment
         or u.username
     ):
         raise bc.Fail(
@@ -145,6 +147,28 @@ def uart_uplink(board: dict[str, Any]) -> dict[str, Any]:
     return {"kind": "uart", "port": u["id"], "baud": u["baud"]} | {
         k: u[k] for k in ("tx", "rx") if k in u
     }
+
+
+def read_ca(path: str) -> bytes:
+    """The CA file's bytes, once they are a certificate the device can use:
+    DER, or PEM whose first block is a certificate (the one the firmware
+    takes); bc.Fail otherwise (a private key is never copied to devices)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as e:
+        raise bc.Fail(2, "--ca: %s" % e) from None
+    i = data.find(b"-----BEGIN ")
+    first = data[i + 11 : data.find(b"-----", i + 11)] if i >= 0 else b"CERTIFICATE"
+    try:
+        if first != b"CERTIFICATE":
+            raise ValueError("its first PEM block is %s" % first.decode("ascii", "replace"))
+        ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_verify_locations(
+            cadata=data.decode("ascii") if i >= 0 else data
+        )
+    except (ssl.SSLError, ValueError) as e:
+        raise bc.Fail(2, "--ca %s is not a CA certificate (PEM or DER): %s" % (path, e)) from None
+    return data
 
 
 def wifi_password(args: argparse.Namespace) -> str | None:
@@ -252,13 +276,7 @@ def provision(args: argparse.Namespace) -> None:
     held = _check_nodes(args, store)
     base = device_config(args, board)
     validate = devicefiles.firmware("config").validate
-    ca = None
-    if args.ca:
-        try:
-            with open(args.ca, "rb") as f:
-                ca = f.read()
-        except OSError as e:
-            raise bc.Fail(2, "--ca: %s" % e) from None
+    ca = read_ca(args.ca) if args.ca else None
     bar = progress(len(args.nodes), "provision", "nodes") if len(args.nodes) > BAR_ABOVE else None
     say = bar.write if bar else print
     for node in args.nodes:

@@ -12,6 +12,7 @@ from dev.harness.bridge import BridgeProcess
 from dev.harness.process import run_module
 from edgebus.tools import cli, devicefiles
 from edgebus.tools.fleet import Fleet
+from tests.host.mqtt.tlskit import TestCA
 
 BRIDGE = (
     '[bridge]\nnode = "gw"\nstate_dir = "state"\nsocket = "bridge.sock"\nheartbeat = 0.5\n'
@@ -120,9 +121,22 @@ def test_a_real_boards_config_is_written_whole_and_refuses_the_example_key(tmp_p
     """WiFi and TLS on a Pico W; the firmware's own validation (a real board's,
     here CPython: not the simulator) takes it, and refuses it with the example's key."""
     (tmp_path / "pw").write_text("s3cret\n")
-    (tmp_path / "ca.pem").write_text(
-        "-----BEGIN CERTIFICATE-----\nAA==\n-----END CERTIFICATE-----\n"
+    ca = TestCA(tmp_path)
+    _, key = ca.issue("broker.lan")
+    rc, _, err = _provision(
+        capsys,
+        "w0",
+        "--board",
+        "esp32",
+        "--broker",
+        "mqtts://b",
+        "--ca",
+        key,
+        "--keys",
+        tmp_path / "k0",
     )
+    assert rc == 2 and "is not a CA certificate (PEM or DER): its first PEM block is" in err, err
+    assert not (tmp_path / "k0").exists()  # a private key is never copied to devices
     rc, out, err = _provision(
         capsys,
         "w1",
@@ -135,7 +149,7 @@ def test_a_real_boards_config_is_written_whole_and_refuses_the_example_key(tmp_p
         "--broker",
         "mqtts://broker.lan",
         "--ca",
-        tmp_path / "ca.pem",
+        ca.ca,
         "--keys",
         tmp_path / "keys",
         "--out",
@@ -151,7 +165,7 @@ def test_a_real_boards_config_is_written_whole_and_refuses_the_example_key(tmp_p
         "port": 8883,
         "tls": {"ca": "ca.pem", "server_name": "broker.lan"},
     }
-    assert (d / "ca.pem").read_bytes() == (tmp_path / "ca.pem").read_bytes()
+    assert (d / "ca.pem").read_bytes() == (tmp_path / "ca.pem").read_bytes()  # TestCA's
     assert json.loads((tmp_path / "keys" / "w1.json").read_text())["key"] == cfg["key"]
     config = devicefiles.firmware("config")
     assert config.validate(cfg) is cfg
