@@ -105,7 +105,8 @@ def test_refusals_leave_nothing_behind(tmp_path, capsys, monkeypatch, args, code
 
 def test_an_existing_node_is_refused_and_force_says_what_it_replaces(tmp_path, capsys):
     where = ["--keys", tmp_path / "keys", "--out", tmp_path / "out", "--board", "esp32"]
-    assert _provision(capsys, "a1", *where)[0] == 0
+    rc, out, _ = _provision(capsys, "a1", *where)
+    assert rc == 0 and "no running bridge to reload" in out, out
     cfg = tmp_path / "out" / "a1" / "config.json"
     first = cfg.read_text()
     assert oct(cfg.stat().st_mode & 0o777) == "0o600"
