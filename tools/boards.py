@@ -303,6 +303,7 @@ SCHEMA = _obj(
         "flash": _flash,
         "uart": _uart,
         "uplink": _enum(*UPLINKS),
+        "wifi": _Optional(_bool, False),  # a radio the firmware's network step drives
         "queues": _obj(
             {
                 "bus": _int(1, 65535),

@@ -68,6 +68,11 @@ COMMANDS = {
         "device keys: rotate NODE over its session, new NODE, list",
         "bridge",
     ),
+    "provision": (
+        "edgebus.tools.provision",
+        "new devices: a key each in the bridge's keystore and a config for deploy",
+        "bridge",
+    ),
     "devices": (
         "edgebus.tools.devices",
         "a running bridge's MQTT devices: reload, move NODE between bridges",

@@ -53,12 +53,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
-async def _reload(sock: str) -> Any:
+async def reload_devices(sock: str) -> Any:
+    """The bridge at sock reads its devices and keystore again: its changes."""
     async with bc.Session(sock) as s:
         return await s.call(RELOAD, None, CALL_TIMEOUT + bc.ROUTE_WAIT)
 
 
-def _changes(r: dict[str, Any]) -> str:
+def changes_line(r: dict[str, Any]) -> str:
     return "%d device(s); added: %s; removed: %s; changed: %s" % (
         r["devices"],
         *(", ".join(r[k]) or "none" for k in ("added", "removed", "changed")),
@@ -66,8 +67,8 @@ def _changes(r: dict[str, Any]) -> str:
 
 
 async def reload(args: argparse.Namespace) -> None:
-    r = await _reload(bc.socket_path(args))
-    bc.emit(json.dumps(r) if args.json else _changes(r))
+    r = await reload_devices(bc.socket_path(args))
+    bc.emit(json.dumps(r) if args.json else changes_line(r))
 
 
 def _bridge(path: str) -> tuple[Config, KeyStore, str]:
@@ -114,7 +115,7 @@ async def move(args: argparse.Namespace) -> None:
     shutil.copy2(src, stage)
     os.unlink(src)
     try:
-        r = await _reload(a_sock)
+        r = await reload_devices(a_sock)
     except bc.Fail:
         tlog.rename_durably(stage, src)  # A holds it still: as it was
         raise
@@ -130,7 +131,7 @@ async def move(args: argparse.Namespace) -> None:
     )
     tlog.rename_durably(stage, dst)
     try:
-        r = await _reload(b_sock)
+        r = await reload_devices(b_sock)
     except bc.Fail as e:
         raise bc.Fail(
             e.code,

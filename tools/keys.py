@@ -85,11 +85,16 @@ def _where(p: argparse.ArgumentParser) -> None:
 
 
 def _store(args: argparse.Namespace) -> KeyStore:
-    if args.keys:
-        return KeyStore(args.keys)
-    if args.config:
+    return store_at(args.keys, args.config)
+
+
+def store_at(keys: str | None, config: str | None) -> KeyStore:
+    """The keystore: the directory keys, else the bridge configuration's, else the default."""
+    if keys:
+        return KeyStore(keys)
+    if config:
         try:
-            return KeyStore(bridge_config.keystore_dir(args.config))
+            return KeyStore(bridge_config.keystore_dir(config))
         except bridge_config.ConfigError as e:
             raise bc.Fail(2, str(e)) from None
     return KeyStore(os.path.join(bridge_config.Config.state_dir, "keys"))
@@ -138,33 +143,51 @@ def _device_config(path: str, node: str, key: str, force: bool) -> bool:
             % (path, cfg.get("node"), node),
         )
     cfg["key"] = key
-    data = (json.dumps(cfg, indent=2) + "\n").encode()
+    write_secret(path, (json.dumps(cfg, indent=2) + "\n").encode())
+    return src == path
+
+
+def write_secret(path: str, data: bytes) -> None:
+    """path holds data, written atomically and readable by its owner only
+    (a device config holds the device's key)."""
 
     def fill(f: IO[bytes]) -> None:
         os.fchmod(f.fileno(), 0o600)
         f.write(data)
 
     tlog.write_atomically(path, "%s.%d.tmp" % (path, os.getpid()), fill)
-    return src == path
+
+
+def held(store: KeyStore, node: str, force: bool) -> str | None:
+    """The kid of the key the keystore holds for node (None: none); bc.Fail
+    when it holds one (or an unreadable file) and not force, or when node
+    cannot name a key file (forced or not)."""
+    store.file(node)
+    try:
+        old = store.read(node)
+    except KeyStoreError as e:
+        if not force:
+            raise bc.Fail(1, "%s (--force replaces it)" % e) from None
+        return "(unreadable)"
+    if old is not None and not force:
+        raise bc.Fail(
+            1,
+            "%s already has a key (kid %s) in %s; --force replaces it, and the "
+            "device must get the new one too" % (node, kid(old["key"].encode()), store.path),
+        )
+    return None if old is None else kid(old["key"].encode())
+
+
+def issue(store: KeyStore, node: str, key: str) -> None:
+    """node's key in the keystore is key, from now (any other replaced)."""
+    store.write(node, {"key": key, "since": int(time.time())})
 
 
 def new(args: argparse.Namespace) -> None:
     store = _store(args)
-    store.file(args.node)  # a node id that cannot name a file fails here, not forced
-    try:
-        old = store.read(args.node)
-    except KeyStoreError as e:
-        if not args.force:
-            raise bc.Fail(1, "%s (--force replaces it)" % e) from None
-        old = None
-    if old is not None and not args.force:
-        raise bc.Fail(
-            1,
-            "%s already has a key (kid %s) in %s; --force replaces it, and the "
-            "device must get the new one too" % (args.node, kid(old["key"].encode()), store.path),
-        )
+    held(store, args.node, args.force)
     key = new_key()
-    store.write(args.node, {"key": key, "since": int(time.time())})
+    issue(store, args.node, key)
     k = kid(key.encode())
     print("%s: new key kid %s in %s" % (args.node, k, store.file(args.node)))
     if args.device_config:

@@ -10,8 +10,9 @@ from typing import Any
 class _TextProgress:
     """A plain progress line when tqdm is not installed."""
 
-    def __init__(self, total: int, desc: str) -> None:
+    def __init__(self, total: int, desc: str, unit: str) -> None:
         self.total, self.done, self.desc, self.tty = total, 0, desc, sys.stderr.isatty()
+        self.unit = "bytes" if unit == "B" else unit
 
     def update(self, n: int) -> None:
         self.done += n
@@ -19,7 +20,8 @@ class _TextProgress:
             pct = 100 * self.done // max(self.total, 1)
             bar = "#" * (pct // 5)
             sys.stderr.write(
-                "\r%s [%-20s] %3d%% %d/%d bytes" % (self.desc, bar, pct, self.done, self.total)
+                "\r%s [%-20s] %3d%% %d/%d %s"
+                % (self.desc, bar, pct, self.done, self.total, self.unit)
             )
             sys.stderr.flush()
 
@@ -41,11 +43,11 @@ class _TextProgress:
             sys.stderr.write("\n")
 
 
-def progress(total: int, desc: str = "deploy") -> Any:
-    """A bar for ``total`` bytes: ``update(n)``, ``set_postfix_str(s)``,
+def progress(total: int, desc: str = "deploy", unit: str = "B") -> Any:
+    """A bar for ``total`` bytes (or other units): ``update(n)``, ``set_postfix_str(s)``,
     ``write(line, file=)`` (a line the bar does not overrun), ``close()``."""
     try:
         from tqdm import tqdm
     except ImportError:
-        return _TextProgress(total, desc)
-    return tqdm(total=total, desc=desc, unit="B", unit_scale=True, file=sys.stderr)
+        return _TextProgress(total, desc, unit)
+    return tqdm(total=total, desc=desc, unit=unit, unit_scale=unit == "B", file=sys.stderr)

@@ -7,7 +7,7 @@ report to BENCHMARKS.md at the repository root, linking the plots there.
 --smoke runs each benchmark briefly (CI keeps the suite working with it) and
 writes everything to out/bench-smoke/ instead; --out DIR writes everything to
 DIR. --only runs some parts (core, mpy, link, bridge, log, fleet, spark, swarm,
-ota)
+ota, tls)
 and keeps the other figures from the benchmarks.json already there. --baseline
 REF[,REF...]: the parts that take one (swarm) also measure these commits' code
 (--baseline-only: only it, e.g. while this checkout holds unfinished edits).
@@ -36,6 +36,7 @@ from dev.bench import (
     report,
     spark_bench,
     swarm_bench,
+    tls_bench,
 )
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -77,6 +78,7 @@ PARTS = {
         "ota",
         ota_bench.run,
     ),
+    "tls": ("TLS to the broker: a device's heap with and without", "tls", tls_bench.run),
 }
 
 

@@ -20,6 +20,7 @@ SECTIONS = (
     ("log", "6"),
     ("swarm", "8"),
     ("ota", "9"),
+    ("tls", "10"),
 )
 
 
@@ -820,6 +821,31 @@ def _ota_section(o):
     )
 
 
+def _tls_section(t):
+    """Section 10: the heap TLS costs a device (dev/bench/tls_bench.py)."""
+    if not t:
+        return []
+
+    def kb(r):
+        return "%d KB" % r["smallest_heap_kb"] if r.get("smallest_heap_kb") else "not bisected"
+
+    p, s = t["plain"], t["tls"]
+    rows = [
+        "| %s | %s | %s | %s |" % (name, _n(r["ready_alloc"]), _n(r["session_alloc"]), kb(r))
+        for name, r in (("MQTT", p), ("MQTT over TLS", s))
+    ]
+    if p.get("smallest_heap_kb") and s.get("smallest_heap_kb"):
+        more = "+%d KB" % (s["smallest_heap_kb"] - p["smallest_heap_kb"])
+    else:
+        more = "—"
+    rows.append(
+        "| TLS costs | {:+,} | {:+,} | {} |".format(
+            s["ready_alloc"] - p["ready_alloc"], s["session_alloc"] - p["session_alloc"], more
+        )
+    )
+    return _t("tls", certs=t["certs"], readings=t["readings"], rows="\n".join(rows))
+
+
 def markdown(res, out, md_dir=None):
     """BENCHMARKS.md for results res; plots go to out, linked relative to md_dir
     (the markdown's directory; default out). Section 7 is templates/board32.md as
@@ -838,6 +864,7 @@ def markdown(res, out, md_dir=None):
         _t("board32"),
         _swarm_section(res.get("swarm")),
         _ota_section(res.get("ota")),
+        _tls_section(res.get("tls")),
     ]
     text = "\n\n".join("\n".join(b) for b in blocks if b)
     return re.sub(r"\n{3,}", "\n\n", text).strip("\n") + "\n"
