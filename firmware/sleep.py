@@ -84,8 +84,11 @@ class Sleep:
         end = ctx.t0 + self.awake
         quiet = None  # since when the session is up with no new call
         served = -1
-        while now() < end:
-            if link.status != "up":
+        while now() < end or _on_trial(ctx):
+            if link.status != "up" or _on_trial(ctx):
+                # A bundle on trial commits after its session has settled
+                # (firmware/otaswitch.py); a deep sleep before that would be
+                # the trial's second boot, and the loader would roll it back.
                 quiet = None
             else:
                 c = link.counters.get("calls_in", 0)
@@ -114,6 +117,11 @@ class Sleep:
             % (st["cycles"], st["last_awake"], st["unacked_at_sleep"], ms)
         )
         deepsleep(ms)
+
+
+def _on_trial(ctx):
+    p = ctx.ota
+    return bool(p and p.get("trial") and p.get("boots"))
 
 
 def deepsleep(ms):
