@@ -22,6 +22,10 @@ _LINK = (
     "forged",
     "replayed",
     "peer_offline",
+    # frames lost to a full heap or a refused send (each a gap the peer
+    # asks to be resent): a board short of heap shows here first
+    "memory_errors",
+    "send_errors",
 )
 
 
