@@ -124,7 +124,9 @@ def check_budget(board, data, feeds):
     transients exceed the board's heap budget."""
     b = board.get("budget") or {}
     lim = b.get("heap")
-    reserve = b.get("reserve", RESERVE)
+    reserve = b.get("reserve")
+    if reserve is None:  # absent, or null as the manifest's schema fills it
+        reserve = RESERVE
     if lim and data is not None and data + feeds + reserve > lim:
         raise ConfigError(
             "this config needs %d bytes of heap for its data (%d at boot, %d for the link's "

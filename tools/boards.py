@@ -318,6 +318,8 @@ SCHEMA = _obj(
                 "heap": _int(8192),
                 "flash": _int(4096),
                 "fs_block": _int(0, 1 << 20),
+                # heap kept free for transients (firmware/boot.py RESERVE when absent)
+                "reserve": _Optional(_int(0)),
             }
         ),
     }

@@ -123,6 +123,7 @@ def _broken(tmp_path, board="esp32", **changes):
         ({"queues__full": "block"}, 'queues.full: expected one of "drop_oldest", "reject_newest"'),
         ({"device__machine": "with (ESP32"}, "device.machine: not a valid regular expression"),
         ({"uart__baud": KeyError}, 'uart: missing key "baud"'),
+        ({"budget__reserve": -1}, "budget.reserve: expected an integer >= 0, got -1"),
     ],
 )
 def test_bad_manifests_are_refused_with_the_field_named(tmp_path, change, expect):
@@ -175,3 +176,9 @@ def test_cli_lists_and_validates(capsys):
     out = capsys.readouterr().out
     assert all(n in out for n in BOARDS)
     assert boards.main(["nope"]) == 1
+
+
+def test_a_board_may_set_its_heap_reserve(tmp_path):
+    d = _broken(tmp_path, budget__reserve=45000)
+    assert load_board("esp32", boards_dir=d)["budget"]["reserve"] == 45000
+    assert load_board("esp32")["budget"]["reserve"] is None  # the runtime's RESERVE
