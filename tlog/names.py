@@ -37,13 +37,22 @@ def write_atomically(
     write: Callable[[IO[Any]], Any],
     durable: bool = True,
     mtime: float | None = None,
+    mode: int = 0o666,
 ) -> None:
-    """Create the file final whole or not at all: write(f) fills tmp (opened
-    "wb"), which is then renamed to final; on any error tmp is removed.
+    """Create the file final whole or not at all: write(f) fills tmp, which is
+    then renamed to final; on any error tmp is removed. tmp is made new with
+    the permission bits mode (under the umask), never through what is at its
+    name already: a leftover is removed, and a symlink planted there in the
+    meantime makes the write fail instead of following it (O_EXCL).
     durable: fsync the file before the rename and its directory after;
     mtime: set on the file (before the fsync)."""
     try:
-        with open(tmp, "wb") as f:
+        os.unlink(tmp)
+    except FileNotFoundError:
+        pass
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
+        with os.fdopen(fd, "wb") as f:
             write(f)
             f.flush()
             if mtime is not None:

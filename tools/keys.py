@@ -11,7 +11,7 @@ import os
 import re
 import sys
 import time
-from typing import IO, TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any
 
 from edgebus import tlog
 from edgebus.bridge import config as bridge_config
@@ -151,11 +151,9 @@ def write_secret(path: str, data: bytes) -> None:
     """path holds data, written atomically and readable by its owner only
     (a device config holds the device's key)."""
 
-    def fill(f: IO[bytes]) -> None:
-        os.fchmod(f.fileno(), 0o600)
-        f.write(data)
-
-    tlog.write_atomically(path, "%s.%d.tmp" % (path, os.getpid()), fill)
+    tlog.write_atomically(
+        path, "%s.%d.tmp" % (path, os.getpid()), lambda f: f.write(data), mode=0o600
+    )
 
 
 def held(store: KeyStore, node: str, force: bool) -> str | None:

@@ -743,10 +743,17 @@ def test_atomic_writes_leave_the_old_file_or_the_new_one(tmp_path):
     with pytest.raises(OSError):
         tlog.write_atomically(str(final), str(tmp), half)
     assert final.read_bytes() == b"one" and not tmp.exists()
+    # A symlink planted at the temporary's name is never written through.
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"keep")
+    tmp.symlink_to(victim)
+    tlog.write_atomically(str(final), str(tmp), lambda f: f.write(b"two"), mode=0o600)
+    assert victim.read_bytes() == b"keep" and final.read_bytes() == b"two"
+    assert final.stat().st_mode & 0o777 == 0o600  # made so, never wider first
     (tmp_path / "t" / "sub").mkdir(parents=True)
     (tmp_path / "t" / "sub" / "image").write_bytes(b"new")
     tlog.rename_durably(str(tmp_path / "t"), str(tmp_path / "out2"))
     assert (tmp_path / "out2" / "sub" / "image").read_bytes() == b"new"
     assert not (tmp_path / "t").exists()
     tlog.rename_durably(str(final), str(tmp_path / "moved.json"))
-    assert (tmp_path / "moved.json").read_bytes() == b"one" and not final.exists()
+    assert (tmp_path / "moved.json").read_bytes() == b"two" and not final.exists()
