@@ -47,7 +47,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "simulator's pty: python -m edgebus.tools.simboard)",
     )
     p.add_argument("--bundle", metavar="DIR", help="bundle to copy (default: build/<board>)")
-    p.add_argument("--config", metavar="FILE", help="device config JSON, copied to /config.json")
+    p.add_argument(
+        "--config",
+        metavar="FILE",
+        help="device config JSON, copied to /config.json with the files its "
+        "uplink.tls names (CA, certificate, key), taken from beside it",
+    )
     p.add_argument("--baud", type=int, default=115200, help="serial baud rate (default 115200)")
     p.add_argument(
         "--timeout", type=float, default=10.0, help="seconds to wait for the REPL (default 10)"
@@ -129,6 +134,30 @@ def read_config(path: str, board: str | None = None) -> bytes:
             % (path, json.dumps(obj["board"]), board, json.dumps(obj["board"]))
         )
     return data
+
+
+def tls_files(path: str, cfg: bytes) -> list[tuple[str, str]]:
+    """[(device path, host file)] of the files the config's uplink.tls names
+    (CA, client certificate and key), found beside the config file as
+    ``edgebus provision`` leaves them: deployed with it, or a DeployError
+    saying which is missing (the device could not open its TLS session)."""
+    up = json.loads(cfg).get("uplink")
+    tls = up.get("tls") if isinstance(up, dict) else None
+    out: list[tuple[str, str]] = []
+    if not isinstance(tls, dict):
+        return out  # no TLS (the firmware's validation says what a bad one lacks)
+    for k in ("ca", "cert", "key"):
+        name = tls.get(k)
+        if not isinstance(name, str) or not name:
+            continue
+        host = os.path.join(os.path.dirname(os.path.abspath(path)), os.path.basename(name))
+        if not os.path.isfile(host):
+            raise DeployError(
+                "--config %s: uplink.tls.%s names %s, which is not beside the config (%s): "
+                "put the file there to deploy it with the config" % (path, k, name, host)
+            )
+        out.append((name.lstrip("/"), host))
+    return out
 
 
 # -- the device side (MicroPython source, sent with exec)
@@ -457,6 +486,8 @@ def deploy(
     meta, files = load_bundle(bundle, board)
     cfg = read_config(config, board["name"]) if config else None
     root = board["device"]["root"]
+    if cfg is not None and config is not None:
+        files += tls_files(config, cfg)
     local = {dest: sha256_file(src) for dest, src in files}
     sources = dict(files)
     if cfg is not None:

@@ -319,11 +319,6 @@ def provision(args: argparse.Namespace) -> None:
         "next, for each device: edgebus deploy --board %s --port PORT --config %s"
         % (board["name"], os.path.join(first, "config.json"))
     )
-    if ca is not None:
-        print(
-            "and copy the CA beside it on the device: mpremote connect PORT cp %s :%s"
-            % (os.path.join(first, base["uplink"]["tls"]["ca"]), base["uplink"]["tls"]["ca"])
-        )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -49,10 +49,13 @@ def _sha(p):
 
 def test_deploy_copies_then_copies_nothing_and_the_code_runs(sim, bundles, tmp_path):
     cfg = tmp_path / "device.json"
-    cfg.write_text(json.dumps({"node_id": "sim-1", "uplink": "uart"}))
+    # The CA the config's TLS names goes with it, from beside it.
+    cfg.write_text(json.dumps({"node_id": "sim-1", "uplink": {"tls": {"ca": "ca.pem"}}}))
+    (tmp_path / "ca.pem").write_bytes(b"-----BEGIN CERTIFICATE-----\n")
     res, text = _deploy(sim, bundles / "unix", config=str(cfg))
     urls = json.loads(Path(bundles / "unix" / "package.json").read_text())["urls"]
-    assert sorted(res["written"]) == sorted([d for d, _ in urls] + ["config.json"])
+    assert sorted(res["written"]) == sorted([d for d, _ in urls] + ["ca.pem", "config.json"])
+    assert Path(sim.cwd, "ca.pem").read_bytes() == (tmp_path / "ca.pem").read_bytes()
     assert "MicroPython 1." in text and "no soft reset" in text
     # The files landed in the process's working directory, byte for byte.
     for dest, src in urls:
@@ -62,7 +65,7 @@ def test_deploy_copies_then_copies_nothing_and_the_code_runs(sim, bundles, tmp_p
     # Second deploy: one hashing round trip, nothing written.
     res, text = _deploy(sim, bundles / "unix", config=str(cfg))
     assert res["written"] == [] and res["removed"] == []
-    assert "up to date: %d files unchanged" % (len(urls) + 1) in text
+    assert "up to date: %d files unchanged" % (len(urls) + 2) in text
 
     # The deployed .mpy run on the board, through mpremote's own CLI with `resume`
     # (the unix port has no soft reset), in the same micropython process.

@@ -3,14 +3,13 @@ two commands (real mosquitto, edgebus-bridge as a process, the firmware on the
 MicroPython unix port), and the refusals, which leave nothing behind."""
 
 import json
-import os
 
 import pytest
 
 from dev.broker import Mosquitto
 from dev.harness.bridge import BridgeProcess
 from dev.harness.process import run_module
-from edgebus.tools import cli, devicefiles
+from edgebus.tools import cli, deploy, devicefiles
 from edgebus.tools.fleet import Fleet
 from tests.host.mqtt.tlskit import TestCA
 
@@ -172,4 +171,11 @@ def test_a_real_boards_config_is_written_whole_and_refuses_the_example_key(tmp_p
     assert config.validate(cfg) is cfg
     with pytest.raises(config.ConfigError, match="key is the example's 'change-me'"):
         config.validate(dict(cfg, key=config.EXAMPLE_KEY))
-    assert "mpremote connect PORT cp %s :ca.pem" % os.path.join(d, "ca.pem") in out
+    # edgebus deploy takes the CA from beside the config, and says when it is not there.
+    assert "edgebus deploy --board rp2-pico-w" in out and "mpremote" not in out
+    assert deploy.tls_files(str(d / "config.json"), (d / "config.json").read_bytes()) == [
+        ("ca.pem", str(d / "ca.pem"))
+    ]
+    (d / "ca.pem").unlink()
+    with pytest.raises(deploy.DeployError, match="uplink.tls.ca names ca.pem, which is not beside"):
+        deploy.tls_files(str(d / "config.json"), (d / "config.json").read_bytes())
