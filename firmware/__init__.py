@@ -46,6 +46,8 @@ DEFAULTS = {
         "import_calls": [["host/#", ""]],
     },
     "network": {"driver": "network", "join_timeout": 20, "backoff_min": 1, "backoff_max": 30},
+    # NTP every hour (a board's RTC drifts seconds a day), a failed query again after 5 s, doubling
+    "time": {"every": 3600, "retry": 5, "rtc": "machine"},
 }
 
 

@@ -26,6 +26,7 @@ TOP = {
     "watchdog_ms": "i",
     "allow_identity_change": "b",
     "network": "d",
+    "time": "d",
 }
 SECTIONS = {
     "uplink": {
@@ -79,6 +80,8 @@ SECTIONS = {
         "backoff_min": "n",
         "backoff_max": "n",
     },
+    # the time step: NTP and the RTC (firmware/clock.py); absent: none
+    "time": {"ntp": "s0", "every": "n", "retry": "n", "rtc": "s"},
 }
 # uplink.tls (firmware/uplink_mqtt.py): files on the device
 TLS = {"ca": "s", "cert": "s", "key": "s", "server_name": "s"}
@@ -182,6 +185,9 @@ def validate(cfg):
             "link.journal_bytes must be between 16384 (4 flash blocks) and 16777216, not %d" % jb
         )
     _services(cfg.get("services", ()))
+    t = cfg.get("time", {})
+    if opt(t, "time", "every") < 15 or opt(t, "time", "retry") <= 0:
+        raise ConfigError("time.every must be at least 15 s and time.retry above 0")
     return cfg
 
 
