@@ -33,6 +33,23 @@ def test_the_receiver_marks_the_senders_clock_and_only_its_own_mark_stands():
     run(main())
 
 
+def test_a_clock_source_the_protocol_does_not_know_is_not_written_into_the_log():
+    async def main():
+        compat.wall[0] = "gps; DROP TABLE"  # a hostile peer's HELLO says anything
+        try:
+            j = Joined().start()
+            await until(lambda: synced(j))
+            sub = j.host.connect().subscribe("dev/dev1/sensor/#")
+            j.dev.connect().publish("sensor/a", 1)
+            x = (await asyncio.wait_for(sub.recv(), 2)).origin.extra
+            assert "ts" in x and "clk" not in x, x
+            await j.stop()
+        finally:
+            compat.wall[0] = None
+
+    run(main())
+
+
 def test_a_withheld_clock_reads_as_unset_and_comes_back_when_released():
     compat.wall[0] = "bridge"
     try:
