@@ -39,7 +39,7 @@ class RTC:
         try:
             with open(START_FILE) as f:
                 compat.wall[1] = int(json.load(f).get("offset_s", 0) * 1000)
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError, TypeError):  # no file, or not a start
             pass
 
     def datetime(self, dt=None):
