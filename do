@@ -38,6 +38,10 @@ setup() {
     if ! command -v mosquitto >/dev/null 2>&1 && [ ! -x /usr/sbin/mosquitto ]; then
         apt_install "mosquitto" mosquitto
     fi
+    # A local NTP server for the time step's test (tests/host/mqtt/test_mqtt_ntp.py).
+    if ! command -v chronyd >/dev/null 2>&1 && [ ! -x /usr/sbin/chronyd ]; then
+        apt_install "chrony" --no-install-recommends chrony
+    fi
     # The emulated board (boards/qemu-mps2-an385): its firmware is built with
     # the Arm toolchain and booted in QEMU (tests/host/board/test_qemu_board.py).
     if ! command -v arm-none-eabi-gcc >/dev/null 2>&1 || ! command -v qemu-system-arm >/dev/null 2>&1 \
@@ -46,6 +50,12 @@ setup() {
             libnewlib-arm-none-eabi qemu-system-arm make
     fi
     export PATH="$PWD/$VENV/bin:$PATH"
+    # The MicroPython source beside the checkout, where boards' micropython-lib
+    # packages (tools/mpylib.py) and the emulated board's firmware come from.
+    src="$PWD/../shared/micropython/micropython-1.28.0.tar.xz"
+    if [ -z "${EDGEBUS_MICROPYTHON:-}" ] && [ -f "$src" ]; then
+        export EDGEBUS_MICROPYTHON="$src"
+    fi
 }
 
 cmd=${1:-help}

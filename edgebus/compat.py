@@ -70,17 +70,26 @@ def close_stream(w):
 # A port may have no calendar (gmtime) or no wall clock at all (the qemu port).
 _EPOCH = 946684800 if hasattr(time, "gmtime") and time.gmtime(0)[0] == 2000 else 0
 
+# This node's wall clock: [source, ms added]. Source None: unstated, the clock
+# is used when it looks set; "ntp" or "rtc" (firmware/clock.py says); "bridge":
+# withheld until NTP sets it, the peer's alignment stands in. The ms added are
+# the RTC simulator's offset (firmware/rtcsim.py), else 0.
+wall = [None, 0]
+
 
 def wall_ms():
-    """Unix time in ms if this node's clock looks set (after 2020), else None:
-    a board without an RTC or NTP counts from its epoch at boot."""
+    """Unix time in ms if this node's clock looks set (after 2020) and is not
+    withheld (``wall``), else None: a board without an RTC or NTP counts from
+    its epoch at boot."""
+    if wall[0] == "bridge":
+        return None
     try:
         t = time.time_ns() // 1000000
     except AttributeError:
         if not hasattr(time, "time"):
             return None
         t = int(time.time() * 1000)
-    t += _EPOCH * 1000
+    t += _EPOCH * 1000 + wall[1]
     return t if t > 1577836800000 else None
 
 

@@ -48,6 +48,8 @@ DEFAULTS = {
     "network": {"driver": "network", "join_timeout": 20, "backoff_min": 1, "backoff_max": 30},
     # duty cycle (firmware/sleep.py): "every" has no default (it turns it on)
     "sleep": {"awake": 30, "linger": 1.0},
+    # NTP every hour (a board's RTC drifts seconds a day), a failed query again after 5 s, doubling
+    "time": {"every": 3600, "retry": 5, "rtc": "machine"},
 }
 
 

@@ -27,6 +27,7 @@ TOP = {
     "allow_identity_change": "b",
     "network": "d",
     "sleep": "d",
+    "time": "d",
 }
 SECTIONS = {
     "uplink": {
@@ -82,6 +83,8 @@ SECTIONS = {
     },
     # duty cycle (firmware/sleep.py); absent: always on
     "sleep": {"every": "N", "awake": "n", "linger": "n"},
+    # the time step: NTP and the RTC (firmware/clock.py); absent: none
+    "time": {"ntp": "s0", "every": "n", "retry": "n", "rtc": "s"},
 }
 # uplink.tls (firmware/uplink_mqtt.py): files on the device
 TLS = {"ca": "s", "cert": "s", "key": "s", "server_name": "s"}
@@ -187,6 +190,9 @@ def validate(cfg):
     _services(cfg.get("services", ()))
     if "sleep" in cfg:
         _sleep(cfg["sleep"], j)
+    t = cfg.get("time", {})
+    if opt(t, "time", "every") < 15 or opt(t, "time", "retry") <= 0:
+        raise ConfigError("time.every must be at least 15 s and time.retry above 0")
     return cfg
 
 

@@ -36,6 +36,7 @@ class Ctx:
         self.uplink = None
         self.net = None  # the WiFi station (firmware/wifi.py), when configured
         self.sleep = None  # the duty cycle (firmware/sleep.py), when configured
+        self.clock = None  # the time step (firmware/clock.py), when configured
         self.ota = None  # the update pointer (firmware/loader.py), None: no update yet
         self.bundle = None  # the bundle running: {"version", "hash", "slot"} (sys/ota)
         self.crash = None  # the last service crash, "name: Error: message"
@@ -127,7 +128,12 @@ async def run(cfg, path, board):
     up = ctx.uplink
     if ctx.net is not None:
         asyncio.create_task(ctx.net.run())
-    asyncio.create_task(up.run())
+    if cfg.get("time"):
+        # NTP before the uplink's first HELLO, which carries the clock
+        ctx.clock = transient("firmware.clock").Clock(ctx, cfg["time"])
+        asyncio.create_task(ctx.clock.first(up.run()))
+    else:
+        asyncio.create_task(up.run())
     if cfg.get("sleep"):
         transient("firmware.sleep").start(ctx, cfg["sleep"])
     if wdt is None:

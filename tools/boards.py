@@ -152,6 +152,12 @@ def _module_name(value: Any, where: str) -> str:
     return value
 
 
+def _package(value: Any, where: str) -> str:
+    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", value):
+        _fail(where, 'a micropython-lib package name like "ntptime"', value)
+    return value
+
+
 def _nullable(check: Check) -> Check:
     return lambda value, where: None if value is None else check(value, where)
 
@@ -313,6 +319,9 @@ SCHEMA = _obj(
                 "spool": _int(1024, 1 << 24),  # bytes for readings awaiting acknowledgement
             }
         ),
+        # micropython-lib packages the device needs (firmware/README.md): edgebus
+        # build puts them in the bundle, edgebus firmware build freezes them
+        "require": _Optional(_list_of(_package), []),
         "budget": _obj(
             {
                 "heap": _int(8192),

@@ -9,7 +9,8 @@ or ``mip.install("http://host/.../package.json")`` installs it) and
 (queues, spool, heap budget; installed with the rest), and ``manifest.py``, a
 MicroPython freeze manifest of the same sources: built into the firmware
 (``make BOARD=... FROZEN_MANIFEST=<bundle>/manifest.py`` in the port's directory)
-the modules run from flash and their code takes no heap.
+the modules run from flash and their code takes no heap. The micropython-lib packages
+the board's manifest requires come from a MicroPython source (tools/mpylib.py).
 """
 
 from __future__ import annotations
@@ -26,12 +27,28 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable
 
 from edgebus import tlog
-from edgebus.tools import boards, devicefiles, mpybuild, otaplan
+from edgebus.tools import boards, devicefiles, mpybuild, mpylib, otaplan
 
 if TYPE_CHECKING:
     import argparse
 
 SKIP_DIRS = ("__pycache__",)
+# What a board's bundle leaves out of the default sources: the core's CPython-
+# only and test-only modules, and the simulators (firmware/*sim.py) of what a
+# board has itself (WiFi, watchdog, deep sleep, RTC). On littlefs each file
+# takes whole 4 KB blocks; the unix port and CPython keep them all.
+HOST_ONLY = ("edgebus/compat_cpython.py", "edgebus/link/pipe.py")
+
+
+def for_board(board: dict[str, Any], srcs: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """srcs (collect's) without what board's bundle leaves out (HOST_ONLY, simulators)."""
+    if board["runtime"] == "cpython" or board["firmware"]["port"] == "unix":
+        return srcs
+    return [
+        (p, rel)
+        for p, rel in srcs
+        if rel not in HOST_ONLY and not (rel.startswith("firmware/") and rel.endswith("sim.py"))
+    ]
 
 
 class BuildError(Exception):
@@ -68,6 +85,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "'none' for no main.py)",
     )
     p.add_argument(
+        "--micropython",
+        metavar="SRC",
+        help="MicroPython source tree or release tarball, for the micropython-lib packages "
+        'the board\'s manifest requires ("require"; default: $%s)' % mpylib.ENV_SOURCE,
+    )
+    p.add_argument(
         "--opt",
         type=int,
         default=0,
@@ -80,8 +103,16 @@ def run(args: argparse.Namespace) -> int:
     try:
         board = boards.load_board(args.board)
         out = args.out or os.path.join("build", board["name"])
-        build(board, out, args.src, entry=args.entry, opt=args.opt, bundle_version=args.version)
-    except (boards.BoardError, BuildError) as e:
+        build(
+            board,
+            out,
+            args.src,
+            entry=args.entry,
+            opt=args.opt,
+            bundle_version=args.version,
+            micropython=args.micropython,
+        )
+    except (boards.BoardError, BuildError, mpylib.SourceError) as e:
         print("edgebus build: error: %s" % e, file=sys.stderr)
         return 1
     return 0
@@ -245,16 +276,19 @@ def build(
     opt: int = 0,
     log: Callable[[str], None] = print,
     bundle_version: str | None = None,
+    micropython: str | None = None,
 ) -> dict[str, Any]:
     """Build board's bundle into out and print the size report; returns the report
-    dict. Over the flash budget it raises BuildError and leaves out as it was."""
+    dict. Over the flash budget it raises BuildError and leaves out as it was.
+    micropython: the source of the micropython-lib packages the board requires."""
     if not _replaceable(out):
         raise BuildError(
             "refusing to replace %s: it exists and is not an edgebus bundle "
             "(no bundle.json); choose another --out" % out
         )
-    srcs = collect(sources or default_sources())
+    srcs = collect(sources) if sources else for_board(board, collect(default_sources()))
     entry = _entry(board, entry, srcs)
+    lib = mpylib.sources(board, micropython, log)
     cpython = board["runtime"] == "cpython"
     arch = None if cpython else board["mpy"]["arch"]
     cross: Any = None  # (mpy-cross version, (mpy version, sub)) unless cpython
@@ -284,7 +318,7 @@ def build(
 
         # One mpy-cross process per module: run them side by side.
         with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as ex:
-            done = list(ex.map(one, srcs))
+            done = list(ex.map(one, srcs + lib))
         files = {dest: os.path.getsize(os.path.join(tmp, dest)) for dest, _n in done}
         native = any(n for _d, n in done)
         if not cpython and native and target[1] is not None and cross[1][1] != target[1]:
@@ -416,6 +450,8 @@ def freeze_manifest(
     for src, rel in srcs:
         base = src[: len(src) - len(rel)].rstrip("/") or "."
         lines.append("module(%r, base_path=%r, opt=%d)" % (rel, base, opt))
+    # micropython-lib's packages, found by make in $(MPY_LIB_DIR)
+    lines.extend("require(%r)" % r for r in board.get("require") or ())
     return "\n".join(lines) + "\n"
 
 

@@ -4,8 +4,10 @@ SRC is a MicroPython source tree or its release tarball (default: the
 EDGEBUS_MICROPYTHON environment variable); a tarball is unpacked once into the
 cache. The image is built with the port's own make: mpy-cross first, then
 ``make -C ports/<port>`` with our freeze manifest (the board's manifest, then
-edgebus and firmware) and, for a board defined here (boards/<board_dir>), that
-directory as BOARD_DIR. The heap is the manifest's budget.heap.
+edgebus and firmware, then ``require()`` of the micropython-lib packages the
+board's manifest names, from the source's lib/micropython-lib) and, for a
+board defined here (boards/<board_dir>), that directory as BOARD_DIR. The heap is
+the manifest's budget.heap.
 
 Images are cached under a hash of every input (source, board files, frozen
 sources, options), so a second build with nothing changed takes no time:
@@ -22,26 +24,26 @@ import os
 import shutil
 import subprocess
 import sys
-import tarfile
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from edgebus import tlog
-from edgebus.tools import boards, devicefiles
+from edgebus.tools import boards, devicefiles, mpylib
 from edgebus.tools import build as bundle
+from edgebus.tools.mpylib import ENV_SOURCE as ENV_SOURCE
+from edgebus.tools.mpylib import cache_dir, source_tree
 
 if TYPE_CHECKING:
     import argparse
 
-ENV_SOURCE = "EDGEBUS_MICROPYTHON"
 APT = {
     "arm": "apt-get install -y --no-install-recommends gcc-arm-none-eabi libnewlib-arm-none-eabi"
 }
 CROSS = {"arm": "arm-none-eabi-"}
 
 
-class FirmwareError(Exception):
-    """A problem the user must fix; the message says how."""
+# One error for the source and the build: the message says what to fix.
+FirmwareError = mpylib.SourceError
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -75,69 +77,6 @@ def run(args: argparse.Namespace) -> int:
         print("edgebus firmware: error: %s" % e, file=sys.stderr)
         return 1
     return 0
-
-
-def cache_dir() -> str:
-    return os.environ.get("EDGEBUS_CACHE") or os.path.join(
-        os.path.expanduser("~"), ".cache", "edgebus"
-    )
-
-
-# -- the MicroPython source
-
-
-def _tree_ok(d: str) -> bool:
-    return os.path.isfile(os.path.join(d, "py", "mkenv.mk")) and os.path.isdir(
-        os.path.join(d, "mpy-cross")
-    )
-
-
-def source_tree(src: str | None, log: Callable[[str], None] = print) -> tuple[str, str]:
-    """(tree directory, identity for the cache key) for a tree or a tarball."""
-    src = src or os.environ.get(ENV_SOURCE)
-    if not src:
-        raise FirmwareError(
-            "no MicroPython source: pass --micropython DIR (a source tree or "
-            "a release tarball such as micropython-1.28.0.tar.xz) or set %s" % ENV_SOURCE
-        )
-    if os.path.isdir(src):
-        if not _tree_ok(src):
-            raise FirmwareError(
-                "--micropython %s: not a MicroPython source tree (no py/mkenv.mk "
-                "or mpy-cross/)" % src
-            )
-        return os.path.abspath(src), "tree:" + os.path.abspath(src)
-    if not os.path.isfile(src):
-        raise FirmwareError("--micropython %s: no such file or directory" % src)
-    h = hashlib.sha256()
-    with open(src, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    digest = h.hexdigest()[:16]
-    dest = os.path.join(cache_dir(), "micropython", digest)
-    if not os.path.isdir(dest):
-        log("unpacking %s into %s" % (src, dest))
-        tmp = dest + ".tmp%d" % os.getpid()
-        try:
-            with tarfile.open(src) as t:
-                t.extractall(tmp, filter="data")
-        except (tarfile.TarError, OSError) as e:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise FirmwareError("--micropython %s: cannot unpack: %s" % (src, e)) from None
-        tops = os.listdir(tmp)
-        root = os.path.join(tmp, tops[0]) if len(tops) == 1 else tmp
-        if not _tree_ok(root):
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise FirmwareError(
-                "--micropython %s: the tarball holds no MicroPython source tree" % src
-            )
-        os.makedirs(os.path.dirname(dest), exist_ok=True)
-        try:
-            os.rename(root, dest)
-        except OSError:  # another build unpacked it meanwhile
-            pass
-        shutil.rmtree(tmp, ignore_errors=True)
-    return dest, "tarball:" + digest
 
 
 # -- the toolchain
@@ -311,6 +250,8 @@ def build(
     ]
     bd = board_dir(board)
     args.append("BOARD_DIR=" + bd if bd else "BOARD=" + board["firmware"]["board"])
+    if board.get("require"):  # the manifest's require() finds them there
+        args.append("MPY_LIB_DIR=" + mpylib.lib_dir(tree))
     _make(args, log_path, "building the %s firmware" % board["name"])
     image = os.path.join(bdir, info["image"])
     meta = {

@@ -19,7 +19,7 @@ import threading
 import time
 from typing import Any, Self
 
-from edgebus.tools import boards, devicefiles, mpybuild
+from edgebus.tools import boards, devicefiles, mpybuild, mpylib
 from edgebus.tools.ptycable import PtyCable
 
 # core + link (sealed) + firmware on the 64-bit unix port, with room for 20
@@ -89,6 +89,14 @@ class Fleet:
         self.out = os.path.abspath(out)
         self.bundle = tempfile.mkdtemp(prefix="edgebus-fleet-")
         mpybuild.compile_packages(["edgebus", "firmware"], self.bundle)
+        try:  # the board's micropython-lib packages (ntptime), as its bundle has them
+            lib = mpylib.sources(self.board, None, lambda s: None)
+        except mpylib.SourceError:
+            if (config or {}).get("time"):  # needed: say so (no source, $EDGEBUS_MICROPYTHON)
+                raise
+            lib = []
+        for src, rel in lib:
+            mpybuild.compile_file(src, os.path.join(self.bundle, rel[:-3] + ".mpy"))
         # dicts: node, key, kind, port (serial), config, log, proc, restarts
         self.devices: list[dict[str, Any]] = []
         self.cables: list[PtyCable] = []

@@ -78,6 +78,8 @@ def _side(link, auth):
     w = compat.wall_ms()
     if w is not None:
         s["wall"] = w - s["ms"]  # this side's Unix time at ms 0 of its clock
+        if compat.wall[0]:
+            s["clk"] = compat.wall[0]  # where it comes from: "ntp" or "rtc"
     caps = [wire.CAP_ACK, wire.CAP_HIST, wire.CAP_FLOW] if link.ack else []
     if sealing:
         caps += seal.caps(link, link._transport)
@@ -177,16 +179,22 @@ def peer_presence(link, online):
 
 def _clock(link, h):
     """How to read the peer's clock (its "ms" field): the Unix ms offset,
-    from its own wall clock if it has one, else from ours now."""
+    from its own wall clock if it has one, else from ours now; and which
+    clock that is ("ntp", "rtc" as the peer says, "bridge": ours, None:
+    the peer's, source unstated)."""
     ms = h.get("ms")
     if type(ms) is not int:
         link._clock = None
         return
     w = h.get("wall")
+    src = h.get("clk")
     if type(w) is not int:
         w = compat.wall_ms()
         w = None if w is None else w - ms
-    link._clock = (ms, w)
+        src = "bridge" if w is not None else None
+    elif src != "ntp" and src != "rtc":  # never a string of the peer's choosing
+        src = None
+    link._clock = (ms, w, src)
 
 
 def _check(link, h):

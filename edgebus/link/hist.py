@@ -92,6 +92,8 @@ def on_frame(link, t, obj, blob):
     i = 1 if t == wire.UNRET else 2
     x = body[i] if len(body) > i and type(body[i]) is dict else {}
     x["seq"] = seq
+    if "clk" in x:
+        del x["clk"]  # the receiver's (rx.extra_in), never the sender's
     ms = body[i + 1] if len(body) > i + 1 else None
     if type(ms) is int and type(wall) is int and "ts" not in x:
         x["ts"] = (ms + wall) / 1000

@@ -157,7 +157,8 @@ class Link:
         self._backoff = 5.0  # the retry delay after an error; handshake_timeout once up
         self._retry_at = 0.0  # no HELLO before (after an error)
         self._hello_wait = 0  # the current HELLO retry interval
-        self._clock = None  # the peer's: (its ms at HELLO / HELLO_ACK, ms to Unix or None)
+        # the peer's: (its ms at HELLO / HELLO_ACK, ms to Unix or None, source or None)
+        self._clock = None
         self._acking = self._flow = False  # negotiated: acknowledgements, WINDOW honoured
         self._imp = None  # derived connection for what arrives, per session
         self._imports = []  # the rules resolved for the peer's node

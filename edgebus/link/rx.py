@@ -147,8 +147,8 @@ def hold_back(link, key, n):
 def extra_in(link, obj, i, seq):
     """The extra dict at obj[i] with our own ``seq`` in it, and, when the
     sender stamped its clock after it, ``ts`` (Unix seconds, unless the
-    publisher gave its own) and ``late`` (spooled before this session
-    began); or None."""
+    publisher gave its own) with ``clk``, which clock that is (handshake's
+    _clock), and ``late`` (spooled before this session began); or None."""
     x = obj[i] if len(obj) > i and type(obj[i]) is dict else {}
     if seq is not None:
         x["seq"] = seq  # ours: the sender cannot choose what is recorded here
@@ -156,9 +156,13 @@ def extra_in(link, obj, i, seq):
         del x["seq"]  # an unsequenced frame (SYNC) has none: never the sender's
     ms = obj[i + 1] if len(obj) > i + 1 else None
     c = link._clock
+    if "clk" in x:
+        del x["clk"]  # ours, as seq: which clock the ts below comes from
     if type(ms) is int and c is not None:
         if c[1] is not None and "ts" not in x:  # a publisher's own ts wins
             x["ts"] = (ms + c[1]) / 1000
+            if c[2] is not None:
+                x["clk"] = c[2]
         if ms <= c[0]:
             x["late"] = True
         elif "late" in x:

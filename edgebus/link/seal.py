@@ -93,16 +93,20 @@ def keys(key, role, hello, ack, enc=False):
 
 def bound(side):
     """What a proof binds of one side's HELLO or HELLO_ACK beyond m(role)
-    when both offer seal: its capabilities, heartbeat, clock and window, so a
-    man in the middle cannot change them (or strip "seal") unnoticed."""
+    when both offer seal: its capabilities, heartbeat, clock (and its source)
+    and window, so a man in the middle cannot change them (or strip "seal")
+    unnoticed."""
     caps = side.get("caps")
     caps = ",".join(str(c) for c in caps) if type(caps) is list else ""
-    return "%s;%s;%s;%s;%s" % (
+    clk = side.get("clk")
+    return "%s;%s;%s;%s;%s%s" % (
         caps,
         side.get("hb"),
         side.get("ms"),
         side.get("wall"),
         side.get("win"),
+        # the clock's source, bound when sent (a peer that sends none binds as before)
+        ";%s" % clk if clk is not None else "",
     )
 
 

@@ -4,6 +4,7 @@ link state and counters."""
 import asyncio
 import gc
 
+from edgebus.compat import wall_ms
 from firmware import mem, opt
 
 _LINK = (
@@ -52,6 +53,11 @@ def health(ctx):
         "uplink": ctx.uplink.stats(),
         "network": ctx.net.stats() if ctx.net is not None else None,
         "sleep": ctx.sleep.stats() if ctx.sleep is not None else None,
+        # which clock the readings carry (firmware/clock.py); no time step: the
+        # board's own when set, else the bridge's alignment
+        "clock": ctx.clock.stats()
+        if ctx.clock is not None
+        else {"source": "bridge" if wall_ms() is None else "rtc"},
         "service_errors": ctx.counters.get("service_errors", 0),
         "ota_refused": ctx.counters.get("ota_refused", 0),
         "health_skipped": ctx.counters.get("health_skipped", 0),

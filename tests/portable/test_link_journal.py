@@ -120,7 +120,7 @@ async def _outage_boot(d, host, hl, n):
     await until(lambda: hl.counters.get("imported", 0) > n0)  # delivered live
     await j.stop()
     for i in range(n):
-        c.publish("sensor/x", i)
+        c.publish("sensor/x", i, extra={"clk": "ntp"})  # a label only a receiver may set
     await until(lambda: j.dl.stats()["spool"]["unsent"] == n)
     await until(lambda: j.dl.stats()["journal"]["buffered"] == 0, 6)  # the flusher
     await j.dl.close()  # the boot ends (its journal written already)
@@ -154,6 +154,7 @@ def test_earlier_boot_readings_arrive_under_their_own_sid_late_once():
                 assert o.peer_sid == sid1 and o.peer_sid != j.dl.sid
                 assert o.generation == 1 and hl.generation == 2
                 assert o.extra["late"] is True and o.extra["ts"] > 1.5e9
+                assert "clk" not in o.extra  # the sender's label removed (docs/protocol.md 14)
             assert [m.origin.extra["seq"] for m in got] == list(range(2, 8))
             assert hl.counters.get("gaps", 0) == 0
             await until(lambda: j.dl.stats()["journal"]["old_boots"] == 0)  # acknowledged: gone

@@ -7,10 +7,9 @@ import pytest
 
 from edgebus.tools import boards, firmware, qemuboard
 from edgebus.tools.qemuboard import Console  # noqa: F401 (the tests' REPL reader)
-from tests.conftest import ROOT
+from tests.conftest import TARBALL
 
 BOARD = "qemu-mps2-an385"
-TARBALL = os.path.join(os.path.dirname(ROOT), "shared", "micropython", "micropython-1.28.0.tar.xz")
 
 
 def source():

@@ -89,12 +89,15 @@ def test_freeze_manifest_names_every_module_from_its_source(unix_bundle):
         assert os.path.isfile(os.path.join(base_path, path)), path
         seen.append(path[:-3] + ".mpy")
 
-    included = []
+    included, required = [], []
     exec(
         Path(os.path.join(out, "manifest.py")).read_text(),
-        {"module": module, "include": included.append},
+        {"module": module, "include": included.append, "require": required.append},
     )
     assert included == ["$(PORT_DIR)/boards/manifest.py"]  # the port's own modules stay
+    # micropython-lib's packages by name, from make's MPY_LIB_DIR; the bundle has them too
+    assert required == UNIX["require"] == ["ntptime"]
+    seen += [r + ".mpy" for r in required]
     assert sorted(seen) == sorted(f for f in _files(out) if f.endswith(".mpy"))
 
 
@@ -130,7 +133,7 @@ def test_size_report_names_every_module_and_the_budget(unix_bundle):
     for path, size in rep["files"].items():
         assert path in text and "{:,}".format(size) in text
     assert "{:,}".format(rep["total"]) in text
-    assert "262,144-byte budget" in text
+    assert "327,680-byte budget" in text
     # Counted in whole filesystem blocks: what the files really take.
     assert rep["allocated"] == sum(-(-n // 4096) * 4096 for n in rep["files"].values())
 

@@ -273,6 +273,14 @@ def test_cpython_device_smoke(device, tmp_path):
             {"node": "d", "uplink": {"kind": "uart"}, "network": {"ssid": "lab"}},
             "network: no network module in this build",
         ),
+        (
+            {"node": "d", "uplink": {"kind": "uart"}, "time": {"ntp": "h", "every": 5}},
+            "time.every must be at least 15 s",
+        ),
+        (
+            {"node": "d", "uplink": {"kind": "uart"}, "time": {"ntp": "127.0.0.1"}},
+            'time: no machine.RTC on this runtime; "rtc": "firmware.rtcsim" simulates one',
+        ),
     ],
 )
 @pytest.mark.parametrize("runtime", ["micropython", "cpython"])

@@ -147,6 +147,10 @@ def test_build_a_bundle_for_esp32(installed):
     assert sorted(
         {f.split("/")[1] for f in meta["files"] if f.count("/") > 1 and f.startswith("edgebus/")}
     ) == ["link"]
+    # Nor are the simulators of what the board has, nor the core's host-only modules.
+    assert not [f for f in meta["files"] if f.endswith("sim.mpy")]
+    for f in ("edgebus/link/pipe.mpy", "edgebus/compat_cpython.mpy"):
+        assert f not in meta["files"]
 
 
 def test_a_fleet_joined_by_the_bridge_and_stopped(installed, tmp_path):
