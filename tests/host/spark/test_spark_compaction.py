@@ -61,13 +61,13 @@ def rows(spark, table):
 
 def test_compaction_merges_small_files_and_keeps_exactly_once(spark, tmp_path):
     log, table, ckpt = tmp_path / "log", tmp_path / "table", tmp_path / "ckpt"
-    write(log, 0, 900)
-    r = ingest(log, table, ckpt, "--once", "--max-records-per-trigger", "100")
+    write(log, 0, 500)  # 550 records: 5 micro-batches of 110
+    r = ingest(log, table, ckpt, "--once", "--max-records-per-trigger", "110")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     before = listed(table)
     assert len(before) == 4 and all(len(f) >= 5 for f in before.values())  # 3 devices + local
     want = rows(spark, table)
-    assert len(want) == 990
+    assert len(want) == 550
 
     r = ingest(log, table, ckpt, "--once", "--compact")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
@@ -80,12 +80,12 @@ def test_compaction_merges_small_files_and_keeps_exactly_once(spark, tmp_path):
     assert rows(spark, table) == want
 
     # The job goes on from its checkpoint: new records once, old ones not again.
-    write(log, 900, 300)
-    r = ingest(log, table, ckpt, "--once", "--max-records-per-trigger", "100")
+    write(log, 500, 150)
+    r = ingest(log, table, ckpt, "--once", "--max-records-per-trigger", "110")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
-    assert "read 330 log records" in r.stdout, r.stdout
+    assert "read 165 log records" in r.stdout, r.stdout
     got = rows(spark, table)
-    assert len(got) == 1320 and len(set(got)) == 1320 and set(want) <= set(got)
+    assert len(got) == 715 and len(set(got)) == 715 and set(want) <= set(got)
 
 
 def test_one_job_per_table(tmp_path):
