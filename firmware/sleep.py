@@ -18,7 +18,7 @@ import asyncio
 import json
 
 from edgebus.compat import now
-from firmware import opt, write_atomic
+from firmware import ConfigError, opt, write_atomic
 
 STATE = "sleep.json"
 KEYS = ("cycles", "last_awake", "unacked_at_sleep")
@@ -42,6 +42,7 @@ class Sleep:
         self.awake = opt(cfg, "sleep", "awake")
         self.linger = opt(cfg, "sleep", "linger")
         self.rtc = _rtc()
+        self.deepsleep = _deepsleep()
         d = ctx.config_path.rpartition("/")[0] if ctx.config_path else ""
         self.path = (d + "/" if d else "") + STATE
         self.st = self._load()
@@ -116,7 +117,7 @@ class Sleep:
             "sleep: cycle %d, awake %.2f s, %d unacknowledged, sleeping %d ms"
             % (st["cycles"], st["last_awake"], st["unacked_at_sleep"], ms)
         )
-        deepsleep(ms)
+        self.deepsleep(ms)
 
 
 def _on_trial(ctx):
@@ -124,17 +125,21 @@ def _on_trial(ctx):
     return bool(p and p.get("trial") and p.get("boots"))
 
 
-def deepsleep(ms):
-    """machine.deepsleep (a board: a reset at the wake), else the simulator."""
+def _deepsleep():
+    """machine.deepsleep (a board: a reset at the wake), else the simulator;
+    ConfigError where neither is (the emulated board, whose bundle leaves the
+    simulators out)."""
     try:
         import machine
 
-        sleep = machine.deepsleep
+        return machine.deepsleep
     except (ImportError, AttributeError):
+        pass
+    try:
         from firmware import sleepsim
-
-        sleep = sleepsim.deepsleep
-    sleep(ms)
+    except ImportError:
+        raise ConfigError("sleep: this runtime has no machine.deepsleep")
+    return sleepsim.deepsleep
 
 
 def start(ctx, cfg):

@@ -75,6 +75,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--wifi-password-file", metavar="FILE", help="the WiFi password, the file's first line"
     )
     p.add_argument(
+        "--ntp",
+        metavar="HOST",
+        help="set the clock from this NTP server (with --broker; firmware/README.md, Time)",
+    )
+    p.add_argument(
+        "--sleep",
+        type=float,
+        metavar="SECONDS",
+        help="duty cycle: wake every SECONDS, send, deep-sleep (a flash journal keeps "
+        "what is not acknowledged; firmware/README.md, Sleep)",
+    )
+    p.add_argument(
         "--out",
         metavar="DIR",
         default="devices",
@@ -216,6 +228,16 @@ def device_config(args: argparse.Namespace, board: dict[str, Any]) -> dict[str, 
         if uplink["kind"] != "mqtt":
             raise bc.Fail(2, "--wifi goes with --broker: a UART uplink needs no network")
         cfg["network"] = {"ssid": args.wifi, "password": wifi_password(args)}
+    # The unix port and CPython have no RTC, deep sleep or watchdog of their
+    # own: their configs name the simulators (firmware/README.md).
+    sim = board["runtime"] == "cpython" or board["firmware"]["port"] == "unix"
+    if args.ntp is not None:
+        if uplink["kind"] != "mqtt":
+            raise bc.Fail(2, "--ntp goes with --broker: a UART uplink has no IP network")
+        cfg["time"] = {"ntp": args.ntp} | ({"rtc": "firmware.rtcsim"} if sim else {})
+    if args.sleep is not None:
+        cfg["sleep"] = {"every": args.sleep}
+        cfg["link"] = dict(cfg.get("link") or {}, journal="journal")
     return cfg
 
 
@@ -275,14 +297,18 @@ def provision(args: argparse.Namespace) -> None:
     store = keys.store_at(args.keys, args.bridge_config)
     held = _check_nodes(args, store)
     base = device_config(args, board)
-    validate = devicefiles.firmware("config").validate
+    fwconfig = devicefiles.firmware("config")
+    try:  # the firmware's own check, once, before anything is written
+        fwconfig.validate(dict(base, node=args.nodes[0], key=new_key()))
+    except fwconfig.ConfigError as e:
+        raise bc.Fail(2, "the device would refuse this config: %s" % e) from None
     ca = read_ca(args.ca) if args.ca else None
     bar = progress(len(args.nodes), "provision", "nodes") if len(args.nodes) > BAR_ABOVE else None
     say = bar.write if bar else print
     for node in args.nodes:
         key = new_key()
         cfg = dict(base, node=node, key=key)
-        validate(cfg)  # the firmware's own check: a config it would refuse is not written
+        fwconfig.validate(cfg)  # each as written (node and key)
         d = os.path.join(args.out, node)
         os.makedirs(d, mode=0o700, exist_ok=True)
         if ca is not None:

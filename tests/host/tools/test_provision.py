@@ -92,6 +92,8 @@ def _provision(capsys, *args):
             "needs its password",
         ),
         (["n1", "n1", "--board", "esp32"], 2, "a node is given twice"),
+        (["n1", "--board", "esp32", "--ntp", "pool.ntp.org"], 2, "--ntp goes with --broker"),
+        (["n1", "--board", "esp32", "--sleep", "0.5"], 2, "sleep.every must be between 1"),
     ],
 )
 def test_refusals_leave_nothing_behind(tmp_path, capsys, monkeypatch, args, code, says):
@@ -150,6 +152,10 @@ def test_a_real_boards_config_is_written_whole_and_refuses_the_example_key(tmp_p
         "mqtts://broker.lan",
         "--ca",
         ca.ca,
+        "--ntp",
+        "pool.ntp.org",
+        "--sleep",
+        "300",
         "--keys",
         tmp_path / "keys",
         "--out",
@@ -159,6 +165,8 @@ def test_a_real_boards_config_is_written_whole_and_refuses_the_example_key(tmp_p
     d = tmp_path / "out" / "w1"
     cfg = json.loads((d / "config.json").read_text())
     assert cfg["network"] == {"ssid": "home", "password": "s3cret"}
+    assert cfg["time"] == {"ntp": "pool.ntp.org"} and cfg["sleep"] == {"every": 300}
+    assert cfg["link"]["journal"] == "journal"
     assert cfg["uplink"] == {
         "kind": "mqtt",
         "host": "broker.lan",
