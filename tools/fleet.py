@@ -8,6 +8,7 @@ joins it.
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import shutil
@@ -77,6 +78,7 @@ class Fleet:
         journal: bool = False,
         config: dict[str, Any] | None = None,
         baud: int | None = None,
+        provisioned: str | None = None,
     ) -> None:
         if mqtt and broker is None:
             raise ValueError("MQTT devices need a broker (host, port)")
@@ -89,13 +91,8 @@ class Fleet:
         self.out = os.path.abspath(out)
         self.bundle = tempfile.mkdtemp(prefix="edgebus-fleet-")
         mpybuild.compile_packages(["edgebus", "firmware"], self.bundle)
-        try:  # the board's micropython-lib packages (ntptime), as its bundle has them
-            lib = mpylib.sources(self.board, None, lambda s: None)
-        except mpylib.SourceError:
-            if (config or {}).get("time"):  # needed: say so (no source, $EDGEBUS_MICROPYTHON)
-                raise
-            lib = []
-        for src, rel in lib:
+        notes: list[str] = []  # the board's micropython-lib packages (ntptime), as its bundle has
+        for src, rel in mpylib.sources(self.board, None, notes.append):
             mpybuild.compile_file(src, os.path.join(self.bundle, rel[:-3] + ".mpy"))
         # dicts: node, key, kind, port (serial), config, log, proc, restarts
         self.devices: list[dict[str, Any]] = []
@@ -106,6 +103,7 @@ class Fleet:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._watcher: threading.Thread | None = None
+        self._timed = False  # a device has the time step: it needs ntptime
         uplink_more = uplink or {}
         cfg: dict[str, Any]
         d: dict[str, Any]
@@ -142,11 +140,38 @@ class Fleet:
             d["restarts"] = 0
             d["exits"] = []  # exit statuses, in order
             self.devices.append(d)
+        for path in sorted(glob.glob(os.path.join(provisioned or "", "*", "config.json"))):
+            self.devices.append(self._provisioned(path, health_period, period, config or {}))
+        if notes and self._timed:
+            raise ValueError(notes[0])  # the time step needs ntptime: no source to take it from
+
+    def _provisioned(
+        self, path: str, health_period: float, period: float, over: dict[str, Any]
+    ) -> dict[str, Any]:
+        """A device `edgebus provision` made: its config over the fleet's
+        defaults, and the files beside it (its CA), in a directory of its own."""
+        with open(path) as f:
+            pc = json.load(f)
+        b = self.board["name"]
+        if (pc.get("uplink") or {}).get("kind") != "mqtt" or pc.get("board", b) != b:
+            raise ValueError(
+                "%s: the fleet runs board %s devices over MQTT (edgebus provision NODE "
+                "--board %s --broker mqtt://HOST:PORT)" % (path, b, b)
+            )
+        node = pc["node"]
+        d = {"node": node, "kind": "mqtt", "key": pc["key"], "restarts": 0, "exits": []}
+        d["dir"] = os.path.join(self.out, "devices", node)
+        d["log"] = d["dir"] + ".log"
+        shutil.copytree(os.path.dirname(path), d["dir"], dirs_exist_ok=True)
+        base = {"health_period": health_period, "services": [{"module": "temp", "period": period}]}
+        d["config"] = self._files(d["dir"], merge(merge(pc, base), over))
+        return d
 
     def _files(self, d: str, cfg: dict[str, Any]) -> str:
         """A device's own filesystem, its working directory: config.json and
         the board's board.json (the boot counter and journal go there too)."""
         os.makedirs(d, exist_ok=True)
+        self._timed = self._timed or "time" in cfg
         files = boards.runtime_files(self.board)
         files["config.json"] = json.dumps(cfg).encode()
         # The loader as main.py, as on a board: it chooses the bundle an
@@ -304,13 +329,8 @@ def bridge_toml(cfg: dict[str, Any]) -> str:
     """A bridge TOML fragment for the fleet (what `edgebus fleet` prints)."""
     L = []
     for s in cfg.get("serial", []):
-        L += [
-            "[[serial]]",
-            'node = "%s"' % s["node"],
-            'port = "%s"' % s["port"],
-            'key = "%s"' % s["key"],
-            "",
-        ]
+        L += ["[[serial]]", 'node = "%s"' % s["node"], 'port = "%s"' % s["port"]]
+        L += ['key = "%s"' % s["key"], ""]
     mq = cfg.get("mqtt")
     if mq:
         L += ["[mqtt]", 'url = "%s"' % mq["url"], "devices = ["]
@@ -325,6 +345,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--mqtt",
         metavar="HOST:PORT",
         help="connect the devices over MQTT to this broker (default: serial ptys)",
+    )
+    p.add_argument(
+        "--from",
+        dest="provisioned",
+        metavar="DIR",
+        help="run the devices `edgebus provision --board unix --broker ...` made in DIR "
+        "(DIR/NODE/config.json), instead of --devices new ones",
     )
     p.add_argument("--out", default="out/fleet", help="device configs and logs")
     p.add_argument("--period", type=float, default=1.0, help="sensor period in seconds")
@@ -391,8 +418,8 @@ def run(args: argparse.Namespace) -> int:
         if not host or not port.isdigit():
             raise SystemExit("edgebus fleet: --mqtt takes HOST:PORT")
         broker = (host, int(port))
-    n = args.devices
-    if n < 1:
+    n = 0 if args.provisioned else args.devices
+    if n < 1 and not args.provisioned:
         raise SystemExit("edgebus fleet: --devices must be at least 1")
     try:
         fleet = Fleet(
@@ -404,15 +431,20 @@ def run(args: argparse.Namespace) -> int:
             board=args.board,
             journal=args.journal,
             config=parse_sets(args.set),
+            provisioned=args.provisioned,
         )
-    except (boards.BoardError, ValueError) as e:
+    except (boards.BoardError, mpylib.SourceError, ValueError, OSError) as e:
         raise SystemExit("edgebus fleet: %s" % e) from None
+    n = len(fleet.devices)
+    if not n:
+        raise SystemExit("edgebus fleet: no DIR/NODE/config.json in %s" % args.provisioned)
     # Before anything is printed: a caller that read "Ctrl-C stops the fleet"
     # may send SIGTERM at once, which must stop the devices, not kill us.
     stop = []
     signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
     fleet.start()
-    frag = bridge_toml(fleet.bridge_config(broker))
+    # Provisioned devices' keys are in the bridge's keystore already.
+    frag = "" if args.provisioned else bridge_toml(fleet.bridge_config(broker))
     if args.config_out:
         with open(args.config_out, "w") as f:
             f.write(frag)
@@ -429,7 +461,8 @@ def run(args: argparse.Namespace) -> int:
             fleet.out,
         )
     )
-    print("join them with edgebus-bridge using:\n\n" + frag)
+    if frag:
+        print("join them with edgebus-bridge using:\n\n" + frag)
     print("Ctrl-C stops the fleet. A device that exits is started again.", flush=True)
     seen = 0
     try:

@@ -345,6 +345,8 @@ def provision(args: argparse.Namespace) -> None:
         "next, for each device: edgebus deploy --board %s --port PORT --config %s"
         % (board["name"], os.path.join(first, "config.json"))
     )
+    if board["firmware"]["port"] == "unix" and base["uplink"]["kind"] == "mqtt":
+        print("or run them all on the unix port: edgebus fleet --from %s" % args.out)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -3,14 +3,14 @@ two commands (real mosquitto, edgebus-bridge as a process, the firmware on the
 MicroPython unix port), and the refusals, which leave nothing behind."""
 
 import json
+import subprocess
 
 import pytest
 
 from dev.broker import Mosquitto
 from dev.harness.bridge import BridgeProcess
-from dev.harness.process import run_module
+from dev.harness.process import Process, env, python, run_module
 from edgebus.tools import cli, deploy, devicefiles
-from edgebus.tools.fleet import Fleet
 from tests.host.mqtt.tlskit import TestCA
 
 BRIDGE = (
@@ -43,27 +43,26 @@ def test_from_nothing_to_a_device_in_the_bridges_status(tmp_path):
                 timeout=60,
             )
             assert r.returncode == 0 and "the bridge at " in r.stdout, r.stdout + r.stderr
+            assert "edgebus fleet --from %s" % out in r.stdout, r.stdout
             assert (
                 "edgebus deploy --board unix --port PORT --config %s" % (out / "n1" / "config.json")
                 in r.stdout
             )
             with open(out / "n1" / "config.json") as f:
                 cfg = json.load(f)
-            # the device: the provisioned config (over the fleet's defaults) on the unix port
-            fleet = Fleet(tmp_path / "fleet", mqtt=1, broker=("127.0.0.1", broker.port), config=cfg)
-            with fleet:
-                with open(fleet.devices[0]["config"]) as f:
-                    run = json.load(f)
-                assert (run["node"], run["key"], run["uplink"]["port"]) == (
-                    "n1",
-                    cfg["key"],
-                    broker.port,
-                )
-                fleet.start()
+            assert (cfg["node"], cfg["uplink"]["port"]) == ("n1", broker.port)
+            # The second command: the provisioned device on the unix port (the simulator).
+            with Process(
+                python("edgebus.tools.cli", "fleet", "--from", out, "--out", tmp_path / "fleet"),
+                cwd=tmp_path,
+                env=env(),
+                stdout=subprocess.DEVNULL,
+            ) as fleet:
                 bridge.wait_status(
                     lambda st: (st["links"].get("mqtt:n1") or {}).get("state") == "up", 60
                 )
                 st = run_module("edgebus.tools.cli", "status", "--socket", bridge.sock, timeout=30)
+                assert fleet.poll() is None
             assert st.returncode == 0 and "mqtt:n1" in st.stdout, st.stdout + st.stderr
         finally:
             bridge.stop()
