@@ -379,7 +379,9 @@ class MqttLinks:
         node, kind = parts[1], parts[2]
         link = self.links.get(node)
         if link is None:
-            t = self._arrived(node) if kind == "up" else None
+            if kind != "up":
+                return  # presence of a device not linked (yet): its first frame decides
+            t = self._arrived(node)
             if t is None:
                 self.unknown += 1  # a device without a key never gets in
             else:

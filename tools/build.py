@@ -87,8 +87,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--micropython",
         metavar="SRC",
-        help="MicroPython source tree or release tarball, for the micropython-lib packages "
-        'the board\'s manifest requires ("require"; default: $%s)' % mpylib.ENV_SOURCE,
+        help=mpylib.SOURCE_HELP,
     )
     p.add_argument(
         "--opt",

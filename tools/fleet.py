@@ -79,6 +79,7 @@ class Fleet:
         config: dict[str, Any] | None = None,
         baud: int | None = None,
         provisioned: str | None = None,
+        micropython: str | None = None,
     ) -> None:
         if mqtt and broker is None:
             raise ValueError("MQTT devices need a broker (host, port)")
@@ -92,7 +93,7 @@ class Fleet:
         self.bundle = tempfile.mkdtemp(prefix="edgebus-fleet-")
         mpybuild.compile_packages(["edgebus", "firmware"], self.bundle)
         notes: list[str] = []  # the board's micropython-lib packages (ntptime), as its bundle has
-        for src, rel in mpylib.sources(self.board, None, notes.append):
+        for src, rel in mpylib.sources(self.board, micropython, notes.append):
             mpybuild.compile_file(src, os.path.join(self.bundle, rel[:-3] + ".mpy"))
         # dicts: node, key, kind, port (serial), config, log, proc, restarts
         self.devices: list[dict[str, Any]] = []
@@ -143,7 +144,7 @@ class Fleet:
         for path in sorted(glob.glob(os.path.join(provisioned or "", "*", "config.json"))):
             self.devices.append(self._provisioned(path, health_period, period, config or {}))
         if notes and self._timed:
-            raise ValueError(notes[0])  # the time step needs ntptime: no source to take it from
+            raise ValueError("the time step needs them: " + notes[0].removeprefix("note: "))
 
     def _provisioned(
         self, path: str, health_period: float, period: float, over: dict[str, Any]
@@ -354,6 +355,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(DIR/NODE/config.json), instead of --devices new ones",
     )
     p.add_argument("--out", default="out/fleet", help="device configs and logs")
+    p.add_argument("--micropython", metavar="SRC", help=mpylib.SOURCE_HELP)
     p.add_argument("--period", type=float, default=1.0, help="sensor period in seconds")
     p.add_argument(
         "--board",
@@ -432,6 +434,7 @@ def run(args: argparse.Namespace) -> int:
             journal=args.journal,
             config=parse_sets(args.set),
             provisioned=args.provisioned,
+            micropython=args.micropython,
         )
     except (boards.BoardError, mpylib.SourceError, ValueError, OSError) as e:
         raise SystemExit("edgebus fleet: %s" % e) from None

@@ -19,6 +19,10 @@ import tarfile
 from typing import Any, Callable
 
 ENV_SOURCE = "EDGEBUS_MICROPYTHON"
+SOURCE_HELP = (
+    "MicroPython source tree or release tarball, for the micropython-lib packages "
+    'the board\'s manifest requires ("require"; default: $%s)' % ENV_SOURCE
+)
 LIB = os.path.join("lib", "micropython-lib")
 
 

@@ -63,6 +63,8 @@ def test_from_nothing_to_a_device_in_the_bridges_status(tmp_path):
                 )
                 st = run_module("edgebus.tools.cli", "status", "--socket", bridge.sock, timeout=30)
                 assert fleet.poll() is None
+                # Its presence, heard before its first frame, is not a refused device.
+                assert bridge.status()["mqtt"]["unknown_devices"] == 0
             assert st.returncode == 0 and "mqtt:n1" in st.stdout, st.stdout + st.stderr
         finally:
             bridge.stop()
