@@ -21,8 +21,12 @@ Counters (stats()["counters"], the metrics' edgebus_mailbox_calls):
 held: calls taken into a mailbox; delivered: handed to the device and
 answered (a reply or the device's own failure); refused_full: refused,
 the device's mailbox at its bound; expired: dropped, the device not awake
-within the expiry; refused_not_asleep: refused, the device is awake (call
-it) or is down without having announced a sleep; denied: refused by the ACL.
+within the expiry; refused_not_asleep: refused, the device has announced no
+sleep since the bridge started (not a duty-cycle device: call it, or it is
+down or unknown); denied: refused by the ACL. A duty-cycle device's calls are
+held between its wakes and during them too (until its routes are back after
+its session starts, and in the moment it goes to sleep), so a caller never
+races its wake.
 """
 
 from __future__ import annotations
@@ -72,6 +76,7 @@ class Mailbox:
         self.margin = cfg.mailbox_margin
         # node -> {"until": Unix s of the announced wake, "down": its link went down since}
         self.asleep: dict[str, dict[str, Any]] = {}
+        self.sleepers: set[str] = set()  # every node that announced a sleep: duty-cycle devices
         self.boxes: dict[str, list[Entry]] = {}
         self.counters = dict.fromkeys(COUNTERS, 0)
 
@@ -113,6 +118,7 @@ class Mailbox:
                 log.warning("mailbox: %s is not a sleep announcement: %r", ev.topic, p)
                 continue
             node = str(ev.topic[1])
+            self.sleepers.add(node)
             lk = self.link(node)
             # A device's word, bounded: none is "asleep", no fault, for longer
             # than a held call may wait.
@@ -213,15 +219,11 @@ class Mailbox:
             if not ok:
                 self.counters["denied"] += 1
                 raise ValueError("denied: %s" % (why or "no [[acl]] call right for this topic"))
-        lk = self.link(node)
-        if lk is not None and lk.status == "up":
-            self.counters["refused_not_asleep"] += 1
-            raise ValueError("%s is awake: call %s directly" % (node, q["topic"]))
-        if node not in self.asleep:
+        if node not in self.sleepers:
             self.counters["refused_not_asleep"] += 1
             raise ValueError(
-                "%s is not asleep (it announced no sleep): it is down or unknown, nothing is held"
-                % node
+                "%s is not asleep (it announced no sleep): call it directly, or it is down or "
+                "unknown; nothing is held" % node
             )
         value = q.get("value")
         try:
@@ -244,7 +246,7 @@ class Mailbox:
         wait = q.get("wait") is True
         box.append(Entry(q["topic"], value, size, expires, req if wait else None))
         self.counters["held"] += 1
-        until = self.asleep[node]["until"]
+        until = self.asleep[node]["until"] if node in self.asleep else time.time()  # awake
         log.info(
             "mailbox: %s held for %s (%d held), wakes at %.0f", q["topic"], node, len(box), until
         )
