@@ -19,7 +19,9 @@ mailbox: the device's link imports it with the session's snapshot.
 
 Counters (stats()["counters"], the metrics' edgebus_mailbox_calls):
 held: calls taken into a mailbox; delivered: handed to the device and
-answered (a reply or the device's own failure); refused_full: refused,
+answered (a reply or the device's own failure); no_endpoint: dropped and
+failed, the device awake with its routes and none for the call's topic (a
+topic that is not an endpoint, such as the retained sys/info); refused_full: refused,
 the device's mailbox at its bound; expired: dropped, the device not awake
 within the expiry; refused_not_asleep: refused, the device has announced no
 sleep since the bridge started (not a duty-cycle device: call it, or it is
@@ -39,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 
 import edgebus
 from edgebus import topic
+from edgebus.link import routes
 
 if TYPE_CHECKING:
     from edgebus import Request
@@ -49,7 +52,15 @@ ENDPOINT = "bridge/mailbox"
 OUTCOME = "bridge/mailbox/%s"  # retained: a device's mailbox and its last outcome
 ANNOUNCE = "dev/+/sys/sleep"
 TICK = 0.2  # s between looks at the links (wakes, deliveries, expiries)
-COUNTERS = ("held", "delivered", "refused_full", "expired", "refused_not_asleep", "denied")
+COUNTERS = (
+    "held",
+    "delivered",
+    "no_endpoint",
+    "refused_full",
+    "expired",
+    "refused_not_asleep",
+    "denied",
+)
 
 log = logging.getLogger("edgebus.bridge.mailbox")
 
@@ -162,8 +173,12 @@ class Mailbox:
         try:
             v = await self.bridge.conn.call(e.topic, e.payload, timeout=10.0)
         except edgebus.NoRoute:
-            e.sending = False  # its routes are not back yet: the next tick
-            return
+            lk = self.link(node)
+            if lk is None or lk.status != "up" or not routes.count(lk):
+                e.sending = False  # its routes are not back yet: the next tick
+                return
+            # Its routes are back and this is not among them: never an endpoint.
+            what, v = "no_endpoint", "%s offers no endpoint %s" % (node, e.topic)
         except edgebus.Failed as err:
             what, v = "failed", err.reason
         except (edgebus.CallError, edgebus.BusError) as err:
@@ -173,7 +188,7 @@ class Mailbox:
         else:
             what = "replied"
         self.boxes[node].remove(e)
-        self.counters["delivered"] += 1
+        self.counters["delivered" if what != "no_endpoint" else "no_endpoint"] += 1
         if e.req is not None:
             (e.req.reply if what == "replied" else e.req.fail)(v)
         self._outcome(node, e, what, v)

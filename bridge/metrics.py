@@ -57,7 +57,7 @@ class BridgeCollector:
         yield states
         mb = CounterMetricFamily(
             "edgebus_mailbox_calls",
-            "calls for devices asleep: held, delivered, refused_full, expired, "
+            "calls for devices asleep: held, delivered, no_endpoint, refused_full, expired, "
             "refused_not_asleep, denied (bridge/mailbox.py)",
             labels=["counter"],
         )

@@ -66,7 +66,7 @@ def test_duty_cycle_devices_and_the_mailbox(tmp_path, broker):
                 "url": "mqtt://127.0.0.1:%d" % broker.port,
                 "devices": [{"node": d["node"], "key": d["key"]} for d in fleet.devices],
             },
-            "mailbox": {"entries": 2, "margin": 1},
+            "mailbox": {"entries": 3, "margin": 1},
         }
     )
 
@@ -94,26 +94,35 @@ def test_duty_cycle_devices_and_the_mailbox(tmp_path, broker):
         waiting = asyncio.create_task(
             me.call("bridge/mailbox", {"topic": cget, "wait": True}, timeout=15)
         )
+        # A topic that is no endpoint of the device (sys/info is retained):
+        # failed at the wake, once its routes are back, not held to expiry.
+        info = "dev/%s/sys/info" % a
+        nothing = asyncio.create_task(
+            me.call("bridge/mailbox", {"topic": info, "wait": True}, timeout=15)
+        )
         with pytest.raises(edgebus.Failed, match="denied"):
             await stranger.call("bridge/mailbox", {"topic": cget, "wait": False})
         # The next wake: the waiting caller has its reply, the queued call's
         # outcome is retained, the desired state reached the device.
         assert (await waiting)["node"] == a
+        with pytest.raises(edgebus.Failed, match="offers no endpoint " + info):
+            await nothing
         out = b.bus.connect().retained_view("bridge/mailbox/+")
         await until(lambda: out.get("bridge/mailbox/" + a), 10, "the queued call's outcome")
         assert out.get("bridge/mailbox/" + a).payload["replied"]["node"] == a
-        assert b.mailbox.counters["held"] == 2 and b.mailbox.counters["delivered"] == 2
+        c = b.mailbox.counters
+        assert (c["held"], c["delivered"], c["no_endpoint"]) == (3, 2, 1)
 
         # z sleeps and never wakes (a power cut): a full mailbox is refused,
         # what it holds expires, and past its wake's margin it is a fault.
         await until(lambda: _asleep(b, z), 20, "%s asleep" % z)
         fleet.kill(z)
         zget = {"topic": "dev/%s/sys/config/get" % z, "wait": False, "expiry": 0.5}
-        for _ in range(2):
+        for _ in range(3):
             await me.call("bridge/mailbox", zget)
         with pytest.raises(edgebus.Failed, match="full"):
             await me.call("bridge/mailbox", zget)
-        await until(lambda: b.mailbox.counters["expired"] == 2, 10, "the expiries")
+        await until(lambda: b.mailbox.counters["expired"] == 3, 10, "the expiries")
         await until(lambda: b.mailbox.sleep_of(z)["state"] == "overslept", 10, "overslept")
         assert status.page(b, None)["fleet"]["states"].get("overslept") == 1
         c = b.mailbox.counters
