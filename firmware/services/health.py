@@ -3,6 +3,7 @@ link state and counters."""
 
 import asyncio
 import gc
+import json
 
 from edgebus.compat import wall_ms
 from firmware import mem, opt
@@ -27,7 +28,43 @@ _LINK = (
     # asks to be resent): a board short of heap shows here first
     "memory_errors",
     "send_errors",
+    "oversize_out",  # frames over max_len, not sent (a gap at the peer)
 )
+# A report must fit one frame: link.max_len less the topic, the frame's
+# fields and a seal (HEADROOM). With the WiFi, clock and sleep sections and
+# errors' text it can pass 1 KB, and a report too large is never sent (its
+# number a gap), just when a device has trouble to report: fit() sheds the
+# least needed first, and says "trimmed".
+HEADROOM = 96
+ERR = 48  # characters of an error's text kept when trimming
+
+
+def _size(d):
+    return len(json.dumps(d, separators=(",", ":")))  # as the link encodes it
+
+
+def fit(d, room):
+    """d (a report) within room bytes of JSON, trimmed in steps if need be:
+    the link's counters that are 0, then each last_error past ERR chars,
+    then the spool's detail but depth and unsent."""
+    if _size(d) <= room:
+        return d
+    d["trimmed"] = True
+    lk = d["link"]
+    for k in _LINK:
+        if not lk.get(k):
+            lk.pop(k, None)
+    if _size(d) <= room:
+        return d
+    for sec in (lk, d["uplink"], d["network"], d["clock"]):
+        e = sec.get("last_error") if sec else None
+        if type(e) is str:
+            sec["last_error"] = e[:ERR]
+    if _size(d) <= room:
+        return d
+    sp = lk["spool"]
+    lk["spool"] = {"depth": sp.get("depth"), "unsent": sp.get("unsent")}
+    return d
 
 
 def health(ctx):
@@ -69,7 +106,7 @@ async def start(ctx, opts):
     while True:
         await asyncio.sleep(opts.get("period", opt(ctx.config, "", "health_period")))
         try:
-            c.publish("sys/health", health(ctx))
+            c.publish("sys/health", fit(health(ctx), ctx.link.max_len - HEADROOM))
         except MemoryError:
             # A small board's heap briefly full: this report is skipped and
             # counted (the next one says so); the next comes on time, not
