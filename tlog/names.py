@@ -46,10 +46,8 @@ def write_atomically(
     meantime makes the write fail instead of following it (O_EXCL).
     durable: fsync the file before the rename and its directory after;
     mtime: set on the file (before the fsync)."""
-    try:
+    if os.path.lexists(tmp):  # a leftover (a crash mid-write) or a planted link
         os.unlink(tmp)
-    except FileNotFoundError:
-        pass
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode)
         with os.fdopen(fd, "wb") as f:
