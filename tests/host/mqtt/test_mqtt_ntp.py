@@ -58,6 +58,9 @@ def ntp_server(tmp_path):
     system clock left alone: -x)."""
     if not os.access(CHRONYD, os.X_OK):
         pytest.skip("chronyd is not installed (./do setup installs Debian's chrony)")
+    if _ntp_answers():  # one serves loopback already (a system chronyd): use it
+        yield None
+        return
     if os.getuid() != 0:
         pytest.skip("chronyd binds NTP's port 123, which needs root")
     d = tmp_path / "chrony"
