@@ -65,6 +65,9 @@ def test_from_nothing_to_a_device_in_the_bridges_status(tmp_path):
                 assert fleet.poll() is None
                 # Its presence, heard before its first frame, is not a refused device.
                 assert bridge.status()["mqtt"]["unknown_devices"] == 0
+                # SIGTERM, the fleet's clean stop: its devices (each in a
+                # session of its own) stop with it, none left running.
+                assert fleet.stop() == 0
             assert st.returncode == 0 and "mqtt:n1" in st.stdout, st.stdout + st.stderr
         finally:
             bridge.stop()
