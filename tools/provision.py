@@ -236,7 +236,8 @@ def device_config(args: argparse.Namespace, board: dict[str, Any]) -> dict[str, 
             raise bc.Fail(2, "--ntp goes with --broker: a UART uplink has no IP network")
         cfg["time"] = {"ntp": args.ntp} | ({"rtc": "firmware.rtcsim"} if sim else {})
     if args.sleep is not None:
-        cfg["sleep"] = {"every": args.sleep}
+        s = args.sleep
+        cfg["sleep"] = {"every": int(s) if s.is_integer() else s}  # 300, not 300.0
         cfg["link"] = dict(cfg.get("link") or {}, journal="journal")
     return cfg
 
