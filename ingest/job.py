@@ -47,6 +47,10 @@ if TYPE_CHECKING:
 PACKAGE = os.path.dirname(os.path.abspath(edgebus.__file__))
 ROOT = os.path.dirname(PACKAGE)
 
+# Spark's logging for the JVMs these commands start: errors only (no start-up WARN lines).
+LOG4J2 = os.path.join(os.path.dirname(os.path.abspath(__file__)), "log4j2.properties")
+DRIVER_JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+
 DEFAULT_WATERMARK = 600.0
 # With the bridge's 10 s seals: publish -> row p50 about 8 s (docs/spark.md).
 DEFAULT_TRIGGER_INTERVAL = 2.0
@@ -167,6 +171,9 @@ def session(
     # Nagle's algorithm and delayed ACKs, about 40 ms a task (pyspark >= 4.1;
     # older versions ignore the setting). On a cluster put it in spark-defaults.
     b = b.config("spark.python.unix.domain.socket.enabled", "true")
+    if not submitted and DRIVER_JAVA_OPTIONS not in (conf or {}):
+        # The JVM starts here (not under spark-submit): quiet from its first line.
+        b = b.config(DRIVER_JAVA_OPTIONS, "-Dlog4j2.configurationFile=file:" + LOG4J2)
     for k, v in (conf or {}).items():
         b = b.config(k, v)
     if master is not None:

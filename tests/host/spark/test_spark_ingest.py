@@ -278,6 +278,9 @@ def test_retransmitted_copies_are_removed_and_late_is_kept(spark, tmp_path):
         w.append(device_record("node-b", "b1", 5, t, late=True))
     r = ingest(log, table, ckpt, "--once", "--max-records-per-trigger", "45")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    # Spark's start-up says nothing: no WARN lines, no default profile's banner.
+    assert not [ln for ln in r.stderr.splitlines() if " WARN " in ln or "log4j" in ln], r.stderr
+    assert "Setting default log level" not in r.stderr, r.stderr
     batches = re.search(r"read 213 log records in (\d+) micro-batches", r.stdout)
     assert batches and int(batches.group(1)) >= 5, r.stdout  # copies in later batches
     rows = [x.asDict() for x in read_table(spark, table).collect()]
