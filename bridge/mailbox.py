@@ -88,13 +88,22 @@ class Mailbox:
         # node -> {"until": Unix s of the announced wake, "down": its link went down since}
         self.asleep: dict[str, dict[str, Any]] = {}
         self.sleepers: set[str] = set()  # every node that announced a sleep: duty-cycle devices
+        self._keys: dict[str, str] = {}  # node -> its link's key in bridge.links, last seen
         self.boxes: dict[str, list[Entry]] = {}
         self.counters = dict.fromkeys(COUNTERS, 0)
 
     def link(self, node: str) -> Link | None:
-        """The link of device ``node`` (a device link's peer is its node id)."""
-        for lk in self.bridge.links.values():
+        """The link of device ``node`` (a device link's peer is its node id).
+        The ticker asks for every device asleep five times a second: the key
+        found at the last scan is tried first, so a fleet is not scanned each
+        time."""
+        links = self.bridge.links
+        lk = links.get(self._keys.get(node, ""))
+        if lk is not None and lk.peer == node:
+            return lk
+        for k, lk in links.items():
             if lk.peer == node:
+                self._keys[node] = k
                 return lk
         return None
 
