@@ -337,7 +337,7 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    from edgebus.ingest.job import session
+    from edgebus.ingest.session import session
 
     spark = session(args.master, app="edgebus-report", source=False)
     spark.sparkContext.setLogLevel("ERROR")

@@ -89,7 +89,7 @@ def _record(i, t0=T0):
 
 
 def _session():
-    from edgebus.ingest.job import small_session
+    from edgebus.ingest.session import small_session
 
     return small_session("edgebus-spark-bench")
 

@@ -43,7 +43,7 @@ def make_session():
     """A local[2] SparkSession for one test module, with format("edgebus")."""
     pytest.importorskip("pyspark")
     pytest.importorskip("pyarrow")
-    from edgebus.ingest.job import small_session
+    from edgebus.ingest.session import small_session
 
     return small_session("edgebus-tests")
 
