@@ -68,11 +68,13 @@ def read_log_file(fname: str) -> list[dict[str, Any]]:
     return [json.loads(x) for x in lines[1:] if x]
 
 
-def _local(path: str) -> str:
+def local_path(path: str) -> str:
+    """A metadata log entry's path (a file: URL) as a local path."""
     return path[len("file:") :].replace("///", "/", 1) if path.startswith("file:") else path
 
 
-def _write(final: str, write: Callable[[IO[Any]], Any]) -> None:
+def write_hidden(final: str, write: Callable[[IO[Any]], Any]) -> None:
+    """write_atomically, through a temporary that Spark neither lists nor reads."""
     # Hidden while written: neither Spark's file listing nor its log reader
     # takes a name starting with a dot.
     tmp = os.path.join(os.path.dirname(final), ".tmp-" + os.path.basename(final))
@@ -84,7 +86,7 @@ def _bins(entries: list[dict[str, Any]], target: int) -> Iterator[list[dict[str,
     by_dir: dict[str, list[dict[str, Any]]] = {}
     for e in entries:
         if e.get("action", "add") == "add" and not e.get("isDir") and e["size"] < target // 2:
-            by_dir.setdefault(os.path.dirname(_local(e["path"])), []).append(e)
+            by_dir.setdefault(os.path.dirname(local_path(e["path"])), []).append(e)
     for files in by_dir.values():
         cur: list[dict[str, Any]] = []
         size = 0
@@ -105,13 +107,13 @@ def _merge(group: list[dict[str, Any]]) -> tuple[dict[str, Any], int]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    tables = [pq.ParquetFile(_local(e["path"])).read() for e in group]
+    tables = [pq.ParquetFile(local_path(e["path"])).read() for e in group]
     merged = pa.concat_tables(tables, promote_options="permissive")
-    first = _local(group[0]["path"])
+    first = local_path(group[0]["path"])
     fname = os.path.join(
         os.path.dirname(first), "part-compacted-%s.c000.snappy.parquet" % uuid.uuid4()
     )
-    _write(
+    write_hidden(
         fname,
         lambda f: pq.write_table(
             merged,
@@ -161,9 +163,9 @@ def compact(table: str, target_bytes: int = DEFAULT_TARGET_BYTES) -> dict[str, A
     # new listing would fail that check.
     _unlink_with_crc(logf, only_crc=True)
     # The one step that changes what readers see.
-    _write(logf, lambda f: f.write(text.encode("utf-8")))
+    write_hidden(logf, lambda f: f.write(text.encode("utf-8")))
     for p in gone:
-        _unlink_with_crc(_local(p))
+        _unlink_with_crc(local_path(p))
     return out
 
 

@@ -42,6 +42,10 @@ if TYPE_CHECKING:
 DEFAULT_WATERMARK = 600.0
 # With the bridge's 10 s seals: publish -> row p50 about 8 s (docs/spark.md).
 DEFAULT_TRIGGER_INTERVAL = 2.0
+DEFAULT_REFRESH_EVERY = 30.0
+# The modules of the tables derived from the table (edgebus.ingest.NAME): each
+# has add_arguments(p) and refresh(spark, args) -> a line for the user or None.
+DERIVED: tuple[str, ...] = ()
 
 
 def _table_schema() -> StructType:
@@ -123,6 +127,39 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="merge each table partition's small files into one, before the "
         "query starts and (with --once) after it ends (docs/spark.md)",
     )
+    p.add_argument(
+        "--refresh-every",
+        type=float,
+        default=DEFAULT_REFRESH_EVERY,
+        metavar="SECONDS",
+        help="without --once: how often the derived tables (typed views, the "
+        "delivery audit) catch up with the table (default %(default)s); with "
+        "--once they do at the end",
+    )
+    for mod in _derived():
+        mod.add_arguments(p)
+
+
+def _derived() -> list[Any]:
+    import importlib
+
+    return [importlib.import_module("edgebus.ingest." + name) for name in DERIVED]
+
+
+def refresh_derived(spark: SparkSession, args: argparse.Namespace) -> bool:
+    """Bring each derived table up to what the table holds; False when one failed
+    (said on stderr; the others and the table go on)."""
+    ok = True
+    for mod in _derived():
+        try:
+            line = mod.refresh(spark, args)
+        except Exception as e:  # a bad view must not stop the table's ingest
+            print("edgebus ingest: %s: %s" % (mod.__name__.rsplit(".", 1)[-1], e), file=sys.stderr)
+            ok = False
+            continue
+        if line:
+            print("edgebus ingest: " + line, flush=True)
+    return ok
 
 
 def log_dirs(specs: Iterable[str]) -> list[str]:
@@ -302,7 +339,14 @@ def _run(args: argparse.Namespace) -> int:
     )
     rc = 0
     try:
-        q.awaitTermination()
+        # The derived tables catch up while the query runs, and once at its end.
+        if args.once:
+            q.awaitTermination()
+        else:
+            while not q.awaitTermination(args.refresh_every):
+                refresh_derived(spark, args)
+        if not refresh_derived(spark, args):
+            rc = 1
     except KeyboardInterrupt:
         q.stop()
     except StreamingQueryException as e:
