@@ -65,6 +65,26 @@ def files(table: str) -> list[str]:
     return [local_path(e["path"]) for e in entries if e.get("action", "add") == "add"]
 
 
+def dataset(table: str) -> Any:
+    """The table's committed files as a pyarrow dataset, with the partition
+    columns from their directories (``date`` a date, the others strings, null
+    where Spark wrote its default partition): what pandas
+    (``dataset(t).to_table().to_pandas()``), Polars (``pl.scan_pyarrow_dataset``)
+    and DuckDB (a query naming the dataset) read without Spark."""
+    import pyarrow as pa
+    import pyarrow.dataset as ds
+
+    found = files(table)
+    table = os.path.abspath(table)
+    keys = []
+    for part in os.path.relpath(os.path.dirname(found[0]), table).split(os.sep) if found else []:
+        if "=" in part:
+            keys.append(part.split("=", 1)[0])
+    fields = [pa.field(k, pa.date32() if k == "date" else pa.string()) for k in keys]
+    part = ds.partitioning(pa.schema(fields), flavor="hive") if fields else None
+    return ds.dataset(found, format="parquet", partitioning=part, partition_base_dir=table)
+
+
 def write_batch(
     df: DataFrame | None,
     table: str,

@@ -291,6 +291,30 @@ def test_retransmitted_copies_are_removed_and_late_is_kept(spark, tmp_path):
     assert not any(late[s] for s in range(80))
     assert all(late[s] for s in range(120, 160))
     assert all(x["late"] is False for x in rows if x["seq"] is None)
+    _read_without_spark(table, rows)
+
+
+def _read_without_spark(table, rows):
+    """The table as pandas and DuckDB read it (its committed files, partition
+    columns from their directories): the rows Spark reads, nothing else."""
+    import duckdb
+    import pandas as pd
+
+    from edgebus.ingest.tablelog import dataset
+
+    def keys(tuples):
+        return sorted(
+            (tuple(None if v is None or v is pd.NA or v != v else v for v in t) for t in tuples),
+            key=repr,
+        )
+
+    want = keys((x["peer_node"], x["seq"], x["offset"], x["date"]) for x in rows)
+    pdf = dataset(table).to_table().to_pandas()
+    cols = ["peer_node", "seq", "offset", "date"]
+    assert keys(pdf[cols].astype(object).itertuples(index=False)) == want
+    ds = dataset(table)  # noqa: F841 (DuckDB finds it by its name)
+    got = duckdb.connect().sql('SELECT peer_node, seq, "offset", date FROM ds').fetchall()
+    assert keys(got) == want
 
 
 def test_three_gateways_into_one_table(spark, tmp_path):
