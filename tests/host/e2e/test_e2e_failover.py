@@ -27,7 +27,6 @@ from edgebus import tlog  # noqa: E402
 from edgebus.tools.fleet import Fleet, bridge_toml  # noqa: E402
 from tests.conftest import wait_until  # noqa: E402
 from tests.host.e2e.e2ekit import gateway_bridge, ingest_once, once_each, past, progress, reported  # noqa: E402
-from tests.host.spark.sparkkit import make_session  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.mosquitto, pytest.mark.micropython]
 
@@ -78,7 +77,9 @@ def _back_to_primary(logs, nodes, on_b, repair, failbacks):
     )
 
 
-def test_primary_killed_devices_fail_over_and_back_and_the_table_has_every_reading_once(tmp_path):
+def test_primary_killed_devices_fail_over_and_back_and_the_table_has_every_reading_once(
+    spark, tmp_path
+):
     t_start = time.monotonic()
     out = tmp_path / "failover"
     logs = {g: str(out / g / "tlog") for g in GATEWAYS}
@@ -183,20 +184,14 @@ def test_primary_killed_devices_fail_over_and_back_and_the_table_has_every_readi
     from edgebus.ingest.report import format_report, read_table, summarize
 
     t0 = time.monotonic()
-    spark = make_session()
-    try:
-        ingest_once(spark, [logs[g] for g in GATEWAYS], table, ckpt)
-        t_ingest = time.monotonic() - t0
-        rows = (
-            read_table(spark, table)
-            .select(
-                "peer_node", "peer_sid", "generation", "seq", "topic", "payload", "late", "gateway"
-            )
-            .collect()
-        )
-        summary = summarize(spark, table)
-    finally:
-        spark.stop()
+    ingest_once(spark, [logs[g] for g in GATEWAYS], table, ckpt)
+    t_ingest = time.monotonic() - t0
+    rows = (
+        read_table(spark, table)
+        .select("peer_node", "peer_sid", "generation", "seq", "topic", "payload", "late", "gateway")
+        .collect()
+    )
+    summary = summarize(spark, table)
     print(format_report(summary, table))
     print(
         "devices and bridges %.1f s; Spark: session + ingest %.1f s, all %.1f s"

@@ -32,7 +32,6 @@ from edgebus import tlog  # noqa: E402
 from edgebus.tools import devicefiles  # noqa: E402
 from edgebus.tools.fleet import Fleet, bridge_toml  # noqa: E402
 from tests.host.e2e.e2ekit import ingest_once, progress  # noqa: E402
-from tests.host.spark.sparkkit import make_session  # noqa: E402
 
 # Spark, mosquitto and the fleet's micropython devices start in the test body.
 pytestmark = [pytest.mark.spark, pytest.mark.mosquitto, pytest.mark.micropython]
@@ -59,7 +58,7 @@ def _advance(log_dir, nodes, by, what, timeout=60):
         time.sleep(0.3)
 
 
-def test_fleet_to_table_holds_every_reading_once_through_broker_and_bridge_kills(tmp_path):
+def test_fleet_to_table_holds_every_reading_once_through_broker_and_bridge_kills(spark, tmp_path):
     out = tmp_path / "e2e"
     log_dir, table, ckpt = str(out / "tlog"), str(out / "table"), str(out / "ckpt")
     windows = {}  # fault -> (host time killed, host time restarting)
@@ -116,40 +115,36 @@ def test_fleet_to_table_holds_every_reading_once_through_broker_and_bridge_kills
 
     from edgebus.ingest.report import format_report, read_table, summarize
 
-    spark = make_session()
-    try:
-        ingest_once(spark, log_dir, table, ckpt)
-        rows = (
-            read_table(spark, table)
-            .select(
-                "peer_node",
-                "peer_sid",
-                "generation",
-                "seq",
-                "topic",
-                "payload",
-                "ts_host",
-                "ts_device",
-                "late",
-                "gateway",
-            )
-            .collect()
+    ingest_once(spark, log_dir, table, ckpt)
+    rows = (
+        read_table(spark, table)
+        .select(
+            "peer_node",
+            "peer_sid",
+            "generation",
+            "seq",
+            "topic",
+            "payload",
+            "ts_host",
+            "ts_device",
+            "late",
+            "gateway",
         )
-        summary = summarize(spark, table)
-        from pyspark.sql import functions as F
+        .collect()
+    )
+    summary = summarize(spark, table)
+    from pyspark.sql import functions as F
 
-        from edgebus.ingest.helpers import with_bundle
+    from edgebus.ingest.helpers import with_bundle
 
-        # Which code produced each reading: its boot's sys/info says.
-        t = read_table(spark, table)
-        code = (
-            with_bundle(t.filter(F.col("topic").endswith("/sensor/temp")), info=t)
-            .select("bundle_version", "bundle_hash")
-            .distinct()
-            .collect()
-        )
-    finally:
-        spark.stop()
+    # Which code produced each reading: its boot's sys/info says.
+    t = read_table(spark, table)
+    code = (
+        with_bundle(t.filter(F.col("topic").endswith("/sensor/temp")), info=t)
+        .select("bundle_version", "bundle_hash")
+        .distinct()
+        .collect()
+    )
     text = format_report(summary, table)
     print(text)
 

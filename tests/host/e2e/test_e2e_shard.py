@@ -28,7 +28,6 @@ from edgebus.bridge.keystore import KeyStore  # noqa: E402
 from edgebus.tools.fleet import Fleet  # noqa: E402
 from tests.conftest import ROOT, wait_until  # noqa: E402
 from tests.host.e2e.e2ekit import gateway_bridge, ingest_once, once_each, past, progress  # noqa: E402
-from tests.host.spark.sparkkit import make_session  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.mosquitto, pytest.mark.micropython]
 
@@ -72,7 +71,9 @@ def _holds(bridge, nodes):
     return all((s or {}).get("state") == "up" for s in st.values()) and st
 
 
-def test_a_device_moved_between_two_shard_bridges_has_each_reading_once_in_the_table(tmp_path):
+def test_a_device_moved_between_two_shard_bridges_has_each_reading_once_in_the_table(
+    spark, tmp_path
+):
     out = tmp_path / "shard"
     table, ckpt = str(out / "table"), str(out / "ckpt")
     with (
@@ -175,13 +176,9 @@ def test_a_device_moved_between_two_shard_bridges_has_each_reading_once_in_the_t
 
     from edgebus.ingest.report import read_table, summarize
 
-    spark = make_session()
-    try:
-        ingest_once(spark, [logs[g] for g in GATEWAYS], table, ckpt)
-        rows = read_table(spark, table).select("peer_node", "peer_sid", "seq", "gateway").collect()
-        summary = summarize(spark, table)
-    finally:
-        spark.stop()
+    ingest_once(spark, [logs[g] for g in GATEWAYS], table, ckpt)
+    rows = read_table(spark, table).select("peer_node", "peer_sid", "seq", "gateway").collect()
+    summary = summarize(spark, table)
     # Every number once, from 1 to the last: no hole and no copy, though the
     # move resent what A had not acknowledged.
     for n, mine in once_each(rows, summary, nodes).items():

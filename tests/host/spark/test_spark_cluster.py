@@ -22,7 +22,6 @@ from tests.host.spark.sparkkit import (  # noqa: E402
     device_record,
     ingest,
     local_record,
-    make_session,
     spark_env,
 )
 
@@ -139,7 +138,7 @@ def _write_logs(root):
     return logs
 
 
-def test_cluster_run_gives_the_local_table(cluster, tmp_path):
+def test_cluster_run_gives_the_local_table(cluster, spark, tmp_path):
     from edgebus.ingest.report import read_table
 
     url, env = cluster
@@ -178,12 +177,7 @@ def test_cluster_run_gives_the_local_table(cluster, tmp_path):
     assert "read %d log records" % (2 * (400 + 16 + 1)) in r.stdout, r.stdout
     r = ingest(logs, tmp_path / "local", tmp_path / "local.ckpt", "--once", env=env, timeout=600)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
-    spark = make_session()
-    try:
-        tables = [
-            sorted(map(str, read_table(spark, tmp_path / k).collect()))
-            for k in ("cluster", "local")
-        ]
-    finally:
-        spark.stop()
+    tables = [
+        sorted(map(str, read_table(spark, tmp_path / k).collect())) for k in ("cluster", "local")
+    ]
     assert len(tables[0]) == 2 * (400 + 16) and tables[0] == tables[1]
