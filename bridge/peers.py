@@ -51,7 +51,14 @@ def peer_link(bridge: Bridge, p: Peer) -> Link:
         max_len=PEER_MAX_LEN,
         spool=host_spool(PEER_MAX_LEN, 64),
     )
-    bridge.links[link_id] = link
+    bridge.add_link(link)
+    if bridge.cfg.log_dir is not None and p.exports:
+        # What the log holds and the peer had not acknowledged is given
+        # again after a restart (relay.py), before anything new.
+        from edgebus.bridge.relay import Resender, resender_path
+
+        r = Resender(link, bridge.cfg.log_dir, resender_path(bridge.cfg.state_dir, p.node))
+        bridge.tasks.append(asyncio.create_task(r.run()))
     return link
 
 
