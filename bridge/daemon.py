@@ -96,7 +96,7 @@ class Bridge:
     def add_link(self, link: Link) -> None:
         """Register ``link`` in bridge.links (by its id), its gaps told to gap()."""
         self.links[link.link_id] = link
-        link.on_gap = self.gap
+        link.on_gap = self.gap  # type: ignore[assignment]  # None on the class: a hook
 
     def gap(self, link: Link, first: int, last: int, why: str, sid: str | None) -> None:
         """Link.on_gap: with a log, one bridge/gaps record (telemetry.py)."""
