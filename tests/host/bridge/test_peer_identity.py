@@ -160,7 +160,12 @@ def test_a_site_takes_a_gateway_s_claim_only_for_the_devices_it_relays(tmp_path)
         await until(lambda: site.appender is not None, 10)
         bus = edgebus.Bus()
         gw = Link(bus, "gw", key=PEER_KEY.encode(), role="initiator", exports=[("dev/#", "")])
-        r, w = await asyncio.open_connection("127.0.0.1", port)
+        for _ in range(200):  # 10 s for the site to listen (its start's last step)
+            try:
+                r, w = await asyncio.open_connection("127.0.0.1", port)
+                break
+            except OSError:
+                await asyncio.sleep(0.05)
         t = asyncio.create_task(gw.run(StreamTransport(r, w, 65536)))
         await until(lambda: gw.status == "up", 10)
         c = bus.connect()
