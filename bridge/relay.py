@@ -32,6 +32,8 @@ log = logging.getLogger("edgebus.bridge")
 SAVE_EVERY = 0.5
 # The resend gives the peer link more only while its spool is under this share.
 SPOOL_SHARE = 0.5
+# Records read from the log between two turns of the event loop.
+YIELD_EVERY = 1000
 
 Boot = tuple[str, str]  # (device node, its boot's sid)
 
@@ -163,7 +165,9 @@ class Resender:
         seen: set[Boot] = set()
         n = 0
         t0 = time.monotonic()
-        for _, rec in read_log(self.log_dir):
+        for i, (_, rec) in enumerate(read_log(self.log_dir)):
+            if i % YIELD_EVERY == YIELD_EVERY - 1:
+                await asyncio.sleep(0)  # a long log: the links go on meanwhile
             if rec["origin_kind"] != "link":
                 continue
             node, sid, seq = rec["peer_node"], rec["peer_sid"], rec["seq"]

@@ -5,9 +5,9 @@ gives them again from its log, and a link's gap is logged with its reason
 
 import asyncio
 import os
-import socket
 
 import edgebus
+from dev.broker import free_port
 from dev.harness.bridge import BridgeProcess
 from edgebus import tlog
 from edgebus.bridge import config as bridge_config
@@ -21,12 +21,6 @@ from tests.portable.linkkit import KEY, Joined, synced
 PEER_KEY = "site-gateway-key"
 DEV = "dev-micropython"
 COUNT = ("dev", DEV, "sensor", "count")
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _records(log_dir, topic=None):
