@@ -54,7 +54,7 @@ def peer_link(bridge: Bridge, p: Peer) -> Link:
     bridge.add_link(link)
     if bridge.cfg.log_dir is not None and p.exports:
         # What the log holds and the peer had not acknowledged is given
-        # again after a restart (relay.py), before anything new.
+        # again after a restart (relay.py), beside what comes live.
         from edgebus.bridge.relay import Resender, resender_path
 
         r = Resender(link, bridge.cfg.log_dir, resender_path(bridge.cfg.state_dir, p.node))
