@@ -50,6 +50,7 @@ def peer_link(bridge: Bridge, p: Peer) -> Link:
         priority=p.priority,
         max_len=PEER_MAX_LEN,
         spool=host_spool(PEER_MAX_LEN, 64),
+        **bridge.durability(),  # with a log: acknowledged once logged, as a device's
     )
     bridge.add_link(link)
     if bridge.cfg.log_dir is not None and p.exports:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from edgebus import topic
 from edgebus.link import replay
-from edgebus.tlog import read_log, write_atomically
+from edgebus.tlog import TAIL_BYTES, read_log, read_segment, sealed_files, write_atomically
 from edgebus.values import FrozenDict, Message, Origin
 
 if TYPE_CHECKING:
@@ -67,8 +67,34 @@ def vouch(rec: dict[str, Any], relays: dict[str, list[tuple[Any, ...]]]) -> bool
         or not any(topic.matches(p, (node,)) for p in pats)
     ):
         return False
+    x["hop_sid"] = rec["peer_sid"]  # the peer's boot, whose number extra's seq is (hop_seqs)
     rec["peer_node"], rec["peer_sid"], rec["seq"] = node, sid, seq
     return True
+
+
+def hop_seqs(log_dir: str, link_ids: set[str]) -> dict[tuple[str, str], int]:
+    """``{(peer link id, the peer's boot): the highest number of that link}``
+    over the relayed records logged under their devices (vouch) in the newest
+    TAIL_BYTES of the log: what last_seqs tells of a direct link, for a
+    restart (telemetry.resume_links)."""
+    out: dict[tuple[str, str], int] = {}
+    covered = 0
+    files = sealed_files(log_dir)
+    for segment in sorted(files, reverse=True):
+        if covered >= TAIL_BYTES:
+            break
+        try:
+            covered += os.path.getsize(files[segment][0])
+        except FileNotFoundError:  # removed by retention meanwhile
+            continue
+        for _, r in read_segment(log_dir, segment, decode_payload=False):
+            x = r["extra"]
+            if r["link_id"] not in link_ids or not x:
+                continue
+            sid, n = x.get("hop_sid"), x.get("seq")
+            if type(sid) is str and type(n) is int and n > out.get((r["link_id"], sid), -1):
+                out[(r["link_id"], sid)] = n
+    return out
 
 
 def identity(origin: Any) -> tuple[str, str, int] | None:

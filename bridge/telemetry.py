@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
 from edgebus import topic
-from edgebus.bridge.relay import trust, vouch
+from edgebus.bridge.relay import hop_seqs, trust, vouch
 from edgebus.compat import wait_for
 from edgebus.tlog import LogWriter, last_seqs, record_from_message
 
@@ -474,6 +474,11 @@ def resume_links(states: Mapping[str, dict[str, Any]], log_dir: str) -> int:
     Nothing past the log's last seq was acknowledged (an acknowledgement
     follows the sync point), so the device still holds it."""
     last: dict[tuple[Any, Any], int] = last_seqs(log_dir)
+    peers = {k for k in states if k.startswith("peer:")}
+    if peers:  # relayed records logged under their devices: their peer link's numbers
+        for k, n in hop_seqs(log_dir, peers).items():
+            if n > last.get(k, -1):
+                last[k] = n
     n = 0
     for link_id, st in sorted(states.items()):
         seq = last.get((link_id, st.get("peer_sid")))

@@ -142,6 +142,63 @@ def test_a_gateway_killed_with_readings_unacknowledged_resends_them_under_the_de
     assert os.path.exists(tmp_path / "gw" / "relayed-site.json")
 
 
+def test_a_site_killed_mid_stream_loses_nothing_its_gateway_had(tmp_path, link_device, monkeypatch):
+    """The site acknowledges its gateway only what its log made durable, and a
+    restarted site expects the gateway's next number after the last one its
+    log holds of that peer boot (though logged under the devices): a site
+    SIGKILLed mid-stream ends with every reading the gateway had, once."""
+    count = 300
+    monkeypatch.setenv("LINK_DEVICE_SPOOL", "12288")
+    port = free_port()
+    site_dir = tmp_path / "site"
+    site_dir.mkdir()
+    site_toml = site_dir / "site.toml"
+    site_toml.write_text(
+        '[bridge]\nnode = "site"\nstate_dir = "%s"\nsocket = "%s"\nheartbeat = 0.5\n'
+        '[log]\ndir = "%s"\nsegment_seconds = 3600\ncommit_ms = 20\n'
+        '[[peer]]\nnode = "gw"\nkey = "%s"\nlisten = "127.0.0.1:%d"\nimports = ["dev/#"]\n'
+        'relays = ["%s"]\n'
+        % (site_dir, site_dir / "bridge.sock", site_dir / "log", PEER_KEY, port, DEV)
+    )
+    with PtyCable() as cable:
+        gw = BridgeProcess(str(tmp_path), toml=gateway_toml(tmp_path, cable.b, port)).start()
+        site = BridgeProcess(str(site_dir), toml=site_toml).start()
+        dev = link_device(cable.a, "k1", count, heap="192K")
+        try:
+            site.wait_status(lambda st: st["log"]["appended"] >= 60, 20, step=0.01)
+            site.kill()
+            site.close()
+            os.unlink(site.sock)
+
+            async def second():
+                b = Bridge(bridge_config.load(site_toml))
+                t = asyncio.create_task(b.run())
+                await until(lambda: b.appender is not None, 10)
+                first = {r["payload"] for r in _records(site_dir / "log", COUNT)}
+                sub = b.bus.connect().subscribe("dev/+/sensor/count", queue_len=2 * count)
+                seen = set()
+
+                def done():
+                    while (m := sub.recv_nowait()) is not None:
+                        seen.add(m.payload)
+                    return first | seen >= set(range(count)) and b.appender.unsynced == 0
+
+                await until(done, 30)
+                b.stop()
+                await t
+                return first
+
+            first = asyncio.run(second())
+        finally:
+            gw.close()
+            site.close()
+            dev.kill()
+    recs = _records(site_dir / "log", COUNT)
+    assert first and len(first) < count  # killed mid-stream
+    assert sorted(r["payload"] for r in recs) == list(range(count))  # once each
+    assert {r["peer_node"] for r in recs} == {DEV}
+
+
 def test_a_site_takes_a_gateway_s_claim_only_for_the_devices_it_relays(tmp_path):
     """A gateway that says its readings come from a device it may not relay
     for (its [[peer]] relays at the site) has them logged under its own
