@@ -55,7 +55,10 @@ def vouch(rec: dict[str, Any], relays: dict[str, list[tuple[Any, ...]]]) -> bool
     relay for that node. True if it did, False if the claim was refused (not trusted
     or malformed), None when the record claims nothing."""
     x = rec.get("extra")
-    if not x or "src_sid" not in x:
+    if not x:
+        return None
+    x.pop("hop_sid", None)  # ours alone (below), never a sender's
+    if "src_sid" not in x:
         return None
     pats = relays.get(rec.get("link_id") or "")
     node, sid, seq = x.get("src"), x.get("src_sid"), x.get("src_seq")

@@ -221,7 +221,8 @@ def test_a_site_takes_a_gateway_s_claim_only_for_the_devices_it_relays(tmp_path)
         await until(lambda: gw.status == "up", 10)
         c = bus.connect()
         for node in ("dev1", "dev2"):  # as a hostile gateway would: its own words
-            c.publish(("dev", node, "t"), 1, {"src": node, "src_sid": "s-" + node, "src_seq": 7})
+            x = {"src": node, "src_sid": "s-" + node, "src_seq": 7, "hop_sid": "forged"}
+            c.publish(("dev", node, "t"), 1, x)
         await until(lambda: site.appender.appended >= 2 and site.appender.unsynced == 0, 10)
         stats = site.appender.stats()
         await gw.close()
@@ -239,6 +240,9 @@ def test_a_site_takes_a_gateway_s_claim_only_for_the_devices_it_relays(tmp_path)
     )
     assert recs["dev2"]["peer_node"] == "gw" and recs["dev2"]["seq"] != 7
     assert recs["dev2"]["extra"]["src"] == "dev2"  # kept, as the gateway said it
+    # the peer boot a number belongs to is the site's word alone
+    assert recs["dev1"]["extra"]["hop_sid"] == recs["dev2"]["peer_sid"]
+    assert "hop_sid" not in recs["dev2"]["extra"]
     assert stats["relayed_vouched"] == 1 and stats["relayed_unvouched"] == 1
 
 
