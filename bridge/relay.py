@@ -19,7 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 from edgebus import topic
 from edgebus.link import replay
-from edgebus.tlog import TAIL_BYTES, read_log, read_segment, sealed_files, write_atomically
+from edgebus.tlog import (
+    TAIL_BYTES,
+    list_segments,
+    read_log,
+    read_segment,
+    sealed_files,
+    write_atomically,
+)
 from edgebus.values import FrozenDict, Message, Origin
 
 if TYPE_CHECKING:
@@ -140,16 +147,22 @@ class Resender:
         self.log_dir = log_dir
         self.path = path
         self.marks: dict[Boot, int] = {}  # every number up to it acknowledged
+        # The log position the marks start at (a list: JSON); None: no file
+        # yet, so the log holds only what a run without marks relayed.
+        self.since: list[int] | None = None
         try:
             with open(path) as f:
-                for node, sid, n in json.load(f)["acked"]:
-                    self.marks[(node, sid)] = n
+                d = json.load(f)
+            for node, sid, n in d["acked"]:
+                self.marks[(node, sid)] = n
+            self.since = [int(x) for x in d["since"]][:2]
         except FileNotFoundError:
             pass
         except (OSError, ValueError, KeyError, TypeError) as e:
             log.warning(
                 "%s: %s unreadable (%s): every logged reading is resent", link.link_id, path, e
             )
+            self.marks, self.since = {}, [0, 0]
         self.saved = dict(self.marks)
         # (link seq, boot, number) of each reading spooled, oldest first
         self.pending: deque[tuple[int, Boot, int]] = deque()
@@ -180,21 +193,30 @@ class Resender:
         return out
 
     def save(self, marks: dict[Boot, int]) -> None:
-        data = json.dumps({"acked": [[k[0], k[1], n] for k, n in sorted(marks.items())]}).encode()
+        acked = [[k[0], k[1], n] for k, n in sorted(marks.items())]
+        data = json.dumps({"since": self.since, "acked": acked}).encode()
         write_atomically(self.path, self.path + ".tmp", lambda f: f.write(data))
         self.saved = marks
 
     async def resend(self) -> int:
-        """Give the link every reading of the log (its sealed segments: what
-        the last run logged) after its boot's mark, paced by the spool's
-        room; marks of boots the log no longer holds are forgotten. Returns
-        how many."""
+        """Give the link every reading of the log from ``since`` on (its
+        sealed segments: what the last runs logged) after its boot's mark,
+        paced by the spool's room; marks of boots the log no longer holds
+        are forgotten. Returns how many."""
         link = self.link
         link.start()  # the export rules, resolved for the peer
+        if self.since is None:
+            # The first run with marks (a new gateway, or one from before
+            # them): what its log holds now is not given again; from here on
+            # nothing is lost.
+            ids = list_segments(self.log_dir)
+            self.since = [ids[-1] + 1 if ids else 0, 0]
+            self.save(self.marks)
+            return 0
         seen: set[Boot] = set()
         n = 0
         t0 = time.monotonic()
-        for i, (_, rec) in enumerate(read_log(self.log_dir)):
+        for i, (_, rec) in enumerate(read_log(self.log_dir, start=(self.since[0], self.since[1]))):
             if i % YIELD_EVERY == YIELD_EVERY - 1:
                 await asyncio.sleep(0)  # a long log: the links go on meanwhile
             if rec["origin_kind"] != "link":
