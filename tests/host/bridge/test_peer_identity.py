@@ -29,6 +29,19 @@ def _records(log_dir, topic=None):
     return recs if topic is None else [r for r in recs if tuple(r["topic"]) == topic]
 
 
+async def logged_all(bridge, sub, want):
+    """Once ``sub`` (on bridge's bus) has had every payload in ``want`` and the
+    bridge's log has synced what it took (30 s at most)."""
+    seen = set()
+
+    def done():
+        while (m := sub.recv_nowait()) is not None:
+            seen.add(m.payload)
+        return seen >= want and bridge.appender.unsynced == 0
+
+    await until(done, 30)
+
+
 def site_config(tmp_path, port, relays):
     return bridge_config.parse(
         {
@@ -103,14 +116,7 @@ def test_a_gateway_killed_with_readings_unacknowledged_resends_them_under_the_de
             gt = asyncio.create_task(gw.run())
             await until(lambda: gw.appender is not None, 10)  # the crashed segment sealed
             first = _records(gw_log, COUNT)  # the killed run's: sealed at the restart
-            seen = set()
-
-            def done():
-                while (m := sub.recv_nowait()) is not None:
-                    seen.add(m.payload)
-                return seen >= set(range(count)) and site.appender.unsynced == 0
-
-            await until(done, 30)
+            await logged_all(site, sub, set(range(count)))
             # the site's last acknowledgements (after its log's commit) reach the gateway
             await until(lambda: gw.links["peer:site"].spool_stats()["depth"] == 0, 10)
             gw.stop()
@@ -179,14 +185,7 @@ def test_a_site_killed_mid_stream_loses_nothing_its_gateway_had(tmp_path, link_d
                 await until(lambda: b.appender is not None, 10)
                 first = {r["payload"] for r in _records(site_dir / "log", COUNT)}
                 sub = b.bus.connect().subscribe("dev/+/sensor/count", queue_len=2 * count)
-                seen = set()
-
-                def done():
-                    while (m := sub.recv_nowait()) is not None:
-                        seen.add(m.payload)
-                    return first | seen >= set(range(count)) and b.appender.unsynced == 0
-
-                await until(done, 30)
+                await logged_all(b, sub, set(range(count)) - first)
                 b.stop()
                 await t
                 return first
