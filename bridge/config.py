@@ -91,6 +91,9 @@ class Peer:
     priority: int = 0
     backoff_max: float = 10.0
     seal: str | None = None  # None: [bridge] seal
+    # devices (node patterns, + and #) whose identity this peer's relayed
+    # readings may carry into the log (bridge/relay.py); none: its own
+    relays: list = field(default_factory=list)
 
 
 @dataclass
@@ -202,7 +205,7 @@ def _peer(d: Any, i: int, store: KeyStore, base_dir: str) -> Peer:
     for name in ("connect", "listen"):
         if name in pp:
             setattr(peer, name, address(pp[name]))
-    for name in ("exports", "imports", "export_calls", "import_calls"):
+    for name in ("exports", "imports", "export_calls", "import_calls", "relays"):
         if name in pp:
             setattr(peer, name, pp[name])
     return peer

@@ -93,6 +93,16 @@ class Bridge:
         log is behind; without one, it acknowledges what reached the bus."""
         return {"durable": self.durable, "hold": self.hold if self.durable else None}
 
+    def add_link(self, link: Link) -> None:
+        """Register ``link`` in bridge.links (by its id), its gaps told to gap()."""
+        self.links[link.link_id] = link
+        link.on_gap = self.gap  # type: ignore[assignment]  # None on the class: a hook
+
+    def gap(self, link: Link, first: int, last: int, why: str, sid: str | None) -> None:
+        """Link.on_gap: with a log, one bridge/gaps record (telemetry.py)."""
+        if self.appender is not None:
+            self.appender.gap(link, first, last, why, sid)
+
     def read_patterns(self, uid: int) -> list[str]:
         return acl.read_patterns(self.cfg, uid)
 

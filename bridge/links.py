@@ -160,7 +160,7 @@ async def run_serial(bridge: Bridge, dev: Device) -> Link | None:
         **bridge.durability(),
         **device_rules(bridge.cfg.relay_calls),
     )
-    bridge.links[link_id] = link
+    bridge.add_link(link)
     backoff = retry_backoff()
     while not bridge.stopping:
         try:
@@ -245,7 +245,7 @@ async def serve_local(bridge: Bridge, path: str) -> asyncio.Server:
             **bridge.durability(),
             spool=host_spool(LOCAL_MAX_LEN, bridge.cfg.client_queue),
         )
-        bridge.links[link_id] = link
+        bridge.add_link(link)
         log.info("local client %s (uid %d pid %d) connected", link_id, uid, pid)
         try:
             await link.run(StreamTransport(reader, writer, LOCAL_MAX_LEN))

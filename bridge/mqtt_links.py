@@ -119,7 +119,7 @@ class MqttLinks:
         # every second: building and retaining it costs ~27 us, 14 % of a core
         # at 5,000 devices. A change of state still goes out at once.
         link.status_every = STATUS_EVERY
-        b.links[link_id] = link
+        b.add_link(link)
         self.devices[node] = (key, seal)
         return link
 

@@ -50,8 +50,16 @@ def peer_link(bridge: Bridge, p: Peer) -> Link:
         priority=p.priority,
         max_len=PEER_MAX_LEN,
         spool=host_spool(PEER_MAX_LEN, 64),
+        **bridge.durability(),  # with a log: acknowledged once logged, as a device's
     )
-    bridge.links[link_id] = link
+    bridge.add_link(link)
+    if bridge.cfg.log_dir is not None and p.exports:
+        # What the log holds and the peer had not acknowledged is given
+        # again after a restart (relay.py), beside what comes live.
+        from edgebus.bridge.relay import Resender, resender_path
+
+        r = Resender(link, bridge.cfg.log_dir, resender_path(bridge.cfg.state_dir, p.node))
+        bridge.tasks.append(asyncio.create_task(r.run()))
     return link
 
 

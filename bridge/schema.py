@@ -146,6 +146,7 @@ SCHEMA = {
             "priority": Key(int, RANGE, -1000000, 1000000),
             "backoff_max": Key(NUM, RANGE, 0.1, 3600, " seconds"),
             **_SEAL,
+            "relays": Key(list, PATTERNS),
         },
     ),
     # held calls for devices asleep (bridge/mailbox.py)

@@ -20,6 +20,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
+from edgebus import topic
+from edgebus.bridge.relay import hop_seqs, trust, vouch
 from edgebus.compat import wait_for
 from edgebus.tlog import LogWriter, last_seqs, record_from_message
 
@@ -44,6 +46,9 @@ TRIPS = 3
 # The most numbered frames a device may have sent and not acknowledged
 # (its window, protocol 11), however few devices share the log.
 WINDOW_MAX = 256
+# Where the bridge says a link's gap (docs/protocol.md 8), logged whatever
+# the log's patterns are.
+GAPS = ("bridge", "gaps")
 
 
 class Appender:
@@ -89,11 +94,18 @@ class Appender:
         if not 0 < self.high < queue_len:
             raise ValueError("reserve must leave room on both sides of high water")
         self.subs: list[Subscription] = []
-        for p in cfg.log_patterns:
+        pats = list(cfg.log_patterns)
+        if not any(topic.matches(topic.pattern(p, "+", "#")[1], GAPS) for p in pats):
+            pats.append("/".join(GAPS))
+        for p in pats:
             s = self.conn.subscribe(p, queue_len=queue_len, full="reject_newest")
             s.wake_on(self.wake)
             self.subs.append(s)
         self._pool = ThreadPoolExecutor(1, thread_name_prefix="edgebus-log")
+        # [[peer]] links whose relayed readings may carry their device's identity
+        self.relays = trust(cfg.peers)
+        self.vouched = 0  # relayed records logged under their device's identity
+        self.unvouched = 0  # ... under their peer's: the claim not trusted (relay.vouch)
         self.appended = 0
         self.errors = 0
         self.unsynced = 0  # records appended since the last sync point
@@ -194,9 +206,17 @@ class Appender:
         n = 0
         bad: list[tuple[Message, Exception]] = []
         append = self.writer.append
+        relays = self.relays
         for m in batch:
             try:
-                append(record_from_message(m, ts_host=time.time()))
+                rec = record_from_message(m, ts_host=time.time())
+                v = vouch(rec, relays)
+                if v is not None:
+                    if v:
+                        self.vouched += 1
+                    else:
+                        self.unvouched += 1
+                append(rec)
                 n += 1
             except (TypeError, ValueError) as e:  # a payload the log cannot hold
                 bad.append((m, e))
@@ -259,6 +279,21 @@ class Appender:
                 link.refuse(
                     seq, "not logged: %s" % e, o.peer_sid if o.peer_sid != link.peer_sid else None
                 )
+
+    def gap(self, link: Link, first: int, last: int, why: str, sid: str | None) -> None:
+        """A link's gap (Link.on_gap, through the bridge): one host record on
+        bridge/gaps, {"node", "sid", "first", "last", "why"} (the peer boot's
+        numbers first..last are lost, and why: docs/protocol.md 8)."""
+        self.conn.publish(
+            GAPS,
+            {
+                "node": link.peer_node,
+                "sid": sid or link.peer_sid,
+                "first": first,
+                "last": last,
+                "why": why,
+            },
+        )
 
     def drain(self) -> int:
         """Append everything queued now, here (at close); returns how many."""
@@ -421,6 +456,8 @@ class Appender:
             "high_water": self.high,
             "held": self._held(),
             "state": self.state(),
+            "relayed_vouched": self.vouched,
+            "relayed_unvouched": self.unvouched,
         }
 
 
@@ -437,6 +474,11 @@ def resume_links(states: Mapping[str, dict[str, Any]], log_dir: str) -> int:
     Nothing past the log's last seq was acknowledged (an acknowledgement
     follows the sync point), so the device still holds it."""
     last: dict[tuple[Any, Any], int] = last_seqs(log_dir)
+    peers = {k for k in states if k.startswith("peer:")}
+    if peers:  # relayed records logged under their devices: their peer link's numbers
+        for k, n in hop_seqs(log_dir, peers).items():
+            if n > last.get(k, -1):
+                last[k] = n
     n = 0
     for link_id, st in sorted(states.items()):
         seq = last.get((link_id, st.get("peer_sid")))

@@ -119,7 +119,7 @@ def _skip(link, n, sid):
         return link.count("bad_frames")
     o = _old(link, sid)
     if o[1] is not None and n > o[1]:
-        link._gap(o[1], n - 1)
+        link._gap(o[1], n - 1, "evicted", sid)
     if o[1] is None or n > o[1]:
         o[1] = n
 

@@ -124,12 +124,18 @@ def _acks(link, t, obj, blob):
     link.count("unknown_type")
 
 
-def gap(link, first, last):
-    """Link._gap: the peer's numbers ``first``..``last`` are lost: counted, and
-    said in last_gap."""
+def gap(link, first, last, why="lost", sid=None):
+    """Link._gap: the peer's numbers ``first``..``last`` (of its earlier boot
+    ``sid``, if given) are lost: counted, said in last_gap, and told to the
+    owner's on_gap(link, first, last, why, sid) if it set one. ``why``:
+    "evicted" (the peer said SKIP, or its snapshot's next number jumped on an
+    acknowledged session: gone from its spool for good), "lost" (the numbers
+    jumped otherwise), "corrupt" (a frame undecodable twice)."""
     link.count("gaps", last - first + 1)
     link.count("gap_events")
     link.last_gap = (first, last)
+    if link.on_gap is not None:
+        link.on_gap(link, first, last, why, sid)
 
 
 def hold_back(link, key, n):
@@ -215,7 +221,7 @@ def undecodable(link, s16):
         return resend(link, exp)
     full = seq_of(link, s16)
     if full is not None:
-        gap(link, full, full)
+        gap(link, full, full, "corrupt")
 
 
 def resend(link, n):
@@ -271,7 +277,7 @@ def on_skip(link, n):
     st = link.state
     exp = st.get("rx_next")
     if exp is not None and n > exp:
-        gap(link, exp, n - 1)
+        gap(link, exp, n - 1, "evicted")
     if exp is None or n > exp:
         st["rx_next"] = n
         link._stuck = False
@@ -320,8 +326,8 @@ def on_snapshot(link, t, obj, blob):
                 if type(a) is int and exp < a <= nxt:
                     link.count("acked_elsewhere", a - exp)
                     lo = a
-                if nxt > lo:
-                    gap(link, lo, nxt - 1)
+                if nxt > lo:  # acknowledged sessions: gone from the peer's spool
+                    gap(link, lo, nxt - 1, "evicted" if link._acking else "lost")
             if exp is None or nxt > exp:  # never back: what we have stays had
                 st["rx_next"] = nxt
         link._rx_sync = {}

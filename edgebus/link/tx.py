@@ -155,28 +155,34 @@ def pump(link):
                 continue
             if t is None:
                 t = compat.ms()
-            seq = link._tx_seq
-            link._tx_seq = seq + 1
-            b = encode_item(link, item, rule, seq, None, t)
-            if b is None:
-                continue
-            latest = type(item) is not Message or rule[2] == "latest"
-            sp = link._spool
-            ev = sp.evicted
-            du = sp.dropped_unsent
-            if not sp.put(seq, b, spool.LATEST if latest else 0):
-                link.count("spool_refused")
-            elif sp.evicted != ev:
-                # never sent: lost for sure; sent, not yet acknowledged: maybe
-                link.count("spool_dropped", sp.dropped_unsent - du)
-                link.count("spool_evicted", sp.evicted - ev)
-            if (
-                not latest
-                and link._journal is not None
-                and (link._acking or link.status != wire.UP)
-            ):
-                # on flash too: survives a reboot
-                link._journal.append(seq, sp.body(sp.last) if sp.last >= 0 else wire.join(b))
+            spool_item(link, item, rule, t)
+
+
+def spool_item(link, item, rule, ms):
+    """Number ``item`` (exported under ``rule``), encode it with the link clock
+    ``ms`` and spool it (pump; replay.py for an owner's resend); the owner's
+    on_export(seq, item), if set, hears each one spooled."""
+    seq = link._tx_seq
+    link._tx_seq = seq + 1
+    b = encode_item(link, item, rule, seq, None, ms)
+    if b is None:
+        return
+    latest = type(item) is not Message or rule[2] == "latest"
+    sp = link._spool
+    ev = sp.evicted
+    du = sp.dropped_unsent
+    if not sp.put(seq, b, spool.LATEST if latest else 0):
+        link.count("spool_refused")
+    else:
+        if sp.evicted != ev:
+            # never sent: lost for sure; sent, not yet acknowledged: maybe
+            link.count("spool_dropped", sp.dropped_unsent - du)
+            link.count("spool_evicted", sp.evicted - ev)
+        if link.on_export is not None:
+            link.on_export(seq, item)
+    if not latest and link._journal is not None and (link._acking or link.status != wire.UP):
+        # on flash too: survives a reboot
+        link._journal.append(seq, sp.body(sp.last) if sp.last >= 0 else wire.join(b))
 
 
 def exportable(link, k, rule, origin):
@@ -184,10 +190,12 @@ def exportable(link, k, rule, origin):
     if origin.link_id == link.link_id:  # loop guard: never send back what came from here
         return False
     x = origin.extra
+    p = link.peer_node or link.peer  # before a session: the configured peer, if any
     if (
         x
+        and p is not None
         and origin.kind == "link"
-        and (x.get("src") == link.peer_node or link.peer_node in (x.get("via") or ()))
+        and (x.get("src") == p or p in (x.get("via") or ()))
     ):
         link.count("relay_loops")  # the peer already had it: a ring of buses
         return False
@@ -219,15 +227,21 @@ def encode_item(link, item, rule, seq, t=None, ms=None):
     o = item.origin
     x = o.extra
     if o.kind == "link":
-        # Relayed: the far side learns where it entered (src, kept from the
-        # first hop) and every bus that passed it on (via).
+        # Relayed: the far side learns where it entered (src, src_sid,
+        # src_seq, kept from the first hop) and every bus that passed it on (via).
         y = {}
         if x:
             for kk in x:  # dict(x) refuses a dict subclass on MicroPython
                 y[kk] = x[kk]
         x = y
+        s = x.pop("seq", None)  # this hop's number: the far side sets its own
         if "src" not in x:
+            # The first relay: the sender's node, boot and number travel on,
+            # so the far side can record the reading under its origin.
             x["src"] = o.peer_node
+            x["src_sid"] = o.peer_sid
+            if s is not None:
+                x["src_seq"] = s
         x["via"] = list(x.get("via") or ()) + [link.node]
     obj = [wt]
     blob = None

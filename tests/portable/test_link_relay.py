@@ -194,11 +194,18 @@ def test_a_relayed_publish_names_where_it_entered_and_who_passed_it_on():
         cb = hop(c, "C", b, "B", a_kw={"imports": [("#", "")]}, b_kw={"exports": [("a/#", "")]})
         await until(lambda: synced(ab) and synced(cb))
         sub = c.connect().subscribe("a/#", queue_len=4)
+        mid = b.connect().subscribe("a/#", queue_len=4)
         a.connect().publish("sensor/t", 21.5)
         m = await asyncio.wait_for(sub.recv(), 3)
         assert m.topic == ("a", "sensor", "t") and m.payload == 21.5
         assert m.origin.peer_node == "B"
         assert m.origin.extra["src"] == "A" and m.origin.extra["via"] == ["B"]
+        # A's boot and number, as B received them, travel on beside src; seq
+        # is C's own (the B-C link's number), as ever
+        at_b = await asyncio.wait_for(mid.recv(), 3)
+        assert m.origin.extra["src_sid"] == at_b.origin.peer_sid == ab.dl.sid
+        assert m.origin.extra["src_seq"] == at_b.origin.extra["seq"]
+        assert m.origin.extra["seq"] == cb.dl.state["rx_next"] - 1
         await ab.stop()
         await cb.stop()
 
