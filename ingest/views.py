@@ -195,7 +195,7 @@ def _plan(
         name = key if key.lower() not in taken else "payload_" + key
         if ddl is None or not key or "`" in key or name.lower() in taken:
             continue  # all null so far, or no name for it: its rows say so in rejects
-        columns.append([name, key, ddl])
+        columns.append([name, key, views_types.type_ddl(_parse_type(ddl))])
         taken.add(name.lower())
         new.append(name)
     m = F.col("_m")
@@ -254,7 +254,7 @@ def _columns(view: View, state: dict[str, Any]) -> list[list[str]]:
         )
     have = {c[0].lower(): c for c in columns}
     for f in _declared(view).fields:
-        ddl = f.dataType.simpleString()
+        ddl = views_types.type_ddl(f.dataType)
         c = have.get(f.name.lower())
         if c is None:
             columns.append([f.name, f.name, ddl])

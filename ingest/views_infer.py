@@ -85,8 +85,15 @@ def infer_block(spark: SparkSession, table: str, topic: str, name: str | None = 
 
 
 def run(args: argparse.Namespace) -> int:
+    from edgebus.ingest.compaction import META
     from edgebus.ingest.session import session
 
+    if not os.path.isdir(os.path.join(args.table, META)):
+        print(
+            "edgebus views infer: no table at %s (edgebus ingest writes it)" % args.table,
+            file=sys.stderr,
+        )
+        return 2
     spark = session(args.master)
     spark.sparkContext.setLogLevel("ERROR")
     try:

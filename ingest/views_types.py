@@ -176,3 +176,18 @@ def quote(name: str) -> str:
     if name.replace("_", "a").isalnum() and name.isascii() and not name[0].isdigit():
         return name
     return "`%s`" % name.replace("`", "``")
+
+
+def type_ddl(dt: Any) -> str:
+    """A Spark DataType as DDL text that parses back to it (simpleString
+    leaves struct field names unquoted)."""
+    kind = type(dt).__name__
+    if kind == "StructType":
+        return "struct<%s>" % ",".join(
+            "%s:%s" % (quote(f.name), type_ddl(f.dataType)) for f in dt.fields
+        )
+    if kind == "ArrayType":
+        return "array<%s>" % type_ddl(dt.elementType)
+    if kind == "MapType":
+        return "map<%s,%s>" % (type_ddl(dt.keyType), type_ddl(dt.valueType))
+    return str(dt.simpleString())
