@@ -25,6 +25,7 @@ import os
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from edgebus.ingest import tablelog, views_types
+from edgebus.ingest.compaction import newest_log_file
 from edgebus.ingest.views_config import PROVENANCE, Config, View, load
 
 if TYPE_CHECKING:
@@ -72,6 +73,8 @@ def refresh(spark: SparkSession, args: argparse.Namespace) -> str | None:
     from edgebus.ingest.report import read_table
 
     table = os.path.abspath(args.table)
+    if newest_log_file(table) is None:
+        return None  # no batch committed yet
     src = read_table(spark, table)
     rej_path = cfg.rejects_path(table)
     _, rej_state = tablelog.committed(rej_path)
@@ -79,17 +82,22 @@ def refresh(spark: SparkSession, args: argparse.Namespace) -> str | None:
     states = [tablelog.committed(cfg.view_path(v, table))[1] for v in cfg.views]
     view_marks = [s.get("marks", {}) for s in states]
     tops = _tops(src, _lowest(view_marks + [rej_marks.get(v.name, {}) for v in cfg.views]))
-    plans, errors = [], []
-    for v, state in zip(cfg.views, states):
-        try:  # checked at every refresh, so that a changed file is said at once
-            columns = _columns(v, state)
-        except ValueError as e:
-            errors.append(str(e))
-            continue
-        marks = state.get("marks", {})
-        if not all(_ahead(tops, m) for m in (marks, rej_marks.get(v.name, {}))):
-            plans.append(_plan(src, v, columns, marks, rej_marks.get(v.name, {}), tops))
-    line = _write(cfg, table, plans, rej_path, rej_marks, tops) if plans else None
+    plans: list[_Plan] = []
+    errors = []
+    try:
+        for v, state in zip(cfg.views, states):
+            try:  # checked at every refresh, so that a changed file is said at once
+                columns = _columns(v, state)
+            except ValueError as e:
+                errors.append(str(e))
+                continue
+            marks, rm = state.get("marks", {}), rej_marks.get(v.name, {})
+            if not (_ahead(tops, marks) and _ahead(tops, rm)):
+                plans.append(_plan(src, v, columns, marks, rm, tops))
+        line = _write(cfg, table, plans, rej_path, rej_marks, tops) if plans else None
+    finally:
+        for p in plans:
+            p.parsed.unpersist()
     if errors:
         if line:  # the other views' news, said before the error
             print("edgebus ingest: " + line, flush=True)
@@ -104,35 +112,33 @@ def _write(
     rej_path: str,
     rej_marks: dict[str, Marks],
     tops: Marks,
-) -> str:
+) -> str | None:
     """Commit the plans: the rejects of all, then each view; the line saying
-    what each got (counted from the new files' footers: no second pass)."""
+    what each got (counted from the new files' footers: no second pass), for
+    the views that got something; None when none did."""
     news = {p.view.name: [0, 0] for p in plans}
-    try:
-        union = None
-        for p in plans:
-            if p.n:
-                union = p.rejects if union is None else union.unionByName(p.rejects)
-        new_rej = dict(rej_marks, **{p.view.name: _advanced(p.rej_marks, tops) for p in plans})
-        before = set(tablelog.files(rej_path))
-        tablelog.write_batch(union, rej_path, {"marks": new_rej}, ("view", "date"))
-        for f in set(tablelog.files(rej_path)) - before:
-            news[_partition(f, "view")][1] += _num_rows(f)
-        for p in plans:
-            state = {
-                "topic": p.view.topic,
-                "schema": p.view.schema,
-                "columns": p.columns,
-                "marks": _advanced(p.marks, tops),
-            }
-            path = cfg.view_path(p.view, table)
-            before = set(tablelog.files(path))
-            tablelog.write_batch(p.rows if p.n else None, path, state, ("peer_node", "date"))
-            news[p.view.name][0] = sum(map(_num_rows, set(tablelog.files(path)) - before))
-    finally:
-        for p in plans:
-            p.parsed.unpersist()
-    return "views: " + "; ".join(p.summary(*news[p.view.name]) for p in plans)
+    union = None
+    for p in plans:
+        if p.n:
+            union = p.rejects if union is None else union.unionByName(p.rejects)
+    new_rej = dict(rej_marks, **{p.view.name: _advanced(p.rej_marks, tops) for p in plans})
+    before = set(tablelog.files(rej_path))
+    tablelog.write_batch(union, rej_path, {"marks": new_rej}, ("view", "date"))
+    for f in set(tablelog.files(rej_path)) - before:
+        news[_partition(f, "view")][1] += _num_rows(f)
+    for p in plans:
+        state = {
+            "topic": p.view.topic,
+            "schema": p.view.schema,
+            "columns": p.columns,
+            "marks": _advanced(p.marks, tops),
+        }
+        path = cfg.view_path(p.view, table)
+        before = set(tablelog.files(path))
+        tablelog.write_batch(p.rows if p.n else None, path, state, ("peer_node", "date"))
+        news[p.view.name][0] = sum(map(_num_rows, set(tablelog.files(path)) - before))
+    said = [p.summary(*news[p.view.name]) for p in plans if p.new or any(news[p.view.name])]
+    return "views: " + "; ".join(said) if said else None
 
 
 def _num_rows(fname: str) -> int:

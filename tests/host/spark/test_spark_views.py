@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
-from edgebus.ingest import job, tablelog, views, views_config  # noqa: E402
+from edgebus.ingest import compaction, job, tablelog, views, views_config  # noqa: E402
 from edgebus.ingest.views_infer import infer_block  # noqa: E402
 from edgebus.tlog import LogWriter  # noqa: E402
 from tests.host.spark.sparkkit import device_record, local_record  # noqa: E402
@@ -140,6 +140,9 @@ def test_views_evolve_reject_and_keep_each_row_once(spark, tmp_path):
     assert {"rssi", "temp", "n", "via", "offset"} <= set(merged.columns)
     assert merged.count() == len(got)
     assert views.refresh(spark, args) is None  # nothing new
+    # Compaction keeps the columns of old and new files.
+    compaction.compact(temps)
+    assert _rows(spark, temps, "peer_node", "seq", "rssi", "temp") == got
 
     # views infer drafts a block for the temps; pasted in as a third view, it works.
     block = infer_block(spark, table, "dev/+/temp", "temps2")
