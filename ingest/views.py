@@ -205,7 +205,12 @@ def _plan(
         taken.add(name.lower())
         new.append(name)
     m = F.col("_m")
-    fails = [F.when(F.col("payload").isNull(), _why("payload is null", None, None, F.lit(None)))]
+    p = F.col("payload")
+    fails = [
+        F.when(p.isNull(), _why("payload is null", None, None, F.lit(None))),
+        # The log holds JSON; were it not, a row of nulls would say nothing.
+        F.when(m.isNull(), _why("payload is not JSON", None, None, F.lit(None))),
+    ]
     typed = []
     for name, key, ddl in columns:
         v = m[key]
@@ -300,8 +305,9 @@ def payload_map() -> Column:
     from pyspark.sql import functions as F
 
     p = F.col("payload")
+    j = F.try_parse_json(p)
     return F.when(p.startswith("{"), F.from_json(p, "map<string,variant>")).when(
-        p.isNotNull(), F.create_map(F.lit("value"), F.parse_json(p))
+        j.isNotNull(), F.create_map(F.lit("value"), j)
     )
 
 
