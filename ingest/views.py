@@ -15,7 +15,9 @@ which it has taken the ingest table's rows; a view's state also holds its
 columns.  A refresh takes the rows above each mark and at most the newest
 position the table held when the refresh began, writes the rejects, then
 each view, each with its own marks: a crash between them is made good by the
-next refresh, and no row goes in twice.
+next refresh, and no row goes in twice.  The new rows are read and parsed
+once for all the views (one pass for their payloads' key types), then each
+view's rows and rejects are written from that persisted set.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ if TYPE_CHECKING:
     from pyspark.sql.types import StructType
 
 Marks = dict[str, list[int]]  # gateway ("" for none) -> [segment, offset]
+KeyTypes = tuple[dict[str, list[tuple[str, int]]], int]  # key_types: per key, rows
 
 # The provenance columns' types, in PROVENANCE's order.
 _PROVENANCE_DDL = (
@@ -70,6 +73,8 @@ def refresh(spark: SparkSession, args: argparse.Namespace) -> str | None:
     cfg: Config | None = getattr(args, "views", None)
     if cfg is None:
         return None
+    from pyspark.sql import functions as F
+
     from edgebus.ingest.report import read_table
 
     table = os.path.abspath(args.table)
@@ -83,7 +88,9 @@ def refresh(spark: SparkSession, args: argparse.Namespace) -> str | None:
     view_marks = [s.get("marks", {}) for s in states]
     tops = _tops(src, _lowest(view_marks + [rej_marks.get(v.name, {}) for v in cfg.views]))
     plans: list[_Plan] = []
+    todo: list[tuple[View, list[list[str]], Marks, Marks]] = []
     errors = []
+    parsed = None
     try:
         for v, state in zip(cfg.views, states):
             try:  # checked at every refresh, so that a changed file is said at once
@@ -93,11 +100,17 @@ def refresh(spark: SparkSession, args: argparse.Namespace) -> str | None:
                 continue
             marks, rm = state.get("marks", {}), rej_marks.get(v.name, {})
             if not (_ahead(tops, marks) and _ahead(tops, rm)):
-                plans.append(_plan(src, v, columns, marks, rm, tops))
+                todo.append((v, columns, marks, rm))
+        if todo:
+            parsed = _parsed(src, [(v, _lowest([m, rm])) for v, _, m, rm in todo], tops)
+            counts = key_types(parsed, "_views")
+            for i, (v, columns, marks, rm) in enumerate(todo):
+                mine = parsed.where(F.array_contains("_views", i))
+                plans.append(_plan(mine, v, columns, marks, rm, counts.get(i, ({}, 0))))
         line = _write(cfg, table, plans, rej_path, rej_marks, tops) if plans else None
     finally:
-        for p in plans:
-            p.parsed.unpersist()
+        if parsed is not None:
+            parsed.unpersist()
     if errors:
         if line:  # the other views' news, said before the error
             print("edgebus ingest: " + line, flush=True)
@@ -159,7 +172,6 @@ class _Plan(NamedTuple):
     new: list[str]  # the names of the columns this batch adds
     marks: Marks
     rej_marks: Marks
-    parsed: DataFrame  # persisted: the rows and rejects are both drawn from it
     rows: DataFrame
     rejects: DataFrame
     n: int  # rows matched above the lower of the two marks
@@ -175,24 +187,38 @@ class _Plan(NamedTuple):
         return s + ", %d reject%s" % (n_rejects, "" if n_rejects == 1 else "s")
 
 
+def _parsed(src: DataFrame, views: list[tuple[View, Marks]], tops: Marks) -> DataFrame:
+    """The rows of the table new to some view (each with its lower mark),
+    parsed once for all (``_m``: payload_map) and persisted; ``_views`` holds
+    the indexes (in views) of the views each row is new to."""
+    from pyspark.sql import functions as F
+    from pyspark.storagelevel import StorageLevel
+
+    which = F.array(
+        *[F.when(topic_filter(v.tokens) & _above(lo), F.lit(i)) for i, (v, lo) in enumerate(views)]
+    )
+    return (
+        src.where(_above(_lowest([lo for _, lo in views])) & _at_most(tops))
+        .select(*_provenance(), "payload", F.filter(which, lambda x: x.isNotNull()).alias("_views"))
+        .where(F.size("_views") > 0)
+        .select("*", payload_map().alias("_m"))
+        .persist(StorageLevel.MEMORY_AND_DISK)
+    )
+
+
 def _plan(
-    src: DataFrame,
+    parsed: DataFrame,
     view: View,
     columns: list[list[str]],
     marks: Marks,
     rej_marks: Marks,
-    tops: Marks,
+    types: KeyTypes,
 ) -> _Plan:
+    """What a refresh writes for one view, from its rows of _parsed and
+    their key_types."""
     from pyspark.sql import functions as F
-    from pyspark.storagelevel import StorageLevel
 
-    lo = _lowest([marks, rej_marks])
-    parsed = (
-        src.where(topic_filter(view.tokens) & _above(lo) & _at_most(tops))
-        .select(*_provenance(), "payload", payload_map().alias("_m"))
-        .persist(StorageLevel.MEMORY_AND_DISK)
-    )
-    counts, n = key_types(parsed)
+    counts, n = types
     new = []
     taken = {c[0].lower() for c in columns} | set(PROVENANCE)
     keys = {c[1] for c in columns}
@@ -240,7 +266,7 @@ def _plan(
     rejects = checked.where(F.col("_bad").isNotNull() & _above(rej_marks)).select(
         F.lit(view.name).alias("view"), "_bad.*", "payload", *PROVENANCE
     )
-    return _Plan(view, columns, new, marks, rej_marks, parsed, rows, rejects, n)
+    return _Plan(view, columns, new, marks, rej_marks, rows, rejects, n)
 
 
 def _why(reason: Any, column: str | None, expected: str | None, value: Column) -> Column:
@@ -311,9 +337,10 @@ def payload_map() -> Column:
     )
 
 
-def key_types(parsed: DataFrame) -> tuple[dict[str, list[tuple[str, int]]], int]:
-    """({payload key: [(schema_of_variant text, rows), ...]}, rows) over
-    parsed's _m, in one pass."""
+def key_types(parsed: DataFrame, by: str | None = None) -> dict[Any, KeyTypes]:
+    """Per value of the column ``by`` (an array: each of its values; None:
+    one group, None), ({payload key: [(schema_of_variant text, rows), ...]},
+    rows) over parsed's ``_m``, in one pass."""
     from pyspark.sql import functions as F
 
     entries = F.map_entries(F.coalesce("_m", F.create_map().cast("map<string,variant>")))
@@ -321,15 +348,19 @@ def key_types(parsed: DataFrame) -> tuple[dict[str, list[tuple[str, int]]], int]
     row = F.struct(
         F.lit(None).cast("string").alias("key"), F.lit(None).cast("variant").alias("value")
     )
-    kv = parsed.select(F.explode(F.concat(entries, F.array(row))).alias("e"))
-    out: dict[str, list[tuple[str, int]]] = {}
-    n = 0
-    for r in kv.groupBy("e.key", F.schema_of_variant("e.value").alias("t")).count().collect():
+    group = F.explode(by) if by else F.lit(None)
+    kv = parsed.select(group.alias("_g"), "_m").select(
+        "_g", F.explode(F.concat(entries, F.array(row))).alias("e")
+    )
+    out: dict[Any, KeyTypes] = {}
+    agg = kv.groupBy("_g", "e.key", F.schema_of_variant("e.value").alias("t")).count()
+    for r in agg.collect():
+        counts, n = out.setdefault(r["_g"], ({}, 0))
         if r["key"] is None:
-            n = r["count"]
+            out[r["_g"]] = (counts, r["count"])
         else:
-            out.setdefault(r["key"], []).append((r["t"], r["count"]))
-    return out, n
+            counts.setdefault(r["key"], []).append((r["t"], r["count"]))
+    return out
 
 
 def topic_filter(tokens: tuple[str, ...]) -> Column:
@@ -337,13 +368,15 @@ def topic_filter(tokens: tuple[str, ...]) -> Column:
     # the rest, none included)."""
     from pyspark.sql import functions as F
 
+    # try_element_at: Spark may test a token before the size (ANSI mode fails
+    # element_at out of bounds).
     toks = F.col("topic_tokens")
     rest = tokens[-1:] == ("#",)
     fixed = tokens[:-1] if rest else tokens
     cond = F.size(toks) >= len(fixed) if rest else F.size(toks) == len(fixed)
     for i, t in enumerate(fixed):
         if t != "+":
-            cond = cond & (F.element_at(toks, i + 1) == t)
+            cond = cond & (F.try_element_at(toks, F.lit(i + 1)) == t)
     return cond
 
 

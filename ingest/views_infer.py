@@ -47,7 +47,7 @@ def infer_block(spark: SparkSession, table: str, topic: str, name: str | None = 
         name = words[-1] if words else "view"
     view = parse({"view": [{"name": name, "topic": topic}]}, "--topic/--name").views[0]
     rows = read_table(spark, os.path.abspath(table)).where(topic_filter(view.tokens))
-    counts, _ = key_types(rows.select(payload_map().alias("_m")))
+    counts = key_types(rows.select(payload_map().alias("_m"))).get(None, ({}, 0))[0]
     if not counts:
         raise ValueError("no row of %s has a non-null payload on %s" % (table, topic))
     cols, notes = [], []
