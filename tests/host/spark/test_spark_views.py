@@ -11,6 +11,8 @@ import pytest
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
+from pyspark.sql import types as T  # noqa: E402
+
 from edgebus.ingest import compaction, job, tablelog, views, views_config  # noqa: E402
 from edgebus.ingest.views_infer import infer_block  # noqa: E402
 from edgebus.tlog import LogWriter  # noqa: E402
@@ -185,3 +187,61 @@ def test_the_views_file_is_checked(tmp_path, text, error):
     with pytest.raises(ValueError) as e:
         views_config.load(str(tmp_path / "v.toml"))
     assert error in str(e.value) and "v.toml" in str(e.value)
+
+
+def _f(name):
+    return T.StructField(name, T.DoubleType())
+
+
+@pytest.mark.parametrize(
+    "declared, observed, fit",
+    [
+        (T.DoubleType(), "BIGINT", True),
+        (T.DoubleType(), "DECIMAL(3,1)", True),
+        (T.DoubleType(), "STRING", False),  # "21.5" as text is not a number
+        (T.LongType(), "DECIMAL(2,0)", True),  # 3.0
+        (T.LongType(), "DECIMAL(2,1)", False),  # 3.5: a cast would truncate it
+        (T.StringType(), "BIGINT", False),
+        (T.BooleanType(), "BOOLEAN", True),
+        (T.DateType(), "STRING", True),  # the cast then decides
+        (T.StructType([_f("x"), _f("y")]), "OBJECT<x: BIGINT>", True),
+        (T.StructType([_f("x")]), "OBJECT<x: BIGINT, `a b`: STRING>", False),  # a field it lacks
+        (T.MapType(T.StringType(), T.LongType()), "OBJECT<a: BIGINT, b: BIGINT>", True),
+        (T.ArrayType(T.DoubleType()), "ARRAY<VARIANT>", False),
+        (T.VariantType(), "OBJECT<x: ARRAY<STRING>>", True),
+        (T.LongType(), "VOID", True),  # null fits all
+    ],
+)
+def test_what_fits_a_column(declared, observed, fit):
+    from edgebus.ingest import views_types
+
+    assert views_types.fits(declared, views_types.parse(observed)) is fit
+
+
+@pytest.mark.parametrize(
+    "counts, ddl",
+    [
+        ([("BIGINT", 5)], "BIGINT"),
+        ([("BIGINT", 5), ("DECIMAL(3,1)", 1)], "DOUBLE"),
+        ([("DECIMAL(2,0)", 2)], "DOUBLE"),  # 21.0: a float's text
+        ([("STRING", 1), ("BIGINT", 5)], "BIGINT"),  # the most frequent; the string is a reject
+        ([("VOID", 3)], None),
+        (
+            [("OBJECT<x: BIGINT>", 1), ("OBJECT<`a b`: STRING>", 1)],
+            "STRUCT<`a b`: STRING, x: BIGINT>",
+        ),
+        ([("ARRAY<VARIANT>", 1)], "ARRAY<VARIANT>"),
+    ],
+)
+def test_a_new_columns_type(counts, ddl):
+    from edgebus.ingest import views_types
+
+    assert views_types.infer(counts) == ddl
+
+
+def test_views_infer_without_a_table_says_so(tmp_path):
+    from dev.harness.process import run_module
+
+    r = run_module("edgebus.tools.cli", "views", "infer", "--table", str(tmp_path / "nope"),
+                   "--topic", "dev/#", timeout=60)  # fmt: skip
+    assert r.returncode == 2 and "no table at" in r.stderr and "Traceback" not in r.stderr, r.stderr
