@@ -98,6 +98,11 @@ COMMANDS = {
         "per-device counts, gaps and rates from the ingested table",
         "spark",
     ),
+    "views": (
+        "edgebus.ingest.views_infer",
+        "typed views: infer a [[view]] block for a topic pattern from the ingested table",
+        "spark",
+    ),
 }
 
 

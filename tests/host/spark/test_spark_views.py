@@ -1,0 +1,250 @@
+"""Typed views (edgebus.ingest.views): two views from one log, a key added
+mid-run becomes a column, a wrong type goes to rejects with its reason, no row
+twice across runs or a crash between the rejects and a view, and
+`edgebus views infer` drafts a block that works when pasted in."""
+
+import argparse
+import tomllib
+
+import pytest
+
+pytest.importorskip("pyspark")
+pytest.importorskip("pyarrow")
+
+from pyspark.sql import types as T  # noqa: E402
+
+from edgebus.ingest import compaction, job, tablelog, views, views_config  # noqa: E402
+from edgebus.ingest.views_infer import infer_block  # noqa: E402
+from edgebus.tlog import LogWriter  # noqa: E402
+from tests.host.spark.sparkkit import device_record, local_record  # noqa: E402
+
+T0 = 1_712_000_000.0
+VIEWS = """
+[[view]]
+name = "temps"
+topic = "dev/+/temp"
+schema = "temp DOUBLE, n BIGINT"
+
+[[view]]
+name = "hums"
+topic = "dev/+/hum"
+schema = "value DOUBLE"
+"""
+
+
+def _write(log, start, count, rssi=False, t0=T0):
+    """count rounds of node-a and node-b readings (seq start..), a humidity
+    reading each and a host record every 5th round; node-b's temps carry
+    rssi when asked.  Returns the (node, seq) of the temps written."""
+    out = []
+    with LogWriter(str(log), segment_bytes=3000, gateway="gw-1") as w:
+        for s in range(start, start + count):
+            t = t0 + s
+            for node in ("node-a", "node-b"):
+                p = {"temp": 20.5 + s % 3, "n": s}
+                if rssi and node == "node-b":
+                    p["rssi"] = -60 - s % 5
+                w.append(device_record(node, node + "-1", 2 * s, t, payload=p))
+                out.append((node, 2 * s))
+                hum = device_record(
+                    node, node + "-1", 2 * s + 1, t, payload=40 + s, topic=("dev", node, "hum")
+                )
+                w.append(hum)
+            if s % 5 == 0:
+                w.append(local_record(s, t))
+    return out
+
+
+def _args(tmp_path, views_file):
+    ap = argparse.ArgumentParser()
+    job.add_arguments(ap)
+    return ap.parse_args([
+        "--log", str(tmp_path / "log"), "--table", str(tmp_path / "table"),
+        "--checkpoint", str(tmp_path / "ckpt"), "--once", "--views", str(views_file),
+    ])  # fmt: skip
+
+
+def _ingest(spark, args):
+    """An `edgebus ingest --once --views` run in this session: the query,
+    then the refresh the job does at its end; the refresh's line."""
+    job.start(spark, args).awaitTermination()
+    return views.refresh(spark, args)
+
+
+def _rows(spark, path, *cols):
+    return sorted(tuple(r) for r in views.read_view(spark, path).select(*cols).collect())
+
+
+def test_views_evolve_reject_and_keep_each_row_once(spark, tmp_path):
+    (tmp_path / "views.toml").write_text(VIEWS)
+    args = _args(tmp_path, tmp_path / "views.toml")
+    table = str(tmp_path / "table")
+    temps, hums, rejects = table + ".views/temps", table + ".views/hums", table + ".views/_rejects"
+    want = _write(tmp_path / "log", 0, 20)
+    # A reading with a string where the view has a DOUBLE, and a relayed one.
+    with LogWriter(str(tmp_path / "log"), gateway="gw-1") as w:
+        w.append(device_record("node-c", "c-1", 7, T0 + 30, payload={"temp": "hot", "n": 1}))
+        relayed = device_record("node-c", "c-1", 8, T0 + 31, payload={"temp": 1.5, "n": 2})
+        relayed["extra"]["via"] = ["gw-2"]
+        w.append(relayed)
+    line = _ingest(spark, args)
+    assert line == "views: temps +41 rows, 1 reject; hums +40 rows, 0 rejects", line
+    got = _rows(spark, temps, "peer_node", "seq", "temp", "n")
+    assert [g[:2] for g in got] == sorted(want + [("node-c", 8)])
+    assert ("node-a", 6, 20.5, 3) in got
+    assert "rssi" not in views.read_view(spark, temps).columns
+    via = views.read_view(spark, temps).where("peer_node = 'node-c'").select("via", "gateway")
+    assert [tuple(r) for r in via.collect()] == [(["gw-2"], "gw-1")]
+    assert _rows(spark, hums, "peer_node", "seq", "value")[:2] == [
+        ("node-a", 1, 40.0), ("node-a", 3, 41.0)]  # fmt: skip
+    bad = spark.read.parquet(rejects).collect()
+    assert [(r.view, r.reason, r.column, r.expected, r.value, r.peer_node, r.seq) for r in bad] == [
+        ("temps", "expected double, got STRING", "temp", "double", '"hot"', "node-c", 7)
+    ]
+    assert bad[0].payload == '{"temp":"hot","n":1}'
+
+    # Second run: node-b's firmware adds rssi (a column appears), a reading has
+    # an array for a DOUBLE, and the refresh dies after the rejects' commit,
+    # before the views': the next one writes each row once, no reject again.
+    want += _write(tmp_path / "log", 20, 10, rssi=True)
+    with LogWriter(str(tmp_path / "log"), gateway="gw-1") as w:
+        w.append(device_record("node-a", "node-a-1", 900, T0 + 99, payload={"temp": [1], "n": 0}))
+        w.append(device_record("node-a", "node-a-1", 901, T0 + 99, payload={"temp": 3, "n": 9}))
+    want.append(("node-a", 901))
+    job.start(spark, args).awaitTermination()
+    real = tablelog.write_batch
+
+    def dies_at_views(df, path, *a, **k):
+        if "_rejects" not in path:
+            raise OSError("killed")
+        return real(df, path, *a, **k)
+
+    tablelog.write_batch = dies_at_views
+    try:
+        with pytest.raises(OSError):
+            views.refresh(spark, args)
+    finally:
+        tablelog.write_batch = real
+    assert spark.read.parquet(rejects).count() == 2
+    line = views.refresh(spark, args)
+    assert line == "views: temps +21 rows (1 new column: rssi), 0 rejects; hums +20 rows, 0 rejects"
+    got = _rows(spark, temps, "peer_node", "seq", "rssi", "temp")
+    assert [g[:2] for g in got] == sorted(want + [("node-c", 8)])  # each row once
+    rssi = {(n, s): r for n, s, r, _ in got}
+    assert all(rssi[("node-b", 2 * s)] == -60 - s % 5 for s in range(20, 30))
+    assert all(rssi[k] is None for k in rssi if k[0] != "node-b" or k[1] < 40)
+    assert ("node-a", 901, None, 3.0) in got
+    reasons = [r.reason for r in spark.read.parquet(rejects).where("seq = 900").collect()]
+    assert reasons == ["expected double, got ARRAY<BIGINT>"]
+    assert spark.read.parquet(rejects).count() == 2
+    # Spark's own reader merges the files' schemas when asked.
+    merged = spark.read.option("mergeSchema", "true").parquet(temps)
+    assert {"rssi", "temp", "n", "via", "offset"} <= set(merged.columns)
+    assert merged.count() == len(got)
+    assert views.refresh(spark, args) is None  # nothing new
+    # Without Spark: the committed files, every column.
+    t = views.view_dataset(temps).to_table(columns=["peer_node", "seq", "rssi", "temp"])
+    assert sorted(tuple(r.values()) for r in t.to_pylist()) == got
+    # Compaction keeps the columns of old and new files.
+    compaction.compact(temps)
+    assert _rows(spark, temps, "peer_node", "seq", "rssi", "temp") == got
+
+    # views infer drafts a block for the temps; pasted in as a third view, it works.
+    block = infer_block(spark, table, "dev/+/temp", "temps2")
+    doc = tomllib.loads(block)["view"][0]
+    assert doc["schema"] == "n BIGINT, rssi BIGINT, temp DOUBLE", block
+    assert "# temp: DECIMAL(3,1) x" in block  # the key with mixed types is pointed out
+    (tmp_path / "views.toml").write_text(VIEWS + block)
+    args = _args(tmp_path, tmp_path / "views.toml")
+    assert views.refresh(spark, args) == "views: temps2 +62 rows, 2 rejects"
+    t2 = views.read_view(spark, table + ".views/temps2")
+    assert t2.schema["rssi"].dataType.simpleString() == "bigint"
+    assert t2.count() == len(got)
+
+    # A schema Spark cannot parse, and a declared type that is not the
+    # table's, are said clearly; the other views go on.
+    (tmp_path / "views.toml").write_text(
+        VIEWS.replace("temp DOUBLE", "temp BIGINT") + '[[view]]\nname = "x"\ntopic = "a/#"\n'
+        'schema = "x DUBLE"\n'
+    )
+    args = _args(tmp_path, tmp_path / "views.toml")
+    with pytest.raises(ValueError) as e:
+        views.refresh(spark, args)
+    assert "view temps: column temp is double in its table, the file says bigint" in str(e.value)
+    assert "view x: bad schema 'x DUBLE': " in str(e.value) and "DUBLE" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "text, error",
+    [
+        ('[[view]]\nname = "t"\ntopic = "a/#/b"\n', "bad topic pattern 'a/#/b'"),
+        ('[[view]]\nname = "t"\ntopic = "a"\n[[view]]\nname = "T"\ntopic = "b"\n', "used twice: t"),
+        ('[[view]]\nname = "t"\ntopic = "a"\nschema = "seq BIGINT"\n', "'seq' is a provenance"),
+        ('[[view]]\nname = "t-1"\ntopic = "a"\n', "name must be a word"),
+        ('[[view]]\nname = "t"\ntopic = "a"\nshema = "x INT"\n', "unknown key(s) shema"),
+        ('[view]\nname = "t"\n', "no [[view]] table"),
+    ],
+)
+def test_the_views_file_is_checked(tmp_path, text, error):
+    (tmp_path / "v.toml").write_text(text)
+    with pytest.raises(ValueError) as e:
+        views_config.load(str(tmp_path / "v.toml"))
+    assert error in str(e.value) and "v.toml" in str(e.value)
+
+
+def _f(name):
+    return T.StructField(name, T.DoubleType())
+
+
+@pytest.mark.parametrize(
+    "declared, observed, fit",
+    [
+        (T.DoubleType(), "BIGINT", True),
+        (T.DoubleType(), "DECIMAL(3,1)", True),
+        (T.DoubleType(), "STRING", False),  # "21.5" as text is not a number
+        (T.LongType(), "DECIMAL(2,0)", True),  # 3.0
+        (T.LongType(), "DECIMAL(2,1)", False),  # 3.5: a cast would truncate it
+        (T.StringType(), "BIGINT", False),
+        (T.BooleanType(), "BOOLEAN", True),
+        (T.DateType(), "STRING", True),  # the cast then decides
+        (T.StructType([_f("x"), _f("y")]), "OBJECT<x: BIGINT>", True),
+        (T.StructType([_f("x")]), "OBJECT<x: BIGINT, `a b`: STRING>", False),  # a field it lacks
+        (T.MapType(T.StringType(), T.LongType()), "OBJECT<a: BIGINT, b: BIGINT>", True),
+        (T.ArrayType(T.DoubleType()), "ARRAY<VARIANT>", False),
+        (T.VariantType(), "OBJECT<x: ARRAY<STRING>>", True),
+        (T.LongType(), "VOID", True),  # null fits all
+    ],
+)
+def test_what_fits_a_column(declared, observed, fit):
+    from edgebus.ingest import views_types
+
+    assert views_types.fits(declared, views_types.parse(observed)) is fit
+
+
+@pytest.mark.parametrize(
+    "counts, ddl",
+    [
+        ([("BIGINT", 5)], "BIGINT"),
+        ([("BIGINT", 5), ("DECIMAL(3,1)", 1)], "DOUBLE"),
+        ([("DECIMAL(2,0)", 2)], "DOUBLE"),  # 21.0: a float's text
+        ([("STRING", 1), ("BIGINT", 5)], "BIGINT"),  # the most frequent; the string is a reject
+        ([("VOID", 3)], None),
+        (
+            [("OBJECT<x: BIGINT>", 1), ("OBJECT<`a b`: STRING>", 1)],
+            "STRUCT<`a b`: STRING, x: BIGINT>",
+        ),
+        ([("ARRAY<VARIANT>", 1)], "ARRAY<VARIANT>"),
+    ],
+)
+def test_a_new_columns_type(counts, ddl):
+    from edgebus.ingest import views_types
+
+    assert views_types.infer(counts) == ddl
+
+
+def test_views_infer_without_a_table_says_so(tmp_path):
+    from dev.harness.process import run_module
+
+    r = run_module("edgebus.tools.cli", "views", "infer", "--table", str(tmp_path / "nope"),
+                   "--topic", "dev/#", timeout=60)  # fmt: skip
+    assert r.returncode == 2 and "no table at" in r.stderr and "Traceback" not in r.stderr, r.stderr
