@@ -68,21 +68,25 @@ def files(table: str) -> list[str]:
 def dataset(table: str) -> Any:
     """The table's committed files as a pyarrow dataset, with the partition
     columns from their directories (``date`` a date, the others strings, null
-    where Spark wrote its default partition): what pandas
+    where Spark wrote its default partition) and every file's columns (a
+    derived table's later files may have more): what pandas
     (``dataset(t).to_table().to_pandas()``), Polars (``pl.scan_pyarrow_dataset``)
     and DuckDB (a query naming the dataset) read without Spark."""
     import pyarrow as pa
     import pyarrow.dataset as ds
+    import pyarrow.parquet as pq
 
     found = files(table)
     table = os.path.abspath(table)
-    keys = []
-    for part in os.path.relpath(os.path.dirname(found[0]), table).split(os.sep) if found else []:
-        if "=" in part:
-            keys.append(part.split("=", 1)[0])
+    rel = os.path.relpath(os.path.dirname(found[0]), table) if found else ""
+    keys = [d.split("=", 1)[0] for d in rel.split(os.sep) if "=" in d]
     fields = [pa.field(k, pa.date32() if k == "date" else pa.string()) for k in keys]
-    part = ds.partitioning(pa.schema(fields), flavor="hive") if fields else None
-    return ds.dataset(found, format="parquet", partitioning=part, partition_base_dir=table)
+    parts = ds.partitioning(pa.schema(fields), flavor="hive") if fields else None
+    # Footers only: the schema of each file, so a column added later is kept.
+    schema = pa.unify_schemas([pq.read_schema(f) for f in found] + [pa.schema(fields)])
+    return ds.dataset(
+        found, schema=schema, format="parquet", partitioning=parts, partition_base_dir=table
+    )
 
 
 def write_batch(

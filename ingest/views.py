@@ -464,26 +464,3 @@ def read_view(spark: SparkSession, path: str) -> DataFrame:
     """A view as a DataFrame with all its columns (a row written before a
     column appeared has null there); only committed files are read."""
     return spark.read.schema(view_schema(spark, path)).parquet(os.path.abspath(path))
-
-
-def view_dataset(path: str) -> Any:
-    """A view's committed files as a pyarrow dataset (pandas, Polars, DuckDB:
-    tablelog.dataset) whose schema holds every file's columns: tablelog.dataset
-    alone takes one file's, which lacks the columns added after it."""
-    import pyarrow as pa
-    import pyarrow.dataset as ds
-    import pyarrow.parquet as pq
-
-    one = tablelog.dataset(path)
-    found = tablelog.files(path)
-    if not found:
-        return one
-    parts = one.partitioning
-    schema = pa.unify_schemas([pq.read_schema(f) for f in found] + [parts.schema])
-    return ds.dataset(
-        found,
-        schema=schema,
-        format="parquet",
-        partitioning=parts,
-        partition_base_dir=os.path.abspath(path),
-    )

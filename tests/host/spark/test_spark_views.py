@@ -143,7 +143,7 @@ def test_views_evolve_reject_and_keep_each_row_once(spark, tmp_path):
     assert merged.count() == len(got)
     assert views.refresh(spark, args) is None  # nothing new
     # Without Spark: the committed files, every column.
-    t = views.view_dataset(temps).to_table(columns=["peer_node", "seq", "rssi", "temp"])
+    t = tablelog.dataset(temps).to_table(columns=["peer_node", "seq", "rssi", "temp"])
     assert sorted(tuple(r.values()) for r in t.to_pylist()) == got
     # Compaction keeps the columns of old and new files.
     compaction.compact(temps)
