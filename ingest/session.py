@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
 import shlex
 import sys
 import tempfile
@@ -75,13 +76,7 @@ def session(
     spark = b.getOrCreate()
     sc = spark.sparkContext
     master = sc.master or ""
-    if master.startswith("local") and not sc.getConf().contains("spark.sql.shuffle.partitions"):
-        # 200 shuffle (= dedup state) partitions cost seconds per micro-batch on
-        # one machine; a checkpoint keeps the number it was created with.
-        spark.conf.set("spark.sql.shuffle.partitions", str(max(2, sc.defaultParallelism)))
-    for key, value in _SINK_CONF.items():
-        if not sc.getConf().contains(key):
-            spark.conf.set(key, value)
+    _defaults(spark, master, sc.defaultParallelism)
     if submitted or not master.startswith("local"):
         _ship_code(spark)
     if source:
@@ -100,8 +95,11 @@ def connect(url: str, conf: dict[str, str] | None = None, source: bool = True) -
     from edgebus.ingest.source import register
 
     spark = SparkSession.builder.remote(url).getOrCreate()
-    for key, value in {**_SINK_CONF, **(conf or {})}.items():
+    for key, value in (conf or {}).items():
         spark.conf.set(key, value)
+    master = spark.conf.get("spark.master", None) or ""
+    cores = re.match(r"local\[(\d+)", master)
+    _defaults(spark, master, int(cores.group(1)) if cores else os.cpu_count() or 2)
     if source:
         register(spark)
     return spark
@@ -120,24 +118,25 @@ def _local_workers() -> None:
         os.environ["PYTHONPATH"] = ROOT + (os.pathsep + pp if pp else "")
     mine = os.environ.get("PYSPARK_PYTHON", sys.executable)
     if mine in (sys.executable, _LAUNCHER[0]):
-        os.environ["PYSPARK_PYTHON"] = _launcher() or sys.executable
+        os.environ["PYSPARK_PYTHON"] = worker_python()
 
 
-# The launcher _launcher() wrote in this process, if any.
+# The launcher worker_python() wrote in this process, if any.
 _LAUNCHER = [""]
 
 
-def _launcher() -> str | None:
-    """A script running this interpreter with the installed pyspark's
-    directory first on its path (after this edgebus's), or None when the
-    pyspark Spark's JVM runs is not that one (SPARK_HOME elsewhere). One per
-    process, private to this user, removed at exit."""
+def worker_python() -> str:
+    """PYSPARK_PYTHON for Spark's Python workers on this machine: a script
+    running this interpreter with this edgebus's directory and the installed
+    pyspark's first on its path (_local_workers() says why); this interpreter
+    itself when the JVM runs another pyspark (SPARK_HOME elsewhere). One
+    script per process, private to this user, removed at exit."""
     import pyspark
 
     home = os.path.dirname(os.path.abspath(pyspark.__file__))
     spark_home = os.environ.get("SPARK_HOME")
     if spark_home and os.path.realpath(spark_home) != os.path.realpath(home):
-        return None
+        return sys.executable
     if _LAUNCHER[0] and os.path.exists(_LAUNCHER[0]):
         return _LAUNCHER[0]
     first = os.pathsep.join(dict.fromkeys([ROOT, os.path.dirname(home)]))
@@ -154,6 +153,20 @@ def _launcher() -> str | None:
     _LAUNCHER[0] = path
     return path
 
+
+def _defaults(spark: SparkSession, master: str, cores: int) -> None:
+    """The job's settings where the session's configuration has none."""
+    unset = [k for k in (_SHUFFLE, *_SINK_CONF) if spark.conf.get(k, None) is None]
+    if _SHUFFLE in unset and master.startswith("local"):
+        # 200 shuffle (= dedup state) partitions cost seconds per micro-batch on
+        # one machine; a checkpoint keeps the number it was created with.
+        spark.conf.set(_SHUFFLE, str(max(2, cores)))
+    for key in unset:
+        if key in _SINK_CONF:
+            spark.conf.set(key, _SINK_CONF[key])
+
+
+_SHUFFLE = "spark.sql.shuffle.partitions"
 
 # The job's defaults (spark-defaults or --conf override them).
 _SINK_CONF = {
