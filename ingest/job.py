@@ -90,6 +90,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--master", help="Spark master URL (default: local[*], or the one spark-submit was given)"
     )
     p.add_argument(
+        "--remote",
+        metavar="URL",
+        help="run on a Spark Connect server (sc://host:port; default: $SPARK_REMOTE, "
+        "else --master); its Python must import edgebus (docs/spark.md)",
+    )
+    p.add_argument(
         "--once",
         action="store_true",
         help="process what the log holds now, then exit (availableNow)",
@@ -255,13 +261,15 @@ def deduplicated(df: DataFrame, watermark: float = DEFAULT_WATERMARK) -> DataFra
 
 def start(spark: SparkSession, args: argparse.Namespace) -> StreamingQuery:
     """Start the streaming query for parsed args; returns the StreamingQuery."""
+    from edgebus.ingest.source import default_parallelism
+
     table = os.path.abspath(args.table)
     df = ingest_frame(
         spark,
         args.log,
         args.watermark,
         corrupt_dir=os.path.join(table, "_corrupt"),
-        minPartitions=spark.sparkContext.defaultParallelism,
+        minPartitions=default_parallelism(spark),
         maxRecordsPerTrigger=args.max_records_per_trigger,
         maxBytesPerTrigger=args.max_bytes_per_trigger,
     )
@@ -323,8 +331,7 @@ def _compact(table: str) -> None:
 def _run(args: argparse.Namespace) -> int:
     if args.compact:
         _compact(os.path.abspath(args.table))
-    spark = session(args.master)
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = session(args.master, remote=args.remote)
     from pyspark.errors import StreamingQueryException
 
     from edgebus.ingest.corruption import corrupt_report
@@ -377,6 +384,7 @@ def _run(args: argparse.Namespace) -> int:
             % (len(bad["regions"]), len(bad["missing"]), os.path.join(args.table, "_corrupt")),
             flush=True,
         )
+    spark.streams.removeListener(counter)  # on Spark Connect, before the session ends
     spark.stop()
     if args.compact and args.once and rc == 0:
         _compact(os.path.abspath(args.table))

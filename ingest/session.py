@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import atexit
 import os
+import re
+import shlex
 import sys
 import tempfile
 import zipfile
@@ -32,11 +34,15 @@ def session(
     app: str = "edgebus-ingest",
     conf: dict[str, str] | None = None,
     source: bool = True,
+    remote: str | None = None,
 ) -> SparkSession:
-    """A SparkSession for the edgebus commands, with the data source registered.
+    """A SparkSession for the edgebus commands, with the data source registered
+    and Spark's logging at ERROR.
 
     Without --master and outside spark-submit it runs on local[*]; under
     spark-submit the master and the rest of the configuration are spark-submit's.
+    ``remote`` (or the SPARK_REMOTE environment variable): a Spark Connect URL
+    (``sc://host:port``), the session a client of that server (connect()).
     ``conf``: more settings (the tests and benchmarks use a small local[2]).
     ``source=False`` leaves the data source out, for a session that reads only
     the table: registering one makes Spark start a Python worker to look up
@@ -46,15 +52,14 @@ def session(
 
     from edgebus.ingest.source import register
 
+    remote = remote or os.environ.get("SPARK_REMOTE")
+    if remote:
+        return connect(remote, conf, source)
     submitted = "PYSPARK_GATEWAY_PORT" in os.environ  # run by spark-submit
     if master is None and not submitted:
         master = "local[*]"
     if master is not None and master.startswith("local"):
-        # Python workers must run this interpreter and import this checkout.
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        pp = os.environ.get("PYTHONPATH", "")
-        if ROOT not in pp.split(os.pathsep):
-            os.environ["PYTHONPATH"] = ROOT + (os.pathsep + pp if pp else "")
+        _local_workers()
     b = SparkSession.builder.appName(app).config("spark.ui.showConsoleProgress", "false")
     # The data source's Python workers talk to the JVM over a unix socket, not
     # TCP loopback: each task's small first messages otherwise wait out
@@ -71,19 +76,97 @@ def session(
     spark = b.getOrCreate()
     sc = spark.sparkContext
     master = sc.master or ""
-    if master.startswith("local") and not sc.getConf().contains("spark.sql.shuffle.partitions"):
-        # 200 shuffle (= dedup state) partitions cost seconds per micro-batch on
-        # one machine; a checkpoint keeps the number it was created with.
-        spark.conf.set("spark.sql.shuffle.partitions", str(max(2, sc.defaultParallelism)))
-    for key, value in _SINK_CONF.items():
-        if not sc.getConf().contains(key):
-            spark.conf.set(key, value)
+    _defaults(spark, master, sc.defaultParallelism)
     if submitted or not master.startswith("local"):
         _ship_code(spark)
     if source:
         register(spark)
+    sc.setLogLevel("ERROR")
     return spark
 
+
+def connect(url: str, conf: dict[str, str] | None = None, source: bool = True) -> SparkSession:
+    """A Spark Connect session on the server at url (``sc://host:port``), with
+    the job's sink defaults and the data source registered. The data source
+    runs in the server's Python workers: its PYSPARK_PYTHON must import
+    edgebus (docs/spark.md, "Spark Connect")."""
+    from pyspark.sql import SparkSession
+
+    from edgebus.ingest.source import register
+
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    for key, value in (conf or {}).items():
+        spark.conf.set(key, value)
+    master = spark.conf.get("spark.master", None) or ""
+    cores = re.match(r"local\[(\d+)", master)
+    _defaults(spark, master, int(cores.group(1)) if cores else os.cpu_count() or 2)
+    if source:
+        register(spark)
+    return spark
+
+
+def _local_workers() -> None:
+    """Python workers of a local master run this interpreter and import this
+    edgebus; and pyspark from its installed copy (compiled once, on disk) when
+    it is the one Spark runs: Spark puts its own pyspark.zip first on the
+    workers' PYTHONPATH, and Python compiles a module imported from a zip anew
+    in every process, 0.5 s more for each worker started (the process serving
+    a streaming source's offsets is one per query). A user's own
+    PYSPARK_PYTHON (another interpreter) is left alone."""
+    pp = os.environ.get("PYTHONPATH", "")
+    if ROOT not in pp.split(os.pathsep):
+        os.environ["PYTHONPATH"] = ROOT + (os.pathsep + pp if pp else "")
+    mine = os.environ.get("PYSPARK_PYTHON", sys.executable)
+    if mine in (sys.executable, _LAUNCHER[0]):
+        os.environ["PYSPARK_PYTHON"] = worker_python()
+
+
+# The launcher worker_python() wrote in this process, if any.
+_LAUNCHER = [""]
+
+
+def worker_python() -> str:
+    """PYSPARK_PYTHON for Spark's Python workers on this machine: a script
+    running this interpreter with this edgebus's directory and the installed
+    pyspark's first on its path (_local_workers() says why); this interpreter
+    itself when the JVM runs another pyspark (SPARK_HOME elsewhere). One
+    script per process, private to this user, removed at exit."""
+    import pyspark
+
+    home = os.path.dirname(os.path.abspath(pyspark.__file__))
+    spark_home = os.environ.get("SPARK_HOME")
+    if spark_home and os.path.realpath(spark_home) != os.path.realpath(home):
+        return sys.executable
+    if _LAUNCHER[0] and os.path.exists(_LAUNCHER[0]):
+        return _LAUNCHER[0]
+    first = os.pathsep.join(dict.fromkeys([ROOT, os.path.dirname(home)]))
+    script = '#!/bin/sh\nPYTHONPATH=%s"${PYTHONPATH:+%s$PYTHONPATH}" exec %s "$@"\n' % (
+        shlex.quote(first),
+        os.pathsep,
+        shlex.quote(sys.executable),
+    )
+    fd, path = tempfile.mkstemp(prefix="edgebus-python-", suffix=".sh")
+    with os.fdopen(fd, "w") as f:
+        f.write(script)
+    os.chmod(path, 0o700)
+    atexit.register(_unlink, path)
+    _LAUNCHER[0] = path
+    return path
+
+
+def _defaults(spark: SparkSession, master: str, cores: int) -> None:
+    """The job's settings where the session's configuration has none."""
+    unset = [k for k in (_SHUFFLE, *_SINK_CONF) if spark.conf.get(k, None) is None]
+    if _SHUFFLE in unset and master.startswith("local"):
+        # 200 shuffle (= dedup state) partitions cost seconds per micro-batch on
+        # one machine; a checkpoint keeps the number it was created with.
+        spark.conf.set(_SHUFFLE, str(max(2, cores)))
+    for key in unset:
+        if key in _SINK_CONF:
+            spark.conf.set(key, _SINK_CONF[key])
+
+
+_SHUFFLE = "spark.sql.shuffle.partitions"
 
 # The job's defaults (spark-defaults or --conf override them).
 _SINK_CONF = {
@@ -106,9 +189,7 @@ SMALL_LOCAL = {
 
 def small_session(app: str) -> SparkSession:
     """local[2] with SMALL_LOCAL settings and quiet logs, format("edgebus") registered."""
-    spark = session("local[2]", app=app, conf=SMALL_LOCAL)
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return session("local[2]", app=app, conf=SMALL_LOCAL)
 
 
 def _ship_code(spark: SparkSession) -> None:

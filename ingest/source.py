@@ -29,7 +29,6 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 
 from edgebus.ingest import planning
 from edgebus.ingest.offsets import BEGIN, Options, latest, offset_dict, parse_offset, position
-from edgebus.ingest.reading import read_group
 from edgebus.ingest.schema import SCHEMA
 
 if TYPE_CHECKING:
@@ -55,6 +54,7 @@ __all__ = [
     "EdgebusDataSource",
     "EdgebusBatchReader",
     "EdgebusStreamReader",
+    "default_parallelism",
     "register",
     "with_parallelism",
 ]
@@ -68,12 +68,18 @@ def register(spark: SparkSession) -> SparkSession:
     The registered class carries the session's default parallelism, which the
     readers use for ``minPartitions`` when it is not given (like Spark's file
     sources): the planning runs in a Python worker that has no session to ask."""
-    try:
-        n = spark.sparkContext.defaultParallelism
-    except Exception:  # Spark Connect: no SparkContext here
-        n = None
+    n = default_parallelism(spark)
     spark.dataSource.register(with_parallelism(n) if n else EdgebusDataSource)
     return spark
+
+
+def default_parallelism(spark: SparkSession) -> int | None:
+    """The session's default parallelism; None on Spark Connect, whose client
+    has no SparkContext (the readers then take the server's CPU count)."""
+    try:
+        return int(spark.sparkContext.defaultParallelism)
+    except Exception:  # pyspark's PySparkNotImplementedError on Connect
+        return None
 
 
 def with_parallelism(n: int) -> type[EdgebusDataSource]:
@@ -81,6 +87,14 @@ def with_parallelism(n: int) -> type[EdgebusDataSource]:
     here, not importable, the class is pickled by value (cloudpickle), so the
     hint travels to the planning worker."""
     return type("EdgebusDataSource", (EdgebusDataSource,), {"parallelism": int(n)})
+
+
+def _read(opts: Options, partition: InputPartition) -> Iterator[Any]:
+    # Imported here, in the task's worker: the planning worker and the process
+    # serving a stream's offsets (started per query) need no pyarrow/numpy/msgspec.
+    from edgebus.ingest.reading import read_group
+
+    return read_group(opts, cast(planning.RangeGroup, partition))
 
 
 class EdgebusDataSource(DataSource):
@@ -124,7 +138,7 @@ class EdgebusBatchReader(DataSourceReader):
         return planning.partitions(o, start, end) or [planning.RangeGroup([])]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        return read_group(self.opts, cast(planning.RangeGroup, partition))
+        return _read(self.opts, partition)
 
 
 class EdgebusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -203,7 +217,7 @@ class EdgebusStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return planning.partitions(self.opts, start, end)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
-        return read_group(self.opts, cast(planning.RangeGroup, partition))
+        return _read(self.opts, partition)
 
     def commit(self, end: dict[str, Any]) -> None:
         pass  # the log is the bridge's; its retention decides what is kept

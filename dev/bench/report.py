@@ -551,6 +551,7 @@ def _spark_section(sp):
         job_rate=_mmm(sp["ingest_job_rows_per_s"]),
         job_ratio="%.2f" % sp["job_ratio_median"],
         json_job_rate=_mmm(sp["json_job_rows_per_s"]),
+        running=_block(_spark_running(sp)),
         parquet_job=parquet_job,
         stages=_block(_spark_stages(sp.get("job_stages"))),
         writer_v1="%.2f" % sp["writer_cpu_us_per_record_v1"],
@@ -565,6 +566,20 @@ def _spark_section(sp):
     )
 
 
+def _spark_running(sp):
+    """The long-running job's rows: rows/s in micro-batches, and query starts."""
+    if "running_ratio_median" not in sp:
+        return []
+    return _t(
+        "spark_running",
+        run_rate=_mmm(sp["ingest_job_running_rows_per_s"]),
+        run_ratio="%.2f" % sp["running_ratio_median"],
+        json_run_rate=_mmm(sp["json_job_running_rows_per_s"]),
+        start=_mmm(sp["ingest_job_start_s"]),
+        json_start=_mmm(sp["json_job_start_s"]),
+    )
+
+
 def _spark_stages(st):
     """Where the jobs' time goes: the table of spark_bench's job_stages."""
     if not st:
@@ -573,7 +588,7 @@ def _spark_stages(st):
     for name, what in (("ingest_job", "`edgebus ingest`"), ("json_job", "JSON-source job")):
         s = st[name]
         rows.append(
-            "| %s | %.2f | %.2f | %.2f | %.2f | %.2f |"
+            "| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %s |"
             % (
                 what,
                 s["read"]["add_batch_s"],
@@ -581,6 +596,7 @@ def _spark_stages(st):
                 s["full"]["add_batch_s"],
                 s["full"]["wall_s"],
                 s["full"]["outside_batches_s"],
+                "%.2f" % s["full"]["start_s"] if "start_s" in s["full"] else "",
             )
         )
     js = st["json_job"]

@@ -19,8 +19,11 @@ Parquet table) against a plain job doing the same from the JSON lines
 (Spark's JSON stream source -> the same deduplication -> the same sink),
 and the same job reading the sealed segments with Spark's Parquet file
 stream source, each on a fresh table and checkpoint, wall time including
-query start.  Where the time goes (job_stages, one warm round): the edgebus
-and JSON queries cut short, reading only and reading + dedup into the noop
+query start; the long-running job's figure from the same runs: rows per
+second in micro-batches (Spark's triggerExecution), what a running query
+pays per batch, and each query's start (start() to its first micro-batch).
+Where the time goes (job_stages, one warm round): the edgebus and JSON
+queries cut short, reading only and reading + dedup into the noop
 sink, against the full query; Spark's per-batch addBatch time and the time
 outside micro-batches (query start and stop).
 
@@ -197,9 +200,13 @@ def source(spark, logs, jdir, n, repeats):
 
 def _run_query(df, table, sink="parquet"):
     """Run df to the end (availableNow) into the table's file sink (or noop):
-    (wall seconds, {durationMs part: total ms over its micro-batches})."""
+    (wall seconds, {durationMs part: total ms over its micro-batches}, seconds
+    from the start to the first micro-batch: the query's start)."""
+    import datetime
+
     from edgebus.ingest import job
 
+    t0 = time.time()
     t = time.perf_counter()
     if sink == "parquet":
         q = job.write_table(df, table, table + ".ckpt", True, 5.0)
@@ -216,7 +223,8 @@ def _run_query(df, table, sink="parquet"):
     for p in q.recentProgress:
         for k, v in p["durationMs"].items():
             parts[k] = parts.get(k, 0) + v
-    return dt, parts
+    first = datetime.datetime.fromisoformat(q.recentProgress[0]["timestamp"].replace("Z", "+00:00"))
+    return dt, parts, first.timestamp() - t0
 
 
 def jobs(spark, d, logs, jdir, n, repeats):
@@ -251,15 +259,19 @@ def jobs(spark, d, logs, jdir, n, repeats):
         return job.deduplicated(src().withColumn("_log", F.lit(0)))
 
     rates = {k: [] for k in sources}
+    running = {k: [] for k in sources}  # rows / seconds in micro-batches
+    starts = {k: [] for k in sources}
     stages = {k: {} for k in ("ingest_job", "json_job")}
     for r in range(repeats + 1):  # the first round warms up
         for name, src in sources.items():
             table = os.path.join(d, "%s-%d" % (name, r))
-            dt, parts = _run_query(full(src), table)
+            dt, parts, start_s = _run_query(full(src), table)
             if r == 0:
                 assert read_table(spark, table).count() == n, name
             else:
                 rates[name].append(n / dt)
+                running[name].append(n / (parts["triggerExecution"] / 1e3))
+                starts[name].append(start_s)
             if r == 1 and name in stages:
                 # The same query cut short: reading only, then reading and the
                 # dedup, both into the noop sink (Spark's per-batch addBatch).
@@ -267,17 +279,24 @@ def jobs(spark, d, logs, jdir, n, repeats):
                     "wall_s": dt,
                     "add_batch_s": parts["addBatch"] / 1e3,
                     "outside_batches_s": dt - parts["triggerExecution"] / 1e3,
+                    "start_s": start_s,
                 }
                 for stage, frame in (
                     ("read", src().withColumn("date", F.to_date("ts_host_time"))),
                     ("dedup", full(src)),
                 ):
-                    t2, p2 = _run_query(frame, table + "-" + stage, sink="noop")
+                    t2, p2, _ = _run_query(frame, table + "-" + stage, sink="noop")
                     stages[name][stage] = {"wall_s": t2, "add_batch_s": p2["addBatch"] / 1e3}
             shutil.rmtree(table, ignore_errors=True)
             shutil.rmtree(table + ".ckpt", ignore_errors=True)
     med = {k: statistics.median(v) for k, v in rates.items()}
+    run_med = {k: statistics.median(v) for k, v in running.items()}
     return {
+        "ingest_job_running_rows_per_s": _summary(running["ingest_job"]),
+        "json_job_running_rows_per_s": _summary(running["json_job"]),
+        "running_ratio_median": run_med["ingest_job"] / run_med["json_job"],
+        "ingest_job_start_s": _summary(starts["ingest_job"]),
+        "json_job_start_s": _summary(starts["json_job"]),
         "ingest_job_rows_per_s": _summary(rates["ingest_job"]),
         "json_job_rows_per_s": _summary(rates["json_job"]),
         "parquet_job_rows_per_s": _summary(rates["parquet_job"]),

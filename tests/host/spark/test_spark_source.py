@@ -265,6 +265,16 @@ def test_empty_and_absent_log(spark, tmp_path):
         spark.read.format("edgebus").load(str(tmp_path / "absent")).count()
 
 
+def test_local_workers_import_the_installed_pyspark(spark):
+    """Python workers (session._local_workers) import pyspark from its
+    installed copy, not from Spark's pyspark.zip, compiled anew in every
+    process (docs/spark.md, "Python workers")."""
+    import pyspark
+
+    where = spark.sparkContext.parallelize([0], 1).map(lambda _: __import__("pyspark").__file__)
+    assert where.collect() == [pyspark.__file__]
+
+
 def stream_to_table(spark, log, out, ckpt, **opts):
     """Run an availableNow stream of the log into a Parquet table; returns the
     number of micro-batches that read rows."""
