@@ -316,21 +316,29 @@ def run(args: argparse.Namespace) -> int:
         lock.close()
 
 
-def _compact(table: str) -> None:
-    r = compaction.compact(table)
-    if r["skipped"]:
-        print("edgebus ingest: compaction skipped: %s" % r["skipped"], flush=True)
-    else:
-        print(
-            "edgebus ingest: compacted %d small files into %d (%d rows)"
-            % (r["files_before"], r["files_after"], r["rows"]),
-            flush=True,
-        )
+def _compact(args: argparse.Namespace) -> None:
+    """--compact: the table's small files merged, and each derived table's."""
+    tables = [os.path.abspath(args.table)]
+    for mod in _derived():
+        tables += getattr(mod, "tables", lambda args: [])(args)
+    for table in tables:
+        if not os.path.isdir(table):
+            continue  # a derived table not written yet
+        r = compaction.compact(table)
+        name = "" if table == tables[0] else " %s:" % os.path.basename(table)
+        if r["skipped"]:
+            print("edgebus ingest:%s compaction skipped: %s" % (name, r["skipped"]), flush=True)
+        elif r["files_before"] or not name:
+            print(
+                "edgebus ingest:%s compacted %d small files into %d (%d rows)"
+                % (name, r["files_before"], r["files_after"], r["rows"]),
+                flush=True,
+            )
 
 
 def _run(args: argparse.Namespace) -> int:
     if args.compact:
-        _compact(os.path.abspath(args.table))
+        _compact(args)
     spark = session(args.master, remote=args.remote)
     from pyspark.errors import StreamingQueryException
 
@@ -387,7 +395,7 @@ def _run(args: argparse.Namespace) -> int:
     spark.streams.removeListener(counter)  # on Spark Connect, before the session ends
     spark.stop()
     if args.compact and args.once and rc == 0:
-        _compact(os.path.abspath(args.table))
+        _compact(args)
     return rc
 
 

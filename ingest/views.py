@@ -67,6 +67,14 @@ def _config(fname: str) -> Config:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
+def tables(args: argparse.Namespace) -> list[str]:
+    """The tables args.views keeps: each view's and the rejects (for --compact)."""
+    cfg: Config | None = getattr(args, "views", None)
+    if cfg is None:
+        return []
+    return [cfg.view_path(v, args.table) for v in cfg.views] + [cfg.rejects_path(args.table)]
+
+
 def refresh(spark: SparkSession, args: argparse.Namespace) -> str | None:
     """Bring every view of args.views up to the table args.table; a line
     saying what changed, or None."""
