@@ -66,16 +66,18 @@ def news(df: DataFrame, marks: dict[str, list[int]]) -> list[Any]:
     )
 
 
-def _first_copies(df: DataFrame, boots: DataFrame) -> DataFrame:
-    """One row per (boot, seq): its first arrival (ts_host t), the device's
-    time and late flag of that copy, and the gateways of every copy (the
+def first_copies(df: DataFrame, boots: DataFrame | None = None) -> DataFrame:
+    """One row per (boot, seq) of df (of the boots, a DataFrame of peer_node,
+    peer_sid, when given): its first arrival (ts_host t), the device's time
+    (td) and late flag of that copy, and the gateways of every copy (the
     logging bridge and a relayed reading's extra.via)."""
     via = F.from_json(F.col("extra"), "via ARRAY<STRING>")["via"]
     gws = F.concat(F.array(F.col("gateway")), F.coalesce(via, F.array().cast("array<string>")))
+    rows = df.where(_keyed())
+    if boots is not None:
+        rows = rows.join(F.broadcast(boots), BOOT)
     return (
-        df.where(_keyed())
-        .join(F.broadcast(boots), BOOT)
-        .groupBy(*BOOT, "seq")
+        rows.groupBy(*BOOT, "seq")
         .agg(
             F.min("ts_host").alias("t"),
             F.min_by("ts_device", "ts_host").alias("td"),
@@ -90,7 +92,7 @@ def windows(df: DataFrame, boots: DataFrame, window: float) -> tuple[list[Any], 
     """For the boots (a DataFrame of peer_node, peer_sid): their windows'
     figures, and their gaps between received numbers as (peer_node,
     peer_sid, first, last, w: the window of the number after)."""
-    per = _first_copies(df, boots).withColumn(
+    per = first_copies(df, boots).withColumn(
         "w", (F.floor(F.col("t") / window) * window).cast("long")
     )
     per = per.withColumn("lat", F.col("t") - F.col("td")).cache()

@@ -152,8 +152,7 @@ def test_late_readings_and_latency(audited):
     s1 = _boot(rows, "dev-1", "s1")
     assert sum(r["received"] for r in s1) == 90 - len(S1_REMOVED)
     assert sum(r["late"] for r in s1) == len(S1_LATE)
-    # Numbers 20..29 arrive at T0 + 45..72: the late ones in the first window
-    # are 20..27 (arrival before T0 + 60), the others in the second.
+    # Number s of 20..29 arrives at T0 + 3 s - 15: 20..24 in the first window.
     first = s1[0]
     lats = [S1_LATE[s] for s in range(20, 30) if T0 + 2 * s + S1_LATE[s] < T0 + 60]
     assert first["late"] == len(lats)
@@ -189,6 +188,27 @@ def test_boot_end_and_journal(audited):
     assert {r["boot_end"] for r in _boot(rows, "dev-1", "s2")} == {None}
     t1 = _boot(rows, "dev-2", "t1")
     assert {r["journal"] for r in t1} == {True} and {r["boot_end"] for r in t1} == {None}
+
+
+def test_report_summary_and_plot(spark, audited, tmp_path):
+    from edgebus.ingest.report_audit import audit_line, format_audit, summarize_audit
+    from edgebus.ingest.report_plot import plot_audit
+
+    d = audited[0]
+    a = summarize_audit(spark, str(d / "t"), str(d / "t.audit"))
+    lats = sorted(S1_LATE.values())
+    assert audit_line(a) == (
+        "audit: 11 numbers missing (evicted 8, lost 1, unexplained 2); 10 readings came "
+        "late, p50 %.3g s, p99 %.3g s; 24 duplicates dropped; 1 ended boot(s) without a "
+        "known journal may have lost readings after their last number"
+        % (_pct(lats, 0.5), _pct(lats, 0.99))
+    )
+    s1 = next(ln for ln in format_audit(a).splitlines() if ln.startswith("dev-1 ") and " s1 " in ln)
+    assert s1.split()[2:4] == ["82", "10"] and "evicted 5, lost 1, unexplained 2" in s1
+    assert s1.split()[-2:] == ["gw-a", "no_journal_known"]
+    png = tmp_path / "audit.png"
+    assert plot_audit(spark, str(d / "t"), str(png)) == 5  # ~4 min of readings: 5 s bins
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_a_second_run_recomputes_only_the_touched_boots(spark, audited):
