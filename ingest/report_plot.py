@@ -16,6 +16,7 @@ if TYPE_CHECKING:
 MAX_BOOTS = 24  # rows of the timeline; the boots with the most readings
 MAX_POINTS = 20000  # latency points drawn (a sample beyond)
 BINS = 60  # about this many bins across the timeline
+FILL = 4  # empty bins between two of a boot drawn over (beyond: a silence)
 _NICE = (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600)
 _NICE += (7200, 10800, 21600, 43200, 86400, 7 * 86400)
 COLOURS = {"on time": "#2ca02c", "late": "#ff7f0e", "missing": "#d62728"}
@@ -111,12 +112,21 @@ def plot_audit(spark: SparkSession, table: str, png: str) -> float | None:
         gridspec_kw={"height_ratios": [max(1.2, 0.45 * len(rows)), 3.2]},
     )
     day = w / 86400.0  # matplotlib's dates are in days
-    for r in d["bins"]:
+    bins = sorted(d["bins"], key=lambda r: (r["peer_node"], r["peer_sid"], r["bin"]))
+    for r, nxt in zip(bins, bins[1:] + [None]):
         y = at[(r["peer_node"], r["peer_sid"])]
         late = r["late"] / r["n"]
         colour = COLOURS["late"] if late >= 0.5 else COLOURS["on time"]
+        # A bin reaches to the boot's next one across a few empty bins (a
+        # device slower than the bins), not across a silence.
+        span = 1
+        if nxt is not None and (nxt["peer_node"], nxt["peer_sid"]) == (
+            r["peer_node"],
+            r["peer_sid"],
+        ):
+            span = nxt["bin"] - r["bin"] if nxt["bin"] - r["bin"] <= FILL else 1
         x0 = mdates.date2num(_when(r["bin"] * w))
-        ax.broken_barh([(x0, day)], (y - 0.35, 0.7), facecolors=colour, linewidth=0)
+        ax.broken_barh([(x0, day * span)], (y - 0.35, 0.7), facecolors=colour, linewidth=0)
     for g in d["gaps"]:
         y = at[(g["peer_node"], g["peer_sid"])]
         x0, x1 = (mdates.date2num(_when(v)) for v in (g["x"], g["next_x"]))
