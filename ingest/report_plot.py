@@ -133,14 +133,15 @@ def plot_audit(spark: SparkSession, table: str, png: str) -> float | None:
         ax.broken_barh([(x0, max(x1 - x0, day))], (y - 0.45, 0.9), facecolors=COLOURS["missing"])
         ax.annotate(
             "%d missing" % (g["next"] - g["seq"] - 1),
-            (x0, y + 0.45),
+            (x0, y - 0.47),  # above the bar (the rows go down)
             fontsize=7,
             color=COLOURS["missing"],
             va="bottom",
+            zorder=5,
         )
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels(["%s  boot %s" % (b["peer_node"], b["peer_sid"][-6:]) for b in rows])
-    ax.set_ylim(len(rows) - 0.4, -0.6)
+    ax.set_ylim(len(rows) - 0.4, -0.8)
     ax.set_title("edgebus delivery audit: each boot's readings by when they were taken")
     ax.legend(
         handles=[Patch(color=c, label=k) for k, c in COLOURS.items()],
