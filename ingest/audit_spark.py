@@ -79,15 +79,12 @@ def first_copies(df: DataFrame, boots: DataFrame | None = None) -> DataFrame:
     rows = df.where(_keyed())
     if boots is not None:
         rows = rows.join(F.broadcast(boots), BOOT)
-    return (
-        rows.groupBy(*BOOT, "seq")
-        .agg(
-            F.min("ts_host").alias("t"),
-            F.min_by("ts_device", "ts_host").alias("td"),
-            F.min_by("late", "ts_host").alias("late"),
-            F.max("generation").alias("generation"),
-            F.flatten(F.collect_list(gws)).alias("gws"),
-        )
+    return rows.groupBy(*BOOT, "seq").agg(
+        F.min("ts_host").alias("t"),
+        F.min_by("ts_device", "ts_host").alias("td"),
+        F.min_by("late", "ts_host").alias("late"),
+        F.max("generation").alias("generation"),
+        F.flatten(F.collect_list(gws)).alias("gws"),
     )
 
 

@@ -17,8 +17,8 @@ MAX_BOOTS = 24  # rows of the timeline; the boots with the most readings
 MAX_POINTS = 20000  # latency points drawn (a sample beyond)
 BINS = 60  # about this many bins across the timeline
 FILL = 4  # empty bins between two of a boot drawn over (beyond: a silence)
-_NICE = (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600)
-_NICE += (7200, 10800, 21600, 43200, 86400, 7 * 86400)
+_NICE: tuple[float, ...] = (0.1, 0.2, 0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900)
+_NICE += (1800, 3600, 7200, 10800, 21600, 43200, 86400, 7 * 86400)
 COLOURS = {"on time": "#2ca02c", "late": "#ff7f0e", "missing": "#d62728"}
 
 
