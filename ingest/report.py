@@ -243,7 +243,7 @@ def _human(seconds: float) -> str:
         return "%d h" % (seconds // 3600)
     if seconds % 60 == 0:
         return "%d min" % (seconds // 60)
-    return "%d s" % seconds
+    return "%g s" % seconds
 
 
 def run(args: argparse.Namespace) -> int:
