@@ -60,6 +60,10 @@ def _logs():
         if s <= 4:
             b.append(_dev("dev-2", "t1", s, T0 + 3 * s + 0.5))
     b.append(_gap_record(T0 + 25, "dev-2", "t1", 5, 7, "evicted"))
+    for s in range(1, 6):  # relayed to gw-a through gateway gw-r (contract 1)
+        r = _dev("dev-3", "r1", s, T0 + 100 + s)
+        r["extra"]["via"] = ["gw-r"]
+        a.append(r)
     health = _dev("dev-2", "t1", 41, T0 + 124)
     health.update(topic=("dev", "dev-2", "sys", "health"), payload={"sleep": {"every": 60}})
     b.append(health)
@@ -128,7 +132,7 @@ def _boot(rows, node, sid):
 
 def test_gaps_equal_what_was_removed_with_their_reasons(audited):
     _d, line, rows = audited
-    assert line.startswith("audit: 3 boots refreshed")
+    assert line.startswith("audit: 4 boots refreshed")
     s1 = _boot(rows, "dev-1", "s1")
     assert sum(r["missing"] for r in s1) == len(S1_REMOVED)
     why = {}
@@ -180,6 +184,8 @@ def test_duplicates_and_gateways(audited):
     assert sum(r["duplicates"] for r in t1) == 4  # 1..4 logged twice by gw-b
     assert all(r["gateways"] == ["gw-b"] for r in t1)
     assert sum(r["duplicates"] for r in _boot(rows, "dev-1", "s1")) == 0
+    r1 = _boot(rows, "dev-3", "r1")
+    assert [(r["received"], r["gateways"]) for r in r1] == [(5, ["gw-a", "gw-r"])]
 
 
 def test_boot_end_and_journal(audited):
@@ -219,7 +225,7 @@ def test_a_second_run_recomputes_only_the_touched_boots(spark, audited):
     line = _ingest(spark, _args(d))
     assert line.startswith("audit: 1 boot refreshed")
     after = _rows(spark, d)
-    for boot in (("dev-1", "s1"), ("dev-1", "s2")):
+    for boot in (("dev-1", "s1"), ("dev-1", "s2"), ("dev-3", "r1")):
         assert _boot(after, *boot) == _boot(before, *boot)
     t1 = _boot(after, "dev-2", "t1")
     assert sum(r["received"] for r in t1) == 38 + 7
@@ -229,3 +235,40 @@ def test_a_second_run_recomputes_only_the_touched_boots(spark, audited):
     ]
     assert sum(r["duplicates"] for r in t1) == 4  # counted once, not again
     assert _ingest(spark, _args(d)) is None  # nothing new: nothing written
+
+
+def test_missing_ranges_take_the_senders_word_and_records_beyond_the_received():
+    """audit_gaps alone (no Spark): overlapping records of two bridges, a run
+    no record names, and numbers a record names past the last received."""
+    from edgebus.ingest.audit_gaps import missing
+
+    gaps = [(3, 9, "w1"), (20, 20, "w2")]
+    records = [(5, 6, "evicted", "r"), (4, 8, "lost", "r"), (30, 32, "lost", "r2")]
+    assert missing(gaps, records, 2, 25, "head", "tail") == [
+        (3, 3, "unexplained", "w1"),
+        (4, 4, "lost", "w1"),
+        (5, 6, "evicted", "w1"),
+        (7, 8, "lost", "w1"),
+        (9, 9, "unexplained", "w1"),
+        (20, 20, "unexplained", "w2"),
+        (30, 32, "lost", "tail"),
+    ]
+    # Nothing received: the record's own window; below the first: the first's.
+    assert missing([], [(1, 2, "evicted", "r")], None, None, None, None) == [(1, 2, "evicted", "r")]
+    assert missing([], [(1, 2, "gone", "r")], 5, 9, "head", "tail") == [(1, 2, "gone", "head")]
+
+
+def test_copies_are_counted_between_two_positions_once(tmp_path):
+    """audit_log alone (no Spark): a range's records counted per boot, window
+    and gateway; the next range starts where this one ended."""
+    from edgebus.ingest.audit_log import count_copies, log_gateway
+
+    recs = [_dev("d", "b", s, T0 + s) for s in range(1, 11)] + [
+        _gap_record(T0, "d", "b", 1, 1, "x")
+    ]
+    _write(tmp_path / "log", "gw-x", recs)
+    assert log_gateway(str(tmp_path / "log")) == "gw-x"
+    out = count_copies(str(tmp_path / "log"), None, (0, 4), W, {})
+    assert out == {("d", "b", int(T0), "gw-x"): 3}  # rows 0..3: the gap record and 1..3
+    count_copies(str(tmp_path / "log"), (0, 4), (99, 0), W, out)
+    assert out == {("d", "b", int(T0), "gw-x"): 10}
