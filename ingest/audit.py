@@ -109,7 +109,7 @@ def refresh(spark: SparkSession, args: argparse.Namespace) -> str | None:
     # Another window: every row changes, counted again from what the logs hold.
     marks: dict[str, list[int]] = state.get("marks", {}) if state.get("window") == window else {}
     from edgebus.ingest import audit_log, audit_spark
-    from edgebus.ingest.report import read_table
+    from edgebus.ingest.report_base import read_table
 
     logs = list(getattr(args, "log", None) or [])
     # Where the job's reading ends, before the table's listing: the table

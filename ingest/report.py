@@ -18,10 +18,12 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, Iterable
 
+from edgebus.ingest.report_base import read_table, text_table
+
 if TYPE_CHECKING:
     import argparse
 
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 LOCAL = "(local)"  # how rows without a peer_node (host traffic) are shown
 MAX_GAPS_SHOWN = 12
@@ -41,14 +43,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="the delivery audit table (default: the table's directory + '.audit')",
     )
     p.add_argument("--master", help="Spark master URL (default: local[*])")
-
-
-def read_table(spark: SparkSession, table: str) -> DataFrame:
-    """The ingested table as a DataFrame (through the file sink's metadata log, so
-    only committed files; an empty table reads as no rows)."""
-    from edgebus.ingest.job import TABLE_SCHEMA
-
-    return spark.read.schema(TABLE_SCHEMA).parquet(os.path.abspath(table))
 
 
 def summarize(spark: SparkSession, table: str) -> dict[str, Any]:
@@ -158,12 +152,6 @@ def _utc(ts: float | None) -> str:
     )
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    cols = [header] + [[str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cols) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cols)
-
-
 def _gens(gs: Iterable[int]) -> str:
     return ",".join(str(g) for g in gs) or "-"
 
@@ -178,7 +166,7 @@ def format_report(s: dict[str, Any], table: str) -> str:
         "",
     ]
     out.append(
-        _table(
+        text_table(
             ["device", "messages", "sessions", "generations", "last seen (UTC)"],
             [
                 [
@@ -218,7 +206,7 @@ def format_report(s: dict[str, Any], table: str) -> str:
             ]
         )
     out.append(
-        _table(["device", "session", "generation", "messages", "seq", "missing", "gaps"], rows)
+        text_table(["device", "session", "generation", "messages", "seq", "missing", "gaps"], rows)
         if rows
         else "  (no device sessions)"
     )

@@ -29,7 +29,7 @@ def late_latency(spark: SparkSession, table: str) -> dict[Any, list[float | None
     from pyspark.sql import functions as F
 
     from edgebus.ingest.audit_spark import first_copies
-    from edgebus.ingest.report import read_table
+    from edgebus.ingest.report_base import read_table
 
     late = first_copies(read_table(spark, table)).where(F.col("late"))
     lat = (F.col("t") - F.col("td")).alias("lat")
@@ -144,7 +144,7 @@ def audit_line(a: dict[str, Any]) -> str:
 
 def format_audit(a: dict[str, Any]) -> str:
     """The report's audit section for a summarize_audit() result."""
-    from edgebus.ingest.report import _table
+    from edgebus.ingest.report_base import text_table
 
     rows = [
         [
@@ -166,7 +166,7 @@ def format_audit(a: dict[str, Any]) -> str:
     return "\n".join(
         [
             "delivery audit (per device boot; docs/spark.md, Delivery audit):",
-            _table(head + ["dupes", "gateways", "ended"], rows),
+            text_table(head + ["dupes", "gateways", "ended"], rows),
             audit_line(a),
         ]
     )
