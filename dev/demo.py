@@ -250,7 +250,8 @@ def main(argv=None):
                     },
                     "log": {
                         "dir": os.path.join(out, "telemetry"),
-                        "patterns": ["dev/#"],
+                        # bridge/gaps: the gap records the audit gives reasons by
+                        "patterns": ["dev/#", "bridge/gaps"],
                         "segment_seconds": 5,
                     },
                 },
