@@ -199,7 +199,11 @@ def _recompute(
     for boot in touched:
         mine = sorted((k[2], v) for k, v in rows.items() if k[:2] == boot)
         lost = audit_gaps.missing(
-            [(g["first"], g["last"], g["w"]) for g in gaps if (g[0], g[1]) == boot],
+            [
+                (g["first"], g["last"], g["w"])
+                for g in gaps
+                if (g["peer_node"], g["peer_sid"]) == boot
+            ],
             [(x["first"], x["last"], x["why"], x["w"]) for x in records if (x[0], x[1]) == boot],
             min((v["first_seq"] for _, v in mine), default=None),
             max((v["last_seq"] for _, v in mine), default=None),

@@ -92,10 +92,19 @@ def windows(df: DataFrame, boots: DataFrame, window: float) -> tuple[list[Any], 
     """For the boots (a DataFrame of peer_node, peer_sid): their windows'
     figures, and their gaps between received numbers as (peer_node,
     peer_sid, first, last, w: the window of the number after)."""
-    per = first_copies(df, boots).withColumn(
-        "w", (F.floor(F.col("t") / window) * window).cast("long")
+    prev = F.lag("seq").over(Window.partitionBy(*BOOT).orderBy("seq"))
+    per = first_copies(df, boots).select(
+        "*",
+        (F.floor(F.col("t") / window) * window).cast("long").alias("w"),
+        (F.col("t") - F.col("td")).alias("lat"),
+        prev.alias("prev"),
     )
-    per = per.withColumn("lat", F.col("t") - F.col("td")).cache()
+    # A run of missing numbers counts in the window of the number after it:
+    # the row whose predecessor is more than one below it.
+    gap = F.when(
+        F.try_subtract(F.col("seq"), F.col("prev")) > 1,
+        F.struct((F.col("prev") + 1).alias("first"), (F.col("seq") - 1).alias("last")),
+    )
     late_lat = F.when(F.col("late"), F.col("lat"))
     q = F.array(F.lit(0.5), F.lit(0.99))
     rows = (
@@ -117,27 +126,15 @@ def windows(df: DataFrame, boots: DataFrame, window: float) -> tuple[list[Any], 
                     F.filter(F.flatten(F.collect_list("gws")), lambda x: x.isNotNull())
                 )
             ).alias("gateways"),
+            F.collect_list(gap).alias("gaps"),  # (nulls are left out)
         )
         .collect()
     )
-    nxt = Window.partitionBy(*BOOT).orderBy("seq")
-    gaps = (
-        per.select(
-            *BOOT,
-            "seq",
-            F.lead("seq").over(nxt).alias("next"),
-            F.lead("w").over(nxt).alias("next_w"),
-        )
-        .where(F.try_subtract(F.col("next"), F.col("seq")) > 1)
-        .select(
-            *BOOT,
-            (F.col("seq") + 1).alias("first"),
-            (F.col("next") - 1).alias("last"),
-            F.col("next_w").alias("w"),
-        )
-        .collect()
-    )
-    per.unpersist()
+    gaps = [
+        {"peer_node": r["peer_node"], "peer_sid": r["peer_sid"], "w": r["w"], **g.asDict()}
+        for r in rows
+        for g in r["gaps"]
+    ]
     return rows, gaps
 
 
