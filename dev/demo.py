@@ -8,9 +8,15 @@
   is installed and its image built (--qemu builds it once; otherwise the demo
   prints the command that adds it);
 - the bridge daemon joining them to the host bus and writing the telemetry log;
-- then Spark: `edgebus ingest --once` into a Parquet table, and `edgebus report`.
+- a broker outage in the middle (--outage s at --outage-at s: mosquitto
+  stopped, then restarted on its port): the MQTT device spools its readings
+  and delivers them late, and the run goes on until it is back;
+- then Spark: `edgebus ingest --once` into a Parquet table and its delivery
+  audit, and `edgebus report`, whose audit line says what was lost and how
+  late the spooled readings came.
 
-usage: python -m dev.demo [--seconds N] [--out DIR] [--no-spark] [--qemu | --no-qemu]
+usage: python -m dev.demo [--seconds N] [--outage S] [--out DIR] [--no-spark]
+                          [--qemu | --no-qemu]
        (or ./do demo)
 Output goes to out/demo/ under the current directory.
 """
@@ -33,16 +39,64 @@ from edgebus.tools.status import render
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-async def _run_bridge(cfg, seconds, cleanup):
+class Outage:
+    """The broker stopped at ``at`` s into the run for ``length`` s, then
+    restarted on its port: the MQTT devices spool their readings meanwhile
+    and deliver them late, which the delivery audit reports."""
+
+    def __init__(self, broker, at, length):
+        self.broker, self.at, self.length = broker, at, length
+        self.phase = "before"  # -> "down" -> "after"
+        self.sessions = None  # the MQTT links' session counts when it began
+
+    def step(self, elapsed, st):
+        if self.phase == "before" and elapsed >= self.at:
+            self.sessions = _mqtt_sessions(st)
+            self.broker.stop()
+            self.phase = "down"
+            print("\ndemo: broker outage: mosquitto stopped for %.0f s" % self.length, flush=True)
+        elif self.phase == "down" and elapsed >= self.at + self.length:
+            self.broker.start()
+            self.phase = "after"
+            print("\ndemo: mosquitto restarted on port %d" % self.broker.port, flush=True)
+
+    def over(self, st):
+        """True once every MQTT link has had a new session since the outage."""
+        if self.phase != "after":
+            return self.phase == "before" and self.length <= 0
+        now = _mqtt_sessions(st)
+        return all(now[k] > self.sessions.get(k, 0) for k in now) and all(
+            st["links"][k]["state"] == "up" for k in now
+        )
+
+
+def _mqtt_sessions(st):
+    return {
+        k: s["counters"].get("sessions", 0) for k, s in st["links"].items() if k.startswith("mqtt")
+    }
+
+
+async def _run_bridge(cfg, seconds, cleanup, outage=None, recover=60.0):
+    """Run the bridge for seconds (and, with an outage, until its MQTT
+    devices are back, at most recover s more); its final stats."""
     b = Bridge(cfg)
     task = asyncio.create_task(b.run())
     t0 = time.monotonic()
     next_print = 3.0
-    while time.monotonic() - t0 < seconds:
+    while True:
         await asyncio.sleep(0.5)
-        if time.monotonic() - t0 >= next_print:
+        elapsed = time.monotonic() - t0
+        st = b.stats()
+        if outage is not None:
+            outage.step(elapsed, st)
+        if elapsed >= seconds and (outage is None or outage.over(st)):
+            break
+        if elapsed >= seconds + recover:
+            print("demo: the MQTT devices did not come back after the outage", flush=True)
+            break
+        if elapsed >= next_print:
             next_print += 5.0
-            print("\n" + render(b.stats()), flush=True)
+            print("\n" + render(st), flush=True)
     st = b.stats()
     b.stop()
     if await task:
@@ -54,8 +108,23 @@ async def _run_bridge(cfg, seconds, cleanup):
     return st
 
 
+# What the JVM itself says at every start under Java 17+ (Spark's launcher adds
+# the vector module): not Spark's logging, which ingest/log4j2.properties quiets.
+_JVM_NOTICE = "WARNING: Using incubator modules: jdk.incubator.vector"
+
+
 def _cli(*args):
-    return subprocess.run([sys.executable, "-m", "edgebus.tools.cli"] + list(args), cwd=ROOT)
+    """An `edgebus` command of this checkout; its stderr passed on but for
+    the JVM's start-up notice."""
+    r = subprocess.run(
+        [sys.executable, "-m", "edgebus.tools.cli"] + list(args),
+        cwd=ROOT,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    sys.stderr.write("".join(ln for ln in r.stderr.splitlines(True) if ln.strip() != _JVM_NOTICE))
+    sys.stderr.flush()
+    return r
 
 
 QEMU_NODE, QEMU_KEY = "mps2-1", "k-mps2"
@@ -119,6 +188,16 @@ def main(argv=None):
         help="where the log, table, report and device logs go",
     )
     ap.add_argument("--serial-devices", type=int, default=3)
+    ap.add_argument(
+        "--outage",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="stop the broker this long in the middle of the run (0: no outage)",
+    )
+    ap.add_argument(
+        "--outage-at", type=float, default=5.0, metavar="SECONDS", help="when the outage begins"
+    )
     ap.add_argument("--no-spark", action="store_true", help="stop after the telemetry log")
     ap.add_argument(
         "--qemu",
@@ -171,7 +250,8 @@ def main(argv=None):
                     },
                     "log": {
                         "dir": os.path.join(out, "telemetry"),
-                        "patterns": ["dev/#"],
+                        # bridge/gaps: the gap records the audit gives reasons by
+                        "patterns": ["dev/#", "bridge/gaps"],
                         "segment_seconds": 5,
                     },
                 },
@@ -181,7 +261,8 @@ def main(argv=None):
             "demo: running %.0fs; `edgebus status --socket %s` works meanwhile"
             % (args.seconds, cfg.socket)
         )
-        st = asyncio.run(_run_bridge(cfg, args.seconds, cleanup))
+        outage = Outage(broker, args.outage_at, args.outage) if args.outage > 0 else None
+        st = asyncio.run(_run_bridge(cfg, args.seconds, cleanup, outage))
     finally:
         cleanup()
     print("\n== final bridge status\n" + render(st))
@@ -206,7 +287,7 @@ def main(argv=None):
     if r.returncode:
         return r.returncode
     print("\n== edgebus report", flush=True)
-    return _cli("report", "--table", table, "--plot", os.path.join(out, "rates.png")).returncode
+    return _cli("report", "--table", table, "--plot", os.path.join(out, "audit.png")).returncode
 
 
 if __name__ == "__main__":

@@ -45,7 +45,7 @@ DEFAULT_TRIGGER_INTERVAL = 2.0
 DEFAULT_REFRESH_EVERY = 30.0
 # The modules of the tables derived from the table (edgebus.ingest.NAME): each
 # has add_arguments(p) and refresh(spark, args) -> a line for the user or None.
-DERIVED: tuple[str, ...] = ("views",)
+DERIVED: tuple[str, ...] = ("views", "audit")
 
 
 def _table_schema() -> StructType:

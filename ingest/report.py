@@ -1,64 +1,48 @@
 """`edgebus report`: what the fleet sent, from the table `edgebus ingest` writes.
 
-    edgebus report --table DIR [--plot FILE.png] [--master URL]
+    edgebus report --table DIR [--audit DIR] [--plot FILE.png] [--master URL]
 
 Prints per-device message counts, sessions, generations seen and last-seen
 time; per session (peer_node, peer_sid) its seq range and the missing seq
-ranges (gaps); what ingest skipped as corrupt.  --plot writes a PNG of each
-device's message rate over time.  :func:`summarize` returns the same as data.
+ranges (gaps); what ingest skipped as corrupt; with a delivery audit table
+(edgebus.ingest.report_audit), per device boot what was late, missing and
+why, duplicated, and one line for the whole.  --plot writes a PNG of each
+boot's deliveries and their latency (edgebus.ingest.report_plot).
+:func:`summarize` returns the same as data.
 """
 
 from __future__ import annotations
 
 import datetime
-import math
 import os
 import sys
 from typing import TYPE_CHECKING, Any, Iterable
 
+from edgebus.ingest.report_base import read_table, text_table
+
 if TYPE_CHECKING:
     import argparse
 
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import SparkSession
 
 LOCAL = "(local)"  # how rows without a peer_node (host traffic) are shown
 MAX_GAPS_SHOWN = 12
-MAX_PLOT_DEVICES = 12
-_NICE_BINS = (
-    1,
-    2,
-    5,
-    10,
-    15,
-    30,
-    60,
-    120,
-    300,
-    600,
-    900,
-    1800,
-    3600,
-    7200,
-    10800,
-    21600,
-    43200,
-    86400,
-    7 * 86400,
-)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--table", required=True, help="the table directory edgebus ingest writes")
-    p.add_argument("--plot", metavar="FILE.png", help="write a PNG of per-device message rate")
+    p.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        help="write a PNG of each device boot's deliveries (on time, late, missing) "
+        "and their latency",
+    )
+    p.add_argument(
+        "--audit",
+        metavar="DIR",
+        help="the delivery audit table (default: the table's directory + '.audit')",
+    )
     p.add_argument("--master", help="Spark master URL (default: local[*])")
-
-
-def read_table(spark: SparkSession, table: str) -> DataFrame:
-    """The ingested table as a DataFrame (through the file sink's metadata log, so
-    only committed files; an empty table reads as no rows)."""
-    from edgebus.ingest.job import TABLE_SCHEMA
-
-    return spark.read.schema(TABLE_SCHEMA).parquet(os.path.abspath(table))
 
 
 def summarize(spark: SparkSession, table: str) -> dict[str, Any]:
@@ -168,12 +152,6 @@ def _utc(ts: float | None) -> str:
     )
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    cols = [header] + [[str(c) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cols) for i in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cols)
-
-
 def _gens(gs: Iterable[int]) -> str:
     return ",".join(str(g) for g in gs) or "-"
 
@@ -188,7 +166,7 @@ def format_report(s: dict[str, Any], table: str) -> str:
         "",
     ]
     out.append(
-        _table(
+        text_table(
             ["device", "messages", "sessions", "generations", "last seen (UTC)"],
             [
                 [
@@ -228,7 +206,7 @@ def format_report(s: dict[str, Any], table: str) -> str:
             ]
         )
     out.append(
-        _table(["device", "session", "generation", "messages", "seq", "missing", "gaps"], rows)
+        text_table(["device", "session", "generation", "messages", "seq", "missing", "gaps"], rows)
         if rows
         else "  (no device sessions)"
     )
@@ -246,79 +224,6 @@ def format_report(s: dict[str, Any], table: str) -> str:
     return "\n".join(out)
 
 
-def _bin_seconds(span: float) -> int:
-    """A round bin width giving about 100 bins over span seconds."""
-    want = span / 100.0
-    for b in _NICE_BINS:
-        if b >= want:
-            return b
-    return _NICE_BINS[-1]
-
-
-def plot_rates(
-    spark: SparkSession, table: str, png: str, summary: dict[str, Any] | None = None
-) -> int | None:
-    """Write a PNG of each device's messages per second over time; returns the
-    bin width used (seconds), or None when the table is empty."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.dates as mdates
-    import matplotlib.pyplot as plt
-    from pyspark.sql import functions as F
-
-    s = summary or summarize(spark, table)
-    if not s["rows"]:
-        return None
-    width = _bin_seconds(max(s["last"] - s["first"], 1.0))
-    # The busiest devices get a line each; the rest are summed into one.
-    ranked = sorted((d for d in s["devices"]), key=lambda d: -d["messages"])
-    shown = [d["peer_node"] for d in ranked[:MAX_PLOT_DEVICES]]
-    df = read_table(spark, table)
-    label = F.coalesce(F.col("peer_node"), F.lit(LOCAL))
-    if len(ranked) > MAX_PLOT_DEVICES:
-        keep = [d if d is not None else LOCAL for d in shown]
-        label = F.when(label.isin(keep), label).otherwise(F.lit("(others)"))
-    counts = (
-        df.select(label.alias("device"), F.floor(F.col("ts_host") / width).alias("bin"))
-        .groupBy("device", "bin")
-        .count()
-        .collect()
-    )
-    lo = math.floor(s["first"] / width)
-    hi = math.floor(s["last"] / width)
-    series: dict[str, dict[int, int]] = {}
-    for r in counts:
-        series.setdefault(r["device"], {})[r["bin"]] = r["count"]
-    # Bin edges: one more than bins, the last value repeated so that the last
-    # bin is drawn as a step like the others.
-    xs = [
-        datetime.datetime.fromtimestamp(b * width, datetime.timezone.utc) for b in range(lo, hi + 2)
-    ]
-    fig, ax = plt.subplots(figsize=(10, 5), dpi=100)
-    for dev in sorted(series, key=lambda d: -sum(series[d].values())):
-        ys = [series[dev].get(b, 0) / width for b in range(lo, hi + 1)]
-        # (matplotlib takes datetimes through its units registry; its stubs want arrays)
-        ax.step(
-            xs,  # type: ignore[arg-type]
-            ys + ys[-1:],
-            where="post",
-            label=dev,
-            linewidth=1.2,
-        )
-    ax.set_title("edgebus: messages per second per device (%s bins)" % _human(width))
-    ax.set_xlabel("time (UTC)")
-    ax.set_ylabel("messages / s")
-    ax.xaxis.set_major_formatter(mdates.DateFormatter("%m-%d %H:%M:%S", tz=datetime.timezone.utc))
-    fig.autofmt_xdate()
-    ax.grid(True, alpha=0.3)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
-    fig.tight_layout()
-    fig.savefig(png)
-    plt.close(fig)
-    return width
-
-
 def _human(seconds: float) -> str:
     if seconds % 86400 == 0:
         return "%d d" % (seconds // 86400)
@@ -326,7 +231,7 @@ def _human(seconds: float) -> str:
         return "%d h" % (seconds // 3600)
     if seconds % 60 == 0:
         return "%d min" % (seconds // 60)
-    return "%d s" % seconds
+    return "%g s" % seconds
 
 
 def run(args: argparse.Namespace) -> int:
@@ -337,6 +242,9 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
+    from edgebus.ingest.audit import audit_dir
+    from edgebus.ingest.report_audit import format_audit, summarize_audit
+    from edgebus.ingest.report_plot import plot_audit
     from edgebus.ingest.session import session
 
     spark = session(args.master, app="edgebus-report", source=False)
@@ -344,12 +252,18 @@ def run(args: argparse.Namespace) -> int:
     try:
         s = summarize(spark, table)
         print(format_report(s, args.table))
+        a = summarize_audit(spark, table, audit_dir(table, args.audit))
+        if a is not None:
+            print("\n" + format_audit(a))
         if args.plot:
-            width = plot_rates(spark, table, args.plot, s)
+            width = plot_audit(spark, table, args.plot)
             if width is None:
-                print("\nplot: nothing to plot (empty table)")
+                print("\nplot: nothing to plot (no numbered device readings)")
             else:
-                print("\nplot: %s (message rate per device, %s bins)" % (args.plot, _human(width)))
+                print(
+                    "\nplot: %s (each boot's readings on time, late, missing; %s bins)"
+                    % (args.plot, _human(width))
+                )
     finally:
         spark.stop()
     return 0

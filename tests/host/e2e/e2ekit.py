@@ -102,11 +102,20 @@ def gateway_bridge(out, name, links, heartbeat=1.0):
 
 
 def demo(out, links, *flags, timeout):
-    """dev.demo run for 6 s without Spark, writing to out, with flags; once it
-    has ended well with a session on each of its ``links`` device links, the
-    records of its telemetry log."""
+    """dev.demo run for 6 s without Spark or broker outage, writing to out,
+    with flags; once it has ended well with a session on each of its
+    ``links`` device links, the records of its telemetry log."""
     r = run_module(
-        "dev.demo", "--seconds", "6", "--no-spark", *flags, "--out", out, timeout=timeout
+        "dev.demo",
+        "--seconds",
+        "6",
+        "--no-spark",
+        "--outage",
+        "0",
+        *flags,
+        "--out",
+        out,
+        timeout=timeout,
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "%d of %d device links had a session" % (links, links) in r.stdout, r.stdout

@@ -1,5 +1,6 @@
 """`edgebus report` (ingest/report.py) on a table ingested from a log with
-known gaps: counts, gap ranges, generations, last-seen, the PNG."""
+known gaps: counts, gap ranges, generations, last-seen, the delivery audit's
+summary, the PNG."""
 
 import argparse
 import os
@@ -33,6 +34,7 @@ N_LOCAL = 12
 @pytest.fixture(scope="module")
 def table(spark, tmp_path_factory):
     """The log above, with some records logged twice, ingested by the job."""
+    from edgebus.ingest import audit
     from edgebus.ingest.job import add_arguments, start
 
     d = tmp_path_factory.mktemp("report")
@@ -74,6 +76,8 @@ def table(spark, tmp_path_factory):
         ]
     )
     start(spark, args).awaitTermination()
+    args.log = [str(d / "log")]
+    assert audit.refresh(spark, args).startswith("audit: 3 boots refreshed")
     return d / "table"
 
 
@@ -104,7 +108,8 @@ def test_summary_counts_gaps_generations_last_seen(spark, table):
 
 
 def test_printed_report_and_plot(spark, table, tmp_path):
-    from edgebus.ingest.report import format_report, plot_rates, summarize
+    from edgebus.ingest.report import format_report, summarize
+    from edgebus.ingest.report_plot import plot_audit
 
     s = summarize(spark, str(table))
     text = format_report(s, "T")
@@ -117,9 +122,9 @@ def test_printed_report_and_plot(spark, table, tmp_path):
     assert "5..9" in next(ln for ln in lines if " a2 " in ln)
     # 60 numbered messages and the snapshot's one: said apart, as 100..159 has 60.
     assert next(ln for ln in lines if " b1 " in ln).split()[3:5] == ["60+1", "100..159"]
-    png = tmp_path / "rate.png"
-    width = plot_rates(spark, str(table), str(png), s)
-    assert width == 10  # ~10 min of data: 10 s bins
+    png = tmp_path / "audit.png"
+    width = plot_audit(spark, str(table), str(png))
+    assert width == 5  # the readings' device times (1000 + seq) span 159 s: 5 s bins
     data = png.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10000
 
@@ -147,6 +152,13 @@ def test_report_command(table, tmp_path):
     )
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     assert "10..14, 50, 97..98" in r.stdout and "node-b" in r.stdout
+    # The audit: the gaps have no bridge/gaps record; the replays were dropped.
+    audit = r.stdout.split("delivery audit")[1].splitlines()
+    a1 = next(ln for ln in audit if ln.startswith("node-a ") and " a1 " in ln)
+    assert a1.split()[2:4] == ["92", "0"] and "unexplained 8" in a1
+    assert "audit: 13 numbers missing (unexplained 13); none came late" in r.stdout
+    dupes = sum(1 for x in SESSIONS for k in range(len(x[3])) if k % 9 == 0)
+    assert "; %d duplicates dropped" % dupes in r.stdout
     assert "plot: %s" % png in r.stdout
     assert png.read_bytes()[:4] == b"\x89PNG"
     r = subprocess.run(
@@ -161,10 +173,11 @@ def test_report_command(table, tmp_path):
 
 
 def test_empty_table(spark, tmp_path):
-    from edgebus.ingest.report import format_report, plot_rates, summarize
+    from edgebus.ingest.report import format_report, summarize
+    from edgebus.ingest.report_plot import plot_audit
 
     os.makedirs(tmp_path / "t")
     s = summarize(spark, str(tmp_path / "t"))
     assert (s["rows"], s["devices"], s["sessions"]) == (0, [], [])
     assert "0 messages from 0 devices" in format_report(s, "t")
-    assert plot_rates(spark, str(tmp_path / "t"), str(tmp_path / "p.png"), s) is None
+    assert plot_audit(spark, str(tmp_path / "t"), str(tmp_path / "p.png")) is None
