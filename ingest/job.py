@@ -27,7 +27,9 @@ from __future__ import annotations
 import glob
 import json
 import os
+import signal
 import sys
+import threading
 import time
 from typing import TYPE_CHECKING, Any, Iterable
 
@@ -352,6 +354,7 @@ def _run(args: argparse.Namespace) -> int:
         % (", ".join(args.log), args.table, args.checkpoint, ", once" if args.once else ""),
         flush=True,
     )
+    stopping = _stop_on_interrupt(q)
     rc = 0
     try:
         # The derived tables catch up while the query runs, and once at its end.
@@ -360,9 +363,11 @@ def _run(args: argparse.Namespace) -> int:
         else:
             while not q.awaitTermination(args.refresh_every):
                 refresh_derived(spark, args)
-        if not refresh_derived(spark, args):
+        if stopping.is_set():
+            print("edgebus ingest: stopped; derived tables catch up at the next run", flush=True)
+        elif not refresh_derived(spark, args):
             rc = 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # a second Ctrl-C: leave now
         q.stop()
     except StreamingQueryException as e:
         print("edgebus ingest: the query failed: %s" % e, file=sys.stderr)
@@ -397,6 +402,25 @@ def _run(args: argparse.Namespace) -> int:
     if args.compact and args.once and rc == 0:
         _compact(args)
     return rc
+
+
+def _stop_on_interrupt(q: StreamingQuery) -> threading.Event:
+    """Ctrl-C (SIGINT) stops the query from another thread, and the job ends as
+    after --once; a second one leaves at once.  pyspark's own handler makes a
+    py4j call inside the one the main thread waits in (py4j's "reentrant call"
+    tracebacks)."""
+    stopping = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        return stopping
+
+    def interrupted(signum: int, frame: Any) -> None:
+        if stopping.is_set():
+            raise KeyboardInterrupt
+        stopping.set()
+        threading.Thread(target=q.stop, name="edgebus-ingest-stop", daemon=True).start()
+
+    signal.signal(signal.SIGINT, interrupted)
+    return stopping
 
 
 def _progress_listener() -> Any:

@@ -26,7 +26,7 @@ def ingest_once(spark, log, table, ckpt):
     from edgebus.ingest import job
 
     args = argparse.Namespace(
-        log=log,
+        log=job.log_dirs(log),
         table=table,
         checkpoint=ckpt,
         once=True,
@@ -39,6 +39,30 @@ def ingest_once(spark, log, table, ckpt):
     q = job.start(spark, args)
     q.awaitTermination()
     assert q.exception() is None
+    return args
+
+
+def audit_says_nothing_lost(spark, args, rows):
+    """The delivery audit of the table args (ingest_once's) wrote, refreshed
+    as the job does: no number missing, and each device boot's received count
+    the numbers its rows hold."""
+    from pyspark.sql import functions as F
+
+    from edgebus.ingest import audit
+
+    audit.refresh(spark, args)
+    got = {
+        (r["peer_node"], r["peer_sid"]): (r["received"], r["missing"])
+        for r in spark.read.parquet(audit.audit_dir(args.table, None))
+        .groupBy("peer_node", "peer_sid")
+        .agg(F.sum("received").alias("received"), F.sum("missing").alias("missing"))
+        .collect()
+    }
+    want = {}
+    for r in rows:
+        if r["seq"] is not None:
+            want.setdefault((r["peer_node"], r["peer_sid"]), set()).add(r["seq"])
+    assert got == {k: (len(v), 0) for k, v in want.items()}, got
 
 
 def once_each(rows, summary, nodes):

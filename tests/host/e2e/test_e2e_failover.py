@@ -26,7 +26,15 @@ from dev.harness.mqtt import retained  # noqa: E402
 from edgebus import tlog  # noqa: E402
 from edgebus.tools.fleet import Fleet, bridge_toml  # noqa: E402
 from tests.conftest import wait_until  # noqa: E402
-from tests.host.e2e.e2ekit import gateway_bridge, ingest_once, once_each, past, progress, reported  # noqa: E402
+from tests.host.e2e.e2ekit import (  # noqa: E402
+    audit_says_nothing_lost,
+    gateway_bridge,
+    ingest_once,
+    once_each,
+    past,
+    progress,
+    reported,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.mosquitto, pytest.mark.micropython]
 
@@ -184,7 +192,7 @@ def test_primary_killed_devices_fail_over_and_back_and_the_table_has_every_readi
     from edgebus.ingest.report import format_report, read_table, summarize
 
     t0 = time.monotonic()
-    ingest_once(spark, [logs[g] for g in GATEWAYS], table, ckpt)
+    args = ingest_once(spark, [logs[g] for g in GATEWAYS], table, ckpt)
     t_ingest = time.monotonic() - t0
     rows = (
         read_table(spark, table)
@@ -201,6 +209,7 @@ def test_primary_killed_devices_fail_over_and_back_and_the_table_has_every_readi
     # One history per device boot, whatever gateway carried each reading:
     # every number once, though the moves resent the unacknowledged tail.
     table_rows = once_each(rows, summary, nodes)
+    audit_says_nothing_lost(spark, args, rows)
     for n in nodes:
         mine = table_rows[n]
         seqs = sorted(r["seq"] for r in mine)

@@ -31,7 +31,7 @@ from dev.harness.bridge import BridgeProcess  # noqa: E402
 from edgebus import tlog  # noqa: E402
 from edgebus.tools import devicefiles  # noqa: E402
 from edgebus.tools.fleet import Fleet, bridge_toml  # noqa: E402
-from tests.host.e2e.e2ekit import ingest_once, progress  # noqa: E402
+from tests.host.e2e.e2ekit import audit_says_nothing_lost, ingest_once, progress  # noqa: E402
 
 # Spark, mosquitto and the fleet's micropython devices start in the test body.
 pytestmark = [pytest.mark.spark, pytest.mark.mosquitto, pytest.mark.micropython]
@@ -115,7 +115,7 @@ def test_fleet_to_table_holds_every_reading_once_through_broker_and_bridge_kills
 
     from edgebus.ingest.report import format_report, read_table, summarize
 
-    ingest_once(spark, log_dir, table, ckpt)
+    args = ingest_once(spark, log_dir, table, ckpt)
     rows = (
         read_table(spark, table)
         .select(
@@ -147,6 +147,8 @@ def test_fleet_to_table_holds_every_reading_once_through_broker_and_bridge_kills
     )
     text = format_report(summary, table)
     print(text)
+    # Through a broker kill and a bridge kill: the audit counts nothing lost.
+    audit_says_nothing_lost(spark, args, rows)
 
     # The fleet runs the factory modules: every reading's boot names them.
     version = devicefiles.firmware("main").VERSION
