@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from edgebus.ingest import tablelog, views_types
 from edgebus.ingest.compaction import newest_log_file
-from edgebus.ingest.views_config import PROVENANCE, Config, View, load
+from edgebus.ingest.views_config import MAX_KEY, PROVENANCE, Config, View, load
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -233,8 +233,8 @@ def _plan(
     for key in sorted(set(counts) - keys):
         ddl = views_types.infer(counts[key])
         name = key if key.lower() not in taken else "payload_" + key
-        if ddl is None or not key or "`" in key or name.lower() in taken:
-            continue  # all null so far, or no name for it: its rows say so in rejects
+        if ddl is None or _no_column(key, name, taken) or len(columns) >= view.max_columns:
+            continue  # all null so far, or no room or name for it: its rows say so in rejects
         columns.append([name, key, views_types.type_ddl(_parse_type(ddl))])
         taken.add(name.lower())
         new.append(name)
@@ -260,10 +260,12 @@ def _plan(
         typed.append(cast.alias(name))
     for key in sorted(set(counts) - {c[1] for c in columns}):
         v = m[key]
-        text = F.lit(
-            "key %r has no column (%s)"
-            % (key, "an empty name or a backtick" if not key or "`" in key else "its name is taken")
+        why = _no_column(key, key, set()) or (
+            "its name is taken"
+            if len(columns) < view.max_columns
+            else "the view has its max_columns, %d" % view.max_columns
         )
+        text = F.lit("key %r has no column (%s)" % (key[:MAX_KEY], why))
         fails.append(
             F.when(v.isNotNull() & ~F.is_variant_null(v), _why(text, key, None, F.to_json(v)))
         )
@@ -275,6 +277,15 @@ def _plan(
         F.lit(view.name).alias("view"), "_bad.*", "payload", *PROVENANCE
     )
     return _Plan(view, columns, new, marks, rej_marks, rows, rejects, n)
+
+
+def _no_column(key: str, name: str, taken: set[str]) -> str | None:
+    """Why the payload key cannot be a column named name, or None."""
+    if not key or "`" in key:
+        return "an empty name or a backtick"
+    if len(key) > MAX_KEY:
+        return "a name longer than %d" % MAX_KEY
+    return "its name is taken" if name.lower() in taken else None
 
 
 def _why(reason: Any, column: str | None, expected: str | None, value: Column) -> Column:

@@ -7,6 +7,7 @@
     topic = "dev/+/temp"                 # + one token, # the rest
     schema = "temp DOUBLE, n BIGINT"     # Spark DDL; optional (inferred)
     path = "views/temps"                 # optional
+    max_columns = 64                     # optional: payload columns at most
 
 Relative paths are taken from the file's directory; by default a view is
 ``TABLE.views/NAME`` and the rejects ``TABLE.views/_rejects``.  This module
@@ -39,7 +40,12 @@ PROVENANCE = (
     "date",
 )
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
-_VIEW_KEYS = {"name", "topic", "schema", "path"}
+_VIEW_KEYS = {"name", "topic", "schema", "path", "max_columns"}
+# A device may send any key: each would be a column for good. A view takes at
+# most this many payload columns (declared and added) unless it says otherwise,
+# and no key longer than MAX_KEY; the rest go to the rejects with the reason.
+DEFAULT_MAX_COLUMNS = 64
+MAX_KEY = 128
 
 
 class View(NamedTuple):
@@ -48,6 +54,7 @@ class View(NamedTuple):
     tokens: tuple[str, ...]  # the pattern's tokens; "+" and "#" are the wildcards
     schema: str  # Spark DDL as written ("" to infer every column)
     path: str | None  # None: beside the table
+    max_columns: int = DEFAULT_MAX_COLUMNS
 
 
 class Config(NamedTuple):
@@ -137,7 +144,14 @@ def _view(item: Any, where: str, base: str) -> View:
     path = item.get("path")
     if path is not None and not (isinstance(path, str) and path):
         raise ValueError("%s: path must be a directory" % where)
-    return View(name, pattern, tuple(pattern.split("/")), schema, path and os.path.join(base, path))
+    most = item.get("max_columns", DEFAULT_MAX_COLUMNS)
+    if type(most) is not int or not 1 <= most <= 10000:
+        raise ValueError("%s: max_columns must be a whole number from 1 to 10000" % where)
+    if len(declared_names(schema)) > most:
+        raise ValueError("%s: the schema declares more than max_columns (%d)" % (where, most))
+    return View(
+        name, pattern, tuple(pattern.split("/")), schema, path and os.path.join(base, path), most
+    )
 
 
 def declared_names(schema: str) -> list[str]:

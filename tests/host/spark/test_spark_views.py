@@ -29,6 +29,7 @@ schema = "temp DOUBLE, n BIGINT"
 name = "hums"
 topic = "dev/+/hum"
 schema = "value DOUBLE"
+max_columns = 1
 """
 
 
@@ -87,8 +88,13 @@ def test_views_evolve_reject_and_keep_each_row_once(spark, tmp_path):
         relayed = device_record("node-c", "c-1", 8, T0 + 31, payload={"temp": 1.5, "n": 2})
         relayed["extra"]["via"] = ["gw-2"]
         w.append(relayed)
+        # A device that would add columns beyond the view's max_columns.
+        hum = {"a": 1, "b": 2}
+        w.append(
+            device_record("node-c", "c-1", 9, T0 + 32, payload=hum, topic=("dev", "node-c", "hum"))
+        )
     line = _ingest(spark, args)
-    assert line == "views: temps +41 rows, 1 reject; hums +40 rows, 0 rejects", line
+    assert line == "views: temps +41 rows, 1 reject; hums +40 rows, 1 reject", line
     got = _rows(spark, temps, "peer_node", "seq", "temp", "n")
     assert [g[:2] for g in got] == sorted(want + [("node-c", 8)])
     assert ("node-a", 6, 20.5, 3) in got
@@ -97,7 +103,12 @@ def test_views_evolve_reject_and_keep_each_row_once(spark, tmp_path):
     assert [tuple(r) for r in via.collect()] == [(["gw-2"], "gw-1")]
     assert _rows(spark, hums, "peer_node", "seq", "value")[:2] == [
         ("node-a", 1, 40.0), ("node-a", 3, 41.0)]  # fmt: skip
-    bad = spark.read.parquet(rejects).collect()
+    bad = spark.read.parquet(rejects).where("view = 'temps'").collect()
+    full = spark.read.parquet(rejects).where("view = 'hums'").collect()
+    assert [(r.reason, r.column, r.seq) for r in full] == [
+        ("key 'a' has no column (the view has its max_columns, 1)", "a", 9)
+    ]
+    assert views.read_view(spark, hums).columns[0] == "value"
     assert [(r.view, r.reason, r.column, r.expected, r.value, r.peer_node, r.seq) for r in bad] == [
         ("temps", "expected double, got STRING", "temp", "double", '"hot"', "node-c", 7)
     ]
@@ -125,7 +136,7 @@ def test_views_evolve_reject_and_keep_each_row_once(spark, tmp_path):
             views.refresh(spark, args)
     finally:
         tablelog.write_batch = real
-    assert spark.read.parquet(rejects).count() == 2
+    assert spark.read.parquet(rejects).count() == 3
     line = views.refresh(spark, args)
     assert line == "views: temps +21 rows (1 new column: rssi), 0 rejects; hums +20 rows, 0 rejects"
     got = _rows(spark, temps, "peer_node", "seq", "rssi", "temp")
@@ -136,7 +147,7 @@ def test_views_evolve_reject_and_keep_each_row_once(spark, tmp_path):
     assert ("node-a", 901, None, 3.0) in got
     reasons = [r.reason for r in spark.read.parquet(rejects).where("seq = 900").collect()]
     assert reasons == ["expected double, got ARRAY<BIGINT>"]
-    assert spark.read.parquet(rejects).count() == 2
+    assert spark.read.parquet(rejects).count() == 3
     # Spark's own reader merges the files' schemas when asked.
     merged = spark.read.option("mergeSchema", "true").parquet(temps)
     assert {"rssi", "temp", "n", "via", "offset"} <= set(merged.columns)
@@ -183,6 +194,12 @@ def test_views_evolve_reject_and_keep_each_row_once(spark, tmp_path):
         ('[[view]]\nname = "t-1"\ntopic = "a"\n', "name must be a word"),
         ('[[view]]\nname = "t"\ntopic = "a"\nshema = "x INT"\n', "unknown key(s) shema"),
         ('[view]\nname = "t"\n', "no [[view]] table"),
+        ('[[view]]\nname = "t"\ntopic = "a"\nmax_columns = 0\n', "max_columns must be"),
+        ('[[view]]\nname = "t"\ntopic = "a"\nmax_columns = true\n', "max_columns must be"),
+        (
+            '[[view]]\nname = "t"\ntopic = "a"\nschema = "x INT, y INT"\nmax_columns = 1\n',
+            "declares more than max_columns (1)",
+        ),
     ],
 )
 def test_the_views_file_is_checked(tmp_path, text, error):
