@@ -93,10 +93,15 @@ class Bridge:
         log is behind; without one, it acknowledges what reached the bus."""
         return {"durable": self.durable, "hold": self.hold if self.durable else None}
 
-    def add_link(self, link: Link) -> None:
-        """Register ``link`` in bridge.links (by its id), its gaps told to gap()."""
+    def add_link(self, link: Link, peer: bool = False) -> None:
+        """Register ``link`` in bridge.links (by its id), its gaps told to gap().
+        Only a ``[[peer]]`` link keeps a sender's relay claims (src, src_sid,
+        src_seq, via): a device or a local client claiming them would have its
+        readings relayed to a site under another device's identity."""
         self.links[link.link_id] = link
         link.on_gap = self.gap  # type: ignore[assignment]  # None on the class: a hook
+        if not peer:
+            link.claims = False
 
     def gap(self, link: Link, first: int, last: int, why: str, sid: str | None) -> None:
         """Link.on_gap: with a log, one bridge/gaps record (telemetry.py)."""

@@ -46,11 +46,11 @@ class Link:
 
     ticks = True  # run() ticks it; False: its owner calls tick() (thousands of links)
     status_every = 1.0  # s between status publications while only counters change
-    # The owner's hooks (class attributes: a board that sets none pays nothing
-    # per link): on_gap(link, first, last, why, sid) hears each gap counted
-    # (rx.gap), on_export(seq, item) each item spooled for the peer (tx.spool_item).
-    on_gap = None
-    on_export = None
+    # The owner's settings (class attributes: free on a board that sets none): on_gap(link,
+    # first, last, why, sid) hears each gap (rx.gap), on_export(seq, item) each item spooled
+    # (tx.spool_item); claims False drops a sender's relay claims (src, via: rx.extra_in).
+    on_gap = on_export = None
+    claims = True
 
     def __init__(
         self,

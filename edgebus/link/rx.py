@@ -164,6 +164,10 @@ def extra_in(link, obj, i, seq):
     c = link._clock
     if "clk" in x:
         del x["clk"]  # ours, as seq: which clock the ts below comes from
+    if not link.claims:  # not a relay we trust: the origin is this link's peer
+        for k in ("src", "src_sid", "src_seq", "via", "hop_sid"):
+            if k in x:
+                del x[k]
     if type(ms) is int and c is not None:
         if c[1] is not None and "ts" not in x:  # a publisher's own ts wins
             x["ts"] = (ms + c[1]) / 1000

@@ -298,3 +298,36 @@ def test_a_gap_is_logged_with_its_reason(tmp_path):
         {"node": "dev1", "sid": sid, "first": last_gap[0], "last": last_gap[1], "why": "evicted"}
     ]
     assert last_gap[1] - last_gap[0] + 1 == n and gaps[0]["peer_node"] is None
+
+
+def test_a_device_cannot_claim_to_relay_another(tmp_path):
+    """A device (or a local client) is no relay: the relay claims in its
+    frames (src, src_sid, src_seq, via) are dropped on the way in, so a
+    gateway neither logs nor relays its readings under another identity."""
+    cfg = bridge_config.parse(
+        {
+            "bridge": {"node": "gw", "state_dir": str(tmp_path / "gw")},
+            "log": {"dir": str(tmp_path / "gw" / "log"), "commit_ms": 20},
+        }
+    )
+
+    async def main():
+        b = Bridge(cfg)
+        t = asyncio.create_task(b.run())
+        await until(lambda: b.appender is not None, 10)
+        hl = Link(b.bus, "gw", key=KEY, role="responder", link_id="test:dev1", peer="dev1",
+                  imports=[("#", "dev/{node}")], **b.durability())  # fmt: skip
+        b.add_link(hl)
+        j = Joined(host_bus=b.bus, host_link=hl).start()
+        await until(lambda: synced(j), 10)
+        forged = {"src": "victim", "src_sid": "v-1", "src_seq": 5, "via": ["gw-x"], "hop_sid": "h"}
+        j.dev.connect().publish("sensor/n", 1, forged)
+        await until(lambda: b.appender.appended >= 1 and b.appender.unsynced == 0, 10)
+        await j.stop()
+        b.stop()
+        await t
+
+    asyncio.run(main())
+    (rec,) = _records(tmp_path / "gw" / "log", ("dev", "dev1", "sensor", "n"))
+    assert rec["peer_node"] == "dev1" and rec["payload"] == 1
+    assert not {"src", "src_sid", "src_seq", "via", "hop_sid"} & set(rec["extra"]), rec["extra"]
