@@ -13,13 +13,14 @@ import pytest
 
 import edgebus
 from dev.harness.bridge import BridgeProcess
+from dev.harness.process import run_module
 from edgebus import tlog
 from edgebus.client.local import attach_local
 from edgebus.tools import devicefiles, executables, mpybuild, qemuboard
 from edgebus.tools.status import fetch
 from tests.conftest import ROOT, compile_portable_tests, until
 from tests.host.board import qemukit
-from tests.host.e2e.e2ekit import demo
+from tests.host.spark.sparkkit import spark_env
 
 pytestmark = pytest.mark.qemu  # every test here boots the board (so: slow)
 
@@ -295,8 +296,43 @@ def test_noise_and_a_cut_on_the_board_uart_are_survived_and_counted(board, tmp_p
     assert con.text.count("READY") == 1 and "Traceback" not in con.text, con.text
 
 
-def test_the_demo_shows_the_emulated_board_among_its_devices(image, tmp_path):
-    recs = demo(str(tmp_path / "demo"), 3, "--qemu", "--serial-devices", "1", timeout=180)
-    assert {rec["peer_node"] for rec in recs} == {"sim-1", "sim-mqtt-1", "mps2-1"}
-    boot = Path(tmp_path / "demo" / "devices" / "mps2-1.log").read_text()
+@pytest.mark.mosquitto
+@pytest.mark.micropython
+@pytest.mark.spark
+def test_the_demo_with_the_board_a_broker_outage_and_its_audit(image, tmp_path):
+    """`./do demo` end to end (dev/demo.py): real mosquitto stopped and
+    restarted in the middle; the real firmware on the MicroPython port on a pty
+    and over MQTT, and on the emulated board; the bridge and its log; then
+    Spark: the ingest job, its delivery audit and `edgebus report`, whose audit
+    line says nothing was lost and how late the spooled readings came."""
+    pytest.importorskip("pyspark")
+    out = str(tmp_path / "demo")
+    r = run_module(
+        "dev.demo",
+        *("--seconds", "8", "--outage", "4", "--outage-at", "2"),
+        *("--qemu", "--serial-devices", "1", "--out", out),
+        env=spark_env(),
+        timeout=480,
+    )
+    text = r.stdout + r.stderr
+    assert r.returncode == 0, text
+    assert "3 of 3 device links had a session" in r.stdout, text
+    assert "demo: broker outage: mosquitto stopped for 4 s" in r.stdout
+    boot = Path(out, "devices", "mps2-1.log").read_text()
     assert "READY node=mps2-1" in boot
+    recs = [rec for _, rec in tlog.read_log(os.path.join(out, "telemetry"))]
+    assert {rec["peer_node"] for rec in recs} == {"sim-1", "sim-mqtt-1", "mps2-1"}
+    temps = [rec for rec in recs if tuple(rec["topic"][2:]) == ("sensor", "temp")]
+    assert temps and all(rec["seq"] is not None and rec["generation"] == 1 for rec in temps)
+    # The MQTT device's readings of the outage came late, none was lost.
+    m = re.search(
+        r"^audit: nothing lost; (\d+) readings came late, p50 (\S+) s, p99 (\S+) s", r.stdout, re.M
+    )
+    assert m, text
+    late = [
+        rec for rec in recs if rec["peer_node"] == "sim-mqtt-1" and (rec["extra"] or {}).get("late")
+    ]
+    assert int(m.group(1)) >= len(late) > 0
+    assert float(m.group(3)) >= 1.0  # spooled for seconds, not milliseconds
+    assert os.path.getsize(os.path.join(out, "audit.png")) > 10000
+    assert not [ln for ln in text.splitlines() if "WARN" in ln], text

@@ -4,10 +4,8 @@ and the demo (test_demo.py, tests/host/board/test_qemu_board.py)."""
 
 import argparse
 import json
-import os
 
 from dev.harness.bridge import BridgeProcess
-from dev.harness.process import run_module
 from edgebus import tlog
 
 
@@ -123,24 +121,3 @@ def gateway_bridge(out, name, links, heartbeat=1.0):
         % (name, d / "state", d / "bridge.sock", heartbeat, d / "tlog", links)
     )
     return BridgeProcess(str(d), toml=str(toml)), str(d / "tlog")
-
-
-def demo(out, links, *flags, timeout):
-    """dev.demo run for 6 s without Spark or broker outage, writing to out,
-    with flags; once it has ended well with a session on each of its
-    ``links`` device links, the records of its telemetry log."""
-    r = run_module(
-        "dev.demo",
-        "--seconds",
-        "6",
-        "--no-spark",
-        "--outage",
-        "0",
-        *flags,
-        "--out",
-        out,
-        timeout=timeout,
-    )
-    assert r.returncode == 0, r.stdout + r.stderr
-    assert "%d of %d device links had a session" % (links, links) in r.stdout, r.stdout
-    return [rec for _, rec in tlog.read_log(os.path.join(out, "telemetry"))]

@@ -4,10 +4,8 @@ and the same module run by spark-submit."""
 
 import os
 import re
-import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -214,44 +212,6 @@ def test_exactly_once_across_sigkill_with_duplicates_and_corruption(spark, tmp_p
     r = ingest(log, table, ckpt, "--once")
     assert r.returncode == 0 and "read 0 log records" in r.stdout, r.stdout + r.stderr[-2000:]
     assert sorted(map(str, check_table(spark, table, fleet, lost_pos))) == sorted(map(str, rows))
-
-
-def test_spark_submit_runs_the_job_module(spark, tmp_path):
-    submit = shutil.which("spark-submit") or os.path.join(
-        os.path.dirname(sys.executable), "spark-submit"
-    )
-    if not os.path.exists(submit):
-        pytest.skip("spark-submit is not installed")
-    fleet = Fleet(tmp_path / "log")
-    fleet.write(300, dup_every=5)
-    e = spark_env()
-    e["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    r = subprocess.run(
-        [
-            submit,
-            "--master",
-            "local[2]",
-            "--conf",
-            "spark.ui.enabled=false",
-            "--conf",
-            "spark.sql.shuffle.partitions=2",
-            os.path.join(ROOT, "ingest", "job.py"),
-            "--log",
-            str(tmp_path / "log"),
-            "--table",
-            str(tmp_path / "table"),
-            "--checkpoint",
-            str(tmp_path / "ckpt"),
-            "--once",
-        ],
-        cwd=str(tmp_path),
-        env=e,
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
-    check_table(spark, tmp_path / "table", fleet, None)
 
 
 def test_retransmitted_copies_are_removed_and_late_is_kept(spark, tmp_path):
