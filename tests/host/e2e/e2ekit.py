@@ -1,6 +1,5 @@
 """Helpers shared by the end-to-end tests that run devices, bridges and the
-ingest job (test_e2e_fleet_spark.py, test_e2e_failover.py, test_e2e_shard.py),
-and the demo (test_demo.py, tests/host/board/test_qemu_board.py)."""
+ingest job (test_e2e_fleet_spark.py, test_e2e_failover.py, test_e2e_shard.py)."""
 
 import argparse
 import json
