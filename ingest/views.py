@@ -258,17 +258,27 @@ def _plan(
         got = F.concat(F.lit("expected %s, got " % ddl), F.schema_of_variant(v))
         fails.append(F.when(bad, _why(got, name, ddl, F.to_json(v))))
         typed.append(cast.alias(name))
-    for key in sorted(set(counts) - {c[1] for c in columns}):
-        v = m[key]
-        why = _no_column(key, key, set()) or (
-            "its name is taken"
-            if len(columns) < view.max_columns
-            else "the view has its max_columns, %d" % view.max_columns
+    # The keys no column takes, as one expression whatever their number: one
+    # per key made Spark generate code beyond its driver's heap for a device
+    # that sent 500 invented keys.
+    known = [c[1] for c in columns]
+    left = F.filter(
+        F.map_keys(m), lambda k: ~k.isin(*known) & ~F.is_variant_null(F.element_at(m, k))
+    )
+    k = F.element_at(left, 1)
+    full = len(columns) >= view.max_columns
+    why = (
+        F.when((k == "") | k.contains("`"), F.lit("an empty name or a backtick"))
+        .when(F.length(k) > MAX_KEY, F.lit("a name longer than %d" % MAX_KEY))
+        .otherwise(
+            F.lit("the view has its max_columns, %d" % view.max_columns)
+            if full
+            else F.lit("its name is taken")
         )
-        text = F.lit("key %r has no column (%s)" % (key[:MAX_KEY], why))
-        fails.append(
-            F.when(v.isNotNull() & ~F.is_variant_null(v), _why(text, key, None, F.to_json(v)))
-        )
+    )
+    kname = F.substring(k, 1, MAX_KEY)
+    text = F.concat(F.lit("key '"), kname, F.lit("' has no column ("), why, F.lit(")"))
+    fails.append(F.when(F.size(left) > 0, _why(text, kname, None, F.to_json(F.element_at(m, k)))))
     checked = parsed.withColumn("_bad", F.coalesce(*fails))
     rows = checked.where(F.col("_bad").isNull() & _above(marks)).select(
         *typed, *[c for c in PROVENANCE if c not in ("peer_node", "date")], "peer_node", "date"
@@ -288,7 +298,7 @@ def _no_column(key: str, name: str, taken: set[str]) -> str | None:
     return "its name is taken" if name.lower() in taken else None
 
 
-def _why(reason: Any, column: str | None, expected: str | None, value: Column) -> Column:
+def _why(reason: Any, column: Any, expected: str | None, value: Column) -> Column:
     from pyspark.sql import functions as F
 
     return F.struct(

@@ -145,8 +145,8 @@ def _view(item: Any, where: str, base: str) -> View:
     if path is not None and not (isinstance(path, str) and path):
         raise ValueError("%s: path must be a directory" % where)
     most = item.get("max_columns", DEFAULT_MAX_COLUMNS)
-    if type(most) is not int or not 1 <= most <= 10000:
-        raise ValueError("%s: max_columns must be a whole number from 1 to 10000" % where)
+    if type(most) is not int or not 1 <= most <= 1000:
+        raise ValueError("%s: max_columns must be a whole number from 1 to 1000" % where)
     if len(declared_names(schema)) > most:
         raise ValueError("%s: the schema declares more than max_columns (%d)" % (where, most))
     return View(
