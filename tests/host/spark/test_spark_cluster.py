@@ -143,6 +143,11 @@ def test_cluster_run_gives_the_local_table(cluster, spark, tmp_path):
 
     url, env = cluster
     logs = _write_logs(tmp_path / "logs")
+    views = tmp_path / "views.toml"
+    views.write_text(
+        '[[view]]\nname = "temps"\ntopic = "+/+/temp"\nschema = "temp DOUBLE"\n'
+        '[[view]]\nname = "loads"\ntopic = "host/load"\n'
+    )
     r = subprocess.run(
         [
             _bin("spark-submit"),
@@ -166,6 +171,8 @@ def test_cluster_run_gives_the_local_table(cluster, spark, tmp_path):
             "--checkpoint",
             str(tmp_path / "cluster.ckpt"),
             "--once",
+            "--views",
+            str(views),
         ],
         cwd=str(tmp_path),
         env=env,
@@ -181,3 +188,14 @@ def test_cluster_run_gives_the_local_table(cluster, spark, tmp_path):
         sorted(map(str, read_table(spark, tmp_path / k).collect())) for k in ("cluster", "local")
     ]
     assert len(tables[0]) == 2 * (400 + 16) and tables[0] == tables[1]
+    # The typed views and the delivery audit, written by the job on the cluster.
+    from pyspark.sql import functions as F
+
+    from edgebus.ingest.views import read_view
+
+    assert read_view(spark, str(tmp_path / "cluster.views" / "temps")).count() == 800
+    loads = read_view(spark, str(tmp_path / "cluster.views" / "loads"))
+    assert loads.count() == 32 and "value" in loads.columns
+    audit = spark.read.parquet(str(tmp_path / "cluster.audit"))
+    got = audit.agg(F.sum("received"), F.sum("missing"), F.sum("duplicates")).first()
+    assert tuple(got) == (800, 0, 2), got  # seq 7 of gw-1-node-0 logged three times
