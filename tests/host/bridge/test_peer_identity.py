@@ -248,32 +248,31 @@ def test_a_site_takes_a_gateway_s_claim_only_for_the_devices_it_relays(tmp_path)
     assert stats["relayed_vouched"] == 1 and stats["relayed_unvouched"] == 1
 
 
-def test_a_gap_is_logged_with_its_reason(tmp_path):
-    """A device whose spool overflows while its line is down loses the oldest
-    readings (evicted, said at the next session): the bridge logs one
-    bridge/gaps record with the numbers and why = "evicted"."""
+async def _gateway(tmp_path):
+    """A gateway Bridge with a log, running, and a device link to dev1 added
+    as the bridge adds a device's: (the bridge, its task, the link)."""
     cfg = bridge_config.parse(
         {
             "bridge": {"node": "gw", "state_dir": str(tmp_path / "gw")},
             "log": {"dir": str(tmp_path / "gw" / "log"), "commit_ms": 20},
         }
     )
+    b = Bridge(cfg)
+    t = asyncio.create_task(b.run())
+    await until(lambda: b.appender is not None, 10)
+    hl = Link(b.bus, "gw", key=KEY, role="responder", link_id="test:dev1", peer="dev1",
+              imports=[("#", "dev/{node}")], **b.durability())  # fmt: skip
+    b.add_link(hl)
+    return b, t, hl
+
+
+def test_a_gap_is_logged_with_its_reason(tmp_path):
+    """A device whose spool overflows while its line is down loses the oldest
+    readings (evicted, said at the next session): the bridge logs one
+    bridge/gaps record with the numbers and why = "evicted"."""
 
     async def main():
-        b = Bridge(cfg)
-        t = asyncio.create_task(b.run())
-        await until(lambda: b.appender is not None, 10)
-        hl = Link(
-            b.bus,
-            "gw",
-            key=KEY,
-            role="responder",
-            link_id="test:dev1",
-            peer="dev1",
-            imports=[("#", "dev/{node}")],
-            **b.durability(),
-        )
-        b.add_link(hl)
+        b, t, hl = await _gateway(tmp_path)
         j = Joined(dev_kw={"spool": 512}, host_bus=b.bus, host_link=hl).start()
         c = j.dev.connect()
         await until(lambda: synced(j), 10)
@@ -304,20 +303,9 @@ def test_a_device_cannot_claim_to_relay_another(tmp_path):
     """A device (or a local client) is no relay: the relay claims in its
     frames (src, src_sid, src_seq, via) are dropped on the way in, so a
     gateway neither logs nor relays its readings under another identity."""
-    cfg = bridge_config.parse(
-        {
-            "bridge": {"node": "gw", "state_dir": str(tmp_path / "gw")},
-            "log": {"dir": str(tmp_path / "gw" / "log"), "commit_ms": 20},
-        }
-    )
 
     async def main():
-        b = Bridge(cfg)
-        t = asyncio.create_task(b.run())
-        await until(lambda: b.appender is not None, 10)
-        hl = Link(b.bus, "gw", key=KEY, role="responder", link_id="test:dev1", peer="dev1",
-                  imports=[("#", "dev/{node}")], **b.durability())  # fmt: skip
-        b.add_link(hl)
+        b, t, hl = await _gateway(tmp_path)
         j = Joined(host_bus=b.bus, host_link=hl).start()
         await until(lambda: synced(j), 10)
         forged = {"src": "victim", "src_sid": "v-1", "src_seq": 5, "via": ["gw-x"], "hop_sid": "h"}
