@@ -197,18 +197,21 @@ def _clock(link, h):
     link._clock = (ms, w, src)
 
 
-def _check(link, h):
+def _bad_hello(h):
+    """What is wrong with a HELLO or HELLO_ACK ``h``: (code, message), or None."""
     if h.get("v") != wire.VERSION:
-        error(
-            link,
-            "version",
-            "protocol version %r not supported (want %d)" % (h.get("v"), wire.VERSION),
-        )
-        return None
+        return "version", "protocol version %r not supported (want %d)" % (h.get("v"), wire.VERSION)
     for f in ("node", "sid", "nonce"):
         if type(h.get(f)) is not str or not h[f] or len(h[f]) > 64:
-            error(link, "protocol", "bad %s in hello" % f)
-            return None
+            return "protocol", "bad %s in hello" % f
+    return None
+
+
+def _check(link, h):
+    bad = _bad_hello(h)
+    if bad is not None:
+        error(link, bad[0], bad[1])
+        return None
     return h
 
 
@@ -216,6 +219,49 @@ def _refuse(link, code, msg, why):
     link.count("auth_failures")
     error(link, code, msg)
     link.end_session(why)
+
+
+def _beside(link):
+    """True while a sealed session is up: a new handshake runs beside it, and
+    the session ends only when that handshake proves the key (on_auth)."""
+    return link.status == wire.UP and link._seal is not None
+
+
+def _forged(link, why):
+    link.count("forged")
+    link.last_error = "forged frame refused: %s" % why
+
+
+def _hello_beside(link, h):
+    """A HELLO while a sealed session is up: the peer restarted, or anyone
+    on the line said it. Answered beside the session, which it leaves alone:
+    no reply to a bad one (it would go sealed, unreadable to a new peer),
+    no state but the handshake's own entry, the session's key kept."""
+    why = _bad_hello(h)
+    why = why and why[1]
+    if why is None and link.peer is not None and h["node"] != link.peer:
+        why = "node %r is not this link's" % h["node"]
+    if why is None and h["nonce"] in link._recent:
+        why = "its nonce was seen before"
+    if why is None and not (seal.offered(h) and h.get("auth")):
+        why = "it does not offer a sealed session"
+    if why is not None:
+        return _forged(link, "HELLO beside the session: " + why)
+    hk = link._hkey
+    key = key_for(link, h["node"], h)
+    link._hkey = hk  # the session's key until the new handshake proves its own
+    if key is None:
+        return _forged(link, "HELLO beside the session: no key for node %r" % h["node"])
+    link._recent = (link._recent + [h["nonce"]])[-16:]
+    mine = _side(link, True)
+    mine["kid"] = kid(key)
+    # _hs[0] is the session's own handshake; the rest, KEEP - 1 beside it
+    link._hs = link._hs[:1] + (link._hs[1:] + [(h, mine)])[2 - KEEP :]
+    link.count("hellos_beside")
+    ack = dict(mine)
+    ack["to"] = h["nonce"][:8]
+    ack["proof"] = _proof(key, "R", h, mine)
+    tx.control(link, wire.HELLO_ACK, ack)
 
 
 def on_hello(link, h):
@@ -235,6 +281,8 @@ def on_hello(link, h):
         # the latest answered), arriving late: redoing it would end a
         # session the peer already has, or answer what it no longer waits for.
         return link.count("stale_hellos")
+    if _beside(link):
+        return _hello_beside(link, h)
     if link.status == wire.UP:
         link.end_session("new hello")
     # Reply on the control queue even though we are 'down'.
@@ -259,7 +307,6 @@ def on_hello(link, h):
         return _refuse(
             link, "auth_failed", "authentication required on one side only", "auth mismatch"
         )
-    _clock(link, h)
     link._mine = _side(link, key is not None)
     if key is not None:
         link._mine["kid"] = kid(key)
@@ -314,22 +361,30 @@ def on_ack(link, a):
         )
     else:
         tx.control(link, wire.AUTH, {})
-    _clock(link, a)
     session_up(link, link._mine, a)
 
 
 def on_auth(link, a):
-    if link.role != "responder" or link.status != wire.ACK_SENT:
+    beside = _beside(link)
+    if link.role != "responder" or link.status != wire.ACK_SENT and not beside:
         return link.count("unexpected")
     p = a.get("proof")
-    for h, mine in reversed(link._hs):  # the AUTH may answer an earlier HELLO_ACK
+    hk = link._hkey
+    # The AUTH may answer an earlier HELLO_ACK; beside a session, never the
+    # session's own handshake (_hs[0]: a replayed AUTH would restart it).
+    for h, mine in reversed(link._hs[1:] if beside else link._hs):
         key = key_for(link, h["node"], h)
         if (
             key is None
             or type(p) is str
             and wire.same(p.encode(), _proof(key, "I", h, mine).encode())
         ):
+            if beside:  # proved: the new session replaces the old
+                link.end_session("the peer started a new session")
             return session_up(link, h, mine)
+    if beside:
+        link._hkey = hk
+        return _forged(link, "AUTH beside the session: its proof fails")
     _refuse(link, "auth_failed", "the peer does not know this link's key", "auth failed")
 
 
@@ -349,6 +404,7 @@ def session_up(link, hello, ack):
         st["rx_next"] = None
     link.peer_node = node = peer["node"]
     link.peer_sid = sid
+    _clock(link, peer)
     caps = peer.get("caps")
     link._acking = link.ack and type(caps) is list and wire.CAP_ACK in caps
     link._flow = link._acking and wire.CAP_FLOW in caps

@@ -315,18 +315,24 @@ class Link:
             body = seal.opened(self, body)
             if body is None:  # refused, counted: not even a sign of life
                 return
-        self._t_rx = compat.now()
+        # A sealed session lives on sealed frames alone: a handshake beside it
+        # (unsealed, anyone's) is no sign that its peer is still there.
+        bad = "bad_frames"
+        if self._seal is None or not body or body[0] & wire.TYPE_MASK > wire.AUTH:
+            self._t_rx = compat.now()
+        elif self.status == wire.UP:
+            bad = "forged"  # beside a sealed session: a malformed handshake is anyone's
         t = None
         try:
             t, seq, obj, blob = wire.decode(body)
             rx.handle(self, t, seq, obj, blob)
         except wire.WireError as e:
-            self.count("bad_frames")
+            self.count(bad)
             self.last_error = "bad frame: %s" % e
             if t is None and len(body) > 2 and body[0] & wire.F_SEQ and self.status == wire.UP:
                 rx.undecodable(self, (body[1] << 8) | body[2])
         except (KeyError, IndexError, TypeError, ValueError, AttributeError) as e:
-            self.count("bad_frames")
+            self.count(bad)
             self.last_error = "bad %s: %s" % (wire.NAMES[t] if 0 < t < len(wire.NAMES) else t, e)
         except MemoryError:  # a small board under pressure: this frame is lost, not the link
             self.count("memory_errors")

@@ -193,28 +193,41 @@ def out(link, body, fresh=False):
 def opened(link, body):
     """The body of a received frame without its seal, or None when it is
     refused (counted: ``forged`` or ``replayed``; nothing in it is acted on).
-    Handshake frames are never sealed (a restarted peer says HELLO). A side
+    Handshake frames are never sealed (a restarted peer says HELLO); in a
+    live sealed session only a HELLO or AUTH to a responder passes, for a
+    handshake beside the session, and everything else unsealed is forged. A side
     without keys outside a session cannot read a session frame (it may be
     sealed), so only its type is kept: that type with the body ``0``, which
     rx counts as ``unauthenticated`` (a responder answers ``no_session``).
     An ERROR that fails makes an initiator check that its peer still
     answers: a restarted responder says ``no_session`` with no seal."""
     n = len(body)
+    ks = link._seal
+    live = ks is not None and link.status == wire.UP
     if not n:
-        return body
+        return _refuse(link, "forged", "an empty frame") if live else body
     t = body[0] & wire.TYPE_MASK
     if t <= wire.AUTH:
-        return body
-    ks = link._seal
+        # Unsealed by design, so in a live session nothing but a new handshake
+        # beside it (handshake.py), which ends the session only once it proves
+        # the key: a HELLO, or the AUTH that answers one, to a responder,
+        # never numbered. Anything else (type 0, a numbered frame, HELLO_ACK)
+        # would otherwise reach the session with no key behind it.
+        if (
+            not live
+            or link.role == "responder"
+            and not body[0] & wire.F_SEQ
+            and (t == wire.HELLO or t == wire.AUTH and len(link._hs) > 1)
+        ):
+            return body
+        return _refuse(link, "forged", "unsealed %s in a sealed session" % _name(t))
     if ks is None:
         return body if link.status == wire.UP or t <= wire.BYE else bytes((t,)) + b"0"
     mv = memoryview(body)
     if n <= TAIL or not wire.same(memoryview(_mac(ks[2], ks[3], mv[: n - 8]))[:8], mv[n - 8 :]):
         if t == wire.ERROR and link.role == "initiator" and link.status == wire.UP:
             link._doubt()
-        return _refuse(
-            link, "forged", "no valid seal on a %s" % (wire.NAMES[t] if t < len(wire.NAMES) else t)
-        )
+        return _refuse(link, "forged", "no valid seal on a %s" % _name(t))
     c = (mv[n - 12] << 24) | (mv[n - 11] << 16) | (mv[n - 10] << 8) | mv[n - 9]
     if c <= link._s_rx:
         return _refuse(link, "replayed", "frame counter %d not above %d" % (c, link._s_rx))
@@ -222,6 +235,10 @@ def opened(link, body):
     if len(ks) > 4:
         return bytes((body[0],)) + cipher.ctr(ks[5], c, mv[1 : n - TAIL])
     return mv[: n - TAIL]
+
+
+def _name(t):
+    return wire.NAMES[t] if 0 < t < len(wire.NAMES) else "type %d" % t
 
 
 def _refuse(link, what, why):
