@@ -1,4 +1,4 @@
-"""python -m dev.soak [--short] [--out RELIABILITY.md] [--render]
+"""python -m dev.soak [--short] [--out RELIABILITY.md] [--render] [--only TEST ...]
 
 Runs the reliability suite (tests/reliability) in its long form (--soak),
 plus the existing tests that cover the other cases, then stores what was
@@ -7,7 +7,9 @@ RELIABILITY.md from it: each case, the tests that cover it, how many times it
 was tried, whether it held, and its figures. --short runs the CI form instead
 (the report then says so); --render runs nothing and writes the report from
 the stored results. The cases are dev/soak_templates/cases.toml and the
-report's words the templates beside it."""
+report's words the templates beside it. --only runs just the tests named
+(in the long form unless --short) and puts their outcomes and figures into
+the stored results in place of the earlier ones; the report names such runs."""
 
 import argparse
 import json
@@ -58,6 +60,8 @@ EXISTING = [
     "tests/portable/test_mqtt_deadlines.py",
     "tests/host/bridge/test_bridge_stop.py",
     "tests/portable/test_link_seal.py",
+    "tests/portable/test_link_unsealed.py",
+    "tests/host/link/test_link_unsealed_property.py",
     "tests/host/bridge/test_shell.py::test_another_user_gets_only_what_an_acl_entry_grants",
 ]
 
@@ -118,6 +122,18 @@ def render(results):
             commit=m["commit"],
         )
     ]
+    for u in m.get("updates", ()):
+        blocks.append(
+            "Rows of %s come from a later run of just those tests (`%s --only`, the %s form, "
+            "%s, the code of %s)."
+            % (
+                ", ".join("`%s`" % t for t in u["tests"]),
+                u["cmd"],
+                "long" if u["soak"] else "short",
+                time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(u["when"])),
+                u["commit"],
+            )
+        )
     rows, section = [], None
     for c in cases() + [None]:
         if section and (c is None or c["section"] != section):
@@ -222,6 +238,12 @@ def main(argv=None):
     ap.add_argument(
         "--render", action="store_true", help="run nothing: write --out from the stored --results"
     )
+    ap.add_argument(
+        "--only",
+        nargs="+",
+        metavar="TEST",
+        help="run just these tests (pytest node ids or files) and update their rows",
+    )
     args = ap.parse_args(argv)
     if args.render:
         with open(args.results) as f:
@@ -233,7 +255,7 @@ def main(argv=None):
     env = dict(os.environ, EDGEBUS_REL_OUT=results)
     if not args.short:
         env["EDGEBUS_SOAK"] = "1"
-    tests = ["tests/reliability"] + ([] if args.no_existing else EXISTING)
+    tests = args.only or ["tests/reliability"] + ([] if args.no_existing else EXISTING)
     cmd = (
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--junitxml", junit]
         + (["--soak"] if not args.short else [])
@@ -241,7 +263,7 @@ def main(argv=None):
     )
     t0 = time.monotonic()
     rc = subprocess.call(cmd, cwd=ROOT, env=env)
-    if not args.no_presence:
+    if not args.no_presence and not args.only:
         _presence(results, 2 if args.short else 5)
     wall = time.monotonic() - t0
     write(tmp, results, junit, wall, args)
@@ -284,22 +306,39 @@ def write(tmp, results, junit, wall, args):
     if os.path.exists(results):
         with open(results) as f:
             figures = [json.loads(x) for x in f if x.strip()]
-    stored = {
-        "meta": {
-            "soak": not args.short,
-            "wall": round(wall, 1),
-            "cmd": "python -m dev.soak" + (" --short" if args.short else ""),
-            "when": os.path.getmtime(junit),
-            "cpus": os.cpu_count(),
-            "commit": checkout.label(),
-        },
-        "outcomes": _outcomes(junit),
-        "figures": [f for f in figures if f.get("kind") == "figures"],
+    meta = {
+        "soak": not args.short,
+        "wall": round(wall, 1),
+        "cmd": "python -m dev.soak" + (" --short" if args.short else ""),
+        "when": os.path.getmtime(junit),
+        "cpus": os.cpu_count(),
+        "commit": checkout.label(),
     }
+    outcomes = _outcomes(junit)
+    figures = [f for f in figures if f.get("kind") == "figures"]
+    if args.only:
+        stored = _update(args.results, meta, outcomes, figures, args.only)
+    else:
+        stored = {"meta": meta, "outcomes": outcomes, "figures": figures}
     with open(args.results, "w") as f:
         json.dump(stored, f, indent=1)
     _write_report(stored, args.out)
     print("wrote %s and %s (%.0f s)" % (args.results, args.out, wall))
+
+
+def _update(path, meta, outcomes, figures, only):
+    """The stored results at ``path`` with the rows of a run of ``only``
+    (its outcomes, and its figures by case) in place of the earlier ones."""
+    with open(path) as f:
+        stored = json.load(f)
+    old = stored["outcomes"]
+    for k in [k for k in old if any(k.startswith(t) for t in only)]:
+        del old[k]
+    old.update(outcomes)
+    cases = {f["case"] for f in figures}
+    stored["figures"] = [f for f in stored["figures"] if f["case"] not in cases] + figures
+    stored["meta"].setdefault("updates", []).append(dict(meta, tests=only))
+    return stored
 
 
 def _write_report(stored, out):

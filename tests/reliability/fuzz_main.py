@@ -1,4 +1,4 @@
-"""The atheris runner: python -m tests.reliability.fuzz_main TARGET RUNS.
+"""The atheris runner: python -m tests.reliability.fuzz_main TARGET RUNS [--keep].
 
 edgebus is imported inside atheris.instrument_imports() so the fuzzer is
 guided by coverage of the code under test (and only of it)."""

@@ -22,13 +22,16 @@ invariants (AssertionError otherwise):
 import asyncio
 import binascii
 import json
+import os
 
 import edgebus
-from edgebus.link import frame, handshake, rules, wire
+from edgebus.link import frame, handshake, rules, seal, tx, wire
 from edgebus.link.link import Link
+from tests.portable import sealkit
 from tests.portable.linkkit import sealed
 
 KEY = b"fuzz-key"
+CORPUS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus")
 MAX_LEN = wire.MIN_LEN  # small (more bodies hit the limit), yet room for the handshake
 
 
@@ -189,6 +192,117 @@ def session_target(data):
     _session.feed(data)
 
 
+# -- sealed --------------------------------------------------------------------
+
+
+class Sealed:
+    """A device link and a host link in one sealed, encrypted session, made
+    with fixed nonces so that the genuine frames it records (the corpus in
+    tests/reliability/corpus/sealed) are this session's in every run. Every
+    input is the outsider's: frames for the host or the device that no one
+    with the key sealed (the genuine ones replayed, mutated, or anything
+    else). None may move either side (tests/portable/sealkit.py), so the
+    session is built once."""
+
+    def __init__(self):
+        nonces = iter("%024x" % i for i in range(1, 1 << 20))
+        real = wire.nonce
+        wire.nonce = lambda: next(nonces)
+        try:
+            self.host = edgebus.Bus(q_length=64)
+            self.dev = edgebus.Bus()
+            self.hl = Link(
+                self.host,
+                "host",
+                key=KEY,
+                role="responder",
+                sid="host-sid",
+                peer="dev1",
+                imports=[("#", "dev/{node}")],
+                exports=[("dev/{node}/cmd/#", "dev/{node}")],
+                heartbeat=3600.0,
+            )
+            self.dl = Link(
+                self.dev,
+                "dev1",
+                key=KEY,
+                role="initiator",
+                sid="dev-sid",
+                exports=[("sensor/#", "")],
+                imports=[("cmd/#", "")],
+                heartbeat=3600.0,
+            )
+            tx.observe(self.dl, None)
+            tx.observe(self.hl, "dev1")
+            handshake.hello(self.dl)
+            self.genuine = []  # every frame of the session, as sent
+            for i in range(6):
+                self.dev.connect().publish("sensor/t", i)
+                self.host.connect().publish("dev/dev1/cmd/led", i)
+                for a, b in ((self.dl, self.hl), (self.hl, self.dl)):
+                    while True:
+                        body = a.next_body()
+                        if body is None:
+                            break
+                        x, tail = seal.out(a, body)
+                        f = bytes(x) + (bytes(tail) if tail is not None else b"")
+                        self.genuine.append(f)
+                        b.feed(f)
+        finally:
+            wire.nonce = real
+        assert self.hl.status == self.dl.status == "up", self.hl.last_error
+        assert seal.encrypted(self.hl) and self.hl.state["rx_next"] > 6
+        self.before = {id(k): sealkit.snapshot(k) for k in (self.hl, self.dl)}
+        self.recent = list(self.hl._recent)
+        self.inputs = self.refused = 0
+
+    def feed(self, data):
+        """The first byte picks the side (even: the host); then bodies, each
+        a length byte and that many bytes."""
+        if not data:
+            return
+        self.inputs += 1
+        link = self.hl if data[0] % 2 == 0 else self.dl
+        c = link.counters
+        i = 1
+        while i < len(data):
+            n = data[i] + 1
+            b = data[i + 1 : i + 1 + n]
+            i += 1 + n
+            t_rx = link._t_rx
+            r0 = c.get("forged", 0) + c.get("replayed", 0) + c.get("hellos_beside", 0)
+            r0 += c.get("stale_hellos", 0)
+            link.feed(b)  # never raises
+            sealkit.unchanged(link, self.before[id(link)], t_rx, repr(b))
+            r = c.get("forged", 0) + c.get("replayed", 0) + c.get("hellos_beside", 0)
+            assert r + c.get("stale_hellos", 0) == r0 + 1, repr(b)  # counted once
+            self.refused += 1
+        # what a HELLO beside the session queued (HELLO_ACKs), as the writer would send it
+        link._ctl.clear()
+        del link._hs[1:]
+        link._recent[:] = self.recent if link is self.hl else []
+
+
+_sealed = None
+
+
+def sealed_target(data):
+    global _sealed
+    if _sealed is None:
+        _sealed = Sealed()
+    _sealed.feed(data)
+
+
+def sealed_seeds():
+    """The session's genuine frames, alone and in pairs, to each side."""
+    g = Sealed().genuine
+    out = []
+    for side in (0, 1):
+        for i in range(len(g)):
+            out.append(bytes((side,)) + session_input(g[i : i + 2]))
+    return out
+
+
 # -- line ----------------------------------------------------------------------
 
 _LINE = None
@@ -315,21 +429,31 @@ def seeds():
         "session": [session_input(b[i : i + 4]) for i in range(0, len(b), 2)],
         "frame": [b"\x05" + b"".join(frame.encode(x, 1024, True) for x in b[:6])],
         "line": [bytes(range(64))],
+        "sealed": sealed_seeds(),
     }
 
 
-TARGETS = {"frame": frame_target, "session": session_target, "line": line_target}
+TARGETS = {
+    "frame": frame_target,
+    "session": session_target,
+    "line": line_target,
+    "sealed": sealed_target,
+}
 
 
 def main(argv):
     """atheris, coverage guided (run through fuzz_main, which instruments
-    edgebus); prints one JSON line of results at the end."""
+    edgebus): TARGET RUNS [--keep], a run from the kept corpus and the seeds
+    that prints one JSON line of results at the end; with --keep what it
+    found is added to the kept corpus,
+    tests/reliability/corpus/TARGET (the soak keeps it so)."""
     import resource
     import time
 
     import atheris
 
     name, runs = argv[1], int(argv[2])
+    keep = "--keep" in argv[3:]
     target = TARGETS[name]
     t0 = time.monotonic()
     rss0 = [None]
@@ -351,14 +475,25 @@ def main(argv):
             "maxrss_kb_after_1000": rss0[0],
             "maxrss_kb_end": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
         }
+        if _sealed is not None:
+            out["refused"] = _sealed.refused
         if _session is not None:
             out["delivered"] = _session.delivered
             out["rebuilt"] = _session.inputs // _session.fresh
         print("FUZZ " + json.dumps(out), flush=True)
+        if keep:
+            _merge(name, corpus)
 
+    import shutil
     import tempfile
 
+    # The kept corpus (what earlier runs found, minimised) and the seeds,
+    # copied: a run adds to its own copy, never to the repository.
     corpus = tempfile.mkdtemp(prefix="edgebus-fuzz-")
+    kept = os.path.join(CORPUS, name)
+    if os.path.isdir(kept):
+        for f in os.listdir(kept):
+            shutil.copy(os.path.join(kept, f), corpus)
     for i, x in enumerate(seeds()[name]):
         with open("%s/seed%d" % (corpus, i), "wb") as f:
             f.write(x)
@@ -375,3 +510,20 @@ def main(argv):
         one,
     )
     atheris.Fuzz()
+
+
+def _merge(name, found):
+    """What the run's corpus holds, added to the kept one: libFuzzer names a
+    unit by the SHA-1 of its bytes, so a unit kept already is not added
+    twice. (libFuzzer's own -merge re-runs argv[0], which is no program under
+    atheris.)"""
+    import shutil
+
+    kept = os.path.join(CORPUS, name)
+    os.makedirs(kept, exist_ok=True)
+    n = 0
+    for f in os.listdir(found):
+        if len(f) == 40 and not os.path.exists(os.path.join(kept, f)):
+            shutil.copy(os.path.join(found, f), kept)
+            n += 1
+    print("FUZZ kept %d new units in %s" % (n, kept), flush=True)

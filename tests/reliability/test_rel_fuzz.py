@@ -90,6 +90,14 @@ def test_session_on_generated_bodies(bs):
     fuzz_targets.session_target(fuzz_targets.session_input(bs))
 
 
+@_settings(300, 15000)
+@given(
+    st.integers(0, 1), st.lists(bodies() | st.sampled_from(fuzz_targets.sealed_seeds()), max_size=8)
+)
+def test_sealed_session_takes_nothing_unsealed(side, bs):
+    fuzz_targets.sealed_target(bytes((side,)) + fuzz_targets.session_input(bs))
+
+
 @_settings(200, 10000)
 @given(st.binary(max_size=80))
 def test_damaged_line_delivers_only_what_was_sent(data):
@@ -158,14 +166,16 @@ def _atheris():
 
 
 @pytest.mark.skipif(not _atheris(), reason="atheris is not installed (pip install atheris)")
-@pytest.mark.parametrize("target", ["frame", "session", "line"])
+@pytest.mark.parametrize("target", ["frame", "session", "line", "sealed"])
 def test_atheris(rel, target, tmp_path):
     runs = rel.n(
-        {"frame": 20000, "session": 10000, "line": 2000}[target],
-        {"frame": 400000, "session": 200000, "line": 20000}[target],
+        {"frame": 10000, "session": 5000, "line": 1000, "sealed": 10000}[target],
+        {"frame": 400000, "session": 200000, "line": 20000, "sealed": 1000000}[target],
     )
     r = subprocess.run(
-        [sys.executable, "-m", "tests.reliability.fuzz_main", target, str(runs)],
+        # the soak keeps what its long runs find (tests/reliability/corpus)
+        [sys.executable, "-m", "tests.reliability.fuzz_main", target, str(runs)]
+        + (["--keep"] if SOAK else []),
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -178,6 +188,8 @@ def test_atheris(rel, target, tmp_path):
     assert res["runs"] == runs
     if target == "session":
         assert res["delivered"] > 0  # the fuzzer reached the data path
+    if target == "sealed":
+        assert res["refused"] >= runs  # every frame it made was refused, none moved a side
     # Memory: RSS after the warm-up vs the end, generously bounded.
     grew = res["maxrss_kb_end"] - res["maxrss_kb_after_1000"]
     assert grew < 64 * 1024, res
@@ -187,4 +199,5 @@ def test_atheris(rel, target, tmp_path):
         seconds=res["seconds"],
         rss_growth_kb=grew,
         delivered=res.get("delivered"),
+        refused=res.get("refused"),
     )

@@ -77,7 +77,8 @@ def forgeries(seen, calls=()):
     """The bodies an outsider makes from the genuine bodies ``seen`` one way
     that would be acted on: CALLs shaped as the last genuine CALL (to its
     topic, then to each of ``calls``), three PUBs shaped as the last genuine
-    PUB with the next numbers, an ACK and a SKIP for HIGH, a RESEND of 1."""
+    PUB with the next numbers and undecodable handshake-type frames with the
+    same numbers, an ACK and a SKIP for HIGH, a RESEND of 1."""
     out = []
     for b in of_type(seen, wire.CALL)[-1:]:
         c = read(b)[2]
@@ -90,6 +91,15 @@ def forgeries(seen, calls=()):
         out += [
             wire.encode(wire.PUB, [p[0], {"n": -k, MARK: True}] + p[2:], (s + k) & 0xFFFF)
             for k in (1, 2, 3)
+        ]
+        # Deleting chosen readings: a numbered frame of a type the seal
+        # passes in a handshake, which does not decode, twice for each of the
+        # next numbers (spent as a gap, the genuine one then a duplicate).
+        out += [
+            bytes((t | wire.F_SEQ, ((s + k) >> 8) & 0xFF, (s + k) & 0xFF, 0x21))
+            for k in (1, 2, 3)
+            for t in (0, wire.HELLO, wire.HELLO_ACK, wire.AUTH)
+            for _ in (1, 2)
         ]
     return out + [
         wire.encode(wire.ACK, HIGH),
@@ -724,3 +734,99 @@ def test_at_the_defaults_blind_forgeries_and_a_replay_are_refused_and_counted(de
     refusals_counted(defaults)
     before, after = defaults["replies"]
     assert after == before, "an outsider's call was answered"
+
+
+# -- keeping a dead session up ------------------------------------------------------
+
+# Frames with no seal that used to count as a sign of life: the handshake types
+# the seal lets through, numbered or not, and a type 0, each bare and framed.
+ALIVE = [
+    f(b)
+    for b in (
+        wire.encode(wire.HELLO_ACK, {"to": "x"}),
+        wire.encode(wire.AUTH, {"proof": "0" * 64}),
+        bytes((wire.AUTH | wire.F_SEQ, 0, 1, 0x21)),
+        bytes((0, 0x21)),
+    )
+    for f in (lambda b: frame.message(b, bare=True), frame.message)
+]
+
+
+async def _flood(spy, topic, until_true, limit=20.0):
+    """Publish ALIVE on ``topic`` every 0.3 s until ``until_true()`` or
+    ``limit`` seconds: True if it came to hold while the flood went on."""
+    t0 = asyncio.get_running_loop().time()
+    while asyncio.get_running_loop().time() - t0 < limit:
+        if until_true():
+            return True
+        for f in ALIVE:
+            spy.c.publish(topic, f, 0)
+        await asyncio.sleep(0.3)
+    return until_true()
+
+
+@pytest.mark.mosquitto
+@pytest.mark.micropython
+def test_an_outsider_keeps_no_dead_session_up(tmp_path):
+    """Frames without a seal every 0.3 s (issue 38 kept sessions up 42 s so):
+    the bridge's link to a frozen device goes down by liveness, and a device
+    whose bridge restarted links to the new one, each while the flood goes
+    on, and each side counts the flood as forged."""
+    import signal
+
+    with (
+        Mosquitto() as broker,
+        Fleet(
+            tmp_path / "fleet",
+            mqtt=1,
+            period=0.2,
+            health_period=0.5,
+            broker=("127.0.0.1", broker.port),
+        ) as fleet,
+    ):
+        node = fleet.devices[0]["node"]
+        lid = "mqtt:" + node
+        cfg = bridge_config.parse(
+            dict(
+                fleet.bridge_config(("127.0.0.1", broker.port)),
+                bridge=dict(state_dir=str(tmp_path / "state"), heartbeat=1.0),
+            )
+        )
+        fleet.start()
+        spy = Watcher(broker.port, ["edgebus/%s/state" % node], client_id="outsider")
+
+        def state(b):
+            return b.stats()["links"].get(lid, {}).get("state")
+
+        async def main():
+            b = Bridge(cfg)
+            task = asyncio.create_task(b.run())
+            try:
+                await until(lambda: state(b) == "up", 60)
+                proc = fleet.devices[0]["proc"]
+                proc.send_signal(signal.SIGSTOP)  # the device says nothing more
+                try:
+                    down = await _flood(spy, "edgebus/%s/up" % node, lambda: state(b) != "up")
+                finally:
+                    proc.send_signal(signal.SIGCONT)
+                c = b.stats()["links"][lid]["counters"]
+                assert down and c.get("liveness_timeouts", 0) >= 1, c
+                assert c.get("forged", 0) >= len(ALIVE), c
+                await until(lambda: state(b) == "up", 60)
+            finally:
+                b.stop()
+                await task
+            # The bridge restarts while the outsider floods the device.
+            b = Bridge(cfg)
+            task = asyncio.create_task(b.run())
+            try:
+                relinked = await _flood(spy, "edgebus/%s/down" % node, lambda: state(b) == "up")
+                assert relinked, b.stats()["links"].get(lid)
+            finally:
+                b.stop()
+                await task
+
+        try:
+            asyncio.run(main())
+        finally:
+            spy.close()
