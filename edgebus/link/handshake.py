@@ -126,6 +126,22 @@ def _unsealed(link, mine, theirs):
     return True
 
 
+def _unpaced(link, theirs):
+    """Refuse (True) a peer that does not offer acknowledgements and a send
+    window while this side requires them (Link.paced)."""
+    caps = theirs.get("caps")
+    if not link.paced or type(caps) is list and wire.CAP_ACK in caps and wire.CAP_FLOW in caps:
+        return False
+    link.count("unpaced_refused")
+    _refuse(
+        link,
+        "pace_required",
+        "this link requires acknowledgements and a send window (caps ack, flow)",
+        "unpaced peer",
+    )
+    return True
+
+
 def retry_later(link):
     """Link.retry_later: after a refusal, the next HELLO waits (doubling up to 60 s)."""
     link._backoff = backoff.grow(link._backoff, 0, 60)
@@ -245,6 +261,9 @@ def _hello_beside(link, h):
         why = "its nonce was seen before"
     if why is None and not (seal.offered(h) and h.get("auth")):
         why = "it does not offer a sealed session"
+    caps = h.get("caps") if why is None else None
+    if link.paced and why is None and not (wire.CAP_ACK in caps and wire.CAP_FLOW in caps):
+        why = "it does not offer acknowledgements and a send window"
     if why is not None:
         return _forged(link, "HELLO beside the session: " + why)
     hk = link._hkey
@@ -310,7 +329,7 @@ def on_hello(link, h):
     link._mine = _side(link, key is not None)
     if key is not None:
         link._mine["kid"] = kid(key)
-    if _unsealed(link, link._mine, h):
+    if _unsealed(link, link._mine, h) or _unpaced(link, h):
         return
     # The same boot's earlier HELLOs stay answerable (KEEP); another boot's go.
     link._hs = [e for e in prev if e[0]["sid"] == h["sid"]][1 - KEEP :] + [(h, link._mine)]
@@ -351,7 +370,7 @@ def on_ack(link, a):
             )
             link.retry_later()
             return
-        if _unsealed(link, link._mine, a):
+        if _unsealed(link, link._mine, a) or _unpaced(link, a):
             link.retry_later()
             return
         tx.control(link, wire.AUTH, {"proof": _proof(key, "I", link._mine, a)})

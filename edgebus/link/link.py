@@ -48,9 +48,12 @@ class Link:
     status_every = 1.0  # s between status publications while only counters change
     # The owner's settings (class attributes: free on a board that sets none): on_gap(link,
     # first, last, why, sid) hears each gap (rx.gap), on_export(seq, item) each item spooled
-    # (tx.spool_item); claims False drops a sender's relay claims (src, via: rx.extra_in).
+    # (tx.spool_item); claims False drops a sender's relay claims (src, via: rx.extra_in);
+    # paced True refuses a peer that does not offer acknowledgements and a window (ack,
+    # flow: handshake._unpaced), as one sender that cannot be paced slows every other.
     on_gap = on_export = None
     claims = True
+    paced = False
 
     def __init__(
         self,

@@ -12,6 +12,7 @@ def reset(link):
     link._stuck = False
     link._rx_sync, link._rx_overflow = None, False
     link._rx_acked = 0
+    link._rx_base = None  # the session's first number taken: its window counts from here
 
 
 def rx_mark(link):
@@ -206,6 +207,18 @@ def seq_of(link, s16):
             return None
         gap(link, exp, exp + d - 1)
     full = exp + d
+    w = link._rx_window
+    if w is not None and link._flow:
+        # The window this side gave is kept, not trusted: a sender that claims
+        # flow and sends past it gets no more of the receiver than one that
+        # honours it (the frame is asked for again, as a held one).
+        b = link._rx_base
+        if b is None:
+            b = link._rx_base = full
+        if full >= max(b, link._rx_acked) + max(w, 1):
+            link.count("over_window")
+            resend(link, exp)
+            return None
     st["rx_next"] = full + 1
     link._stuck = False
     return full

@@ -89,3 +89,52 @@ def test_the_window_holds_across_a_reconnect_and_a_peer_that_ignores_it_is_not_t
         await k.stop()
 
     run(main())
+
+
+def test_a_sender_that_claims_flow_and_ignores_the_window_gets_no_more_than_it():
+    """The window is kept by the receiver: frames past it are not taken
+    (over_window) and asked for again, so a sender whose code ignores the
+    window gets no further ahead of the acknowledgements than an honest one,
+    and nothing of it is lost."""
+
+    async def main():
+        j, sub, c = await _durable(3)
+        j.dl._tx_window = None  # the sender's code ignores what it was told
+        for n in range(10):
+            c.publish("sensor/n", n)
+        await until(lambda: j.hl.counters.get("over_window", 0) >= 1)
+        await asyncio.sleep(0.2)
+        assert j.hl.counters["imported"] == 3  # the window's three, and no more
+        got = [m.payload for m in _recv_all(sub)]
+        for _ in range(20):  # the owner acknowledges what it made durable, window by window
+            j.hl.acknowledge(j.hl.rx_mark())
+            await asyncio.sleep(0.2)
+            # never more taken than acknowledged plus the window
+            assert j.hl.counters["imported"] <= j.hl._rx_acked - 1 + 3
+            got += [m.payload for m in _recv_all(sub)]
+            if len(got) == 10:
+                break
+        assert got == list(range(10))  # every reading, once, in order
+        assert j.hl.counters.get("gaps", 0) == 0
+        await j.stop()
+
+    run(main())
+
+
+def test_a_paced_receiver_refuses_a_sender_without_a_window():
+    async def main():
+        j = Joined(dev_kw={"ack": False})
+        j.hl.paced = True  # the bridge's default for device links
+        j.start()
+        await until(lambda: j.hl.counters.get("unpaced_refused", 0) >= 1)
+        assert j.hl.status != "up" and j.dl.status != "up"
+        assert "pace_required" in (j.dl.last_error or ""), j.dl.last_error
+        await j.stop()
+        j = Joined()  # a sender that offers ack and flow links as before
+        j.hl.paced = True
+        j.start()
+        await until(lambda: synced(j))
+        assert j.hl.counters.get("unpaced_refused", 0) == 0
+        await j.stop()
+
+    run(main())
