@@ -49,6 +49,7 @@ class Device:
     key: bytes | None  # None: the keystore holds it
     baud: int = 115200
     seal: str | None = None  # None: [bridge] seal
+    paced: bool | None = None  # None: [bridge] paced
 
 
 @dataclass
@@ -63,6 +64,7 @@ class Mqtt:
     prefix: str = "edgebus"  # frames on <prefix>/<node>/up and .../down
     keys: dict = field(default_factory=dict)  # node -> key (bytes; None: in the keystore)
     seals: dict = field(default_factory=dict)  # node -> seal, where the device sets its own
+    paced: dict = field(default_factory=dict)  # node -> paced, where the device sets its own
     mirror: list = field(default_factory=list)  # host-bus patterns mirrored as plain MQTT
     # Devices not in `devices` link too when the keystore holds their key
     # (`edgebus keys new`), from their first frame on: no restart, and no
@@ -91,6 +93,7 @@ class Peer:
     priority: int = 0
     backoff_max: float = 10.0
     seal: str | None = None  # None: [bridge] seal
+    paced: bool | None = None  # None: [bridge] paced
     # devices (node patterns, + and #) whose identity this peer's relayed
     # readings may carry into the log (bridge/relay.py); none: its own
     relays: list = field(default_factory=list)
@@ -131,6 +134,15 @@ class Config:
     # "mac" (every frame authenticated, readable), "offer" (sealed where the
     # peer offers it: old peers link unsealed), "off".
     seal: str = "auto"
+    # Device and [[peer]] links refuse a peer that does not offer
+    # acknowledgements and a send window (one such device slowed every other
+    # 100x), unless this or its entry's `paced` is false.
+    paced: bool = True
+    # [quota] (bridge/quota.py): per device, readings a second it may take
+    # (sustained; a bucket of quota_burst seconds' worth), and retained facts.
+    quota_readings: float = 1000.0
+    quota_burst: float = 10.0
+    quota_retained: int = 1000
     queue_len: int = 64
     # Per local socket client (the shell commands, attach_local): how many
     # messages each of its export feeds holds while the client reads; beyond
@@ -153,6 +165,11 @@ class Config:
     mailbox_bytes: int = 16384
     mailbox_expiry: float = 86400.0
     mailbox_margin: float = 60.0
+
+    def paced_for(self, own: bool | None = None) -> bool:
+        """Whether a device or peer link whose entry says ``own`` (None: the
+        [bridge] default) refuses a peer without acknowledgements and a window."""
+        return self.paced if own is None else own
 
     def seal_for(self, kind: str, own: str | None = None) -> str:
         """The seal mode of a link of ``kind`` ("serial", "mqtt", "peer")
@@ -201,6 +218,7 @@ def _peer(d: Any, i: int, store: KeyStore, base_dir: str) -> Peer:
         priority=pp.get("priority", 0),
         backoff_max=pp.get("backoff_max", 10.0),
         seal=_seal(pp, where),
+        paced=pp.get("paced"),
     )
     for name in ("connect", "listen"):
         if name in pp:
@@ -244,6 +262,7 @@ _TABLES = {
     "mailbox": dict,
     "mqtt": dict,
     "peer": list,
+    "quota": dict,
     "serial": list,
 }
 # [log] key -> the Config attribute it sets.
@@ -281,7 +300,12 @@ def _device(d: Any, i: int, store: KeyStore, base_dir: str) -> Device:
         if k not in s:
             raise ConfigError("%s: %s is required" % (where, k))
     return Device(
-        s["node"], s["port"], _key(s, where, store), s.get("baud", 115200), _seal(s, where)
+        s["node"],
+        s["port"],
+        _key(s, where, store),
+        s.get("baud", 115200),
+        _seal(s, where),
+        s.get("paced"),
     )
 
 
@@ -301,6 +325,8 @@ def _mqtt(d: Any, node: str, store: KeyStore, base_dir: str) -> Mqtt:
         mq.keys[dd["node"]] = _key(dd, where, store)
         if "seal" in dd:
             mq.seals[dd["node"]] = _seal(dd, where)
+        if "paced" in dd:
+            mq.paced[dd["node"]] = dd["paced"]
     return mq
 
 
@@ -339,6 +365,8 @@ def parse(data: dict[str, Any], base_dir: str = ".") -> Config:
             setattr(cfg, _LOG[k], v)
     for k, v in take(top.get("mailbox", {}), "mailbox", base_dir).items():
         setattr(cfg, "mailbox_" + k, v)
+    for k, v in take(top.get("quota", {}), "quota", base_dir).items():
+        setattr(cfg, "quota_" + k, v)
     for i, d in enumerate(top.get("serial", [])):
         cfg.serial.append(_device(d, i, store, base_dir))
     _nodes_unique(cfg.serial, "serial")

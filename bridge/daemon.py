@@ -23,6 +23,7 @@ from edgebus.bridge import acl, callerinfo, links, reload, rotation, status
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.keystore import KeyStore
 from edgebus.bridge.mailbox import Mailbox
+from edgebus.bridge.quota import Quota, Watch
 from edgebus.compat import wait_for
 
 if TYPE_CHECKING:
@@ -77,31 +78,62 @@ class Bridge:
         self.started = time.time()
         self.tasks: list[asyncio.Task[Any]] = []
         self.mailbox = Mailbox(self)
+        # [quota]: per device link (not a [[peer]], which carries many devices,
+        # nor a local client), a readings bucket its hold consults
+        self.quota = Quota(cfg.quota_readings, cfg.quota_burst)
+        self.limited: set[str] = set()  # the link ids under it
+        self.watch = Watch()
         if cfg.mqtt is not None:
             from edgebus.bridge.mqtt_links import MqttLinks
 
             self.mqtt = MqttLinks(self, cfg.mqtt)
 
     def hold(self, link: Link) -> bool:
-        """Link.hold of the durable links: the log's pushback (telemetry.py)."""
+        """Link.hold: the log's pushback for durable links (telemetry.py),
+        then a device's readings quota (quota.py)."""
         a = self.appender
-        return a is not None and a.hold(link)
+        if a is not None and link.durable and a.hold(link):
+            return True
+        return link.link_id in self.limited and self.quota.over(link)
 
     def durability(self) -> dict[str, Any]:
-        """A device link's durable= and hold= arguments: with a log, it
-        acknowledges only what the log made durable, and holds back while the
-        log is behind; without one, it acknowledges what reached the bus."""
-        return {"durable": self.durable, "hold": self.hold if self.durable else None}
+        """A link's durable= and hold= arguments: with a log, it acknowledges
+        only what the log made durable, and holds back while the log is
+        behind; without one, it acknowledges what reached the bus. A device
+        link is held over its quota too."""
+        return {"durable": self.durable, "hold": self.hold}
 
-    def add_link(self, link: Link, peer: bool = False) -> None:
-        """Register ``link`` in bridge.links (by its id), its gaps told to gap().
-        Only a ``[[peer]]`` link keeps a sender's relay claims (src, src_sid,
-        src_seq, via): a device or a local client claiming them would have its
-        readings relayed to a site under another device's identity."""
+    def add_link(self, link: Link, kind: str = "device", paced: bool | None = None) -> None:
+        """Register ``link`` of ``kind`` ("device", "peer" or "local") in
+        bridge.links (by its id), its gaps told to gap(). Only a ``[[peer]]``
+        link keeps a sender's relay claims (src, src_sid, src_seq, via): a
+        device or a local client claiming them would have its readings
+        relayed to a site under another device's identity. Device and peer
+        links refuse a peer that cannot be paced (``paced``: the entry's
+        word, None: [bridge] paced); a device link is under [quota]."""
         self.links[link.link_id] = link
         link.on_gap = self.gap  # type: ignore[assignment]  # None on the class: a hook
-        if not peer:
+        if kind != "peer":
             link.claims = False
+        if kind != "local":
+            link.paced = self.cfg.paced_for(paced)
+        if kind == "device":
+            link.max_retained = self.cfg.quota_retained  # type: ignore[assignment]
+            self.limited.add(link.link_id)
+
+    def remove_link(self, link_id: str) -> None:
+        """Forget the link ``link_id`` (a device released, a client gone)."""
+        self.links.pop(link_id, None)
+        self.limited.discard(link_id)
+        self.quota.forget(link_id)
+        self.watch.forget(link_id)
+
+    async def _watching(self, period: float = 5.0) -> None:
+        """Name in the log, at most once a minute each, the devices whose
+        frames were refused for their own doing (quota.py)."""
+        while True:
+            await asyncio.sleep(period)
+            self.watch.check(list(self.links.values()))
 
     def gap(self, link: Link, first: int, last: int, why: str, sid: str | None) -> None:
         """Link.on_gap: with a log, one bridge/gaps record (telemetry.py)."""
@@ -163,6 +195,7 @@ class Bridge:
         embedding program decides what to do with them (the daemon exits)."""
         cfg = self.cfg
         self.tasks.append(asyncio.create_task(self._persist_state()))
+        self.tasks.append(asyncio.create_task(self._watching()))
         blame = bridge_config.blame  # a start step that fails names its key
         if cfg.log_dir:
             from edgebus.bridge.telemetry import Appender, resume_links
@@ -215,6 +248,7 @@ class Bridge:
         await self._stop.wait()
         t0 = time.monotonic()
         log.info("bridge stopping")
+        self.watch.check(list(self.links.values()))  # what is not said yet
         try:
             for server in servers:
                 server.close()

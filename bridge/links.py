@@ -160,7 +160,7 @@ async def run_serial(bridge: Bridge, dev: Device) -> Link | None:
         **bridge.durability(),
         **device_rules(bridge.cfg.relay_calls),
     )
-    bridge.add_link(link)
+    bridge.add_link(link, paced=dev.paced)
     backoff = retry_backoff()
     while not bridge.stopping:
         try:
@@ -245,13 +245,13 @@ async def serve_local(bridge: Bridge, path: str) -> asyncio.Server:
             **bridge.durability(),
             spool=host_spool(LOCAL_MAX_LEN, bridge.cfg.client_queue),
         )
-        bridge.add_link(link)
+        bridge.add_link(link, "local")
         log.info("local client %s (uid %d pid %d) connected", link_id, uid, pid)
         try:
             await link.run(StreamTransport(reader, writer, LOCAL_MAX_LEN))
         finally:
             await link.close("client gone")
-            bridge.links.pop(link_id, None)
+            bridge.remove_link(link_id)
             log.info("local client %s gone", link_id)
 
     server = await asyncio.start_unix_server(handle, path=path)

@@ -23,7 +23,7 @@ from urllib.parse import urlparse
 from edgebus.bridge import mqtt_conn, mqtt_mirror
 from edgebus.bridge.keystore import KeyStoreError
 from edgebus.bridge.links import device_rules, retry_backoff, tick_links
-from edgebus.bridge.mqtt_transport import DeviceTransport
+from edgebus.bridge.mqtt_transport import Backlog, DeviceTransport
 from edgebus.link.link import Link
 
 if TYPE_CHECKING:
@@ -73,8 +73,8 @@ class MqttLinks:
         # the broker's count when we connected (from its start)
         self._dropped_base: int | None = None
         self._warned = (float("-inf"), 0)  # (when, broker_dropped) at the last warning
-        # while connected: (connection, full set, link tasks)
-        self._live: tuple[Connection, set[DeviceTransport], list[asyncio.Task[Any]]] | None = None
+        # while connected: (connection, its backlog, link tasks)
+        self._live: tuple[Connection, Backlog, list[asyncio.Task[Any]]] | None = None
         # node -> (key, seal) its link was made with
         self.devices: dict[str, tuple[bytes | None, str | None]] = {}
         for node, entry in self.wanted(mq).items():
@@ -119,7 +119,7 @@ class MqttLinks:
         # every second: building and retaining it costs ~27 us, 14 % of a core
         # at 5,000 devices. A change of state still goes out at once.
         link.status_every = STATUS_EVERY
-        b.add_link(link)
+        b.add_link(link, paced=self.mq.paced.get(node))
         self.devices[node] = (key, seal)
         return link
 
@@ -144,6 +144,7 @@ class MqttLinks:
         new = [n for n in want if n not in old or want[n] != old[n]]
         changed = sorted(set(gone) & set(new))
         self.mq.keys, self.mq.seals, self.mq.keystore = mq.keys, mq.seals, mq.keystore
+        self.mq.paced = mq.paced
         live = self._live
         await asyncio.gather(
             *(self._drop(n, "changed" if n in changed else "released") for n in gone)
@@ -191,7 +192,7 @@ class MqttLinks:
         peer state stays in the state file, for when it comes back)."""
         link = self.links.pop(node)
         del self.devices[node]
-        self.bridge.links.pop(link.link_id, None)
+        self.bridge.remove_link(link.link_id)
         t = self.transports.pop(node, None)
         if t is not None:
             self._up.pop("%s/%s/up" % (self.mq.prefix, node), None)
@@ -210,9 +211,9 @@ class MqttLinks:
     def _attach(self, node: str, link: Link) -> DeviceTransport:
         """Run ``link`` over the live connection: its transport and task."""
         assert self._live is not None  # for mypy: called only while connected
-        conn, full, tasks = self._live
+        conn, backlog, tasks = self._live
         p = self.mq.prefix
-        t = DeviceTransport(conn, "%s/%s/down" % (p, node), link.max_len, full)
+        t = DeviceTransport(conn, "%s/%s/down" % (p, node), link.max_len, backlog, link.count)
         self.transports[node] = t
         self._up["%s/%s/up" % (p, node)] = t
         tasks[:] = [x for x in tasks if not x.done()]  # released devices' runs
@@ -280,7 +281,7 @@ class MqttLinks:
                     self.connects += 1
                     backoff.reset()
                     log.info("mqtt: connected to %s:%d", self.host, self.port)
-                    self._live = (conn, set(), tasks)
+                    self._live = (conn, Backlog(conn), tasks)
                     for node, link in list(self.links.items()):
                         self._attach(node, link)
                     tasks.append(
@@ -358,10 +359,9 @@ class MqttLinks:
         more. List swaps only with ``pause`` false: safe in a signal handler."""
         n = 0
         for t in list(self.transports.values()):
-            q, t.pending = t.pending, []
-            n += len(q)
+            n += t.drop_pending()
         if pause and self._live is not None:
-            self._live[1].clear()  # no transport's recv() resumes reading now
+            self._live[1].stopped = True  # no transport's recv() resumes reading now
             self._live[0].pause_reading()
         return n
 

@@ -6,7 +6,7 @@ batch; a send is a publish on the device's down topic."""
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from edgebus.link import frame
 
@@ -14,12 +14,42 @@ if TYPE_CHECKING:
     from edgebus.bridge.mqtt_conn import Connection
 
 
-# Frames waiting for a device's link: past HIGH the connection stops reading
-# (the broker and TCP hold the rest) until every device's queue is below it
-# again; past LIMIT a frame is dropped and counted. Reading stops within the
-# packet that crossed HIGH, so LIMIT is a safety net.
-HIGH = 1024
-LIMIT = 16384
+# Frames waiting for the links of one connection, over all its devices: past
+# HIGH the connection stops reading (the broker and TCP hold the rest) until
+# the backlog is down to half: a load that every device shares. One device
+# may have at most SHARE waiting (its window is at most 256: bridge/telemetry
+# WINDOW_MAX); past it its frames are dropped and counted on its link
+# (over_share), so a device that floods gets its share of the bridge and no
+# more, and never stops the others' reading. A link takes at most BATCH at a
+# turn, then lets the other links have theirs.
+HIGH = 32768
+SHARE = 512
+BATCH = 64
+
+
+class Backlog:
+    """The frames waiting over the device transports of one connection, and
+    whether that stopped its reading."""
+
+    __slots__ = ("conn", "queued", "paused", "stopped")
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.queued = 0
+        self.paused = False
+        self.stopped = False  # the bridge is stopping: reading never resumes
+
+    def add(self) -> None:
+        self.queued += 1
+        if self.queued >= HIGH and not self.paused:
+            self.paused = True
+            self.conn.pause_reading()
+
+    def taken(self, n: int) -> None:
+        self.queued -= n
+        if self.paused and self.queued <= HIGH // 2 and not self.stopped:
+            self.paused = False
+            self.conn.resume_reading()
 
 
 class Frames:
@@ -59,16 +89,22 @@ def oversize(msg: bytes | bytearray, max_len: int) -> bool:
 class DeviceTransport:
     """The link transport of one device: bodies arrive through a list the
     connection's reader fills; sends are publishes on the device's down topic.
-    ``full`` is shared by the transports of one connection: the ones past
-    HIGH, for which the connection has stopped reading."""
+    ``backlog`` is shared by the transports of one connection; ``count`` is
+    the device's link's Link.count, for the frames dropped past its share."""
 
     def __init__(
-        self, conn: Connection, down: str, max_len: int, full: set[DeviceTransport]
+        self,
+        conn: Connection,
+        down: str,
+        max_len: int,
+        backlog: Backlog,
+        count: Callable[[str], None] | None = None,
     ) -> None:
         self.conn = conn
         self.down = down
         self.max_len = max_len
-        self.full = full
+        self.backlog = backlog
+        self.count = count
         self.pending: list[bytes] = []
         # The link's recv() waiting, else None: a future made per wait costs
         # less than an Event kept per device (its deque of waiters, ~0.6 KB).
@@ -76,6 +112,7 @@ class DeviceTransport:
         self.frames = Frames()
         self.closed = False
         self.bare = False  # the link's to set: its sealed session's peer takes bare bodies
+        self._turns = False  # the last recv() took a full batch: let the others run first
 
     def deliver(self, payload: bytes | bytearray) -> None:
         body = frame.unmessage(payload, self.max_len)
@@ -88,20 +125,22 @@ class DeviceTransport:
             return
         f.frames += 1
         q = self.pending
-        n = len(q)
-        if n >= HIGH:
-            if n >= LIMIT:
-                f.dropped += 1  # counted: the link sees the gap
-                return
-            self.full.add(self)
-            self.conn.pause_reading()
+        if len(q) >= SHARE:
+            f.dropped += 1  # the link sees the hole and asks again, or its device floods
+            if self.count is not None:
+                self.count("over_share")
+            return
         q.append(body)
+        self.backlog.add()
         w = self.waiter
         if w is not None and not w.done():
             w.set_result(None)
 
     async def recv(self) -> list[bytes] | None:
-        """Every body that arrived since the last call (None at the end)."""
+        """At most BATCH bodies that arrived since the last call (None at the
+        end). After a full batch the other links' tasks run first."""
+        if self._turns:
+            await asyncio.sleep(0)
         while not self.pending:
             if self.closed:
                 return None
@@ -110,13 +149,13 @@ class DeviceTransport:
                 await w
             finally:
                 self.waiter = None
-        out = self.pending
-        self.pending = []
-        full = self.full
-        if full and self in full:
-            full.discard(self)
-            if not full:
-                self.conn.resume_reading()
+        q = self.pending
+        if len(q) > BATCH:
+            out, self.pending = q[:BATCH], q[BATCH:]
+        else:
+            out, self.pending = q, []
+        self._turns = len(out) == BATCH
+        self.backlog.taken(len(out))
         return out
 
     async def send(self, body: bytes, tail: bytes | None = None) -> None:
@@ -130,11 +169,14 @@ class DeviceTransport:
             w = self.waiter
             if w is not None and not w.done():
                 w.set_result(None)
-        full = self.full
-        if self in full:  # its link reads no more: it must not hold the others
-            full.discard(self)
-            if not full:
-                self.conn.resume_reading()
+        q, self.pending = self.pending, []  # its link reads no more: not the others' backlog
+        self.backlog.taken(len(q))
+
+    def drop_pending(self) -> int:
+        """Drop what waits for the link (the bridge is stopping): how many."""
+        q, self.pending = self.pending, []
+        self.backlog.queued -= len(q)
+        return len(q)
 
     def stats(self) -> dict[str, int]:
         return self.frames.stats()

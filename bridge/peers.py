@@ -52,7 +52,7 @@ def peer_link(bridge: Bridge, p: Peer) -> Link:
         spool=host_spool(PEER_MAX_LEN, 64),
         **bridge.durability(),  # with a log: acknowledged once logged, as a device's
     )
-    bridge.add_link(link, peer=True)
+    bridge.add_link(link, "peer", p.paced)
     if bridge.cfg.log_dir is not None and p.exports:
         # What the log holds and the peer had not acknowledged is given
         # again after a restart (relay.py), beside what comes live.

@@ -66,6 +66,9 @@ SOCKET_PATH_MAX = 107
 
 _KEY = {"key": Key(str, TEXT), "key_file": Key(str, FILE)}
 _SEAL = {"seal": Key(str, CHOICE, choices=SEALS)}
+# a link's own word on pacing (docs/protocol.md section 11): false lets a peer
+# without acknowledgements and a send window link
+_PACED = {"paced": Key(bool)}
 
 # Every table of the configuration and every key it takes; the label is how
 # errors name it (an array's entries add " #N").
@@ -81,6 +84,7 @@ SCHEMA = {
             "metrics_links": Key(int, RANGE, 0, 1000000, " links", " (0: fleet totals only)"),
             "heartbeat": Key(NUM, RANGE, 0.05, 3600, " seconds"),
             **_SEAL,
+            **_PACED,
             "queue_len": Key(int, RANGE, 1, 1048576, " messages"),
             "client_queue": Key(int, RANGE, 1, MAX_CLIENT_QUEUE, " messages"),
             "relay_calls": Key(list, PATTERNS),
@@ -114,6 +118,7 @@ SCHEMA = {
             "baud": Key(int, RANGE, 50, 20000000, " bits a second"),
             **_KEY,
             **_SEAL,
+            **_PACED,
         },
     ),
     "mqtt": (
@@ -131,7 +136,7 @@ SCHEMA = {
             "shard": Key(bool),
         },
     ),
-    "mqtt.devices": ("[mqtt].devices", {"node": Key(str, NODE), **_KEY, **_SEAL}),
+    "mqtt.devices": ("[mqtt].devices", {"node": Key(str, NODE), **_KEY, **_SEAL, **_PACED}),
     "peer": (
         "[[peer]]",
         {
@@ -146,7 +151,17 @@ SCHEMA = {
             "priority": Key(int, RANGE, -1000000, 1000000),
             "backoff_max": Key(NUM, RANGE, 0.1, 3600, " seconds"),
             **_SEAL,
+            **_PACED,
             "relays": Key(list, PATTERNS),
+        },
+    ),
+    # what one device may take of the bridge (bridge/quota.py)
+    "quota": (
+        "[quota]",
+        {
+            "readings": Key(NUM, RANGE, 1, 10000000, " readings a second"),
+            "burst": Key(NUM, RANGE, 1, 3600, " seconds"),
+            "retained": Key(int, RANGE, 0, 10000000, " facts", " (0: none)"),
         },
     ),
     # held calls for devices asleep (bridge/mailbox.py)

@@ -31,7 +31,21 @@ LOCAL_MAX_LEN = 65536
 # client's link holds its [bridge] client_queue).
 CLIENT_BURST = 32
 # The link counters that count as errors, in `edgebus status` and /metrics.
-ERRORS = ("bad_frames", "auth_failures", "errors", "refused", "denied", "forged", "replayed")
+ERRORS = (
+    "bad_frames",
+    "auth_failures",
+    "errors",
+    "refused",
+    "denied",
+    "forged",
+    "replayed",
+    # a device's frames refused for its own doing (bridge/quota.py)
+    "over_quota",
+    "over_window",
+    "over_share",
+    "retained_refused",
+    "unpaced_refused",
+)
 
 
 def default_socket() -> str:

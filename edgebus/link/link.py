@@ -51,9 +51,11 @@ class Link:
     # (tx.spool_item); claims False drops a sender's relay claims (src, via: rx.extra_in);
     # paced True refuses a peer that does not offer acknowledgements and a window (ack,
     # flow: handshake._unpaced), as one sender that cannot be paced slows every other.
+    # max_retained caps the facts the peer may retain here (rx.room; None: no cap).
     on_gap = on_export = None
     claims = True
     paced = False
+    max_retained = None
 
     def __init__(
         self,
@@ -193,6 +195,7 @@ class Link:
         self.last_gap = None  # (first, last) sequence numbers of the latest gap
         self._held = None  # {None (this boot) or an earlier sid: first held}
         self._bad = None  # an undecodable frame's number, asked for again once
+        self._retained = None  # the facts the peer retained here, kept under max_retained
         self._t_resend = self._t_nosess = 0.0  # last RESEND asked; ERROR no_session sent
         self._t_ack = -1.0  # the last ACK sent: the first goes at once (clocks from 0)
         rx.reset(self)  # not stuck, the snapshot in, the last ACK's number

@@ -2,7 +2,7 @@
 sequence numbers and gaps, holds, acknowledgements, and the retained snapshot
 (SYNCSTART/SYNC/SYNCEND)."""
 
-from .. import compat, errors
+from .. import compat, errors, topic
 from . import calls, handshake, rules, tx, wire
 
 
@@ -315,6 +315,10 @@ def on_data(link, t, s16, obj, blob):
     try:
         if t == wire.UNRET:
             imp.unretain(k, extra_in(link, obj, 1, full))
+            if link._retained is not None:
+                link._retained.discard(k)
+        elif t == wire.RET and not room(link, k):
+            return
         else:
             p = blob if blob is not None else obj[1]
             x = extra_in(link, obj, 2, full)
@@ -326,6 +330,29 @@ def on_data(link, t, s16, obj, blob):
     except errors.Denied as e:
         link.count("denied")
         link.last_error = str(e)
+
+
+def room(link, k):
+    """True if the peer may retain ``k`` here: it is one of the facts it
+    holds, or it holds fewer than Link.max_retained (else counted
+    retained_refused: each fact costs the receiver memory for good)."""
+    n = link.max_retained
+    if n is None:
+        return True
+    r = link._retained
+    if r is None:
+        r = link._retained = set()
+    if k in r:
+        return True
+    if len(r) >= n:
+        link.count("retained_refused")
+        link.last_error = "retained %s refused: the peer holds %d facts (max_retained)" % (
+            topic.render(k),
+            n,
+        )
+        return False
+    r.add(k)
+    return True
 
 
 def on_snapshot(link, t, obj, blob):
@@ -357,7 +384,7 @@ def on_snapshot(link, t, obj, blob):
             link._rx_overflow = True
             return link.count("sync_overflow")
         k = rules.map_in(link, obj[0], link._imports)
-        if k is not None:
+        if k is not None and room(link, k):
             buf[k] = (blob if blob is not None else obj[1], extra_in(link, obj, 2, None))
         return
     link._rx_sync = None
@@ -391,3 +418,5 @@ def _apply_snapshot(link, buf):
             for m in store.query(r[1] + r[0], []):
                 if m.origin.link_id == link.link_id and m.topic not in buf:
                     imp.unretain(m.topic)
+                    if link._retained is not None:
+                        link._retained.discard(m.topic)

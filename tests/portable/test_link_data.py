@@ -182,3 +182,40 @@ def test_a_numbered_frame_that_passes_its_crc_but_does_not_decode_is_asked_for_a
         await j.stop()
 
     run(main())
+
+
+def test_a_peer_retains_at_most_max_retained_facts():
+    """Each retained fact costs the receiver memory for good: past
+    Link.max_retained a new one is refused (retained_refused); the peer's own
+    facts are still updated and removed, and what it removes makes room."""
+
+    from tests.portable.linkkit import Joined, synced, until
+    from tests.portable.support import run
+
+    async def main():
+        j = Joined()
+        j.hl.max_retained = 3
+        j.start()
+        await until(lambda: synced(j))
+        c = j.dev.connect()
+        base = len(j.hl._retained or ())  # what the snapshot brought (sys/...)
+        for i in range(6 - base):
+            c.retain("sensor/r%d" % i, i)
+        await until(lambda: j.hl.counters.get("retained_refused", 0) >= 1)
+        view = j.host.connect().retained_view("dev/dev1/#")
+        assert len(view) == 3, list(view.snapshot())
+        assert j.hl.status == "up"
+        c.unretain("sensor/r0")  # room for one more
+        c.retain("sensor/r1", "updated")  # its own: always taken
+
+        def value(t):
+            m = view.get("dev/dev1/sensor/" + t)
+            return None if m is None else m.payload
+
+        await until(lambda: value("r1") == "updated")
+        c.retain("sensor/new", 1)
+        await until(lambda: value("new") == 1)
+        assert len(view) == 3
+        await j.stop()
+
+    run(main())

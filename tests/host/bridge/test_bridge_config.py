@@ -24,6 +24,7 @@ BASE = {
     "mqtt": {"devices": [{"node": "m", "key": "k"}]},
     "peer": [{"node": "p", "key": "k", "connect": "127.0.0.1:9"}],
     "mailbox": {"entries": 16},
+    "quota": {"readings": 1000},
     "acl": [{"uid": 1000}],
 }
 ARRAYS = ("serial", "peer", "acl")

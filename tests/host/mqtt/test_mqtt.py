@@ -161,8 +161,8 @@ def test_reading_pauses_under_backpressure_and_nothing_is_lost(broker, monkeypat
             ("edgebus/d1/up",),
         )
         assert not conn.reading  # paused until there is a transport
-        full = set()
-        t = box["t"] = mqtt_transport.DeviceTransport(conn, "edgebus/d1/down", 256, full)
+        backlog = mqtt_transport.Backlog(conn)
+        t = box["t"] = mqtt_transport.DeviceTransport(conn, "edgebus/d1/down", 256, backlog)
         conn.resume_reading()
         done = threading.Event()
         pub = asyncio.get_running_loop().run_in_executor(
@@ -175,19 +175,64 @@ def test_reading_pauses_under_backpressure_and_nothing_is_lost(broker, monkeypat
         # Nobody takes the frames: the connection stops reading at HIGH and
         # stays stopped while the rest waits in the broker and TCP buffers.
         await until(lambda: not conn.reading, 10)
-        assert full == {t} and len(t.pending) == mqtt_transport.HIGH + 1
+        held = len(t.pending)
+        assert backlog.paused and held >= mqtt_transport.HIGH
         await asyncio.sleep(0.3)
-        assert len(t.pending) == mqtt_transport.HIGH + 1
+        assert len(t.pending) == held  # nothing more read
         got = []
         while len(got) < n:
-            got += await asyncio.wait_for(t.recv(), 10)
+            b = await asyncio.wait_for(t.recv(), 10)
+            assert len(b) <= mqtt_transport.BATCH  # a turn, then the other links'
+            got += b
         await pub
         assert done.is_set()
         assert got == bodies  # all of them, in order
-        assert t.frames.oversize == 0 and t.frames.crc_errors == 0
-        assert conn.reading and not full
+        assert t.frames.oversize == 0 and t.frames.crc_errors == 0 and t.frames.dropped == 0
+        assert conn.reading and not backlog.paused and backlog.queued == 0
         conn.close()
         assert conn.closed.done() and conn.closed.result() is None
+
+    asyncio.run(main())
+
+
+def test_a_flooding_device_gets_its_share_and_never_stops_the_others(broker):
+    """One device's frames past SHARE (nobody takes them) are dropped and
+    counted on its link (over_share); reading goes on, and another device's
+    frames arrive meanwhile."""
+    n = mqtt_transport.SHARE + 500
+
+    async def main():
+        ts = {}
+        counted = []
+        conn = await mqtt_conn.connect(
+            "127.0.0.1",
+            broker.port,
+            "share-test",
+            lambda topic, payload: ts[topic].deliver(payload),
+            ("edgebus/flood/up", "edgebus/calm/up"),
+        )
+        backlog = mqtt_transport.Backlog(conn)
+        for node in ("flood", "calm"):
+            ts["edgebus/%s/up" % node] = mqtt_transport.DeviceTransport(
+                conn, "edgebus/%s/down" % node, 256, backlog, counted.append
+            )
+        flood, calm = ts["edgebus/flood/up"], ts["edgebus/calm/up"]
+        conn.resume_reading()
+        await asyncio.get_running_loop().run_in_executor(
+            None,
+            _publish_all,
+            broker.port,
+            "edgebus/flood/up",
+            [frame.encode(b"f%d" % i, 256) for i in range(n)],
+        )
+        await until(lambda: len(flood.pending) + flood.frames.dropped == n, 10)
+        assert len(flood.pending) == mqtt_transport.SHARE and flood.frames.dropped == 500
+        assert counted == ["over_share"] * 500 and conn.reading
+        await asyncio.get_running_loop().run_in_executor(
+            None, _publish_all, broker.port, "edgebus/calm/up", [frame.encode(b"c", 256)]
+        )
+        assert await asyncio.wait_for(calm.recv(), 10) == [b"c"]
+        conn.close()
 
     asyncio.run(main())
 
