@@ -32,7 +32,7 @@ import time
 from dev.broker import Mosquitto
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
-from edgebus.tools.fleet import Fleet
+from edgebus.tools.fleet import KEYS_NOTE, Fleet, merge
 from edgebus.tools.status import render
 
 # The checkout, so the `edgebus` commands run from it (dev/ is never installed).
@@ -231,6 +231,7 @@ def main(argv=None):
             "demo: firmware compiled with mpy-cross; %d devices on serial ptys + 1 over MQTT"
             % args.serial_devices
         )
+        print("demo: " + KEYS_NOTE % {"keys": fleet.keys})
         fleet.start()
         parts = fleet.bridge_config(("127.0.0.1", broker.port))
         if args.qemu is not False:
@@ -239,9 +240,9 @@ def main(argv=None):
             parts["serial"].append({"node": QEMU_NODE, "port": qb.uart_port, "key": QEMU_KEY})
         parts["mqtt"].update({"client_id": "demo-bridge", "mirror": ["dev/+/sys/#"]})
         cfg = bridge_config.parse(
-            dict(
+            merge(
                 parts,
-                **{
+                {
                     "bridge": {
                         "node": "demo-gateway",
                         "state_dir": os.path.join(out, "state"),
