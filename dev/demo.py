@@ -32,7 +32,9 @@ import time
 from dev.broker import Mosquitto
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
-from edgebus.tools.fleet import Fleet
+from edgebus.bridge.keystore import KeyStore, new_key
+from edgebus.tools.fleet import KEYS_NOTE, Fleet, merge
+from edgebus.tools.keys import issue
 from edgebus.tools.status import render
 
 # The checkout, so the `edgebus` commands run from it (dev/ is never installed).
@@ -127,12 +129,13 @@ def _cli(*args):
     return r
 
 
-QEMU_NODE, QEMU_KEY = "mps2-1", "k-mps2"
+QEMU_NODE = "mps2-1"
 
 
-def _qemu_board(choice, out):
+def _qemu_board(choice, out, keys):
     """The emulated board booted, or None with a line saying how to add it.
-    choice: True builds the image if needed, None uses it only if already built."""
+    choice: True builds the image if needed, None uses it only if already built.
+    Its key is random, in the keystore ``keys`` (the fleet's) as the bridge's."""
     from edgebus.tools import boards, firmware, qemuboard
 
     board = boards.load_board("qemu-mps2-an385")
@@ -154,9 +157,11 @@ def _qemu_board(choice, out):
             "./do demo --qemu  (builds it once, about a minute)"
         )
         return None
+    key = new_key()
+    issue(KeyStore(keys), QEMU_NODE, key)
     cfg = {
         "node": QEMU_NODE,
-        "key": QEMU_KEY,
+        "key": key,
         "board": board["name"],
         "uplink": {"kind": "uart", "port": 1},
         "services": [{"module": "temp", "period": 1}],
@@ -231,17 +236,18 @@ def main(argv=None):
             "demo: firmware compiled with mpy-cross; %d devices on serial ptys + 1 over MQTT"
             % args.serial_devices
         )
+        print("demo: " + KEYS_NOTE % {"keys": fleet.keys})
         fleet.start()
         parts = fleet.bridge_config(("127.0.0.1", broker.port))
         if args.qemu is not False:
-            qb = _qemu_board(args.qemu, out)
+            qb = _qemu_board(args.qemu, out, fleet.keys)
         if qb is not None:
-            parts["serial"].append({"node": QEMU_NODE, "port": qb.uart_port, "key": QEMU_KEY})
+            parts["serial"].append({"node": QEMU_NODE, "port": qb.uart_port})
         parts["mqtt"].update({"client_id": "demo-bridge", "mirror": ["dev/+/sys/#"]})
         cfg = bridge_config.parse(
-            dict(
+            merge(
                 parts,
-                **{
+                {
                     "bridge": {
                         "node": "demo-gateway",
                         "state_dir": os.path.join(out, "state"),

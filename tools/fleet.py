@@ -3,7 +3,9 @@ to .mpy) on the real MicroPython unix port, with its own node id, key and
 uplink: a pseudo-terminal serial line (tools/ptycable.py stands in for the
 cable) or MQTT. Used by the demo, the bridge tests and the benchmarks; the
 `edgebus fleet` command runs one and prints the bridge configuration that
-joins it.
+joins it. Each device the fleet makes gets a random key, new at each run, in
+a keystore (bridge/keystore.py, as `edgebus provision` writes it) that the
+bridge reads.
 """
 
 from __future__ import annotations
@@ -20,7 +22,9 @@ import threading
 import time
 from typing import Any, Self
 
+from edgebus.bridge.keystore import KeyStore, new_key
 from edgebus.tools import boards, devicefiles, mpybuild, mpylib
+from edgebus.tools.keys import issue
 from edgebus.tools.ptycable import PtyCable
 
 # core + link (sealed) + firmware on the 64-bit unix port, with room for 20
@@ -39,6 +43,12 @@ START_WINDOW_S = 10.0
 # SLEEP_WAKE: started again at that time, a wake, not a failure (no start limit).
 SLEEP_EXIT = 4
 SLEEP_WAKE = "sleepsim.wake"
+# Where the keys of the devices a fleet makes are, said on its console and in
+# the fragment it prints.
+KEYS_NOTE = (
+    "the devices' keys: random, new at each run, in the keystore %(keys)s "
+    '(the bridge reads them there with [bridge] keys = "%(keys)s")'
+)
 
 
 def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
@@ -57,7 +67,9 @@ class Fleet:
     device (e.g. failover gateways); ``journal``: each device keeps a flash
     journal (``link.journal``) in its own directory; ``config``: any other
     device config, merged over the defaults; ``baud``: serial cables paced to
-    that line rate (8N1), else as fast as the ptys go. Started devices are supervised:
+    that line rate (8N1), else as fast as the ptys go; ``keys``: the keystore
+    directory each new device's key goes to (default OUT/keys), a random key
+    per device at each run, replacing the file a node had there. Started devices are supervised:
     one that exits (``sys/reboot`` exits with status 3) starts again, counted
     in ``restarts``, while the others run on; one in duty-cycle mode that
     deep-sleeps (status SLEEP_EXIT) starts again at its wake, counted in ``sleeps``."""
@@ -80,6 +92,7 @@ class Fleet:
         baud: int | None = None,
         provisioned: str | None = None,
         micropython: str | None = None,
+        keys: str | None = None,
     ) -> None:
         if mqtt and broker is None:
             raise ValueError("MQTT devices need a broker (host, port)")
@@ -90,6 +103,8 @@ class Fleet:
                 % self.board["name"]
             )
         self.out = os.path.abspath(out)
+        self.keys = os.path.abspath(keys or os.path.join(self.out, "keys"))
+        store = KeyStore(self.keys)
         self.bundle = tempfile.mkdtemp(prefix="edgebus-fleet-")
         mpybuild.compile_packages(["edgebus", "firmware"], self.bundle)
         notes: list[str] = []  # the board's micropython-lib packages (ntptime), as its bundle has
@@ -123,7 +138,8 @@ class Fleet:
                 d = {"node": node, "kind": "mqtt"}
             uplink.update({"backoff_min": 0.2, "backoff_max": 2.0})
             uplink.update(uplink_more)
-            d["key"] = "fleet-key-" + node
+            d["key"] = new_key()
+            issue(store, node, d["key"])
             d["dir"] = os.path.join(self.out, "devices", node)
             cfg = {
                 "node": node,
@@ -161,6 +177,7 @@ class Fleet:
             )
         node = pc["node"]
         d = {"node": node, "kind": "mqtt", "key": pc["key"], "restarts": 0, "exits": []}
+        d["provisioned"] = True
         d["dir"] = os.path.join(self.out, "devices", node)
         d["log"] = d["dir"] + ".log"
         shutil.copytree(os.path.dirname(path), d["dir"], dirs_exist_ok=True)
@@ -290,15 +307,23 @@ class Fleet:
                         d["proc"].wait()
 
     def bridge_config(self, broker: tuple[str, int] | None = None) -> dict[str, Any]:
-        """The [[serial]] and [mqtt] parts of a bridge configuration for this fleet."""
+        """The [bridge] keys, [[serial]] and [mqtt] parts of a bridge
+        configuration for this fleet: the devices it made have their keys in
+        its keystore; those `edgebus provision` made carry the key of their
+        config (the fleet does not know the keystore that holds it)."""
+
+        def entry(d: dict[str, Any], **more: Any) -> dict[str, Any]:
+            e = dict(node=d["node"], **more)
+            if d.get("provisioned"):
+                e["key"] = d["key"]
+            return e
+
         cfg: dict[str, Any] = {
-            "serial": [
-                {"node": d["node"], "port": d["port"], "key": d["key"]}
-                for d in self.devices
-                if d["kind"] == "serial"
-            ]
+            "serial": [entry(d, port=d["port"]) for d in self.devices if d["kind"] == "serial"]
         }
-        mq = [{"node": d["node"], "key": d["key"]} for d in self.devices if d["kind"] == "mqtt"]
+        if not all(d.get("provisioned") for d in self.devices):
+            cfg["bridge"] = {"keys": self.keys}
+        mq = [entry(d) for d in self.devices if d["kind"] == "mqtt"]
         if mq:
             assert broker is not None, "MQTT devices need a broker"
             cfg["mqtt"] = {"url": "mqtt://%s:%d" % broker, "devices": mq}
@@ -327,15 +352,21 @@ class Fleet:
 
 
 def bridge_toml(cfg: dict[str, Any]) -> str:
-    """A bridge TOML fragment for the fleet (what `edgebus fleet` prints)."""
+    """A bridge TOML fragment for the fleet (what `edgebus fleet` prints): its
+    device tables, after a comment naming the keystore that the [bridge] table
+    it joins must name (cfg's bridge keys)."""
     L = []
+    keys = cfg.get("bridge", {}).get("keys")
+    if keys:
+        L += ["# " + KEYS_NOTE % {"keys": keys}, ""]
     for s in cfg.get("serial", []):
         L += ["[[serial]]", 'node = "%s"' % s["node"], 'port = "%s"' % s["port"]]
-        L += ['key = "%s"' % s["key"], ""]
+        L += ['key = "%s"' % s["key"]] if "key" in s else []
+        L += [""]
     mq = cfg.get("mqtt")
     if mq:
         L += ["[mqtt]", 'url = "%s"' % mq["url"], "devices = ["]
-        L += ['  {node = "%s", key = "%s"},' % (d["node"], d["key"]) for d in mq["devices"]]
+        L += ["  {%s}," % ", ".join('%s = "%s"' % kv for kv in d.items()) for d in mq["devices"]]
         L += ["]", ""]
     return "\n".join(L)
 
@@ -355,6 +386,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "(DIR/NODE/config.json), instead of --devices new ones",
     )
     p.add_argument("--out", default="out/fleet", help="device configs and logs")
+    p.add_argument(
+        "--keys",
+        metavar="DIR",
+        help="where the devices' keys are kept (default: OUT/keys): a keystore, a file per "
+        "node as edgebus provision writes; each device gets a random key, new at each run "
+        "(its node's file there is replaced); the bridge reads them with [bridge] keys = "
+        "DIR (its default: <state_dir>/keys)",
+    )
     p.add_argument("--micropython", metavar="SRC", help=mpylib.SOURCE_HELP)
     p.add_argument("--period", type=float, default=1.0, help="sensor period in seconds")
     p.add_argument(
@@ -423,6 +462,11 @@ def run(args: argparse.Namespace) -> int:
     n = 0 if args.provisioned else args.devices
     if n < 1 and not args.provisioned:
         raise SystemExit("edgebus fleet: --devices must be at least 1")
+    if args.provisioned and args.keys:
+        raise SystemExit(
+            "edgebus fleet: --keys is for the devices the fleet makes; those of --from have "
+            "their keys in the keystore edgebus provision wrote them to"
+        )
     try:
         fleet = Fleet(
             args.out,
@@ -435,6 +479,7 @@ def run(args: argparse.Namespace) -> int:
             config=parse_sets(args.set),
             provisioned=args.provisioned,
             micropython=args.micropython,
+            keys=args.keys,
         )
     except (boards.BoardError, mpylib.SourceError, ValueError, OSError) as e:
         raise SystemExit("edgebus fleet: %s" % e) from None
@@ -465,6 +510,7 @@ def run(args: argparse.Namespace) -> int:
         )
     )
     if frag:
+        print("edgebus fleet: " + KEYS_NOTE % {"keys": fleet.keys})
         print("join them with edgebus-bridge using:\n\n" + frag)
     print("Ctrl-C stops the fleet. A device that exits is started again.", flush=True)
     seen = 0

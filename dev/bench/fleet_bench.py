@@ -15,7 +15,7 @@ from dev.bench.procs import Child
 from dev.bench.stats import summary
 from dev.broker import Mosquitto
 from dev.harness.process import python
-from edgebus.tools.fleet import DEVICE_HEAP, Fleet
+from edgebus.tools.fleet import DEVICE_HEAP, Fleet, merge
 
 
 def run(smoke=False, devices=None, period=0.01):
@@ -36,9 +36,9 @@ def run(smoke=False, devices=None, period=0.01):
             ) as fleet,
         ):
             fleet.start()
-            cfg = dict(
+            cfg = merge(
                 fleet.bridge_config(("127.0.0.1", broker.port)),
-                bridge={"state_dir": os.path.join(tmp, "state"), "heartbeat": 1.0},
+                {"bridge": {"state_dir": os.path.join(tmp, "state"), "heartbeat": 1.0}},
             )
             path = os.path.join(tmp, "bridge.json")
             with open(path, "w") as f:

@@ -22,7 +22,7 @@ from dev import devheap
 from dev.broker import Mosquitto
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
-from edgebus.tools.fleet import Fleet
+from edgebus.tools.fleet import Fleet, merge
 from tests.host.mqtt.tlskit import TestCA
 
 READY = re.compile(r"READY .*mem_alloc=(\d+) ")
@@ -54,7 +54,7 @@ def session(tmp, heap, ca=None):
         parts = fleet.bridge_config(("127.0.0.1", broker.port))
         if ca is not None:
             parts["mqtt"].update(url="mqtts://127.0.0.1:%d" % broker.port, tls_ca=ca.ca)
-        cfg = bridge_config.parse(dict(parts, bridge={"state_dir": os.path.join(d, "state")}))
+        cfg = bridge_config.parse(merge(parts, {"bridge": {"state_dir": os.path.join(d, "state")}}))
         fleet.start()
         health = asyncio.run(_readings(cfg, dev["node"], lambda: dev["restarts"] == 0))
         restarts = dev["restarts"]

@@ -15,7 +15,7 @@ from dev.harness.poll import wait_until
 from dev.harness.process import ROOT, python, run_module
 from edgebus.tools.fleet import Fleet, bridge_toml
 
-BRIDGE = '[bridge]\nnode = "gw"\nstate_dir = "%s"\nsocket = "%s"\nheartbeat = 1.0\n'
+BRIDGE = '[bridge]\nnode = "gw"\nstate_dir = "%s"\nsocket = "%s"\nkeys = "%s"\nheartbeat = 1.0\n'
 # README's entry for a user who updates devices; bridge/status besides for the
 # harness's look at the links (BridgeProcess.link).
 ACL = """
@@ -32,7 +32,8 @@ def start_bridge(tmp, fleet, broker=None):
     toml = os.path.join(str(tmp), "bridge.toml")
     with open(toml, "w") as f:
         f.write(
-            BRIDGE % (os.path.join(str(tmp), "state"), os.path.join(str(tmp), "bridge.sock"))
+            BRIDGE
+            % (os.path.join(str(tmp), "state"), os.path.join(str(tmp), "bridge.sock"), fleet.keys)
             + bridge_toml(fleet.bridge_config(("127.0.0.1", broker) if broker else None))
             + ACL
         )

@@ -121,7 +121,7 @@ def test_a_fleet_device_loses_nothing_through_80_percent_of_its_documented_windo
     unix board, its manifest's RAM spool, no flash journal) at 20 readings/s
     loses nothing through a broker outage of 80 % of the documented window
     (the rest leaves room for the reconnect after it)."""
-    from edgebus.tools.fleet import Fleet
+    from edgebus.tools.fleet import Fleet, merge
 
     log_dir = tmp_path / "log"
     with (
@@ -137,9 +137,9 @@ def test_a_fleet_device_loses_nothing_through_80_percent_of_its_documented_windo
         down = 0.8 * documented_window(fleet.board["name"], 2.0)
         node = fleet.devices[0]["node"]
         cfg = bridge_config.parse(
-            dict(
+            merge(
                 fleet.bridge_config(("127.0.0.1", broker.port)),
-                **{"bridge": {"state_dir": str(tmp_path / "state")}, "log": {"dir": str(log_dir)}},
+                {"bridge": {"state_dir": str(tmp_path / "state")}, "log": {"dir": str(log_dir)}},
             )
         )
         fleet.start()
@@ -198,7 +198,7 @@ def test_outage_longer_than_the_spool_loses_exactly_the_overflow(tmp_path, rel):
     readings) and the broker down for longer: what the spool could not hold
     is missing from the log, every missing number is one the device counted
     as evicted and the bridge as a gap, and nothing else is lost."""
-    from edgebus.tools.fleet import Fleet
+    from edgebus.tools.fleet import Fleet, merge
 
     down = rel.n(4.0, 8.0)
     log_dir = tmp_path / "log"
@@ -215,9 +215,9 @@ def test_outage_longer_than_the_spool_loses_exactly_the_overflow(tmp_path, rel):
     ):
         node = fleet.devices[0]["node"]
         cfg = bridge_config.parse(
-            dict(
+            merge(
                 fleet.bridge_config(("127.0.0.1", broker.port)),
-                **{
+                {
                     "bridge": {"state_dir": str(tmp_path / "state"), "heartbeat": 1.0},
                     "log": {"dir": str(log_dir), "segment_seconds": 1},
                 },

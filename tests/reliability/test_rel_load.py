@@ -57,11 +57,12 @@ def test_fleet_of_50_micropython_devices_over_mqtt(tmp_path, rel):
         sock = tmp_path / "state" / "bridge.sock"
         toml = tmp_path / "bridge.toml"
         toml.write_text(
-            '[bridge]\nstate_dir = "%s"\nsocket = "%s"\nheartbeat = 2.0\n'
+            '[bridge]\nstate_dir = "%s"\nsocket = "%s"\nkeys = "%s"\nheartbeat = 2.0\n'
             'queue_len = 256\n[log]\ndir = "%s"\nsegment_seconds = 5\n%s'
             % (
                 tmp_path / "state",
                 sock,
+                fleet.keys,
                 tmp_path / "log",
                 bridge_toml(fleet.bridge_config(("127.0.0.1", broker.port))),
             )

@@ -37,7 +37,7 @@ from edgebus.bridge.daemon import Bridge
 from edgebus.bridge.peers import PEER_MAX_LEN
 from edgebus.link import frame, wire
 from edgebus.tools import status
-from edgebus.tools.fleet import Fleet
+from edgebus.tools.fleet import Fleet, merge
 from tests.conftest import until
 
 SEAL = "mac"  # both ends of the injection trial; "off": the trial unsealed
@@ -404,9 +404,9 @@ def broker_run(tmp, trial, seal=None):
         rig = BrokerRig(fleet, broker.port)
         more = {"seal": seal} if seal else {}
         cfg = bridge_config.parse(
-            dict(
+            merge(
                 fleet.bridge_config(("127.0.0.1", broker.port)),
-                bridge=dict(state_dir=str(tmp / "state"), heartbeat=1.0, **more),
+                {"bridge": dict(state_dir=str(tmp / "state"), heartbeat=1.0, **more)},
             )
         )
         fleet.start()

@@ -11,7 +11,7 @@ import pytest
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
 from edgebus.link import routes
-from edgebus.tools.fleet import Fleet
+from edgebus.tools.fleet import Fleet, merge
 from tests.conftest import until
 
 pytestmark = pytest.mark.micropython
@@ -45,20 +45,22 @@ def site_config(tmp_path, port, key=KEY):
 
 def gateway_config(tmp_path, port, fleet):
     return bridge_config.parse(
-        dict(
+        merge(
             fleet.bridge_config(),
-            bridge={"node": "gw", "state_dir": str(tmp_path / "gw"), "heartbeat": 0.5},
-            peer=[
-                {
-                    "node": "site",
-                    "key": KEY,
-                    "connect": "127.0.0.1:%d" % port,
-                    "backoff_max": 0.5,
-                    "exports": ["dev/#"],
-                    "export_calls": ["dev/+/sys/#"],
-                    "imports": ["site/#"],
-                }
-            ],
+            {
+                "bridge": {"node": "gw", "state_dir": str(tmp_path / "gw"), "heartbeat": 0.5},
+                "peer": [
+                    {
+                        "node": "site",
+                        "key": KEY,
+                        "connect": "127.0.0.1:%d" % port,
+                        "backoff_max": 0.5,
+                        "exports": ["dev/#"],
+                        "export_calls": ["dev/+/sys/#"],
+                        "imports": ["site/#"],
+                    }
+                ],
+            },
         )
     )
 

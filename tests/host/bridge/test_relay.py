@@ -10,7 +10,7 @@ import pytest
 from dev.broker import Mosquitto
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
-from edgebus.tools.fleet import Fleet
+from edgebus.tools.fleet import Fleet, merge
 from tests.conftest import until
 
 pytestmark = [pytest.mark.micropython, pytest.mark.mosquitto]
@@ -58,12 +58,14 @@ def test_a_device_calls_another_through_the_bridge_over_serial_and_mqtt(tmp_path
         fleet.start()
         parts = fleet.bridge_config(("127.0.0.1", broker.port))
         cfg = bridge_config.parse(
-            dict(
+            merge(
                 parts,
-                bridge={
-                    "state_dir": str(tmp_path / "state"),
-                    "heartbeat": 1.0,
-                    "relay_calls": ["dev/+/sys/config/get"],
+                {
+                    "bridge": {
+                        "state_dir": str(tmp_path / "state"),
+                        "heartbeat": 1.0,
+                        "relay_calls": ["dev/+/sys/config/get"],
+                    }
                 },
             )
         )

@@ -107,16 +107,25 @@ def reported(log_dir, nodes, **want):
     return seen == set(nodes)
 
 
-def gateway_bridge(out, name, links, heartbeat=1.0):
+def gateway_bridge(out, name, links, heartbeat=1.0, keys=None):
     """A bridge process named ``name`` (its gateway name in the log) in
     out/name, with its own state, status socket and telemetry log, joining the
-    devices of the TOML fragment ``links``; returns (BridgeProcess, log dir)."""
+    devices of the TOML fragment ``links``, whose keys are in the keystore
+    ``keys`` (default: its own, in its state); returns (BridgeProcess, log dir)."""
     d = out / name
     d.mkdir(parents=True)
     toml = d / "bridge.toml"
     toml.write_text(
-        '[bridge]\nnode = "%s"\nstate_dir = "%s"\nsocket = "%s"\nheartbeat = %r\n'
+        '[bridge]\nnode = "%s"\nstate_dir = "%s"\nsocket = "%s"\nkeys = "%s"\nheartbeat = %r\n'
         '[log]\ndir = "%s"\npatterns = ["dev/#"]\nsegment_seconds = 1\n\n%s'
-        % (name, d / "state", d / "bridge.sock", heartbeat, d / "tlog", links)
+        % (
+            name,
+            d / "state",
+            d / "bridge.sock",
+            keys or d / "state" / "keys",
+            heartbeat,
+            d / "tlog",
+            links,
+        )
     )
     return BridgeProcess(str(d), toml=str(toml)), str(d / "tlog")

@@ -117,12 +117,14 @@ def test_primary_killed_devices_fail_over_and_back_and_the_table_has_every_readi
                 "gw-a",
                 bridge_toml(fleet.bridge_config(("127.0.0.1", broker_a.port))),
                 HEARTBEAT,
+                keys=fleet.keys,
             )
             b, _ = gateway_bridge(
                 out,
                 "gw-b",
                 bridge_toml(fleet.bridge_config(("127.0.0.1", broker_b.port))),
                 HEARTBEAT,
+                keys=fleet.keys,
             )
             zero = {n: 0 for n in nodes}
             try:

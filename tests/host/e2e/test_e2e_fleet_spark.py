@@ -75,9 +75,14 @@ def test_fleet_to_table_holds_every_reading_once_through_broker_and_bridge_kills
         nodes = [d["node"] for d in fleet.devices]
         toml = out / "bridge.toml"
         toml.write_text(
-            '[bridge]\nnode = "e2e-gateway"\nstate_dir = "%s"\nheartbeat = 1.0\n'
+            '[bridge]\nnode = "e2e-gateway"\nstate_dir = "%s"\nkeys = "%s"\nheartbeat = 1.0\n'
             '[log]\ndir = "%s"\npatterns = ["dev/#"]\nsegment_seconds = 1\n\n%s'
-            % (out / "state", log_dir, bridge_toml(fleet.bridge_config(("127.0.0.1", broker.port))))
+            % (
+                out / "state",
+                fleet.keys,
+                log_dir,
+                bridge_toml(fleet.bridge_config(("127.0.0.1", broker.port))),
+            )
         )
         bridge = BridgeProcess(str(out), toml=str(toml))
         try:

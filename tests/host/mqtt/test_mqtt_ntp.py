@@ -22,7 +22,7 @@ from dev.harness.process import Process
 from edgebus import tlog
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
-from edgebus.tools.fleet import Fleet
+from edgebus.tools.fleet import Fleet, merge
 
 pytestmark = [pytest.mark.mosquitto, pytest.mark.micropython]
 
@@ -106,7 +106,7 @@ def test_ntp_sets_a_wrong_clock_and_without_it_the_bridge_stands_in(tmp_path, nt
         fleet.start()
         parts = fleet.bridge_config(("127.0.0.1", broker.port))
         cfg = bridge_config.parse(
-            dict(parts, bridge={"state_dir": str(tmp_path / "state")}, log={"dir": "log"}),
+            merge(parts, {"bridge": {"state_dir": str(tmp_path / "state")}, "log": {"dir": "log"}}),
             base_dir=str(tmp_path),
         )
 

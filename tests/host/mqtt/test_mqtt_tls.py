@@ -13,7 +13,7 @@ from dev.broker import Mosquitto
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
 from edgebus.link.mqtt import MqttError, MqttTransport
-from edgebus.tools.fleet import Fleet
+from edgebus.tools.fleet import Fleet, merge
 from firmware import uplink_mqtt
 from tests.host.mqtt.tlskit import TestCA
 
@@ -46,7 +46,7 @@ def test_devices_reach_a_tls_broker_and_a_wrong_ca_is_refused(tmp_path):
         fleet.start()
         parts = fleet.bridge_config(("127.0.0.1", broker.port))
         parts["mqtt"].update(url="mqtts://127.0.0.1:%d" % broker.port, tls_ca=ca.ca)
-        cfg = bridge_config.parse(dict(parts, bridge={"state_dir": str(tmp_path / "state")}))
+        cfg = bridge_config.parse(merge(parts, {"bridge": {"state_dir": str(tmp_path / "state")}}))
 
         async def main():
             b = Bridge(cfg)

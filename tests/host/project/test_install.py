@@ -169,6 +169,8 @@ def test_a_fleet_joined_by_the_bridge_and_stopped(installed, tmp_path):
                 "0.2",
                 "--out",
                 "fleet",
+                "--keys",  # the bridge's keystore: its <state_dir>/keys
+                str(state / "keys"),
                 "--config-out",
                 str(fragment),
                 log=flog,

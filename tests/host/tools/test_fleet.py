@@ -4,22 +4,34 @@ unix port) against a real mosquitto and the real bridge."""
 import asyncio
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
 import sys
 import threading
+import tomllib
 
 import pytest
 
 from dev.broker import Mosquitto, free_port
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
-from edgebus.tools.fleet import Fleet
+from edgebus.bridge.keystore import KeyStore
+from edgebus.tools.fleet import Fleet, merge
 from tests.conftest import ROOT, until, wait_until
 
 # The fleet's devices are the firmware under micropython.
 pytestmark = pytest.mark.micropython
+
+
+def bridge_for(fleet, tmp_path, port=None, **bridge):
+    """The Config of a bridge beside ``fleet`` (its devices, and its keystore
+    as [bridge] keys), its state in tmp_path, with more [bridge] settings."""
+    parts = fleet.bridge_config(("127.0.0.1", port) if port else None)
+    return bridge_config.parse(
+        merge(parts, {"bridge": dict(state_dir=str(tmp_path / "state"), **bridge)})
+    )
 
 
 @pytest.mark.mosquitto
@@ -29,10 +41,7 @@ def test_five_devices_over_mqtt_come_up_answer_and_survive_a_broker_restart(tmp_
         Fleet(tmp_path / "fleet", mqtt=5, broker=("127.0.0.1", broker.port)) as fleet,
     ):
         fleet.start()
-        parts = fleet.bridge_config(("127.0.0.1", broker.port))
-        cfg = bridge_config.parse(
-            dict(parts, bridge={"state_dir": str(tmp_path / "state"), "heartbeat": 1.0})
-        )
+        cfg = bridge_for(fleet, tmp_path, broker.port, heartbeat=1.0)
         nodes = [d["node"] for d in fleet.devices]
 
         async def main():
@@ -74,8 +83,14 @@ def test_five_devices_over_mqtt_come_up_answer_and_survive_a_broker_restart(tmp_
         asyncio.run(main())
 
 
-def test_fleet_command_prints_the_bridge_config(tmp_path):
-    frag = tmp_path / "fleet.toml"
+def test_fleet_command_prints_the_bridge_config_and_a_bridge_beside_it_links_its_devices(
+    tmp_path,
+):
+    """`edgebus fleet` keeps its devices' random keys in the keystore --keys
+    names (here the bridge's default, <state_dir>/keys) and says so on its
+    console; neither the console nor the fragment holds a key; a bridge with
+    the fragment under its own [bridge] table gets a session with each device."""
+    frag, state = tmp_path / "fleet.toml", tmp_path / "state"
     p = subprocess.Popen(
         [
             sys.executable,
@@ -86,6 +101,8 @@ def test_fleet_command_prints_the_bridge_config(tmp_path):
             "2",
             "--out",
             str(tmp_path / "f"),
+            "--keys",
+            str(state / "keys"),
             "--config-out",
             str(frag),
             "--board",
@@ -110,17 +127,67 @@ def test_fleet_command_prints_the_bridge_config(tmp_path):
             assert line, "fleet exited early: " + text
             text += line
         assert "board esp32-s3: spool 32768 B, bus queue 16, flash journal" in text, text
-        cfg = bridge_config.parse(__import__("tomllib").loads(frag.read_text()))
-        assert [d.node for d in cfg.serial] == ["sim-1", "sim-2"]
+        assert (
+            "edgebus fleet: the devices' keys: random, new at each run, in the keystore %s "
+            % (state / "keys")
+        ) in text, text
+        devs = [
+            json.loads((tmp_path / "f" / "devices" / n / "config.json").read_text())
+            for n in ("sim-1", "sim-2")
+        ]
+        store = KeyStore(str(state / "keys"))
+        for dev in devs:
+            assert store.read(dev["node"])["key"] == dev["key"]
+            assert dev["key"] not in text and dev["key"] not in frag.read_text()
+        assert devs[1]["board"] == "esp32-s3" and devs[1]["health_period"] == 1
+        assert devs[1]["link"] == {"heartbeat": 1.0, "journal": "journal", "spool": 40000}
+        assert devs[1]["queues"] == {"full": "reject_newest"}
+        cfg = bridge_config.parse(
+            tomllib.loads(
+                '[bridge]\nstate_dir = "%s"\nheartbeat = 1.0\n\n%s' % (state, frag.read_text())
+            )
+        )
+        assert [(d.node, d.key) for d in cfg.serial] == [("sim-1", None), ("sim-2", None)]
         assert all(os.path.exists(d.port) for d in cfg.serial)
-        dev = json.loads((tmp_path / "f" / "devices" / "sim-2" / "config.json").read_text())
-        assert dev["board"] == "esp32-s3" and dev["health_period"] == 1
-        assert dev["link"] == {"heartbeat": 1.0, "journal": "journal", "spool": 40000}
-        assert dev["queues"] == {"full": "reject_newest"}
+
+        async def main():
+            b = Bridge(cfg)
+            t = asyncio.create_task(b.run())
+            ids = ["serial:" + d.node for d in cfg.serial]
+            await until(
+                lambda: all(b.links.get(i) and b.links[i].counters.get("sessions") for i in ids), 40
+            )
+            got = [(b.links[i].status, b.links[i].counters.get("auth_failures", 0)) for i in ids]
+            b.stop()
+            await t
+            return got
+
+        assert asyncio.run(main()) == [("up", 0), ("up", 0)]
     finally:
         p.send_signal(signal.SIGTERM)
         p.wait(10)
+        p.stdout.close()
     assert p.returncode == 0
+
+
+def test_each_run_draws_new_random_keys_into_the_keystore(tmp_path):
+    """No key is derived from the node: two runs in one directory give each
+    device a key of its own, 32 random bytes, new at the second run, held in
+    its config and (mode 0600) in the fleet's keystore."""
+    runs = []
+    for _ in range(2):
+        with Fleet(tmp_path / "fleet", serial=2) as fleet:
+            store = KeyStore(fleet.keys)
+            assert fleet.keys == str(tmp_path / "fleet" / "keys")
+            for d in fleet.devices:
+                with open(d["config"]) as f:
+                    assert json.load(f)["key"] == d["key"]
+                assert store.read(d["node"])["key"] == d["key"]
+                assert os.stat(store.file(d["node"])).st_mode & 0o777 == 0o600
+            runs.append([d["key"] for d in fleet.devices])
+    keys = runs[0] + runs[1]
+    assert all(re.fullmatch("[0-9a-f]{64}", k) for k in keys), keys
+    assert len(set(keys)) == 4, keys
 
 
 @pytest.mark.parametrize(
@@ -166,12 +233,7 @@ def test_a_device_told_to_reboot_comes_back_under_a_new_boot_while_the_others_ru
         ) as fleet,
     ):
         fleet.start()
-        cfg = bridge_config.parse(
-            dict(
-                fleet.bridge_config(("127.0.0.1", broker.port)),
-                bridge={"state_dir": str(tmp_path / "state"), "heartbeat": 1.0},
-            )
-        )
+        cfg = bridge_for(fleet, tmp_path, broker.port, heartbeat=1.0)
         one, other = [d["node"] for d in fleet.devices]
 
         async def main():
@@ -261,12 +323,7 @@ def test_a_device_gives_up_on_a_broker_that_never_answers_and_comes_back(tmp_pat
             assert "open: MqttError: no CONNACK from 127.0.0.1:%d within 0.5 s" % port in text
             mute.close()
             with Mosquitto(port) as broker:
-                cfg = bridge_config.parse(
-                    dict(
-                        fleet.bridge_config(("127.0.0.1", broker.port)),
-                        bridge={"state_dir": str(tmp_path / "state")},
-                    )
-                )
+                cfg = bridge_for(fleet, tmp_path, broker.port)
 
                 async def main():
                     b = Bridge(cfg)
@@ -331,12 +388,7 @@ def test_the_network_step_waits_for_the_access_point_and_rejoins_after_it_drops(
         access_point(False)
         wait_until(lambda: log_has("network: join lab: no_ap_found"), 20)
         assert log_has("uplink mqtt: waiting for the network")
-        cfg = bridge_config.parse(
-            dict(
-                fleet.bridge_config(("127.0.0.1", broker.port)),
-                bridge={"state_dir": str(tmp_path / "state"), "heartbeat": 1.0},
-            )
-        )
+        cfg = bridge_for(fleet, tmp_path, broker.port, heartbeat=1.0)
 
         async def main():
             b = Bridge(cfg)
