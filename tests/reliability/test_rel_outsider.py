@@ -787,9 +787,9 @@ def test_an_outsider_keeps_no_dead_session_up(tmp_path):
         node = fleet.devices[0]["node"]
         lid = "mqtt:" + node
         cfg = bridge_config.parse(
-            dict(
+            merge(
                 fleet.bridge_config(("127.0.0.1", broker.port)),
-                bridge=dict(state_dir=str(tmp_path / "state"), heartbeat=1.0),
+                {"bridge": dict(state_dir=str(tmp_path / "state"), heartbeat=1.0)},
             )
         )
         fleet.start()
