@@ -163,6 +163,7 @@ class Link:
         self._mine = None  # our latest side
         self._hs = []  # in progress: (peer's HELLO or None, our side), newest last
         self._recent = []  # initiator nonces seen (replay guard)
+        self._late = []  # an initiator's: its session's HELLO nonces (8 chars), answers late
         self._session = 0
         self._backoff = 5.0  # the retry delay after an error; handshake_timeout once up
         self._retry_at = 0.0  # no HELLO before (after an error)

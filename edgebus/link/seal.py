@@ -195,7 +195,8 @@ def opened(link, body):
     refused (counted: ``forged`` or ``replayed``; nothing in it is acted on).
     Handshake frames are never sealed (a restarted peer says HELLO); in a
     live sealed session only a HELLO or AUTH to a responder passes, for a
-    handshake beside the session, and everything else unsealed is forged. A side
+    handshake beside the session, and a HELLO_ACK to an initiator (counted:
+    a late answer, or forged); everything else unsealed is forged. A side
     without keys outside a session cannot read a session frame (it may be
     sealed), so only its type is kept: that type with the body ``0``, which
     rx counts as ``unauthenticated`` (a responder answers ``no_session``).
@@ -210,14 +211,18 @@ def opened(link, body):
     if t <= wire.AUTH:
         # Unsealed by design, so in a live session nothing but a new handshake
         # beside it (handshake.py), which ends the session only once it proves
-        # the key: a HELLO, or the AUTH that answers one, to a responder,
-        # never numbered. Anything else (type 0, a numbered frame, HELLO_ACK)
-        # would otherwise reach the session with no key behind it.
+        # the key: a HELLO, or the AUTH that answers one, to a responder, and
+        # to an initiator a HELLO_ACK (one it answers late is only counted),
+        # never numbered. Anything else (type 0, a numbered frame) would
+        # otherwise reach the session with no key behind it.
         if (
             not live
-            or link.role == "responder"
-            and not body[0] & wire.F_SEQ
-            and (t == wire.HELLO or t == wire.AUTH and len(link._hs) > 1)
+            or not body[0] & wire.F_SEQ
+            and (
+                t == wire.HELLO_ACK  # a late answer to one of its HELLOs (handshake.on_ack)
+                if link.role == "initiator"
+                else t == wire.HELLO or t == wire.AUTH and len(link._hs) > 1
+            )
         ):
             return body
         return _refuse(link, "forged", "unsealed %s in a sealed session" % _name(t))

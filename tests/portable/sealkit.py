@@ -6,8 +6,9 @@ machine (tests/host/link/test_link_unsealed_property.py)."""
 from edgebus.link import seal, wire
 
 # Counters a refused frame may move: the refusal itself, the frame count,
-# and a HELLO answered beside the session (or ignored as a late retry).
-REFUSALS = ("forged", "replayed", "frames_in", "stale_hellos", "hellos_beside")
+# a HELLO answered beside the session (or ignored as a late retry), a
+# HELLO_ACK that answers a HELLO of the session's handshake late.
+REFUSALS = ("forged", "replayed", "frames_in", "stale_hellos", "hellos_beside", "stale_acks")
 # Flags an outsider may set on any type byte.
 FLAGS = (0, wire.F_SEQ, wire.F_BIN, wire.F_SEQ | wire.F_BIN)
 TYPES = tuple(range(0, 26))  # every type, and two past the last

@@ -48,6 +48,7 @@ def test_no_unsealed_frame_of_any_kind_moves_either_side():
                             # counted once: forged, or (a well-formed HELLO) answered beside
                             n = c.get("forged", 0) + c.get("hellos_beside", 0)
                             assert n == n0 + 1, what
+                            assert c.get("stale_acks", 0) == 0, what  # no HELLO of its
                 # let the writers send what was queued (a HELLO_ACK beside, a PING)
                 await asyncio.sleep(0)
         assert j.hl.counters["hellos_beside"] >= 1 and j.dl.counters.get("hellos_beside", 0) == 0
@@ -145,6 +146,27 @@ def test_a_restarted_device_replaces_the_session_once_its_handshake_proves_the_k
         assert hl.counters["session_ends"] == 1 and hl.counters.get("liveness_timeouts", 0) == 0
         j.dev.connect().publish("sensor/t", "after")
         await until(lambda: sub.recv_nowait() is not None)
+        await j.stop()
+
+    run(main())
+
+
+def test_a_late_answer_to_the_sessions_own_hello_is_only_counted():
+    """A busy responder answers a retried HELLO after the session is up: the
+    initiator counts that HELLO_ACK stale_acks (no error), and one naming no
+    HELLO of its own forged; neither moves it."""
+
+    async def main():
+        j, sub = await _flowing()
+        dl = j.dl
+        late = dict(sealkit.hello("host"), to=dl._late[-1])
+        before = sealkit.snapshot(dl)
+        t_rx = dl._t_rx
+        dl.feed(wire.encode(wire.HELLO_ACK, late))
+        sealkit.unchanged(dl, before, t_rx, "a late HELLO_ACK")
+        assert dl.counters["stale_acks"] == 1 and dl.counters.get("forged", 0) == 0
+        dl.feed(wire.encode(wire.HELLO_ACK, dict(late, to="00000000")))
+        assert dl.counters["forged"] == 1 and dl.status == "up"
         await j.stop()
 
     run(main())
