@@ -112,13 +112,11 @@ class Bridge:
         links refuse a peer that cannot be paced (``paced``: the entry's
         word, None: [bridge] paced); a device link is under [quota]."""
         self.links[link.link_id] = link
-        link.on_gap = self.gap  # type: ignore[assignment]  # None on the class: a hook
-        if kind != "peer":
-            link.claims = False
+        link.configure(on_gap=self.gap, claims=kind == "peer")
         if kind != "local":
-            link.paced = self.cfg.paced_for(paced)
+            link.configure(paced=self.cfg.paced_for(paced))
         if kind == "device":
-            link.max_retained = self.cfg.quota_retained  # type: ignore[assignment]
+            link.configure(max_retained=self.cfg.quota_retained)
             self.limited.add(link.link_id)
 
     def remove_link(self, link_id: str) -> None:

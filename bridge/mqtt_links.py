@@ -114,11 +114,11 @@ class MqttLinks:
             **b.durability(),
             **device_rules(b.cfg.relay_calls),
         )
-        link.ticks = False  # _links_forever ticks them all from one task
-        # Its retained status (link/<id>) with new counters every 10 s, not
-        # every second: building and retaining it costs ~27 us, 14 % of a core
-        # at 5,000 devices. A change of state still goes out at once.
-        link.status_every = STATUS_EVERY
+        # Ticked with the others from one task (_links_forever); its retained
+        # status (link/<id>) with new counters every 10 s, not every second:
+        # building and retaining it costs ~27 us, 14 % of a core at 5,000
+        # devices. A change of state still goes out at once.
+        link.configure(ticks=False, status_every=STATUS_EVERY)
         b.add_link(link, paced=self.mq.paced.get(node))
         self.devices[node] = (key, seal)
         return link

@@ -218,7 +218,8 @@ class Transport(MqttTransport):
         # opened (a sealed session's may be encrypted) and applied by then.
         link = self.dev.link
         # A baseline tree (the bench's) may predate the public mark.
-        self.dev.on_ack(link.tx_acked if hasattr(Link, "tx_acked") else link._tx_acked)
+        acked = getattr(link, "tx_acked", None)
+        self.dev.on_ack(link._tx_acked if acked is None else acked)
         return await super().recv()
 
 

@@ -451,7 +451,7 @@ def up(link, peer):
         o[_FI] = o[_POS] = o[_FROM] = 0
         o[_TOLD] = None
     if not link._acking:  # nobody will acknowledge: tx.start dropped what waits
-        j.ack(link._tx_seq)
+        j.ack(link.tx_seq)
 
 
 async def flusher(link, period=2.0):

@@ -23,39 +23,30 @@ class Link:
     """A federation link for ``bus``; see docs/protocol.md for the rules.
 
     ``exports``/``imports``: data rules, lists of (pattern, prefix): exported local topics lose
-    ``prefix`` on the wire; imported wire topics gain it. ``export_calls``/``import_calls``:
-    the same for endpoints offered to the peer and the peer's endpoints proxied here.
-    ``{node}`` in a rule stands for the peer's node id. ``key``: bytes, a list (newest first; the
-    peer's kid picks), a callable(node) -> either, or None (no auth on both sides). ``principal`` is
-    who the link acts as on this bus (for the authoriser); ``state`` holds the peer's
-    generation and may be persisted by the owner. An export rule may name a delivery class
-    third: "reliable" (the default for publishes: spooled until the peer acknowledges it) or
-    "latest" (sent once; retained changes always are, the snapshot repairs them). ``spool``:
-    bytes for what waits to be sent or acknowledged, and its ``spool_policy`` when full.
-    ``ack``: offer acknowledgements (the "ack" capability). ``durable``: acknowledge only what
-    the owner confirms with acknowledge(), not what reached this bus. ``journal``: a directory
-    for the flash spool (journal.py: reliable entries survive a reboot and are delivered later
-    under this boot's provenance), of ``journal_bytes`` at most, written in blocks of
-    ``journal_block`` bytes; None: off. ``priority``: the rank of the routes learned over this
-    link where several links offer one topic (higher first, then fewest hops; routes.py).
-    ``hold``: None or the owner's admission, callable(link) (rx.py, protocol 11). ``seal``
-    (with a key; seal.py): "auto" seals every session (a peer that cannot is refused) and
-    encrypts it where both sides can, "encrypt" always encrypts, "mac" never does, "offer"
-    seals (and encrypts) where the peer offers it, "off" never seals.
+    ``prefix`` on the wire; imported wire topics gain it; a third item in an export rule is its
+    delivery class, "reliable" (publishes' default: spooled until acknowledged) or "latest"
+    (sent once). ``export_calls``/``import_calls``: the same for endpoints. ``{node}`` in a rule
+    is the peer's node id. ``key``: bytes, a list (newest first; the peer's kid picks), a
+    callable(node) -> either, or None (no auth on both sides). ``principal``: who the link acts
+    as on this bus; ``state``: the peer's generation, for the owner to persist. ``spool``: bytes
+    for what waits to be sent or acknowledged, ``spool_policy`` when full. ``ack``: offer
+    acknowledgements; ``durable``: acknowledge only what the owner confirms (acknowledge()).
+    ``journal``: a directory for the flash spool (journal.py), of ``journal_bytes`` in blocks of
+    ``journal_block``; None: off. ``priority``: the rank of routes learned here (routes.py).
+    ``hold``: None or the owner's admission, callable(link) (rx.py, protocol 11). ``seal`` (with
+    a key; seal.py): "auto" seals (refusing a peer that cannot) and encrypts where both can,
+    "encrypt" always encrypts, "mac" never does, "offer" seals where the peer offers it, "off".
     """
 
+    # The owner's settings (configure(); class attributes: free on a board that sets none).
     ticks = True  # run() ticks it; False: its owner calls tick() (thousands of links)
     status_every = 1.0  # s between status publications while only counters change
-    # The owner's settings (class attributes: free on a board that sets none): on_gap(link,
-    # first, last, why, sid) hears each gap (rx.gap), on_export(seq, item) each item spooled
-    # (tx.spool_item); claims False drops a sender's relay claims (src, via: rx.extra_in);
-    # paced True refuses a peer that does not offer acknowledgements and a window (ack,
-    # flow: handshake._unpaced), as one sender that cannot be paced slows every other.
-    # max_retained caps the facts the peer may retain here (rx.room; None: no cap).
-    on_gap = on_export = None
-    claims = True
-    paced = False
-    max_retained = None
+    on_gap = None  # on_gap(link, first, last, why, sid) hears each gap (rx.gap)
+    on_export = None  # on_export(seq, item) hears each item spooled (tx.spool_item)
+    claims = True  # False drops a sender's relay claims (src, via: rx.extra_in)
+    paced = False  # True refuses a peer without acknowledgements and a window (handshake)
+    max_retained = None  # the facts the peer may retain here (rx.room)
+    SETTINGS = ("ticks", "status_every", "on_gap", "on_export", "claims", "paced", "max_retained")
 
     def __init__(
         self,
@@ -184,9 +175,9 @@ class Link:
         self._obs = []  # [observer, rule, its losses counted] per export rule
         self._obs_node = False  # the peer node they observe for
         self._exports = []
-        self._tx_seq = 1
+        self.tx_seq = 1  # the number the next numbered frame carries
         self._tx_next = 1  # the number the peer is told comes next
-        self._tx_acked = 0  # every number below it acknowledged, by any peer
+        self.tx_acked = 0  # every number below it acknowledged, by any peer
         self._tx_window = self._rx_window = None  # the peer's pace; ours for it (protocol 11)
         self._t_acked = self._t_data = 0.0  # last ACK that freed entries; last numbered frame out
         self._rto = tx.RTO  # the wait before the unacknowledged tail goes again
@@ -209,17 +200,15 @@ class Link:
         # -- presence.py: the endpoints offered, for notices --
         self._offered = None
 
+    def configure(self, **settings):
+        """Set the owner's hooks and policies (SETTINGS) by name; TypeError for another."""
+        for k, v in settings.items():
+            if k not in self.SETTINGS:
+                raise TypeError("Link has no setting %r (%s)" % (k, ", ".join(self.SETTINGS)))
+            setattr(self, k, v)
+        return self
+
     # -- bookkeeping ---------------------------------------------------
-    @property
-    def tx_seq(self):
-        """The sequence number the next sequenced frame will carry."""
-        return self._tx_seq
-
-    @property
-    def tx_acked(self):
-        """Every sequence number below it is acknowledged (by any peer)."""
-        return self._tx_acked
-
     def count(self, name, n=1):
         """Add ``n`` to counter ``name``."""
         self.counters[name] = self.counters.get(name, 0) + n
@@ -245,7 +234,7 @@ class Link:
             "peer": self.peer_node,
             "peer_sid": self.peer_sid,
             "generation": self.generation,
-            "tx_seq": self._tx_seq,
+            "tx_seq": self.tx_seq,
             "rx_next": self.state.get("rx_next"),
             "pending_calls": len(self._pending),
             "proxies": routes.count(self),
@@ -303,10 +292,9 @@ class Link:
     window = tx.window
 
     def _doubt(self):
-        """Word that the peer is gone that anyone could have sent (an ERROR with
-        no valid seal: no_session from a restarted responder, or an outsider's;
-        an MQTT presence "offline"): PING, and end the session by liveness unless
-        a sealed frame answers within min(2 s, heartbeat). At most once a second."""
+        """Word anyone could send that the peer is gone (an unsealed ERROR, an MQTT
+        "offline"): PING, and end the session unless a sealed frame answers within
+        min(2 s, heartbeat). At most once a second."""
         now = compat.now()
         if now - self._t_doubt < 1.0:
             return
@@ -322,8 +310,7 @@ class Link:
             body = seal.opened(self, body)
             if body is None:  # refused, counted: not even a sign of life
                 return
-        # A sealed session lives on sealed frames alone: a handshake beside it
-        # (unsealed, anyone's) is no sign that its peer is still there.
+        # A sealed session lives on sealed frames alone: a handshake beside it is anyone's.
         bad = "bad_frames"
         if self._seal is None or not body or body[0] & wire.TYPE_MASK > wire.AUTH:
             self._t_rx = compat.now()

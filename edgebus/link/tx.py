@@ -162,8 +162,8 @@ def spool_item(link, item, rule, ms):
     """Number ``item`` (exported under ``rule``), encode it with the link clock
     ``ms`` and spool it (pump; replay.py for an owner's resend); the owner's
     on_export(seq, item), if set, hears each one spooled."""
-    seq = link._tx_seq
-    link._tx_seq = seq + 1
+    seq = link.tx_seq
+    link.tx_seq = seq + 1
     b = encode_item(link, item, rule, seq, None, ms)
     if b is None:
         return
@@ -210,7 +210,7 @@ def account_drops(link, e):
     if lost:
         # Overflowed messages still consume sequence numbers, so the peer
         # sees the loss as a gap instead of never knowing.
-        link._tx_seq += lost
+        link.tx_seq += lost
         e[2] = d
         link.count("dropped_out", lost)
 
@@ -285,7 +285,7 @@ def observe(link, node):
     sp = link._spool
     if sp.n:  # spooled for another node: its topics mean nothing to this one
         link.count("dropped_down", sp.kill_unsent(0))
-        sp.ack(link._tx_seq)
+        sp.ack(link.tx_seq)
 
 
 def reset(link):
@@ -312,11 +312,11 @@ def start(link, node, win):
         link.count("dropped_down", sp.kill_unsent(spool.LATEST))
         sp.rewind()
         nxt = sp.first_live()
-        link._tx_next = link._tx_seq if nxt is None else nxt
+        link._tx_next = link.tx_seq if nxt is None else nxt
     else:
         link.count("dropped_down", sp.kill_unsent(0))
-        sp.ack(link._tx_seq)
-        link._tx_next = link._tx_seq
+        sp.ack(link.tx_seq)
+        link._tx_next = link.tx_seq
     snap = []
     for e in link._obs:
         rule = e[1]
@@ -331,8 +331,8 @@ def snap_next(link):
     link._snap_i = i + 1
     if i < 0:
         o = {"seq": link._tx_next, "n": len(link._snap)}
-        if link._tx_acked:
-            o["acked"] = link._tx_acked  # acknowledged: by this peer, or another gateway
+        if link.tx_acked:
+            o["acked"] = link.tx_acked  # acknowledged: by this peer, or another gateway
         return wire.encode(wire.SYNCSTART, o)
     if i < len(link._snap):
         m, rule = link._snap[i]
@@ -347,8 +347,8 @@ def on_ack(link, n):
     if type(n) is not int:
         return link.count("bad_frames")
     k = link._spool.ack(n)
-    if n > link._tx_acked:
-        link._tx_acked = n
+    if n > link.tx_acked:
+        link.tx_acked = n
     if k:
         link.count("acked", k)
         link._t_acked = compat.now()

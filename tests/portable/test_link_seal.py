@@ -66,7 +66,7 @@ def test_a_flipped_tag_bit_a_replay_and_a_foreign_frame_are_refused():
         other, _ = await _flowing()  # same key, another session
         hl = j.hl
         n = hl.state["rx_next"]
-        j.dl._tx_seq = n + 1  # the device skips the number we forge with
+        j.dl.tx_seq = n + 1  # the device skips the number we forge with
         good = sealed(j.dl, wire.encode(wire.PUB, ["sensor/f", 7], n))
         flipped = bytearray(good)
         flipped[-1] ^= 0x01
@@ -217,7 +217,7 @@ def test_an_encrypted_session_hides_what_it_carries():
         assert b"plain-reading" not in wire_bytes and b"sensor/secret" not in wire_bytes
         # a bit flipped in the ciphertext: refused by the tag, nothing decrypted
         n = j.hl.state["rx_next"]
-        j.dl._tx_seq = n + 1
+        j.dl.tx_seq = n + 1
         good = bytearray(sealed(j.dl, wire.encode(wire.PUB, ["sensor/f", 7], n)))
         good[3] ^= 0x01
         f0 = j.hl.counters.get("forged", 0)

@@ -174,7 +174,7 @@ def test_a_numbered_frame_that_does_not_decode_is_asked_for_once_then_a_counted_
         await asyncio.wait_for(sub.recv(), 3)
         # what the device's json made of a value JSON cannot hold: bad JSON, good CRC
         s = j.dl.tx_seq
-        j.dl._tx_seq = s + 1
+        j.dl.tx_seq = s + 1
         j.hl.feed(sealed(j.dl, bytes([11 | 0x40, s >> 8, s & 0xFF]) + b'["n",{bad'))
         c.publish("sensor/n", 3)
         assert (await asyncio.wait_for(sub.recv(), 3)).payload == 3

@@ -63,7 +63,7 @@ def test_no_unsealed_frame_of_any_kind_moves_either_side():
 
 
 def test_an_outsider_cannot_delete_a_chosen_reading():
-    """The attack of issue 38: a numbered AUTH that does not decode, twice,
+    """The outsider's deletion: a numbered AUTH that does not decode, twice,
     with the number of the reading to delete. It used to make the bridge ask
     for a resend, then spend the number as a gap, and take the genuine
     reading as a duplicate."""

@@ -1,5 +1,5 @@
 """A hostile device from inside the fleet, with its own valid key and its
-firmware replaced (issue 39): a CPython Link over MQTT that floods readings
+firmware replaced: a CPython Link over MQTT that floods readings
 as fast as its process can make them, in one of the ways the protocol allows:
 
 - ``unpaced``: it offers no acknowledgements and no window (ack off);

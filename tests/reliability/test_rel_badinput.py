@@ -27,8 +27,8 @@ def inject(j, body, max_len=frame.MAX_LEN):
 def seq_of(j):
     """The device link's next sequence number, taken for a forged data frame,
     so the real device's numbering stays gap-free."""
-    s = j.dl._tx_seq
-    j.dl._tx_seq = s + 1
+    s = j.dl.tx_seq
+    j.dl.tx_seq = s + 1
     return s
 
 

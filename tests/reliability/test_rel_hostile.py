@@ -1,4 +1,4 @@
-"""One bad device (issue 39), with real parts: three honest devices (dev/swarm,
+"""One bad device, with real parts: three honest devices (dev/swarm,
 CPython, 5 readings/s) and a hostile one holding its own valid key
 (tests/reliability/hostile_device.py), over a real mosquitto into a real
 bridge process with its telemetry log. The honest devices' ACK latency is

@@ -768,7 +768,7 @@ async def _flood(spy, topic, until_true, limit=20.0):
 @pytest.mark.mosquitto
 @pytest.mark.micropython
 def test_an_outsider_keeps_no_dead_session_up(tmp_path):
-    """Frames without a seal every 0.3 s (issue 38 kept sessions up 42 s so):
+    """Frames without a seal every 0.3 s (they once kept sessions up 42 s):
     the bridge's link to a frozen device goes down by liveness, and a device
     whose bridge restarted links to the new one, each while the flood goes
     on, and each side counts the flood as forged."""

@@ -173,7 +173,7 @@ def check(sources):
 def test_each_link_field_is_written_by_its_owner():
     owner, found = check(_sources())
     assert found == []
-    assert (owner["_s_tx"], owner["_hs"], owner["_tx_seq"], owner["last_error"]) == (
+    assert (owner["_s_tx"], owner["_hs"], owner["tx_seq"], owner["last_error"]) == (
         "link/seal.py",
         "link/handshake.py",
         "link/tx.py",
