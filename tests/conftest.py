@@ -12,7 +12,13 @@ if ROOT not in sys.path:
 from dev.broker import Mosquitto  # noqa: E402
 from dev.harness.poll import until, wait_until  # noqa: E402,F401 (the tests' polling)
 from dev.harness.process import processes  # noqa: E402
-from edgebus.tools import mpybuild, mpylib  # noqa: E402
+from edgebus.tools import devicefiles, mpybuild, mpylib  # noqa: E402
+
+# A device imports its runtime as `firmware`: from edgebus/device/, where the
+# files are, not through the checkout's top-level link (one path per file).
+# Imported here, so that the package and its submodules keep that path
+# whatever pytest later puts first on sys.path.
+devicefiles.firmware("config")
 
 # The MicroPython source beside the checkout: the emulated board's firmware is
 # built from it, and bundles take the micropython-lib packages boards require

@@ -1,7 +1,9 @@
-"""The layout holds: no import circle, no private reach across packages, no
-one-letter module alias but pyspark's ``F``, nothing installed imports dev/,
-the host packages are imported under edgebus only and all installed, and no
-module in the product's big parts grows past 500 lines (ARCHITECTURE.md)."""
+"""The layout holds: one path per file (the code where Python imports it, the
+top-level parts links to it), no import circle, no private reach across
+packages, no one-letter module alias but pyspark's ``F``, nothing installed
+imports dev/, the host packages are imported under edgebus only and all
+installed, and no module in the product's big parts grows past 500 lines
+(ARCHITECTURE.md)."""
 
 import ast
 import os
@@ -13,32 +15,46 @@ import pytest
 from edgebus.tools import devicefiles
 from tests.conftest import ROOT
 
-# The host folders, imported as edgebus.<folder> (edgebus/<folder> links to each).
+# The host packages, edgebus/<name>, each with a top-level link of that name.
 HOST = ("bridge", "client", "tlog", "ingest", "tools")
-# folder -> the name its modules are imported by
-PACKAGES = dict(
-    {"edgebus": "edgebus", "firmware": "firmware", "boards": "boards", "dev": "dev"},
-    **{h: "edgebus." + h for h in HOST},
-)
+# The device's packages (edgebus/device/<name>, imported by a device as <name>).
+DEVICE = ("firmware", "boards")
+# real folder -> the name its modules are imported by
+PACKAGES = {
+    "edgebus": "edgebus",
+    "edgebus/device/firmware": "firmware",
+    "edgebus/device/boards": "boards",
+    "dev": "dev",
+}
 SIZE_CAPPED = ("edgebus", "bridge", "tlog", "ingest")
 # Lines as ruff format lays them out (a call that does not fit takes a line per
 # argument): about a tenth more than the hand layout a 450-line cap was set for.
 MAX_LINES = 500
 
 
+def _part(mod):
+    """The top-level part a module belongs to: a host package's name, or its root's."""
+    p = mod.split(".")
+    return p[1] if p[0] == "edgebus" and len(p) > 1 and p[1] in HOST else p[0]
+
+
 def _modules():
-    """{dotted module name: (path, is_package)} for every module of PACKAGES, and
-    {module name: its folder}. The walk does not follow edgebus/'s links."""
+    """{dotted module name: (path, is_package)} for every module under the real
+    folders of PACKAGES (edgebus/device/ only as the device's own), and
+    {module name: its part}. No walk follows a link."""
     out, folder = {}, {}
+    device = os.path.join(ROOT, "edgebus", "device")
     for top, name in PACKAGES.items():
-        for d, _, files in os.walk(os.path.join(ROOT, top)):
+        base = os.path.join(ROOT, *top.split("/"))
+        for d, dirs, files in os.walk(base):
+            dirs[:] = [x for x in dirs if os.path.join(d, x) != device]
             for f in files:
                 if f.endswith(".py"):
-                    rel = os.path.relpath(os.path.join(d, f), ROOT)[:-3].split(os.sep)
+                    rel = os.path.relpath(os.path.join(d, f), base)[:-3].split(os.sep)
                     pkg = rel[-1] == "__init__"
-                    mod = ".".join([name] + (rel[1:-1] if pkg else rel[1:]))
+                    mod = ".".join([name] + (rel[:-1] if pkg else rel))
                     out[mod] = (os.path.join(d, f), pkg)
-                    folder[mod] = top
+                    folder[mod] = _part(mod)
     return out, folder
 
 
@@ -180,30 +196,60 @@ def test_host_packages_are_imported_under_edgebus():
     assert bare == []
 
 
-def test_edgebus_links_every_host_folder_and_installs_them():
-    """edgebus/<host folder> and edgebus/device/{firmware,boards} are links to
-    the folders; pyproject installs every package under them, and device
-    bundles leave out exactly the host parts."""
+def test_every_file_has_one_path_and_the_parts_keep_their_names():
+    """The code lives where Python imports it (edgebus/, edgebus/device/): no
+    link inside; each top-level part is a link to its real folder; pyproject
+    installs every package there, and device bundles leave out exactly the
+    host parts."""
     core = os.path.join(ROOT, "edgebus")
-    links = {
-        os.path.relpath(os.path.join(d, x), core): os.readlink(os.path.join(d, x))
-        for d, dirs, _ in os.walk(core)
-        for x in dirs
+    inside = [
+        os.path.join(d, x)
+        for d, dirs, files in os.walk(core)
+        for x in dirs + files
         if os.path.islink(os.path.join(d, x))
-    }
-    assert links == dict(
-        {h: "../" + h for h in HOST},
-        **{"device/firmware": "../../firmware", "device/boards": "../../boards"},
-    )
+    ]
+    assert inside == []
+    tops = {h: "edgebus/" + h for h in HOST}
+    tops.update({d: "edgebus/device/" + d for d in DEVICE})
+    assert {t: os.readlink(os.path.join(ROOT, t)) for t in tops} == tops
     assert devicefiles.HOST_PARTS == HOST + ("device",)
     want = {"edgebus"}
-    for d, dirs, files in os.walk(core, followlinks=True):
+    for d, dirs, files in os.walk(core):
         dirs[:] = [x for x in dirs if x.isidentifier()]  # not a board's C sources
         if d != core and any(f.endswith(".py") for f in files):
             want.add("edgebus." + os.path.relpath(d, core).replace(os.sep, "."))
     with open(os.path.join(ROOT, "pyproject.toml"), "rb") as f:
         got = tomllib.load(f)["tool"]["setuptools"]["packages"]
     assert sorted(got) == sorted(want)
+
+
+def test_modules_report_the_paths_git_tracks():
+    """What Python imports from the checkout, by every name the code uses
+    (edgebus.*, and firmware as the tests import it), is a file git tracks:
+    tracebacks, coverage and blame name one file."""
+    import subprocess
+    import sys
+
+    import edgebus.bridge.daemon
+    import edgebus.tools.cli
+    import firmware.config
+
+    tracked = set(
+        subprocess.run(
+            ["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.split()
+    )
+    mods = [edgebus.bridge.daemon, edgebus.tools.cli, firmware.config]
+    mods += [m for n, m in sys.modules.items() if n.split(".")[0] in ("edgebus", "firmware")]
+    untracked = sorted(
+        {
+            os.path.relpath(m.__file__, ROOT)
+            for m in mods
+            if getattr(m, "__file__", None) and os.path.abspath(m.__file__).startswith(ROOT)
+        }
+        - tracked
+    )
+    assert untracked == []
 
 
 @pytest.mark.parametrize("top", SIZE_CAPPED)
