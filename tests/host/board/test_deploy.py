@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from edgebus.tools import boards, build, cli, deploy
+from edgebus.tools import boards, build, cli, deploy, rawrepl
 from edgebus.tools.simboard import SimBoard
 
 UNIX = boards.load_board("unix")
@@ -160,7 +160,7 @@ def test_wrong_board_is_refused_before_any_reset(sim, bundles):
 
 def test_missing_port():
     with pytest.raises(deploy.DeployError, match="port /dev/ttyNOPE0 does not exist"):
-        deploy.open_board("/dev/ttyNOPE0", 115200, 1)
+        rawrepl.open_board("/dev/ttyNOPE0", 115200, 1)
 
 
 def test_busy_port(sim, bundles):
