@@ -24,15 +24,36 @@ LIMIT = 16384
 
 class Frames:
     """A device transport's frame counters (a stream's FrameReader counts the
-    same, but holds a frame's buffer, 1 KB a device, that messages never need)."""
+    same, but holds a frame's buffer, 1 KB a device, that messages never need):
+    messages refused as longer than a frame of max_len (``oversize``), or as
+    damaged (``crc_errors``), and frames dropped past LIMIT (``dropped``)."""
 
-    __slots__ = ("frames", "crc_errors", "oversize")
+    __slots__ = ("frames", "crc_errors", "oversize", "dropped")
 
     def __init__(self) -> None:
-        self.frames = self.crc_errors = self.oversize = 0
+        self.frames = self.crc_errors = self.oversize = self.dropped = 0
 
     def stats(self) -> dict[str, int]:
-        return {"frames": self.frames, "crc_errors": self.crc_errors, "oversize": self.oversize}
+        return {
+            "frames": self.frames,
+            "crc_errors": self.crc_errors,
+            "oversize": self.oversize,
+            "dropped": self.dropped,
+        }
+
+
+def oversize(msg: bytes | bytearray, max_len: int) -> bool:
+    """Whether a message frame.unmessage refused holds a body longer than
+    max_len (docs/protocol.md 1: counted as oversize, as a stream's reader
+    does, not as damage): a bare body (0x00 first) past it, a frame past the
+    longest encoding of one, or a good frame that decodes past it."""
+    if len(msg) and msg[0] == 0:
+        return len(msg) - 1 > max_len
+    n = len(msg) - (1 if len(msg) and msg[-1] == 0 else 0)
+    if n > frame.max_encoded_len(max_len):
+        return True
+    body = frame.decode(msg, n)  # room for whatever n bytes decode to
+    return body is not None and len(body) > max_len
 
 
 class DeviceTransport:
@@ -60,14 +81,17 @@ class DeviceTransport:
         body = frame.unmessage(payload, self.max_len)
         f = self.frames
         if body is None:
-            f.crc_errors += 1
+            if oversize(payload, self.max_len):
+                f.oversize += 1
+            else:
+                f.crc_errors += 1
             return
         f.frames += 1
         q = self.pending
         n = len(q)
         if n >= HIGH:
             if n >= LIMIT:
-                f.oversize += 1  # counted: the link sees the gap
+                f.dropped += 1  # counted: the link sees the gap
                 return
             self.full.add(self)
             self.conn.pause_reading()

@@ -146,7 +146,8 @@ def test_fleet_of_50_micropython_devices_over_mqtt(tmp_path, rel):
         {
             k: (l["counters"], l.get("transport"))
             for k, l in links.items()
-            if l["counters"].get("gaps") or (l.get("transport") or {}).get("oversize")
+            if l["counters"].get("gaps")
+            or any((l.get("transport") or {}).get(c) for c in ("oversize", "dropped"))
         },
     )
     # RSS flat: the second half never above the first half's peak by much.

@@ -192,6 +192,42 @@ def test_reading_pauses_under_backpressure_and_nothing_is_lost(broker, monkeypat
     asyncio.run(main())
 
 
+def test_oversized_messages_count_as_oversize_and_damaged_ones_as_crc_errors(tmp_path, broker):
+    """docs/protocol.md 1: a message holding a body past max_len (a frame
+    too long, one that decodes too long, a bare body too long) is counted as
+    ``oversize``, a damaged one as ``crc_errors``, as a stream's reader
+    counts them; neither reaches the link."""
+    damaged = bytearray(frame.encode(b"hello", 1024))
+    damaged[2] ^= 0x01
+    messages = [
+        frame.encode(b"x" * 2000, 4096),  # longer than any frame of 1024
+        frame.encode(bytes(1025), 2048),  # as short as one, decoding to 1025
+        b"\x00" + b"x" * 1025,  # a bare body (sealed sessions) too long
+        bytes(damaged),
+    ]
+
+    async def main():
+        b = Bridge(_bridge_cfg(tmp_path, broker.port))
+        task = asyncio.create_task(b.run())
+        await until(lambda: b.mqtt is not None and "d1" in b.mqtt.transports, 10)
+        await until(lambda: b.mqtt.stats()["connected"], 10)
+        await asyncio.to_thread(_publish_all, broker.port, "edgebus/d1/up", messages)
+        link = b.links["mqtt:d1"]
+
+        def counted():
+            t = b.stats([link.link_id])["links"][link.link_id].get("transport") or {}
+            return t if t.get("oversize", 0) + t.get("crc_errors", 0) >= len(messages) else None
+
+        t = await until(counted, 10)
+        b.stop()
+        await task
+        return t, link.counters
+
+    t, counters = asyncio.run(main())
+    assert (t["oversize"], t["crc_errors"], t["frames"]) == (3, 1, 0), t
+    assert counters.get("frames_in", 0) == 0, counters
+
+
 @pytest.mark.mosquitto  # its own broker, with a password file
 def test_refused_credentials_are_logged_and_retried_then_accepted(tmp_path, caplog):
     b = Mosquitto()
