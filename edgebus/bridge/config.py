@@ -124,6 +124,9 @@ class Config:
     segment_seconds: float = DEFAULT_SEGMENT_SECONDS
     retention_bytes: int | None = None
     retention_seconds: float | None = None
+    # The log warns (a line, status, metrics) while its disk has fewer bytes
+    # free; None: 4 segments' worth, room to seal and start anew; 0: never.
+    min_free_bytes: int | None = None
     commit_ms: float = DEFAULT_COMMIT_MS  # group commit: a sync point at most this often
     log_queue: int = DEFAULT_LOG_QUEUE  # messages waiting for the log's writer, at most
     heartbeat: float = 5.0
@@ -274,6 +277,7 @@ _LOG = {
     "segment_seconds": "segment_seconds",
     "retention_bytes": "retention_bytes",
     "retention_seconds": "retention_seconds",
+    "min_free_bytes": "min_free_bytes",
     "commit_ms": "commit_ms",
 }
 

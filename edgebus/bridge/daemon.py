@@ -196,7 +196,8 @@ class Bridge:
         self.tasks.append(asyncio.create_task(self._watching()))
         blame = bridge_config.blame  # a start step that fails names its key
         if cfg.log_dir:
-            from edgebus.bridge.telemetry import Appender, resume_links
+            from edgebus.bridge.loghealth import resume_links
+            from edgebus.bridge.telemetry import Appender
 
             with blame("[log]", "dir", cfg.log_dir, "cannot open the log"):
                 self.appender = Appender(self.bus, cfg, links=self.links, queue_len=cfg.log_queue)
@@ -258,21 +259,28 @@ class Bridge:
                 t.cancel()
             stuck = await self._bounded("ending tasks", self.tasks)
             t2 = time.monotonic()
-            if self.appender:
-                self.appender.close()  # flushes and seals: nothing appended is lost
-            self.state.save()  # once, with every link's final state
+            try:
+                if self.appender:
+                    # Flushes and seals: nothing appended is lost. A failed log is
+                    # left to the next start's recovery, the links rewound to what
+                    # it acknowledged: the state saved below promises nothing more.
+                    self.appender.close()
+            finally:
+                self.state.save()  # once, with every link's final state
         finally:
             gc.unfreeze()
         t3 = time.monotonic()
+        failed = self.appender.health.failure if self.appender else None
         log.info(
             "bridge stopped in %.2f s: BYE to %d of %d link(s) with a session in %.2f s, "
-            "tasks ended in %.2f s, log sealed and state saved in %.2f s; %d MQTT frame(s) "
+            "tasks ended in %.2f s, log %s and state saved in %.2f s; %d MQTT frame(s) "
             "not taken (their devices send them again)",
             t3 - t0,
             said,
             up,
             t1 - t0,
             t2 - t1,
+            "sealed" if failed is None else "left to recovery (failed: %s)" % failed,
             t3 - t2,
             self.dropped_at_stop,
         )

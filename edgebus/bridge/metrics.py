@@ -148,9 +148,46 @@ class BridgeCollector:
             )
             yield GaugeMetricFamily(
                 "edgebus_log_pushback",
-                "1 while the log pushes back on durable links",
-                value=1 if lg["state"] == "pushing back" else 0,
+                "1 while the log pushes back on durable links (behind, or failed)",
+                value=1 if lg["state"] in ("pushing back", "failed") else 0,
             )
+            yield from _log_health(lg)
+
+
+def _log_health(lg: dict[str, Any]) -> Iterator[Any]:
+    """A failed log (a gauge, and its reason as an info series while it
+    lasts), its failures, and its disk's free space against the warning's."""
+    yield GaugeMetricFamily(
+        "edgebus_log_failed",
+        "1 while the log is failed (nothing acknowledged; it is reopened with backoff)",
+        value=1 if lg["failed"] else 0,
+    )
+    if lg["failed"]:
+        info = GaugeMetricFamily(
+            "edgebus_log_failure_info", "why the log is failed", labels=["reason"]
+        )
+        info.add_metric([lg["failed"]], 1)
+        yield info
+    yield CounterMetricFamily(
+        "edgebus_log_failures", "times the log failed (e.g. its disk full)", value=lg["failures"]
+    )
+    yield CounterMetricFamily(
+        "edgebus_log_resumes", "times a failed log resumed", value=lg["resumed"]
+    )
+    if lg["free_bytes"] is not None:
+        yield GaugeMetricFamily(
+            "edgebus_log_free_bytes", "bytes free on the log's disk", value=lg["free_bytes"]
+        )
+    yield GaugeMetricFamily(
+        "edgebus_log_min_free_bytes",
+        "the log warns below this many bytes free ([log] min_free_bytes; 0: never)",
+        value=lg["min_free_bytes"],
+    )
+    yield GaugeMetricFamily(
+        "edgebus_log_low_space",
+        "1 while the log's disk has less free than [log] min_free_bytes",
+        value=1 if lg["free_bytes"] is not None and lg["free_bytes"] < lg["min_free_bytes"] else 0,
+    )
 
 
 def serve(bridge: Bridge, addr: str) -> tuple[Any, Any]:

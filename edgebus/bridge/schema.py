@@ -99,6 +99,7 @@ SCHEMA = {
             "segment_seconds": Key(NUM, RANGE, 0.1, 7 * 86400, " seconds"),
             "retention_bytes": Key(int, RANGE, 0, 1 << 60, " bytes"),
             "retention_seconds": Key(NUM, RANGE, 0, 100 * 365 * 86400, " seconds"),
+            "min_free_bytes": Key(int, RANGE, 0, 1 << 60, " bytes", " (0: no warning)"),
             "commit_ms": Key(
                 NUM,
                 RANGE,

@@ -10,7 +10,8 @@ acknowledges a commit's marks when its trip is back. Past that, messages wait
 in the log's queues; their fill is the log's backlog. The durable links'
 devices share its room as their windows, and the links ask hold() before they
 take a numbered frame (docs/protocol.md 11): past high water they push back
-instead of delivering what the log might not hold."""
+instead of delivering what the log might not hold. A log that fails (a
+full disk) holds them back until it takes writes again (loghealth.py)."""
 
 from __future__ import annotations
 
@@ -18,12 +19,13 @@ import asyncio
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from edgebus import topic
-from edgebus.bridge.relay import hop_seqs, trust, vouch
+from edgebus.bridge import loghealth
+from edgebus.bridge.relay import trust, vouch
 from edgebus.compat import wait_for
-from edgebus.tlog import LogWriter, last_seqs, record_from_message
+from edgebus.tlog import record_from_message
 
 if TYPE_CHECKING:
     from edgebus import Bus, Message
@@ -65,7 +67,8 @@ class Appender:
     way: the queues refuse the newest message when full (reject_newest), and
     hold() keeps durable links out of the last ``reserve`` places, so each
     message they deliver has one. A record that cannot be encoded is refused
-    to its link (Link.refuse) before the acknowledgement that passes it."""
+    to its link (Link.refuse) before the acknowledgement that passes it.
+    While the log is failed (``health``, loghealth.py) nothing is acknowledged."""
 
     def __init__(
         self,
@@ -75,15 +78,9 @@ class Appender:
         queue_len: int = 8192,
         reserve: int | None = None,
     ) -> None:
-        assert cfg.log_dir is not None  # for mypy: the bridge makes one only with a log
-        self.writer = LogWriter(
-            cfg.log_dir,
-            segment_bytes=cfg.segment_bytes,
-            segment_seconds=cfg.segment_seconds,
-            retention_bytes=cfg.retention_bytes,
-            retention_seconds=cfg.retention_seconds,
-            gateway=cfg.node,
-        )
+        self.cfg = cfg
+        self.writer = loghealth.open_log(cfg)
+        self.health = loghealth.Health(cfg)  # a failed log, the disk's free space
         self.commit_ms = cfg.commit_ms
         self.links = {} if links is None else links
         self.conn = bus.connect(principal=("bridge", "telemetry"))
@@ -118,7 +115,6 @@ class Appender:
         self._t_held = float("-inf")  # when hold() last said yes
         self._closed = False  # the devices' windows shut: the log is behind
         self._trips: list[asyncio.Future[Any]] = []  # the worker's trips not yet back, oldest first
-        self._failed: BaseException | None = None  # what a trip raised: the log stops
         self._sent_marks: dict[str, tuple[Any, Any]] = {}  # the marks of the last commit sent
         # Links that delivered a record since the last commit's marks: a
         # commit reads only their marks, and every link's at most once per
@@ -140,8 +136,12 @@ class Appender:
     def hold(self, link: Link | None = None) -> bool:
         """Link.hold for durable links: true while the log's backlog is at
         high water, so what they would deliver now could not be sure of a
-        place (they push back, the devices keep it spooled). Devices that
-        honour a window are told to stop at once (pace)."""
+        place (they push back, the devices keep it spooled), and while the
+        log is failed. Devices that honour a window are told to stop at once
+        (pace)."""
+        if self.health.failure is not None:  # nothing is written: nothing may be taken
+            self._t_held = time.monotonic()
+            return True
         for s in self.subs:
             if s.stats()["queued"] >= self.high:
                 self._t_held = time.monotonic()
@@ -169,8 +169,8 @@ class Appender:
     def pace(self, sweep: bool = False) -> None:
         """Give the durable links the window when it changed (or, sweeping,
         every link that does not have it yet: links come and go). The log
-        reopens once its backlog is down to half of high water."""
-        if self._closed and self.queued() <= self.high // 2:
+        reopens once its backlog is down to half of high water (and it works)."""
+        if self._closed and self.health.failure is None and self.queued() <= self.high // 2:
             self._closed = False
         w = self.window()
         if w == self._window and not sweep:
@@ -240,18 +240,19 @@ class Appender:
     def _back(
         self, fut: asyncio.Future[Any], marks: dict[str, tuple[Any, Any]] | None, t0: float
     ) -> None:
-        """A trip's result, on the loop: a failure stops the log (run raises
-        it); a batch written is counted, its refused records told; a commit's
-        marks are acknowledged: what they cover is durable now."""
+        """A trip's result, on the loop: a failure fails the log
+        (loghealth.fail); a batch written is counted, its refused records
+        told; a commit's marks are acknowledged: what they cover is durable
+        now; housekeeping's free bytes are looked at (loghealth.space)."""
         if fut.cancelled():
             return
         e = fut.exception()
         if e is not None:
-            self._failed = self._failed or e
-            self.wake.set()
+            loghealth.fail(self, e)
             return
         r = fut.result()
-        if r is None:  # housekeeping (writer.tick)
+        if type(r) is int:  # housekeeping
+            loghealth.space(self, r)
             return
         n, bad, self._position = r
         self._refuse(bad)
@@ -260,6 +261,7 @@ class Appender:
             return
         self.last_sync_ms = round(1000 * (time.monotonic() - t0), 3)
         self.syncs += 1
+        self.health.backoff.reset()  # a commit made durable: the log works again
         for k, m in marks.items():
             link = self.links.get(k)
             if m[0] is not None and link is not None and m != self._acked.get(k):
@@ -351,8 +353,9 @@ class Appender:
         try:
             while True:
                 self.wake.clear()
-                if self._failed is not None:
-                    raise self._failed
+                if self.health.failure is not None:
+                    await loghealth.recover(self)
+                    continue
                 self._trips = [f for f in self._trips if not f.done()]
                 if len(self._trips) >= TRIPS:
                     # The worker is behind: wait for its oldest trip; meanwhile
@@ -361,7 +364,7 @@ class Appender:
                     continue
                 now = time.monotonic()
                 if now - last_tick >= IDLE:
-                    self._trip(self.writer.tick)  # rolls by age, applies retention
+                    self._trip(loghealth.housekeeping, self)  # age rolls, retention, free space
                     last_tick = now
                     self._watch(now)
                     self.pace(sweep=True)
@@ -389,8 +392,9 @@ class Appender:
                     pass
         except asyncio.CancelledError:
             raise
-        except Exception as e:
-            log.error("telemetry: the log failed (%r): nothing more is written or acknowledged", e)
+        except Exception as e:  # a bug, not the disk (loghealth.fail): nothing resumes it
+            self.health.failure = self.health.failure or loghealth.why(e)
+            log.error("telemetry: the appender stopped (%r): nothing more is acknowledged", e)
             raise
 
     def _held(self) -> int:
@@ -422,21 +426,31 @@ class Appender:
         self._warned = (now, held, d)
 
     def state(self) -> str:
-        """ "pushing back" (durable links held in the last few seconds),
-        "dropping" (other traffic refused lately) or "ok"."""
+        """ "failed" (loghealth.py), "pushing back" (durable links held in
+        the last few seconds), "dropping" (other traffic refused lately),
+        "low space" (below [log] min_free_bytes) or "ok"."""
         now = time.monotonic()
+        if self.health.failure is not None:
+            return "failed"
         if now - self._t_held < PUSHBACK_RECENT:
             return "pushing back"
         if now - self._drops[1] < WARN_EVERY:
             return "dropping"
-        return "ok"
+        return "low space" if self.health.low() else "ok"
 
     def close(self) -> None:
         """Let the worker finish its trips, append what is left, then seal
-        the active segment (durable)."""
+        the active segment (durable). A log that failed, or fails now, is
+        closed unsealed, never raising (loghealth.close_failed)."""
         self._pool.shutdown(wait=True)
-        self.drain()
-        self.writer.close()
+        if self.health.failure is None:
+            try:
+                self.drain()
+                self.writer.close()
+            except Exception as e:
+                loghealth.fail(self, e)
+        if self.health.failure is not None:
+            loghealth.close_failed(self)
         self.unsynced = 0
         self.conn.disconnect()
 
@@ -458,41 +472,5 @@ class Appender:
             "state": self.state(),
             "relayed_vouched": self.vouched,
             "relayed_unvouched": self.unvouched,
+            **self.health.stats(),
         }
-
-
-def resume_links(states: Mapping[str, dict[str, Any]], log_dir: str) -> int:
-    """After a restart, before the links run: each link's peer state (link_id
-    -> state dict) whose peer boot has records in the log expects the next
-    sequence number after the last one logged, so that frames the device
-    retransmits (logged, but not acknowledged before the bridge died) are
-    dropped as duplicates instead of logged twice. Returns how many links.
-
-    The log decides, also when the state file says more: the file is saved
-    while frames flow, so its rx_next can be past what was made durable, and
-    keeping it would drop the retransmitted frames that were never logged.
-    Nothing past the log's last seq was acknowledged (an acknowledgement
-    follows the sync point), so the device still holds it."""
-    last: dict[tuple[Any, Any], int] = last_seqs(log_dir)
-    peers = {k for k in states if k.startswith("peer:")}
-    if peers:  # relayed records logged under their devices: their peer link's numbers
-        for k, n in hop_seqs(log_dir, peers).items():
-            if n > last.get(k, -1):
-                last[k] = n
-    n = 0
-    for link_id, st in sorted(states.items()):
-        seq = last.get((link_id, st.get("peer_sid")))
-        if seq is None:
-            continue
-        was, st["rx_next"] = st.get("rx_next"), seq + 1
-        log.info(
-            "log: %s resumes peer boot %s after seq %d in the log (rx_next %d, the state "
-            "file had %s)",
-            link_id,
-            st["peer_sid"],
-            seq,
-            st["rx_next"],
-            was,
-        )
-        n += 1
-    return n

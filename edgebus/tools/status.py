@@ -72,6 +72,64 @@ def _note(s: dict[str, Any]) -> str:
     return ("asleep until %s" if s["state"] == "asleep" else "overslept its wake at %s") % at
 
 
+def _log_lines(lg: dict[str, Any]) -> list[str]:
+    """The log's lines: its counters, its health (what a failed log waits
+    for, the disk's free space when it is low)."""
+    L = [
+        "log %s: %d appended, %d dropped, %d errors, at segment %s offset %s; "
+        "%d syncs (every %g ms at most, last %s ms), %d unsynced"
+        % (
+            lg["dir"],
+            lg["appended"],
+            lg["dropped"],
+            lg["errors"],
+            *lg["position"],
+            lg["syncs"],
+            lg["commit_ms"],
+            lg["last_sync_ms"],
+            lg["unsynced"],
+        )
+    ]
+    if "state" in lg:
+        L.append(
+            "log health: %s: %d of %d queued (durable links held from %d), %d data "
+            "frames held back so far; failed %d time(s), resumed %d"
+            % (
+                lg["state"].upper() if lg["state"] != "ok" else "ok",
+                lg["queued"],
+                lg["queue_len"],
+                lg["high_water"],
+                lg["held"],
+                lg.get("failures", 0),
+                lg.get("resumed", 0),
+            )
+        )
+    if lg.get("failed"):
+        L.append(
+            "log FAILED since %s: %s; nothing is acknowledged (the devices keep their "
+            "readings spooled); retry %d in %s s: it resumes by itself once the disk takes "
+            "writes (free space, or bound the log with [log] retention_bytes)"
+            % (
+                time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(lg["failed_since"])),
+                lg["failed"],
+                lg["retries"] + 1,
+                lg["retry_in"],
+            )
+        )
+    free, least = lg.get("free_bytes"), lg.get("min_free_bytes")
+    if free is not None:
+        L.append(
+            "log disk: %d bytes free%s"
+            % (
+                free,
+                " (LOW: under [log] min_free_bytes %d; set [log] retention_bytes)" % least
+                if least and free < least
+                else "",
+            )
+        )
+    return L
+
+
 def render(st: dict[str, Any]) -> str:
     L = [
         "bridge %s  up %ss  bus: %d connections, %d retained, %d dropped, %d disconnected "
@@ -87,33 +145,7 @@ def render(st: dict[str, Any]) -> str:
     ]
     lg = st.get("log")
     if lg:
-        L.append(
-            "log %s: %d appended, %d dropped, %d errors, at segment %s offset %s; "
-            "%d syncs (every %g ms at most, last %s ms), %d unsynced"
-            % (
-                lg["dir"],
-                lg["appended"],
-                lg["dropped"],
-                lg["errors"],
-                *lg["position"],
-                lg["syncs"],
-                lg["commit_ms"],
-                lg["last_sync_ms"],
-                lg["unsynced"],
-            )
-        )
-        if "state" in lg:
-            L.append(
-                "log health: %s: %d of %d queued (durable links held from %d), %d data "
-                "frames held back so far"
-                % (
-                    lg["state"].upper() if lg["state"] != "ok" else "ok",
-                    lg["queued"],
-                    lg["queue_len"],
-                    lg["high_water"],
-                    lg["held"],
-                )
-            )
+        L += _log_lines(lg)
     mq = st.get("mqtt")
     if mq:
         L.append(
