@@ -346,8 +346,9 @@ def on_ack(link, a):
     if link.role == "initiator" and _beside(link):
         # A busy responder's answer to an earlier HELLO of this session's
         # handshake, come late, or anyone's: nothing to act on either way.
-        if a.get("to") in link._late:
-            return link.count("stale_acks")
+        for _, mine in link._hs:  # the session's handshake, kept while it is up
+            if a.get("to") == mine["nonce"][:8]:
+                return link.count("stale_acks")
         return _forged(link, "HELLO_ACK beside the session: it answers no HELLO of this side's")
     if link.role != "initiator" or link.status != wire.HELLO_SENT:
         return link.count("unexpected")
@@ -415,9 +416,8 @@ def on_auth(link, a):
 
 def session_up(link, hello, ack):
     """Both sides proved the key: start the session."""
-    if link.role == "initiator":  # its HELLOs whose answers may still come, late
-        link._late = [m["nonce"][:8] for _, m in link._hs]
-    link._hs = [(hello, ack)] if link.role == "responder" else []  # the session's HELLO
+    if link.role == "responder":  # the session's HELLO (an initiator keeps its own
+        link._hs = [(hello, ack)]  # HELLOs, whose answers may still come late)
     peer = ack if link.role == "initiator" else hello
     sid = peer["sid"]
     st = link.state

@@ -154,7 +154,6 @@ class Link:
         self._mine = None  # our latest side
         self._hs = []  # in progress: (peer's HELLO or None, our side), newest last
         self._recent = []  # initiator nonces seen (replay guard)
-        self._late = []  # an initiator's: its session's HELLO nonces (8 chars), answers late
         self._session = 0
         self._backoff = 5.0  # the retry delay after an error; handshake_timeout once up
         self._retry_at = 0.0  # no HELLO before (after an error)
@@ -188,7 +187,7 @@ class Link:
         self._held = None  # {None (this boot) or an earlier sid: first held}
         self._bad = None  # an undecodable frame's number, asked for again once
         self._retained = None  # the facts the peer retained here, kept under max_retained
-        self._t_resend = self._t_nosess = 0.0  # last RESEND asked; ERROR no_session sent
+        self._t_resend = 0.0  # RESEND, or no_session, sent (a 98th field: +480 B on a board)
         self._t_ack = -1.0  # the last ACK sent: the first goes at once (clocks from 0)
         rx.reset(self)  # not stuck, the snapshot in, the last ACK's number
         # -- hist.py: earlier boots' entries in --

@@ -12,7 +12,6 @@ def reset(link):
     link._stuck = False
     link._rx_sync, link._rx_overflow = None, False
     link._rx_acked = 0
-    link._rx_base = None  # the session's first number taken: its window counts from here
 
 
 def rx_mark(link):
@@ -53,12 +52,12 @@ def handle(link, t, seq, obj, blob):
             link.role == "responder"
             and link.status == wire.DOWN
             and t >= wire.PING
-            and compat.now() - link._t_nosess >= 1.0
+            and compat.now() - link._t_resend >= 1.0
         ):
             # Data from a peer that believes in a session we lost (we
             # restarted): tell it, at most once a second, instead of letting
             # it talk into the void until its liveness timeout.
-            link._t_nosess = compat.now()
+            link._t_resend = compat.now()
             tx.control(link, wire.ERROR, {"code": "no_session", "msg": "no session: say HELLO"})
         return
     if t == wire.PING:
@@ -208,17 +207,14 @@ def seq_of(link, s16):
         gap(link, exp, exp + d - 1)
     full = exp + d
     w = link._rx_window
-    if w is not None and link._flow:
-        # The window this side gave is kept, not trusted: a sender that claims
-        # flow and sends past it gets no more of the receiver than one that
-        # honours it (the frame is asked for again, as a held one).
-        b = link._rx_base
-        if b is None:
-            b = link._rx_base = full
-        if full >= max(b, link._rx_acked) + max(w, 1):
-            link.count("over_window")
-            resend(link, exp)
-            return None
+    a = link._rx_acked
+    if w is not None and a and link._flow and full >= a + max(w, 1):
+        # The window this side gave is kept, not trusted, from the session's
+        # first ACK on: a sender that claims flow and sends past it gets no
+        # more of the receiver than one that honours it (asked for again).
+        link.count("over_window")
+        resend(link, exp)
+        return None
     st["rx_next"] = full + 1
     link._stuck = False
     return full

@@ -34,7 +34,7 @@ COMMANDS = {
     ),
     "flash": ("edgebus.tools.flash", "write a MicroPython firmware image to a board", "boards"),
     "fleet": (
-        "edgebus.tools.fleet",
+        "edgebus.tools.fleetcmd",
         "run N simulated devices (the real firmware on the MicroPython unix port)",
         "micropython",
     ),

@@ -159,7 +159,7 @@ def test_a_late_answer_to_the_sessions_own_hello_is_only_counted():
     async def main():
         j, sub = await _flowing()
         dl = j.dl
-        late = dict(sealkit.hello("host"), to=dl._late[-1])
+        late = dict(sealkit.hello("host"), to=dl._hs[-1][1]["nonce"][:8])
         before = sealkit.snapshot(dl)
         t_rx = dl._t_rx
         dl.feed(wire.encode(wire.HELLO_ACK, late))

@@ -165,7 +165,7 @@ def test_mpy_cross_matches_the_real_micropython():
 
 def test_mpy_version_mismatch_is_refused(tmp_path, monkeypatch, capsys):
     # A micropython that loads .mpy v5 (MicroPython 1.19): _mpy = 5 | arch x64 << 10.
-    monkeypatch.setattr(build, "micropython_mpy", lambda: ("1.19.1", 5 | (2 << 10)))
+    monkeypatch.setattr(mpyversion, "micropython_version", lambda: ("1.19.1", 5 | (2 << 10)))
     out = tmp_path / "unix"
     code = cli.main(["build", "--board", "unix", "--out", str(out)])
     err = capsys.readouterr().err
