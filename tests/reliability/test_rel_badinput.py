@@ -163,7 +163,13 @@ CASES = [
         "unexpected",
         None,
     ),
-    ("AUTH while up", lambda j: wire.encode(wire.AUTH, {"proof": "00"}), "unexpected", None),
+    # unsealed, and answering no handshake beside the session: nothing moves
+    (
+        "AUTH while up",
+        lambda j: wire.encode(wire.AUTH, {"proof": "00"}),
+        "forged",
+        "unsealed AUTH in a sealed session",
+    ),
 ]
 
 
