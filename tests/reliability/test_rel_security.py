@@ -74,13 +74,16 @@ class Rogue:
 
 
 def _cfg(tmp_path, port):
-    # seal = "offer": the rogue holds the key (a device taken from the field)
-    # and speaks unsealed frames, so these tests reach what the bridge does
-    # with a keyed peer's frames (the seal itself: tests/portable/test_link_seal.py).
+    # seal = "offer", paced = false: the rogue holds the key (a device taken
+    # from the field) and speaks unsealed frames without acknowledgements, so
+    # these tests reach what the bridge does with a keyed peer's frames (the
+    # seal itself: tests/portable/test_link_seal.py; pacing: test_rel_hostile.py).
     return bridge_config.parse(
         {
             "bridge": {"state_dir": str(tmp_path / "state"), "heartbeat": 1.0},
-            "serial": [{"node": "dev1", "port": port, "key": KEY.decode(), "seal": "offer"}],
+            "serial": [
+                {"node": "dev1", "port": port, "key": KEY.decode(), "seal": "offer", "paced": False}
+            ],
         }
     )
 
