@@ -74,7 +74,12 @@ class Bench:
     def _bridge(self, name, extra, profile, mqtt=None):
         cfg = os.path.join(self.tmp, name + ".json")
         c = {
-            "bridge": {"state_dir": os.path.join(self.tmp, name + "-state"), "heartbeat": 2.0},
+            # paced = false: the "off" variants measure a device without acknowledgements
+            "bridge": {
+                "state_dir": os.path.join(self.tmp, name + "-state"),
+                "heartbeat": 2.0,
+                "paced": False,
+            },
             "mqtt": dict(
                 {
                     "url": "mqtt://127.0.0.1:%d" % self.port,
