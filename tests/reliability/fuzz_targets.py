@@ -528,4 +528,4 @@ def _merge(name, found):
         if len(f) == 40 and not os.path.exists(os.path.join(kept, f)):
             shutil.copy(os.path.join(found, f), kept)
             n += 1
-    print("FUZZ kept %d new units in %s" % (n, kept), flush=True)
+    print("corpus: kept %d new units in %s" % (n, kept), flush=True)
