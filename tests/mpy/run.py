@@ -27,6 +27,14 @@ def run(names):
             else:
                 passed += 1
                 print("PASS", name, attr)
+        # Unloaded once run: a board runs module after module in one heap, and
+        # each one's code and objects would stay to crowd the next.
+        mod = None
+        del sys.modules[name]
+        pkg, _, leaf = name.rpartition(".")
+        if pkg in sys.modules and hasattr(sys.modules[pkg], leaf):
+            delattr(sys.modules[pkg], leaf)
+        gc.collect()
     print("%d passed, %d failed" % (passed, failed))
     return failed
 
