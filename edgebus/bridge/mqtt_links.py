@@ -24,6 +24,8 @@ from edgebus.bridge import mqtt_conn, mqtt_mirror
 from edgebus.bridge.keystore import KeyStoreError
 from edgebus.bridge.links import device_rules, retry_backoff, tick_links
 from edgebus.bridge.mqtt_transport import Backlog, DeviceTransport
+from edgebus.bridge.quota import FLOOD_AT, FLOOD_STEP, MUTE_CHECK, Mutes
+from edgebus.bridge.telemetry import WINDOW_MAX
 from edgebus.link.link import Link
 
 if TYPE_CHECKING:
@@ -77,6 +79,8 @@ class MqttLinks:
         self._live: tuple[Connection, Backlog, list[asyncio.Task[Any]]] | None = None
         # node -> (key, seal) its link was made with
         self.devices: dict[str, tuple[bytes | None, str | None]] = {}
+        self.mutes = Mutes()
+        self._syncing = asyncio.Lock()
         for node, entry in self.wanted(mq).items():
             self._add(node, *entry)
 
@@ -124,14 +128,81 @@ class MqttLinks:
         return link
 
     def _topics(self, nodes: Iterable[str]) -> list[str]:
-        """The topics a shard subscribes to for ``nodes``."""
+        """The topics of ``nodes``: frames and presence; a muted one's presence."""
         p = self.mq.prefix
-        return [t for n in nodes for t in ("%s/%s/up" % (p, n), "%s/%s/state" % (p, n))]
+        muted = self.mutes.until
+        return [
+            t
+            for n in nodes
+            for t in ("%s/%s/up" % (p, n), "%s/%s/state" % (p, n))
+            if n not in muted or t.endswith("/state")
+        ]
 
     def subscriptions(self) -> list[str]:
-        """What this bridge subscribes to: its devices' topics (a shard) or all."""
+        """What this bridge subscribes to: all devices' topics, or each of
+        its devices' (a shard, or while one is muted: MQTT has no wildcard
+        that leaves one out), a muted device's frames not."""
         p = self.mq.prefix
-        return self._topics(self.links) if self.mq.shard else [p + "/+/up", p + "/+/state"]
+        muted = self.mutes.until
+        if not self.mq.shard and not muted:
+            return [p + "/+/up", p + "/+/state"]
+        nodes = set(self.links)
+        if not self.mq.shard and self.mq.keystore:  # who may still arrive
+            try:
+                nodes.update(self.bridge.keystore.nodes())
+            except KeyStoreError:
+                pass
+        return self._topics(sorted(nodes))
+
+    async def _sync(self, conn: Connection) -> None:
+        """Subscribe ``conn`` to subscriptions() and no more. Both packets
+        go out at once, the new topics first: the broker takes them in that
+        order, so no frame falls in between (one may come twice), and the
+        unsubscription does not wait for an answer that a flood queues up
+        behind itself."""
+        async with self._syncing:
+            want = set(self.subscriptions())
+            have = conn.topics - {BROKER_DROPPED}
+            await asyncio.gather(
+                self._resubscribe(conn, sorted(want - have), False),
+                self._resubscribe(conn, sorted(have - want), True),
+            )
+
+    async def _watch_floods(self, conn: Connection) -> None:
+        """Mutes a device that floods, and lifts its mute (quota.Mutes)."""
+        while True:
+            await asyncio.sleep(MUTE_CHECK)
+            for t in self.transports.values():
+                t.recent = 0
+                t.flood_at = FLOOD_AT
+            muted, ended = self.mutes.check(self.links)
+            for node in muted + ended:
+                mt = self.transports.get(node)
+                if mt is not None:
+                    mt.muted = node in self.mutes.until
+            if muted or ended:
+                await self._sync(conn)
+
+    def _flooded(self, node: str) -> None:
+        """Device ``node``'s messages reached the flood mark in this check:
+        muted from this message on if more than a window of them wait for
+        its link, else looked at again FLOOD_STEP messages on."""
+        t = self.transports.get(node)
+        link = self.links.get(node)
+        if t is None or link is None or self._live is None:
+            return
+        if len(t.pending) <= WINDOW_MAX:
+            t.flood_at += FLOOD_STEP
+            return
+        why = "%d messages in under %.2f s, %d of them waiting" % (
+            t.recent,
+            MUTE_CHECK,
+            len(t.pending),
+        )
+        if self.mutes.mute(node, link, why):
+            t.muted = True
+            conn, _, tasks = self._live
+            tasks.append(asyncio.get_running_loop().create_task(self._sync(conn)))
 
     async def update(self, mq: Mqtt) -> dict[str, Any]:
         """Apply ``mq``, a reloaded [mqtt] (the same url, prefix and mode):
@@ -149,8 +220,6 @@ class MqttLinks:
         await asyncio.gather(
             *(self._drop(n, "changed" if n in changed else "released") for n in gone)
         )
-        if live is not None and self.mq.shard and gone:
-            await self._resubscribe(live[0], self._topics(gone), True)
         for n in new:
             link = self._add(n, *want[n])
             if self._live is not None:
@@ -158,8 +227,9 @@ class MqttLinks:
             if n not in changed:
                 log.info("mqtt: %s linked (added)", n)
         live = self._live
+        if live is not None and (gone or new):
+            await self._sync(live[0])
         if live is not None and self.mq.shard and new:
-            await self._resubscribe(live[0], self._topics(new), False)
             try:  # devices still waiting for an answer to their HELLO say it again now
                 await live[0].publish(self.presence, b"online", retain=True)
             except OSError:
@@ -173,6 +243,8 @@ class MqttLinks:
         }
 
     async def _resubscribe(self, conn: Connection, topics: list[str], unsub: bool) -> None:
+        if not topics:
+            return
         try:
             if unsub:
                 await conn.unsubscribe(topics)
@@ -214,6 +286,9 @@ class MqttLinks:
         conn, backlog, tasks = self._live
         p = self.mq.prefix
         t = DeviceTransport(conn, "%s/%s/down" % (p, node), link.max_len, backlog, link.count)
+        t.flood_at = FLOOD_AT
+        t.on_flood = lambda: self._flooded(node)
+        t.muted = node in self.mutes.until
         self.transports[node] = t
         self._up["%s/%s/up" % (p, node)] = t
         tasks[:] = [x for x in tasks if not x.done()]  # released devices' runs
@@ -288,11 +363,10 @@ class MqttLinks:
                         asyncio.create_task(tick_links(self.links, self.bridge.cfg.heartbeat))
                     )
                     conn.resume_reading()  # paused by connect() until now
-                    if self.mq.shard:  # devices a reload changed while connecting
-                        # (after resume_reading: the acknowledgements are read too)
-                        want = set(self.subscriptions())
-                        await self._resubscribe(conn, list(conn.topics - want), True)
-                        await self._resubscribe(conn, list(want - conn.topics), False)
+                    # devices a reload changed, or mutes that ended, while connecting
+                    # (after resume_reading: the acknowledgements are read too)
+                    await self._sync(conn)
+                    tasks.append(asyncio.create_task(self._watch_floods(conn)))
                     self._dropped_base = None
                     tasks.append(asyncio.create_task(self._watch_broker(conn)))
                     # Subscribed and reading: the devices may come (back) now.
@@ -404,4 +478,5 @@ class MqttLinks:
             "broker_dropped": self.broker_dropped,
             "shard": self.mq.shard,
             "subscriptions": len(self._live[0].topics - {BROKER_DROPPED}) if self._live else 0,
+            "muted": sorted(self.mutes.until),
         }

@@ -113,8 +113,23 @@ class DeviceTransport:
         self.closed = False
         self.bare = False  # the link's to set: its sealed session's peer takes bare bodies
         self._turns = False  # the last recv() took a full batch: let the others run first
+        # The flood watch's (bridge/quota.py Mutes): messages since its last
+        # pass, on_flood() called when they reach flood_at (0: never; it may
+        # raise the mark), and whether the device is muted (its frames still
+        # on their way are dropped here, counted muted_dropped, undecoded).
+        self.recent = 0
+        self.flood_at = 0
+        self.on_flood: Callable[[], None] | None = None
+        self.muted = False
 
     def deliver(self, payload: bytes | bytearray) -> None:
+        self.recent += 1
+        if self.recent == self.flood_at and self.on_flood is not None:
+            self.on_flood()
+        if self.muted:
+            if self.count is not None:
+                self.count("muted_dropped")
+            return
         body = frame.unmessage(payload, self.max_len)
         f = self.frames
         if body is None:

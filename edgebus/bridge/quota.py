@@ -31,6 +31,8 @@ REFUSALS = {
     "retained_refused": "retained facts over its quota, refused",
     "unpaced_refused": "sessions refused: no acknowledgements or window offered",
     "over_share": "frames past its share of the bridge's MQTT queue, dropped",
+    "muted": "times muted for flooding (its frames unread meanwhile)",
+    "muted_dropped": "frames on their way when it was muted, dropped unread",
 }
 LOG_EVERY = 60.0  # s between two lines about one device
 
@@ -63,6 +65,97 @@ class Quota:
     def forget(self, link_id: str) -> None:
         """The link is gone: its bucket too."""
         self._buckets.pop(link_id, None)
+
+
+# A device that floods is muted: the bridge stops reading its frames
+# (bridge/mqtt_links.py unsubscribes them) for MUTE_FIRST seconds, doubled
+# at each mute up to MUTE_MAX, back to MUTE_FIRST after FORGIVE seconds
+# without one. Refusing its frames is not enough: reading and parsing them
+# took the bridge's whole core (~75 % in paho) and the honest devices waited
+# behind them. Flooding is either of:
+# - FLOOD_AT messages within one MUTE_CHECK (4,096 a second), seen as they
+#   arrive, with more than a window (telemetry.WINDOW_MAX) of them waiting
+#   for its link: an honest device may send that fast (a spool drained after
+#   an outage) but never has more than its window unacknowledged, and a
+#   frame its link has not taken is not acknowledged. Only the copies it
+#   sends again while the bridge's loop stalls (its window at each doubling
+#   timeout: a 20 readings/s device needs a stall of about two minutes, and
+#   a broker that queues that much for the bridge) come at once past the
+#   mark: muted then for MUTE_FIRST, it loses nothing (its spool holds).
+#   Waiting for a second check to be sure costs the honest devices 4-20x
+#   more delay beside a flood (the bridge falls behind meanwhile);
+# - MUTE_AT frames past its window (over_window) or past its share of the
+#   MQTT queue (over_share) within one MUTE_CHECK: an honest device never
+#   sends past its window, and one shrunk under it leaves at most 256 in
+#   flight past it.
+MUTE_CHECK = 0.25
+FLOOD_AT = 1024
+FLOOD_STEP = 256  # messages between two looks once past FLOOD_AT, in one check
+MUTE_AT = 1024
+MUTE_FIRST = 10.0
+MUTE_MAX = 300.0
+FORGIVE = 600.0
+
+
+class Mutes:
+    """Which devices' frames go unread for now, and until when."""
+
+    def __init__(self) -> None:
+        self.until: dict[str, float] = {}  # node -> monotonic time its mute ends
+        self._strikes: dict[str, tuple[int, float]] = {}  # node -> (mutes, when the last ended)
+        self._seen: dict[str, int] = {}  # node -> its refusals at the last check
+
+    def mute(self, node: str, link: Link, why: str, now: float | None = None) -> float:
+        """Mute ``node`` for its next term (counted on ``link``, logged with
+        ``why``): the seconds. Nothing when muted already (0)."""
+        if node in self.until:
+            return 0.0
+        now = time.monotonic() if now is None else now
+        strikes, t_end = self._strikes.get(node, (0, float("-inf")))
+        if now - t_end > FORGIVE:
+            strikes = 0
+        seconds = min(MUTE_MAX, MUTE_FIRST * 2**strikes)
+        self.until[node] = now + seconds
+        self._strikes[node] = (strikes + 1, now + seconds)
+        link.count("muted")
+        log.warning(
+            "device %s (%s): %s: its frames go unread for %d s (a device that floods)",
+            node,
+            link.link_id,
+            why,
+            seconds,
+        )
+        return seconds
+
+    def check(
+        self, links: dict[str, Link], now: float | None = None
+    ) -> tuple[list[str], list[str]]:
+        """One pass over ``links`` (node -> Link), every MUTE_CHECK: (nodes
+        muted now for their refusals, nodes whose mute ended)."""
+        now = time.monotonic() if now is None else now
+        muted, ended = [], []
+        for node, link in links.items():
+            c = link.counters
+            n = c.get("over_window", 0) + c.get("over_share", 0)
+            last = self._seen.get(node, n)
+            self._seen[node] = n
+            if n - last >= MUTE_AT and node not in self.until:
+                why = "%d frames past its window or its share in %.2f s" % (n - last, MUTE_CHECK)
+                self.mute(node, link, why, now)
+                muted.append(node)
+        for node, t in list(self.until.items()):
+            if t <= now or node not in links:
+                del self.until[node]
+                ended.append(node)
+        for node in [n for n in self._seen if n not in links]:
+            self.forget(node)
+        return muted, ended
+
+    def forget(self, node: str) -> None:
+        """The device is gone from this bridge."""
+        self.until.pop(node, None)
+        self._strikes.pop(node, None)
+        self._seen.pop(node, None)
 
 
 def refusals(counters: dict[str, int]) -> dict[str, int]:
