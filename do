@@ -70,15 +70,24 @@ case "$cmd" in
         setup
         # With pytest arguments (e.g. -m "not slow", the fast loop) only those
         # tests run; the full run (CI) also smoke-tests every benchmark.
-        "$PY" -m pytest "$@"
-        if [ $# -eq 0 ]; then "$PY" -m dev.bench --smoke; fi
+        if [ $# -eq 0 ]; then
+            # The full run (CI): a worker per core (pytest-xdist; the tests on
+            # the one Spark session, and the emulated board's, keep to one
+            # worker each: tests/conftest.py), the slowest tests named, then a
+            # smoke run of every benchmark.
+            "$PY" -m pytest -n "${EDGEBUS_TEST_WORKERS:-auto}" --dist loadgroup --durations=30
+            "$PY" -m dev.bench --smoke
+        else
+            "$PY" -m pytest "$@"
+        fi
         ;;
     check)
         setup
         # The gates CI runs before the tests: lint (with a cap on each function's
-        # branches), formatting, and type checks on the host packages.
+        # branches), formatting, spelling, and type checks on the host packages.
         "$VENV/bin/ruff" check .
         "$VENV/bin/ruff" format --check .
+        "$VENV/bin/codespell"
         "$PY" -m mypy
         # The core's typed stubs (typings/edgebus/*.pyi) against its code.
         "$PY" -m mypy.stubtest --mypy-config-file pyproject.toml --concise --ignore-missing-stub \

@@ -130,6 +130,12 @@ SLOW_FIXTURES = (
 )
 RELIABILITY_DIR = os.path.join(ROOT, "tests", "reliability")
 
+# Under pytest-xdist (`./do test` runs one worker per core, --dist loadgroup)
+# the tests of one group run on one worker, one after the other: every test
+# on the shared Spark session (one JVM, not one per worker) and every test of
+# the emulated board (one build of its firmware into the shared cache).
+XDIST_GROUPS = {"spark": "spark", "cluster": "spark"}
+
 
 def pytest_configure(config):
     for name, text in MARKERS.items():
@@ -147,6 +153,11 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker("reliability")
         if any(item.get_closest_marker(m) for m in SERVICES) or used.intersection(SLOW_FIXTURES):
             item.add_marker("slow")
+        group = next((g for f, g in XDIST_GROUPS.items() if f in used), None)
+        if item.get_closest_marker("qemu"):
+            group = "qemu"
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 def pytest_addoption(parser):
