@@ -469,6 +469,10 @@ class MqttLinks:
                 # sealed session ends only if the device does not answer now.
                 link.peer_presence(False)
 
+    def subscribed(self) -> list[str]:
+        """The topics the live connection is subscribed to (none while down)."""
+        return sorted(self._live[0].topics - {BROKER_DROPPED}) if self._live else []
+
     def stats(self) -> dict[str, Any]:
         return {
             "connected": self.connected,

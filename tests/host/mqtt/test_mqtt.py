@@ -17,7 +17,7 @@ import pytest
 from dev.broker import Mosquitto
 from dev.harness.bridge import mqtt_config
 from edgebus.bridge import config as bridge_config
-from edgebus.bridge import mqtt_conn, mqtt_transport
+from edgebus.bridge import mqtt_conn, mqtt_transport, quota
 from edgebus.bridge.daemon import Bridge
 from edgebus.link import frame, seal
 from tests.conftest import until
@@ -235,6 +235,43 @@ def test_a_flooding_device_gets_its_share_and_never_stops_the_others(broker):
         conn.close()
 
     asyncio.run(main())
+
+
+def test_a_device_that_floods_is_muted_for_a_while_then_heard_again(tmp_path, broker, monkeypatch):
+    """A burst far past what an honest device sends unacknowledged (a
+    window) mutes that device (bridge/quota.py Mutes): the bridge subscribes
+    to each device but its frames, drops what was on its way unread
+    (muted_dropped), and once the mute ends takes the wildcard again and
+    hears the device."""
+    monkeypatch.setattr(quota, "MUTE_FIRST", 3.0)
+    flood = [frame.encode(b"\x00flood %d" % i, 1024) for i in range(6000)]
+
+    async def main():
+        b = Bridge(_bridge_cfg(tmp_path, broker.port))
+        task = asyncio.create_task(b.run())
+        await until(lambda: b.mqtt is not None and b.mqtt.stats()["connected"], 10)
+        assert b.mqtt.stats()["subscriptions"] == 2  # <prefix>/+/up and /state
+        link = b.links["mqtt:d1"]
+        await asyncio.to_thread(_publish_all, broker.port, "edgebus/d1/up", flood)
+        await until(lambda: link.counters.get("muted"), 10)
+        muted = (b.mqtt.stats()["muted"], b.mqtt.subscribed())
+        await until(lambda: b.mqtt.stats()["muted"] == [], 10)
+        await until(lambda: b.mqtt.stats()["subscriptions"] == 2, 10)
+        t = b.mqtt.transports["d1"]
+        n = t.frames.frames
+        await asyncio.to_thread(_publish_all, broker.port, "edgebus/d1/up", flood[:1])
+        await until(lambda: t.frames.frames > n, 10)
+        b.stop()
+        await task
+        return muted, dict(link.counters)
+
+    (muted, topics), counters = asyncio.run(main())
+    assert muted == ["d1"]
+    assert "edgebus/d1/state" in topics and "edgebus/d1/up" not in topics
+    assert "edgebus/+/up" not in topics
+    assert counters["muted"] == 1
+    # every message counted: taken, past its share, or dropped unread once muted
+    assert counters.get("muted_dropped", 0) > 0, counters
 
 
 def test_oversized_messages_count_as_oversize_and_damaged_ones_as_crc_errors(tmp_path, broker):
