@@ -438,32 +438,42 @@ class Link:
             self.publish_status()
 
     async def _writer(self, transport):
+        # A MemoryError (a small board under pressure) holds the writer on
+        # its frame, sealed and sent again after a pause: skipped, the frames
+        # after it would reach the peer out of order and its RESEND bring the
+        # frame back to fail again, a livelock while the heap lacks room. The
+        # frame is dropped if its session ends meanwhile (new numbers, keys).
+        # The writer must not die: the link would be silent for good.
+        body = None
         while True:
             try:
-                b, tl = seal.out(self, self.next_body())  # the seal: counter, tag
+                if body is None:
+                    body = self.next_body()
+                    if body is None:
+                        self._wake.clear()
+                        await self._wake.wait()
+                        continue
+                    s, st = self._session, self.status
+                b, tl = seal.out(self, body)  # the seal: counter, tag
+                await (transport.send(b) if tl is None else transport.send(b, tl))
             except MemoryError:
-                # A small board under pressure: skip this turn, never stop the
-                # writer (a dead writer would leave the link silent for good).
                 self.count("memory_errors")
                 await compat.asyncio.sleep(0.05)
+                if body is not None and (self._session != s or self.status != st):
+                    body = None
                 continue
-            if b is None:
-                self._wake.clear()
-                await self._wake.wait()
-                continue
-            try:
-                await (transport.send(b) if tl is None else transport.send(b, tl))
             except OSError as e:
                 self.last_error = "send failed: %s" % e
                 self.count("send_errors")
                 transport.close()
                 return
-            except (ValueError, MemoryError) as e:  # refused or no memory: counted, go on
+            except ValueError as e:  # refused: counted, go on
                 self.last_error = "send refused: %r" % (e,)
                 self.count("send_errors")
-                continue
-            self._t_tx = compat.now()
-            self.count("frames_out")
+            else:
+                self._t_tx = compat.now()
+                self.count("frames_out")
+            body = None
 
     async def _ticker(self):
         period = min(0.25, self.heartbeat / 4)

@@ -15,6 +15,9 @@ Cost per frame: two SHA-256 objects and their digests (CPython copies the
 keyed states; MicroPython's sha256 has no copy(), so it hashes the 64-byte
 pads again). Unless encrypted, the body is not copied: counter and tag go to
 the transport as a tail (frame.encode) from a 12-byte buffer kept for the boot.
+Encrypted, it is copied: on MicroPython into one buffer per frame, where
+it is encrypted in place (cipher.py), as a fragmented small heap often has
+no frame-sized block to spare for the several the copy took before.
 """
 
 import hashlib
@@ -28,6 +31,7 @@ CTR_MAX = 0xFFFFFFFF
 MODES = ("auto", "encrypt", "mac", "offer", "off")
 
 _keyed = hasattr(hashlib.sha256(), "copy")  # CPython: keep the keyed states, copy per frame
+_INPLACE = cipher.INPLACE  # MicroPython: encrypt a body in its copy (_crypt)
 
 
 def check(mode):
@@ -185,7 +189,10 @@ def out(link, body, fresh=False):
     t[2] = (c >> 8) & 0xFF
     t[3] = c & 0xFF
     if len(ks) > 4:  # the type byte stays clear: it says how to read the rest
-        body = bytes((body[0],)) + cipher.ctr(ks[4], c, memoryview(body)[1:])
+        if _INPLACE:
+            body = _crypt(ks[4], c, memoryview(body), len(body))
+        else:
+            body = bytes((body[0],)) + cipher.ctr(ks[4], c, memoryview(body)[1:])
     t[4:] = memoryview(_mac(ks[0], ks[1], body, ctr))[:8]
     return body, t
 
@@ -238,8 +245,20 @@ def opened(link, body):
         return _refuse(link, "replayed", "frame counter %d not above %d" % (c, link._s_rx))
     link._s_rx = c
     if len(ks) > 4:
+        if _INPLACE:
+            return _crypt(ks[5], c, mv, n - TAIL)
         return bytes((body[0],)) + cipher.ctr(ks[5], c, mv[1 : n - TAIL])
     return mv[: n - TAIL]
+
+
+def _crypt(k, c, mv, n):
+    """MicroPython's copy of mv[:n] (a memoryview of a body), all but its
+    type byte through AES-CTR, made in one buffer: the only frame-sized
+    block of heap it takes."""
+    o = memoryview(bytearray(n + 15))  # with room for the last AES block whole
+    o[0] = mv[0]
+    cipher.ctr(k, c, mv[1:n], o[1:])
+    return o[:n]
 
 
 def _name(t):
