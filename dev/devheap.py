@@ -146,8 +146,14 @@ async def _workload(port, seconds, alive, seen=None, calls=0, seal="auto"):
                     await c.call(("dev", NODE, "sys", "config", "get"), "node", timeout=WAIT)
                 seen["calls_per_s"] = calls / (loop.time() - t0)
         done.append("steady")
-    except (asyncio.TimeoutError, AssertionError, edgebus.BusError):
-        pass
+    except (asyncio.TimeoutError, AssertionError, edgebus.BusError) as e:
+        if seen is not None:  # what the host saw when a step failed
+            seen["failed"] = {
+                "step": type(e).__name__,
+                "link": link.status,
+                "last_error": link.last_error,
+                "counters": dict(link.counters),
+            }
     finally:
         await link.close()
         task.cancel()
@@ -161,6 +167,7 @@ def run(tree, heap, seconds=2.0, board=None, **config):
     """One run of the device runtime with -X heapsize=heap (bytes or '96K');
     board: a manifest path given to firmware.main; config: keys overridden."""
     heap = str(heap)
+    seen: dict = {}
     with tempfile.TemporaryDirectory() as d, PtyCable() as cable:
         cfg = _config(d, cable.a, config)
         p = subprocess.Popen(
@@ -172,7 +179,7 @@ def run(tree, heap, seconds=2.0, board=None, **config):
             text=True,
         )
         try:
-            done = asyncio.run(_workload(cable.b, seconds, lambda: p.poll() is None))
+            done = asyncio.run(_workload(cable.b, seconds, lambda: p.poll() is None, seen))
         finally:
             if p.poll() is None:
                 p.kill()
@@ -183,6 +190,7 @@ def run(tree, heap, seconds=2.0, board=None, **config):
         "heap": heap,
         "ok": ok,
         "steps": done,
+        "host": seen.get("failed"),
         "exit": p.returncode,
         "output": out,
         "ready_alloc": int(m.group(1)) if m else None,

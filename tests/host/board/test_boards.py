@@ -67,7 +67,7 @@ def test_rp2_unix_and_linux_edge():
     unix = load_board("unix")
     assert unix["mpy"]["arch"] is None  # bytecode
     assert unix["device"]["soft_reset"] is False  # Ctrl-D ends the process
-    assert unix["budget"]["heap"] == 106496  # 72 KB of objects + the 32 KB spool
+    assert unix["budget"]["heap"] == 110592  # 76 KB of objects + the 32 KB spool
     assert unix["queues"]["spool"] == 32768  # a 10 s outage and the reconnect at 20/s
     edge = load_board("linux-edge")
     assert edge["runtime"] == "cpython" and edge["mpy"] is None
