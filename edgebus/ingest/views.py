@@ -349,9 +349,9 @@ def _declared(view: View) -> StructType:
 
 
 def _parse_type(ddl: str) -> Any:
-    from pyspark.sql.types import _parse_datatype_string
+    from pyspark.sql.types import DataType
 
-    return _parse_datatype_string(ddl)
+    return DataType.fromDDL(ddl)  # public since Spark 4.0 (the spark extra's floor)
 
 
 def payload_map() -> Column:
