@@ -1,16 +1,11 @@
-"""Link: joins a bus to a peer bus over a transport (docs/protocol.md).
-
-One Link object lives as long as its node's boot (its ``sid``); ``run()``
-drives one transport connection at a time, again after it ends, feeding the
-transport-free session logic frame bodies and sending those it produces.
-
-The Link holds all the state; module-level functions over it do the work, one
-module per concern (cheaper on MicroPython than mixins): ``rules``,
-``handshake``, ``tx`` (sending), ``rx`` (receiving), ``calls`` (routes, calls).
-Each field has one owner, the concern that writes it: ``__init__`` sets them
-in one block per owner, and an owner's ``reset(link)`` sets what a session's
-end resets, both at the start and in ``end_session``.
-"""
+"""Link: joins a bus to a peer bus over a transport (docs/protocol.md). It
+lives as long as its node's boot (its ``sid``); ``run()`` drives one transport
+at a time, feeding the session logic frame bodies and sending what it makes.
+The Link holds the state; functions over it do the work, a module per concern
+(cheaper on MicroPython than mixins): ``rules``, ``handshake``, ``tx``, ``rx``,
+``calls``. Each field has one owner, the concern that writes it: ``__init__``
+sets them a block per owner; an owner's ``reset(link)`` what a session's end
+resets, at the start and in ``end_session``."""
 
 from .. import compat, topic
 from . import calls, handshake, presence, routes, rules, rx, seal, tx, wire
@@ -438,12 +433,8 @@ class Link:
             self.publish_status()
 
     async def _writer(self, transport):
-        # A MemoryError (a small board under pressure) holds the writer on
-        # its frame, sealed and sent again after a pause: skipped, the frames
-        # after it would reach the peer out of order and its RESEND bring the
-        # frame back to fail again, a livelock while the heap lacks room. The
-        # frame is dropped if its session ends meanwhile (new numbers, keys).
-        # The writer must not die: the link would be silent for good.
+        # No memory (a small board): the frame is tried again, not skipped (a
+        # RESEND livelock), dropped if its session ends. The writer never dies.
         body = None
         while True:
             try:
