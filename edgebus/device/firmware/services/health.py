@@ -24,8 +24,9 @@ _LINK = (
     "forged",
     "replayed",
     "peer_offline",
-    # frames lost to a full heap or a refused send (each a gap the peer
-    # asks to be resent): a board short of heap shows here first
+    # a full heap (a frame not handled, or held and tried again) and a
+    # refused send (a gap the peer asks to be resent): a board short of
+    # heap shows here first
     "memory_errors",
     "send_errors",
     "oversize_out",  # frames over max_len, not sent (a gap at the peer)
