@@ -72,8 +72,7 @@ def test_encrypting_a_longer_body_takes_one_copy_of_it_more():
 
 def test_a_frame_that_fails_to_seal_goes_again_before_the_next():
     async def main():
-        j = await _encrypted() if cipher.BACKEND is not None else await _sealed()
-        sub = j.host.connect().subscribe("dev/dev1/sensor/#", queue_len=16)
+        j, sub = await _joined()
         real = seal.out
         fails = [5]
 
@@ -90,9 +89,7 @@ def test_a_frame_that_fails_to_seal_goes_again_before_the_next():
             c.publish("sensor/big", "x" * 500)
             for i in range(3):
                 c.publish("sensor/small", i)
-            got = []
-            for _ in range(4):
-                got.append((await asyncio.wait_for(sub.recv(), 5)).payload)
+            got = await _received(sub, 4)
         finally:
             seal.out = real
         assert got == ["x" * 500, 0, 1, 2]
@@ -106,8 +103,7 @@ def test_a_frame_that_fails_to_seal_goes_again_before_the_next():
 
 def test_a_frame_that_fails_to_send_goes_again_before_the_next():
     async def main():
-        j = await _encrypted() if cipher.BACKEND is not None else await _sealed()
-        sub = j.host.connect().subscribe("dev/dev1/sensor/#", queue_len=16)
+        j, sub = await _joined()
         real = j.ta.send
         fails = [3]
 
@@ -121,15 +117,26 @@ def test_a_frame_that_fails_to_send_goes_again_before_the_next():
         c = j.dev.connect()
         c.publish("sensor/big", "y" * 500)
         c.publish("sensor/small", 1)
-        got = []
-        for _ in range(2):
-            got.append((await asyncio.wait_for(sub.recv(), 5)).payload)
+        got = await _received(sub, 2)
         assert got == ["y" * 500, 1]
         assert fails[0] == 0 and j.dl.counters["memory_errors"] == 3
         assert j.hl.counters.get("out_of_order", 0) == 0
         await j.stop()
 
     run(main())
+
+
+async def _joined():
+    """The pair, encrypted where this runtime has AES, and a feed of the device's readings."""
+    j = await _encrypted() if cipher.BACKEND is not None else await _sealed()
+    return j, j.host.connect().subscribe("dev/dev1/sensor/#", queue_len=16)
+
+
+async def _received(sub, n):
+    got = []  # a loop: MicroPython has no await in a comprehension
+    for _ in range(n):
+        got.append((await asyncio.wait_for(sub.recv(), 5)).payload)
+    return got
 
 
 async def _sealed():
