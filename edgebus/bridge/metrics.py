@@ -5,6 +5,7 @@ trouble first), so that a scrape stays small and quick at any fleet size."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING, Any, Iterator
 
 from prometheus_client import CollectorRegistry, start_http_server
@@ -17,6 +18,8 @@ if TYPE_CHECKING:
     from edgebus.bridge.daemon import Bridge
     from edgebus.bridge.mailbox import Mailbox
     from edgebus.link.link import Link
+
+SCRAPE_WAIT = 10.0  # seconds a scrape waits for the event loop before it fails
 
 # Link states as the metrics count them: a device asleep as it announced is
 # no fault; one that overslept its wake by [mailbox] margin is.
@@ -39,13 +42,21 @@ def trouble(links: dict[str, Link], n: int, mailbox: Mailbox | None = None) -> l
 
 
 class BridgeCollector:
+    """Scrapes run on prometheus-client's thread; the stats are read on the
+    bridge's event loop, where the links live (read from the scrape's thread,
+    a link that closes in between is a KeyError or a dict that changed size)."""
+
     def __init__(self, bridge: Bridge, per_link: int = 100) -> None:
         self.bridge = bridge
         self.per_link = per_link
+        self.loop = asyncio.get_running_loop()
+
+    async def _stats(self) -> dict[str, Any]:
+        b = self.bridge
+        return b.stats(trouble(b.links, self.per_link, b.mailbox))
 
     def collect(self) -> Iterator[Any]:
-        b = self.bridge
-        st = b.stats(trouble(b.links, self.per_link, b.mailbox))
+        st = asyncio.run_coroutine_threadsafe(self._stats(), self.loop).result(SCRAPE_WAIT)
         f = st["fleet"]
         states = GaugeMetricFamily(
             "edgebus_links",

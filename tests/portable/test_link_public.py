@@ -9,8 +9,7 @@ from edgebus.link.link import Link
 from tests.portable.linkkit import Joined, synced, until
 from tests.portable.support import run
 
-# Two buses and two links in one interpreter (64-bit unix port), and what
-# the tasks of a finished test hold until the next asyncio.run() ends them.
+# Two buses and two links in one interpreter (64-bit unix port).
 MPY_HEAP = "256K"  # two links, their pipes and the route table
 
 
