@@ -13,7 +13,9 @@ A bundle on trial boots once: the loader counts the boot in the pointer
 before the bundle's code runs, so a trial boot that ends in any way but the
 bundle's own commit (a crash at import, a config error, a hang the watchdog
 resets, a power cut) makes the next boot go back to the good bundle, with the
-failed version and why recorded for the good bundle to report.
+failed version and why recorded for the good bundle to report. The loader
+starts the trial's watchdog before it imports anything of the bundle, so a
+bundle that hangs in its own main module is reset too.
 
 This module is the factory's, never a slot's: it runs before a slot is
 chosen, so it imports nothing a bundle brings (its own pointer write, not
@@ -28,6 +30,10 @@ import sys
 DIR = "ota"
 STATE = "state.json"
 WDT_MARK = "wdtsim.reset"  # firmware/wdtsim.py: the simulated watchdog's reset cause
+# The watchdog a boot on trial runs from before the bundle's first import
+# (firmware.main's TRIAL_WDT_MS, unless the config sets watchdog_ms): the
+# bundle's own main module may be what hangs, so it cannot be what arms it.
+TRIAL_WDT_MS = 30000
 
 
 def _write(path, st):
@@ -103,6 +109,32 @@ def note(base, reason):
         pass  # no pointer: nothing on trial
 
 
+def arm(config_path):
+    """Start the watchdog for a boot on trial, before anything of the trial
+    bundle is imported: machine.WDT, else the factory's simulator
+    (firmware.wdtsim, one per process as a chip has one, which the bundle's
+    main module then feeds and re-times). None where the runtime has neither
+    a WDT nor threads (the emulated MPS2-AN385): a hang there is not reset."""
+    ms = TRIAL_WDT_MS
+    try:
+        with open(config_path) as f:
+            ms = json.load(f).get("watchdog_ms") or ms
+    except (OSError, ValueError, AttributeError):
+        pass  # the bundle's main says what is wrong with the config
+    try:
+        import machine
+
+        return machine.WDT(timeout=ms)
+    except (ImportError, AttributeError):
+        pass
+    try:
+        from firmware import wdtsim  # the factory's: the slot is not on the path yet
+
+        return wdtsim.WDT(timeout=ms)
+    except ImportError:  # no _thread
+        return None
+
+
 def _forget():
     for name in list(sys.modules):
         if name == "firmware" or name.startswith("firmware."):
@@ -125,9 +157,11 @@ def run(config_path="config.json", board=None):
     d = config_path.rpartition("/")[0]
     base = d + "/" if d else ""
     cur, st = choose(base)
+    trial = bool(st and st.get("trial"))
+    if trial:
+        arm(config_path)
     if cur and cur.get("slot"):
         sys.path.insert(0, base + DIR + "/" + cur["slot"])
-    trial = bool(st and st.get("trial"))
     _forget()
     try:
         import firmware.main

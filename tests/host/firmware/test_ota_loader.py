@@ -7,6 +7,8 @@ Each case is a device directory with the loader as main.py, a factory
 prints which one ran; the end to end updates are tests/host/tools/test_ota_push.py."""
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 
@@ -29,17 +31,22 @@ def main(config_path, board=None):
 """
 
 
-def device(tmp_path, slots, pointer=None, behaviour=None):
-    """A device directory: the factory bundle and slots (name -> behaviour)."""
+def device(tmp_path, slots, pointer=None, behaviour=None, config="{}", at_import=None):
+    """A device directory: the factory bundle and slots (name -> behaviour of
+    main(); at_import: name -> code its firmware/main.py runs when imported),
+    each package with the runtime's watchdog simulator (firmware/wdtsim.py)."""
     behaviour = behaviour or {}
+    at_import = at_import or {}
     (tmp_path / "main.py").write_bytes(devicefiles.main_py())
-    (tmp_path / "config.json").write_text("{}")
+    (tmp_path / "config.json").write_text(config)
     for name, where in [("factory", tmp_path)] + [(s, tmp_path / "ota" / s) for s in slots]:
         pkg = where / "firmware"
         pkg.mkdir(parents=True)
         (pkg / "__init__.py").write_text("")
+        shutil.copy(os.path.join(devicefiles.FIRMWARE_DIR, "wdtsim.py"), pkg)
         body = behaviour.get(name, "return 0")
-        (pkg / "main.py").write_text(("WHO = %r\n" % name) + MAIN.replace("BODY", body))
+        head = "WHO = %r\n%s\n" % (name, at_import.get(name, ""))
+        (pkg / "main.py").write_text(head + MAIN.replace("BODY", body))
     if pointer is not None:
         (tmp_path / "ota" / "state.json").write_text(json.dumps(pointer))
     return tmp_path
@@ -133,3 +140,42 @@ def test_a_trial_the_watchdog_reset_is_reported_hung(tmp_path, runtime):
     ran, _code, after = boot(d, runtime)
     assert ran == "a" and not (d / "wdtsim.reset").exists()
     assert after["failed"]["reason"] == "hung: the watchdog reset it during its trial (session)"
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_a_trial_that_hangs_in_its_own_main_module_is_reset_and_rolled_back(tmp_path, runtime):
+    """The loader starts the watchdog before the bundle's first import: a
+    main module that never returns from its import is reset (the simulator
+    kills the process, as a board's watchdog resets the chip) and the next
+    boot runs the good bundle, saying why."""
+    ptr = {"good": bundle("a", "v2"), "trial": bundle("b", "v3")}
+    d = device(
+        tmp_path,
+        ["a", "b"],
+        ptr,
+        config='{"watchdog_ms": 1500}',
+        at_import={"b": "while True:\n    pass"},
+    )
+    ran, code, after = boot(d, runtime)
+    assert ran is None and code != 0 and (d / "wdtsim.reset").exists()
+    assert after["boots"] == 1 and after["trial"]["slot"] == "b"
+    ran, code, after = boot(d, runtime)
+    assert (ran, code) == ("a", 0)
+    assert after["failed"]["reason"] == "hung: the watchdog reset it during its trial (starting)"
+    assert after["trial"] is None and after["rollbacks"] == 1
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_a_trial_bundle_feeds_the_watchdog_the_loader_started(tmp_path, runtime):
+    """One watchdog per process, as on a chip: the bundle's WDT (its own copy
+    of the simulator) re-times and feeds the loader's, which therefore does
+    not reset a bundle that runs past the loader's timeout."""
+    feed = (
+        "import time\n    from firmware import wdtsim\n    w = wdtsim.WDT(timeout=1500)\n"
+        "    for _ in range(8):\n        time.sleep(0.5)\n        w.feed()\n    return 0"
+    )
+    ptr = {"good": bundle("a", "v2"), "trial": bundle("b", "v3")}
+    d = device(tmp_path, ["a", "b"], ptr, config='{"watchdog_ms": 1500}', behaviour={"b": feed})
+    ran, code, after = boot(d, runtime)
+    assert (ran, code) == ("b", 0) and not (d / "wdtsim.reset").exists()
+    assert after["trial"]["slot"] == "b" and "failed" not in after
