@@ -21,6 +21,9 @@ CHANGES = {
         '    c = ctx.connect("temp")\n',
         "    while True:\n        pass\n",
     ),
+    # A main module that never returns from its import: only the watchdog the
+    # loader started before importing it gets the device out.
+    "hangmain": ("main.py", "TRIAL_WDT_MS = 30000\n", "while True:\n    pass\n"),
     # A release whose MQTT topics moved: the device never gets a session.
     "nosession": ("__init__.py", '"prefix": "edgebus"', '"prefix": "elsewhere"'),
 }

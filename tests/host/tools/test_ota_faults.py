@@ -36,23 +36,26 @@ def test_a_hang_no_session_and_a_power_cut_on_trial_each_roll_back_with_why(tmp_
     hang = otakit.bundle(tmp_path, "hang")  # its temp service blocks the event loop
     nosession = otakit.bundle(tmp_path, "nosession")  # its MQTT topics moved
     good = otakit.bundle(tmp_path, "good")
-    with mqtt_fleet(tmp_path, 3, config={"watchdog_ms": 3000}) as (fleet, bridge):
+    hangmain = otakit.bundle(tmp_path, "hangmain")  # its main module hangs as it loads
+    with mqtt_fleet(tmp_path, 4, config={"watchdog_ms": 3000}) as (fleet, bridge):
         sock = bridge.sock
-        a, b, c = [d["node"] for d in fleet.devices]
+        a, b, c, d = [dev["node"] for dev in fleet.devices]
         push = ("push", "--yes", "--trial-s", "10", "--timeout", "10", "--bundle")
         pa = ota_bg(sock, *push, hang, "--to", a)
         pb = ota_bg(sock, *push, nosession, "--to", b)
         pc = ota_bg(sock, *push, good, "--to", c)
+        pd = ota_bg(sock, *push, hangmain, "--to", d)
         # The power cut: c is killed while its new bundle is on trial.
         wait_until(lambda: (status(sock).get(c) or {}).get("state") == "trial", 60)
         fleet.kill(c)
         fleet.start(c)
-        results = {n: push_lines(p) for n, p in ((a, pa), (b, pb), (c, pc))}
+        results = {n: push_lines(p) for n, p in ((a, pa), (b, pb), (c, pc), (d, pd))}
         st = status(sock)
         why = {
             a: "hung: the watchdog reset it during its trial (starting)",
             b: "no session within 10 s",
             c: "reset during its trial (",
+            d: "hung: the watchdog reset it during its trial (starting)",
         }
         for n, (code, out, err) in results.items():
             assert code == 1, (n, out, err)
@@ -61,8 +64,9 @@ def test_a_hang_no_session_and_a_power_cut_on_trial_each_roll_back_with_why(tmp_
             assert f["reason"].startswith(why[n]) and f["hash"], (n, f)
             # back on the bundle before (the factory modules), running and reporting
             assert st[n]["running"]["hash"] is None and st[n]["state"] == "idle", st[n]
-        with open(fleet.devices[0]["log"]) as f:
-            assert "WDT (simulated): not fed for 3000 ms" in f.read()
+        for dev in (fleet.devices[0], fleet.devices[3]):
+            with open(dev["log"]) as f:
+                assert "WDT (simulated): not fed for 3000 ms" in f.read()
 
 
 def test_a_serial_device_cut_off_mid_transfer_resumes_where_its_flash_left_off(tmp_path):
