@@ -24,6 +24,7 @@ from edgebus.bridge import config as bridge_config
 from edgebus.bridge.keystore import KeyStore
 from edgebus.bridge.mailbox import Mailbox
 from edgebus.bridge.quota import Quota, Watch
+from edgebus.bridge.statefile import StateFile
 from edgebus.compat import wait_for
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ class Bridge:
         self.auth = acl.make(cfg)
         self.bus = edgebus.Bus(q_length=cfg.queue_len, authoriser=self.auth)
         self.conn = self.bus.connect(principal=("bridge", cfg.node))
-        self.state = links.StateFile(cfg.state_dir)
+        self.state = StateFile(cfg.state_dir)
         self.keystore = KeyStore(cfg.keys or os.path.join(cfg.state_dir, "keys"))
         self.links: dict[str, Link] = {}
         self.transports: dict[str, Any] = {}

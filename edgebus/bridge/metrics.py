@@ -15,8 +15,7 @@ from edgebus.bridge.status import state
 from edgebus.client.local import ERRORS
 
 if TYPE_CHECKING:
-    from edgebus.bridge.daemon import Bridge
-    from edgebus.bridge.mailbox import Mailbox
+    from edgebus.bridge.context import BridgeView, MailboxView
     from edgebus.link.link import Link
 
 SCRAPE_WAIT = 10.0  # seconds a scrape waits for the event loop before it fails
@@ -26,7 +25,7 @@ SCRAPE_WAIT = 10.0  # seconds a scrape waits for the event loop before it fails
 STATES = ("up", "down", "hello_sent", "ack_sent", "asleep", "overslept")
 
 
-def trouble(links: dict[str, Link], n: int, mailbox: Mailbox | None = None) -> list[str]:
+def trouble(links: dict[str, Link], n: int, mailbox: MailboxView | None = None) -> list[str]:
     """The ids of at most ``n`` of ``links`` ({id: Link}) most worth a look:
     those without a session first (a device asleep is not one), then by
     errors and gaps; all of them when there are no more than ``n``."""
@@ -46,7 +45,7 @@ class BridgeCollector:
     bridge's event loop, where the links live (read from the scrape's thread,
     a link that closes in between is a KeyError or a dict that changed size)."""
 
-    def __init__(self, bridge: Bridge, per_link: int = 100) -> None:
+    def __init__(self, bridge: BridgeView, per_link: int = 100) -> None:
         self.bridge = bridge
         self.per_link = per_link
         self.loop = asyncio.get_running_loop()
@@ -201,7 +200,7 @@ def _log_health(lg: dict[str, Any]) -> Iterator[Any]:
     )
 
 
-def serve(bridge: Bridge, addr: str) -> tuple[Any, Any]:
+def serve(bridge: BridgeView, addr: str) -> tuple[Any, Any]:
     """Start the /metrics HTTP server on addr ("host:port"); returns (server, thread)."""
     host, _, port = addr.rpartition(":")
     reg = CollectorRegistry()

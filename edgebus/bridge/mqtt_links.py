@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ssl import SSLContext
 
     from edgebus.bridge.config import Mqtt
-    from edgebus.bridge.daemon import Bridge
+    from edgebus.bridge.context import BridgeView
     from edgebus.bridge.mqtt_conn import Connection
 
 log = logging.getLogger("edgebus.bridge")
@@ -53,7 +53,7 @@ WARN_EVERY = 10.0
 class MqttLinks:
     """Keeps the broker connection and one Link per configured device."""
 
-    def __init__(self, bridge: Bridge, mq: Mqtt) -> None:
+    def __init__(self, bridge: BridgeView, mq: Mqtt) -> None:
         self.bridge = bridge
         self.mq = mq
         u = urlparse(mq.url)
