@@ -23,9 +23,9 @@ from urllib.parse import urlparse
 from edgebus.bridge import mqtt_conn, mqtt_mirror
 from edgebus.bridge.keystore import KeyStoreError
 from edgebus.bridge.links import device_rules, retry_backoff, tick_links
+from edgebus.bridge.logflow import WINDOW_MAX
 from edgebus.bridge.mqtt_transport import Backlog, DeviceTransport
 from edgebus.bridge.quota import FLOOD_AT, FLOOD_STEP, MUTE_CHECK, Mutes
-from edgebus.bridge.telemetry import WINDOW_MAX
 from edgebus.link.link import Link
 
 if TYPE_CHECKING:
