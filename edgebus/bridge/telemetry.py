@@ -87,6 +87,10 @@ class Appender:
     def appended(self) -> int:
         return self.sink.appended
 
+    @property
+    def errors(self) -> int:
+        return self.sink.errors
+
     def queued(self) -> int:
         """The log's backlog: messages waiting in its fullest queue."""
         return self.intake.queued()
