@@ -90,7 +90,7 @@ class Bridge:
             self.mqtt = MqttLinks(self, cfg.mqtt)
 
     def hold(self, link: Link) -> bool:
-        """Link.hold: the log's pushback for durable links (telemetry.py),
+        """Link.hold: the log's pushback for durable links (logflow.py),
         then a device's readings quota (quota.py)."""
         a = self.appender
         if a is not None and link.durable and a.hold(link):
