@@ -15,14 +15,14 @@ from edgebus import topic
 
 if TYPE_CHECKING:
     from edgebus import Request
-    from edgebus.bridge.daemon import Bridge
+    from edgebus.bridge.context import BridgeView
 
 WHOAMI = "bridge/whoami"
 MAY = "bridge/may"
 ACTIONS = ("publish", "retain", "subscribe", "watch_retained", "call")
 
 
-def whoami(bridge: Bridge, req: Request) -> dict[str, Any]:
+def whoami(bridge: BridgeView, req: Request) -> dict[str, Any]:
     o = req.origin
     p = o.principal
     return {
@@ -32,7 +32,7 @@ def whoami(bridge: Bridge, req: Request) -> dict[str, Any]:
     }
 
 
-def may(bridge: Bridge, req: Request) -> dict[str, Any]:
+def may(bridge: BridgeView, req: Request) -> dict[str, Any]:
     """{"allowed": bool, "reason": str|None} for payload {"action", "topic"}."""
     q = req.payload
     if (
@@ -51,10 +51,10 @@ def may(bridge: Bridge, req: Request) -> dict[str, Any]:
     return {"allowed": bool(ok), "reason": why}
 
 
-async def serve(bridge: Bridge) -> None:
+async def serve(bridge: BridgeView) -> None:
     """Serve both endpoints until cancelled."""
 
-    async def loop(name: str, answer: Callable[[Bridge, Request], dict[str, Any]]) -> None:
+    async def loop(name: str, answer: Callable[[BridgeView, Request], dict[str, Any]]) -> None:
         async for req in bridge.conn.bind(name, queue_len=8):
             try:
                 req.reply(answer(bridge, req))

@@ -31,7 +31,7 @@ EXAMPLE = str(importlib.resources.files("edgebus.bridge") / "example.toml")
 # The log's group commit period (dev/bench/log_bench.py measured it: BENCHMARKS.md).
 DEFAULT_COMMIT_MS = 20
 # The log's queue (messages): its room up to high water is shared among the
-# durable links as their windows (telemetry.py), so it is sized for a fleet:
+# durable links as their windows (logflow.py), so it is sized for a fleet:
 # 65,536 gives each of 5,000 devices 8 frames ahead of its last ACK.
 DEFAULT_LOG_QUEUE = 65536
 CLIENT_QUEUE = 32  # messages per feed a local socket client gets by default

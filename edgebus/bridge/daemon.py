@@ -24,6 +24,7 @@ from edgebus.bridge import config as bridge_config
 from edgebus.bridge.keystore import KeyStore
 from edgebus.bridge.mailbox import Mailbox
 from edgebus.bridge.quota import Quota, Watch
+from edgebus.bridge.statefile import StateFile
 from edgebus.compat import wait_for
 
 if TYPE_CHECKING:
@@ -63,7 +64,7 @@ class Bridge:
         self.auth = acl.make(cfg)
         self.bus = edgebus.Bus(q_length=cfg.queue_len, authoriser=self.auth)
         self.conn = self.bus.connect(principal=("bridge", cfg.node))
-        self.state = links.StateFile(cfg.state_dir)
+        self.state = StateFile(cfg.state_dir)
         self.keystore = KeyStore(cfg.keys or os.path.join(cfg.state_dir, "keys"))
         self.links: dict[str, Link] = {}
         self.transports: dict[str, Any] = {}
@@ -89,7 +90,7 @@ class Bridge:
             self.mqtt = MqttLinks(self, cfg.mqtt)
 
     def hold(self, link: Link) -> bool:
-        """Link.hold: the log's pushback for durable links (telemetry.py),
+        """Link.hold: the log's pushback for durable links (logflow.py),
         then a device's readings quota (quota.py)."""
         a = self.appender
         if a is not None and link.durable and a.hold(link):
@@ -191,18 +192,23 @@ class Bridge:
         """Run until stop(); then close the links, seal the log and save the
         state, each step bounded. Returns the tasks that did not end: an
         embedding program decides what to do with them (the daemon exits)."""
+        servers = await self._start()
+        # What exists now (every configured link, the modules) lives as long
+        # as the bridge: out of the collector's sight, a full collection at
+        # 10,000 devices scans a third fewer objects (a pause of 100s of ms on
+        # the loop, in the ACKs' latency). What comes later is collected as ever.
+        gc.freeze()
+        await self._stop.wait()
+        return await self._wind_down(servers)
+
+    async def _start(self) -> list[asyncio.Server]:
+        """Start every part: the log, the bridge's endpoints, the links, the
+        listeners (returned, for the stop to close)."""
         cfg = self.cfg
         self.tasks.append(asyncio.create_task(self._persist_state()))
         self.tasks.append(asyncio.create_task(self._watching()))
-        blame = bridge_config.blame  # a start step that fails names its key
         if cfg.log_dir:
-            from edgebus.bridge.loghealth import resume_links
-            from edgebus.bridge.telemetry import Appender
-
-            with blame("[log]", "dir", cfg.log_dir, "cannot open the log"):
-                self.appender = Appender(self.bus, cfg, links=self.links, queue_len=cfg.log_queue)
-            resume_links(self.state.data, cfg.log_dir)  # the writer has recovered the log
-            self.tasks.append(asyncio.create_task(self.appender.run()))
+            self._open_log(cfg.log_dir)
         self.tasks.append(asyncio.create_task(self._status_endpoint()))
         self.tasks.append(asyncio.create_task(callerinfo.serve(self)))
         self.tasks.append(asyncio.create_task(rotation.serve(self)))
@@ -212,6 +218,32 @@ class Bridge:
             self.tasks.append(asyncio.create_task(links.run_serial(self, dev)))
         if self.mqtt is not None:
             self.tasks.append(asyncio.create_task(self.mqtt.run()))
+        servers = await self._listen()
+        log.info(
+            "bridge %s running: %d serial link(s), socket %s, log %s",
+            cfg.node,
+            len(cfg.serial),
+            cfg.socket,
+            cfg.log_dir,
+        )
+        return servers
+
+    def _open_log(self, log_dir: str) -> None:
+        """The telemetry log's appender; the links resume from what it holds."""
+        from edgebus.bridge.loghealth import resume_links
+        from edgebus.bridge.telemetry import Appender
+
+        cfg = self.cfg
+        with bridge_config.blame("[log]", "dir", log_dir, "cannot open the log"):
+            self.appender = Appender(self.bus, cfg, links=self.links, queue_len=cfg.log_queue)
+        resume_links(self.state.data, log_dir)  # the writer has recovered the log
+        self.tasks.append(asyncio.create_task(self.appender.run()))
+
+    async def _listen(self) -> list[asyncio.Server]:
+        """Dial or listen for each [[peer]], listen on the local socket, serve
+        the metrics; a start step that fails names its key (blame)."""
+        cfg = self.cfg
+        blame = bridge_config.blame
         servers = []
         if cfg.peers:
             from edgebus.bridge import peers
@@ -232,19 +264,11 @@ class Bridge:
 
             with blame("[bridge]", "metrics", cfg.metrics, "cannot listen"):
                 self.metrics = metrics.serve(self, cfg.metrics)
-        log.info(
-            "bridge %s running: %d serial link(s), socket %s, log %s",
-            cfg.node,
-            len(cfg.serial),
-            cfg.socket,
-            cfg.log_dir,
-        )
-        # What exists now (every configured link, the modules) lives as long
-        # as the bridge: out of the collector's sight, a full collection at
-        # 10,000 devices scans a third fewer objects (a pause of 100s of ms on
-        # the loop, in the ACKs' latency). What comes later is collected as ever.
-        gc.freeze()
-        await self._stop.wait()
+        return servers
+
+    async def _wind_down(self, servers: list[asyncio.Server]) -> set[asyncio.Task[Any]]:
+        """The stop: the listeners closed, BYE said, the tasks ended, the log
+        sealed and the state saved, each step bounded; the tasks still running."""
         t0 = time.monotonic()
         log.info("bridge stopping")
         self.watch.check(list(self.links.values()))  # what is not said yet
@@ -366,6 +390,78 @@ class _NoPandas:
         return None
 
 
+def _log_to_stderr(log_format: str, verbose: bool) -> None:
+    """The daemon's log: one JSON object a line, or text."""
+    h = logging.StreamHandler()
+    h.setFormatter(
+        JsonFormatter()
+        if log_format == "json"
+        else logging.Formatter("%(asctime)s %(levelname)s %(message)s")
+    )
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[h])
+
+
+def _configuration(path: str | None) -> bridge_config.Config | None:
+    """The configuration at ``path``, loaded and prepared; None when there
+    is none or it is wrong (said on stderr)."""
+    if not path:
+        print(
+            "edgebus-bridge: error: --config is required; start from the example "
+            "configuration %s (the demo, with simulated devices, is `./do demo` in a "
+            "checkout)" % bridge_config.EXAMPLE,
+            file=sys.stderr,
+        )
+        return None
+    try:
+        cfg = bridge_config.load(path)
+    except bridge_config.ConfigError as e:
+        print("edgebus-bridge: %s" % e, file=sys.stderr)
+        return None
+    try:
+        bridge_config.prepare(cfg)
+    except bridge_config.ConfigError as e:
+        print("edgebus-bridge: %s: %s" % (path, e), file=sys.stderr)
+        return None
+    return cfg
+
+
+async def _serve(cfg: bridge_config.Config, path: str) -> None:
+    """Run the bridge until SIGTERM or SIGINT (SIGHUP: a reload), then exit."""
+    b = Bridge(cfg, path)
+    loop = asyncio.get_running_loop()
+
+    def on_signal(signum: int, frame: Any) -> None:
+        # Python runs this at once, between two bytecodes of whatever the
+        # loop is doing; a handler of the loop's own waits for its turn,
+        # which in a start-up storm comes after every link has been fed
+        # its backlog (seconds). The backlog goes here; the stop runs on
+        # the loop's next turn.
+        if b.mqtt is not None and not b.stopping:
+            b.dropped_at_stop += b.mqtt.stop_reading(pause=False)
+        loop.call_soon_threadsafe(b.stop)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, on_signal)
+    reloads = set()  # the event loop keeps only weak references to tasks
+
+    def hup() -> None:
+        t = asyncio.ensure_future(reload.on_signal(b))
+        reloads.add(t)
+        t.add_done_callback(reloads.discard)
+
+    loop.add_signal_handler(signal.SIGHUP, hup)
+    stuck = await b.run()
+    # The log is sealed and the state saved: leave now. The rest of a
+    # normal exit costs time and keeps nothing: asyncio.run() would wait
+    # for stuck tasks forever and join its executor (where a connect to
+    # an unreachable broker may be waiting), and the interpreter's last
+    # collection goes over every link's objects (~1 s at 10,000 devices).
+    # Stuck tasks: exit status 1.
+    logging.shutdown()
+    sys.stdout.flush()
+    os._exit(1 if stuck else 0)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="edgebus-bridge", description=__doc__.splitlines()[0])
     ap.add_argument("--config", "-c", help="the bridge's TOML configuration")
@@ -373,69 +469,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--verbose", "-v", action="store_true")
     args = ap.parse_args(argv)
     sys.meta_path.insert(0, _NoPandas)
-    h = logging.StreamHandler()
-    h.setFormatter(
-        JsonFormatter()
-        if args.log_format == "json"
-        else logging.Formatter("%(asctime)s %(levelname)s %(message)s")
-    )
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO, handlers=[h])
-    if not args.config:
-        print(
-            "edgebus-bridge: error: --config is required; start from the example "
-            "configuration %s (the demo, with simulated devices, is `./do demo` in a "
-            "checkout)" % bridge_config.EXAMPLE,
-            file=sys.stderr,
-        )
+    _log_to_stderr(args.log_format, args.verbose)
+    cfg = _configuration(args.config)
+    if cfg is None:
         return 2
     try:
-        cfg = bridge_config.load(args.config)
-    except bridge_config.ConfigError as e:
-        print("edgebus-bridge: %s" % e, file=sys.stderr)
-        return 2
-    try:
-        bridge_config.prepare(cfg)
-    except bridge_config.ConfigError as e:
-        print("edgebus-bridge: %s: %s" % (args.config, e), file=sys.stderr)
-        return 2
-
-    async def run() -> None:
-        b = Bridge(cfg, args.config)
-        loop = asyncio.get_running_loop()
-
-        def on_signal(signum: int, frame: Any) -> None:
-            # Python runs this at once, between two bytecodes of whatever the
-            # loop is doing; a handler of the loop's own waits for its turn,
-            # which in a start-up storm comes after every link has been fed
-            # its backlog (seconds). The backlog goes here; the stop runs on
-            # the loop's next turn.
-            if b.mqtt is not None and not b.stopping:
-                b.dropped_at_stop += b.mqtt.stop_reading(pause=False)
-            loop.call_soon_threadsafe(b.stop)
-
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, on_signal)
-        reloads = set()  # the event loop keeps only weak references to tasks
-
-        def hup() -> None:
-            t = asyncio.ensure_future(reload.on_signal(b))
-            reloads.add(t)
-            t.add_done_callback(reloads.discard)
-
-        loop.add_signal_handler(signal.SIGHUP, hup)
-        stuck = await b.run()
-        # The log is sealed and the state saved: leave now. The rest of a
-        # normal exit costs time and keeps nothing: asyncio.run() would wait
-        # for stuck tasks forever and join its executor (where a connect to
-        # an unreachable broker may be waiting), and the interpreter's last
-        # collection goes over every link's objects (~1 s at 10,000 devices).
-        # Stuck tasks: exit status 1.
-        logging.shutdown()
-        sys.stdout.flush()
-        os._exit(1 if stuck else 0)
-
-    try:
-        asyncio.run(run())
+        asyncio.run(_serve(cfg, args.config))
     except bridge_config.ConfigError as e:  # a start step's (Bridge.run: blame)
         print("edgebus-bridge: %s: %s" % (args.config, e), file=sys.stderr)
         return 2

@@ -7,14 +7,12 @@ file, restarts of the bridge)."""
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import socket
 import struct
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Iterable
 
-from edgebus import tlog
 from edgebus.backoff import Backoff
 from edgebus.bridge import textmode
 from edgebus.client.local import LOCAL_MAX_LEN, host_spool
@@ -24,7 +22,7 @@ from edgebus.link.stream import StreamTransport
 
 if TYPE_CHECKING:
     from edgebus.bridge.config import Device
-    from edgebus.bridge.daemon import Bridge
+    from edgebus.bridge.context import BridgeView
 
     # A Link's rules: (pattern, prefix) pairs.
     Rules = Iterable[tuple[str, str]]
@@ -46,51 +44,6 @@ def device_rules(
         "exports": [(p + "/cmd/#", p)],
         "export_calls": [(c, "") for c in relay_calls],
     }
-
-
-class _LinkState(dict):
-    """One link's state: a dict (the Link's ``state``) that tells its file
-    when a new peer boot's generation is set, the change that must reach
-    the disk soon (Bridge._persist_state), so nothing scans every link."""
-
-    __slots__ = ("file",)
-    file: StateFile
-
-    def __setitem__(self, k: str, v: Any) -> None:
-        dict.__setitem__(self, k, v)
-        if k == "generation":
-            self.file.generations += 1
-
-
-class StateFile:
-    """Peer state (generation, next sequence number) per link, in one JSON file
-    written atomically, so generations keep increasing across bridge restarts.
-    ``generations`` counts generations set since the start."""
-
-    def __init__(self, state_dir: str) -> None:
-        os.makedirs(state_dir, exist_ok=True)
-        self.path = os.path.join(state_dir, "links.json")
-        self.generations = 0
-        try:
-            with open(self.path) as f:
-                data = json.load(f)
-        except (OSError, ValueError):
-            data = {}
-        self.data: dict[str, _LinkState] = {}
-        for k, v in data.items() if isinstance(data, dict) else ():
-            if isinstance(v, dict):
-                self.for_link(k).update(v)
-
-    def for_link(self, link_id: str) -> _LinkState:
-        st = self.data.get(link_id)
-        if st is None:
-            st = self.data[link_id] = _LinkState()
-            st.file = self
-        return st
-
-    def save(self) -> None:
-        data = json.dumps(self.data).encode()
-        tlog.write_atomically(self.path, self.path + ".tmp", lambda f: f.write(data))
 
 
 # Links ticked per slice of a shared ticker's pass, between which the loop
@@ -133,7 +86,7 @@ def retry_backoff(cap: float = RETRY_CAP) -> Backoff:
     return Backoff(0.5, cap)
 
 
-async def run_serial(bridge: Bridge, dev: Device) -> Link | None:
+async def run_serial(bridge: BridgeView, dev: Device) -> Link | None:
     """Keep a serial device joined: open the port, run the link, and when the
     port vanishes (USB unplug) or fails, retry with backoff until it returns."""
     try:
@@ -197,7 +150,7 @@ def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
     return struct.unpack("3i", data)
 
 
-async def serve_local(bridge: Bridge, path: str) -> asyncio.Server:
+async def serve_local(bridge: BridgeView, path: str) -> asyncio.Server:
     """Local processes join the host bus over a unix socket; each connection's
     unix credentials are its principal, so the authoriser scopes it."""
     if os.path.exists(path):

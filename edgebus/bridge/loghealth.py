@@ -6,10 +6,10 @@ reopened with the bridge's retry backoff until the disk takes writes again,
 and resumed without a restart, nothing acknowledged lost and nothing logged
 twice; and a restarted bridge's links resumed from what the log holds.
 
-Functions over the Appender (bridge/telemetry.py), whose ``health`` holds
-this part's state: the appender calls fail() when a trip to its worker
-raises, recover() from its run() while failed, space() with the free bytes
-each housekeeping trip finds, and close_failed() at a stop."""
+Functions over the appender (bridge/telemetry.py, seen as ``Log``), whose
+``health`` holds this part's state: the appender calls fail() when a trip
+to its worker raises, recover() from its run() while failed, space() with
+the free bytes each housekeeping trip finds, and close_failed() at a stop."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ import logging
 import os
 import tempfile
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol
 
 from edgebus.bridge.links import retry_backoff
 from edgebus.bridge.relay import hop_seqs
@@ -28,7 +28,11 @@ from edgebus.tlog import LogWriter, last_seqs
 if TYPE_CHECKING:
     from edgebus import Message
     from edgebus.bridge.config import Config
-    from edgebus.bridge.telemetry import Appender
+    from edgebus.bridge.logacks import Acks
+    from edgebus.bridge.logflow import Flow
+    from edgebus.bridge.logintake import Intake
+    from edgebus.bridge.logsink import Sink
+    from edgebus.bridge.logwatch import LogWatch
     from edgebus.link.link import Link
 
 log = logging.getLogger("edgebus.bridge")
@@ -84,6 +88,32 @@ class Health:
         }
 
 
+class Log(Protocol):
+    """The appender (telemetry.Appender) as these functions use it: its
+    parts (bridge/log*.py), its config, the bridge's links."""
+
+    @property
+    def cfg(self) -> Config: ...
+    @property
+    def health(self) -> Health: ...
+    @property
+    def links(self) -> dict[str, Link]: ...
+    @property
+    def intake(self) -> Intake: ...
+    @property
+    def sink(self) -> Sink: ...
+    @property
+    def acks(self) -> Acks: ...
+    @property
+    def flow(self) -> Flow: ...
+    @property
+    def watch(self) -> LogWatch: ...
+
+    unsynced: int  # records appended since the last sync point
+
+    def write(self, batch: list[Message]) -> None: ...
+
+
 def open_log(cfg: Config) -> LogWriter:
     """A writer on the configured log, recovering what is on disk."""
     assert cfg.log_dir is not None  # for mypy: the bridge makes one only with a log
@@ -113,23 +143,23 @@ def why(e: BaseException) -> str:
     return str(e) or type(e).__name__
 
 
-def housekeeping(a: Appender) -> int:
+def housekeeping(sink: Sink) -> int:
     """In the worker: the writer's housekeeping (age rolls, retention),
     then the bytes free on the log's disk (for space())."""
-    a.writer.tick()
-    return disk_free(a.writer.path)
+    sink.writer.tick()
+    return disk_free(sink.writer.path)
 
 
-def remedy(a: Appender) -> str:
+def remedy(a: Log) -> str:
     """What the operator can do about a full disk, in their words."""
     c = a.cfg
     return (
         "Free space on %s, or bound the log with [log] retention_bytes (now %s) or "
-        "retention_seconds (now %s)" % (a.writer.path, c.retention_bytes, c.retention_seconds)
+        "retention_seconds (now %s)" % (a.sink.writer.path, c.retention_bytes, c.retention_seconds)
     )
 
 
-def space(a: Appender, free: int) -> None:
+def space(a: Log, free: int) -> None:
     """The disk's free bytes: a warning below min_free (again every
     REMIND_EVERY s while it stays low), a line when it is back above."""
     h = a.health
@@ -207,7 +237,7 @@ def skip_logged(link: Link, logged: Mapping[tuple[Any, Any], int]) -> None:
     _expect(link, first)
 
 
-def _unlogged(a: Appender, batch: list[Message]) -> list[Message]:
+def _unlogged(a: Log, batch: list[Message]) -> list[Message]:
     """What of ``batch`` (taken, not written, when the log failed) is still
     to be written: not a durable link's numbered frame, which its device
     sends again (rewind)."""
@@ -221,7 +251,7 @@ def _unlogged(a: Appender, batch: list[Message]) -> list[Message]:
     return out
 
 
-def fail(a: Appender, e: BaseException) -> None:
+def fail(a: Log, e: BaseException) -> None:
     """The log failed (what a trip raised, or the close): nothing more is
     acknowledged; the durable links are held back (Appender.hold) and
     rewound, their devices keeping it all spooled; other traffic taken from
@@ -236,13 +266,12 @@ def fail(a: Appender, e: BaseException) -> None:
     h.free_tried = float("inf")
     h.t_failed = (time.time(), now)
     h.retry_at = now + h.backoff.next()
-    a._closed = True
-    a.pace()  # every device's window: 0
-    h.carry += _unlogged(a, a._take())
+    a.flow.shut()  # every device's window: 0
+    h.carry += _unlogged(a, a.intake.take(a.acks.moved))
     ended = 0
     for k, link in list(a.links.items()):
         if link.durable:
-            m = a._acked.get(k)
+            m = a.acks.acked.get(k)
             ended += rewind(link, m[0] if m else None)
     log.error(
         "telemetry: the log failed: %s: nothing more is acknowledged until it takes writes "
@@ -253,20 +282,20 @@ def fail(a: Appender, e: BaseException) -> None:
         ended,
         remedy(a),
     )
-    a.wake.set()
+    a.intake.wake.set()
 
 
-def _reopen(a: Appender, link_ids: list[str]) -> tuple[LogWriter, dict[tuple[Any, Any], int]]:
+def _reopen(a: Log, link_ids: list[str]) -> tuple[LogWriter, dict[tuple[Any, Any], int]]:
     """In the worker: once the disk takes PROBE_BYTES (written, synced),
     the failed writer closed (no seal) and a new one opened, whose recovery
     seals what is valid on disk; and what the log holds of each link
     (logged_seqs). Raises while the disk refuses."""
-    path = a.writer.path
+    path = a.sink.writer.path
     with tempfile.TemporaryFile(dir=path) as f:  # no name: nothing left if we die
         f.write(bytes(PROBE_BYTES))
         f.flush()
         os.fsync(f.fileno())
-    a.writer.close()  # idempotent
+    a.sink.writer.close()  # idempotent
     w = a.health.reopened = open_log(a.cfg)
     try:
         return w, logged_seqs(path, link_ids)
@@ -276,7 +305,7 @@ def _reopen(a: Appender, link_ids: list[str]) -> tuple[LogWriter, dict[tuple[Any
         raise
 
 
-async def recover(a: Appender) -> None:
+async def recover(a: Log) -> None:
     """One turn of the appender's run() while the log is failed (a second at
     most, so the reminders come on time): the trips still out fail too; the
     disk's free space is looked at; at the retry's time, or at once when
@@ -284,19 +313,20 @@ async def recover(a: Appender) -> None:
     (refused: the next retry later, with backoff); reopened, it resumes."""
     h = a.health
     loop = asyncio.get_running_loop()
-    if a._trips:
-        await asyncio.wait(a._trips)
-        a._trips = []
+    sink = a.sink
+    if sink.trips:
+        await asyncio.wait(sink.trips)
+        sink.trips = []
     now = time.monotonic()
     _remind(a, now)
     free = None
     try:
-        free = await loop.run_in_executor(a._pool, disk_free, a.writer.path)
+        free = await loop.run_in_executor(sink.pool, disk_free, sink.writer.path)
         space(a, free)
         if h.retry_at > now and free < h.free_tried + PROBE_BYTES:
             await asyncio.sleep(min(h.retry_at - now, 1.0))
             return
-        w, logged = await loop.run_in_executor(a._pool, _reopen, a, list(a.links))
+        w, logged = await loop.run_in_executor(sink.pool, _reopen, a, list(a.links))
     except Exception as e:
         h.retries += 1
         h.failure = why(e)
@@ -306,13 +336,13 @@ async def recover(a: Appender) -> None:
     _resume(a, w, logged)
 
 
-def _resume(a: Appender, w: LogWriter, logged: Mapping[tuple[Any, Any], int]) -> None:
+def _resume(a: Log, w: LogWriter, logged: Mapping[tuple[Any, Any], int]) -> None:
     """The log reopened: the durable links skip what it holds (asking their
     devices for the rest as they send on, or as their holds end), the other
     traffic taken at the failure is written first, the windows open."""
     h = a.health
-    a.writer, h.reopened = w, None
-    a._position = w.position()
+    a.sink.writer, h.reopened = w, None
+    a.sink.position = w.position()
     for link in list(a.links.values()):
         if link.durable:
             skip_logged(link, logged)
@@ -320,12 +350,11 @@ def _resume(a: Appender, w: LogWriter, logged: Mapping[tuple[Any, Any], int]) ->
     h.failure = None
     h.resumed += 1
     a.unsynced = 0
-    a._warned = (now, a._held(), a.dropped())  # the failure's holds: said already
+    a.watch.said(now)  # the failure's holds: said already
     carry, h.carry = h.carry, []
     if carry:
-        a.unsynced += len(carry)
-        a._trip(a._append, carry, False)
-    a.pace(sweep=True)
+        a.write(carry)
+    a.flow.pace(sweep=True)
     log.warning(
         "telemetry: the log resumed after %.1f s failed (%d retries): the devices send "
         "again what it lacks",
@@ -334,7 +363,7 @@ def _resume(a: Appender, w: LogWriter, logged: Mapping[tuple[Any, Any], int]) ->
     )
 
 
-def _remind(a: Appender, now: float) -> None:
+def _remind(a: Log, now: float) -> None:
     """While the log stays failed: said again every REMIND_EVERY s."""
     h = a.health
     if now - max(h.t_failed[1], h.t_reminded) < REMIND_EVERY:
@@ -347,12 +376,12 @@ def _remind(a: Appender, now: float) -> None:
         h.retries,
         max(0.0, h.retry_at - now),
         h.failure,
-        a._held(),
+        a.flow.held(),
         remedy(a),
     )
 
 
-def close_failed(a: Appender) -> None:
+def close_failed(a: Log) -> None:
     """A stop while the log is failed: the writers closed unsealed (the next
     start's recovery seals what is valid), and said. The links expect what
     they last acknowledged (rewind), so the state saved next promises the
@@ -361,13 +390,13 @@ def close_failed(a: Appender) -> None:
     if h.reopened is not None:  # reopened while the stop cancelled the wait
         h.reopened.close()
         h.reopened = None
-    a.writer.close()
+    a.sink.writer.close()
     log.error(
         "telemetry: the log is failed (%s): closed without a seal; the next start recovers "
         "what is on disk and the devices send again what it lacks; %d message(s) of other "
         "traffic not written",
         h.failure,
-        len(h.carry) + sum(s.stats()["queued"] for s in a.subs),
+        len(h.carry) + a.intake.waiting(),
     )
 
 

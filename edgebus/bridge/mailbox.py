@@ -45,7 +45,7 @@ from edgebus.link import routes
 
 if TYPE_CHECKING:
     from edgebus import Request
-    from edgebus.bridge.daemon import Bridge
+    from edgebus.bridge.context import BridgeView
     from edgebus.link.link import Link
 
 ENDPOINT = "bridge/mailbox"
@@ -78,7 +78,7 @@ class Entry:
 
 
 class Mailbox:
-    def __init__(self, bridge: Bridge) -> None:
+    def __init__(self, bridge: BridgeView) -> None:
         self.bridge = bridge
         cfg = bridge.cfg
         self.entries = cfg.mailbox_entries

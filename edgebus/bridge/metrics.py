@@ -15,8 +15,7 @@ from edgebus.bridge.status import state
 from edgebus.client.local import ERRORS
 
 if TYPE_CHECKING:
-    from edgebus.bridge.daemon import Bridge
-    from edgebus.bridge.mailbox import Mailbox
+    from edgebus.bridge.context import BridgeView, MailboxView
     from edgebus.link.link import Link
 
 SCRAPE_WAIT = 10.0  # seconds a scrape waits for the event loop before it fails
@@ -26,7 +25,7 @@ SCRAPE_WAIT = 10.0  # seconds a scrape waits for the event loop before it fails
 STATES = ("up", "down", "hello_sent", "ack_sent", "asleep", "overslept")
 
 
-def trouble(links: dict[str, Link], n: int, mailbox: Mailbox | None = None) -> list[str]:
+def trouble(links: dict[str, Link], n: int, mailbox: MailboxView | None = None) -> list[str]:
     """The ids of at most ``n`` of ``links`` ({id: Link}) most worth a look:
     those without a session first (a device asleep is not one), then by
     errors and gaps; all of them when there are no more than ``n``."""
@@ -46,7 +45,7 @@ class BridgeCollector:
     bridge's event loop, where the links live (read from the scrape's thread,
     a link that closes in between is a KeyError or a dict that changed size)."""
 
-    def __init__(self, bridge: Bridge, per_link: int = 100) -> None:
+    def __init__(self, bridge: BridgeView, per_link: int = 100) -> None:
         self.bridge = bridge
         self.per_link = per_link
         self.loop = asyncio.get_running_loop()
@@ -57,112 +56,129 @@ class BridgeCollector:
 
     def collect(self) -> Iterator[Any]:
         st = asyncio.run_coroutine_threadsafe(self._stats(), self.loop).result(SCRAPE_WAIT)
-        f = st["fleet"]
-        states = GaugeMetricFamily(
-            "edgebus_links",
-            "links by state (asleep: a device asleep as announced; overslept: past its wake)",
-            labels=["state"],
-        )
-        for s in STATES:
-            states.add_metric([s], f["states"].get(s, 0))
-        yield states
-        mb = CounterMetricFamily(
-            "edgebus_mailbox_calls",
-            "calls for devices asleep: held, delivered, no_endpoint, refused_full, expired, "
-            "refused_not_asleep, denied (bridge/mailbox.py)",
-            labels=["counter"],
-        )
-        for k, v in st["mailbox"]["counters"].items():
-            mb.add_metric([k], v)
-        yield mb
-        fleet = CounterMetricFamily(
-            "edgebus_fleet_events", "link counters summed over every link", labels=["counter"]
-        )
-        for k, v in sorted(f["counters"].items()):
-            fleet.add_metric([k], v)
-        yield fleet
-        up = GaugeMetricFamily(
-            "edgebus_link_up", "1 when the link's session is up", labels=["link", "peer"]
-        )
-        gen = GaugeMetricFamily(
-            "edgebus_link_generation", "the peer's generation", labels=["link", "peer"]
-        )
-        ev = CounterMetricFamily(
-            "edgebus_link_events",
-            "link counters (frames, gaps, errors...)",
-            labels=["link", "counter"],
-        )
-        fr = CounterMetricFamily(
-            "edgebus_link_frame_errors",
-            "framing counters of the transport",
-            labels=["link", "counter"],
-        )
-        for lid, s in st["links"].items():
-            peer = s.get("peer") or ""
-            up.add_metric([lid, peer], 1 if s["state"] == "up" else 0)
-            if s.get("generation") is not None:
-                gen.add_metric([lid, peer], s["generation"])
-            for k, v in s["counters"].items():
-                ev.add_metric([lid, k], v)
-            for k, v in (s.get("transport") or {}).items():
-                fr.add_metric([lid, k], v)
-        yield up
-        yield gen
-        yield ev
-        yield fr
-        b = st["bus"]
-        yield GaugeMetricFamily(
-            "edgebus_bus_connections", "connections on the host bus", value=b["connections"]
-        )
-        yield CounterMetricFamily(
-            "edgebus_bus_dropped", "messages dropped by full feeds", value=b["dropped"]
-        )
-        yield CounterMetricFamily(
-            "edgebus_bus_overflows",
-            "feeds closed because they could not keep up (disconnect)",
-            value=b.get("overflows", 0),
-        )
-        yield GaugeMetricFamily(
-            "edgebus_bus_retained", "retained topics on the host bus", value=b["retained"]
-        )
-        mq = st.get("mqtt")
-        if mq and mq.get("broker_dropped") is not None:
-            yield CounterMetricFamily(
-                "edgebus_broker_dropped",
-                "messages the MQTT broker dropped (its queues full) since the bridge connected",
-                value=mq["broker_dropped"],
-            )
+        yield from _fleet(st["fleet"], st["mailbox"])
+        yield from _links(st["links"])
+        yield from _bus(st["bus"], st.get("mqtt"))
         lg = st.get("log")
         if lg:
-            yield CounterMetricFamily(
-                "edgebus_log_appended", "records appended to the log", value=lg["appended"]
-            )
-            yield CounterMetricFamily(
-                "edgebus_log_dropped", "records lost before the log", value=lg["dropped"]
-            )
-            yield CounterMetricFamily(
-                "edgebus_log_syncs", "group commits (sync points) made", value=lg["syncs"]
-            )
-            yield GaugeMetricFamily(
-                "edgebus_log_unsynced",
-                "records appended since the last sync point",
-                value=lg["unsynced"],
-            )
-            yield CounterMetricFamily(
-                "edgebus_log_held",
-                "data frames durable links held back while the log was "
-                "behind (their devices send them again)",
-                value=lg["held"],
-            )
-            yield GaugeMetricFamily(
-                "edgebus_log_queued", "messages waiting for the log", value=lg["queued"]
-            )
-            yield GaugeMetricFamily(
-                "edgebus_log_pushback",
-                "1 while the log pushes back on durable links (behind, or failed)",
-                value=1 if lg["state"] in ("pushing back", "failed") else 0,
-            )
+            yield from _log(lg)
             yield from _log_health(lg)
+
+
+def _fleet(f: dict[str, Any], mailbox: dict[str, Any]) -> Iterator[Any]:
+    """The links by state, the mailbox's counters, the fleet's counters summed."""
+    states = GaugeMetricFamily(
+        "edgebus_links",
+        "links by state (asleep: a device asleep as announced; overslept: past its wake)",
+        labels=["state"],
+    )
+    for s in STATES:
+        states.add_metric([s], f["states"].get(s, 0))
+    yield states
+    mb = CounterMetricFamily(
+        "edgebus_mailbox_calls",
+        "calls for devices asleep: held, delivered, no_endpoint, refused_full, expired, "
+        "refused_not_asleep, denied (bridge/mailbox.py)",
+        labels=["counter"],
+    )
+    for k, v in mailbox["counters"].items():
+        mb.add_metric([k], v)
+    yield mb
+    fleet = CounterMetricFamily(
+        "edgebus_fleet_events", "link counters summed over every link", labels=["counter"]
+    )
+    for k, v in sorted(f["counters"].items()):
+        fleet.add_metric([k], v)
+    yield fleet
+
+
+def _links(links: dict[str, Any]) -> Iterator[Any]:
+    """Per link (those the scrape reports): up, generation, counters, framing."""
+    up = GaugeMetricFamily(
+        "edgebus_link_up", "1 when the link's session is up", labels=["link", "peer"]
+    )
+    gen = GaugeMetricFamily(
+        "edgebus_link_generation", "the peer's generation", labels=["link", "peer"]
+    )
+    ev = CounterMetricFamily(
+        "edgebus_link_events",
+        "link counters (frames, gaps, errors...)",
+        labels=["link", "counter"],
+    )
+    fr = CounterMetricFamily(
+        "edgebus_link_frame_errors",
+        "framing counters of the transport",
+        labels=["link", "counter"],
+    )
+    for lid, s in links.items():
+        peer = s.get("peer") or ""
+        up.add_metric([lid, peer], 1 if s["state"] == "up" else 0)
+        if s.get("generation") is not None:
+            gen.add_metric([lid, peer], s["generation"])
+        for k, v in s["counters"].items():
+            ev.add_metric([lid, k], v)
+        for k, v in (s.get("transport") or {}).items():
+            fr.add_metric([lid, k], v)
+    yield up
+    yield gen
+    yield ev
+    yield fr
+
+
+def _bus(b: dict[str, Any], mq: dict[str, Any] | None) -> Iterator[Any]:
+    """The host bus, and what the MQTT broker dropped."""
+    yield GaugeMetricFamily(
+        "edgebus_bus_connections", "connections on the host bus", value=b["connections"]
+    )
+    yield CounterMetricFamily(
+        "edgebus_bus_dropped", "messages dropped by full feeds", value=b["dropped"]
+    )
+    yield CounterMetricFamily(
+        "edgebus_bus_overflows",
+        "feeds closed because they could not keep up (disconnect)",
+        value=b.get("overflows", 0),
+    )
+    yield GaugeMetricFamily(
+        "edgebus_bus_retained", "retained topics on the host bus", value=b["retained"]
+    )
+    if mq and mq.get("broker_dropped") is not None:
+        yield CounterMetricFamily(
+            "edgebus_broker_dropped",
+            "messages the MQTT broker dropped (its queues full) since the bridge connected",
+            value=mq["broker_dropped"],
+        )
+
+
+def _log(lg: dict[str, Any]) -> Iterator[Any]:
+    """The telemetry log's counters, backlog and pushback."""
+    yield CounterMetricFamily(
+        "edgebus_log_appended", "records appended to the log", value=lg["appended"]
+    )
+    yield CounterMetricFamily(
+        "edgebus_log_dropped", "records lost before the log", value=lg["dropped"]
+    )
+    yield CounterMetricFamily(
+        "edgebus_log_syncs", "group commits (sync points) made", value=lg["syncs"]
+    )
+    yield GaugeMetricFamily(
+        "edgebus_log_unsynced",
+        "records appended since the last sync point",
+        value=lg["unsynced"],
+    )
+    yield CounterMetricFamily(
+        "edgebus_log_held",
+        "data frames durable links held back while the log was "
+        "behind (their devices send them again)",
+        value=lg["held"],
+    )
+    yield GaugeMetricFamily(
+        "edgebus_log_queued", "messages waiting for the log", value=lg["queued"]
+    )
+    yield GaugeMetricFamily(
+        "edgebus_log_pushback",
+        "1 while the log pushes back on durable links (behind, or failed)",
+        value=1 if lg["state"] in ("pushing back", "failed") else 0,
+    )
 
 
 def _log_health(lg: dict[str, Any]) -> Iterator[Any]:
@@ -201,7 +217,7 @@ def _log_health(lg: dict[str, Any]) -> Iterator[Any]:
     )
 
 
-def serve(bridge: Bridge, addr: str) -> tuple[Any, Any]:
+def serve(bridge: BridgeView, addr: str) -> tuple[Any, Any]:
     """Start the /metrics HTTP server on addr ("host:port"); returns (server, thread)."""
     host, _, port = addr.rpartition(":")
     reg = CollectorRegistry()

@@ -23,16 +23,16 @@ from urllib.parse import urlparse
 from edgebus.bridge import mqtt_conn, mqtt_mirror
 from edgebus.bridge.keystore import KeyStoreError
 from edgebus.bridge.links import device_rules, retry_backoff, tick_links
+from edgebus.bridge.logflow import WINDOW_MAX
 from edgebus.bridge.mqtt_transport import Backlog, DeviceTransport
 from edgebus.bridge.quota import FLOOD_AT, FLOOD_STEP, MUTE_CHECK, Mutes
-from edgebus.bridge.telemetry import WINDOW_MAX
 from edgebus.link.link import Link
 
 if TYPE_CHECKING:
     from ssl import SSLContext
 
     from edgebus.bridge.config import Mqtt
-    from edgebus.bridge.daemon import Bridge
+    from edgebus.bridge.context import BridgeView
     from edgebus.bridge.mqtt_conn import Connection
 
 log = logging.getLogger("edgebus.bridge")
@@ -53,7 +53,7 @@ WARN_EVERY = 10.0
 class MqttLinks:
     """Keeps the broker connection and one Link per configured device."""
 
-    def __init__(self, bridge: Bridge, mq: Mqtt) -> None:
+    def __init__(self, bridge: BridgeView, mq: Mqtt) -> None:
         self.bridge = bridge
         self.mq = mq
         u = urlparse(mq.url)
@@ -336,52 +336,9 @@ class MqttLinks:
         while not self.bridge.stopping:
             conn = None
             try:
-                # Subscribed in paho's on_connect: connect() returns once the
-                # broker accepted both the client and the subscriptions.
-                conn = await mqtt_conn.connect(
-                    self.host,
-                    self.port,
-                    self.mq.client_id,
-                    self._on_message,
-                    self.subscriptions(),
-                    self.mq.username,
-                    self.mq.password,
-                    self.tls_context(),
-                    keepalive=30,
-                    will=bye,
-                )
-                tasks: list[asyncio.Task[Any]] = []
-                try:
-                    self.connected = True
-                    self.connects += 1
-                    backoff.reset()
-                    log.info("mqtt: connected to %s:%d", self.host, self.port)
-                    self._live = (conn, Backlog(conn), tasks)
-                    for node, link in list(self.links.items()):
-                        self._attach(node, link)
-                    tasks.append(
-                        asyncio.create_task(tick_links(self.links, self.bridge.cfg.heartbeat))
-                    )
-                    conn.resume_reading()  # paused by connect() until now
-                    # devices a reload changed, or mutes that ended, while connecting
-                    # (after resume_reading: the acknowledgements are read too)
-                    await self._sync(conn)
-                    tasks.append(asyncio.create_task(self._watch_floods(conn)))
-                    self._dropped_base = None
-                    tasks.append(asyncio.create_task(self._watch_broker(conn)))
-                    # Subscribed and reading: the devices may come (back) now.
-                    await conn.publish(self.presence, b"online", retain=True)
-                    why = await conn.closed
-                    if why is not None:
-                        raise why
-                finally:
-                    self._up = {}
-                    self._live = None
-                    for t in self.transports.values():
-                        t.close()
-                    for task in tasks:
-                        task.cancel()
-                    await asyncio.gather(*tasks, return_exceptions=True)
+                conn = await self._connect(bye)
+                backoff.reset()
+                await self._session(conn)
             except (OSError, asyncio.TimeoutError) as e:
                 # Bad credentials, a refused subscription, an unreachable or
                 # vanished broker: one line each, then the backoff.
@@ -396,6 +353,57 @@ class MqttLinks:
             self.connected = False
             self.bridge.state.save()
             await self.bridge.sleep(backoff.next())
+
+    async def _connect(self, bye: tuple[str, bytes] | None) -> Connection:
+        """A connection to the broker, ``bye`` its last will. Subscribed in
+        paho's on_connect: connect() returns once the broker accepted both
+        the client and the subscriptions."""
+        return await mqtt_conn.connect(
+            self.host,
+            self.port,
+            self.mq.client_id,
+            self._on_message,
+            self.subscriptions(),
+            self.mq.username,
+            self.mq.password,
+            self.tls_context(),
+            keepalive=30,
+            will=bye,
+        )
+
+    async def _session(self, conn: Connection) -> None:
+        """One connection's life: every link attached to it, ticked, its
+        floods and the broker's drops watched, "online" said; until it
+        closes (raising why, if it failed)."""
+        tasks: list[asyncio.Task[Any]] = []
+        try:
+            self.connected = True
+            self.connects += 1
+            log.info("mqtt: connected to %s:%d", self.host, self.port)
+            self._live = (conn, Backlog(conn), tasks)
+            for node, link in list(self.links.items()):
+                self._attach(node, link)
+            tasks.append(asyncio.create_task(tick_links(self.links, self.bridge.cfg.heartbeat)))
+            conn.resume_reading()  # paused by connect() until now
+            # devices a reload changed, or mutes that ended, while connecting
+            # (after resume_reading: the acknowledgements are read too)
+            await self._sync(conn)
+            tasks.append(asyncio.create_task(self._watch_floods(conn)))
+            self._dropped_base = None
+            tasks.append(asyncio.create_task(self._watch_broker(conn)))
+            # Subscribed and reading: the devices may come (back) now.
+            await conn.publish(self.presence, b"online", retain=True)
+            why = await conn.closed
+            if why is not None:
+                raise why
+        finally:
+            self._up = {}
+            self._live = None
+            for t in self.transports.values():
+                t.close()
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _watch_broker(self, conn: Connection) -> None:
         """Best effort: the broker's dropped-message count (BROKER_DROPPED)."""

@@ -23,12 +23,12 @@ if TYPE_CHECKING:
     from aiomqtt import Client
 
     from edgebus.bridge.config import Mqtt
-    from edgebus.bridge.daemon import Bridge
+    from edgebus.bridge.context import BridgeView
 
 log = logging.getLogger("edgebus.bridge")
 
 
-async def run(bridge: Bridge, mq: Mqtt, host: str, port: int, tls: SSLContext | None) -> None:
+async def run(bridge: BridgeView, mq: Mqtt, host: str, port: int, tls: SSLContext | None) -> None:
     """Mirror ``mq.mirror``'s patterns of ``bridge``'s bus to the broker at
     host:port (``tls``: an SSL context or None), reconnecting like the links'
     connection, until cancelled."""
@@ -55,7 +55,7 @@ async def run(bridge: Bridge, mq: Mqtt, host: str, port: int, tls: SSLContext | 
         await bridge.sleep(backoff.next())
 
 
-async def _mirror(bridge: Bridge, mq: Mqtt, client: Client) -> None:
+async def _mirror(bridge: BridgeView, mq: Mqtt, client: Client) -> None:
     conn = bridge.bus.connect(principal=("bridge", "mqtt-mirror"))
     wake = asyncio.Event()
     obs = []

@@ -18,7 +18,7 @@ from edgebus.link.stream import StreamTransport
 
 if TYPE_CHECKING:
     from edgebus.bridge.config import Peer
-    from edgebus.bridge.daemon import Bridge
+    from edgebus.bridge.context import BridgeView
 
 log = logging.getLogger("edgebus.bridge")
 
@@ -30,7 +30,7 @@ PEER_MAX_LEN = 65536
 CONNECT_TIMEOUT = 10.0
 
 
-def peer_link(bridge: Bridge, p: Peer) -> Link:
+def peer_link(bridge: BridgeView, p: Peer) -> Link:
     """The Link for [[peer]] ``p`` (its id is ``peer:<node>``)."""
     link_id = "peer:" + p.node
     link = Link(
@@ -63,7 +63,7 @@ def peer_link(bridge: Bridge, p: Peer) -> Link:
     return link
 
 
-async def dial(bridge: Bridge, p: Peer) -> None:
+async def dial(bridge: BridgeView, p: Peer) -> None:
     """Keep the link to peer ``p`` up: connect, run, reconnect with backoff."""
     link = peer_link(bridge, p)
     assert p.connect is not None  # for mypy: dialled only for a connect address
@@ -92,7 +92,7 @@ async def dial(bridge: Bridge, p: Peer) -> None:
             await bridge.sleep(backoff.next())
 
 
-async def listen(bridge: Bridge, p: Peer) -> asyncio.Server:
+async def listen(bridge: BridgeView, p: Peer) -> asyncio.Server:
     """Wait for peer ``p`` on its listen address; a new connection replaces
     the current one (the old may be half-open after a network cut).
     Returns the asyncio server."""

@@ -23,7 +23,7 @@ from edgebus.bridge import config as bridge_config
 
 if TYPE_CHECKING:
     from edgebus.bridge.config import Config
-    from edgebus.bridge.daemon import Bridge
+    from edgebus.bridge.context import BridgeView
 
 log = logging.getLogger("edgebus.bridge")
 
@@ -42,7 +42,7 @@ def _rest(cfg: Config) -> Config:
     return dataclasses.replace(cfg, mqtt=mq)
 
 
-async def reload(bridge: Bridge) -> dict[str, Any]:
+async def reload(bridge: BridgeView) -> dict[str, Any]:
     """Apply the configuration file's MQTT devices (and the keystore's); the
     changes as {"added", "removed", "changed", "devices"}, or Refused."""
     path = bridge.config_path
@@ -71,7 +71,7 @@ async def reload(bridge: Bridge) -> dict[str, Any]:
     return changes
 
 
-async def serve(bridge: Bridge) -> None:
+async def serve(bridge: BridgeView) -> None:
     """Serve bridge/devices/reload until cancelled, one reload at a time."""
     async for req in bridge.conn.bind(RELOAD, queue_len=8):
         try:
@@ -83,7 +83,7 @@ async def serve(bridge: Bridge) -> None:
             req.fail("reload failed: %s: %s" % (type(e).__name__, e))
 
 
-async def on_signal(bridge: Bridge) -> None:
+async def on_signal(bridge: BridgeView) -> None:
     """SIGHUP: the same reload, in turn with the calls (its outcome is logged)."""
     try:
         await bridge.conn.call(RELOAD, None, timeout=CALL_TIMEOUT)

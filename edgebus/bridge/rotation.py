@@ -27,7 +27,7 @@ from edgebus.link.handshake import kid
 
 if TYPE_CHECKING:
     from edgebus import Request
-    from edgebus.bridge.daemon import Bridge
+    from edgebus.bridge.context import BridgeView
 
 log = logging.getLogger("edgebus.bridge")
 
@@ -53,7 +53,7 @@ def _request(q: Any) -> tuple[str, float, float]:
 
 
 async def _ask(
-    bridge: Bridge, node: str, payload: Any, timeout: float, pending: str | None = None
+    bridge: BridgeView, node: str, payload: Any, timeout: float, pending: str | None = None
 ) -> Any:
     """The device's answer to sys/key/set; Refused saying why not. A pending
     key is forgotten when the request surely did not change the device."""
@@ -88,7 +88,7 @@ async def _ask(
         raise Refused(why) from None
 
 
-async def rotate(bridge: Bridge, node: str, grace: float, timeout: float) -> dict[str, Any]:
+async def rotate(bridge: BridgeView, node: str, grace: float, timeout: float) -> dict[str, Any]:
     """Rotate node's key; the outcome as a dict, or Refused."""
     store = bridge.keystore
     devices = {d.node: d.key for d in bridge.cfg.serial}
@@ -136,7 +136,7 @@ async def rotate(bridge: Bridge, node: str, grace: float, timeout: float) -> dic
     }
 
 
-async def serve(bridge: Bridge) -> None:
+async def serve(bridge: BridgeView) -> None:
     """Serve bridge/keys/rotate until cancelled, one rotation per node at a time."""
     busy = set()
 

@@ -8,8 +8,7 @@ import json
 from typing import TYPE_CHECKING, Any, Iterable
 
 if TYPE_CHECKING:
-    from edgebus.bridge.daemon import Bridge
-    from edgebus.bridge.mailbox import Mailbox
+    from edgebus.bridge.context import BridgeView, MailboxView
     from edgebus.link.link import Link
 
 # A reply's links take at most this many bytes of JSON (one link's stats are
@@ -18,14 +17,14 @@ if TYPE_CHECKING:
 PAGE_BYTES = 40 * 1024
 
 
-def state(link: Link, mailbox: Mailbox | None) -> str:
+def state(link: Link, mailbox: MailboxView | None) -> str:
     """The link's state, but "asleep" for a device asleep as it announced
     (bridge/mailbox.py), not down, and "overslept" past its wake's margin."""
     sl = mailbox.sleep_of(link.peer) if mailbox is not None and link.status != "up" else None
     return link.status if sl is None else sl["state"]
 
 
-def link_stats(bridge: Bridge, link: Link) -> dict[str, Any]:
+def link_stats(bridge: BridgeView, link: Link) -> dict[str, Any]:
     """link.stats(), with "state" as state() and, for a device asleep,
     "asleep_until" (Unix s of its announced wake)."""
     s = link.stats()
@@ -37,7 +36,7 @@ def link_stats(bridge: Bridge, link: Link) -> dict[str, Any]:
     return s
 
 
-def totals(links: Iterable[Link], mailbox: Mailbox | None = None) -> dict[str, Any]:
+def totals(links: Iterable[Link], mailbox: MailboxView | None = None) -> dict[str, Any]:
     """The fleet at a glance: how many links, by state (state()), and every
     counter summed over them."""
     states: dict[str, int] = {}
@@ -52,7 +51,7 @@ def totals(links: Iterable[Link], mailbox: Mailbox | None = None) -> dict[str, A
     return {"links": n, "states": states, "counters": sums}
 
 
-def page(bridge: Bridge, req: Any) -> dict[str, Any]:
+def page(bridge: BridgeView, req: Any) -> dict[str, Any]:
     """The bridge's answer to bridge/status ``req``: null or {"from": i}:
     its stats with the links from the i-th (by id) on, as many as fit
     PAGE_BYTES, and "next", where the next page starts (null: none);

@@ -27,7 +27,7 @@ from edgebus.feed import POLICIES
 from edgebus.topic import render
 
 if TYPE_CHECKING:
-    from edgebus.bridge.daemon import Bridge
+    from edgebus.bridge.context import BridgeView
 
 log = logging.getLogger("edgebus.bridge")
 QUEUE = 256  # items a feed holds while the client is not reading
@@ -61,7 +61,7 @@ class TextSession:
 
     def __init__(
         self,
-        bridge: Bridge,
+        bridge: BridgeView,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         principal: Any,
@@ -77,7 +77,7 @@ class TextSession:
     def say(self, *words: str) -> None:
         self.writer.write((" ".join(words) + "\n").encode())
 
-    async def run(self, bridge: Bridge, first: bytes) -> None:
+    async def run(self, bridge: BridgeView, first: bytes) -> None:
         pump = asyncio.create_task(self.pump())
         stop = asyncio.create_task(self.bye(bridge))
         try:
@@ -102,7 +102,7 @@ class TextSession:
             self.conn.disconnect()
             self.writer.close()
 
-    async def bye(self, bridge: Bridge) -> None:
+    async def bye(self, bridge: BridgeView) -> None:
         """Say goodbye when the bridge stops (its reader then sees the end)."""
         await bridge.sleep(1e9)
         self.say("bye bridge stopping")
@@ -173,7 +173,7 @@ class TextSession:
 
 
 async def serve(
-    bridge: Bridge,
+    bridge: BridgeView,
     reader: asyncio.StreamReader,
     writer: asyncio.StreamWriter,
     first: bytes,

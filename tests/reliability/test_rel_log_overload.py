@@ -115,7 +115,7 @@ async def _scenario(log_dir, n_dev, burst, queue_len, sync_s, bad=(), seen=None,
     host = edgebus.Bus()
     a = _appender(host, log_dir, queue_len, sync_s)
     if not windows:
-        a.pace = lambda sweep=False: None
+        a.flow.pace = lambda sweep=False: None
     fleet = Fleet(host, a, n_dev)
     fleet.spool()
     task = asyncio.create_task(a.run())

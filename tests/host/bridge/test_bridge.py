@@ -601,7 +601,7 @@ def test_the_state_file_counts_each_new_generation(tmp_path):
     """A link's state is a dict that tells its file when a new peer boot's
     generation is set (the bridge saves the file soon after), and nothing
     else it writes (rx_next moves with every frame); it loads what it saved."""
-    from edgebus.bridge.links import StateFile
+    from edgebus.bridge.statefile import StateFile
 
     f = StateFile(str(tmp_path))
     st = f.for_link("mqtt:a")
