@@ -6,8 +6,9 @@ import os
 import shutil
 import struct
 
-from edgebus.tools import boards, build, devicefiles, otaplan
-from edgebus.tools.otapush import CHUNK
+from edgebus.tools.boardkit import boards, build, devicefiles
+from edgebus.tools.commands import otaplan
+from edgebus.tools.commands.otapush import CHUNK
 
 # kind -> (file under firmware/, text, replacement): what the release changed.
 CHANGES = {
@@ -85,7 +86,7 @@ class Calls:
 
     async def _call(self, payload):
         import edgebus
-        from edgebus.tools.busclient import Session
+        from edgebus.tools.commands.busclient import Session
 
         async with Session(self.sock) as s:
             try:
@@ -112,7 +113,7 @@ class Calls:
         """The device's next sys/health."""
         import asyncio
 
-        from edgebus.tools.busclient import Session
+        from edgebus.tools.commands.busclient import Session
 
         topic = "dev/%s/sys/health" % self.node
 

@@ -11,8 +11,8 @@ import pytest
 
 from dev.harness.ota import bundle_hash, mqtt_fleet, ota, ota_args, ota_bg, ota_env, status
 from edgebus.bridge.daemon import Bridge
-from edgebus.tools import otaplan
-from edgebus.tools.fleet import Fleet
+from edgebus.tools.commands import otaplan
+from edgebus.tools.sim.fleet import Fleet
 from tests.conftest import until, wait_until
 from tests.host.tools import otakit
 

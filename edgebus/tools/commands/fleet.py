@@ -1,5 +1,5 @@
 """edgebus fleet: run N simulated devices (the real firmware on the MicroPython
-unix port, tools/fleet.py) until Ctrl-C, print the bridge configuration that
+unix port, tools/sim/fleet.py) until Ctrl-C, print the bridge configuration that
 joins them, and say on the console what each device does (exits, restarts,
 sleeps)."""
 
@@ -11,8 +11,8 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from edgebus.tools import boards, mpylib
-from edgebus.tools.fleet import (
+from edgebus.tools.boardkit import boards, mpylib
+from edgebus.tools.sim.fleet import (
     KEYS_NOTE,
     SLEEP_EXIT,
     START_LIMIT,
@@ -195,6 +195,6 @@ def run(args: argparse.Namespace) -> int:
 if __name__ == "__main__":
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m edgebus.tools.fleetcmd")
+    ap = argparse.ArgumentParser(prog="python -m edgebus.tools.commands.fleet")
     add_arguments(ap)
     sys.exit(run(ap.parse_args()))

@@ -1,6 +1,6 @@
 """The fleet simulator: N devices, each the real firmware (firmware/, compiled
 to .mpy) on the real MicroPython unix port, with its own node id, key and
-uplink: a pseudo-terminal serial line (tools/ptycable.py stands in for the
+uplink: a pseudo-terminal serial line (tools/sim/ptycable.py stands in for the
 cable) or MQTT. Used by the demo, the bridge tests and the benchmarks; the
 `edgebus fleet` command runs one and prints the bridge configuration that
 joins it. Each device the fleet makes gets a random key, new at each run, in
@@ -21,9 +21,9 @@ import time
 from typing import Any, Self
 
 from edgebus.bridge.keystore import KeyStore, new_key
-from edgebus.tools import boards, devicefiles, mpybuild, mpylib
-from edgebus.tools.keys import issue
-from edgebus.tools.ptycable import PtyCable
+from edgebus.tools.boardkit import boards, devicefiles, mpybuild, mpylib
+from edgebus.tools.commands.keys import issue
+from edgebus.tools.sim.ptycable import PtyCable
 
 # core + link (sealed) + firmware on the 64-bit unix port, with room for 20
 # readings/s through failover (224K ran out of 800-byte blocks) and for an

@@ -10,7 +10,7 @@ or ``mip.install("http://host/.../package.json")`` installs it) and
 MicroPython freeze manifest of the same sources: built into the firmware
 (``make BOARD=... FROZEN_MANIFEST=<bundle>/manifest.py`` in the port's directory)
 the modules run from flash and their code takes no heap. The micropython-lib packages
-the board's manifest requires come from a MicroPython source (tools/mpylib.py).
+the board's manifest requires come from a MicroPython source (tools/boardkit/mpylib.py).
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable
 
 from edgebus import tlog
-from edgebus.tools import boards, devicefiles, mpybuild, mpylib, mpyversion, otaplan
+from edgebus.tools.boardkit import boards, devicefiles, mpybuild, mpylib, mpyversion
+from edgebus.tools.commands import otaplan
 
 if TYPE_CHECKING:
     import argparse

@@ -28,10 +28,10 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from edgebus import tlog
-from edgebus.tools import boards, devicefiles, mpylib, mpyversion
-from edgebus.tools import build as bundle
-from edgebus.tools.mpylib import ENV_SOURCE as ENV_SOURCE
-from edgebus.tools.mpylib import cache_dir, source_tree
+from edgebus.tools.boardkit import boards, devicefiles, mpylib, mpyversion
+from edgebus.tools.boardkit import build as bundle
+from edgebus.tools.boardkit.mpylib import ENV_SOURCE as ENV_SOURCE
+from edgebus.tools.boardkit.mpylib import cache_dir, source_tree
 
 if TYPE_CHECKING:
     import argparse

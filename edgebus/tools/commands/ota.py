@@ -17,9 +17,9 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from edgebus.tools import busclient as bc
-from edgebus.tools import otaplan as plan
-from edgebus.tools.otapush import Pusher
+from edgebus.tools.commands import busclient as bc
+from edgebus.tools.commands import otaplan as plan
+from edgebus.tools.commands.otapush import Pusher
 
 if TYPE_CHECKING:
     from edgebus.view import RetainedView

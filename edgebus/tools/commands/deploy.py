@@ -18,8 +18,9 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any, Callable
 
-from edgebus.tools import boards, devicefiles, mpyversion, rawrepl
-from edgebus.tools.rawrepl import DeployError
+from edgebus.tools.boardkit import boards, devicefiles, mpyversion
+from edgebus.tools.commands import rawrepl
+from edgebus.tools.commands.rawrepl import DeployError
 
 EXAMPLE_KEY = devicefiles.firmware("config").EXAMPLE_KEY
 
@@ -34,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         required=True,
         metavar="P",
         help="serial port of the board's REPL, e.g. /dev/ttyUSB0 (the unix "
-        "simulator's pty: python -m edgebus.tools.simboard)",
+        "simulator's pty: python -m edgebus.tools.sim.simboard)",
     )
     p.add_argument("--bundle", metavar="DIR", help="bundle to copy (default: build/<board>)")
     p.add_argument(
