@@ -26,8 +26,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable
 
 from edgebus import tlog
-from edgebus.tools.boardkit import boards, devicefiles, mpybuild, mpylib, mpyversion
-from edgebus.tools.commands import otaplan
+from edgebus.tools.boardkit import (
+    boards,
+    devicefiles,
+    mpybuild,
+    mpylib,
+    mpyversion,
+    otamanifest,
+)
 
 if TYPE_CHECKING:
     import argparse
@@ -341,8 +347,8 @@ def ota_manifest(
         "mpy": None if cross is None else cross[1][0],
         "files": entries,
     }
-    raw = otaplan.encode_manifest(m)
-    with open(os.path.join(d, otaplan.MANIFEST), "wb") as f:
+    raw = otamanifest.encode_manifest(m)
+    with open(os.path.join(d, otamanifest.MANIFEST), "wb") as f:
         f.write(raw)
     return hashlib.sha256(raw).hexdigest()
 

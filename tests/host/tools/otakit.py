@@ -6,8 +6,7 @@ import os
 import shutil
 import struct
 
-from edgebus.tools.boardkit import boards, build, devicefiles
-from edgebus.tools.commands import otaplan
+from edgebus.tools.boardkit import boards, build, devicefiles, otamanifest
 from edgebus.tools.commands.otapush import CHUNK
 
 # kind -> (file under firmware/, text, replacement): what the release changed.
@@ -61,7 +60,7 @@ def manifest_bytes(d):
 
 def manifest(d):
     """The bundle's manifest as a dict, ``files`` the list."""
-    return otaplan.decode_manifest(manifest_bytes(d))
+    return otamanifest.decode_manifest(manifest_bytes(d))
 
 
 def file_bytes(d, path):
