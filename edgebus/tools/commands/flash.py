@@ -439,6 +439,16 @@ def flash_uf2(
             "mount the drive (or mount it yourself), then retry, or pass --drive DIR"
             % (label, hint, board["name"])
         )
+    _copy_to_drive(firmware, drive, log)
+    log(
+        "copied: the board reboots into MicroPython and its drive disappears; next: "
+        "edgebus deploy --board %s --port <its serial port>" % board["name"]
+    )
+    return [("copy", ["cp", firmware, drive])]
+
+
+def _copy_to_drive(firmware: str, drive: str, log: Callable[[str], None]) -> None:
+    """The UF2 image copied onto the board's drive, with a progress bar."""
     dest = os.path.join(drive, os.path.basename(firmware))
     total = os.path.getsize(firmware)
     log("# copy %s to %s" % (firmware, dest))
@@ -462,8 +472,3 @@ def flash_uf2(
         raise FlashError("copying to %s failed: %s" % (drive, e.strerror or e)) from None
     finally:
         bar.close()
-    log(
-        "copied: the board reboots into MicroPython and its drive disappears; next: "
-        "edgebus deploy --board %s --port <its serial port>" % board["name"]
-    )
-    return [("copy", ["cp", firmware, drive])]
