@@ -51,7 +51,7 @@ setup() {
     fi
     export PATH="$PWD/$VENV/bin:$PATH"
     # The MicroPython source beside the checkout, where boards' micropython-lib
-    # packages (tools/mpylib.py) and the emulated board's firmware come from.
+    # packages (tools/boardkit/mpylib.py) and the emulated board's firmware come from.
     src="$PWD/../shared/micropython/micropython-1.28.0.tar.xz"
     if [ -z "${EDGEBUS_MICROPYTHON:-}" ] && [ -f "$src" ]; then
         export EDGEBUS_MICROPYTHON="$src"

@@ -1,7 +1,7 @@
 """The demo: the whole pipeline on one machine, no hardware.
 
 - a real mosquitto on a free loopback port (started here, stopped at the end);
-- simulated devices (tools/fleet.py): the real firmware running under the real
+- simulated devices (tools/sim/fleet.py): the real firmware running under the real
   MicroPython unix port, three on pseudo-terminal serial lines and one over MQTT;
 - the emulated 32-bit board (boards/qemu-mps2-an385: MicroPython firmware with
   edgebus frozen in, in qemu-system-arm) on its emulated UART, when its toolchain
@@ -33,9 +33,9 @@ from dev.broker import Mosquitto
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
 from edgebus.bridge.keystore import KeyStore, new_key
-from edgebus.tools.fleet import KEYS_NOTE, Fleet, merge
-from edgebus.tools.keys import issue
-from edgebus.tools.status import render
+from edgebus.tools.commands.keys import issue
+from edgebus.tools.commands.status import render
+from edgebus.tools.sim.fleet import KEYS_NOTE, Fleet, merge
 
 # The checkout, so the `edgebus` commands run from it (dev/ is never installed).
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -136,7 +136,8 @@ def _qemu_board(choice, out, keys):
     """The emulated board booted, or None with a line saying how to add it.
     choice: True builds the image if needed, None uses it only if already built.
     Its key is random, in the keystore ``keys`` (the fleet's) as the bridge's."""
-    from edgebus.tools import boards, firmware, qemuboard
+    from edgebus.tools.boardkit import boards, firmware
+    from edgebus.tools.sim import qemuboard
 
     board = boards.load_board("qemu-mps2-an385")
     src = os.environ.get(firmware.ENV_SOURCE) or os.path.join(

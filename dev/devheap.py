@@ -26,9 +26,9 @@ import subprocess
 import sys
 import tempfile
 
-from edgebus.tools import mpybuild
-from edgebus.tools.fleet import DEVICE_HEAP
-from edgebus.tools.ptycable import PtyCable
+from edgebus.tools.boardkit import mpybuild
+from edgebus.tools.sim.fleet import DEVICE_HEAP
+from edgebus.tools.sim.ptycable import PtyCable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 NODE, KEY = "d1", "k1"

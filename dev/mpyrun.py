@@ -11,7 +11,7 @@ import subprocess
 import sys
 import tempfile
 
-from edgebus.tools import mpybuild
+from edgebus.tools.boardkit import mpybuild
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 

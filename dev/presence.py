@@ -4,7 +4,7 @@ The recovery figures: outage -> session-up over MQTT, for a bridge restart
 (SIGKILL, started again at once) and for a broker restart (mosquitto SIGKILL,
 started again at once). Real parts: mosquitto on a free loopback port
 (dev/broker.py), the bridge as its own process, one device running the real
-firmware on the MicroPython unix port (tools/fleet.py) with the firmware's
+firmware on the MicroPython unix port (tools/sim/fleet.py) with the firmware's
 default heartbeat (5 s, so a 15 s liveness timeout).
 
 Each --tree is a checkout whose bridge and firmware are run (default: this
@@ -26,14 +26,14 @@ from dev.broker import Mosquitto
 from dev.harness.bridge import BridgeProcess
 from dev.harness.mqtt import Watcher
 from dev.harness.poll import wait_until
-from edgebus.tools import mpybuild
-from edgebus.tools.fleet import Fleet
+from edgebus.tools.boardkit import mpybuild
+from edgebus.tools.sim.fleet import Fleet
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def device_fleet(out, broker_port, tree=ROOT, heartbeat=5.0, health_period=2.0, **kw):
-    """One real-firmware MQTT device (tools/fleet.py), its firmware compiled
+    """One real-firmware MQTT device (tools/sim/fleet.py), its firmware compiled
     from tree."""
     fleet = Fleet(
         out,

@@ -35,7 +35,8 @@ import time
 from dev import devheap
 from dev.harness.bridge import BridgeProcess
 from dev.harness.process import env, run_module
-from edgebus.tools import boards, build, executables, firmware, mpybuild, qemuboard
+from edgebus.tools.boardkit import boards, build, executables, firmware, mpybuild
+from edgebus.tools.sim import qemuboard
 
 BOARD = "qemu-mps2-an385"
 TARBALL = os.path.join(
@@ -353,7 +354,7 @@ def ota_update(heap="64K", src=None, log=lambda *a: None):
     factory's code), "trial_alloc" (at READY on the trial boot, whose code
     is the bundle's, loaded into the heap; None: it never got there),
     "committed", "outcome" (the push's line for the board)}."""
-    from edgebus.tools import otaplan
+    from edgebus.tools.commands import otaplan
 
     board = boards.load_board(BOARD)
     src = src or os.environ.get(firmware.ENV_SOURCE) or TARBALL

@@ -395,7 +395,7 @@ class Swarm:
         return [node_name(self.prefix, i) for i in range(1, self.n + 1)]
 
     def bridge_config(self):
-        """The bridge's [mqtt] part for this swarm (as tools/fleet.py's)."""
+        """The bridge's [mqtt] part for this swarm (as tools/sim/fleet.py's)."""
         return {
             "mqtt": {
                 "url": "mqtt://%s:%d" % self.broker,
@@ -405,7 +405,7 @@ class Swarm:
 
     def toml(self):
         """The bridge TOML fragment joining this swarm."""
-        from edgebus.tools.fleet import bridge_toml
+        from edgebus.tools.sim.fleet import bridge_toml
 
         return bridge_toml(self.bridge_config())
 

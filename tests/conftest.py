@@ -12,7 +12,7 @@ if ROOT not in sys.path:
 from dev.broker import Mosquitto  # noqa: E402
 from dev.harness.poll import until, wait_until  # noqa: E402,F401 (the tests' polling)
 from dev.harness.process import processes  # noqa: E402
-from edgebus.tools import devicefiles, mpybuild, mpylib  # noqa: E402
+from edgebus.tools.boardkit import devicefiles, mpybuild, mpylib  # noqa: E402
 
 # A device imports its runtime as `firmware`: from edgebus/device/, where the
 # files are, not through the checkout's top-level link (one path per file).
@@ -22,7 +22,7 @@ devicefiles.firmware("config")
 
 # The MicroPython source beside the checkout: the emulated board's firmware is
 # built from it, and bundles take the micropython-lib packages boards require
-# from it (tools/mpylib.py), unless $EDGEBUS_MICROPYTHON names another.
+# from it (tools/boardkit/mpylib.py), unless $EDGEBUS_MICROPYTHON names another.
 TARBALL = os.path.join(os.path.dirname(ROOT), "shared", "micropython", "micropython-1.28.0.tar.xz")
 if os.path.exists(TARBALL):
     os.environ.setdefault(mpylib.ENV_SOURCE, TARBALL)

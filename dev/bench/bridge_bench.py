@@ -18,7 +18,7 @@ from dev.bench.procs import Child
 from dev.bench.stats import summary
 from dev.broker import Mosquitto
 from dev.harness.process import ROOT, python
-from edgebus.tools import mpybuild
+from edgebus.tools.boardkit import mpybuild
 
 NODE, KEY = "b1", "k"
 RAW_TOPIC = "raw/sensor/v"

@@ -4,7 +4,7 @@ import json
 import os
 
 from dev import devheap, mpyrun
-from edgebus.tools.fleet import DEVICE_HEAP
+from edgebus.tools.sim.fleet import DEVICE_HEAP
 
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "core_mpy_script.py")
 

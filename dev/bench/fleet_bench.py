@@ -1,4 +1,4 @@
-"""A fleet into the bridge: N simulated devices (tools/fleet.py: the real
+"""A fleet into the bridge: N simulated devices (tools/sim/fleet.py: the real
 firmware on the real MicroPython unix port, one process each) publishing
 sensor/temp over MQTT through mosquitto into the bridge, itself a process of
 its own (dev/bench/bridge_procs.py). Measures the aggregate device -> host
@@ -15,7 +15,7 @@ from dev.bench.procs import Child
 from dev.bench.stats import summary
 from dev.broker import Mosquitto
 from dev.harness.process import python
-from edgebus.tools.fleet import DEVICE_HEAP, Fleet, merge
+from edgebus.tools.sim.fleet import DEVICE_HEAP, Fleet, merge
 
 
 def run(smoke=False, devices=None, period=0.01):

@@ -21,7 +21,7 @@ from edgebus.link import cipher, frame, seal, wire
 from edgebus.link.link import Link
 from edgebus.link.pipe import pair
 from edgebus.link.stream import PolledTransport, StreamTransport
-from edgebus.tools.ptycable import PtyCable
+from edgebus.tools.sim.ptycable import PtyCable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 ACK_SCRIPT = link_ack_script.__file__

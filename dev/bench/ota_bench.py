@@ -12,8 +12,9 @@ import tempfile
 import time
 
 from dev.harness.ota import mqtt_fleet, ota, ready_bridge
-from edgebus.tools import boards, build, otaplan
-from edgebus.tools.fleet import Fleet
+from edgebus.tools.boardkit import boards, build
+from edgebus.tools.commands import otaplan
+from edgebus.tools.sim.fleet import Fleet
 
 BAUD = 115200
 LINE = re.compile(r"^(\S+): committed \S+ in \d+ s \(sent in ([\d.]+) s\)$")

@@ -22,7 +22,7 @@ from dev import devheap
 from dev.broker import Mosquitto
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
-from edgebus.tools.fleet import Fleet, merge
+from edgebus.tools.sim.fleet import Fleet, merge
 from tests.host.mqtt.tlskit import TestCA
 
 READY = re.compile(r"READY .*mem_alloc=(\d+) ")

@@ -9,7 +9,7 @@ import subprocess
 from dev.harness.poll import wait_until
 from dev.harness.process import ROOT, Process, env, python
 from edgebus.bridge import config
-from edgebus.tools.status import fetch
+from edgebus.tools.commands.status import fetch
 
 
 def mqtt_config(state_dir, broker_port, devices, bridge=None, **mqtt):

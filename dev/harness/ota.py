@@ -13,7 +13,7 @@ from dev.broker import Mosquitto
 from dev.harness.bridge import BridgeProcess
 from dev.harness.poll import wait_until
 from dev.harness.process import ROOT, python, run_module
-from edgebus.tools.fleet import Fleet, bridge_toml
+from edgebus.tools.sim.fleet import Fleet, bridge_toml
 
 BRIDGE = '[bridge]\nnode = "gw"\nstate_dir = "%s"\nsocket = "%s"\nkeys = "%s"\nheartbeat = 1.0\n'
 # README's entry for a user who updates devices; bridge/status besides for the

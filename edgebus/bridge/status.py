@@ -1,6 +1,6 @@
 """The pages the bridge answers bridge/status with (``page``), so that a
 fleet of any size fits the socket's frames; `edgebus status` reads them
-(tools/status.py)."""
+(tools/commands/status.py)."""
 
 from __future__ import annotations
 

@@ -12,79 +12,83 @@ import importlib
 import sys
 from typing import Any
 
-from edgebus.tools import executables
+from edgebus.tools.boardkit import executables
 
 # name -> (module, help, the extra its dependencies come with). The module
 # provides add_arguments(parser) and run(args) -> int.
 COMMANDS = {
     "build": (
-        "edgebus.tools.build",
+        "edgebus.tools.boardkit.build",
         "compile edgebus + firmware to a .mpy bundle for a board",
         "micropython",
     ),
     "firmware": (
-        "edgebus.tools.firmware",
+        "edgebus.tools.boardkit.firmware",
         "build a MicroPython firmware image with edgebus frozen in",
         "micropython",
     ),
     "deploy": (
-        "edgebus.tools.deploy",
+        "edgebus.tools.commands.deploy",
         "copy a built bundle and config to a board with mpremote",
         "boards",
     ),
-    "flash": ("edgebus.tools.flash", "write a MicroPython firmware image to a board", "boards"),
+    "flash": (
+        "edgebus.tools.commands.flash",
+        "write a MicroPython firmware image to a board",
+        "boards",
+    ),
     "fleet": (
-        "edgebus.tools.fleetcmd",
+        "edgebus.tools.commands.fleet",
         "run N simulated devices (the real firmware on the MicroPython unix port)",
         "micropython",
     ),
     "pub": (
-        "edgebus.tools.pub",
+        "edgebus.tools.commands.pub",
         "publish (or --retain) a value on the bridge's host bus",
         "bridge",
     ),
     "sub": (
-        "edgebus.tools.sub",
+        "edgebus.tools.commands.sub",
         "print the host bus's messages matching a pattern, a line each",
         "bridge",
     ),
     "watch": (
-        "edgebus.tools.watch",
+        "edgebus.tools.commands.watch",
         "print the retained values matching a pattern, then changes",
         "bridge",
     ),
     "call": (
-        "edgebus.tools.call",
+        "edgebus.tools.commands.call",
         "call an endpoint on the host bus and print its reply",
         "bridge",
     ),
     "whoami": (
-        "edgebus.tools.whoami",
+        "edgebus.tools.commands.whoami",
         "the principal the bridge sees for you (uid, gid, pid)",
         "bridge",
     ),
     "keys": (
-        "edgebus.tools.keys",
+        "edgebus.tools.commands.keys",
         "device keys: rotate NODE over its session, new NODE, list",
         "bridge",
     ),
     "provision": (
-        "edgebus.tools.provision",
+        "edgebus.tools.commands.provision",
         "new devices: a key each in the bridge's keystore and a config for deploy",
         "bridge",
     ),
     "devices": (
-        "edgebus.tools.devices",
+        "edgebus.tools.commands.devices",
         "a running bridge's MQTT devices: reload, move NODE between bridges",
         "bridge",
     ),
     "ota": (
-        "edgebus.tools.ota",
+        "edgebus.tools.commands.ota",
         "update devices over the bus: push a bundle in waves, status, rollback",
         "bridge",
     ),
     "status": (
-        "edgebus.tools.status",
+        "edgebus.tools.commands.status",
         "a snapshot of a running bridge: links, peers, counters",
         "bridge",
     ),

@@ -5,7 +5,7 @@ what a fault still costs (line noise) is counted as a gap, never silent;
 generations, stale facts and pending calls behave as specified.
 
 Real parts: mosquitto on a free loopback port, MicroPython device processes
-(rel_device.py), ptys (tools/ptycable.py), the bridge in-process or as its
+(rel_device.py), ptys (tools/sim/ptycable.py), the bridge in-process or as its
 own process. Related: tests/host/mqtt/test_mqtt.py (one broker restart),
 test_bridge.py (one unplug, one device restart), test_tlog.py (SIGKILLed log
 writer), test_spark_ingest.py (SIGKILLed Spark job), test_link_properties.py."""
@@ -23,7 +23,7 @@ from dev.harness.bridge import BridgeProcess, mqtt_config
 from edgebus import errors, tlog
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
-from edgebus.tools.ptycable import PtyCable
+from edgebus.tools.sim.ptycable import PtyCable
 from tests.conftest import ROOT, until, wait_until
 
 
@@ -121,7 +121,7 @@ def test_a_fleet_device_loses_nothing_through_80_percent_of_its_documented_windo
     unix board, its manifest's RAM spool, no flash journal) at 20 readings/s
     loses nothing through a broker outage of 80 % of the documented window
     (the rest leaves room for the reconnect after it)."""
-    from edgebus.tools.fleet import Fleet, merge
+    from edgebus.tools.sim.fleet import Fleet, merge
 
     log_dir = tmp_path / "log"
     with (
@@ -198,7 +198,7 @@ def test_outage_longer_than_the_spool_loses_exactly_the_overflow(tmp_path, rel):
     readings) and the broker down for longer: what the spool could not hold
     is missing from the log, every missing number is one the device counted
     as evicted and the bridge as a gap, and nothing else is lost."""
-    from edgebus.tools.fleet import Fleet, merge
+    from edgebus.tools.sim.fleet import Fleet, merge
 
     down = rel.n(4.0, 8.0)
     log_dir = tmp_path / "log"

@@ -1,5 +1,5 @@
 """Load: the fleet simulator's MicroPython devices (the real
-firmware, tools/fleet.py) over real mosquitto into the bridge (its own
+firmware, tools/sim/fleet.py) over real mosquitto into the bridge (its own
 process) and its telemetry log: 50 devices at 20 messages/s each. Figures
 (messages/s, device -> log latency p50/p99, bridge RSS over time) go to
 RELIABILITY.md; asserted: zero gaps, drops and duplicates while nothing is
@@ -16,7 +16,7 @@ import pytest
 from dev.broker import Mosquitto
 from dev.harness.bridge import BridgeProcess
 from edgebus import tlog
-from edgebus.tools.fleet import Fleet, bridge_toml
+from edgebus.tools.sim.fleet import Fleet, bridge_toml
 from tests.conftest import ROOT
 
 # mosquitto and the fleet's micropython devices start in the test body.

@@ -22,7 +22,7 @@ from dev.broker import Mosquitto, free_port
 from dev.harness.bridge import BridgeProcess
 from dev.harness.poll import wait_until
 from dev.swarm import Swarm, check
-from edgebus.tools.status import render
+from edgebus.tools.commands.status import render
 
 pytestmark = pytest.mark.mosquitto
 

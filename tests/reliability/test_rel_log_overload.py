@@ -224,7 +224,7 @@ def test_a_record_the_log_cannot_write_is_refused_to_its_device(tmp_path):
 
 def test_the_operator_is_told_when_the_log_pushes_back(tmp_path, caplog):
     """The bridge's log says so (rate-limited) and `edgebus status` shows it."""
-    from edgebus.tools.status import render
+    from edgebus.tools.commands.status import render
 
     caplog.set_level("WARNING", "edgebus.bridge")
     fleet, st = asyncio.run(_scenario(str(tmp_path / "log"), 2, 60, 8, 0.01, windows=False))

@@ -36,8 +36,8 @@ from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
 from edgebus.bridge.peers import PEER_MAX_LEN
 from edgebus.link import frame, wire
-from edgebus.tools import status
-from edgebus.tools.fleet import Fleet, merge
+from edgebus.tools.commands import status
+from edgebus.tools.sim.fleet import Fleet, merge
 from tests.conftest import until
 
 SEAL = "mac"  # both ends of the injection trial; "off": the trial unsealed

@@ -16,7 +16,7 @@ import edgebus
 from edgebus import tlog
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
-from edgebus.tools.ptycable import PtyCable
+from edgebus.tools.sim.ptycable import PtyCable
 from tests.conftest import until
 from tests.portable.linkkit import Joined, synced
 

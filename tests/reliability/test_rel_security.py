@@ -24,7 +24,7 @@ from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
 from edgebus.link import wire
 from edgebus.link.stream import StreamTransport
-from edgebus.tools.ptycable import PtyCable
+from edgebus.tools.sim.ptycable import PtyCable
 from tests.conftest import until, wait_until
 from tests.portable.linkkit import Joined, sealed, synced
 

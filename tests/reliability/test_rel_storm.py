@@ -9,7 +9,7 @@ import asyncio
 
 from dev.broker import Mosquitto
 from dev.swarm import Swarm, check, figures
-from edgebus.tools.status import fetch
+from edgebus.tools.commands.status import fetch
 from tests.host.e2e.e2ekit import gateway_bridge
 
 

@@ -1,3 +1,3 @@
 """Board manifests, one JSON file per board (fields: README.md here); a package
 only so that they install with edgebus, under edgebus/device/boards, where
-edgebus.tools.devicefiles finds them."""
+edgebus.tools.boardkit.devicefiles finds them."""

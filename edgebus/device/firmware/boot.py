@@ -51,7 +51,7 @@ def _import(name):
 # What the runtime reads of a board manifest; the rest (prose, build and flash
 # settings for the host's tools) is dropped when read from a file: kept in
 # ctx.board it took ~0.5 KB of heap on the 32-bit board for nothing. edgebus
-# build writes only these into a bundle's board.json (edgebus.tools.boards.runtime_files).
+# build writes only these into a bundle's board.json (edgebus.tools.boardkit.boards.runtime_files).
 RUNTIME_KEYS = ("name", "runtime", "uplink", "uart", "queues", "budget")
 
 

@@ -3,13 +3,13 @@ port, CPython): the real function's API, deepsleep(time_ms). A board's deep
 sleep is a reset that ends its program and runs main.py again at the wake;
 here the process writes the wake time (Unix ms) to WAKE in its working
 directory, the device's root, and exits with status EXIT, and its supervisor
-(tools/fleet.py) starts it again at that time."""
+(tools/sim/fleet.py) starts it again at that time."""
 
 import sys
 import time
 
 WAKE = "sleepsim.wake"
-EXIT = 4  # tools/fleet.py EXIT_MEANING
+EXIT = 4  # tools/sim/fleet.py EXIT_MEANING
 
 
 def deepsleep(time_ms=0):

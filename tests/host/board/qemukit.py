@@ -5,8 +5,9 @@ import os
 
 import pytest
 
-from edgebus.tools import boards, firmware, qemuboard
-from edgebus.tools.qemuboard import Console  # noqa: F401 (the tests' REPL reader)
+from edgebus.tools.boardkit import boards, firmware
+from edgebus.tools.sim import qemuboard
+from edgebus.tools.sim.qemuboard import Console  # noqa: F401 (the tests' REPL reader)
 from tests.conftest import TARBALL
 
 BOARD = "qemu-mps2-an385"

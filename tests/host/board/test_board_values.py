@@ -14,8 +14,8 @@ import sys
 import pytest
 
 import edgebus
-from edgebus.tools import boards, build, mpybuild
-from edgebus.tools.ptycable import PtyCable
+from edgebus.tools.boardkit import boards, build, mpybuild
+from edgebus.tools.sim.ptycable import PtyCable
 from tests.conftest import processes, until
 from tests.host import devicekit
 

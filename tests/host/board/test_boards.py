@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from edgebus.tools import boards
-from edgebus.tools.boards import BoardError, load_board
+from edgebus.tools.boardkit import boards
+from edgebus.tools.boardkit.boards import BoardError, load_board
 
 BOARDS = ["esp32", "esp32-s3", "esp8266", "linux-edge", "qemu-mps2-an385", "rp2-pico-w", "unix"]
 

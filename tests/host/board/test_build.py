@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from edgebus.tools import boards, build, cli, mpybuild, mpyversion
+from edgebus.tools import cli
+from edgebus.tools.boardkit import boards, build, mpybuild, mpyversion
 from tests.conftest import ROOT
 
 UNIX = boards.load_board("unix")

@@ -1,5 +1,5 @@
 """edgebus deploy against the unix port acting as a board: a real `micropython`
-whose REPL is on a pseudo-terminal (tools/simboard.py), driven by mpremote."""
+whose REPL is on a pseudo-terminal (tools/sim/simboard.py), driven by mpremote."""
 
 import hashlib
 import json
@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from edgebus.tools import boards, build, cli, deploy, rawrepl
-from edgebus.tools.simboard import SimBoard
+from edgebus.tools import cli
+from edgebus.tools.boardkit import boards, build
+from edgebus.tools.commands import deploy, rawrepl
+from edgebus.tools.sim.simboard import SimBoard
 
 UNIX = boards.load_board("unix")
 

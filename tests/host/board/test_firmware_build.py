@@ -6,7 +6,9 @@ import tarfile
 
 import pytest
 
-from edgebus.tools import boards, cli, devicefiles, firmware, qemuboard
+from edgebus.tools import cli
+from edgebus.tools.boardkit import boards, devicefiles, firmware
+from edgebus.tools.sim import qemuboard
 
 BOARD = "qemu-mps2-an385"
 

@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from edgebus.tools import boards, cli, executables, flash
+from edgebus.tools import cli
+from edgebus.tools.boardkit import boards, executables
+from edgebus.tools.commands import flash
 
 ESP = ["esp32", "esp32-s3", "esp8266"]
 

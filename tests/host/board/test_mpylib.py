@@ -1,4 +1,4 @@
-"""micropython-lib through the board manifests' "require" (tools/mpylib.py):
+"""micropython-lib through the board manifests' "require" (tools/boardkit/mpylib.py):
 resolved by MicroPython's own manifest code from the source's
 lib/micropython-lib, placed where mip places them, and a clear error naming
 the source option when there is no source or no such package."""
@@ -8,7 +8,8 @@ import os
 
 import pytest
 
-from edgebus.tools import boards, build, cli, firmware, mpylib
+from edgebus.tools import cli
+from edgebus.tools.boardkit import boards, build, firmware, mpylib
 
 # The stock board images freeze ntptime (bundle-networking): a board that
 # lacks it says so in its manifest, as this copy of esp32's does.

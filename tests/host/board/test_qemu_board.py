@@ -16,8 +16,9 @@ from dev.harness.bridge import BridgeProcess
 from dev.harness.process import run_module
 from edgebus import tlog
 from edgebus.client.local import attach_local
-from edgebus.tools import devicefiles, executables, mpybuild, qemuboard
-from edgebus.tools.status import fetch
+from edgebus.tools.boardkit import devicefiles, executables, mpybuild
+from edgebus.tools.commands.status import fetch
+from edgebus.tools.sim import qemuboard
 from tests.conftest import ROOT, compile_portable_tests, until
 from tests.host.board import qemukit
 from tests.host.spark.sparkkit import spark_env
@@ -244,7 +245,7 @@ def test_portable_module_on_the_board(suite_board, mod):
 
 
 def test_noise_and_a_cut_on_the_board_uart_are_survived_and_counted(board, tmp_path):
-    from edgebus.tools.ptycable import PtyCable
+    from edgebus.tools.sim.ptycable import PtyCable
 
     with PtyCable() as cable:
         qb, con = board(_device_config(), uart=cable.a)

@@ -9,7 +9,8 @@ import asyncio
 import pytest
 
 from dev import qemuheap
-from edgebus.tools import otaplan, qemuboard
+from edgebus.tools.commands import otaplan
+from edgebus.tools.sim import qemuboard
 from firmware import VERSION
 from tests.host.board import qemukit
 from tests.host.board.test_qemu_board import SUITE_HEAP

@@ -1,5 +1,5 @@
 """The bridge daemon with real parts: MicroPython device processes on real ptys
-(tools/ptycable.py), pyserial on the bridge side, the telemetry log on disk,
+(tools/sim/ptycable.py), pyserial on the bridge side, the telemetry log on disk,
 unix-socket clients with their real credentials."""
 
 import asyncio
@@ -14,8 +14,8 @@ from edgebus import tlog
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
 from edgebus.client.local import attach_local
-from edgebus.tools.ptycable import PtyCable
-from edgebus.tools.status import fetch, render
+from edgebus.tools.commands.status import fetch, render
+from edgebus.tools.sim.ptycable import PtyCable
 from tests.conftest import until, wait_until
 
 DEVICE_HEAP = "192K"  # core + link (sealed) with its spool on the 64-bit unix port

@@ -14,7 +14,7 @@ import pytest
 
 from dev.broker import Mosquitto
 from dev.swarm import Swarm, check, node_key
-from edgebus.tools.fleet import bridge_toml
+from edgebus.tools.sim.fleet import bridge_toml
 from tests.host.e2e.e2ekit import gateway_bridge
 
 pytestmark = pytest.mark.mosquitto

@@ -1,5 +1,5 @@
 """Key rotation and provisioning with real parts: the firmware on the
-MicroPython unix port (tools/fleet.py) on a pty cable to the bridge (in this
+MicroPython unix port (tools/sim/fleet.py) on a pty cable to the bridge (in this
 process, serving its real unix socket), and the `edgebus keys` command as a
 subprocess."""
 
@@ -18,7 +18,7 @@ from edgebus.bridge import config as bridge_config
 from edgebus.bridge.keystore import KeyStore
 from edgebus.link import keywrap
 from edgebus.link.handshake import kid
-from edgebus.tools.fleet import Fleet
+from edgebus.tools.sim.fleet import Fleet
 from tests.conftest import until
 from tests.host.bridge.test_shell import NOBODY, as_user, with_bridge
 from tests.host.bridge.test_shell import edgebus as run_edgebus

@@ -15,7 +15,7 @@ from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
 from edgebus.link.link import Link
 from edgebus.link.stream import StreamTransport
-from edgebus.tools.ptycable import PtyCable
+from edgebus.tools.sim.ptycable import PtyCable
 from tests.conftest import until
 from tests.portable.linkkit import KEY, Joined, synced
 

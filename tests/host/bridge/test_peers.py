@@ -11,7 +11,7 @@ import pytest
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
 from edgebus.link import routes
-from edgebus.tools.fleet import Fleet, merge
+from edgebus.tools.sim.fleet import Fleet, merge
 from tests.conftest import until
 
 pytestmark = pytest.mark.micropython

@@ -10,7 +10,7 @@ import pytest
 from dev.broker import Mosquitto
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
-from edgebus.tools.fleet import Fleet, merge
+from edgebus.tools.sim.fleet import Fleet, merge
 from tests.conftest import until
 
 pytestmark = [pytest.mark.micropython, pytest.mark.mosquitto]

@@ -15,7 +15,7 @@ import pytest
 from dev.harness.bridge import BridgeProcess
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
-from edgebus.tools.fleet import Fleet
+from edgebus.tools.sim.fleet import Fleet
 from tests.conftest import ROOT, until
 
 pytestmark = pytest.mark.slow  # each case starts several interpreters

@@ -6,7 +6,7 @@ import asyncio
 import json
 import os
 
-from edgebus.tools.status import render
+from edgebus.tools.commands.status import render
 from tests.conftest import until
 from tests.host.bridge.test_shell import UID_ACL, _cfg, with_bridge
 

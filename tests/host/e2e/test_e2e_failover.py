@@ -24,7 +24,7 @@ pytest.importorskip("pyarrow")
 from dev.broker import Mosquitto  # noqa: E402
 from dev.harness.mqtt import retained  # noqa: E402
 from edgebus import tlog  # noqa: E402
-from edgebus.tools.fleet import Fleet, bridge_toml  # noqa: E402
+from edgebus.tools.sim.fleet import Fleet, bridge_toml  # noqa: E402
 from tests.conftest import wait_until  # noqa: E402
 from tests.host.e2e.e2ekit import (  # noqa: E402
     audit_says_nothing_lost,

@@ -4,7 +4,7 @@ lossless delivery in one run: the broker SIGKILLed, then the bridge SIGKILLed, t
 both at once, each restarted after an outage.
 
 Real parts only: mosquitto (dev/broker.py), the real firmware on the real
-MicroPython unix port over MQTT (tools/fleet.py), the bridge as its own
+MicroPython unix port over MQTT (tools/sim/fleet.py), the bridge as its own
 process (`python -m edgebus.bridge.daemon`, killed as a power cut would), the ingest
 job and the report on a local Spark.
 
@@ -29,8 +29,8 @@ pytest.importorskip("pyarrow")
 from dev.broker import Mosquitto  # noqa: E402
 from dev.harness.bridge import BridgeProcess  # noqa: E402
 from edgebus import tlog  # noqa: E402
-from edgebus.tools import devicefiles  # noqa: E402
-from edgebus.tools.fleet import Fleet, bridge_toml  # noqa: E402
+from edgebus.tools.boardkit import devicefiles  # noqa: E402
+from edgebus.tools.sim.fleet import Fleet, bridge_toml  # noqa: E402
 from tests.host.e2e.e2ekit import audit_says_nothing_lost, ingest_once, progress  # noqa: E402
 
 # Spark, mosquitto and the fleet's micropython devices start in the test body.

@@ -25,7 +25,7 @@ pytest.importorskip("pyarrow")
 from dev.broker import Mosquitto  # noqa: E402
 from edgebus import tlog  # noqa: E402
 from edgebus.bridge.keystore import KeyStore  # noqa: E402
-from edgebus.tools.fleet import Fleet  # noqa: E402
+from edgebus.tools.sim.fleet import Fleet  # noqa: E402
 from tests.conftest import ROOT, wait_until  # noqa: E402
 from tests.host.e2e.e2ekit import gateway_bridge, ingest_once, once_each, past, progress  # noqa: E402
 

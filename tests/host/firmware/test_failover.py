@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from edgebus.tools import mpybuild
+from edgebus.tools.boardkit import mpybuild
 from tests.conftest import ROOT, run_micropython
 
 sys.path.insert(0, os.path.join(ROOT, "tests", "mpy"))

@@ -1,6 +1,6 @@
 """Gateway failover over two serial lines (docs/protocol.md section 16): a
 real-firmware MicroPython device with a UART uplink to two gateways, each a
-pty cable (tools/ptycable.py) to its own bridge process with its own log.
+pty cable (tools/sim/ptycable.py) to its own bridge process with its own log.
 A UART has no probe, so away from the primary the device goes back to see
 every probe_every seconds and returns to the backup while the primary is
 still silent; once the primary's bridge is back, it stays there. The two
@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from edgebus import tlog
-from edgebus.tools.fleet import Fleet
-from edgebus.tools.ptycable import PtyCable
+from edgebus.tools.sim.fleet import Fleet
+from edgebus.tools.sim.ptycable import PtyCable
 from tests.conftest import wait_until
 from tests.host.e2e.e2ekit import gateway_bridge, past, progress, reported
 

@@ -1,5 +1,5 @@
 """The device runtime (firmware/) end to end: compiled to .mpy and run under the
-real micropython binary on one end of a pty cable (tools/ptycable.py), a
+real micropython binary on one end of a pty cable (tools/sim/ptycable.py), a
 CPython host Link (responder, pyserial-asyncio) on the other end.
 
 Heap: the device runs with -X heapsize=256K: on the 64-bit unix port the
@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 import edgebus
-from edgebus.tools import mpybuild
-from edgebus.tools.ptycable import PtyCable
+from edgebus.tools.boardkit import mpybuild
+from edgebus.tools.sim.ptycable import PtyCable
 from tests.conftest import ROOT, processes, until
 from tests.host import devicekit
 

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from edgebus.tools import devicefiles, mpybuild
+from edgebus.tools.boardkit import devicefiles, mpybuild
 
 ERR = "open: MqttError: TLS with broker.example:8883 (as broker.example) failed: ECONNREFUSED"
 SCRIPT = """

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from edgebus.tools import devicefiles, mpybuild
+from edgebus.tools.boardkit import devicefiles, mpybuild
 
 RUNTIMES = [
     pytest.param("micropython", marks=pytest.mark.micropython),

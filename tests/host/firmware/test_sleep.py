@@ -15,8 +15,8 @@ import edgebus
 from edgebus import tlog
 from edgebus.bridge import config, status
 from edgebus.bridge.daemon import Bridge
-from edgebus.tools.fleet import SLEEP_EXIT, Fleet
-from edgebus.tools.status import render
+from edgebus.tools.commands.status import render
+from edgebus.tools.sim.fleet import SLEEP_EXIT, Fleet
 from tests.conftest import until
 
 # A service the test gives the devices: what the device's bus holds under

@@ -1,12 +1,12 @@
 """The link across runtimes and a real serial line: the device side runs under
 the real micropython binary on one end of a pty pair, the host side under
-CPython with pyserial-asyncio on the other end (tools/ptycable.py joins them)."""
+CPython with pyserial-asyncio on the other end (tools/sim/ptycable.py joins them)."""
 
 import asyncio
 
 import pytest
 
-from edgebus.tools.ptycable import PtyCable
+from edgebus.tools.sim.ptycable import PtyCable
 from tests.conftest import until
 from tests.host import devicekit
 

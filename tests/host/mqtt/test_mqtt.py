@@ -417,7 +417,7 @@ def test_the_bridge_reports_messages_the_broker_dropped(tmp_path, caplog):
     in its stats (status, /metrics) and in a warning naming the setting."""
     import socket
 
-    from edgebus.tools.status import render
+    from edgebus.tools.commands.status import render
 
     caplog.set_level("WARNING", "edgebus.bridge")
     with Mosquitto(options=["max_queued_messages 5", "sys_interval 1"]) as broker:

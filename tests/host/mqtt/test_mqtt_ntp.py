@@ -22,7 +22,7 @@ from dev.harness.process import Process
 from edgebus import tlog
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
-from edgebus.tools.fleet import Fleet, merge
+from edgebus.tools.sim.fleet import Fleet, merge
 
 pytestmark = [pytest.mark.mosquitto, pytest.mark.micropython]
 

@@ -2,7 +2,7 @@
 presence"), with real parts: mosquitto on a free loopback port, the bridge as
 its own process (python -m edgebus.bridge.daemon), the device's MQTT transport under
 the real micropython binary (tests/mpy/presence_device.py) and the real
-firmware on the unix port (tools/fleet.py)."""
+firmware on the unix port (tools/sim/fleet.py)."""
 
 import asyncio
 import json
@@ -15,7 +15,7 @@ import pytest
 from dev.harness.bridge import BridgeProcess
 from dev.harness.mqtt import Watcher, retained
 from edgebus.link.link import Link
-from edgebus.tools.fleet import Fleet
+from edgebus.tools.sim.fleet import Fleet
 from tests.conftest import ROOT, mpy_script, until, wait_until
 
 PRESENCE = "edgebus/_bridge"

@@ -13,7 +13,7 @@ from dev.broker import Mosquitto
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
 from edgebus.link.mqtt import MqttError, MqttTransport
-from edgebus.tools.fleet import Fleet, merge
+from edgebus.tools.sim.fleet import Fleet, merge
 from firmware import uplink_mqtt
 from tests.host.mqtt.tlskit import TestCA
 

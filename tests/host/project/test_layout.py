@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from edgebus.tools import devicefiles
+from edgebus.tools.boardkit import devicefiles
 from tests.conftest import ROOT
 
 # The host packages, edgebus/<name>, each with a top-level link of that name.

@@ -6,8 +6,8 @@ import os
 import shutil
 import struct
 
-from edgebus.tools import boards, build, devicefiles, otaplan
-from edgebus.tools.otapush import CHUNK
+from edgebus.tools.boardkit import boards, build, devicefiles, otamanifest
+from edgebus.tools.commands.otapush import CHUNK
 
 # kind -> (file under firmware/, text, replacement): what the release changed.
 CHANGES = {
@@ -63,7 +63,7 @@ def manifest_bytes(d):
 
 def manifest(d):
     """The bundle's manifest as a dict, ``files`` the list."""
-    return otaplan.decode_manifest(manifest_bytes(d))
+    return otamanifest.decode_manifest(manifest_bytes(d))
 
 
 def file_bytes(d, path):
@@ -88,7 +88,7 @@ class Calls:
 
     async def _call(self, payload):
         import edgebus
-        from edgebus.tools.busclient import Session
+        from edgebus.tools.commands.busclient import Session
 
         async with Session(self.sock) as s:
             try:
@@ -115,7 +115,7 @@ class Calls:
         """The device's next sys/health."""
         import asyncio
 
-        from edgebus.tools.busclient import Session
+        from edgebus.tools.commands.busclient import Session
 
         topic = "dev/%s/sys/health" % self.node
 

@@ -1,4 +1,4 @@
-"""edgebus.tools.executables finds the programs pip installed beside the running
+"""edgebus.tools.boardkit.executables finds the programs pip installed beside the running
 interpreter (an unactivated venv), and names the extra when one is missing."""
 
 import importlib.util
@@ -9,7 +9,7 @@ import sysconfig
 
 import pytest
 
-from edgebus.tools import executables
+from edgebus.tools.boardkit import executables
 
 
 @pytest.mark.parametrize("name", ["mpy-cross", "micropython", "esptool", "mpremote"])

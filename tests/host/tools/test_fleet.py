@@ -18,7 +18,7 @@ from dev.broker import Mosquitto, free_port
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
 from edgebus.bridge.keystore import KeyStore
-from edgebus.tools.fleet import Fleet, merge
+from edgebus.tools.sim.fleet import Fleet, merge
 from tests.conftest import ROOT, until, wait_until
 
 # The fleet's devices are the firmware under micropython.

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from edgebus.tools import otaplan as plan
-from edgebus.tools.otapush import CHUNK, chunks, positions
+from edgebus.tools.commands import otaplan as plan
+from edgebus.tools.commands.otapush import CHUNK, chunks, positions
 from tests.conftest import ROOT
 
 FILES = {"edgebus/bus.mpy": b"B" * 2000, "firmware/main.mpy": b"main", "svc/x.mpy": b""}

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from dev.harness.ota import bundle_hash, mqtt_fleet, ota_bg, ready_bridge, status
-from edgebus.tools.fleet import Fleet
+from edgebus.tools.sim.fleet import Fleet
 from tests.conftest import wait_until
 from tests.host.tools import otakit
 

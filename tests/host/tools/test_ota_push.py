@@ -11,8 +11,8 @@ import pytest
 
 from dev.harness.ota import bundle_hash, mqtt_fleet, ota, ota_args, ota_bg, ota_env, status
 from edgebus.bridge.daemon import Bridge
-from edgebus.tools import otaplan
-from edgebus.tools.fleet import Fleet
+from edgebus.tools.boardkit import otamanifest
+from edgebus.tools.sim.fleet import Fleet
 from tests.conftest import until, wait_until
 from tests.host.tools import otakit
 
@@ -97,8 +97,8 @@ def test_a_canary_that_rolls_back_halts_the_push_then_a_good_bundle_updates_the_
         # A bundle for another board, and a pattern nothing matches.
         other = tmp_path / "other"
         shutil.copytree(good, other)
-        meta = otaplan.decode_manifest((other / "ota.jsonl").read_bytes())
-        (other / "ota.jsonl").write_bytes(otaplan.encode_manifest(dict(meta, board="esp32")))
+        meta = otamanifest.decode_manifest((other / "ota.jsonl").read_bytes())
+        (other / "ota.jsonl").write_bytes(otamanifest.encode_manifest(dict(meta, board="esp32")))
         r = ota(sock, "push", "--bundle", str(other), "--to", "sim-*", "--yes")
         assert r.returncode == 4 and r.stdout.splitlines() == [
             "%s: skipped: board unix, the bundle is for esp32" % n for n in (one, two)

@@ -10,7 +10,9 @@ import pytest
 from dev.broker import Mosquitto
 from dev.harness.bridge import BridgeProcess
 from dev.harness.process import Process, env, python, run_module
-from edgebus.tools import cli, deploy, devicefiles
+from edgebus.tools import cli
+from edgebus.tools.boardkit import devicefiles
+from edgebus.tools.commands import deploy
 from tests.host.mqtt.tlskit import TestCA
 
 BRIDGE = (

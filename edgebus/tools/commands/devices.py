@@ -19,7 +19,7 @@ from edgebus import tlog
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.keystore import KeyStore, KeyStoreError
 from edgebus.bridge.reload import CALL_TIMEOUT, RELOAD
-from edgebus.tools import busclient as bc
+from edgebus.tools.commands import busclient as bc
 
 if TYPE_CHECKING:
     import argparse

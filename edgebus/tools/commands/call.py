@@ -13,7 +13,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 import edgebus
-from edgebus.tools import busclient as bc
+from edgebus.tools.commands import busclient as bc
 
 if TYPE_CHECKING:
     import argparse

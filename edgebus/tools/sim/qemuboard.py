@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Any, Iterable, Self
 
-from edgebus.tools import boards, devicefiles, lfsimage
+from edgebus.tools.boardkit import boards, devicefiles, lfsimage
 
 FLASH_IMAGE = "flash.img"
 APT = "apt-get install -y --no-install-recommends qemu-system-arm"

@@ -5,7 +5,7 @@ with the manifest's --chip and refuses another chip), an optional erase, then
 write-flash at the manifest's offset. RP2 boards take a UF2 file copied to
 their USB drive (RPI-RP2, mounted when BOOTSEL is held at power-up).
 An emulated board (flash.method "qemu") is "flashed" by booting the image in
-QEMU (tools/qemuboard.py): ``--config`` writes the device config into the
+QEMU (tools/sim/qemuboard.py): ``--config`` writes the device config into the
 board's littlefs image first, and the command prints the link UART's port for
 a bridge ``[[serial]]`` entry, then runs the board until Ctrl-C.
 ``--dry-run`` prints the exact commands and runs nothing.
@@ -21,7 +21,7 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
-from edgebus.tools import boards, executables
+from edgebus.tools.boardkit import boards, executables
 
 if TYPE_CHECKING:
     import argparse
@@ -111,7 +111,7 @@ def boot_emulated(board: dict[str, Any], args: argparse.Namespace) -> int:
     """edgebus flash for an emulated board: config into its flash, then boot it."""
     import json
 
-    from edgebus.tools import qemuboard
+    from edgebus.tools.sim import qemuboard
 
     state = args.state or os.path.join("build", board["name"], "state")
     try:
@@ -439,10 +439,20 @@ def flash_uf2(
             "mount the drive (or mount it yourself), then retry, or pass --drive DIR"
             % (label, hint, board["name"])
         )
+    _copy_to_drive(firmware, drive, log)
+    log(
+        "copied: the board reboots into MicroPython and its drive disappears; next: "
+        "edgebus deploy --board %s --port <its serial port>" % board["name"]
+    )
+    return [("copy", ["cp", firmware, drive])]
+
+
+def _copy_to_drive(firmware: str, drive: str, log: Callable[[str], None]) -> None:
+    """The UF2 image copied onto the board's drive, with a progress bar."""
     dest = os.path.join(drive, os.path.basename(firmware))
     total = os.path.getsize(firmware)
     log("# copy %s to %s" % (firmware, dest))
-    from edgebus.tools.progress import progress
+    from edgebus.tools.commands.progress import progress
 
     bar = progress(total, "flash")
     try:
@@ -462,8 +472,3 @@ def flash_uf2(
         raise FlashError("copying to %s failed: %s" % (drive, e.strerror or e)) from None
     finally:
         bar.close()
-    log(
-        "copied: the board reboots into MicroPython and its drive disappears; next: "
-        "edgebus deploy --board %s --port <its serial port>" % board["name"]
-    )
-    return [("copy", ["cp", firmware, drive])]

@@ -17,9 +17,9 @@ import json
 import sys
 from typing import TYPE_CHECKING, Any
 
-from edgebus.tools import busclient as bc
-from edgebus.tools import otaplan as plan
-from edgebus.tools.otapush import Pusher
+from edgebus.tools.commands import busclient as bc
+from edgebus.tools.commands import otaplan as plan
+from edgebus.tools.commands.otapush import Pusher
 
 if TYPE_CHECKING:
     from edgebus.view import RetainedView
@@ -74,6 +74,26 @@ def _trial(text: str) -> float:
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     pu = sub.add_parser("push", help="send a bundle to devices, in waves, and switch them to it")
+    _push_arguments(pu)
+    st = sub.add_parser("status", help="each device's running bundle, slot, state, last failure")
+    st.add_argument("pattern", nargs="?", default="*", help="node names, a shell glob (all)")
+    st.add_argument("--json", action="store_true", help="a JSON list, a device each")
+    bc.add_socket(st)
+    rb = sub.add_parser("rollback", help="NODE goes back to its previous bundle (it reboots)")
+    rb.add_argument("node")
+    rb.add_argument(
+        "--factory", action="store_true", help="to the factory (frozen or installed) modules"
+    )
+    rb.add_argument(
+        "--timeout", type=_seconds, default=10.0, metavar="S", help="seconds (%(default)s)"
+    )
+    bc.add_socket(rb)
+    for q in (pu, st, rb):
+        q.epilog = EPILOG
+
+
+def _push_arguments(pu: argparse.ArgumentParser) -> None:
+    """`edgebus ota push`'s options: the bundle, the devices, the waves."""
     pu.add_argument("--bundle", required=True, metavar="DIR", help="`edgebus build`'s directory")
     pu.add_argument(
         "--to", required=True, metavar="PATTERN", help="node names, a shell glob ('*', 'pump-*')"
@@ -121,21 +141,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     pu.add_argument("--yes", "-y", action="store_true", help="push without asking")
     bc.add_socket(pu)
-    st = sub.add_parser("status", help="each device's running bundle, slot, state, last failure")
-    st.add_argument("pattern", nargs="?", default="*", help="node names, a shell glob (all)")
-    st.add_argument("--json", action="store_true", help="a JSON list, a device each")
-    bc.add_socket(st)
-    rb = sub.add_parser("rollback", help="NODE goes back to its previous bundle (it reboots)")
-    rb.add_argument("node")
-    rb.add_argument(
-        "--factory", action="store_true", help="to the factory (frozen or installed) modules"
-    )
-    rb.add_argument(
-        "--timeout", type=_seconds, default=10.0, metavar="S", help="seconds (%(default)s)"
-    )
-    bc.add_socket(rb)
-    for q in (pu, st, rb):
-        q.epilog = EPILOG
 
 
 def _session(args: argparse.Namespace) -> bc.Session:

@@ -160,26 +160,32 @@ def render(st: dict[str, Any]) -> str:
         )
     f = st.get("fleet")
     if f:
-        c = f["counters"]
-        L.append(
-            "links %d: %s; frames %d in, %d out; %d gaps, %d errors"
-            % (
-                f["links"],
-                ", ".join("%d %s" % (n, s) for s, n in sorted(f["states"].items())) or "none",
-                c.get("frames_in", 0),
-                c.get("frames_out", 0),
-                c.get("gaps", 0),
-                sum(c.get(k, 0) for k in ERRORS),
-            )
-        )
-    if not st["links"]:
-        return "\n".join(L)
-    L.append("")
-    L.append(
+        L.append(_fleet_line(f))
+    if st["links"]:
+        L += [""] + _link_table(st["links"])
+    return "\n".join(L)
+
+
+def _fleet_line(f: dict[str, Any]) -> str:
+    """The links' totals: how many in each state, frames, gaps, errors."""
+    c = f["counters"]
+    return "links %d: %s; frames %d in, %d out; %d gaps, %d errors" % (
+        f["links"],
+        ", ".join("%d %s" % (n, s) for s, n in sorted(f["states"].items())) or "none",
+        c.get("frames_in", 0),
+        c.get("frames_out", 0),
+        c.get("gaps", 0),
+        sum(c.get(k, 0) for k in ERRORS),
+    )
+
+
+def _link_table(links: dict[str, Any]) -> list[str]:
+    """A line per link under a header: state, peer, counters, its last error."""
+    L = [
         "%-22s %-10s %-14s %4s %7s %7s %6s %6s %6s %s"
         % ("LINK", "STATE", "PEER", "GEN", "IN", "OUT", "GAPS", "DROPS", "ERRS", "LAST ERROR")
-    )
-    for lid, s in st["links"].items():
+    ]
+    for lid, s in links.items():
         c = s["counters"]
         errs = sum(c.get(k, 0) for k in ERRORS) + sum(
             (s.get("transport") or {}).get(k, 0) for k in ("crc_errors", "cobs_errors")
@@ -199,7 +205,7 @@ def render(st: dict[str, Any]) -> str:
                 _note(s),
             )
         )
-    return "\n".join(L)
+    return L
 
 
 def run(args: argparse.Namespace) -> int:

@@ -12,8 +12,8 @@ import io
 import os
 from typing import Any, Callable
 
-from edgebus.tools import executables
-from edgebus.tools.progress import progress
+from edgebus.tools.boardkit import executables
+from edgebus.tools.commands.progress import progress
 
 
 class DeployError(Exception):

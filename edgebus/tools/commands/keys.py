@@ -18,8 +18,8 @@ from edgebus.bridge import config as bridge_config
 from edgebus.bridge.keystore import KeyStore, KeyStoreError, new_key
 from edgebus.bridge.rotation import DEVICE_TIMEOUT, ROTATE
 from edgebus.link.handshake import kid
-from edgebus.tools import busclient as bc
-from edgebus.tools import devicefiles
+from edgebus.tools.boardkit import devicefiles
+from edgebus.tools.commands import busclient as bc
 
 if TYPE_CHECKING:
     import argparse

@@ -1,5 +1,5 @@
 """edgebus fleet: run N simulated devices (the real firmware on the MicroPython
-unix port, tools/fleet.py) until Ctrl-C, print the bridge configuration that
+unix port, tools/sim/fleet.py) until Ctrl-C, print the bridge configuration that
 joins them, and say on the console what each device does (exits, restarts,
 sleeps)."""
 
@@ -11,8 +11,8 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any
 
-from edgebus.tools import boards, mpylib
-from edgebus.tools.fleet import (
+from edgebus.tools.boardkit import boards, mpylib
+from edgebus.tools.sim.fleet import (
     KEYS_NOTE,
     SLEEP_EXIT,
     START_LIMIT,
@@ -107,12 +107,7 @@ EXIT_MEANING = {
 
 
 def run(args: argparse.Namespace) -> int:
-    broker = None
-    if args.mqtt:
-        host, _, port = args.mqtt.rpartition(":")
-        if not host or not port.isdigit():
-            raise SystemExit("edgebus fleet: --mqtt takes HOST:PORT")
-        broker = (host, int(port))
+    broker = _broker(args.mqtt)
     n = 0 if args.provisioned else args.devices
     if n < 1 and not args.provisioned:
         raise SystemExit("edgebus fleet: --devices must be at least 1")
@@ -137,14 +132,36 @@ def run(args: argparse.Namespace) -> int:
         )
     except (boards.BoardError, mpylib.SourceError, ValueError, OSError) as e:
         raise SystemExit("edgebus fleet: %s" % e) from None
-    n = len(fleet.devices)
-    if not n:
+    if not fleet.devices:
         raise SystemExit("edgebus fleet: no DIR/NODE/config.json in %s" % args.provisioned)
     # Before anything is printed: a caller that read "Ctrl-C stops the fleet"
     # may send SIGTERM at once, which must stop the devices, not kill us.
-    stop = []
+    stop: list[int] = []
     signal.signal(signal.SIGTERM, lambda *a: stop.append(1))
     fleet.start()
+    _announce(args, fleet, broker)
+    try:
+        return _follow(fleet, stop)
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        fleet.stop()
+
+
+def _broker(mqtt: str | None) -> tuple[str, int] | None:
+    """--mqtt HOST:PORT as (host, port); None without it."""
+    if not mqtt:
+        return None
+    host, _, port = mqtt.rpartition(":")
+    if not host or not port.isdigit():
+        raise SystemExit("edgebus fleet: --mqtt takes HOST:PORT")
+    return host, int(port)
+
+
+def _announce(args: argparse.Namespace, fleet: Fleet, broker: tuple[str, int] | None) -> None:
+    """The running fleet said: its board's values, where its logs are and,
+    for devices it made, the bridge configuration that joins them (also
+    written to --config-out)."""
     # Provisioned devices' keys are in the bridge's keystore already.
     frag = "" if args.provisioned else bridge_toml(fleet.bridge_config(broker))
     if args.config_out:
@@ -155,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
         "edgebus fleet: %d simulated devices (MicroPython unix port, board %s: spool %d B, "
         "bus queue %d%s) running; logs in %s"
         % (
-            n,
+            len(fleet.devices),
             fleet.board["name"],
             q["spool"],
             q["bus"],
@@ -167,34 +184,34 @@ def run(args: argparse.Namespace) -> int:
         print("edgebus fleet: " + KEYS_NOTE % {"keys": fleet.keys})
         print("join them with edgebus-bridge using:\n\n" + frag)
     print("Ctrl-C stops the fleet. A device that exits is started again.", flush=True)
+
+
+def _follow(fleet: Fleet, stop: list[int]) -> int:
+    """The devices' exits and restarts printed as they come, until stop has
+    an entry (0) or every device is left stopped (1)."""
     seen = 0
-    try:
-        while not stop:
-            time.sleep(0.5)
-            for _t, node, what in fleet.events[seen:]:
-                code = what.split()[-1]
-                why = EXIT_MEANING.get(int(code)) if what.startswith("exit") else None
-                print(
-                    "edgebus fleet: %s: %s%s" % (node, what, " (%s)" % why if why else ""),
-                    flush=True,
-                )
-            seen = len(fleet.events)
-            if len(fleet.failed()) == n:
-                print(
-                    "edgebus fleet: every device exited %d times within %.0f s and is left "
-                    "stopped (see their logs in %s)" % (START_LIMIT, START_WINDOW_S, fleet.out)
-                )
-                return 1
-    except KeyboardInterrupt:
-        pass
-    finally:
-        fleet.stop()
+    while not stop:
+        time.sleep(0.5)
+        for _t, node, what in fleet.events[seen:]:
+            code = what.split()[-1]
+            why = EXIT_MEANING.get(int(code)) if what.startswith("exit") else None
+            print(
+                "edgebus fleet: %s: %s%s" % (node, what, " (%s)" % why if why else ""),
+                flush=True,
+            )
+        seen = len(fleet.events)
+        if len(fleet.failed()) == len(fleet.devices):
+            print(
+                "edgebus fleet: every device exited %d times within %.0f s and is left "
+                "stopped (see their logs in %s)" % (START_LIMIT, START_WINDOW_S, fleet.out)
+            )
+            return 1
     return 0
 
 
 if __name__ == "__main__":
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m edgebus.tools.fleetcmd")
+    ap = argparse.ArgumentParser(prog="python -m edgebus.tools.commands.fleet")
     add_arguments(ap)
     sys.exit(run(ap.parse_args()))

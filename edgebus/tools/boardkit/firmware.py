@@ -28,10 +28,10 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from edgebus import tlog
-from edgebus.tools import boards, devicefiles, mpylib, mpyversion
-from edgebus.tools import build as bundle
-from edgebus.tools.mpylib import ENV_SOURCE as ENV_SOURCE
-from edgebus.tools.mpylib import cache_dir, source_tree
+from edgebus.tools.boardkit import boards, devicefiles, mpylib, mpyversion
+from edgebus.tools.boardkit import build as bundle
+from edgebus.tools.boardkit.mpylib import ENV_SOURCE as ENV_SOURCE
+from edgebus.tools.boardkit.mpylib import cache_dir, source_tree
 
 if TYPE_CHECKING:
     import argparse
@@ -195,25 +195,13 @@ def build(
 ) -> dict[str, Any] | None:
     """Build (or find in the cache) board's image; returns build.json's dict
     with "image", the path of the image. only_cached: None rather than build."""
-    info = board["firmware"].get("build")
-    if not info:
-        raise FirmwareError(
-            "board %s has no firmware.build in its manifest: its firmware "
-            "comes from %s"
-            % (board["name"], board["firmware"].get("url") or "the port's download page")
-        )
+    info = _build_info(board)
     # The emulated board names its CPU; other ports' make finds its own toolchain
     # (ESP-IDF, the Pico SDK) and says what is missing in its log.
     arch = board["flash"].get("system")
     heap = heap or board["budget"]["heap"]
     tree, source_id = source_tree(src, log)
-    port = os.path.join(tree, "ports", board["firmware"]["port"])
-    if not os.path.isdir(port):
-        raise FirmwareError(
-            "ports/%s is not in the MicroPython source at %s (the tarball "
-            "beside this project holds ports/qemu only): use a full checkout"
-            % (board["firmware"]["port"], tree)
-        )
+    port = _port_dir(board, tree)
     manifest = freeze_manifest(board)
     key = build_key(board, source_id, manifest, heap)
     out = os.path.join(cache_dir(), "firmware", "%s-%s" % (board["name"], key))
@@ -227,6 +215,70 @@ def build(
     tmp = out + ".tmp%d" % os.getpid()
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
+    t0 = time.monotonic()
+    bdir = _make_image(board, tree, port, tmp, manifest, heap, jobs, log)
+    image = os.path.join(bdir, info["image"])
+    meta = {
+        "board": board["name"],
+        "heap": heap,
+        "source": source_id,
+        "key": key,
+        "seconds": round(time.monotonic() - t0, 1),
+    }
+    meta.update(sizes(image, bdir, arch) if arch else {"image_bytes": os.path.getsize(image)})
+    _store(tmp, out, bdir, info["image"], meta)
+    prune(board["name"])
+    meta["image"] = os.path.join(out, info["image"])
+    log(
+        "edgebus firmware: built %s in %.0f s: %s (image %d bytes%s)"
+        % (
+            board["name"],
+            meta["seconds"],
+            meta["image"],
+            meta["image_bytes"],
+            ", frozen modules %d" % meta["frozen_bytes"] if "frozen_bytes" in meta else "",
+        )
+    )
+    return meta
+
+
+def _build_info(board: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's firmware.build; FirmwareError for a board without one."""
+    info = board["firmware"].get("build")
+    if not info:
+        raise FirmwareError(
+            "board %s has no firmware.build in its manifest: its firmware "
+            "comes from %s"
+            % (board["name"], board["firmware"].get("url") or "the port's download page")
+        )
+    return info
+
+
+def _port_dir(board: dict[str, Any], tree: str) -> str:
+    """The board's port in the MicroPython source tree; FirmwareError when the
+    tree does not have it."""
+    port = os.path.join(tree, "ports", board["firmware"]["port"])
+    if not os.path.isdir(port):
+        raise FirmwareError(
+            "ports/%s is not in the MicroPython source at %s (the tarball "
+            "beside this project holds ports/qemu only): use a full checkout"
+            % (board["firmware"]["port"], tree)
+        )
+    return port
+
+
+def _make_image(
+    board: dict[str, Any],
+    tree: str,
+    port: str,
+    tmp: str,
+    manifest: str,
+    heap: int,
+    jobs: int | None,
+    log: Callable[[str], None],
+) -> str:
+    """The port's make run in tmp with the freeze manifest (mpy-cross made
+    first when the tree has none); returns the build directory."""
     man_path = os.path.join(tmp, "manifest.py")
     with open(man_path, "w") as f:
         f.write(manifest)
@@ -235,7 +287,6 @@ def build(
         "edgebus firmware: building %s (heap %d) from %s; log: %s"
         % (board["name"], heap, tree, log_path)
     )
-    t0 = time.monotonic()
     jflag = "-j%d" % (jobs or os.cpu_count() or 1)
     if not os.path.isfile(os.path.join(tree, "mpy-cross", "build", "mpy-cross")):
         _make(["-C", os.path.join(tree, "mpy-cross"), jflag], log_path, "building mpy-cross")
@@ -253,16 +304,13 @@ def build(
     if board.get("require"):  # the manifest's require() finds them there
         args.append("MPY_LIB_DIR=" + mpylib.lib_dir(tree))
     _make(args, log_path, "building the %s firmware" % board["name"])
-    image = os.path.join(bdir, info["image"])
-    meta = {
-        "board": board["name"],
-        "heap": heap,
-        "source": source_id,
-        "key": key,
-        "seconds": round(time.monotonic() - t0, 1),
-    }
-    meta.update(sizes(image, bdir, arch) if arch else {"image_bytes": os.path.getsize(image)})
-    shutil.copyfile(image, os.path.join(tmp, info["image"]))
+    return bdir
+
+
+def _store(tmp: str, out: str, bdir: str, name: str, meta: dict[str, Any]) -> None:
+    """The image (name, in the build directory bdir) and its build.json into
+    the cache entry out, made in tmp."""
+    shutil.copyfile(os.path.join(bdir, name), os.path.join(tmp, name))
     shutil.rmtree(bdir)  # objects are not kept: the cache holds images
     with open(os.path.join(tmp, "build.json"), "w") as f:
         json.dump(meta, f, indent=1)
@@ -270,16 +318,3 @@ def build(
         shutil.rmtree(tmp)
     else:
         tlog.rename_durably(tmp, out)  # a cache entry is whole, or not there
-    prune(board["name"])
-    meta["image"] = os.path.join(out, info["image"])
-    log(
-        "edgebus firmware: built %s in %.0f s: %s (image %d bytes%s)"
-        % (
-            board["name"],
-            meta["seconds"],
-            meta["image"],
-            meta["image_bytes"],
-            ", frozen modules %d" % meta["frozen_bytes"] if "frozen_bytes" in meta else "",
-        )
-    )
-    return meta

@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING, Any, Iterator
 
 import edgebus
 from edgebus.backoff import Backoff
-from edgebus.tools import busclient as bc
-from edgebus.tools.otaplan import COMMITTED, FAILED, OP, ROLLED_BACK, Outcome
-from edgebus.tools.progress import progress
+from edgebus.tools.commands import busclient as bc
+from edgebus.tools.commands.otaplan import COMMITTED, FAILED, OP, ROLLED_BACK, Outcome
+from edgebus.tools.commands.progress import progress
 from edgebus.topic import key
 
 if TYPE_CHECKING:
-    from edgebus.tools.otaplan import Bundle
+    from edgebus.tools.commands.otaplan import Bundle
     from edgebus.view import RetainedView
 
 WINDOW = 3  # put calls in flight per device (the device serves 4 at once: link.max_pending)

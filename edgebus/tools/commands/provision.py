@@ -24,9 +24,10 @@ from typing import TYPE_CHECKING, Any
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.keystore import KeyStoreError, new_key
 from edgebus.link.handshake import kid
-from edgebus.tools import boards, devicefiles, keys
-from edgebus.tools import busclient as bc
-from edgebus.tools.progress import progress
+from edgebus.tools.boardkit import boards, devicefiles
+from edgebus.tools.commands import busclient as bc
+from edgebus.tools.commands import keys
+from edgebus.tools.commands.progress import progress
 
 if TYPE_CHECKING:
     from edgebus.bridge.keystore import KeyStore
@@ -279,7 +280,7 @@ def _takes_keystore(args: argparse.Namespace) -> bool:
 
 def _reload(args: argparse.Namespace, store: KeyStore) -> None:
     """Tell a running bridge to read the keystore again, or say it is not running."""
-    from edgebus.tools import devices
+    from edgebus.tools.commands import devices
 
     sock = bc.socket_path(argparse.Namespace(socket=None, config=args.bridge_config))
     try:

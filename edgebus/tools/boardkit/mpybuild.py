@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 
-from edgebus.tools import devicefiles, executables
+from edgebus.tools.boardkit import devicefiles, executables
 
 
 def mpy_cross() -> str:

@@ -1,6 +1,6 @@
 """The MicroPython unix port as a board: its REPL on a pseudo-terminal.
 
-usage: python -m edgebus.tools.simboard [--dir DIR] [--heap BYTES]
+usage: python -m edgebus.tools.sim.simboard [--dir DIR] [--heap BYTES]
 
 Prints the port (``/dev/pts/N``) to give ``edgebus deploy --board unix --port``
 or ``mpremote connect PORT resume ...``; files deployed land in DIR (the
@@ -24,7 +24,7 @@ import time
 import tty
 from typing import NoReturn, Self
 
-from edgebus.tools import boards, mpybuild
+from edgebus.tools.boardkit import boards, mpybuild
 
 
 class SimBoard:
@@ -75,7 +75,7 @@ def _interrupt(*_: object) -> NoReturn:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(
-        prog="python -m edgebus.tools.simboard", description=__doc__.split("\n")[0]
+        prog="python -m edgebus.tools.sim.simboard", description=__doc__.split("\n")[0]
     )
     ap.add_argument("--dir", help="the board's filesystem (default: a new temporary directory)")
     ap.add_argument("--heap", type=int, help="heap bytes (default: the unix board's budget)")

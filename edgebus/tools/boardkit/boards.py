@@ -13,7 +13,7 @@ import os
 import re
 from typing import Any, Callable, NoReturn
 
-from edgebus.tools import devicefiles
+from edgebus.tools.boardkit import devicefiles
 
 # The manifests install under edgebus/device/boards (from a checkout: boards/).
 BOARDS_DIR = devicefiles.BOARDS_DIR
@@ -222,7 +222,7 @@ _FLASH: dict[str, dict[str, Any]] = {
         "uf2_family_id": _hex,
     },
     # An emulated board: "flashing" boots the image in qemu-system-<arch>
-    # -machine <machine>, its filesystem a host file of `size` (tools/qemuboard.py).
+    # -machine <machine>, its filesystem a host file of `size` (tools/sim/qemuboard.py).
     "qemu": {
         "method": _str,
         "system": _enum("arm"),
@@ -436,7 +436,8 @@ def mpy_arch_number(arch: str | None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """python -m edgebus.tools.boards [NAME]: validate every manifest (or one) and list them."""
+    """python -m edgebus.tools.boardkit.boards [NAME]: validate every manifest
+    (or one) and list them."""
     import sys
 
     names = (argv if argv is not None else sys.argv[1:]) or list_boards()

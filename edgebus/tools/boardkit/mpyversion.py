@@ -8,7 +8,7 @@ import re
 import subprocess
 from typing import Any, Callable
 
-from edgebus.tools import mpybuild
+from edgebus.tools.boardkit import mpybuild
 
 
 class MpyVersionError(ValueError):

@@ -13,7 +13,7 @@ import shutil
 import subprocess
 import tempfile
 
-from edgebus.tools import mpybuild
+from edgebus.tools.boardkit import mpybuild
 
 # Runs under the unix micropython: image block-size blocks staging-dir.
 SCRIPT = r"""

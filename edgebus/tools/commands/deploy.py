@@ -18,8 +18,9 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any, Callable
 
-from edgebus.tools import boards, devicefiles, mpyversion, rawrepl
-from edgebus.tools.rawrepl import DeployError
+from edgebus.tools.boardkit import boards, devicefiles, mpyversion
+from edgebus.tools.commands import rawrepl
+from edgebus.tools.commands.rawrepl import DeployError
 
 EXAMPLE_KEY = devicefiles.firmware("config").EXAMPLE_KEY
 
@@ -34,7 +35,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         required=True,
         metavar="P",
         help="serial port of the board's REPL, e.g. /dev/ttyUSB0 (the unix "
-        "simulator's pty: python -m edgebus.tools.simboard)",
+        "simulator's pty: python -m edgebus.tools.sim.simboard)",
     )
     p.add_argument("--bundle", metavar="DIR", help="bundle to copy (default: build/<board>)")
     p.add_argument(
@@ -257,17 +258,7 @@ def deploy(
             "(e.g. rsync -a %s/ gateway:/opt/edgebus/) or pip install edgebus there"
             % (board["name"], bundle, bundle)
         )
-    meta, files = load_bundle(bundle, board)
-    cfg = read_config(config, board["name"]) if config else None
-    root = board["device"]["root"]
-    if cfg is not None and config is not None:
-        files += tls_files(config, cfg)
-    local = {dest: sha256_file(src) for dest, src in files}
-    sources = dict(files)
-    if cfg is not None:
-        local["config.json"] = hashlib.sha256(cfg).hexdigest()
-    owned = sorted({p.split("/")[0] for p in local if "/" in p})
-    top = sorted(p for p in local if "/" not in p)
+    meta, sources, cfg, local = _local_files(board, bundle, config)
 
     import serial
 
@@ -281,36 +272,7 @@ def deploy(
         log("board %s on %s: MicroPython %s, %s" % (board["name"], port, ident[4], ident[2]))
         if board["device"]["soft_reset"]:
             rawrepl.enter_raw(t, True, port, timeout, baud)  # a clean heap for the copy
-
-        dev_files, dev_dirs = rawrepl.hash_files(t, root, owned, top)
-        write, stale = plan(local, dev_files, owned)
-        nbytes = sum(
-            len(cfg) if p == "config.json" and cfg is not None else os.path.getsize(sources[p])
-            for p in write
-        )
-        if not write and not stale:
-            log("up to date: %d files unchanged" % len(local))
-        else:
-            log(
-                "%d of %d files changed (%d bytes)%s"
-                % (
-                    len(write),
-                    len(local),
-                    nbytes,
-                    ", %d stale to remove" % len(stale) if stale else "",
-                )
-            )
-
-        rawrepl.make_dirs(t, root, write, dev_dirs)
-        if write:
-            rawrepl.write_files(t, root, write, sources, cfg, local, nbytes)
-        if stale:
-            rawrepl.run(
-                t,
-                "import os\nfor p in %r:\n os.remove(p)" % [root + p for p in stale],
-                "removing stale files",
-            )
-            log("removed: " + ", ".join(stale))
+        write, stale, nbytes = _sync(t, board["device"]["root"], local, sources, cfg, log)
         rawrepl.restart(t, board, reset, log)
         return {
             "written": write,
@@ -326,3 +288,58 @@ def deploy(
             t.close()
         except OSError:
             pass
+
+
+def _local_files(
+    board: dict[str, Any], bundle: str, config: str | None
+) -> tuple[dict[str, Any], dict[str, str], bytes | None, dict[str, str]]:
+    """What goes to the board: the bundle's bundle.json, {device path: host
+    file}, the config's bytes (None without one) and {device path: SHA-256}
+    of them all (config.json among them)."""
+    meta, files = load_bundle(bundle, board)
+    cfg = read_config(config, board["name"]) if config else None
+    if cfg is not None and config is not None:
+        files += tls_files(config, cfg)
+    local = {dest: sha256_file(src) for dest, src in files}
+    if cfg is not None:
+        local["config.json"] = hashlib.sha256(cfg).hexdigest()
+    return meta, dict(files), cfg, local
+
+
+def _sync(
+    t: Any,
+    root: str,
+    local: dict[str, str],
+    sources: dict[str, str],
+    cfg: bytes | None,
+    log: Callable[[str], None],
+) -> tuple[list[str], list[str], int]:
+    """The board's files under root made the local ones: the changed written,
+    the stale (in edgebus's folders, not local) removed; (written, removed,
+    bytes written)."""
+    owned = sorted({p.split("/")[0] for p in local if "/" in p})
+    top = sorted(p for p in local if "/" not in p)
+    dev_files, dev_dirs = rawrepl.hash_files(t, root, owned, top)
+    write, stale = plan(local, dev_files, owned)
+    nbytes = sum(
+        len(cfg) if p == "config.json" and cfg is not None else os.path.getsize(sources[p])
+        for p in write
+    )
+    if not write and not stale:
+        log("up to date: %d files unchanged" % len(local))
+    else:
+        log(
+            "%d of %d files changed (%d bytes)%s"
+            % (len(write), len(local), nbytes, ", %d stale to remove" % len(stale) if stale else "")
+        )
+    rawrepl.make_dirs(t, root, write, dev_dirs)
+    if write:
+        rawrepl.write_files(t, root, write, sources, cfg, local, nbytes)
+    if stale:
+        rawrepl.run(
+            t,
+            "import os\nfor p in %r:\n os.remove(p)" % [root + p for p in stale],
+            "removing stale files",
+        )
+        log("removed: " + ", ".join(stale))
+    return write, stale, nbytes

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-from edgebus.tools import busclient as bc
+from edgebus.tools.commands import busclient as bc
 
 if TYPE_CHECKING:
     import argparse

@@ -10,7 +10,7 @@ or ``mip.install("http://host/.../package.json")`` installs it) and
 MicroPython freeze manifest of the same sources: built into the firmware
 (``make BOARD=... FROZEN_MANIFEST=<bundle>/manifest.py`` in the port's directory)
 the modules run from flash and their code takes no heap. The micropython-lib packages
-the board's manifest requires come from a MicroPython source (tools/mpylib.py).
+the board's manifest requires come from a MicroPython source (tools/boardkit/mpylib.py).
 """
 
 from __future__ import annotations
@@ -26,7 +26,14 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Callable
 
 from edgebus import tlog
-from edgebus.tools import boards, devicefiles, mpybuild, mpylib, mpyversion, otaplan
+from edgebus.tools.boardkit import (
+    boards,
+    devicefiles,
+    mpybuild,
+    mpylib,
+    mpyversion,
+    otamanifest,
+)
 
 if TYPE_CHECKING:
     import argparse
@@ -204,106 +211,25 @@ def build(
     lib = mpylib.sources(board, micropython, log)
     cpython = board["runtime"] == "cpython"
     arch = None if cpython else board["mpy"]["arch"]
-    cross: Any = None  # (mpy-cross version, (mpy version, sub)) unless cpython
+    # (mpy-cross version, (mpy version, sub)) and the board's target, unless cpython
+    cross: Any = None
+    target: Any = None
     if not cpython:
-        try:
-            cross = mpyversion.cross_version()
-            target = mpyversion.target(board, log)
-            mpyversion.check(cross, target)
-        except mpyversion.MpyVersionError as e:
-            raise BuildError(str(e)) from None
-
-    parent = os.path.dirname(os.path.abspath(out))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".build-", dir=parent)
-    umask = os.umask(0)
-    os.umask(umask)
-    os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes it private; a bundle is not
+        cross, target = _toolchain(board, log)
+    tmp = _staging_dir(out)
     try:
-
-        def one(item: tuple[str, str]) -> tuple[str, bool]:
-            src, rel = item
-            if cpython:
-                dest = rel
-                os.makedirs(os.path.dirname(os.path.join(tmp, dest)), exist_ok=True)
-                shutil.copyfile(src, os.path.join(tmp, dest))
-                return dest, False
-            dest = rel[:-3] + ".mpy"
-            mpybuild.compile_file(src, os.path.join(tmp, dest), arch, opt, source_name=rel)
-            return dest, mpyversion.header(os.path.join(tmp, dest))[2] != 0
-
-        # One mpy-cross process per module: run them side by side.
-        with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as ex:
-            done = list(ex.map(one, srcs + lib))
+        done = _compile(tmp, srcs + lib, arch, opt, cpython)
         files = {dest: os.path.getsize(os.path.join(tmp, dest)) for dest, _n in done}
         native = any(n for _d, n in done)
-        if not cpython and native and target[1] is not None and cross[1][1] != target[1]:
-            raise BuildError(
-                "mpy sub-version mismatch: the bundle has native code "
-                "(@micropython.native/viper) as .mpy v%d.%d but %s loads "
-                "v%d.%d" % (cross[1] + (target[2], target[0], target[1]))
-            )
-        if entry:
-            # A board runs main.py at boot only as source, so this stub stays .py.
-            with open(os.path.join(tmp, "main.py"), "wb") as fm:
-                fm.write(devicefiles.main_py(entry))
-            files["main.py"] = os.path.getsize(os.path.join(tmp, "main.py"))
-
-        # The board values the runtime runs (queues, spool, budget) travel
-        # with the bundle, so deploy and mip put them on the device.
-        for name, data in boards.runtime_files(board).items():
-            with open(os.path.join(tmp, name), "wb") as fb:
-                fb.write(data)
-            files[name] = len(data)
-
-        block = board["budget"]["fs_block"]
-        total = sum(files.values())
-        alloc = sum(allocated(n, block) for n in files.values())
-        budget = board["budget"]["flash"]
-        ok = alloc <= budget
-        rep = {
-            "board": board["name"],
-            "files": files,
-            "total": total,
-            "allocated": alloc,
-            "budget": budget,
-            "ok": ok,
-            "out": out,
-            "native": native,
-            "entry": entry,
-        }
+        if not cpython and native:
+            _check_native(cross, target)
+        _write_boot_files(tmp, board, entry, files)
+        rep = _sized(board, files, out, native, entry)
         _report(board, rep, cross, arch, log)
-        if not ok:
-            raise BuildError(
-                "the bundle takes %s bytes on flash, over the %s board's budget of %s bytes by "
-                "%s (budget.flash in its manifest); nothing was written to %s"
-                % (_fmt(alloc), board["name"], _fmt(budget), _fmt(alloc - budget), out)
-            )
-
-        version = package_version()
+        _check_budget(board, rep)
         # Beside the bundle for edgebus ota push; not installed by deploy or mip.
         ota_manifest(tmp, board, sorted(d for d, _n in done), cross, bundle_version)
-        with open(os.path.join(tmp, "package.json"), "w") as f:
-            # mip resolves relative URLs against package.json's own location.
-            f.write(
-                '{"urls": [\n%s\n ],\n "version": %s}\n'
-                % (",\n".join("  " + json.dumps([p, p]) for p in files), json.dumps(version))
-            )
-        meta = {
-            "board": board["name"],
-            "runtime": board["runtime"],
-            "version": version,
-            "mpy": None
-            if cpython
-            else {"version": cross[1][0], "sub": cross[1][1], "arch": arch, "native": native},
-            "mpy_cross": cross[0] if cross else None,
-            "files": files,
-            "total_bytes": total,
-            "allocated_bytes": alloc,
-            "budget": board["budget"],
-        }
-        with open(os.path.join(tmp, "bundle.json"), "w") as f:
-            json.dump(meta, f, indent=1)
+        _write_descriptions(tmp, board, rep, cross, arch)
         if not cpython:
             with open(os.path.join(tmp, "manifest.py"), "w") as f:
                 f.write(freeze_manifest(board, srcs, opt))
@@ -316,6 +242,143 @@ def build(
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _toolchain(board: dict[str, Any], log: Callable[[str], None]) -> tuple[Any, Any]:
+    """(mpy-cross's version, the .mpy version the board loads), checked to
+    match; BuildError when they do not."""
+    try:
+        cross = mpyversion.cross_version()
+        target = mpyversion.target(board, log)
+        mpyversion.check(cross, target)
+    except mpyversion.MpyVersionError as e:
+        raise BuildError(str(e)) from None
+    return cross, target
+
+
+def _check_native(cross: Any, target: Any) -> None:
+    """BuildError when native code (@micropython.native/viper) was compiled to
+    an .mpy sub-version the board does not load."""
+    if target[1] is not None and cross[1][1] != target[1]:
+        raise BuildError(
+            "mpy sub-version mismatch: the bundle has native code "
+            "(@micropython.native/viper) as .mpy v%d.%d but %s loads "
+            "v%d.%d" % (cross[1] + (target[2], target[0], target[1]))
+        )
+
+
+def _check_budget(board: dict[str, Any], rep: dict[str, Any]) -> None:
+    """BuildError when the bundle takes more of the board's flash than its budget."""
+    if not rep["ok"]:
+        alloc, budget = rep["allocated"], rep["budget"]
+        raise BuildError(
+            "the bundle takes %s bytes on flash, over the %s board's budget of %s bytes by "
+            "%s (budget.flash in its manifest); nothing was written to %s"
+            % (_fmt(alloc), board["name"], _fmt(budget), _fmt(alloc - budget), rep["out"])
+        )
+
+
+def _staging_dir(out: str) -> str:
+    """A new directory beside out, where the bundle is made before it replaces
+    out in one rename; readable as the umask says (mkdtemp makes it private, a
+    bundle is not)."""
+    parent = os.path.dirname(os.path.abspath(out))
+    os.makedirs(parent, exist_ok=True)
+    tmp = tempfile.mkdtemp(prefix=".build-", dir=parent)
+    umask = os.umask(0)
+    os.umask(umask)
+    os.chmod(tmp, 0o777 & ~umask)
+    return tmp
+
+
+def _compile(
+    tmp: str, items: list[tuple[str, str]], arch: str | None, opt: int, cpython: bool
+) -> list[tuple[str, bool]]:
+    """Each (source, relative path) into tmp: copied for a CPython board, else
+    compiled to .mpy; [(the path written, whether it holds native code)]."""
+
+    def one(item: tuple[str, str]) -> tuple[str, bool]:
+        src, rel = item
+        if cpython:
+            dest = rel
+            os.makedirs(os.path.dirname(os.path.join(tmp, dest)), exist_ok=True)
+            shutil.copyfile(src, os.path.join(tmp, dest))
+            return dest, False
+        dest = rel[:-3] + ".mpy"
+        mpybuild.compile_file(src, os.path.join(tmp, dest), arch, opt, source_name=rel)
+        return dest, mpyversion.header(os.path.join(tmp, dest))[2] != 0
+
+    # One mpy-cross process per module: run them side by side.
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as ex:
+        return list(ex.map(one, items))
+
+
+def _write_boot_files(
+    tmp: str, board: dict[str, Any], entry: str | None, files: dict[str, int]
+) -> None:
+    """main.py (for an entry) and the board's runtime files into tmp, each
+    added to files with its size."""
+    if entry:
+        # A board runs main.py at boot only as source, so this stub stays .py.
+        with open(os.path.join(tmp, "main.py"), "wb") as fm:
+            fm.write(devicefiles.main_py(entry))
+        files["main.py"] = os.path.getsize(os.path.join(tmp, "main.py"))
+    # The board values the runtime runs (queues, spool, budget) travel
+    # with the bundle, so deploy and mip put them on the device.
+    for name, data in boards.runtime_files(board).items():
+        with open(os.path.join(tmp, name), "wb") as fb:
+            fb.write(data)
+        files[name] = len(data)
+
+
+def _sized(
+    board: dict[str, Any], files: dict[str, int], out: str, native: bool, entry: str | None
+) -> dict[str, Any]:
+    """The size report: the files' total, what they take on the board's
+    filesystem, its flash budget and whether they fit."""
+    alloc = sum(allocated(n, board["budget"]["fs_block"]) for n in files.values())
+    budget = board["budget"]["flash"]
+    return {
+        "board": board["name"],
+        "files": files,
+        "total": sum(files.values()),
+        "allocated": alloc,
+        "budget": budget,
+        "ok": alloc <= budget,
+        "out": out,
+        "native": native,
+        "entry": entry,
+    }
+
+
+def _write_descriptions(
+    tmp: str, board: dict[str, Any], rep: dict[str, Any], cross: Any, arch: str | None
+) -> None:
+    """package.json (what mip installs) and bundle.json (what the bundle is:
+    board, versions, sizes) into tmp."""
+    files = rep["files"]
+    version = package_version()
+    with open(os.path.join(tmp, "package.json"), "w") as f:
+        # mip resolves relative URLs against package.json's own location.
+        f.write(
+            '{"urls": [\n%s\n ],\n "version": %s}\n'
+            % (",\n".join("  " + json.dumps([p, p]) for p in files), json.dumps(version))
+        )
+    meta = {
+        "board": board["name"],
+        "runtime": board["runtime"],
+        "version": version,
+        "mpy": None
+        if cross is None
+        else {"version": cross[1][0], "sub": cross[1][1], "arch": arch, "native": rep["native"]},
+        "mpy_cross": cross[0] if cross else None,
+        "files": files,
+        "total_bytes": rep["total"],
+        "allocated_bytes": rep["allocated"],
+        "budget": board["budget"],
+    }
+    with open(os.path.join(tmp, "bundle.json"), "w") as f:
+        json.dump(meta, f, indent=1)
 
 
 def ota_manifest(
@@ -340,8 +403,8 @@ def ota_manifest(
         "mpy": None if cross is None else cross[1][0],
         "files": entries,
     }
-    raw = otaplan.encode_manifest(m)
-    with open(os.path.join(d, otaplan.MANIFEST), "wb") as f:
+    raw = otamanifest.encode_manifest(m)
+    with open(os.path.join(d, otamanifest.MANIFEST), "wb") as f:
         f.write(raw)
     return hashlib.sha256(raw).hexdigest()
 

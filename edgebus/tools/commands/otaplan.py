@@ -13,7 +13,8 @@ import os
 import re
 from typing import Any, Iterable
 
-MANIFEST = "ota.jsonl"
+from edgebus.tools.boardkit.otamanifest import MANIFEST, decode_manifest
+
 # The device's one update endpoint (docs/protocol.md section 18), on the host bus.
 OP = "dev/%s/sys/ota/op"
 # What the device accepts as a trial's length, in seconds.
@@ -48,28 +49,6 @@ class Bundle:
 
     def short(self) -> str:
         return "%s (%s)" % (self.version, self.hash[:8])
-
-
-def encode_manifest(meta: dict[str, Any]) -> bytes:
-    """The manifest's bytes (docs/protocol.md section 18): JSON lines, a
-    header {"version", "board", "mpy", "files": the count}, then one
-    [path, size, sha256] a file, so a device reads one line at a time."""
-    head = {k: meta[k] for k in ("version", "board", "mpy")}
-    head["files"] = len(meta["files"])
-    lines = [head] + [list(f) for f in meta["files"]]
-    return b"".join(json.dumps(x, separators=(",", ":")).encode() + b"\n" for x in lines)
-
-
-def decode_manifest(raw: bytes) -> dict[str, Any]:
-    """encode_manifest's meta back (``files`` the list); ValueError when the
-    bytes are not that."""
-    lines = raw.decode().splitlines()
-    if not lines:
-        raise ValueError("empty")
-    meta = json.loads(lines[0])
-    if not isinstance(meta, dict) or meta.get("files") != len(lines) - 1:
-        raise ValueError("the header's files count is not the number of lines after it")
-    return dict(meta, files=[json.loads(x) for x in lines[1:]])
 
 
 def _read(path: str) -> bytes:

@@ -1,6 +1,6 @@
 """The fleet simulator: N devices, each the real firmware (firmware/, compiled
 to .mpy) on the real MicroPython unix port, with its own node id, key and
-uplink: a pseudo-terminal serial line (tools/ptycable.py stands in for the
+uplink: a pseudo-terminal serial line (tools/sim/ptycable.py stands in for the
 cable) or MQTT. Used by the demo, the bridge tests and the benchmarks; the
 `edgebus fleet` command runs one and prints the bridge configuration that
 joins it. Each device the fleet makes gets a random key, new at each run, in
@@ -10,6 +10,7 @@ bridge reads.
 
 from __future__ import annotations
 
+import copy
 import glob
 import json
 import os
@@ -21,9 +22,9 @@ import time
 from typing import Any, Self
 
 from edgebus.bridge.keystore import KeyStore, new_key
-from edgebus.tools import boards, devicefiles, mpybuild, mpylib
-from edgebus.tools.keys import issue
-from edgebus.tools.ptycable import PtyCable
+from edgebus.tools.boardkit import boards, devicefiles, mpybuild, mpylib
+from edgebus.tools.commands.keys import issue
+from edgebus.tools.sim.ptycable import PtyCable
 
 # core + link (sealed) + firmware on the 64-bit unix port, with room for 20
 # readings/s through failover (224K ran out of 800-byte blocks) and for an
@@ -55,6 +56,20 @@ def merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
     for k, v in over.items():
         out[k] = merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
+
+
+def _device_settings(
+    link: dict[str, Any] | None, health_period: float, period: float, journal: bool
+) -> dict[str, Any]:
+    """A simulated device's link, health period and temp service."""
+    rest: dict[str, Any] = {
+        "link": link or {"heartbeat": 1.0},
+        "health_period": health_period,
+        "services": [{"module": "temp", "period": period}],
+    }
+    if journal:
+        rest["link"] = dict(rest["link"], journal="journal")
+    return rest
 
 
 class Fleet:
@@ -104,10 +119,7 @@ class Fleet:
         self.keys = os.path.abspath(keys or os.path.join(self.out, "keys"))
         store = KeyStore(self.keys)
         self.bundle = tempfile.mkdtemp(prefix="edgebus-fleet-")
-        mpybuild.compile_packages(["edgebus", "firmware"], self.bundle)
-        notes: list[str] = []  # the board's micropython-lib packages (ntptime), as its bundle has
-        for src, rel in mpylib.sources(self.board, micropython, notes.append):
-            mpybuild.compile_file(src, os.path.join(self.bundle, rel[:-3] + ".mpy"))
+        notes = self._compile_bundle(micropython)
         # dicts: node, key, kind, port (serial), config, log, proc, restarts
         self.devices: list[dict[str, Any]] = []
         self.cables: list[PtyCable] = []
@@ -118,47 +130,68 @@ class Fleet:
         self._stopping = threading.Event()
         self._watcher: threading.Thread | None = None
         self._timed = False  # a device has the time step: it needs ntptime
-        uplink_more = uplink or {}
-        cfg: dict[str, Any]
-        d: dict[str, Any]
+        # Every device's config past its node, key, board and uplink.
+        rest = _device_settings(link, health_period, period, journal)
         for i in range(serial + mqtt):
-            node = (
-                "%s-%d" % (prefix, i + 1) if i < serial else "%s-mqtt-%d" % (prefix, i - serial + 1)
-            )
             if i < serial:
-                cable = PtyCable(baud)
-                self.cables.append(cable)
-                uplink = {"kind": "uart", "port": cable.a, "baud": 115200}
-                d = {"node": node, "kind": "serial", "port": cable.b, "cable": cable}
+                d, up = self._serial("%s-%d" % (prefix, i + 1), baud)
             else:
                 assert broker is not None, "MQTT devices need a broker"
-                uplink = {"kind": "mqtt", "host": broker[0], "port": broker[1]}
-                d = {"node": node, "kind": "mqtt"}
-            uplink.update({"backoff_min": 0.2, "backoff_max": 2.0})
-            uplink.update(uplink_more)
-            d["key"] = new_key()
-            issue(store, node, d["key"])
-            d["dir"] = os.path.join(self.out, "devices", node)
-            cfg = {
-                "node": node,
-                "key": d["key"],
-                "board": self.board["name"],
-                "uplink": uplink,
-                "link": link or {"heartbeat": 1.0},
-                "health_period": health_period,
-                "services": [{"module": "temp", "period": period}],
-            }
-            if journal:
-                cfg["link"] = dict(cfg["link"], journal="journal")
-            d["config"] = self._files(d["dir"], merge(cfg, config or {}))
-            d["log"] = os.path.join(self.out, "devices", node + ".log")
-            d["restarts"] = 0
-            d["exits"] = []  # exit statuses, in order
-            self.devices.append(d)
+                d, up = self._mqtt("%s-mqtt-%d" % (prefix, i - serial + 1), broker)
+            up.update({"backoff_min": 0.2, "backoff_max": 2.0})
+            up.update(uplink or {})
+            self.devices.append(self._simulated(d, up, rest, store, config or {}))
         for path in sorted(glob.glob(os.path.join(provisioned or "", "*", "config.json"))):
             self.devices.append(self._provisioned(path, health_period, period, config or {}))
         if notes and self._timed:
             raise ValueError("the time step needs them: " + notes[0].removeprefix("note: "))
+
+    def _compile_bundle(self, micropython: str | None) -> list[str]:
+        """edgebus, firmware and the board's micropython-lib packages (ntptime),
+        as its bundle has them, compiled into the fleet's shared bundle; the
+        notes on packages that could not be had."""
+        mpybuild.compile_packages(["edgebus", "firmware"], self.bundle)
+        notes: list[str] = []
+        for src, rel in mpylib.sources(self.board, micropython, notes.append):
+            mpybuild.compile_file(src, os.path.join(self.bundle, rel[:-3] + ".mpy"))
+        return notes
+
+    def _serial(self, node: str, baud: int | None) -> tuple[dict[str, Any], dict[str, Any]]:
+        """A serial device's entry and uplink: a new cable, the device on its a end."""
+        cable = PtyCable(baud)
+        self.cables.append(cable)
+        uplink = {"kind": "uart", "port": cable.a, "baud": 115200}
+        return {"node": node, "kind": "serial", "port": cable.b, "cable": cable}, uplink
+
+    def _mqtt(self, node: str, broker: tuple[str, int]) -> tuple[dict[str, Any], dict[str, Any]]:
+        """An MQTT device's entry and uplink, to the broker."""
+        return {"node": node, "kind": "mqtt"}, {
+            "kind": "mqtt",
+            "host": broker[0],
+            "port": broker[1],
+        }
+
+    def _simulated(
+        self,
+        d: dict[str, Any],
+        uplink: dict[str, Any],
+        rest: dict[str, Any],
+        store: KeyStore,
+        over: dict[str, Any],
+    ) -> dict[str, Any]:
+        """Device d made: a new key, issued in the keystore, and its directory
+        with its config (uplink and rest, then over merged in)."""
+        node = d["node"]
+        d["key"] = new_key()
+        issue(store, node, d["key"])
+        d["dir"] = os.path.join(self.out, "devices", node)
+        cfg = {"node": node, "key": d["key"], "board": self.board["name"], "uplink": uplink}
+        cfg.update(copy.deepcopy(rest))  # each device's config its own
+        d["config"] = self._files(d["dir"], merge(cfg, over))
+        d["log"] = os.path.join(self.out, "devices", node + ".log")
+        d["restarts"] = 0
+        d["exits"] = []  # exit statuses, in order
+        return d
 
     def _provisioned(
         self, path: str, health_period: float, period: float, over: dict[str, Any]
