@@ -33,7 +33,6 @@ from dev.broker import Mosquitto
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
 from edgebus.bridge.keystore import KeyStore, new_key
-from edgebus.tools.commands.keys import issue
 from edgebus.tools.commands.status import render
 from edgebus.tools.sim.fleet import KEYS_NOTE, Fleet, merge
 
@@ -159,7 +158,7 @@ def _qemu_board(choice, out, keys):
         )
         return None
     key = new_key()
-    issue(KeyStore(keys), QEMU_NODE, key)
+    KeyStore(keys).issue(QEMU_NODE, key)
     cfg = {
         "node": QEMU_NODE,
         "key": key,

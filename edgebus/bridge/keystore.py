@@ -96,6 +96,10 @@ class KeyStore:
             + [e["key"] for e in rec.get("previous", []) if e.get("until", 0) > now]
         )
 
+    def issue(self, node: str, key: str) -> None:
+        """node's key is key, from now (any other replaced)."""
+        self.write(node, {"key": key, "since": int(time.time())})
+
     def write(self, node: str, rec: dict[str, Any]) -> dict[str, Any]:
         """Store rec as node's record (expired previous keys dropped)."""
         p = self.file(node)

@@ -176,16 +176,11 @@ def held(store: KeyStore, node: str, force: bool) -> str | None:
     return None if old is None else kid(old["key"].encode())
 
 
-def issue(store: KeyStore, node: str, key: str) -> None:
-    """node's key in the keystore is key, from now (any other replaced)."""
-    store.write(node, {"key": key, "since": int(time.time())})
-
-
 def new(args: argparse.Namespace) -> None:
     store = _store(args)
     held(store, args.node, args.force)
     key = new_key()
-    issue(store, args.node, key)
+    store.issue(args.node, key)
     k = kid(key.encode())
     print("%s: new key kid %s in %s" % (args.node, k, store.file(args.node)))
     if args.device_config:

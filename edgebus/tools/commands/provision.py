@@ -318,7 +318,7 @@ def provision(args: argparse.Namespace) -> None:
         keys.write_secret(
             os.path.join(d, "config.json"), (json.dumps(cfg, indent=2) + "\n").encode()
         )
-        keys.issue(store, node, key)
+        store.issue(node, key)
         line = "%s: key kid %s, %s" % (node, kid(key.encode()), os.path.join(d, "config.json"))
         if held[node] is not None:
             line += (

@@ -23,7 +23,6 @@ from typing import Any, Self
 
 from edgebus.bridge.keystore import KeyStore, new_key
 from edgebus.tools.boardkit import boards, devicefiles, mpybuild, mpylib
-from edgebus.tools.commands.keys import issue
 from edgebus.tools.sim.ptycable import PtyCable
 
 # core + link (sealed) + firmware on the 64-bit unix port, with room for 20
@@ -183,7 +182,7 @@ class Fleet:
         with its config (uplink and rest, then over merged in)."""
         node = d["node"]
         d["key"] = new_key()
-        issue(store, node, d["key"])
+        store.issue(node, d["key"])
         d["dir"] = os.path.join(self.out, "devices", node)
         cfg = {"node": node, "key": d["key"], "board": self.board["name"], "uplink": uplink}
         cfg.update(copy.deepcopy(rest))  # each device's config its own
