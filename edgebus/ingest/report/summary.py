@@ -5,9 +5,9 @@
 Prints per-device message counts, sessions, generations seen and last-seen
 time; per session (peer_node, peer_sid) its seq range and the missing seq
 ranges (gaps); what ingest skipped as corrupt; with a delivery audit table
-(edgebus.ingest.report_audit), per device boot what was late, missing and
+(edgebus.ingest.report.audit), per device boot what was late, missing and
 why, duplicated, and one line for the whole.  --plot writes a PNG of each
-boot's deliveries and their latency (edgebus.ingest.report_plot).
+boot's deliveries and their latency (edgebus.ingest.report.plot).
 :func:`summarize` returns the same as data.
 """
 
@@ -18,7 +18,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, Iterable
 
-from edgebus.ingest.report_base import read_table, text_table
+from edgebus.ingest.report.tables import read_table, text_table
 
 if TYPE_CHECKING:
     import argparse
@@ -243,8 +243,8 @@ def run(args: argparse.Namespace) -> int:
         )
         return 2
     from edgebus.ingest.audit import audit_dir
-    from edgebus.ingest.report_audit import format_audit, summarize_audit
-    from edgebus.ingest.report_plot import plot_audit
+    from edgebus.ingest.report.audit import format_audit, summarize_audit
+    from edgebus.ingest.report.plot import plot_audit
     from edgebus.ingest.session import session
 
     spark = session(args.master, app="edgebus-report", source=False)

@@ -8,7 +8,7 @@ mark per gateway are recomputed from all their rows; the other boots' rows
 are kept, and the whole audit is written as one batch (tablelog.write_batch,
 replace: an audit is small, a row per boot and window), with the new marks
 in the batch's state.  Copies (duplicates) come from the logs themselves
-(edgebus.ingest.audit_log), between the old and new marks.
+(edgebus.ingest.audit.copies), between the old and new marks.
 """
 
 from __future__ import annotations
@@ -108,8 +108,9 @@ def refresh(spark: SparkSession, args: argparse.Namespace) -> str | None:
     last, state = tablelog.committed(out)
     # Another window: every row changes, counted again from what the logs hold.
     marks: dict[str, list[int]] = state.get("marks", {}) if state.get("window") == window else {}
-    from edgebus.ingest import audit_log, audit_spark
-    from edgebus.ingest.report_base import read_table
+    from edgebus.ingest.audit import copies as audit_log
+    from edgebus.ingest.audit import queries as audit_spark
+    from edgebus.ingest.report.tables import read_table
 
     logs = list(getattr(args, "log", None) or [])
     # Where the job's reading ends, before the table's listing: the table
@@ -169,7 +170,8 @@ def _recompute(
     None: not counted (no log read), copies and duplicates null."""
     from pyspark.sql import functions as F
 
-    from edgebus.ingest import audit_gaps, audit_spark
+    from edgebus.ingest.audit import gaps as audit_gaps
+    from edgebus.ingest.audit import queries as audit_spark
 
     boots = spark.createDataFrame(touched, "peer_node STRING, peer_sid STRING")
     figures, gaps = audit_spark.windows(df, boots, window)

@@ -32,8 +32,8 @@ def _data(spark: SparkSession, table: str) -> dict[str, Any] | None:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from edgebus.ingest.audit_spark import first_copies
-    from edgebus.ingest.report_base import read_table
+    from edgebus.ingest.audit.queries import first_copies
+    from edgebus.ingest.report.tables import read_table
 
     per = first_copies(read_table(spark, table))
     # When the reading was taken: the device's clock, else its arrival.

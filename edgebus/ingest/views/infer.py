@@ -37,10 +37,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def infer_block(spark: SparkSession, table: str, topic: str, name: str | None = None) -> str:
     """The [[view]] TOML block for the table's rows of the pattern topic
     (ValueError for a bad pattern or name, or no matching row)."""
-    from edgebus.ingest import views_types
-    from edgebus.ingest.report import read_table
-    from edgebus.ingest.views import key_types, payload_map, topic_filter
-    from edgebus.ingest.views_config import PROVENANCE, parse
+    from edgebus.ingest.report.tables import read_table
+    from edgebus.ingest.views import types as views_types
+    from edgebus.ingest.views.config import PROVENANCE, parse
+    from edgebus.ingest.views.refresh import key_types, payload_map, topic_filter
 
     if name is None:
         words = [t for t in topic.split("/") if t not in ("+", "#") and t.isidentifier()]

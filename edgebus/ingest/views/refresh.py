@@ -26,9 +26,10 @@ import argparse
 import os
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from edgebus.ingest import tablelog, views_types
+from edgebus.ingest import tablelog
 from edgebus.ingest.compaction import newest_log_file
-from edgebus.ingest.views_config import MAX_KEY, PROVENANCE, Config, View, load
+from edgebus.ingest.views import types as views_types
+from edgebus.ingest.views.config import MAX_KEY, PROVENANCE, Config, View, load
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -83,7 +84,7 @@ def refresh(spark: SparkSession, args: argparse.Namespace) -> str | None:
         return None
     from pyspark.sql import functions as F
 
-    from edgebus.ingest.report import read_table
+    from edgebus.ingest.report.tables import read_table
 
     table = os.path.abspath(args.table)
     if newest_log_file(table) is None:
