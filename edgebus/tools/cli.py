@@ -94,7 +94,7 @@ COMMANDS = {
         "spark",
     ),
     "report": (
-        "edgebus.ingest.report.summary",
+        "edgebus.ingest.report.command",
         "per-device counts, gaps and rates from the ingested table",
         "spark",
     ),

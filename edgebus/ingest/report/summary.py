@@ -1,48 +1,22 @@
-"""`edgebus report`: what the fleet sent, from the table `edgebus ingest` writes.
-
-    edgebus report --table DIR [--audit DIR] [--plot FILE.png] [--master URL]
-
-Prints per-device message counts, sessions, generations seen and last-seen
-time; per session (peer_node, peer_sid) its seq range and the missing seq
-ranges (gaps); what ingest skipped as corrupt; with a delivery audit table
-(edgebus.ingest.report.audit), per device boot what was late, missing and
-why, duplicated, and one line for the whole.  --plot writes a PNG of each
-boot's deliveries and their latency (edgebus.ingest.report.plot).
-:func:`summarize` returns the same as data.
+"""The report's summary of the ingest table, as data (:func:`summarize`) and
+as text (:func:`format_report`): per-device message counts, sessions,
+generations seen and last-seen time; per session (peer_node, peer_sid) its
+seq range and the missing seq ranges (gaps); what ingest skipped as corrupt.
 """
 
 from __future__ import annotations
 
 import datetime
 import os
-import sys
 from typing import TYPE_CHECKING, Any, Iterable
 
 from edgebus.ingest.report.tables import read_table, text_table
 
 if TYPE_CHECKING:
-    import argparse
-
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
 LOCAL = "(local)"  # how rows without a peer_node (host traffic) are shown
 MAX_GAPS_SHOWN = 12
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--table", required=True, help="the table directory edgebus ingest writes")
-    p.add_argument(
-        "--plot",
-        metavar="FILE.png",
-        help="write a PNG of each device boot's deliveries (on time, late, missing) "
-        "and their latency",
-    )
-    p.add_argument(
-        "--audit",
-        metavar="DIR",
-        help="the delivery audit table (default: the table's directory + '.audit')",
-    )
-    p.add_argument("--master", help="Spark master URL (default: local[*])")
 
 
 def summarize(spark: SparkSession, table: str) -> dict[str, Any]:
@@ -57,7 +31,6 @@ def summarize(spark: SparkSession, table: str) -> dict[str, Any]:
     Devices and sessions are sorted by name; peer_node None is local traffic.
     A session's "snapshot" counts its messages without a seq number: retained
     facts as a session start's snapshot delivered them (protocol.md, SYNC)."""
-    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
     from edgebus.ingest.corruption import corrupt_report
@@ -67,6 +40,20 @@ def summarize(spark: SparkSession, table: str) -> dict[str, Any]:
         F.count(F.lit(1)).alias("n"), F.min("ts_host").alias("lo"), F.max("ts_host").alias("hi")
     ).first()
     assert tot is not None  # for mypy: an aggregate without groups has one row
+    return {
+        "rows": tot["n"],
+        "first": tot["lo"],
+        "last": tot["hi"],
+        "devices": _devices(df),
+        "sessions": _sessions(df),
+        "corrupt": corrupt_report(os.path.join(os.path.abspath(table), "_corrupt")),
+    }
+
+
+def _devices(df: DataFrame) -> list[dict[str, Any]]:
+    """Per device (peer_node; None for local traffic, last) its counts and times."""
+    from pyspark.sql import functions as F
+
     devices = [
         {
             "peer_node": r["peer_node"],
@@ -87,6 +74,13 @@ def summarize(spark: SparkSession, table: str) -> dict[str, Any]:
         .collect()
     ]
     devices.sort(key=lambda d: (d["peer_node"] is None, d["peer_node"] or ""))
+    return devices
+
+
+def _sessions(df: DataFrame) -> list[dict[str, Any]]:
+    """Per device session (peer_node, peer_sid), sorted, its counts, seq range
+    and the gaps in it."""
+    from pyspark.sql import functions as F
 
     dev = df.where(F.col("peer_node").isNotNull() & F.col("peer_sid").isNotNull())
     sess = {
@@ -111,10 +105,25 @@ def summarize(spark: SparkSession, table: str) -> dict[str, Any]:
         )
         .collect()
     }
-    # A gap is a run of seq numbers missing between two received ones.
+    for r in _gaps(dev).collect():
+        s = sess[(r["peer_node"], r["peer_sid"])]
+        s["gaps"].append((r["first"], r["last"]))
+        s["missing"] += r["last"] - r["first"] + 1
+    sessions = [sess[k] for k in sorted(sess)]
+    for s in sessions:
+        s["gaps"].sort()
+    return sessions
+
+
+def _gaps(dev: DataFrame) -> DataFrame:
+    """Per session, each run of seq numbers missing between two received ones
+    (first, last)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
     seqs = dev.where(F.col("seq").isNotNull()).select("peer_node", "peer_sid", "seq").distinct()
     w = Window.partitionBy("peer_node", "peer_sid").orderBy("seq")
-    gaps = (
+    return (
         seqs.withColumn("next", F.lead("seq").over(w))
         .where(F.try_subtract(F.col("next"), F.col("seq")) > 1)
         .select(
@@ -124,21 +133,6 @@ def summarize(spark: SparkSession, table: str) -> dict[str, Any]:
             (F.col("next") - 1).alias("last"),
         )
     )
-    for r in gaps.collect():
-        s = sess[(r["peer_node"], r["peer_sid"])]
-        s["gaps"].append((r["first"], r["last"]))
-        s["missing"] += r["last"] - r["first"] + 1
-    sessions = [sess[k] for k in sorted(sess)]
-    for s in sessions:
-        s["gaps"].sort()
-    return {
-        "rows": tot["n"],
-        "first": tot["lo"],
-        "last": tot["hi"],
-        "devices": devices,
-        "sessions": sessions,
-        "corrupt": corrupt_report(os.path.join(os.path.abspath(table), "_corrupt")),
-    }
 
 
 def _utc(ts: float | None) -> str:
@@ -164,8 +158,6 @@ def format_report(s: dict[str, Any], table: str) -> str:
         "%d messages from %d device%s, %s .. %s"
         % (s["rows"], ndev, "" if ndev == 1 else "s", _utc(s["first"]), _utc(s["last"])),
         "",
-    ]
-    out.append(
         text_table(
             ["device", "messages", "sessions", "generations", "last seen (UTC)"],
             [
@@ -178,92 +170,51 @@ def format_report(s: dict[str, Any], table: str) -> str:
                 ]
                 for d in s["devices"]
             ],
-        )
-    )
-    out.append("")
-    out.append(
+        ),
+        "",
         "sessions (messages: numbered, +N from session-start snapshots, which carry no "
-        "seq; missing seq = gaps between received seq numbers):"
-    )
-    rows = []
-    for x in s["sessions"]:
-        gaps = ", ".join(
-            "%d" % a if a == b else "%d..%d" % (a, b) for a, b in x["gaps"][:MAX_GAPS_SHOWN]
-        )
-        if len(x["gaps"]) > MAX_GAPS_SHOWN:
-            gaps += ", ... (%d more)" % (len(x["gaps"]) - MAX_GAPS_SHOWN)
-        seq = "-" if x["seq_min"] is None else "%d..%d" % (x["seq_min"], x["seq_max"])
-        n = x["messages"] - x["snapshot"]
-        rows.append(
-            [
-                x["peer_node"],
-                x["peer_sid"],
-                _gens(x["generations"]),
-                "%d+%d" % (n, x["snapshot"]) if x["snapshot"] else n,
-                seq,
-                x["missing"],
-                gaps or "none",
-            ]
-        )
+        "seq; missing seq = gaps between received seq numbers):",
+    ]
+    rows = [_session_row(x) for x in s["sessions"]]
     out.append(
         text_table(["device", "session", "generation", "messages", "seq", "missing", "gaps"], rows)
         if rows
         else "  (no device sessions)"
     )
-    bad = s["corrupt"]
-    if bad["regions"] or bad["missing"]:
-        out.append("")
-        out.append(
-            "skipped by ingest: %d corrupt log region(s), %d missing segment range(s)"
-            % (len(bad["regions"]), len(bad["missing"]))
-        )
-        for r in bad["regions"][:MAX_GAPS_SHOWN]:
-            out.append("  %s @ %d: %s" % (r["file"], r["offset"], r["reason"]))
-        for a, b in bad["missing"][:MAX_GAPS_SHOWN]:
-            out.append("  segments %d..%d missing" % (a, b))
-    return "\n".join(out)
+    return "\n".join(out + _corrupt_lines(s["corrupt"]))
 
 
-def _human(seconds: float) -> str:
-    if seconds % 86400 == 0:
-        return "%d d" % (seconds // 86400)
-    if seconds % 3600 == 0:
-        return "%d h" % (seconds // 3600)
-    if seconds % 60 == 0:
-        return "%d min" % (seconds // 60)
-    return "%g s" % seconds
+def _session_row(x: dict[str, Any]) -> list[Any]:
+    """A session's line of the sessions table."""
+    gaps = ", ".join(
+        "%d" % a if a == b else "%d..%d" % (a, b) for a, b in x["gaps"][:MAX_GAPS_SHOWN]
+    )
+    if len(x["gaps"]) > MAX_GAPS_SHOWN:
+        gaps += ", ... (%d more)" % (len(x["gaps"]) - MAX_GAPS_SHOWN)
+    seq = "-" if x["seq_min"] is None else "%d..%d" % (x["seq_min"], x["seq_max"])
+    n = x["messages"] - x["snapshot"]
+    return [
+        x["peer_node"],
+        x["peer_sid"],
+        _gens(x["generations"]),
+        "%d+%d" % (n, x["snapshot"]) if x["snapshot"] else n,
+        seq,
+        x["missing"],
+        gaps or "none",
+    ]
 
 
-def run(args: argparse.Namespace) -> int:
-    table = os.path.abspath(args.table)
-    if not os.path.isdir(table):
-        print(
-            "edgebus report: no table at %s (run edgebus ingest first)" % args.table,
-            file=sys.stderr,
-        )
-        return 2
-    from edgebus.ingest.audit import audit_dir
-    from edgebus.ingest.report.audit import format_audit, summarize_audit
-    from edgebus.ingest.report.plot import plot_audit
-    from edgebus.ingest.session import session
-
-    spark = session(args.master, app="edgebus-report", source=False)
-    spark.sparkContext.setLogLevel("ERROR")
-    try:
-        s = summarize(spark, table)
-        print(format_report(s, args.table))
-        a = summarize_audit(spark, table, audit_dir(table, args.audit))
-        if a is not None:
-            print("\n" + format_audit(a))
-        if args.plot:
-            width = plot_audit(spark, table, args.plot)
-            if width is None:
-                print("\nplot: nothing to plot (no numbered device readings)")
-            else:
-                print(
-                    "\nplot: %s (each boot's readings on time, late, missing; %s bins)"
-                    % (args.plot, _human(width))
-                )
-    finally:
-        spark.stop()
-    return 0
+def _corrupt_lines(bad: dict[str, Any]) -> list[str]:
+    """The report's lines on what ingest skipped as corrupt (none: nothing)."""
+    if not (bad["regions"] or bad["missing"]):
+        return []
+    out = [
+        "",
+        "skipped by ingest: %d corrupt log region(s), %d missing segment range(s)"
+        % (len(bad["regions"]), len(bad["missing"])),
+    ]
+    for r in bad["regions"][:MAX_GAPS_SHOWN]:
+        out.append("  %s @ %d: %s" % (r["file"], r["offset"], r["reason"]))
+    for a, b in bad["missing"][:MAX_GAPS_SHOWN]:
+        out.append("  segments %d..%d missing" % (a, b))
+    return out
