@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     from edgebus.ingest.bodies import Rec
     from edgebus.ingest.offsets import Options
-    from edgebus.ingest.planning import RangeGroup, SegmentRange
+    from edgebus.ingest.ranges import RangeGroup, SegmentRange
 
 try:
     from edgebus.ingest import bodies
