@@ -238,7 +238,7 @@ def test_a_second_run_recomputes_only_the_touched_boots(spark, audited):
 
 
 def test_missing_ranges_take_the_senders_word_and_records_beyond_the_received():
-    """audit_gaps alone (no Spark): overlapping records of two bridges, a run
+    """audit.gaps alone (no Spark): overlapping records of two bridges, a run
     no record names, and numbers a record names past the last received."""
     from edgebus.ingest.audit.gaps import missing
 
@@ -259,7 +259,7 @@ def test_missing_ranges_take_the_senders_word_and_records_beyond_the_received():
 
 
 def test_copies_are_counted_between_two_positions_once(tmp_path):
-    """audit_log alone (no Spark): a range's records counted per boot, window
+    """audit.copies alone (no Spark): a range's records counted per boot, window
     and gateway; the next range starts where this one ended."""
     from edgebus.ingest.audit.copies import count_copies, log_gateway
 
