@@ -21,7 +21,7 @@ from edgebus.tlog import ReadStats, columnar
 
 if TYPE_CHECKING:
     from edgebus.ingest.offsets import Options
-    from edgebus.ingest.planning import SegmentRange
+    from edgebus.ingest.ranges import SegmentRange
 
 
 def read_range(opts: Options, part: SegmentRange, fname: str) -> Iterator[Any]:

@@ -14,7 +14,7 @@ from edgebus import tlog
 
 if TYPE_CHECKING:
     from edgebus.ingest.offsets import Options
-    from edgebus.ingest.planning import SegmentRange
+    from edgebus.ingest.ranges import SegmentRange
 
 log = logging.getLogger("edgebus.ingest")
 

@@ -45,7 +45,7 @@ DEFAULT_WATERMARK = 600.0
 # With the bridge's 10 s seals: publish -> row p50 about 8 s (docs/spark.md).
 DEFAULT_TRIGGER_INTERVAL = 2.0
 DEFAULT_REFRESH_EVERY = 30.0
-# The modules of the tables derived from the table (edgebus.ingest.NAME): each
+# The packages of the tables derived from the table (edgebus.ingest.NAME): each
 # has add_arguments(p) and refresh(spark, args) -> a line for the user or None.
 DERIVED: tuple[str, ...] = ("views", "audit")
 
@@ -73,6 +73,15 @@ def __getattr__(name: str) -> Any:  # TABLE_SCHEMA without importing pyspark at 
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    _place_arguments(p)
+    _query_arguments(p)
+    _upkeep_arguments(p)
+    for mod in _derived():
+        mod.add_arguments(p)
+
+
+def _place_arguments(p: argparse.ArgumentParser) -> None:
+    """Where: the logs read, the table and checkpoint written, the Spark run on."""
     p.add_argument(
         "--log",
         required=True,
@@ -97,6 +106,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="run on a Spark Connect server (sc://host:port; default: $SPARK_REMOTE, "
         "else --master); its Python must import edgebus (docs/spark.md)",
     )
+
+
+def _query_arguments(p: argparse.ArgumentParser) -> None:
+    """How the streaming query runs: once or on, its dedup, its micro-batches."""
     p.add_argument(
         "--once",
         action="store_true",
@@ -129,6 +142,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="bound each micro-batch to about N bytes of log",
     )
+
+
+def _upkeep_arguments(p: argparse.ArgumentParser) -> None:
+    """The table's upkeep: compaction, and how often the derived tables catch up."""
     p.add_argument(
         "--compact",
         action="store_true",
@@ -144,8 +161,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "delivery audit) catch up with the table (default %(default)s); with "
         "--once they do at the end",
     )
-    for mod in _derived():
-        mod.add_arguments(p)
 
 
 def _derived() -> list[Any]:
@@ -342,10 +357,6 @@ def _run(args: argparse.Namespace) -> int:
     if args.compact:
         _compact(args)
     spark = session(args.master, remote=args.remote)
-    from pyspark.errors import StreamingQueryException
-
-    from edgebus.ingest.corruption import corrupt_report
-
     counter = _progress_listener()
     spark.streams.addListener(counter)
     q = start(spark, args)
@@ -354,10 +365,27 @@ def _run(args: argparse.Namespace) -> int:
         % (", ".join(args.log), args.table, args.checkpoint, ", once" if args.once else ""),
         flush=True,
     )
+    rc = _await(spark, q, args)
+    # Listener events arrive asynchronously: wait (briefly) for the last batch's.
+    last = q.lastProgress
+    deadline = time.monotonic() + 5
+    while last and counter.last_batch < last["batchId"] and time.monotonic() < deadline:
+        time.sleep(0.05)
+    _say_what_was_read(counter, args)
+    spark.streams.removeListener(counter)  # on Spark Connect, before the session ends
+    spark.stop()
+    if args.compact and args.once and rc == 0:
+        _compact(args)
+    return rc
+
+
+def _await(spark: SparkSession, q: StreamingQuery, args: argparse.Namespace) -> int:
+    """Wait for the query to end (--once, Ctrl-C, or its failure), the derived
+    tables catching up while it runs and once at its end; the exit code."""
+    from pyspark.errors import StreamingQueryException
+
     stopping = _stop_on_interrupt(q)
-    rc = 0
     try:
-        # The derived tables catch up while the query runs, and once at its end.
         if args.once:
             q.awaitTermination()
         else:
@@ -366,17 +394,20 @@ def _run(args: argparse.Namespace) -> int:
         if stopping.is_set():
             print("edgebus ingest: stopped; derived tables catch up at the next run", flush=True)
         elif not refresh_derived(spark, args):
-            rc = 1
+            return 1
     except KeyboardInterrupt:  # a second Ctrl-C: leave now
         q.stop()
     except StreamingQueryException as e:
         print("edgebus ingest: the query failed: %s" % e, file=sys.stderr)
-        rc = 1
-    # Listener events arrive asynchronously: wait (briefly) for the last batch's.
-    last = q.lastProgress
-    deadline = time.monotonic() + 5
-    while last and counter.last_batch < last["batchId"] and time.monotonic() < deadline:
-        time.sleep(0.05)
+        return 1
+    return 0
+
+
+def _say_what_was_read(counter: Any, args: argparse.Namespace) -> None:
+    """The closing lines: records and micro-batches read, records dropped as
+    older than the watermark, corrupt log data skipped."""
+    from edgebus.ingest.corruption import corrupt_report
+
     print(
         "edgebus ingest: read %d log records in %d micro-batches" % (counter.rows, counter.batches),
         flush=True,
@@ -397,11 +428,6 @@ def _run(args: argparse.Namespace) -> int:
             % (len(bad["regions"]), len(bad["missing"]), os.path.join(args.table, "_corrupt")),
             flush=True,
         )
-    spark.streams.removeListener(counter)  # on Spark Connect, before the session ends
-    spark.stop()
-    if args.compact and args.once and rc == 0:
-        _compact(args)
-    return rc
 
 
 def _stop_on_interrupt(q: StreamingQuery) -> threading.Event:

@@ -15,11 +15,10 @@ import logging
 import os
 from typing import TYPE_CHECKING, Any
 
-from pyspark.sql.datasource import InputPartition
-
 from edgebus import tlog
 from edgebus.ingest import corruption
 from edgebus.ingest.offsets import DEFAULT_SPLIT_BYTES, MIN_SPLIT_BYTES, canonical, position
+from edgebus.ingest.ranges import RangeGroup, SegmentRange
 
 if TYPE_CHECKING:
     Pos = tuple[int, int]  # (segment id, offset)
@@ -32,17 +31,6 @@ log = logging.getLogger("edgebus.ingest")
 _OPEN_COST = 8 * 1024
 
 
-class SegmentRange(InputPartition):
-    """Records of one sealed segment whose start offset is in [start, end):
-    the unit of reading and of corruption reports.  weight: its bytes."""
-
-    def __init__(self, segment: int, start: int, end: int, weight: int | None = None) -> None:
-        self.segment = segment
-        self.start = start
-        self.end = end
-        self.weight = end - start if weight is None else weight
-
-
 class Span:
     """The part [lo, hi) of sealed segment sid between two positions; scale is
     bytes per offset unit (1 in version 1, bytes per row in version 2)."""
@@ -53,13 +41,6 @@ class Span:
     @property
     def weight(self) -> int:
         return int((self.hi - self.lo) * self.scale)
-
-
-class RangeGroup(InputPartition):
-    """One Spark partition: SegmentRanges read one after the other, in log order."""
-
-    def __init__(self, ranges: list[SegmentRange]) -> None:
-        self.ranges = ranges
 
 
 def spans(path: str, start: Pos, end: Pos) -> tuple[list[Span], list[tuple[int, int]]]:

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
     from edgebus.ingest.bodies import Rec
     from edgebus.ingest.offsets import Options
-    from edgebus.ingest.planning import RangeGroup, SegmentRange
+    from edgebus.ingest.ranges import RangeGroup, SegmentRange
 
 try:
     from edgebus.ingest import bodies
@@ -175,28 +175,9 @@ def _read_bulk(
 ) -> Iterator[Any]:
     """Arrow record batches for one SegmentRange of a mapped segment whose file
     header is valid."""
-    import pyarrow as pa
-    import pyarrow.compute as pc
-
     schema = arrow_schema()
     path, sid, start, end = opts.path, part.segment, part.start, part.end
     damage = RangeDamage(part, fname, size)
-
-    def emit(offs: list[int], recs: list[Rec]) -> Any:
-        ts = pa.array([r.ts_host for r in recs], pa.float64())
-        fits = pc.all(pc.and_(pc.greater_equal(ts, TS_MIN), pc.less_equal(ts, TS_MAX))).as_py()
-        if not fits:
-            keep = []
-            for off, r in zip(offs, recs):
-                if fits_timestamp(r.ts_host):
-                    keep.append((off, r))
-                else:
-                    damage.unrepresentable(off, r.ts_host)
-            offs, recs = [x[0] for x in keep], [x[1] for x in keep]
-        if recs:
-            return columns.from_recs(pa, pc, schema, sid, offs, recs)
-        return None
-
     gc_was_on = gc.isenabled()
     gc.disable()
     try:
@@ -216,24 +197,50 @@ def _read_bulk(
                     offs, nxt, ok = offs[:i], offs[i], False
                 del chunk
                 if recs:
-                    b = emit(offs[: len(recs)], recs)
+                    b = _batch(schema, sid, damage, offs[: len(recs)], recs)
                     if b is not None:
                         yield b
                 pos = nxt
                 if ok:
                     continue
-            # Bad bytes at pos: tlog reports them and finds the next valid record.
-            it = tlog.read_segment(path, sid, pos, None, damage.stats, decode_payload=False)
-            try:
-                q = next(it, None)
-            finally:
-                it.close()
-            if q is None:
-                damage.collect(None)
+            found = _resync(path, sid, pos, damage)
+            if found is None:
                 break
-            damage.collect(q[0])
-            pos = q[0]
+            pos = found
     finally:
         if gc_was_on:
             gc.enable()
     damage.report(opts)
+
+
+def _batch(schema: Any, sid: int, damage: RangeDamage, offs: list[int], recs: list[Rec]) -> Any:
+    """The Arrow record batch of decoded records at offsets offs, or None when
+    none is left: a record whose time Spark cannot hold is reported, not kept."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    ts = pa.array([r.ts_host for r in recs], pa.float64())
+    fits = pc.all(pc.and_(pc.greater_equal(ts, TS_MIN), pc.less_equal(ts, TS_MAX))).as_py()
+    if not fits:
+        keep = []
+        for off, r in zip(offs, recs):
+            if fits_timestamp(r.ts_host):
+                keep.append((off, r))
+            else:
+                damage.unrepresentable(off, r.ts_host)
+        offs, recs = [x[0] for x in keep], [x[1] for x in keep]
+    if recs:
+        return columns.from_recs(pa, pc, schema, sid, offs, recs)
+    return None
+
+
+def _resync(path: str, sid: int, pos: int, damage: RangeDamage) -> int | None:
+    """Past bad bytes at pos: tlog reports them (into damage) and finds the next
+    valid record; its offset, or None when the segment has none."""
+    it = tlog.read_segment(path, sid, pos, None, damage.stats, decode_payload=False)
+    try:
+        q = next(it, None)
+    finally:
+        it.close()
+    damage.collect(None if q is None else q[0])
+    return None if q is None else int(q[0])

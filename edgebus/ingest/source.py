@@ -29,6 +29,7 @@ from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStrea
 
 from edgebus.ingest import planning
 from edgebus.ingest.offsets import BEGIN, Options, latest, offset_dict, parse_offset, position
+from edgebus.ingest.ranges import RangeGroup
 from edgebus.ingest.schema import SCHEMA
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ def _read(opts: Options, partition: InputPartition) -> Iterator[Any]:
     # serving a stream's offsets (started per query) need no pyarrow/numpy/msgspec.
     from edgebus.ingest.reading import read_group
 
-    return read_group(opts, cast(planning.RangeGroup, partition))
+    return read_group(opts, cast(RangeGroup, partition))
 
 
 class EdgebusDataSource(DataSource):
@@ -135,7 +136,7 @@ class EdgebusBatchReader(DataSourceReader):
         start = parse_offset(o.starting, "startingOffset", o.path)
         end = parse_offset(o.ending, "endingOffset", o.path)
         # Spark wants at least one partition; an empty one reads nothing.
-        return planning.partitions(o, start, end) or [planning.RangeGroup([])]
+        return planning.partitions(o, start, end) or [RangeGroup([])]
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return _read(self.opts, partition)

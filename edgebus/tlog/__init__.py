@@ -10,6 +10,7 @@ format and every promise made to readers are specified in
 - ``edgebus.tlog.records``: record bodies and their values;
 - ``edgebus.tlog.segments``: the log directory's segment files;
 - ``edgebus.tlog.reader``: reading sealed segments, resynchronising past bad bytes;
+- ``edgebus.tlog.stats``: what a read skipped (:class:`ReadStats`);
 - ``edgebus.tlog.columnar``: version-2 sealed segments, Parquet files (pyarrow);
 - ``edgebus.tlog.writer``: the one writer, with ``edgebus.tlog.recovery`` and
   ``edgebus.tlog.retention``;
@@ -35,7 +36,7 @@ from edgebus.tlog.format import (
     frame,
 )
 from edgebus.tlog.names import rename_durably, write_atomically
-from edgebus.tlog.reader import ReadStats, read_log, read_segment
+from edgebus.tlog.reader import read_log, read_segment
 from edgebus.tlog.records import (
     FIELDS,
     decode_body,
@@ -59,6 +60,7 @@ from edgebus.tlog.segments import (
     segment_name,
     start_offset,
 )
+from edgebus.tlog.stats import ReadStats
 from edgebus.tlog.tail import TAIL_BYTES, last_seqs
 from edgebus.tlog.writer import LogWriter
 

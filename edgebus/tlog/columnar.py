@@ -25,7 +25,7 @@ from edgebus.tlog.names import fsync_dir, parquet_name, write_atomically
 from edgebus.tlog.records import FIELDS, decode_value, json_text
 
 if TYPE_CHECKING:
-    from edgebus.tlog.reader import ReadStats
+    from edgebus.tlog.stats import ReadStats
 
 FORMAT_VERSION = 2
 META_VERSION = b"edgebus.format_version"

@@ -8,9 +8,10 @@ import os
 
 from edgebus.tlog import columnar
 from edgebus.tlog.errors import LogError
-from edgebus.tlog.reader import ReadStats, read_segment
+from edgebus.tlog.reader import read_segment
 from edgebus.tlog.records import row_of
 from edgebus.tlog.segments import sealed_files
+from edgebus.tlog.stats import ReadStats
 
 
 def convert_log(path: str, gateway: str | None = None) -> list[int]:

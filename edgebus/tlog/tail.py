@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import os
 
-from edgebus.tlog.reader import ReadStats, read_segment
+from edgebus.tlog.reader import read_segment
 from edgebus.tlog.segments import sealed_files
+from edgebus.tlog.stats import ReadStats
 
 # One default-sized segment: minutes to hours of a gateway's traffic.
 TAIL_BYTES = 64 * 1024 * 1024

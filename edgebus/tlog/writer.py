@@ -28,6 +28,33 @@ _WRITE_BUFFER = 64 * 1024
 _FSYNC_MODES = ("segment", "always", "interval")
 
 
+def _check_options(
+    version: int,
+    gateway: str | None,
+    fsync: str,
+    segment_bytes: int,
+    segment_seconds: float,
+    retention_bytes: int | None,
+    retention_seconds: float | None,
+) -> None:
+    """ValueError (TypeError for the gateway's type) naming a bad LogWriter option."""
+    if version not in (1, 2):
+        raise ValueError("version must be 1 or 2")
+    if gateway is not None and type(gateway) is not str:
+        raise TypeError("gateway must be a str or None")
+    if fsync not in _FSYNC_MODES:
+        raise ValueError("fsync must be one of %s" % (_FSYNC_MODES,))
+    if segment_bytes < FILE_HEADER_SIZE + RECORD_HEADER_SIZE + 2:
+        raise ValueError("segment_bytes too small")
+    for name, v in (
+        ("segment_seconds", segment_seconds),
+        ("retention_bytes", retention_bytes),
+        ("retention_seconds", retention_seconds),
+    ):
+        if v is not None and v < 0:
+            raise ValueError("%s must be >= 0 or None" % name)
+
+
 class LogWriter:
     """Appends records to the log in directory ``path`` (created if needed).
 
@@ -60,21 +87,15 @@ class LogWriter:
         version: int = 2,
         gateway: str | None = None,
     ) -> None:
-        if version not in (1, 2):
-            raise ValueError("version must be 1 or 2")
-        if gateway is not None and type(gateway) is not str:
-            raise TypeError("gateway must be a str or None")
-        if fsync not in _FSYNC_MODES:
-            raise ValueError("fsync must be one of %s" % (_FSYNC_MODES,))
-        if segment_bytes < FILE_HEADER_SIZE + RECORD_HEADER_SIZE + 2:
-            raise ValueError("segment_bytes too small")
-        for name, v in (
-            ("segment_seconds", segment_seconds),
-            ("retention_bytes", retention_bytes),
-            ("retention_seconds", retention_seconds),
-        ):
-            if v is not None and v < 0:
-                raise ValueError("%s must be >= 0 or None" % name)
+        _check_options(
+            version,
+            gateway,
+            fsync,
+            segment_bytes,
+            segment_seconds,
+            retention_bytes,
+            retention_seconds,
+        )
         self.path = os.path.abspath(path)
         self.segment_bytes = segment_bytes
         self.segment_seconds = segment_seconds
@@ -98,6 +119,11 @@ class LogWriter:
         self._closed = False
         # (file, action, detail) of the recovery on opening
         self.recovered: list[tuple[str, str, str]] = []
+        self._open()
+
+    def _open(self) -> None:
+        """Take the directory (created if needed) and its lock, recover what a
+        crashed writer left, and apply retention."""
         if not os.path.isdir(self.path):
             os.makedirs(self.path, exist_ok=True)
             fsync_dir(os.path.dirname(self.path))  # make the new directory durable
@@ -107,7 +133,7 @@ class LogWriter:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
                 raise LogLocked("another writer holds %s" % self.path) from None
-            self.recovered = recover(self.path, clock, version, gateway)
+            self.recovered = recover(self.path, self._clock, self.version, self.gateway)
             self._next_id = next_segment_id(self.path)
             if self._next_id > MAX_SEGMENT_ID:
                 raise LogError("segment ids exhausted")

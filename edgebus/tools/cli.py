@@ -98,12 +98,12 @@ COMMANDS = {
         "spark",
     ),
     "report": (
-        "edgebus.ingest.report",
+        "edgebus.ingest.report.command",
         "per-device counts, gaps and rates from the ingested table",
         "spark",
     ),
     "views": (
-        "edgebus.ingest.views_infer",
+        "edgebus.ingest.views.infer",
         "typed views: infer a [[view]] block for a topic pattern from the ingested table",
         "spark",
     ),

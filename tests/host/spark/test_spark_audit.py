@@ -1,4 +1,4 @@
-"""The delivery audit (ingest/audit.py) on two gateways' logs built with the
+"""The delivery audit (ingest/audit/) on two gateways' logs built with the
 tlog writer: numbers removed (some explained by bridge/gaps records), late
 readings with known latencies, copies within one log and across the two; an
 incremental second run; the report's audit summary and plot."""
@@ -97,7 +97,7 @@ def _ingest(spark, args):
 
 
 def _rows(spark, d):
-    from edgebus.ingest.audit import SCHEMA
+    from edgebus.ingest.audit.table import SCHEMA
 
     return [
         r.asDict(recursive=True)
@@ -197,8 +197,8 @@ def test_boot_end_and_journal(audited):
 
 
 def test_report_summary_and_plot(spark, audited, tmp_path):
-    from edgebus.ingest.report_audit import audit_line, format_audit, summarize_audit
-    from edgebus.ingest.report_plot import plot_audit
+    from edgebus.ingest.report.audit import audit_line, format_audit, summarize_audit
+    from edgebus.ingest.report.plot import plot_audit
 
     d = audited[0]
     a = summarize_audit(spark, str(d / "t"), str(d / "t.audit"))
@@ -238,9 +238,9 @@ def test_a_second_run_recomputes_only_the_touched_boots(spark, audited):
 
 
 def test_missing_ranges_take_the_senders_word_and_records_beyond_the_received():
-    """audit_gaps alone (no Spark): overlapping records of two bridges, a run
+    """audit.gaps alone (no Spark): overlapping records of two bridges, a run
     no record names, and numbers a record names past the last received."""
-    from edgebus.ingest.audit_gaps import missing
+    from edgebus.ingest.audit.gaps import missing
 
     gaps = [(3, 9, "w1"), (20, 20, "w2")]
     records = [(5, 6, "evicted", "r"), (4, 8, "lost", "r"), (30, 32, "lost", "r2")]
@@ -259,9 +259,9 @@ def test_missing_ranges_take_the_senders_word_and_records_beyond_the_received():
 
 
 def test_copies_are_counted_between_two_positions_once(tmp_path):
-    """audit_log alone (no Spark): a range's records counted per boot, window
+    """audit.copies alone (no Spark): a range's records counted per boot, window
     and gateway; the next range starts where this one ended."""
-    from edgebus.ingest.audit_log import count_copies, log_gateway
+    from edgebus.ingest.audit.copies import count_copies, log_gateway
 
     recs = [_dev("d", "b", s, T0 + s) for s in range(1, 11)] + [
         _gap_record(T0, "d", "b", 1, 1, "x")

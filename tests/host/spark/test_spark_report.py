@@ -1,4 +1,4 @@
-"""`edgebus report` (ingest/report.py) on a table ingested from a log with
+"""`edgebus report` (ingest/report/) on a table ingested from a log with
 known gaps: counts, gap ranges, generations, last-seen, the delivery audit's
 summary, the PNG."""
 
@@ -109,7 +109,7 @@ def test_summary_counts_gaps_generations_last_seen(spark, table):
 
 def test_printed_report_and_plot(spark, table, tmp_path):
     from edgebus.ingest.report import format_report, summarize
-    from edgebus.ingest.report_plot import plot_audit
+    from edgebus.ingest.report.plot import plot_audit
 
     s = summarize(spark, str(table))
     text = format_report(s, "T")
@@ -174,7 +174,7 @@ def test_report_command(table, tmp_path):
 
 def test_empty_table(spark, tmp_path):
     from edgebus.ingest.report import format_report, summarize
-    from edgebus.ingest.report_plot import plot_audit
+    from edgebus.ingest.report.plot import plot_audit
 
     os.makedirs(tmp_path / "t")
     s = summarize(spark, str(tmp_path / "t"))

@@ -214,7 +214,7 @@ def test_byte_range_splits_give_the_same_rows(spark, tmp_path, version):
         assert len(rows) == len(recs)
         check_rows(rows_by_pos(df), recs, positions, gateway_of(version))
     assert not corrupt.exists()
-    from edgebus.ingest.planning import RangeGroup
+    from edgebus.ingest.ranges import RangeGroup
     from edgebus.ingest.source import EdgebusDataSource
 
     parts = (
@@ -423,7 +423,7 @@ def test_region_ownership_random_cuts_and_damage(tmp_path):
     import random
 
     from edgebus.ingest.offsets import Options
-    from edgebus.ingest.planning import SegmentRange
+    from edgebus.ingest.ranges import SegmentRange
     from edgebus.ingest.reading import read_range
     from edgebus.tlog import list_segments, read_segment
 

@@ -13,8 +13,9 @@ pytest.importorskip("pyarrow")
 
 from pyspark.sql import types as T  # noqa: E402
 
-from edgebus.ingest import compaction, job, tablelog, views, views_config  # noqa: E402
-from edgebus.ingest.views_infer import infer_block  # noqa: E402
+from edgebus.ingest import compaction, job, tablelog, views  # noqa: E402
+from edgebus.ingest.views import config as views_config  # noqa: E402
+from edgebus.ingest.views.infer import infer_block  # noqa: E402
 from edgebus.tlog import LogWriter  # noqa: E402
 from tests.host.spark.sparkkit import device_record, local_record  # noqa: E402
 
@@ -233,7 +234,7 @@ def _f(name):
     ],
 )
 def test_what_fits_a_column(declared, observed, fit):
-    from edgebus.ingest import views_types
+    from edgebus.ingest.views import types as views_types
 
     assert views_types.fits(declared, views_types.parse(observed)) is fit
 
@@ -254,7 +255,7 @@ def test_what_fits_a_column(declared, observed, fit):
     ],
 )
 def test_a_new_columns_type(counts, ddl):
-    from edgebus.ingest import views_types
+    from edgebus.ingest.views import types as views_types
 
     assert views_types.infer(counts) == ddl
 

@@ -32,8 +32,8 @@ def _data(spark: SparkSession, table: str) -> dict[str, Any] | None:
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from edgebus.ingest.audit_spark import first_copies
-    from edgebus.ingest.report_base import read_table
+    from edgebus.ingest.audit.queries import first_copies
+    from edgebus.ingest.report.tables import read_table
 
     per = first_copies(read_table(spark, table))
     # When the reading was taken: the device's clock, else its arrival.
@@ -95,14 +95,12 @@ def plot_audit(spark: SparkSession, table: str, png: str) -> float | None:
     matplotlib.use("Agg")
     import matplotlib.dates as mdates
     import matplotlib.pyplot as plt
-    from matplotlib.patches import Patch
 
     d = _data(spark, table)
     if d is None:
         return None
     w = d["width"]
     rows = sorted(d["boots"], key=lambda b: (b["peer_node"], b["start"]))
-    at = {(b["peer_node"], b["peer_sid"]): i for i, b in enumerate(rows)}
     fig, (ax, lx) = plt.subplots(
         2,
         1,
@@ -111,6 +109,24 @@ def plot_audit(spark: SparkSession, table: str, png: str) -> float | None:
         dpi=100,
         gridspec_kw={"height_ratios": [max(1.2, 0.45 * len(rows)), 3.2]},
     )
+    _timeline(ax, d, rows)
+    _latencies(lx, d["points"])
+    lx.xaxis.set_major_formatter(mdates.DateFormatter("%m-%d %H:%M:%S", tz=datetime.timezone.utc))
+    fig.autofmt_xdate()
+    fig.tight_layout()
+    fig.savefig(png)
+    plt.close(fig)
+    return w if not math.isnan(w) else None
+
+
+def _timeline(ax: Any, d: dict[str, Any], rows: list[dict[str, Any]]) -> None:
+    """The upper plot: a row per boot (rows), its bins on time or late, its
+    missing numbers."""
+    import matplotlib.dates as mdates
+    from matplotlib.patches import Patch
+
+    w = d["width"]
+    at = {(b["peer_node"], b["peer_sid"]): i for i, b in enumerate(rows)}
     day = w / 86400.0  # matplotlib's dates are in days
     bins = sorted(d["bins"], key=lambda r: (r["peer_node"], r["peer_sid"], r["bin"]))
     for r, nxt in zip(bins, bins[1:] + [None]):
@@ -150,8 +166,12 @@ def plot_audit(spark: SparkSession, table: str, png: str) -> float | None:
         fontsize="small",
     )
     ax.grid(True, axis="x", alpha=0.3)
-    ok = [p for p in d["points"] if not p["late"]]
-    late = [p for p in d["points"] if p["late"]]
+
+
+def _latencies(lx: Any, points: list[dict[str, Any]]) -> None:
+    """The lower plot: each reading's latency by when it was taken."""
+    ok = [p for p in points if not p["late"]]
+    late = [p for p in points if p["late"]]
     for pts, k in ((ok, "on time"), (late, "late")):
         if pts:
             lx.scatter(
@@ -168,9 +188,3 @@ def plot_audit(spark: SparkSession, table: str, png: str) -> float | None:
     lx.set_xlabel("time the reading was taken (UTC; device clock)")
     lx.grid(True, alpha=0.3)
     lx.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="small")
-    lx.xaxis.set_major_formatter(mdates.DateFormatter("%m-%d %H:%M:%S", tz=datetime.timezone.utc))
-    fig.autofmt_xdate()
-    fig.tight_layout()
-    fig.savefig(png)
-    plt.close(fig)
-    return w if not math.isnan(w) else None

@@ -1,4 +1,4 @@
-"""What `edgebus report` and the delivery audit share: the ingest table read
+"""What `edgebus report`, the delivery audit and the typed views share: the ingest table read
 as a DataFrame, and plain-text tables."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@
 
 Reads the table's rows whose topic matches PATTERN and prints a ``[[view]]``
 block for the views file (docs/spark.md, "Typed views"), its schema inferred
-from the payloads as a refresh infers a new column (views_types.infer), with
+from the payloads as a refresh infers a new column (types.infer), with
 a comment per key whose values had more than one type: review it, then paste
 it into the file given to ``edgebus ingest --views``.
 """
@@ -37,10 +37,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def infer_block(spark: SparkSession, table: str, topic: str, name: str | None = None) -> str:
     """The [[view]] TOML block for the table's rows of the pattern topic
     (ValueError for a bad pattern or name, or no matching row)."""
-    from edgebus.ingest import views_types
-    from edgebus.ingest.report import read_table
-    from edgebus.ingest.views import key_types, payload_map, topic_filter
-    from edgebus.ingest.views_config import PROVENANCE, parse
+    from edgebus.ingest.report.tables import read_table
+    from edgebus.ingest.views import types as views_types
+    from edgebus.ingest.views.config import PROVENANCE, parse
+    from edgebus.ingest.views.payloads import key_types, payload_map, topic_filter
 
     if name is None:
         words = [t for t in topic.split("/") if t not in ("+", "#") and t.isidentifier()]

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 def read_audit(spark: SparkSession, audit: str) -> DataFrame | None:
     """The audit table, or None when there is none."""
-    from edgebus.ingest.audit import SCHEMA
+    from edgebus.ingest.audit.table import SCHEMA
 
     if not os.path.isdir(os.path.join(audit, "_spark_metadata")):
         return None
@@ -28,8 +28,8 @@ def late_latency(spark: SparkSession, table: str) -> dict[Any, list[float | None
     boots under the key None."""
     from pyspark.sql import functions as F
 
-    from edgebus.ingest.audit_spark import first_copies
-    from edgebus.ingest.report_base import read_table
+    from edgebus.ingest.audit.queries import first_copies
+    from edgebus.ingest.report.tables import read_table
 
     late = first_copies(read_table(spark, table)).where(F.col("late"))
     lat = (F.col("t") - F.col("td")).alias("lat")
@@ -144,7 +144,7 @@ def audit_line(a: dict[str, Any]) -> str:
 
 def format_audit(a: dict[str, Any]) -> str:
     """The report's audit section for a summarize_audit() result."""
-    from edgebus.ingest.report_base import text_table
+    from edgebus.ingest.report.tables import text_table
 
     rows = [
         [

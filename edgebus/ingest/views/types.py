@@ -191,3 +191,10 @@ def type_ddl(dt: Any) -> str:
     if kind == "MapType":
         return "map<%s,%s>" % (type_ddl(dt.keyType), type_ddl(dt.valueType))
     return str(dt.simpleString())
+
+
+def from_ddl(ddl: str) -> Any:
+    """DDL text as a Spark DataType (type_ddl's inverse)."""
+    from pyspark.sql.types import DataType
+
+    return DataType.fromDDL(ddl)  # public since Spark 4.0 (the spark extra's floor)

@@ -1,4 +1,4 @@
-"""The delivery audit's queries over the ingest table (edgebus.ingest.audit
+"""The delivery audit's queries over the ingest table (edgebus.ingest.audit.rows
 assembles their results): what is new since the audit's marks, and per
 device boot its windows, gaps, ``bridge/gaps`` records and journal.
 """
