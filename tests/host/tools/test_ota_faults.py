@@ -80,6 +80,14 @@ def test_a_serial_device_cut_off_mid_transfer_resumes_where_its_flash_left_off(t
             total = sum(f[1] for f in otakit.manifest(good)["files"])
             sent0 = cable.bytes["b_to_a"]
             p = ota_bg(sock, "push", "--yes", "--bundle", good, "--to", node, "--timeout", "5")
+
+            # The retained status shows the transfer's progress as it goes
+            # (every few seconds), not begin's snapshot with no figures.
+            def staged():
+                return (status(sock).get(node) or {}).get("staged") or {}
+
+            wait_until(lambda: isinstance(staged().get("bytes"), int), 60)
+            assert staged()["total"] == total
             # Half the bundle on the device's flash, then the power goes.
             wait_until(lambda: slot_bytes(fleet, node) > total // 2, 120)
             fleet.kill(node)

@@ -14,6 +14,9 @@ from edgebus.compat import now
 from firmware import VERSION, transient, unload, write_atomic
 
 IDLE_S = 300  # s without a chunk after which a transfer's code is unloaded
+# s between the retained status's updates during a transfer: `edgebus ota
+# status` shows staged bytes of total as they grow, not begin's snapshot.
+PROGRESS_S = 5
 
 
 class Ota:
@@ -29,7 +32,7 @@ class Ota:
             ctx.ota = {}
         self.st = ctx.ota
         self.xfer = None
-        self.last = now()
+        self.last = self.shown = now()
         self.busy = False  # a switch or rollback under way: the device reboots
         ctx.bundle = self.running()
 
@@ -61,6 +64,7 @@ class Ota:
         }
 
     def publish(self):
+        self.shown = now()
         self.conn.retain("sys/ota", self.status())
 
     def save(self):
@@ -81,7 +85,10 @@ class Ota:
             if self.xfer is None:
                 raise ValueError("no transfer begun (op begin first)")
             self.last = now()
-            return self.xfer.put(p)
+            r = self.xfer.put(p)
+            if self.last - self.shown >= PROGRESS_S:
+                self.publish()
+            return r
         o = p.get("op") if type(p) is dict else None
         if o == "status":
             return self.status()
