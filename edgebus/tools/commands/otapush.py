@@ -11,7 +11,7 @@ import asyncio
 import struct
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import edgebus
 from edgebus.backoff import Backoff
@@ -71,10 +71,11 @@ def chunks(sizes: list[int], start: list[int], size: int = CHUNK) -> Iterator[tu
 
 
 class _Track:
-    """One device's bytes on the wave's bar: only ever forward."""
+    """One device's bytes on the wave's bar: only ever forward; ``sent`` is
+    called once, when the device has them all or its push ended."""
 
-    def __init__(self, bar: Any) -> None:
-        self.bar, self.done = bar, 0
+    def __init__(self, bar: Any, sent: Callable[[], None]) -> None:
+        self.bar, self.done, self.sent = bar, 0, sent
 
     def to(self, done: int) -> bool:
         """Move to ``done`` if it is further; whether it was."""
@@ -83,6 +84,13 @@ class _Track:
         self.bar.update(done - self.done)
         self.done = done
         return True
+
+    def finish(self, total: int) -> None:
+        """The device's transfer is over: the bar at its share's end."""
+        self.to(total)
+        if self.sent is not None:
+            self.sent, sent = None, self.sent
+            sent()
 
 
 class Pusher:
@@ -100,10 +108,18 @@ class Pusher:
         printed as it comes."""
         bar = progress(self.bundle.total * len(nodes), desc)
         gate = asyncio.Semaphore(parallel)
+        sending = [len(nodes)]
+
+        def sent() -> None:
+            # The bar closes when the last transfer ends, not at the last
+            # trial's verdict: its rate is the transfer's.
+            sending[0] -= 1
+            if sending[0] == 0:
+                bar.close()
 
         async def one(node: str) -> Outcome:
             async with gate:
-                o = await self.push(node, _Track(bar))
+                o = await self.push(node, _Track(bar, sent))
             bar.write(o.line())
             return o
 
@@ -131,13 +147,14 @@ class Pusher:
                     "updates over the bus" % node
                 )
             await self.transfer(node, track)
+            track.finish(self.bundle.total)
             sent = time.monotonic() - t0
             before = self.status(node)
             note = await self.switch(node)
             kind, detail = await self.verdict(node, before, note)
         except DeviceFailed as e:
             kind, detail = FAILED, str(e)
-        track.to(self.bundle.total)  # the bar reaches its end whatever the outcome
+        track.finish(self.bundle.total)  # the bar reaches its end whatever the outcome
         return Outcome(node, kind, detail, time.monotonic() - t0, sent)
 
     async def call(self, node: str, payload: Any) -> Any:

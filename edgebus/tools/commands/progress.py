@@ -12,11 +12,12 @@ class _TextProgress:
 
     def __init__(self, total: int, desc: str, unit: str) -> None:
         self.total, self.done, self.desc, self.tty = total, 0, desc, sys.stderr.isatty()
+        self.closed = False
         self.unit = "bytes" if unit == "B" else unit
 
     def update(self, n: int) -> None:
         self.done += n
-        if self.tty:
+        if self.tty and not self.closed:
             pct = 100 * self.done // max(self.total, 1)
             bar = "#" * (pct // 5)
             sys.stderr.write(
@@ -31,16 +32,17 @@ class _TextProgress:
 
     def write(self, s: str, file: Any = None) -> None:
         """A line (on stdout by default) that the bar's line does not overrun."""
-        if self.tty:
+        if self.tty and not self.closed:
             sys.stderr.write("\r\x1b[K")
             sys.stderr.flush()
         print(s, file=file or sys.stdout, flush=True)
-        if self.tty:
-            self.update(0)
+        self.update(0)
 
     def close(self) -> None:
-        if self.tty:
+        """End the bar's line; lines written after it print alone."""
+        if self.tty and not self.closed:
             sys.stderr.write("\n")
+        self.closed = True
 
 
 def progress(total: int, desc: str = "deploy", unit: str = "B") -> Any:

@@ -4,6 +4,7 @@ bridge as its own process under the [[acl]] the README gives a user who
 updates devices, and the `edgebus ota` command run as that user types it."""
 
 import asyncio
+import re
 import shutil
 import signal
 
@@ -77,6 +78,11 @@ def test_a_canary_that_rolls_back_halts_the_push_then_a_good_bundle_updates_the_
             "%s: committed 9.9.9" % two,
         ]
         assert out[4] == "2 committed, 0 already running, 0 rolled back, 0 failed"
+        # The bar ends with the transfers, not the trials (10 s at least), so
+        # its elapsed time and rate are the transfer's.
+        bar_s = [int(m) * 60 + int(s) for m, s in re.findall(r"\[(\d+):(\d+)<", stderr)][-1]
+        took = max(int(t) for t in re.findall(r" in (\d+) s", stdout))
+        assert bar_s <= took - 5, (bar_s, stdout, stderr)
         st = status(sock)
         h = bundle_hash(good)
         for n in (one, two):
