@@ -75,7 +75,8 @@ class _Track:
     called once, when the device has them all or its push ended."""
 
     def __init__(self, bar: Any, sent: Callable[[], None]) -> None:
-        self.bar, self.done, self.sent = bar, 0, sent
+        self.bar, self.done = bar, 0
+        self.sent: Callable[[], None] | None = sent
 
     def to(self, done: int) -> bool:
         """Move to ``done`` if it is further; whether it was."""
