@@ -89,8 +89,8 @@ class _Track:
     def finish(self, total: int) -> None:
         """The device's transfer is over: the bar at its share's end."""
         self.to(total)
-        if self.sent is not None:
-            self.sent, sent = None, self.sent
+        sent, self.sent = self.sent, None
+        if sent is not None:
             sent()
 
 
