@@ -41,6 +41,11 @@ START_WINDOW_S = 10.0
 # SLEEP_WAKE: started again at that time, a wake, not a failure (no start limit).
 SLEEP_EXIT = 4
 SLEEP_WAKE = "sleepsim.wake"
+# A device resetting itself (sys/reboot, an update's switch, a trial's
+# rollback: firmware/loader.py) exits with this status: a board's reset, started
+# again and counted in restarts, but not toward the start limit, which is for
+# crash loops (three quick updates rolled back left a device stopped).
+REBOOT_EXIT = 3
 # Where the keys of the devices a fleet makes are, said on its console and in
 # the fragment it prints.
 KEYS_NOTE = (
@@ -297,7 +302,8 @@ class Fleet:
                         if d["exits"] and d["exits"][-1] == SLEEP_EXIT:
                             self.events.append((time.monotonic(), d["node"], "wake"))
                         else:
-                            d["starts"].append(time.monotonic())
+                            if not d["exits"] or d["exits"][-1] != REBOOT_EXIT:
+                                d["starts"].append(time.monotonic())
                             d["restarts"] += 1
                             self.events.append((time.monotonic(), d["node"], "restart"))
                         self._spawn(d)
