@@ -87,13 +87,11 @@ class Options:
     def __init__(self, base=None, **settings):
         if base is not None:
             for k in self.NAMES:
-                v = getattr(base, k)
-                if v is not getattr(Options, k):
-                    setattr(self, k, v)
+                self._set(k, getattr(base, k))
         for k, v in settings.items():
             if k not in self.NAMES:
                 raise TypeError("no link option %r (%s)" % (k, ", ".join(self.NAMES)))
-            setattr(self, k, v)
+            self._set(k, v)
         seal_check(self.seal)
         if self.max_len < wire.MIN_LEN:
             raise ValueError(
@@ -104,6 +102,12 @@ class Options:
             for x in r[:2]:
                 if type(x) is str and "{node}" in x:
                     self.node_rules = True
+
+    def _set(self, k, v):
+        # A default stays the class's: an instance entry fewer (a board's heap).
+        d = getattr(Options, k)
+        if v != d or type(v) is not type(d):
+            setattr(self, k, v)
 
     def local_patterns(self, bus):
         """local_only parsed for ``bus``'s wildcards: one list for every link
