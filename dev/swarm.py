@@ -60,6 +60,11 @@ from edgebus.compat import wait_for
 from edgebus.link.link import Link
 from edgebus.link.mqtt import MqttTransport
 
+try:  # this tree: ticks is a link option; a baseline's: an attribute, or none
+    from edgebus.link.options import Options
+except ImportError:
+    Options = None
+
 TOPIC = ("sensor", "temp")
 DEFAULT_SPOOL = 32768  # the unix board's spool (boards/unix.json), as `edgebus fleet`
 BACKOFF = (0.5, 10.0)  # the firmware uplink's backoff_min / backoff_max
@@ -119,6 +124,8 @@ class Device:
             heartbeat=heartbeat,
             status=False,
             spool=spool,
+            # the swarm's one ticker ticks it (Swarm.links)
+            **({"ticks": False} if Options is not None and tick_links is not None else {}),
         )
         self.hist = hist  # {"live"|"after"|"spooled": {ms: count}}
         self.sent = 0  # readings published: numbers 1..sent
@@ -258,10 +265,11 @@ class Worker:
         self.links = {
             d.node: d.link
             for d in self.devices
-            if tick_links is not None and hasattr(d.link, "ticks")
+            if tick_links is not None and (Options is not None or hasattr(d.link, "ticks"))
         }
-        for link in self.links.values():
-            link.ticks = False
+        if Options is None:
+            for link in self.links.values():
+                link.ticks = False
         self.heartbeat = a.heartbeat
 
     async def _start(self, d):

@@ -22,6 +22,7 @@ import edgebus
 from edgebus.bridge import acl, callerinfo, links, reload, rotation, status
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.keystore import KeyStore
+from edgebus.bridge.linkopts import LinkOptions
 from edgebus.bridge.mailbox import Mailbox
 from edgebus.bridge.quota import Quota, Watch
 from edgebus.bridge.statefile import StateFile
@@ -73,6 +74,7 @@ class Bridge:
         # With a log, device links acknowledge only what the log made durable
         # (the appender's group commits); without one, what reached the bus.
         self.durable = cfg.log_dir is not None
+        self.link_options = LinkOptions(cfg, self.durable)
         self._stop = asyncio.Event()
         self.appender: Appender | None = None
         self.mqtt: MqttLinks | None = None
@@ -97,27 +99,14 @@ class Bridge:
             return True
         return link.link_id in self.limited and self.quota.over(link)
 
-    def durability(self) -> dict[str, Any]:
-        """A link's durable= and hold= arguments: with a log, it acknowledges
-        only what the log made durable, and holds back while the log is
-        behind; without one, it acknowledges what reached the bus. A device
-        link is held over its quota too."""
-        return {"durable": self.durable, "hold": self.hold}
-
-    def add_link(self, link: Link, kind: str = "device", paced: bool | None = None) -> None:
-        """Register ``link`` of ``kind`` ("device", "peer" or "local") in
-        bridge.links (by its id), its gaps told to gap(). Only a ``[[peer]]``
-        link keeps a sender's relay claims (src, src_sid, src_seq, via): a
-        device or a local client claiming them would have its readings
-        relayed to a site under another device's identity. Device and peer
-        links refuse a peer that cannot be paced (``paced``: the entry's
-        word, None: [bridge] paced); a device link is under [quota]."""
+    def add_link(self, link: Link, kind: str = "device") -> None:
+        """Register ``link`` of ``kind`` ("device", "peer" or "local"; its
+        options from link_options) in bridge.links (by its id), its gaps told
+        to gap(), held back by hold(); a device link is under [quota]."""
         self.links[link.link_id] = link
-        link.configure(on_gap=self.gap, claims=kind == "peer")
-        if kind != "local":
-            link.configure(paced=self.cfg.paced_for(paced))
+        link.on_gap = self.gap
+        link.hold = self.hold
         if kind == "device":
-            link.configure(max_retained=self.cfg.quota_retained)
             self.limited.add(link.link_id)
 
     def remove_link(self, link_id: str) -> None:

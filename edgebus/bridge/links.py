@@ -30,22 +30,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("edgebus.bridge")
 
 
-def device_rules(
-    relay_calls: Iterable[str] = (), node_placeholder: str = "{node}"
-) -> dict[str, list[tuple[str, str]]]:
-    """The host side of a device link: everything from the device under
-    dev/<node>/, commands and calls back under the same prefix; and the
-    host-bus endpoints matching ``relay_calls`` offered as they are named
-    here (another device's, relayed: docs/protocol.md, Relay)."""
-    p = "dev/" + node_placeholder
-    return {
-        "imports": [("#", p)],
-        "import_calls": [("#", p)],
-        "exports": [(p + "/cmd/#", p)],
-        "export_calls": [(c, "") for c in relay_calls],
-    }
-
-
 # Links ticked per slice of a shared ticker's pass, between which the loop
 # serves others: a pass over 10,000 links takes tens of ms in one go.
 TICK_SLICE = 500
@@ -107,13 +91,10 @@ async def run_serial(bridge: BridgeView, dev: Device) -> Link | None:
         role="responder",
         link_id=link_id,
         peer=dev.node,
-        heartbeat=bridge.cfg.heartbeat,
-        seal=bridge.cfg.seal_for("serial", dev.seal),
         state=bridge.state.for_link(link_id),
-        **bridge.durability(),
-        **device_rules(bridge.cfg.relay_calls),
+        opts=bridge.link_options.device("serial", dev.seal, dev.paced),
     )
-    bridge.add_link(link, paced=dev.paced)
+    bridge.add_link(link)
     backoff = retry_backoff()
     while not bridge.stopping:
         try:
@@ -183,20 +164,20 @@ async def serve_local(bridge: BridgeView, path: str) -> asyncio.Server:
         link = Link(
             bridge.bus,
             bridge.cfg.node,
-            key=None,
             role="responder",
             link_id=link_id,
             principal=principal,
-            heartbeat=bridge.cfg.heartbeat,
-            status=False,
-            exports=[(p, "") for p in reads],
-            imports=[("#", "")],
-            export_calls=[("#", "")],
-            import_calls=[("#", "")],
-            max_len=LOCAL_MAX_LEN,
-            out_queue=bridge.cfg.client_queue,
-            **bridge.durability(),
-            spool=host_spool(LOCAL_MAX_LEN, bridge.cfg.client_queue),
+            opts=bridge.link_options.make(
+                "local",
+                status=False,
+                exports=[(p, "") for p in reads],
+                imports=[("#", "")],
+                export_calls=[("#", "")],
+                import_calls=[("#", "")],
+                max_len=LOCAL_MAX_LEN,
+                out_queue=bridge.cfg.client_queue,
+                spool=host_spool(LOCAL_MAX_LEN, bridge.cfg.client_queue),
+            ),
         )
         bridge.add_link(link, "local")
         log.info("local client %s (uid %d pid %d) connected", link_id, uid, pid)

@@ -22,7 +22,7 @@ from urllib.parse import urlparse
 
 from edgebus.bridge import mqtt_conn, mqtt_mirror
 from edgebus.bridge.keystore import KeyStoreError
-from edgebus.bridge.links import device_rules, retry_backoff, tick_links
+from edgebus.bridge.links import retry_backoff, tick_links
 from edgebus.bridge.logflow import WINDOW_MAX
 from edgebus.bridge.mqtt_transport import Backlog, DeviceTransport
 from edgebus.bridge.quota import FLOOD_AT, FLOOD_STEP, MUTE_CHECK, Mutes
@@ -37,9 +37,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("edgebus.bridge")
 
-
-# Seconds between a device link's status publications while only its counters move.
-STATUS_EVERY = 10.0
 # Mosquitto's count of the messages it dropped, for queues past their limits
 # (max_queued_messages: QoS 0 messages to a client that reads too slowly,
 # such as a bridge behind on a fleet's frames). Frames lost there are lost
@@ -112,18 +109,11 @@ class MqttLinks:
             role="responder",
             link_id=link_id,
             peer=node,
-            heartbeat=b.cfg.heartbeat,
-            seal=b.cfg.seal_for("mqtt", seal),
             state=b.state.for_link(link_id),
-            **b.durability(),
-            **device_rules(b.cfg.relay_calls),
+            # shared by the devices alike; ticked with the others (_links_forever)
+            opts=b.link_options.device("mqtt", seal, self.mq.paced.get(node)),
         )
-        # Ticked with the others from one task (_links_forever); its retained
-        # status (link/<id>) with new counters every 10 s, not every second:
-        # building and retaining it costs ~27 us, 14 % of a core at 5,000
-        # devices. A change of state still goes out at once.
-        link.configure(ticks=False, status_every=STATUS_EVERY)
-        b.add_link(link, paced=self.mq.paced.get(node))
+        b.add_link(link)
         self.devices[node] = (key, seal)
         return link
 

@@ -40,19 +40,22 @@ def peer_link(bridge: BridgeView, p: Peer) -> Link:
         role="initiator" if p.connect else "responder",
         link_id=link_id,
         peer=p.node,
-        heartbeat=bridge.cfg.heartbeat,
-        seal=bridge.cfg.seal_for("peer", p.seal),
         state=bridge.state.for_link(link_id),
-        exports=p.exports,
-        imports=p.imports,
-        export_calls=p.export_calls,
-        import_calls=p.import_calls,
-        priority=p.priority,
-        max_len=PEER_MAX_LEN,
-        spool=host_spool(PEER_MAX_LEN, 64),
-        **bridge.durability(),  # with a log: acknowledged once logged, as a device's
+        # with a log: acknowledged once logged, as a device's
+        opts=bridge.link_options.make(
+            "peer",
+            p.paced,
+            seal=bridge.cfg.seal_for("peer", p.seal),
+            exports=p.exports,
+            imports=p.imports,
+            export_calls=p.export_calls,
+            import_calls=p.import_calls,
+            priority=p.priority,
+            max_len=PEER_MAX_LEN,
+            spool=host_spool(PEER_MAX_LEN, 64),
+        ),
     )
-    bridge.add_link(link, "peer", p.paced)
+    bridge.add_link(link, "peer")
     if bridge.cfg.log_dir is not None and p.exports:
         # What the log holds and the peer had not acknowledged is given
         # again after a restart (relay.py), beside what comes live.

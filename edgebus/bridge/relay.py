@@ -167,7 +167,7 @@ class Resender:
         # (link seq, boot, number) of each reading spooled, oldest first
         self.pending: deque[tuple[int, Boot, int]] = deque()
         self.resent = 0
-        link.configure(on_export=self.exported)
+        link.on_export = self.exported
 
     def exported(self, seq: int, item: Any) -> None:
         """Link.on_export: a reading spooled as ``seq``."""

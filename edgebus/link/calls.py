@@ -5,6 +5,13 @@ from .. import compat, errors, topic
 from . import presence, routes, rules, tx, wire
 
 
+def init(link):
+    """No calls forwarded or served, none numbered yet (Link.__init__); then reset()."""
+    link._next_cid, link._served = 1, 0
+    link._tasks = []
+    reset(link)
+
+
 def reset(link):
     """No calls forwarded (end_session fails those that were), no ROUTES sent."""
     link._pending = {}
@@ -61,7 +68,7 @@ async def proxy(r):
     while True:
         while (
             r.offers
-            and len(r.offers[0][0]._pending) >= r.offers[0][0].max_pending
+            and len(r.offers[0][0]._pending) >= r.offers[0][0].opts.max_pending
             and r.ep.why() is None
         ):
             # Leaving requests queued makes further callers see Full at once.
@@ -81,7 +88,7 @@ def forward(r, req, tried):
     if o is None:
         return req.abandon("link_down" if r.offers and not tried else "no_route")
     link, wt = o[0], o[1]
-    if len(link._pending) >= link.max_pending:
+    if len(link._pending) >= link.opts.max_pending:
         return req.abandon("full")
     ttl = None
     if req.deadline is not None:
@@ -124,7 +131,7 @@ def on_result(link, t, obj, blob):
 
 def on_call(link, obj, blob):
     cid = obj[0]
-    if link._served >= link.max_pending:
+    if link._served >= link.opts.max_pending:
         link.count("busy")
         return tx.call_frame(link, wire.FAIL, [cid, "busy", None])
     k = wire.topic_in(obj[1])

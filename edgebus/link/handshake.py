@@ -18,6 +18,26 @@ KEEP = 4
 HOLD = KEEP
 
 
+def init(link):
+    """The handshake's fields at the start (Link.__init__, which sets the
+    peer's, public): keys, handshakes in progress, the session's terms."""
+    link._hkey = None  # this handshake's key (key_for)
+    link._mine = None  # our latest side
+    link._hs = []  # in progress: (peer's HELLO or None, our side), newest last
+    link._recent = []  # initiator nonces seen (replay guard)
+    link._session = 0
+    link._backoff = 5.0  # the retry delay after an error; handshake_timeout once up
+    link._retry_at = 0.0  # no HELLO before (after an error)
+    link._hello_wait = 0  # the current HELLO retry interval
+    # the peer's: (its ms at HELLO / HELLO_ACK, ms to Unix or None, source or None)
+    link._clock = None
+    link._acking = link._flow = False  # negotiated: acknowledgements, WINDOW honoured
+    link._imp = None  # derived connection for what arrives, per session
+    link._imports = []  # the rules resolved for the peer's node
+    link._export_calls = []
+    link._import_calls = []
+
+
 def kid(key):
     """The key id of ``key`` (bytes): 8 hex digits of a MAC under it, which
     tell a side holding several keys for a peer which one the peer uses
@@ -62,7 +82,7 @@ def error(link, code, msg):
 
 
 def _side(link, auth):
-    sealing = auth and link.seal != "off"
+    sealing = auth and link.opts.seal != "off"
     # A side that offers seal marks its nonce (not hex, so never an old
     # peer's): the proofs cover both nonces, so a man in the middle who
     # strips "seal" from caps is caught by the mark it cannot remove.
@@ -71,7 +91,7 @@ def _side(link, auth):
         "node": link.node,
         "sid": link.sid,
         "nonce": (seal.MARK if sealing else "") + wire.nonce(),
-        "hb": int(link.heartbeat * 1000),
+        "hb": int(link.opts.heartbeat * 1000),
         "auth": auth,
         "ms": compat.ms(),
     }
@@ -80,12 +100,12 @@ def _side(link, auth):
         s["wall"] = w - s["ms"]  # this side's Unix time at ms 0 of its clock
         if compat.wall[0]:
             s["clk"] = compat.wall[0]  # where it comes from: "ntp" or "rtc"
-    caps = [wire.CAP_ACK, wire.CAP_HIST, wire.CAP_FLOW] if link.ack else []
+    caps = [wire.CAP_ACK, wire.CAP_HIST, wire.CAP_FLOW] if link.opts.ack else []
     if sealing:
         caps += seal.caps(link, link._transport)
     if caps:
         s["caps"] = caps
-    if link.ack and link._rx_window is not None:
+    if link.opts.ack and link._rx_window is not None:
         s["win"] = link._rx_window  # the window from the first frame on (protocol 11)
     return s
 
@@ -110,9 +130,9 @@ def _unsealed(link, mine, theirs):
         _refuse(link, "downgrade", "seal was stripped from the handshake", "downgrade")
         return True
     if (
-        link.seal == "offer"
+        link.opts.seal == "offer"
         or seal.offered(theirs)
-        and (link.seal != "encrypt" or seal.offered(theirs, wire.CAP_ENC))
+        and (link.opts.seal != "encrypt" or seal.offered(theirs, wire.CAP_ENC))
     ):
         return False
     link.count("seal_refused")
@@ -120,7 +140,7 @@ def _unsealed(link, mine, theirs):
         link,
         "seal_required",
         "this link requires %s session"
-        % ("an encrypted" if link.seal == "encrypt" else "a sealed"),
+        % ("an encrypted" if link.opts.seal == "encrypt" else "a sealed"),
         "unsealed peer",
     )
     return True
@@ -130,7 +150,7 @@ def _unpaced(link, theirs):
     """Refuse (True) a peer that does not offer acknowledgements and a send
     window while this side requires them (Link.paced)."""
     caps = theirs.get("caps")
-    if not link.paced or type(caps) is list and wire.CAP_ACK in caps and wire.CAP_FLOW in caps:
+    if not link.opts.paced or type(caps) is list and wire.CAP_ACK in caps and wire.CAP_FLOW in caps:
         return False
     link.count("unpaced_refused")
     _refuse(
@@ -162,7 +182,7 @@ def hello(link):
     tx.control(link, wire.HELLO, link._mine)
     link._set_state(wire.HELLO_SENT)
     link._hello_wait = backoff.jitter(
-        backoff.grow(link._hello_wait, 0.5, link.handshake_timeout), 0.75
+        backoff.grow(link._hello_wait, 0.5, link.opts.handshake_timeout), 0.75
     )
 
 
@@ -262,7 +282,7 @@ def _hello_beside(link, h):
     if why is None and not (seal.offered(h) and h.get("auth")):
         why = "it does not offer a sealed session"
     caps = h.get("caps") if why is None else None
-    if link.paced and why is None and not (wire.CAP_ACK in caps and wire.CAP_FLOW in caps):
+    if link.opts.paced and why is None and not (wire.CAP_ACK in caps and wire.CAP_FLOW in caps):
         why = "it does not offer acknowledgements and a send window"
     if why is not None:
         return _forged(link, "HELLO beside the session: " + why)
@@ -433,7 +453,7 @@ def session_up(link, hello, ack):
     link.peer_sid = sid
     _clock(link, peer)
     caps = peer.get("caps")
-    link._acking = link.ack and type(caps) is list and wire.CAP_ACK in caps
+    link._acking = link.opts.ack and type(caps) is list and wire.CAP_ACK in caps
     link._flow = link._acking and wire.CAP_FLOW in caps
     mine = hello if link.role == "initiator" else ack
     seal.start(link, key_for(link, node), hello, ack, seal.offered(mine) and seal.offered(peer))
@@ -453,16 +473,16 @@ def session_up(link, hello, ack):
             "generation": link.generation,
         }
     )
-    rs = link._rule_src
-    link._imports = rules.resolve(rs[1], link.bus, node)
-    link._export_calls = rules.resolve(rs[2], link.bus, node)
-    link._import_calls = rules.resolve(rs[3], link.bus, node)
+    o = link.opts
+    link._imports = rules.resolve(o.imports, link.bus, node)
+    link._export_calls = rules.resolve(o.export_calls, link.bus, node)
+    link._import_calls = rules.resolve(o.import_calls, link.bus, node)
     tx.start(link, node, peer.get("win"))
     if link._journal is not None:
         from . import journal
 
         journal.up(link, peer)
     link._set_state(wire.UP)
-    link._backoff = link.handshake_timeout
+    link._backoff = link.opts.handshake_timeout
     link._hello_wait = 0
     calls.send_routes(link)

@@ -381,7 +381,7 @@ class Journal:
             o[_POS] = e[3]
             o[_TOLD] = seq + 1
             b = wire.encode(wire.HIST, [o[0], seq, o[_WALL]], None, e[1])
-            if len(b) <= link.max_len:
+            if len(b) <= link.opts.max_len:
                 link.count("hist_sent")
                 return b
             link.count("oversize_out")  # lost: the next SKIP says so

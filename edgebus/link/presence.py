@@ -9,6 +9,11 @@ from .. import errors
 PREFIX = ("local", "presence")
 
 
+def init(link):
+    """No endpoints offered yet (Link.__init__)."""
+    link._offered = None
+
+
 def offered(link, keys):
     """The link now offers its peer the endpoints ``keys`` (local keys)."""
     old = link._offered or ()

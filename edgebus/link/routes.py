@@ -39,7 +39,7 @@ def table(bus):
 
 
 def _rank(o):
-    return (-o[0].priority, len(o[2]))
+    return (-o[0].opts.priority, len(o[2]))
 
 
 def path_in(link, entry):
@@ -71,7 +71,7 @@ def update(link, want, serve):
         r = routes.get(k)
         if r is None:
             try:
-                ep = t["conn"].bind(k, queue_len=link.max_pending)
+                ep = t["conn"].bind(k, queue_len=link.opts.max_pending)
             except ValueError:  # bound locally already: the local owner wins
                 link.count("route_conflicts")
                 continue

@@ -6,6 +6,18 @@ from .. import compat, errors, topic
 from . import calls, handshake, rules, tx, wire
 
 
+def init(link):
+    """The receiving side at the start (Link.__init__, which sets rtt and
+    last_gap, public): numbers in, gaps, holds, ACKs sent, the snapshot in;
+    then reset()."""
+    link._held = None  # {None (this boot) or an earlier sid: first held}
+    link._bad = None  # an undecodable frame's number, asked for again once
+    link._retained = None  # the facts the peer retained here, kept under max_retained
+    link._t_resend = 0.0  # RESEND, or no_session, sent
+    link._t_ack = -1.0  # the last ACK sent: the first goes at once (clocks from 0)
+    reset(link)  # not stuck, the snapshot in, the last ACK's number
+
+
 def reset(link):
     """The receiving side between sessions (Link.__init__, end_session): not
     stuck, no snapshot coming, no ACK sent."""
@@ -164,7 +176,7 @@ def extra_in(link, obj, i, seq):
     c = link._clock
     if "clk" in x:
         del x["clk"]  # ours, as seq: which clock the ts below comes from
-    if not link.claims:  # not a relay we trust: the origin is this link's peer
+    if not link.opts.claims:  # not a relay we trust: the origin is this link's peer
         for k in ("src", "src_sid", "src_seq", "via", "hop_sid"):
             if k in x:
                 del x[k]
@@ -332,7 +344,7 @@ def room(link, k):
     """True if the peer may retain ``k`` here: it is one of the facts it
     holds, or it holds fewer than Link.max_retained (else counted
     retained_refused: each fact costs the receiver memory for good)."""
-    n = link.max_retained
+    n = link.opts.max_retained
     if n is None:
         return True
     r = link._retained
@@ -376,7 +388,7 @@ def on_snapshot(link, t, obj, blob):
     if buf is None:
         return link.count("unexpected")
     if t == wire.SYNC:
-        if len(buf) >= link.max_sync:
+        if len(buf) >= link.opts.max_sync:
             link._rx_overflow = True
             return link.count("sync_overflow")
         k = rules.map_in(link, obj[0], link._imports)

@@ -34,6 +34,12 @@ _keyed = hasattr(hashlib.sha256(), "copy")  # CPython: keep the keyed states, co
 _INPLACE = cipher.INPLACE  # MicroPython: encrypt a body in its copy (_crypt)
 
 
+def init(link):
+    """No session keys, tail buffer or frame counters yet (Link.__init__)."""
+    link._seal = link._s_buf = None
+    link._s_tx = link._s_rx = 0
+
+
 def check(mode):
     """Refuse (ValueError, saying why) a seal mode this runtime cannot keep."""
     if mode not in MODES:
@@ -123,10 +129,10 @@ def offered(side, cap=wire.CAP_SEAL):
 def caps(link, transport):
     """What this side offers when it authenticates: seal, enc where it may
     encrypt, bare where its transport can send a body unframed."""
-    if link.seal == "off":
+    if link.opts.seal == "off":
         return []
     c = [wire.CAP_SEAL]
-    if link.seal != "mac" and cipher.BACKEND is not None:
+    if link.opts.seal != "mac" and cipher.BACKEND is not None:
         c.append(wire.CAP_ENC)
     if transport is not None and hasattr(transport, "bare"):
         c.append(wire.CAP_BARE)

@@ -8,6 +8,22 @@ from . import rules, spool, wire
 RTO = 2.0  # s: first wait for an ACK of the tail before a pause (doubles to 16)
 
 
+def init(link):
+    """The sending side at the start (Link.__init__): control queue, export
+    observers, numbers out (tx_seq, tx_acked: set there, public), pace,
+    retransmission; then reset()."""
+    link._ctl = []
+    link._credit = 4
+    link._obs = []  # [observer, rule, its losses counted] per export rule
+    link._obs_node = False  # the peer node they observe for
+    link._exports = []
+    link._tx_next = 1  # the number the peer is told comes next
+    link._tx_window = link._rx_window = None  # the peer's pace; ours for it (protocol 11)
+    link._t_acked = link._t_data = 0.0  # last ACK that freed entries; last numbered frame out
+    link._rto = RTO  # the wait before the unacknowledged tail goes again
+    reset(link)  # calls queued, the snapshot out
+
+
 def too_big(link, n, what):
     """True (counted, said in last_error) if a body of ``n`` bytes exceeds
     max_len (less seal.TAIL on a link with a key: a sealed frame must fit)."""
@@ -17,8 +33,8 @@ def too_big(link, n, what):
     link.last_error = "%s of %d bytes exceeds max_len %d%s: not sent" % (
         what,
         n,
-        link.max_len,
-        "" if link._room == link.max_len else " less a seal's room",
+        link.opts.max_len,
+        "" if link._room == link.opts.max_len else " less a seal's room",
     )
     return True
 
@@ -66,13 +82,13 @@ def call_frame(link, t, obj, blob=None):
     b = wire.encode(t, obj, None, blob)
     if too_big(link, len(b), wire.NAMES[t]):
         if t == wire.CALL:
-            raise ValueError("request too large for the link (max_len %d)" % link.max_len)
+            raise ValueError("request too large for the link (max_len %d)" % link.opts.max_len)
         b = wire.encode(
             wire.FAIL,
             [
                 obj[0],
                 "failed",
-                "reply too large for the link (%d bytes, max %d)" % (len(b), link.max_len),
+                "reply too large for the link (%d bytes, max %d)" % (len(b), link.opts.max_len),
             ],
         )
     link._calls.append(b)
@@ -273,11 +289,11 @@ def observe(link, node):
         return
     for e in link._obs:
         e[0].close()
-    src = link._rule_src[0]
+    src = link.opts.exports
     exports = rules.resolve(src, link.bus, node)
     link._obs = []
     for r, rule in zip(src, exports):
-        o = link._conn.observe(rules.subst(r[0], node), queue_len=link.out_queue)
+        o = link._conn.observe(rules.subst(r[0], node), queue_len=link.opts.out_queue)
         o.wake_on(link._wake)  # the writer (or the idle pump) serves every observer
         link._obs.append([o, rule, 0])
     link._exports = exports
@@ -305,7 +321,7 @@ def start(link, node, win):
     in protocol version 1 without the capability); then the snapshot of the
     retained facts, which the peer gets first."""
     link._tx_window = win if link._flow and type(win) is int and win >= 0 else None
-    observe(link, node if link._node_rules else None)
+    observe(link, node if link.opts.node_rules else None)
     pump(link)
     sp = link._spool
     if link._acking:

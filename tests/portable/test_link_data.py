@@ -186,15 +186,14 @@ def test_a_numbered_frame_that_passes_its_crc_but_does_not_decode_is_asked_for_a
 
 def test_a_peer_retains_at_most_max_retained_facts():
     """Each retained fact costs the receiver memory for good: past
-    Link.max_retained a new one is refused (retained_refused); the peer's own
+    its max_retained option a new one is refused (retained_refused); the peer's own
     facts are still updated and removed, and what it removes makes room."""
 
     from tests.portable.linkkit import Joined, synced, until
     from tests.portable.support import run
 
     async def main():
-        j = Joined()
-        j.hl.max_retained = 3
+        j = Joined(host_kw={"max_retained": 3})
         j.start()
         await until(lambda: synced(j))
         c = j.dev.connect()

@@ -127,15 +127,14 @@ def test_a_sender_that_claims_flow_and_ignores_the_window_gets_no_more_than_it()
 
 def test_a_paced_receiver_refuses_a_sender_without_a_window():
     async def main():
-        j = Joined(dev_kw={"ack": False})
-        j.hl.paced = True  # the bridge's default for device links
+        # paced: the bridge's default for device links
+        j = Joined(dev_kw={"ack": False}, host_kw={"paced": True})
         j.start()
         await until(lambda: j.hl.counters.get("unpaced_refused", 0) >= 1)
         assert j.hl.status != "up" and j.dl.status != "up"
         assert "pace_required" in (j.dl.last_error or ""), j.dl.last_error
         await j.stop()
-        j = Joined()  # a sender that offers ack and flow links as before
-        j.hl.paced = True
+        j = Joined(host_kw={"paced": True})  # a sender that offers ack and flow links as before
         j.start()
         await until(lambda: synced(j))
         assert j.hl.counters.get("unpaced_refused", 0) == 0

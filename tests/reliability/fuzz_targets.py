@@ -146,10 +146,10 @@ class Session:
             ), o
             if o.extra is not None and "seq" in o.extra:
                 assert type(o.extra["seq"]) is int
-        assert len(hl._pending) <= hl.max_pending
-        assert hl._rx_sync is None or len(hl._rx_sync) <= hl.max_sync
+        assert len(hl._pending) <= hl.opts.max_pending
+        assert hl._rx_sync is None or len(hl._rx_sync) <= hl.opts.max_sync
         assert len(hl._recent) <= 16
-        assert hl._served <= hl.max_pending
+        assert hl._served <= hl.opts.max_pending
         hl._ctl.clear()  # what the writer would have sent
         hl._calls.clear()
 

@@ -18,12 +18,63 @@ from edgebus.backoff import Backoff
 from edgebus.compat import now
 from edgebus.link import cipher
 from edgebus.link.link import Link
+from edgebus.link.options import Options
 from edgebus.link.wire import F_SEQ
 from firmware import ConfigError, opt
 
 
 def _pairs(rules):
     return [tuple(r) for r in rules]
+
+
+def _options(ctx, kind):
+    """The uplink Link's options from ctx's config ("link" section, the board's)."""
+    lc = ctx.config.get("link", {})
+    # "auto": insist on encryption over MQTT, where anyone on the broker
+    # reads along, if this build has AES; else (a UART, no cryptolib) the
+    # link's "auto": sealed, and encrypted where the bridge asks and can.
+    seal = opt(lc, "link", "seal")
+    if seal == "auto" and kind == "mqtt" and cipher.BACKEND:
+        seal = "encrypt"
+    journal = lc.get("journal")
+    if journal and journal[0] != "/" and sys.platform not in ("linux", "darwin", "win32"):
+        journal = "/" + journal  # a board: under the filesystem root
+    return Options(
+        seal=seal,
+        exports=_pairs(opt(lc, "link", "exports")),
+        imports=_pairs(opt(lc, "link", "imports")),
+        export_calls=_pairs(opt(lc, "link", "export_calls")),
+        import_calls=_pairs(opt(lc, "link", "import_calls")),
+        heartbeat=opt(lc, "link", "heartbeat"),
+        # Its status retained on the device bus (link/uplink) is off unless
+        # asked for: sys/health carries the same counters, and the dict
+        # rebuilt each second is ~1 KB of a board's heap.
+        status=opt(lc, "link", "status"),
+        handshake_timeout=opt(lc, "link", "handshake_timeout"),
+        out_queue=lc.get("out_queue", ctx.board.get("queues", {}).get("uplink_tx", 16)),
+        max_pending=opt(lc, "link", "max_pending"),
+        spool=ctx.spool,
+        spool_policy=opt(lc, "link", "spool_policy"),
+        journal=journal,
+        journal_bytes=opt(lc, "link", "journal_bytes"),
+        journal_block=ctx.board.get("budget", {}).get("fs_block", 4096),
+    )
+
+
+def _failover(u, heartbeat):
+    """A Failover over u's gateways, or None for one gateway (failover.py
+    is then not even loaded)."""
+    if not u.get("gateways"):
+        return None
+    from firmware import failover
+
+    return failover.Failover(
+        failover.gateways(u),
+        opt(u, "uplink", "failover_after") * heartbeat,
+        opt(u, "uplink", "failback"),
+        opt(u, "uplink", "probe_every"),
+        now(),
+    )
 
 
 class Uplink:
@@ -33,7 +84,6 @@ class Uplink:
         self.ctx = ctx
         cfg = ctx.config
         u = cfg["uplink"]
-        lc = cfg.get("link", {})
         self.kind = k = u["kind"]
         try:
             self.mod = getattr(__import__("firmware.uplink_" + k), "uplink_" + k)
@@ -43,62 +93,22 @@ class Uplink:
             )
         self.backoff = Backoff(opt(u, "uplink", "backoff_min"), opt(u, "uplink", "backoff_max"))
         self.reopen_after = opt(u, "uplink", "reopen_after")
-        hb = opt(lc, "link", "heartbeat")
-        self.fo = None  # one gateway: failover.py is not even loaded
-        if u.get("gateways"):
-            from firmware import failover
-
-            self.fo = failover.Failover(
-                failover.gateways(u),
-                opt(u, "uplink", "failover_after") * hb,
-                opt(u, "uplink", "failback"),
-                opt(u, "uplink", "probe_every"),
-                now(),
-            )
+        opts = _options(ctx, k)
+        self.fo = _failover(u, opts.heartbeat)
         self._to = None  # a gateway the watcher chose to move to, and why
         self._why = None
         self._cut = False  # the watcher cancelled the link's run
-        key = cfg.get("key")
-        # "auto": insist on encryption over MQTT, where anyone on the broker
-        # reads along, if this build has AES; else (a UART, no cryptolib) the
-        # link's "auto": sealed, and encrypted where the bridge asks and can.
-        self.seal = opt(lc, "link", "seal")
-        if self.seal == "auto" and k == "mqtt" and cipher.BACKEND:
-            self.seal = "encrypt"
-        exports = opt(lc, "link", "exports")
-        journal = lc.get("journal")
-        if journal and journal[0] != "/" and sys.platform not in ("linux", "darwin", "win32"):
-            journal = "/" + journal  # a board: under the filesystem root
-        block = ctx.board.get("budget", {}).get("fs_block", 4096)
         # The config's key as it is at each handshake: sys/key/set changes it
         # for the next session without a restart.
         self.link = Link(
             ctx.bus,
             ctx.node,
-            key=(lambda node: cfg["key"]) if key else None,
+            key=(lambda node: cfg["key"]) if cfg.get("key") else None,
             sid=sid,
-            seal=self.seal,
             role="initiator",
             link_id="uplink",
             peer="host",
-            exports=_pairs(exports),
-            imports=_pairs(opt(lc, "link", "imports")),
-            export_calls=_pairs(opt(lc, "link", "export_calls")),
-            import_calls=_pairs(opt(lc, "link", "import_calls")),
-            heartbeat=hb,
-            # Its status retained on the device bus (link/uplink) is
-            # off unless asked for: sys/health carries the same
-            # counters, and the dict rebuilt each second is ~1 KB
-            # of a board's heap.
-            status=opt(lc, "link", "status"),
-            handshake_timeout=opt(lc, "link", "handshake_timeout"),
-            out_queue=lc.get("out_queue", ctx.board.get("queues", {}).get("uplink_tx", 16)),
-            max_pending=opt(lc, "link", "max_pending"),
-            spool=ctx.spool,
-            spool_policy=opt(lc, "link", "spool_policy"),
-            journal=journal,
-            journal_bytes=opt(lc, "link", "journal_bytes"),
-            journal_block=block,
+            opts=opts,
         )
         ctx.link = self.link
         prep = getattr(self.mod, "prepare", None)

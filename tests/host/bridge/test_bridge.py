@@ -553,16 +553,16 @@ def test_one_task_ticks_many_links_and_a_failing_tick_stops_none(caplog):
     tick raises is counted and logged once, and the others go on."""
     from edgebus.bridge.links import tick_links
     from edgebus.link.link import Link
+    from edgebus.link.options import Options
     from edgebus.link.pipe import pair
 
     async def main():
         links = {}
         for i in range(3):
-            a = Link(edgebus.Bus(), "d%d" % i, key=b"k", role="initiator", heartbeat=0.2)
-            b = Link(edgebus.Bus(), "gw", key=b"k", role="responder", heartbeat=0.2)
+            o = Options(heartbeat=0.2, ticks=False)
+            a = Link(edgebus.Bus(), "d%d" % i, key=b"k", role="initiator", opts=o)
+            b = Link(edgebus.Bus(), "gw", key=b"k", role="responder", opts=o)
             links["d%d" % i], links["gw%d" % i] = a, b
-        for link in links.values():
-            link.ticks = False
         broken = links["d2"]
 
         def fail():

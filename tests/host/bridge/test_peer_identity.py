@@ -261,7 +261,7 @@ async def _gateway(tmp_path):
     t = asyncio.create_task(b.run())
     await until(lambda: b.appender is not None, 10)
     hl = Link(b.bus, "gw", key=KEY, role="responder", link_id="test:dev1", peer="dev1",
-              imports=[("#", "dev/{node}")], **b.durability())  # fmt: skip
+              opts=b.link_options.make("device", imports=[("#", "dev/{node}")]))  # fmt: skip
     b.add_link(hl)
     return b, t, hl
 

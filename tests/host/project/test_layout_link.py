@@ -1,9 +1,12 @@
 """The Link's state has one owner per field (ARCHITECTURE.md): ``Link.__init__``
 sets the fields in one block per owner, headed ``# -- NAME.py:`` (``# -- any
-module:`` for the latest error, which every concern reports). Outside link.py
-only a field's owner assigns ``link.<field>``; a field set in an owner's
+module:`` for the latest error, which every concern reports), and calls each
+owner's ``init(link)``, whose fields are that owner's. Outside link.py only a
+field's owner assigns ``link.<field>``; a field set in an owner's
 ``reset(link)`` belongs to that owner, and every reset runs in both ``__init__``
-and ``end_session``, so end_session repeats no initial value itself."""
+(directly or through its owner's init) and ``end_session``, so end_session
+repeats no initial value itself. The hooks (``Link.HOOKS``) are the link's
+owner's: assigned outside the link package only."""
 
 import ast
 import os
@@ -65,16 +68,34 @@ def _def(body, name):
     return None
 
 
-def _resets(fn):
-    """The modules whose reset(self) ``fn`` calls: ["tx", ...]."""
-    return [
-        n.func.value.id
+def _calls(fn, name="reset"):
+    """The modules whose ``name``(self) ``fn`` calls: ["tx", ...], also as
+    ``for m in (tx, rx): m.name(self)``."""
+    loops = {
+        n.target.id: [e.id for e in n.iter.elts if isinstance(e, ast.Name)]
         for n in ast.walk(fn)
-        if isinstance(n, ast.Call)
-        and isinstance(n.func, ast.Attribute)
-        and n.func.attr == "reset"
-        and isinstance(n.func.value, ast.Name)
-    ]
+        if isinstance(n, ast.For)
+        and isinstance(n.target, ast.Name)
+        and isinstance(n.iter, (ast.Tuple, ast.List))
+    }
+    out = []
+    for n in ast.walk(fn):
+        if (
+            isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Attribute)
+            and n.func.attr == name
+            and isinstance(n.func.value, ast.Name)
+        ):
+            out.extend(loops.get(n.func.value.id, [n.func.value.id]))
+    return out
+
+
+def _calls_own_reset(fn):
+    """Does an owner's init() call its module's reset()?"""
+    return any(
+        isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == "reset"
+        for n in ast.walk(fn)
+    )
 
 
 def _own(owner, field, who, where, out):
@@ -96,30 +117,44 @@ def _init_owners(source, init, pkg, owner, out):
         _own(owner, field, who[-1] if who else None, "%s:%d" % (LINK, line), out)
 
 
-def _reset_owners(trees, pkg, owner, out):
-    """{path: its reset()} of the link package; each owns the fields it sets,
-    which __init__ must not set too."""
-    first = set(owner)
-    resets = {}
+def _owner_fns(trees, pkg, owner, out, name, started):
+    """{path: its ``name``(link)} of the link package ("init" or "reset"); each
+    owns the fields it sets, which ``started`` ({field: where}: __init__, an
+    init) must not set too."""
+    fns = {}
     for p, tree in trees.items():
-        r = _def(tree.body, "reset") if p.startswith(pkg) else None
+        r = _def(tree.body, name) if p.startswith(pkg) else None
         if r is not None:
-            resets[p] = r
+            fns[p] = r
             for field, line, _ in _writes(r, r.args.args[0].arg):
-                if field in first:
-                    out.append("%s:%d: %s is set in __init__ and reset()" % (p, line, field))
+                if field in started:
+                    out.append(
+                        "%s:%d: %s is set in %s and %s()" % (p, line, field, started[field], name)
+                    )
                 _own(owner, field, p, "%s:%d" % (p, line), out)
-    return resets
+    return fns
 
 
-def _check_end_session(init, end, pkg, owner, first, resets, out):
-    """Each reset runs at the start and at a session's end; end_session sets
-    no initial value again, nor a field a reset() sets."""
+def _check_end_session(init, end, pkg, owner, first, fns, out):
+    """Each init runs at the start, each reset at the start (or in its
+    owner's init) and at a session's end; end_session sets no initial value
+    again, nor a field a reset() sets."""
+    inits, resets = fns
+    at_start = {pkg + m + ".py" for m in _calls(init, "init")}
+    for p in sorted(set(inits) - at_start):
+        out.append("%s: __init__ does not call %s init()" % (LINK, p))
     for fn in (init, end):
-        called = {pkg + m + ".py" for m in _resets(fn)}
+        called = {pkg + m + ".py" for m in _calls(fn)}
+        if fn is init:
+            called |= {p for p in at_start & set(inits) if _calls_own_reset(inits[p])}
         for p in sorted(set(resets) - called):
             out.append("%s: %s does not call %s reset()" % (LINK, fn.name, p))
-    start = {f: ast.dump(a.value) for f, _, a in _writes(init, "self") if isinstance(a, ast.Assign)}
+    start = {
+        f: ast.dump(a.value)
+        for fn, me in [(init, "self")] + [(i, i.args.args[0].arg) for i in inits.values()]
+        for f, _, a in _writes(fn, me)
+        if isinstance(a, ast.Assign)
+    }
     for field, line, a in _writes(end, "self"):
         if owner.get(field) in resets and field not in first:
             out.append(
@@ -133,8 +168,18 @@ def _check_end_session(init, end, pkg, owner, first, resets, out):
             )
 
 
-def _check_writers(cls, trees, owner, out):
-    """Who writes what: link.py only the fields __init__ sets, another module its own."""
+def _hooks(cls):
+    """The names in the class's ``HOOKS = (...)``."""
+    for n in cls.body:
+        if isinstance(n, ast.Assign) and [getattr(t, "id", None) for t in n.targets] == ["HOOKS"]:
+            return set(ast.literal_eval(n.value))
+    return set()
+
+
+def _check_writers(cls, trees, pkg, owner, out):
+    """Who writes what: link.py only the fields __init__ sets, another module its own;
+    a hook only the link's owner, outside the link package."""
+    hooks = _hooks(cls)
     for field, line, _ in _writes(cls, "self"):
         if field not in owner:
             out.append("%s:%d: self.%s is not set in __init__" % (LINK, line, field))
@@ -143,6 +188,10 @@ def _check_writers(cls, trees, owner, out):
             continue
         for field, line, _ in _writes(tree, "link"):
             who = owner.get(field)
+            if field in hooks:
+                if p.startswith(pkg):
+                    out.append("%s:%d: link.%s is the owner's hook" % (p, line, field))
+                continue
             if who is None:
                 out.append(
                     "%s:%d: link.%s is no Link field (set it in __init__)" % (p, line, field)
@@ -161,12 +210,15 @@ def check(sources):
     cls = [n for n in trees[LINK].body if isinstance(n, ast.ClassDef) and n.name == "Link"][0]
     init, end = _def(cls.body, "__init__"), _def(cls.body, "end_session")
     _init_owners(sources[LINK], init, pkg, owner, out)
+    started = dict.fromkeys(owner, "__init__")
+    inits = _owner_fns(trees, pkg, owner, out, "init", started)
+    started.update((f, p + " init()") for f, p in owner.items() if f not in started)
     first = set(owner)
-    resets = _reset_owners(trees, pkg, owner, out)
+    resets = _owner_fns(trees, pkg, owner, out, "reset", started)
     for f in sorted(f for f, who in owner.items() if who is None):
         out.append("%s: %s is in no owner's block" % (LINK, f))
-    _check_end_session(init, end, pkg, owner, first, resets, out)
-    _check_writers(cls, trees, owner, out)
+    _check_end_session(init, end, pkg, owner, first, (inits, resets), out)
+    _check_writers(cls, trees, pkg, owner, out)
     return owner, out
 
 
@@ -254,3 +306,42 @@ def test_a_link_keeps_to_97_fields():
     from edgebus.link.link import Link
 
     assert len(vars(Link(edgebus.Bus(), "n"))) <= 97
+
+
+HOOK_SRC = """
+class Link:
+    HOOKS = ("on_gap",)
+
+    def __init__(self):
+        # -- link.py: configuration --
+        self.node = 1
+        tx.init(self)
+
+    def end_session(self, why):
+        tx.reset(self)
+"""
+INIT_SRC = """def init(link):
+    link._q = []
+    reset(link)
+
+def reset(link):
+    link._q = None
+    link.on_gap = None
+"""
+
+
+def test_an_owners_init_and_the_hooks_are_checked():
+    found = check(
+        {
+            LINK: HOOK_SRC,
+            "link/tx.py": INIT_SRC,
+            "link/rx.py": "def init(link):\n    link._n = 0\n",
+            "bridge/x.py": "def f(link):\n    link.on_gap = print\n    link._q = 1\n",
+        }
+    )[1]
+    assert sorted(found) == [
+        "bridge/x.py:3: link._q belongs to link/tx.py",
+        "link/link.py: __init__ does not call link/rx.py init()",
+        "link/tx.py:6: _q is set in link/tx.py init() and reset()",
+        "link/tx.py:7: link.on_gap is the owner's hook",
+    ]
