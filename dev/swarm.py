@@ -39,26 +39,28 @@ import sys
 import time
 
 import edgebus
-
-# A baseline tree the bench measures beside this one may predate the one backoff,
-# the shared ticker or the one installed name (host packages at the top level).
-try:
-    from edgebus.backoff import Backoff
-except ImportError:
-    try:
-        from edgebus.bridge.links import Backoff
-    except ImportError:
-        Backoff = importlib.import_module("bridge.links").Backoff
-try:
-    from edgebus.bridge.links import tick_links
-except ImportError:
-    try:
-        tick_links = importlib.import_module("bridge.links").tick_links
-    except (ImportError, AttributeError):
-        tick_links = None
 from edgebus.compat import wait_for
 from edgebus.link.link import Link
 from edgebus.link.mqtt import MqttTransport
+
+# A baseline tree the bench measures beside this one may predate the one backoff,
+# the shared ticker, the bridge's links/ package or the one installed name (host
+# packages at the top level): each name from the first module that has it.
+
+
+def _first(name, *modules):
+    for m in modules:
+        try:
+            return getattr(importlib.import_module(m), name)
+        except (ImportError, AttributeError):
+            continue
+    return None
+
+
+Backoff = _first("Backoff", "edgebus.backoff", "edgebus.bridge.links", "bridge.links")
+tick_links = _first(
+    "tick_links", "edgebus.bridge.links.ticker", "edgebus.bridge.links", "bridge.links"
+)
 
 try:  # this tree: ticks is a link option; a baseline's: an attribute, or none
     from edgebus.link.options import Options

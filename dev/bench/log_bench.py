@@ -1,4 +1,4 @@
-"""The bridge's telemetry appender (bridge/telemetry.py) with group commit:
+"""The bridge's telemetry appender (bridge/telemetry/appender.py) with group commit:
 records/s it makes durable, and the latency from a publish on the host bus to
 the acknowledgement a durable link would send (the group commit that covers
 it), for each commit_ms. Real bus, real appender, real log on this machine's
@@ -19,7 +19,7 @@ import time
 import edgebus
 from dev.bench.stats import summary
 from edgebus.bridge import config as bridge_config
-from edgebus.bridge.telemetry import Appender
+from edgebus.bridge.telemetry.appender import Appender
 
 COMMIT_MS = (0, 10, 20, 50, 100, 200)
 NO_SYNC_MS = 10**7  # a commit period longer than any run: no sync point

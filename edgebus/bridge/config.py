@@ -31,7 +31,7 @@ EXAMPLE = str(importlib.resources.files("edgebus.bridge") / "example.toml")
 # The log's group commit period (dev/bench/log_bench.py measured it: BENCHMARKS.md).
 DEFAULT_COMMIT_MS = 20
 # The log's queue (messages): its room up to high water is shared among the
-# durable links as their windows (logflow.py), so it is sized for a fleet:
+# durable links as their windows (flow.py), so it is sized for a fleet:
 # 65,536 gives each of 5,000 devices 8 frames ahead of its last ACK.
 DEFAULT_LOG_QUEUE = 65536
 CLIENT_QUEUE = 32  # messages per feed a local socket client gets by default
@@ -95,7 +95,7 @@ class Peer:
     seal: str | None = None  # None: [bridge] seal
     paced: bool | None = None  # None: [bridge] paced
     # devices (node patterns, + and #) whose identity this peer's relayed
-    # readings may carry into the log (bridge/relay.py); none: its own
+    # readings may carry into the log (bridge/links/relay.py); none: its own
     relays: list = field(default_factory=list)
 
 
@@ -141,7 +141,7 @@ class Config:
     # acknowledgements and a send window (one such device slowed every other
     # 100x), unless this or its entry's `paced` is false.
     paced: bool = True
-    # [quota] (bridge/quota.py): per device, readings a second it may take
+    # [quota] (bridge/links/quota.py): per device, readings a second it may take
     # (sustained; a bucket of quota_burst seconds' worth), and retained facts.
     quota_readings: float = 1000.0
     quota_burst: float = 10.0

@@ -14,8 +14,8 @@ if TYPE_CHECKING:
     from edgebus.bridge.acl import Authoriser
     from edgebus.bridge.config import Config, Mqtt
     from edgebus.bridge.keystore import KeyStore
-    from edgebus.bridge.linkopts import LinkOptions
-    from edgebus.bridge.statefile import StateFile
+    from edgebus.bridge.links.options import LinkOptions
+    from edgebus.bridge.links.statefile import StateFile
     from edgebus.bus import Bus
     from edgebus.conn import Connection
     from edgebus.link.link import Link
@@ -28,7 +28,7 @@ class MailboxView(Protocol):
 
 
 class MqttView(Protocol):
-    """The MQTT links (mqtt_links.py) as reload and key rotation use them."""
+    """The MQTT links (links/mqtt.py) as reload and key rotation use them."""
 
     @property
     def links(self) -> dict[str, Link]: ...

@@ -19,17 +19,18 @@ import time
 from typing import TYPE_CHECKING, Any, Iterable
 
 import edgebus
-from edgebus.bridge import acl, callerinfo, links, reload, rotation, status
+from edgebus.bridge import acl, callerinfo, reload, rotation, status
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.keystore import KeyStore
-from edgebus.bridge.linkopts import LinkOptions
+from edgebus.bridge.links import local
+from edgebus.bridge.links.options import LinkOptions
+from edgebus.bridge.links.quota import Quota, Watch
+from edgebus.bridge.links.statefile import StateFile
 from edgebus.bridge.mailbox import Mailbox
-from edgebus.bridge.quota import Quota, Watch
-from edgebus.bridge.statefile import StateFile
 from edgebus.compat import wait_for
 
 if TYPE_CHECKING:
-    from edgebus.bridge.telemetry import Appender
+    from edgebus.bridge.telemetry.appender import Appender
     from edgebus.link.link import Link
 
 log = logging.getLogger("edgebus.bridge")
@@ -87,12 +88,12 @@ class Bridge:
         self.limited: set[str] = set()  # the link ids under it
         self.watch = Watch()
         if cfg.mqtt is not None:
-            from edgebus.bridge.mqtt_links import MqttLinks
+            from edgebus.bridge.links.mqtt import MqttLinks
 
             self.mqtt = MqttLinks(self, cfg.mqtt)
 
     def hold(self, link: Link) -> bool:
-        """Link.hold: the log's pushback for durable links (logflow.py),
+        """Link.hold: the log's pushback for durable links (flow.py),
         then a device's readings quota (quota.py)."""
         a = self.appender
         if a is not None and link.durable and a.hold(link):
@@ -124,7 +125,7 @@ class Bridge:
             self.watch.check(list(self.links.values()))
 
     def gap(self, link: Link, first: int, last: int, why: str, sid: str | None) -> None:
-        """Link.on_gap: with a log, one bridge/gaps record (telemetry.py)."""
+        """Link.on_gap: with a log, one bridge/gaps record (appender.py)."""
         if self.appender is not None:
             self.appender.gap(link, first, last, why, sid)
 
@@ -204,7 +205,7 @@ class Bridge:
         self.tasks.append(asyncio.create_task(reload.serve(self)))
         self.tasks.append(asyncio.create_task(self.mailbox.run()))
         for dev in cfg.serial:
-            self.tasks.append(asyncio.create_task(links.run_serial(self, dev)))
+            self.tasks.append(asyncio.create_task(local.run_serial(self, dev)))
         if self.mqtt is not None:
             self.tasks.append(asyncio.create_task(self.mqtt.run()))
         servers = await self._listen()
@@ -219,8 +220,8 @@ class Bridge:
 
     def _open_log(self, log_dir: str) -> None:
         """The telemetry log's appender; the links resume from what it holds."""
-        from edgebus.bridge.loghealth import resume_links
-        from edgebus.bridge.telemetry import Appender
+        from edgebus.bridge.telemetry.appender import Appender
+        from edgebus.bridge.telemetry.health import resume_links
 
         cfg = self.cfg
         with bridge_config.blame("[log]", "dir", log_dir, "cannot open the log"):
@@ -235,7 +236,7 @@ class Bridge:
         blame = bridge_config.blame
         servers = []
         if cfg.peers:
-            from edgebus.bridge import peers
+            from edgebus.bridge.links import peers
 
             for i, p in enumerate(cfg.peers):
                 if p.connect:
@@ -247,7 +248,7 @@ class Bridge:
                         servers.append(await peers.listen(self, p))
         if cfg.socket:
             with blame("[bridge]", "socket", cfg.socket, "cannot listen"):
-                servers.append(await links.serve_local(self, cfg.socket))
+                servers.append(await local.serve_local(self, cfg.socket))
         if cfg.metrics:
             from edgebus.bridge import metrics
 

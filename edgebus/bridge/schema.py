@@ -156,7 +156,7 @@ SCHEMA = {
             "relays": Key(list, PATTERNS),
         },
     ),
-    # what one device may take of the bridge (bridge/quota.py)
+    # what one device may take of the bridge (bridge/links/quota.py)
     "quota": (
         "[quota]",
         {

@@ -1,7 +1,7 @@
 """The bridge's local unix socket from both ends: where it is, the largest
 frame on it, a host link's spool, joining it (``attach_local``), and the link
 counters its status replies count as errors. The bridge serves the socket
-(bridge/links.py); the shell commands (tools/) join it, and need nothing of
+(bridge/links/local.py); the shell commands (tools/) join it, and need nothing of
 the daemon's."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ ERRORS = (
     "denied",
     "forged",
     "replayed",
-    # a device's frames refused for its own doing (bridge/quota.py)
+    # a device's frames refused for its own doing (bridge/links/quota.py)
     "over_quota",
     "over_window",
     "over_share",

@@ -23,7 +23,7 @@ def test_deep_payload_does_not_stop_the_telemetry_log(tmp_path):
     appender's errors) and logging goes on."""
     from edgebus import tlog
     from edgebus.bridge import config as bridge_config
-    from edgebus.bridge.telemetry import Appender
+    from edgebus.bridge.telemetry.appender import Appender
 
     cfg = bridge_config.parse({"log": {"dir": str(tmp_path / "log"), "patterns": ["dev/#"]}})
     bus = edgebus.Bus()

@@ -146,7 +146,7 @@ def test_the_bridge_counts_the_hostile_device_and_names_it(run):
         assert "pace_required" in (hostile["last_error"] or ""), hostile
         want = "sessions refused"
     elif mode == "ignore":
-        # Muted (bridge/quota.py Mutes: its frames go unread for a while) when
+        # Muted (bridge/links/quota.py Mutes: its frames go unread for a while) when
         # it floods past the mark; on a loaded machine its process may not
         # get there, and its frames past the window are refused all the same.
         refused = ("muted", "over_window", "over_quota", "over_share")

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 import edgebus
 from edgebus import tlog
 from edgebus.bridge import config as bridge_config
-from edgebus.bridge.telemetry import Appender
+from edgebus.bridge.telemetry.appender import Appender
 from edgebus.link.link import Link
 from edgebus.link.pipe import pair
 from tests.portable.linkkit import until

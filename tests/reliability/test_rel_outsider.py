@@ -34,7 +34,7 @@ from dev.broker import Mosquitto, free_port
 from dev.harness.mqtt import Watcher
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
-from edgebus.bridge.peers import PEER_MAX_LEN
+from edgebus.bridge.links.peers import PEER_MAX_LEN
 from edgebus.link import frame, wire
 from edgebus.tools.commands import status
 from edgebus.tools.sim.fleet import Fleet, merge

@@ -551,7 +551,7 @@ def test_one_task_ticks_many_links_and_a_failing_tick_stops_none(caplog):
     """tick_links drives the timers of links that do not tick themselves
     (heartbeats: each side learns its round trip from PONGs); a link whose
     tick raises is counted and logged once, and the others go on."""
-    from edgebus.bridge.links import tick_links
+    from edgebus.bridge.links.ticker import tick_links
     from edgebus.link.link import Link
     from edgebus.link.options import Options
     from edgebus.link.pipe import pair
@@ -601,7 +601,7 @@ def test_the_state_file_counts_each_new_generation(tmp_path):
     """A link's state is a dict that tells its file when a new peer boot's
     generation is set (the bridge saves the file soon after), and nothing
     else it writes (rx_next moves with every frame); it loads what it saved."""
-    from edgebus.bridge.statefile import StateFile
+    from edgebus.bridge.links.statefile import StateFile
 
     f = StateFile(str(tmp_path))
     st = f.for_link("mqtt:a")

@@ -165,7 +165,7 @@ def test_a_dial_that_gets_no_answer_is_given_up_and_tried_again(tmp_path, monkey
     """A peer whose address takes no connection (its accept queue full, as a
     wedged host's is: the SYN is dropped) costs a dial CONNECT_TIMEOUT, not
     the OS's minutes; the link says why and dials again."""
-    from edgebus.bridge import peers
+    from edgebus.bridge.links import peers
 
     monkeypatch.setattr(peers, "CONNECT_TIMEOUT", 0.5)
     wedged = socket.socket()

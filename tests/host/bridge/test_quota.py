@@ -1,9 +1,9 @@
 """A device that floods past its window is muted for a while, longer each
-time (bridge/quota.py Mutes); an honest device never is. Real Links, with
+time (bridge/links/quota.py Mutes); an honest device never is. Real Links, with
 their counters moved as their receive path moves them, and a given clock."""
 
 import edgebus
-from edgebus.bridge.quota import FORGIVE, MUTE_AT, MUTE_FIRST, MUTE_MAX, Mutes
+from edgebus.bridge.links.quota import FORGIVE, MUTE_AT, MUTE_FIRST, MUTE_MAX, Mutes
 from edgebus.link.link import Link
 
 

@@ -1,6 +1,6 @@
 """MQTT links with a real mosquitto (started on a free loopback port): the
 device side runs edgebus.link.mqtt under the real micropython binary, the
-bridge side paho-mqtt on the event loop (bridge/mqtt_conn.py) for the frames
+bridge side paho-mqtt on the event loop (bridge/links/mqtt_conn.py) for the frames
 and aiomqtt for the mirror."""
 
 import asyncio
@@ -17,8 +17,8 @@ import pytest
 from dev.broker import Mosquitto
 from dev.harness.bridge import mqtt_config
 from edgebus.bridge import config as bridge_config
-from edgebus.bridge import mqtt_conn, mqtt_transport, quota
 from edgebus.bridge.daemon import Bridge
+from edgebus.bridge.links import mqtt_conn, mqtt_transport, quota
 from edgebus.link import frame, seal
 from tests.conftest import until
 
@@ -239,7 +239,7 @@ def test_a_flooding_device_gets_its_share_and_never_stops_the_others(broker):
 
 def test_a_device_that_floods_is_muted_for_a_while_then_heard_again(tmp_path, broker, monkeypatch):
     """A burst far past what an honest device sends unacknowledged (a
-    window) mutes that device (bridge/quota.py Mutes): the bridge subscribes
+    window) mutes that device (bridge/links/quota.py Mutes): the bridge subscribes
     to each device but its frames, drops what was on its way unread
     (muted_dropped), and once the mute ends takes the wildcard again and
     hears the device."""

@@ -1,9 +1,10 @@
 """The layout holds: one path per file (the code where Python imports it, the
-top-level parts links to it), no import circle, no private reach across
-packages, no one-letter module alias but pyspark's ``F``, nothing installed
-imports dev/, the host packages are imported under edgebus only and all
-installed, and no module in the product's big parts grows past 500 lines
-(ARCHITECTURE.md)."""
+top-level parts links to it), no import circle (type-checking imports
+included), no arrow up or sideways between the stack's parts, no private
+reach across packages, no one-letter module alias but pyspark's ``F``,
+nothing installed imports dev/, the host packages are imported under edgebus
+only and all installed, and no module in the product's big parts grows past
+500 lines nor a function past 60 (ARCHITECTURE.md)."""
 
 import ast
 import os
@@ -67,22 +68,13 @@ def _package(name):
 
 
 def _imports(name):
-    """(imported module, names taken from it, alias -> module) for one module."""
+    """(imported module, names taken from it, alias -> module) for one module,
+    imports under `if TYPE_CHECKING:` included: a circle mypy follows is one a
+    reader follows too."""
     path, is_pkg = MODULES[name]
     tree = ast.parse(Path(path).read_text(), path)
     found, aliases = [], {}
-    # Imports under `if TYPE_CHECKING:` are for mypy only and never run.
-    typing_only = {
-        id(n)
-        for top in ast.walk(tree)
-        if isinstance(top, ast.If)
-        and ast.unparse(top.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
-        for b in top.body
-        for n in ast.walk(b)
-    }
     for node in ast.walk(tree):
-        if id(node) in typing_only:
-            continue
         if isinstance(node, ast.Import):
             for a in node.names:
                 if a.name.split(".")[0] in PACKAGES:
@@ -128,6 +120,41 @@ def test_no_import_circle():
         if m not in state:
             visit(m)
     assert circles == []
+
+
+# The stack, bottom up: a part imports only parts on a lower layer (no arrow
+# up, and none sideways: the bridge and ingest meet only in the log format).
+LAYERS = {
+    "core": 0,  # edgebus/*.py, portable
+    "link": 1,  # edgebus/link, portable
+    "tlog": 2,
+    "client": 2,
+    "firmware": 2,  # the device runtime, portable
+    "boards": 2,
+    "bridge": 3,
+    "ingest": 3,
+    "tools": 4,
+    "dev": 5,  # not installed
+}
+
+
+def _layer_part(mod):
+    p = mod.split(".")
+    if p[0] != "edgebus":
+        return p[0]
+    return "link" if p[1:2] == ["link"] else FOLDER[mod] if FOLDER[mod] != "edgebus" else "core"
+
+
+def test_no_arrow_up_or_sideways_between_parts():
+    bad = sorted(
+        "%s -> %s" % (m, i)
+        for m in MODULES
+        for i, _ in _imports(m)[1]
+        if i in MODULES
+        and _layer_part(i) != _layer_part(m)
+        and LAYERS[_layer_part(i)] >= LAYERS[_layer_part(m)]
+    )
+    assert bad == []
 
 
 def test_no_private_name_of_another_package():
@@ -260,5 +287,23 @@ def test_modules_stay_small(top):
         if FOLDER[m] == top
         for n in [sum(1 for _ in Path(path).read_text().splitlines(True))]
         if n > MAX_LINES
+    }
+    assert big == {}
+
+
+MAX_FUNCTION_LINES = 60
+
+
+@pytest.mark.parametrize("top", SIZE_CAPPED)
+def test_functions_stay_small(top):
+    """No function (or method) in the product over 60 lines, its docstring
+    included: one that long does more than one thing."""
+    big = {
+        "%s.%s" % (m, n.name): n.end_lineno - n.lineno + 1
+        for m, (path, _) in MODULES.items()
+        if FOLDER[m] == top
+        for n in ast.walk(ast.parse(Path(path).read_text(), path))
+        if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+        and n.end_lineno - n.lineno + 1 > MAX_FUNCTION_LINES
     }
     assert big == {}

@@ -10,7 +10,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from edgebus.bridge.links import retry_backoff
+from edgebus.bridge.links.ticker import retry_backoff
 from edgebus.client.local import host_spool
 from edgebus.compat import wait_for
 from edgebus.link.link import Link
@@ -59,7 +59,7 @@ def peer_link(bridge: BridgeView, p: Peer) -> Link:
     if bridge.cfg.log_dir is not None and p.exports:
         # What the log holds and the peer had not acknowledged is given
         # again after a restart (relay.py), beside what comes live.
-        from edgebus.bridge.relay import Resender, resender_path
+        from edgebus.bridge.links.relay import Resender, resender_path
 
         r = Resender(link, bridge.cfg.log_dir, resender_path(bridge.cfg.state_dir, p.node))
         bridge.tasks.append(asyncio.create_task(r.run()))

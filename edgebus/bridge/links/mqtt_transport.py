@@ -1,5 +1,5 @@
 """The link transport of one MQTT device on the bridge's shared broker
-connection (bridge/mqtt_links.py): the connection's reader hands it each
+connection (bridge/links/mqtt.py): the connection's reader hands it each
 frame, which it queues in a plain list that the device's Link takes in one
 batch; a send is a publish on the device's down topic."""
 
@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Callable
 from edgebus.link import frame
 
 if TYPE_CHECKING:
-    from edgebus.bridge.mqtt_conn import Connection
+    from edgebus.bridge.links.mqtt_conn import Connection
 
 
 # Frames waiting for the links of one connection, over all its devices: past
@@ -113,7 +113,7 @@ class DeviceTransport:
         self.closed = False
         self.bare = False  # the link's to set: its sealed session's peer takes bare bodies
         self._turns = False  # the last recv() took a full batch: let the others run first
-        # The flood watch's (bridge/quota.py Mutes): messages since its last
+        # The flood watch's (bridge/links/quota.py Mutes): messages since its last
         # pass, on_flood() called when they reach flood_at (0: never; it may
         # raise the mark), and whether the device is muted (its frames still
         # on their way are dropped here, counted muted_dropped, undecoded).

@@ -3,16 +3,16 @@ commit: a sync point at most every commit_ms while records are pending, after
 which every device link acknowledges what it had delivered before it.
 
 The Appender runs the loop that joins the log's parts, one job each: its
-queues on the host bus (logintake.py), the records (logrecords.py), the
-writer and its worker thread (logsink.py), the acknowledgements
-(logacks.py), the durable links' windows and holds (logflow.py), the
-operator's warning (logwatch.py) and the log's health (loghealth.py).
+queues on the host bus (intake.py), the records (records.py), the
+writer and its worker thread (sink.py), the acknowledgements
+(acks.py), the durable links' windows and holds (flow.py), the
+operator's warning (watch.py) and the log's health (health.py).
 Past the worker's trips in flight, messages wait in the log's queues; their
 fill is the log's backlog. The durable links' devices share its room as
 their windows, and the links ask hold() before they take a numbered frame
 (docs/protocol.md 11): past high water they push back instead of
 delivering what the log might not hold. A log that fails (a full disk)
-holds them back until it takes writes again (loghealth.py)."""
+holds them back until it takes writes again (health.py)."""
 
 from __future__ import annotations
 
@@ -21,13 +21,13 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, Iterable
 
-from edgebus.bridge import loghealth
-from edgebus.bridge.logacks import IDLE, Acks, Marks
-from edgebus.bridge.logflow import Flow
-from edgebus.bridge.logintake import GAPS, Intake
-from edgebus.bridge.logrecords import Records
-from edgebus.bridge.logsink import Sink, Written
-from edgebus.bridge.logwatch import LogWatch
+from edgebus.bridge.telemetry import health
+from edgebus.bridge.telemetry.acks import IDLE, Acks, Marks
+from edgebus.bridge.telemetry.flow import Flow
+from edgebus.bridge.telemetry.intake import GAPS, Intake
+from edgebus.bridge.telemetry.records import Records
+from edgebus.bridge.telemetry.sink import Sink, Written
+from edgebus.bridge.telemetry.watch import LogWatch
 from edgebus.compat import wait_for
 
 if TYPE_CHECKING:
@@ -47,12 +47,12 @@ class Appender:
 
     links is the bridge's dict link_id -> Link (read live). After each group
     commit every link whose rx_mark() moved is told acknowledge(mark)
-    (logacks.py). Nothing a durable link delivered is ever dropped on the
+    (acks.py). Nothing a durable link delivered is ever dropped on the
     way: the queues refuse the newest message when full (reject_newest), and
     hold() keeps durable links out of the last ``reserve`` places, so each
     message they deliver has one. A record that cannot be encoded is refused
     to its link (Link.refuse) before the acknowledgement that passes it.
-    While the log is failed (``health``, loghealth.py) nothing is acknowledged."""
+    While the log is failed (``health``, health.py) nothing is acknowledged."""
 
     def __init__(
         self,
@@ -63,14 +63,14 @@ class Appender:
         reserve: int | None = None,
     ) -> None:
         self.cfg = cfg
-        writer = loghealth.open_log(cfg)
-        self.health = loghealth.Health(cfg)  # a failed log, the disk's free space
+        writer = health.open_log(cfg)
+        self.health = health.Health(cfg)  # a failed log, the disk's free space
         self.commit_ms = cfg.commit_ms
         self.links = {} if links is None else links
         self.intake = Intake(bus, cfg.log_patterns, queue_len)
         self.flow = Flow(self.intake, self.links, self.health, queue_len, reserve)
         self.records = Records(cfg.peers)
-        self.sink = Sink(writer, self.links, self.records, lambda e: loghealth.fail(self, e))
+        self.sink = Sink(writer, self.links, self.records, lambda e: health.fail(self, e))
         self.acks = Acks(self.links)
         self.watch = LogWatch(self.intake, self.flow)
         self.unsynced = 0  # records appended since the last sync point
@@ -96,7 +96,7 @@ class Appender:
         return self.intake.queued()
 
     def hold(self, link: Link | None = None) -> bool:
-        """Link.hold for durable links (logflow.Flow.hold)."""
+        """Link.hold for durable links (flow.Flow.hold)."""
         return self.flow.hold(link)
 
     def gap(self, link: Link, first: int, last: int, why: str, sid: str | None) -> None:
@@ -154,9 +154,9 @@ class Appender:
         self.watch.check(time.monotonic())
 
     def _housekeeping(self) -> None:
-        """Age rolls, retention and the disk's free space (loghealth.housekeeping)."""
+        """Age rolls, retention and the disk's free space (health.housekeeping)."""
         self.sink.trip(
-            loghealth.housekeeping, self.sink, then=lambda free, t0: loghealth.space(self, free)
+            health.housekeeping, self.sink, then=lambda free, t0: health.space(self, free)
         )
 
     async def run(self) -> None:
@@ -167,7 +167,7 @@ class Appender:
             while True:
                 wake.clear()
                 if self.health.failure is not None:
-                    await loghealth.recover(self)
+                    await health.recover(self)
                     continue
                 oldest = self.sink.behind()
                 if oldest is not None:
@@ -203,13 +203,13 @@ class Appender:
                     pass
         except asyncio.CancelledError:
             raise
-        except Exception as e:  # a bug, not the disk (loghealth.fail): nothing resumes it
-            self.health.failure = self.health.failure or loghealth.why(e)
+        except Exception as e:  # a bug, not the disk (health.fail): nothing resumes it
+            self.health.failure = self.health.failure or health.why(e)
             log.error("telemetry: the appender stopped (%r): nothing more is acknowledged", e)
             raise
 
     def state(self) -> str:
-        """ "failed" (loghealth.py), "pushing back" (durable links held in
+        """ "failed" (health.py), "pushing back" (durable links held in
         the last few seconds), "dropping" (other traffic refused lately),
         "low space" (below [log] min_free_bytes) or "ok"."""
         now = time.monotonic()
@@ -224,16 +224,16 @@ class Appender:
     def close(self) -> None:
         """Let the worker finish its trips, append what is left, then seal
         the active segment (durable). A log that failed, or fails now, is
-        closed unsealed, never raising (loghealth.close_failed)."""
+        closed unsealed, never raising (health.close_failed)."""
         self.sink.pool.shutdown(wait=True)
         if self.health.failure is None:
             try:
                 self.drain()
                 self.sink.writer.close()
             except Exception as e:
-                loghealth.fail(self, e)
+                health.fail(self, e)
         if self.health.failure is not None:
-            loghealth.close_failed(self)
+            health.close_failed(self)
         self.unsynced = 0
         self.intake.close()
 

@@ -6,7 +6,7 @@ reopened with the bridge's retry backoff until the disk takes writes again,
 and resumed without a restart, nothing acknowledged lost and nothing logged
 twice; and a restarted bridge's links resumed from what the log holds.
 
-Functions over the appender (bridge/telemetry.py, seen as ``Log``), whose
+Functions over the appender (bridge/telemetry/appender.py, seen as ``Log``), whose
 ``health`` holds this part's state: the appender calls fail() when a trip
 to its worker raises, recover() from its run() while failed, space() with
 the free bytes each housekeeping trip finds, and close_failed() at a stop."""
@@ -21,18 +21,18 @@ import tempfile
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Protocol
 
-from edgebus.bridge.links import retry_backoff
-from edgebus.bridge.relay import hop_seqs
+from edgebus.bridge.links.relay import hop_seqs
+from edgebus.bridge.links.ticker import retry_backoff
 from edgebus.tlog import LogWriter, last_seqs
 
 if TYPE_CHECKING:
     from edgebus import Message
     from edgebus.bridge.config import Config
-    from edgebus.bridge.logacks import Acks
-    from edgebus.bridge.logflow import Flow
-    from edgebus.bridge.logintake import Intake
-    from edgebus.bridge.logsink import Sink
-    from edgebus.bridge.logwatch import LogWatch
+    from edgebus.bridge.telemetry.acks import Acks
+    from edgebus.bridge.telemetry.flow import Flow
+    from edgebus.bridge.telemetry.intake import Intake
+    from edgebus.bridge.telemetry.sink import Sink
+    from edgebus.bridge.telemetry.watch import LogWatch
     from edgebus.link.link import Link
 
 log = logging.getLogger("edgebus.bridge")

@@ -68,13 +68,13 @@ class Quota:
 
 
 # A device that floods is muted: the bridge stops reading its frames
-# (bridge/mqtt_links.py unsubscribes them) for MUTE_FIRST seconds, doubled
+# (bridge/links/mqtt.py unsubscribes them) for MUTE_FIRST seconds, doubled
 # at each mute up to MUTE_MAX, back to MUTE_FIRST after FORGIVE seconds
 # without one. Refusing its frames is not enough: reading and parsing them
 # took the bridge's whole core (~75 % in paho) and the honest devices waited
 # behind them. Flooding is either of:
 # - FLOOD_AT messages within one MUTE_CHECK (4,096 a second), seen as they
-#   arrive, with more than a window (logflow.WINDOW_MAX) of them waiting
+#   arrive, with more than a window (telemetry.flow.WINDOW_MAX) of them waiting
 #   for its link: an honest device may send that fast (a spool drained after
 #   an outage) but never has more than its window unacknowledged, and a
 #   frame its link has not taken is not acknowledged. Only the copies it

@@ -1,7 +1,7 @@
 """The telemetry log's intake: its subscriptions on the host bus (the
 configured patterns, and bridge/gaps whatever they are), each a queue that
 refuses the newest message when full; what waits in them is the log's
-backlog (telemetry.py)."""
+backlog (appender.py)."""
 
 from __future__ import annotations
 

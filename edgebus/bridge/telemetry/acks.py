@@ -4,7 +4,7 @@ only what the log made durable. Each group commit carries the marks
 the commit's last batch is taken from the log's queues; publishing is
 synchronous, so whatever a link had delivered by then is in that batch or
 an earlier one, durable once the sync point returns, when the marks are
-acknowledged (telemetry.py)."""
+acknowledged (appender.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from edgebus.link.link import Link
 
-# Longest wait when nothing is pending (telemetry.py), and how often a commit
+# Longest wait when nothing is pending (appender.py), and how often a commit
 # reads every link's mark: marks that move without a record (gaps, traffic
 # the log does not take) are acknowledged within it.
 IDLE = 1.0

@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Any
 
-from edgebus.bridge.relay import trust, vouch
+from edgebus.bridge.links.relay import trust, vouch
 from edgebus.tlog import record_from_message
 
 if TYPE_CHECKING:

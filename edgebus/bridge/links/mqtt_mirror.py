@@ -15,7 +15,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from edgebus import Message
-from edgebus.bridge.links import retry_backoff
+from edgebus.bridge.links.ticker import retry_backoff
 
 if TYPE_CHECKING:
     from ssl import SSLContext

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 if TYPE_CHECKING:
     from edgebus import Message
-    from edgebus.bridge.logrecords import Records
+    from edgebus.bridge.telemetry.records import Records
     from edgebus.link.link import Link
     from edgebus.tlog import LogWriter
 
@@ -32,7 +32,7 @@ class Sink:
     """The writer, its worker and what they did: ``appended`` records,
     ``errors`` (records refused: each refused to its link, Link.refuse, by
     ``links``, the bridge's dict link_id -> Link) and the writer's
-    ``position``. A trip that raises goes to ``on_fail`` (loghealth.fail)."""
+    ``position``. A trip that raises goes to ``on_fail`` (health.fail)."""
 
     def __init__(
         self,

@@ -86,7 +86,7 @@ def hop_seqs(log_dir: str, link_ids: set[str]) -> dict[tuple[str, str], int]:
     """``{(peer link id, the peer's boot): the highest number of that link}``
     over the relayed records logged under their devices (vouch) in the newest
     TAIL_BYTES of the log: what last_seqs tells of a direct link, for a
-    restart (loghealth.resume_links)."""
+    restart (telemetry.health.resume_links)."""
     out: dict[tuple[str, str], int] = {}
     covered = 0
     files = sealed_files(log_dir)

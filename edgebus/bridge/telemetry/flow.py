@@ -10,7 +10,7 @@ import time
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from edgebus.bridge.logintake import Intake
+    from edgebus.bridge.telemetry.intake import Intake
     from edgebus.link.link import Link
 
 # The most numbered frames a device may have sent and not acknowledged
@@ -21,7 +21,7 @@ PUSHBACK_RECENT = 2.0
 
 
 class Failing(Protocol):
-    """The log's health (loghealth.Health) as the flow reads it."""
+    """The log's health (health.Health) as the flow reads it."""
 
     @property
     def failure(self) -> str | None: ...

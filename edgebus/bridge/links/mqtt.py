@@ -5,11 +5,11 @@ retained <prefix>/<node>/state that each device's last will sets to
 "online" once the connection is subscribed (it can take frames), "offline"
 by its last will or, on a clean stop, published just before DISCONNECT; the
 devices subscribe to it (docs/protocol.md, "MQTT presence"). Optionally
-mirrors chosen host-bus topics as plain MQTT JSON (bridge/mqtt_mirror.py).
+mirrors chosen host-bus topics as plain MQTT JSON (bridge/links/mqtt_mirror.py).
 
 The frames' connection is paho-mqtt driven by the event loop
-(bridge/mqtt_conn.py): paho hands each frame to its device's transport
-(bridge/mqtt_transport.py), which the device's Link reads."""
+(bridge/links/mqtt_conn.py): paho hands each frame to its device's transport
+(bridge/links/mqtt_transport.py), which the device's Link reads."""
 
 from __future__ import annotations
 
@@ -20,12 +20,12 @@ import time
 from typing import TYPE_CHECKING, Any, Iterable
 from urllib.parse import urlparse
 
-from edgebus.bridge import mqtt_conn, mqtt_mirror
 from edgebus.bridge.keystore import KeyStoreError
-from edgebus.bridge.links import retry_backoff, tick_links
-from edgebus.bridge.logflow import WINDOW_MAX
-from edgebus.bridge.mqtt_transport import Backlog, DeviceTransport
-from edgebus.bridge.quota import FLOOD_AT, FLOOD_STEP, MUTE_CHECK, Mutes
+from edgebus.bridge.links import mqtt_conn, mqtt_mirror
+from edgebus.bridge.links.mqtt_transport import Backlog, DeviceTransport
+from edgebus.bridge.links.quota import FLOOD_AT, FLOOD_STEP, MUTE_CHECK, Mutes
+from edgebus.bridge.links.ticker import retry_backoff, tick_links
+from edgebus.bridge.telemetry.flow import WINDOW_MAX
 from edgebus.link.link import Link
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
     from edgebus.bridge.config import Mqtt
     from edgebus.bridge.context import BridgeView
-    from edgebus.bridge.mqtt_conn import Connection
+    from edgebus.bridge.links.mqtt_conn import Connection
 
 log = logging.getLogger("edgebus.bridge")
 

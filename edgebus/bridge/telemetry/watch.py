@@ -7,8 +7,8 @@ import logging
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from edgebus.bridge.logflow import Flow
-    from edgebus.bridge.logintake import Intake
+    from edgebus.bridge.telemetry.flow import Flow
+    from edgebus.bridge.telemetry.intake import Intake
 
 log = logging.getLogger("edgebus.bridge")
 
