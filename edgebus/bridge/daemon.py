@@ -169,13 +169,15 @@ class Bridge:
         """Save the peer state as soon as a session comes up with a new peer
         sid: a bridge killed without a goodbye (SIGKILL, power loss) would
         otherwise restart from an older file and hand the next device boot a
-        generation that is already in the log."""
-        saved = self.state.generations
+        generation that is already in the log. With a log, the commits also
+        write it (before an acknowledgement of the new boot can leave), and
+        this goes through the log's worker, in order with them."""
+        self.state.saved = self.state.generations
         while True:
-            now = self.state.generations
-            if now != saved:
+            if self.appender is not None:
+                self.appender.save_state()
+            elif self.state.unsaved():
                 self.state.save()
-                saved = now
             await asyncio.sleep(period)
 
     async def run(self) -> set[asyncio.Task[Any]]:
@@ -225,7 +227,9 @@ class Bridge:
 
         cfg = self.cfg
         with bridge_config.blame("[log]", "dir", log_dir, "cannot open the log"):
-            self.appender = Appender(self.bus, cfg, links=self.links, queue_len=cfg.log_queue)
+            self.appender = Appender(
+                self.bus, cfg, links=self.links, queue_len=cfg.log_queue, state=self.state
+            )
         resume_links(self.state.data, log_dir)  # the writer has recovered the log
         self.tasks.append(asyncio.create_task(self.appender.run()))
 

@@ -28,12 +28,16 @@ class _LinkState(dict):
 class StateFile:
     """Peer state (generation, next sequence number) per link, in one JSON file
     written atomically, so generations keep increasing across bridge restarts.
-    ``generations`` counts generations set since the start."""
+    ``generations`` counts generations set since the start. With a log, a
+    snapshot goes with each group commit that follows a new generation
+    (telemetry/appender.py): no acknowledgement leaves before the file names
+    the peer boot it acknowledges, which a restart resumes from the log by."""
 
     def __init__(self, state_dir: str) -> None:
         os.makedirs(state_dir, exist_ok=True)
         self.path = os.path.join(state_dir, "links.json")
         self.generations = 0
+        self.saved = 0  # generations the file on disk holds
         try:
             with open(self.path) as f:
                 data = json.load(f)
@@ -51,6 +55,23 @@ class StateFile:
             st.file = self
         return st
 
+    def unsaved(self) -> bool:
+        """Was a generation set since the last snapshot?"""
+        return self.generations != self.saved
+
+    def snapshot(self) -> bytes:
+        """The file's bytes now (on the event loop, where the state changes)."""
+        self.saved = self.generations
+        return json.dumps(self.data).encode()
+
+    def write(self, data: bytes) -> None:
+        """Write a snapshot durably (from any thread); one that fails leaves
+        the state unsaved, so the next snapshot is written again."""
+        try:
+            tlog.write_atomically(self.path, self.path + ".tmp", lambda f: f.write(data))
+        except BaseException:
+            self.saved = -1
+            raise
+
     def save(self) -> None:
-        data = json.dumps(self.data).encode()
-        tlog.write_atomically(self.path, self.path + ".tmp", lambda f: f.write(data))
+        self.write(self.snapshot())

@@ -33,6 +33,7 @@ from edgebus.compat import wait_for
 if TYPE_CHECKING:
     from edgebus import Bus, Message
     from edgebus.bridge.config import Config
+    from edgebus.bridge.links.statefile import StateFile
     from edgebus.link.link import Link
     from edgebus.tlog import LogWriter
 
@@ -61,8 +62,15 @@ class Appender:
         links: dict[str, Link] | None = None,
         queue_len: int = 8192,
         reserve: int | None = None,
+        state: StateFile | None = None,
     ) -> None:
         self.cfg = cfg
+        # The links' state file, written in the commit that follows a new peer
+        # boot, before its sync: an acknowledgement that left before the file
+        # named the boot would, after a SIGKILL, leave the restarted bridge
+        # unable to resume that link from the log (health.resume_links), and
+        # what the peer sent again was logged twice.
+        self.statefile = state
         writer = health.open_log(cfg)
         self.health = health.Health(cfg)  # a failed log, the disk's free space
         self.commit_ms = cfg.commit_ms
@@ -140,9 +148,24 @@ class Appender:
         batch = list(batch) + self.intake.take(self.acks.moved)
         self.last_commit_records = self.unsynced + len(batch)
         self.unsynced = 0
-        self.sink.trip(
-            self.sink.append, batch, True, then=lambda r, t0: self._committed(r, marks, t0)
-        )
+        sf = self.statefile
+        state = sf.snapshot() if sf is not None and sf.unsaved() else None
+        self.sink.trip(self._sync, batch, state, then=lambda r, t0: self._committed(r, marks, t0))
+
+    def _sync(self, batch: list[Message], state: bytes | None) -> Written:
+        """In the worker: the state file's snapshot, if any, then the batch and
+        the sync point."""
+        if state is not None:
+            assert self.statefile is not None
+            self.statefile.write(state)
+        return self.sink.append(batch, True)
+
+    def save_state(self) -> None:
+        """The state file's snapshot written by the worker, in order with the
+        commits (two writers would race to the rename)."""
+        sf = self.statefile
+        if sf is not None and sf.unsaved():
+            self.sink.trip(sf.write, sf.snapshot(), then=lambda r, t0: None)
 
     def _committed(self, r: Written, marks: Marks, t0: float) -> None:
         """A commit back from the worker: what its marks cover is durable now."""
