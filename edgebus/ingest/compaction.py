@@ -21,7 +21,7 @@ import os
 import uuid
 from typing import IO, Any, Callable, Iterator
 
-from edgebus.tlog.names import write_atomically
+from edgebus.tlog.durable import write_atomically
 
 META = "_spark_metadata"
 LOCK = "_edgebus.lock"

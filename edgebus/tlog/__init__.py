@@ -22,6 +22,7 @@ a version-2 segment is sealed or read; nothing here ever unpickles or
 evaluates data.
 """
 
+from edgebus.tlog.durable import rename_durably, write_atomically
 from edgebus.tlog.errors import LogError, LogLocked
 from edgebus.tlog.format import (
     FILE_HEADER_SIZE,
@@ -35,7 +36,6 @@ from edgebus.tlog.format import (
     file_header,
     frame,
 )
-from edgebus.tlog.names import rename_durably, write_atomically
 from edgebus.tlog.reader import read_log, read_segment
 from edgebus.tlog.records import (
     FIELDS,

@@ -21,7 +21,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from edgebus.tlog.names import fsync_dir, parquet_name, write_atomically
+from edgebus.tlog.durable import fsync_dir, write_atomically
+from edgebus.tlog.names import parquet_name
 from edgebus.tlog.records import FIELDS, decode_value, json_text
 
 if TYPE_CHECKING:

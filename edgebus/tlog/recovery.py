@@ -8,11 +8,12 @@ from __future__ import annotations
 import os
 from typing import Any, Callable
 
+from edgebus.tlog.durable import fsync_dir
 from edgebus.tlog.errors import LogError
 from edgebus.tlog.format import FILE_HEADER_SIZE, check_file_header
 from edgebus.tlog.reader import ForwardReader, parse_record
 from edgebus.tlog.records import row_of
-from edgebus.tlog.segments import fsync_dir, open_segments, segment_file, segment_name
+from edgebus.tlog.segments import open_segments, segment_file, segment_name
 
 
 def valid_prefix(

@@ -6,7 +6,8 @@ from __future__ import annotations
 import os
 from typing import Callable
 
-from edgebus.tlog.segments import fsync_dir, sealed_files
+from edgebus.tlog.durable import fsync_dir
+from edgebus.tlog.segments import sealed_files
 
 
 def retain(

@@ -7,7 +7,7 @@ import os
 import re
 
 from edgebus.tlog.format import FILE_HEADER_SIZE
-from edgebus.tlog.names import fsync_dir, parquet_name, segment_name  # noqa: F401 (re-exported)
+from edgebus.tlog.names import parquet_name, segment_name
 
 LOCK_NAME = "LOCK"
 MAX_SEGMENT_ID = 2**64 - 1

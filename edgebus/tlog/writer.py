@@ -10,6 +10,7 @@ import os
 import time
 from typing import Any, Callable, Literal
 
+from edgebus.tlog.durable import fsync_dir
 from edgebus.tlog.errors import LogError, LogLocked
 from edgebus.tlog.format import FILE_HEADER_SIZE, RECORD_HEADER_SIZE, file_header, frame
 from edgebus.tlog.records import dump_body, normalize, row_of
@@ -18,7 +19,6 @@ from edgebus.tlog.retention import retain
 from edgebus.tlog.segments import (
     LOCK_NAME,
     MAX_SEGMENT_ID,
-    fsync_dir,
     next_segment_id,
     segment_name,
     start_offset,
