@@ -96,7 +96,7 @@ class Bridge:
         """Link.hold: the log's pushback for durable links (flow.py),
         then a device's readings quota (quota.py)."""
         a = self.appender
-        if a is not None and link.durable and a.hold(link):
+        if a is not None and link.opts.durable and a.hold(link):
             return True
         return link.link_id in self.limited and self.quota.over(link)
 

@@ -42,12 +42,6 @@ class Link:
     hold = None  # type: object  # hold(link) -> bool: the owner's admission (rx.py, protocol 11)
     HOOKS = ("on_gap", "on_export", "hold")
 
-    # Settings others read on a link (firmware, bridge): its options'.
-    heartbeat = property(lambda self: self.opts.heartbeat)
-    max_len = property(lambda self: self.opts.max_len)
-    seal = property(lambda self: self.opts.seal)
-    durable = property(lambda self: self.opts.durable)
-
     def __init__(
         self,
         bus,

@@ -36,7 +36,7 @@ def test_a_max_len_too_small_for_the_handshake_is_refused_clearly():
         assert "handshake" in str(e) and "256" in str(e)
     else:
         raise AssertionError("a link that could never say HELLO_ACK was made")
-    assert Link(bus, "d2", max_len=400).max_len == 400
+    assert Link(bus, "d2", max_len=400).opts.max_len == 400
 
 
 def test_end_session_drops_the_session_keeps_the_state():

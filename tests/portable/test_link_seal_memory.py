@@ -31,7 +31,7 @@ def test_bodies_of_every_length_open_as_sealed_and_a_fresh_one_stays():
 
     async def main():
         j = await _encrypted()
-        room = j.dl.max_len - seal.TAIL
+        room = j.dl.opts.max_len - seal.TAIL
         for n in (1, 2, 16, 17, 18, 128, 129, 130, 900, room):
             body = _body(n)
             x, t = seal.out(j.dl, body)

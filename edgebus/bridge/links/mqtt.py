@@ -275,7 +275,7 @@ class MqttLinks:
         assert self._live is not None  # for mypy: called only while connected
         conn, backlog, tasks = self._live
         p = self.mq.prefix
-        t = DeviceTransport(conn, "%s/%s/down" % (p, node), link.max_len, backlog, link.count)
+        t = DeviceTransport(conn, "%s/%s/down" % (p, node), link.opts.max_len, backlog, link.count)
         t.flood_at = FLOOD_AT
         t.on_flood = lambda: self._flooded(node)
         t.muted = node in self.mutes.until

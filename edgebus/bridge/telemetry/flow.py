@@ -82,7 +82,7 @@ class Flow:
         device)."""
         if self.closed:
             return 0
-        share = self.high // max(1, sum(1 for l in list(self.links.values()) if l.durable))
+        share = self.high // max(1, sum(1 for l in list(self.links.values()) if l.opts.durable))
         w = 1
         while w * 2 <= share and w < WINDOW_MAX:
             w *= 2
@@ -99,7 +99,7 @@ class Flow:
             return
         self.given = w
         for l in list(self.links.values()):
-            if l.durable:
+            if l.opts.durable:
                 l.window(w)
 
     def pushing_back(self, now: float) -> bool:

@@ -246,7 +246,7 @@ def _unlogged(a: Log, batch: list[Message]) -> list[Message]:
     for m in batch:
         o = m.origin
         link = links.get(o.link_id) if o.link_id else None
-        if link is None or not link.durable or type((o.extra or {}).get("seq")) is not int:
+        if link is None or not link.opts.durable or type((o.extra or {}).get("seq")) is not int:
             out.append(m)
     return out
 
@@ -270,7 +270,7 @@ def fail(a: Log, e: BaseException) -> None:
     h.carry += _unlogged(a, a.intake.take(a.acks.moved))
     ended = 0
     for k, link in list(a.links.items()):
-        if link.durable:
+        if link.opts.durable:
             m = a.acks.acked.get(k)
             ended += rewind(link, m[0] if m else None)
     log.error(
@@ -344,7 +344,7 @@ def _resume(a: Log, w: LogWriter, logged: Mapping[tuple[Any, Any], int]) -> None
     a.sink.writer, h.reopened = w, None
     a.sink.position = w.position()
     for link in list(a.links.values()):
-        if link.durable:
+        if link.opts.durable:
             skip_logged(link, logged)
     now = time.monotonic()
     h.failure = None

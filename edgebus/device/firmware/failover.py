@@ -122,7 +122,7 @@ class Failover:
             alive = True  # no probe: go back and see (silence brings it here again)
             if probe is not None:
                 try:
-                    alive = await probe(up.ctx, self.gws[0], max(2.0, up.link.heartbeat))
+                    alive = await probe(up.ctx, self.gws[0], max(2.0, up.link.opts.heartbeat))
                 except Exception as e:
                     up.ctx.log("uplink: probe: %s: %s" % (type(e).__name__, e))
                     alive = False

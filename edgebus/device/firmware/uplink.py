@@ -193,7 +193,7 @@ class Uplink:
         link = self.link
         fo = self.fo
         since = now()
-        period = min(1.0, link.heartbeat / 4)
+        period = min(1.0, link.opts.heartbeat / 4)
         while not getattr(t, "closed", False):
             n = now()
             if link.status == "up":

@@ -66,7 +66,7 @@ def prepare(ctx):
     long-lived data, counted in the heap budget check before the link runs."""
     from edgebus.link.frame import FrameReader
 
-    ctx.frames = FrameReader(ctx.link.max_len)
+    ctx.frames = FrameReader(ctx.link.opts.max_len)
 
 
 def open(ctx, u=None):

@@ -107,7 +107,7 @@ async def start(ctx, opts):
     while True:
         await asyncio.sleep(opts.get("period", opt(ctx.config, "", "health_period")))
         try:
-            c.publish("sys/health", fit(health(ctx), ctx.link.max_len - HEADROOM))
+            c.publish("sys/health", fit(health(ctx), ctx.link.opts.max_len - HEADROOM))
         except MemoryError:
             # A small board's heap briefly full: this report is skipped and
             # counted (the next one says so); the next comes on time, not

@@ -45,7 +45,7 @@ def info(ctx):
         "mem_free": f,
         "mem_alloc": a,
         "reset_cause": reset_cause(),
-        "seal": ctx.link.seal if ctx.link else None,
+        "seal": ctx.link.opts.seal if ctx.link else None,
     }
 
 
