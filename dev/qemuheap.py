@@ -167,7 +167,7 @@ def costs(src):
 
 # -- an update over the bus (firmware/README.md, "Updates over the bus")
 
-# The README's [[acl]] entry for a user who updates devices.
+# docs/devices.md's [[acl]] entry for a user who updates devices.
 OTA_ACL = """
 [[acl]]
 uid = %d
@@ -201,7 +201,7 @@ def ota_config(**over):
 class OtaRig:
     """The board (its loader as main.py, `config` on its flash) and a bridge
     process joined to its UART by a [[serial]] link, the bridge's socket open
-    to this user under the README's [[acl]] for updates: what the update test
+    to this user under docs/devices.md's [[acl]] for updates: what the update test
     and ota_update run. A context manager: entered once the board is READY
     and the bridge's socket is up."""
 

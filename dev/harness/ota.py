@@ -16,7 +16,7 @@ from dev.harness.process import ROOT, python, run_module
 from edgebus.tools.sim.fleet import Fleet, bridge_toml
 
 BRIDGE = '[bridge]\nnode = "gw"\nstate_dir = "%s"\nsocket = "%s"\nkeys = "%s"\nheartbeat = 1.0\n'
-# README's entry for a user who updates devices; bridge/status besides for the
+# docs/devices.md's [[acl]] entry for a user who updates devices; bridge/status besides for the
 # harness's look at the links (BridgeProcess.link).
 ACL = """
 [[acl]]

@@ -1,6 +1,6 @@
 """``bridge/devices/reload``: the bridge reads its configuration and keystore
 again and applies its MQTT devices without a restart (SIGHUP asks the same;
-`edgebus devices reload`, README "Running 10,000 devices on one or several
+`edgebus devices reload`, docs/bridge.md "Running 10,000 devices on one or several
 bridges").
 
 New devices get a link (and, in a shard, their subscriptions); removed ones

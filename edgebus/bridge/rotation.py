@@ -1,5 +1,5 @@
 """``bridge/keys/rotate``: give a device a new key over its session
-(`edgebus keys rotate NODE`; README, "Keys: provisioning and rotation").
+(`edgebus keys rotate NODE`; docs/bridge.md, "Keys: provisioning and rotation").
 
 The bridge asks the device which key it holds (sys/key/set with null: its
 kid), makes a key, stores it as pending (accepted from then on, so a reply

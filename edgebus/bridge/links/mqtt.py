@@ -417,7 +417,7 @@ class MqttLinks:
                 "mqtt: the broker dropped %d message(s) since the last warning (%d in "
                 "all): its queue for a slow client was full. Device frames lost there "
                 "come again (retransmissions, handshakes retried) at a cost; for a "
-                "fleet give the broker room (mosquitto: max_queued_messages, README "
+                "fleet give the broker room (mosquitto: max_queued_messages, docs/bridge.md "
                 '"Running 10,000 devices")',
                 self.broker_dropped - seen,
                 self.broker_dropped,

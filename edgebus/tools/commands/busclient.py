@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from edgebus import Origin
     from edgebus.link.link import Link
 
-# Exit codes (README.md, "The bus from a shell"); 2 is argparse's usage error.
+# Exit codes (docs/shell.md); 2 is argparse's usage error.
 DENIED, NO_ROUTE, TIMEOUT, UNREACHABLE, GONE, FAILED, OVERFLOW = 3, 4, 5, 6, 7, 8, 9
 EPILOG = (
     'VALUE is parsed as JSON if it parses (42, true, null, "quoted", {"a": 1}), '

@@ -1,4 +1,4 @@
-"""`edgebus devices`: the MQTT devices of running bridges (README, "Running
+"""`edgebus devices`: the MQTT devices of running bridges (docs/bridge.md, "Running
 10,000 devices on one or several bridges").
 
 reload: the bridge reads its configuration and keystore again and links,

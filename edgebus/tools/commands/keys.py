@@ -1,4 +1,4 @@
-"""`edgebus keys`: device keys (README, "Keys: provisioning and rotation").
+"""`edgebus keys`: device keys (docs/bridge.md, "Keys: provisioning and rotation").
 
 rotate NODE: the running bridge gives the device a new key over its session
 (bridge/rotation.py); new NODE: a key for a new device, into the keystore and

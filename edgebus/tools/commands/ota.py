@@ -1,5 +1,5 @@
 """`edgebus ota`: update devices over the bus, through the bridge's socket
-under its ACL (README, "Updates over the bus").
+under its ACL (docs/devices.md, "Updates over the bus").
 
 push --bundle DIR --to PATTERN: the bundle `edgebus build` made (its
 ota.jsonl) to the devices whose node names match the shell glob PATTERN and

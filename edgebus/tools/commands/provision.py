@@ -1,4 +1,4 @@
-"""`edgebus provision`: new devices, ready for `edgebus deploy` (README, "Adding devices").
+"""`edgebus provision`: new devices, ready for `edgebus deploy` (docs/bridge.md, "Adding devices").
 
 For each NODE: a fresh key in the bridge's keystore, and OUT/NODE/config.json
 for the board (its uplink: the board's UART, or MQTT to --broker; WiFi with

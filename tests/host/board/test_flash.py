@@ -1,6 +1,6 @@
 """edgebus flash: the --dry-run commands are accepted by esptool's own parser;
 image checks; UF2 copy to a (stand-in) mounted RPI-RP2 drive. A real flash
-needs hardware (README: Boards)."""
+needs hardware (docs/devices.md: Boards)."""
 
 import gc
 import os

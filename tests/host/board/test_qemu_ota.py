@@ -1,7 +1,7 @@
 """edgebus ota on the emulated 32-bit board: the MPS2-AN385 firmware (edgebus
 and firmware frozen in, its loader as main.py on littlefs) booted in the real
 qemu-system-arm, its UART on a pty that a bridge process's [[serial]] link
-opens, and `edgebus ota` run as the user the README's [[acl]] lets update
+opens, and `edgebus ota` run as the user docs/devices.md's [[acl]] lets update
 devices (dev/qemuheap.py's OtaRig, which also measures the update)."""
 
 import asyncio

@@ -1,4 +1,4 @@
-"""End to end, a fleet sharded over two bridges sharing one broker (README,
+"""End to end, a fleet sharded over two bridges sharing one broker (docs/bridge.md,
 "Running 10,000 devices on one or several bridges"): real-firmware
 MicroPython devices, one mosquitto, two bridge processes ([mqtt] shard =
 true), each with its own keystore, state and telemetry log. A SIGHUP with a

@@ -1,7 +1,7 @@
-"""What someone without the key sees of an encrypted session (README, "Sealed
-sessions"): the handshake whole; of each frame after it, its length, its first
-byte (type and flags) and its seal's counter. The sequence number and all else
-after the first byte are encrypted."""
+"""What someone without the key sees of an encrypted session (docs/security.md):
+the handshake whole; of each frame after it, its length, its first byte (type
+and flags) and its seal's counter. The sequence number and all else after the
+first byte are encrypted."""
 
 import asyncio
 
