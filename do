@@ -29,10 +29,11 @@ setup() {
     fi
     # Reinstall only when the dependency list changed.
     stamp="$VENV/.edgebus-deps"
-    want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+    want=$(cat pyproject.toml constraints.txt | sha256sum | cut -d' ' -f1)
     if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
         "$PY" -m pip install -q --upgrade pip
-        "$PY" -m pip install -q -e ".[dev]"
+        # The versions the suite last passed with (constraints.txt).
+        "$PY" -m pip install -q -e ".[dev]" -c constraints.txt
         echo "$want" > "$stamp"
     fi
     if ! command -v mosquitto >/dev/null 2>&1 && [ ! -x /usr/sbin/mosquitto ]; then

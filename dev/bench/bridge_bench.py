@@ -80,6 +80,9 @@ class Bench:
                 "heartbeat": 2.0,
                 "paced": False,
             },
+            # its devices send as fast as they can, the "off" ones without a
+            # window: what is measured is the bridge taking them, not the mute
+            "quota": {"mute": False},
             "mqtt": dict(
                 {
                     "url": "mqtt://127.0.0.1:%d" % self.port,

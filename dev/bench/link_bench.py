@@ -5,7 +5,6 @@ MicroPython) and how long an outage the default spools cover."""
 
 import asyncio
 import glob
-import inspect
 import json
 import os
 import random
@@ -19,6 +18,7 @@ from dev.bench import link_ack_script
 from dev.bench.stats import clock, repeat, summary
 from edgebus.link import cipher, frame, seal, wire
 from edgebus.link.link import Link
+from edgebus.link.options import Options
 from edgebus.link.pipe import pair
 from edgebus.link.stream import PolledTransport, StreamTransport
 from edgebus.tools.sim.ptycable import PtyCable
@@ -231,7 +231,7 @@ def spool_cover():
 
     default = boot.DEFAULTS["queues"]["spool"]
     sizes = sorted(set([v for v in boards.values() if v] + [default]))
-    jbytes = inspect.signature(Link).parameters["journal_bytes"].default
+    jbytes = Options.journal_bytes
     d = tempfile.mkdtemp(prefix="edgebus-journal-bench-")
     try:
         r = mpyrun.run(

@@ -20,6 +20,7 @@ import edgebus
 from dev.bench.stats import summary
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.telemetry.appender import Appender
+from edgebus.link.options import Options
 
 COMMIT_MS = (0, 10, 20, 50, 100, 200)
 NO_SYNC_MS = 10**7  # a commit period longer than any run: no sync point
@@ -32,7 +33,7 @@ class CountingLink:
     acknowledge(mark), which notes the time each delivered message became
     durable; not durable, so no window (the bench publishes on its own pace)."""
 
-    durable = False
+    opts = Options()  # not durable
 
     def __init__(self):
         self.counters = {"sessions": 1}

@@ -146,6 +146,8 @@ class Config:
     quota_readings: float = 1000.0
     quota_burst: float = 10.0
     quota_retained: int = 1000
+    # an MQTT device that floods goes unread for a while (bridge/links/quota.py Mutes)
+    quota_mute: bool = True
     queue_len: int = 64
     # Per local socket client (the shell commands, attach_local): how many
     # messages each of its export feeds holds while the client reads; beyond

@@ -163,6 +163,7 @@ SCHEMA = {
             "readings": Key(NUM, RANGE, 1, 10000000, " readings a second"),
             "burst": Key(NUM, RANGE, 1, 3600, " seconds"),
             "retained": Key(int, RANGE, 0, 10000000, " facts", " (0: none)"),
+            "mute": Key(bool),
         },
     ),
     # held calls for devices asleep (bridge/mailbox.py)

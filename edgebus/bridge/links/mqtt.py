@@ -165,6 +165,8 @@ class MqttLinks:
             for t in self.transports.values():
                 t.recent = 0
                 t.flood_at = FLOOD_AT
+            if not self.bridge.cfg.quota_mute:  # [quota] mute = false
+                continue
             muted, ended = self.mutes.check(self.links)
             for node in muted + ended:
                 mt = self.transports.get(node)
@@ -181,7 +183,7 @@ class MqttLinks:
         link = self.links.get(node)
         if t is None or link is None or self._live is None:
             return
-        if len(t.pending) <= WINDOW_MAX:
+        if len(t.pending) <= WINDOW_MAX or not self.bridge.cfg.quota_mute:
             t.flood_at += FLOOD_STEP
             return
         why = "%d messages in under %.2f s, %d of them waiting" % (

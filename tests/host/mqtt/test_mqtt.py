@@ -276,6 +276,33 @@ def test_a_device_that_floods_is_muted_for_a_while_then_heard_again(tmp_path, br
     assert counters.get("muted_dropped", 0) > 0, counters
 
 
+def test_with_mute_off_a_flood_is_held_to_its_share_and_never_muted(tmp_path, broker):
+    """[quota] mute = false (a benchmark's device sending without a window):
+    the same flood is taken up to its share, the rest counted, and the
+    bridge keeps its wildcard subscription; nothing is muted."""
+    flood = [frame.encode(b"\x00flood %d" % i, 1024) for i in range(6000)]
+
+    async def main():
+        cfg = _bridge_cfg(tmp_path, broker.port)
+        cfg.quota_mute = False
+        b = Bridge(cfg)
+        task = asyncio.create_task(b.run())
+        await until(lambda: b.mqtt is not None and b.mqtt.stats()["connected"], 10)
+        link = b.links["mqtt:d1"]
+        t = b.mqtt.transports["d1"]
+        await asyncio.to_thread(_publish_all, broker.port, "edgebus/d1/up", flood)
+        await until(lambda: t.frames.frames + link.counters.get("over_share", 0) >= 6000, 20)
+        await asyncio.sleep(2 * quota.MUTE_CHECK)  # checks that would have muted it
+        state = (b.mqtt.stats()["muted"], b.mqtt.subscribed(), dict(link.counters))
+        b.stop()
+        await task
+        return state
+
+    muted, topics, counters = asyncio.run(main())
+    assert muted == [] and "edgebus/+/up" in topics
+    assert "muted" not in counters and "muted_dropped" not in counters, counters
+
+
 def test_oversized_messages_count_as_oversize_and_damaged_ones_as_crc_errors(tmp_path, broker):
     """docs/protocol.md 1: a message holding a body past max_len (a frame
     too long, one that decodes too long, a bare body too long) is counted as
