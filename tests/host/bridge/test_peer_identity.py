@@ -156,8 +156,10 @@ def test_a_site_killed_mid_stream_loses_nothing_its_gateway_had(tmp_path, link_d
     restarted site expects the gateway's next number after the last one its
     log holds of that peer boot (though logged under the devices): a site
     SIGKILLed mid-stream ends with every reading the gateway had, once."""
-    count = 300
-    monkeypatch.setenv("LINK_DEVICE_SPOOL", "12288")
+    # A stream long enough that the kill below lands in it on a loaded machine
+    # (with 300, CI's site had logged them all before the kill), held whole.
+    count = 900
+    monkeypatch.setenv("LINK_DEVICE_SPOOL", "36864")
     port = free_port()
     site_dir = tmp_path / "site"
     site_dir.mkdir()
@@ -172,7 +174,7 @@ def test_a_site_killed_mid_stream_loses_nothing_its_gateway_had(tmp_path, link_d
     with PtyCable() as cable:
         gw = BridgeProcess(str(tmp_path), toml=gateway_toml(tmp_path, cable.b, port)).start()
         site = BridgeProcess(str(site_dir), toml=site_toml).start()
-        dev = link_device(cable.a, "k1", count, heap="192K")
+        dev = link_device(cable.a, "k1", count, heap="256K")
         try:
             site.wait_status(lambda st: st["log"]["appended"] >= 60, 20, step=0.01)
             site.kill()
