@@ -129,10 +129,20 @@ def _enum(*choices: Any) -> Check:
     return check
 
 
-def _version(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not re.fullmatch(r"\d+(\.\d+)*", value):
-        _fail(where, 'a version like "1.22"', value)
-    return value
+def _matching(pattern: str, what: str) -> Callable[[Any, str], str]:
+    """A check that the value is a string matching ``pattern`` whole, else
+    says it must be ``what``."""
+    rx = re.compile(pattern)
+
+    def check(value: Any, where: str) -> str:
+        if not isinstance(value, str) or not rx.fullmatch(value):
+            _fail(where, what, value)
+        return value
+
+    return check
+
+
+_version = _matching(r"\d+(\.\d+)*", 'a version like "1.22"')
 
 
 def _regex(value: Any, where: str) -> str:
@@ -146,16 +156,10 @@ def _regex(value: Any, where: str) -> str:
     return value
 
 
-def _module_name(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_.]*", value):
-        _fail(where, "a module name", value)
-    return value
-
-
-def _package(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", value):
-        _fail(where, 'a micropython-lib package name like "ntptime"', value)
-    return value
+_module_name = _matching(r"[A-Za-z_][A-Za-z0-9_.]*", "a module name")
+_package = _matching(
+    r"[A-Za-z0-9_][A-Za-z0-9_.-]*", 'a micropython-lib package name like "ntptime"'
+)
 
 
 def _nullable(check: Check) -> Check:
