@@ -92,11 +92,12 @@ class Bridge:
 
             self.mqtt = MqttLinks(self, cfg.mqtt)
 
-    def hold(self, link: Link) -> bool:
-        """Link.hold: the log's pushback for durable links (flow.py),
-        then a device's readings quota (quota.py)."""
+    def hold(self, link: Link, size: int) -> bool:
+        """Link.hold for a numbered frame of ``size`` bytes (0: may any pass
+        now): the log's pushback for durable links (flow.py), then a device's
+        readings quota (quota.py)."""
         a = self.appender
-        if a is not None and link.opts.durable and a.hold(link):
+        if a is not None and link.opts.durable and a.hold(link, size):
             return True
         return link.link_id in self.limited and self.quota.over(link)
 

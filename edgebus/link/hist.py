@@ -83,7 +83,7 @@ def on_frame(link, t, obj, blob):
     t, _, body, b = wire.decode(blob)
     if t != wire.PUB and t != wire.RET and t != wire.UNRET:
         return link.count("bad_frames")
-    if link.hold is not None and link.hold(link):
+    if link.hold is not None and link.hold(link, len(blob)):
         return link._hold_back(sid, seq if exp is None else exp)
     o[1] = seq + 1
     k = rules.map_in(link, body[0], link._imports)

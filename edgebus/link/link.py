@@ -39,7 +39,9 @@ class Link:
     # nothing; a comment's type lets a typed owner assign any callable) --
     on_gap = None  # type: object  # on_gap(link, first, last, why, sid): each gap (rx.gap)
     on_export = None  # type: object  # on_export(seq, item): each item spooled (tx.spool_item)
-    hold = None  # type: object  # hold(link) -> bool: the owner's admission (rx.py, protocol 11)
+    # hold(link, size) -> bool: the owner's admission of a numbered frame of size bytes
+    # (0: may any pass now; nothing taken) (rx.py, protocol 11)
+    hold = None  # type: object
     HOOKS = ("on_gap", "on_export", "hold")
 
     def __init__(
@@ -212,7 +214,7 @@ class Link:
         t = None
         try:
             t, seq, obj, blob = wire.decode(body)
-            rx.handle(self, t, seq, obj, blob)
+            rx.handle(self, t, seq, obj, blob, len(body))
         except wire.WireError as e:
             self.count(bad)
             self.last_error = "bad frame: %s" % e

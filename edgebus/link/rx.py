@@ -51,11 +51,11 @@ def acknowledge(link, mark):
         hist.acknowledge(link, mark[2])
 
 
-def handle(link, t, seq, obj, blob):
-    """Act on one decoded frame."""
+def handle(link, t, seq, obj, blob, n):
+    """Act on one decoded frame (``n`` bytes long)."""
     up = link.status == wire.UP
     if up and wire.PUB <= t <= wire.UNRET:  # data, the common case: first, no helper between
-        return on_data(link, t, seq, obj, blob)
+        return on_data(link, t, seq, obj, blob, n)
     if wire.HELLO <= t <= wire.BYE:
         return _opening(link, t, obj)
     if not up:
@@ -192,9 +192,10 @@ def extra_in(link, obj, i, seq):
     return x or None
 
 
-def seq_of(link, s16):
-    """The full number of a data frame, or None (duplicate, or ahead of a
-    loss in flight on an acknowledged session: asked for again, dropped)."""
+def seq_of(link, s16, n):
+    """The full number of a data frame of ``n`` bytes (0: not taken), or
+    None (duplicate, held, or ahead of a loss in flight on an acknowledged
+    session: asked for again, dropped)."""
     st = link.state
     exp = st.get("rx_next")
     if exp is None:  # first sequenced frame of this peer boot
@@ -203,7 +204,9 @@ def seq_of(link, s16):
     if d >= 0x8000:
         link.count("duplicates")
         return None
-    if link.hold is not None and link._acking and link.hold(link):
+    # Only the next frame can be taken: one ahead of it asks (size 0) whether
+    # any may pass now, so a small one behind a large held one takes nothing.
+    if link.hold is not None and link._acking and link.hold(link, 0 if d else n):
         hold_back(link, None, exp)
         return None
     h = link._held
@@ -244,7 +247,7 @@ def undecodable(link, s16):
         link._bad = exp
         link._stuck = False  # at once, not after the 1 s pacing
         return resend(link, exp)
-    full = seq_of(link, s16)
+    full = seq_of(link, s16, 0)
     if full is not None:
         gap(link, full, full, "corrupt")
 
@@ -262,10 +265,10 @@ def resend(link, n):
 def timers(link, now):
     """Asking again: while stuck after a loss (once a second), and once the
     owner's hold (Link.hold: it held numbered frames back, which the peer
-    keeps spooled) is off."""
+    keeps spooled) is off: hold(link, 0), may any frame pass now."""
     if link._stuck and now - link._t_resend >= 1.0:
         resend(link, link.state.get("rx_next"))
-    if link._held is not None and (link.hold is None or not link.hold(link)):
+    if link._held is not None and (link.hold is None or not link.hold(link, 0)):
         release(link)
 
 
@@ -308,12 +311,12 @@ def on_skip(link, n):
         link._stuck = False
 
 
-def on_data(link, t, s16, obj, blob):
-    """PUB, RET or UNRET: its full sequence number (gaps counted,
-    duplicates dropped), then published here under the import rules."""
+def on_data(link, t, s16, obj, blob, n):
+    """PUB, RET or UNRET (``n`` bytes): its full sequence number (gaps
+    counted, duplicates dropped), then published here under the import rules."""
     if s16 is None:
         return link.count("bad_frames")
-    full = seq_of(link, s16)
+    full = seq_of(link, s16, n)
     if full is None:
         return
     k = rules.map_in(link, obj[0], link._imports)

@@ -141,3 +141,40 @@ def test_a_paced_receiver_refuses_a_sender_without_a_window():
         await j.stop()
 
     run(main())
+
+
+def test_the_owner_holds_frames_by_their_size_and_takes_them_later():
+    """Link.hold(link, size) hears each numbered frame's bytes (0: may any
+    pass now, behind a held frame and at the timer's look): a frame it holds
+    stays in the sender's spool, and so do the ones behind it, until the hold
+    is off; then all come, once and in order (protocol section 11)."""
+
+    async def main():
+        j = Joined(dev_kw={"status": False})
+        sizes = []
+        shut = [True]  # frames over 200 bytes wait while shut
+
+        def hold(link, size):
+            sizes.append(size)
+            return shut[0] and (size == 0 or size > 200)
+
+        j.hl.hold = hold
+        j.start()
+        sub = j.host.connect().subscribe("dev/dev1/sensor/#", queue_len=16)
+        c = j.dev.connect()
+        await until(lambda: synced(j))
+        c.publish("sensor/n", 1)
+        c.publish("sensor/big", "x" * 400)
+        c.publish("sensor/n", 2)  # small, but behind the held one
+        await until(lambda: j.hl.counters.get("held", 0) >= 1 and 0 in sizes)
+        await until(lambda: j.dl.spool_stats()["depth"] == 2)  # 1 acknowledged, the rest kept
+        assert [m.payload for m in _recv_all(sub)] == [1]
+        small = [s for s in sizes if 0 < s <= 200]
+        assert small and max(sizes) > 400, sizes
+        shut[0] = False
+        await until(lambda: j.hl.counters.get("imported", 0) == 3)
+        assert [m.payload for m in _recv_all(sub)] == ["x" * 400, 2]
+        assert j.hl.counters.get("gaps", 0) == 0
+        await j.stop()
+
+    run(main())

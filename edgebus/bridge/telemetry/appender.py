@@ -103,8 +103,9 @@ class Appender:
         """The log's backlog: messages waiting in its fullest queue."""
         return self.intake.queued()
 
-    def hold(self, link: Link | None = None) -> bool:
-        """Link.hold for durable links (flow.Flow.hold)."""
+    def hold(self, link: Link | None = None, size: int = 0) -> bool:
+        """Link.hold for durable links (flow.Flow.hold; the frame's size
+        does not matter)."""
         return self.flow.hold(link)
 
     def gap(self, link: Link, first: int, last: int, why: str, sid: str | None) -> None:

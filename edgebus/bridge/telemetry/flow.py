@@ -52,12 +52,13 @@ class Flow:
         self.t_held = float("-inf")  # when hold() last said yes
         self.given: int | None = None  # the window the durable links were last given
 
-    def hold(self, link: Link | None = None) -> bool:
+    def hold(self, link: Link | None = None, size: int = 0) -> bool:
         """Link.hold for durable links: true while the log's backlog is at
         high water, so what they would deliver now could not be sure of a
         place (they push back, the devices keep it spooled), and while the
         log is failed. Devices that honour a window are told to stop at once
-        (pace)."""
+        (pace). The frame's ``size`` does not matter: the queue counts
+        messages."""
         if self.health.failure is not None:  # nothing is written: nothing may be taken
             self.t_held = time.monotonic()
             return True
