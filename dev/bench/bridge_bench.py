@@ -82,8 +82,9 @@ class Bench:
             },
             # One device sends as fast as it can (the "off" ones without a
             # window): what is measured is the bridge taking them, not the
-            # per-device quota (1,000 readings/s by default) nor the mute.
-            "quota": {"mute": False, "readings": 10000000},
+            # per-device quota (1,000 readings and 256 KiB a second by
+            # default) nor the mute.
+            "quota": {"mute": False, "readings": 10000000, "bytes": 1 << 30},
             "mqtt": dict(
                 {
                     "url": "mqtt://127.0.0.1:%d" % self.port,

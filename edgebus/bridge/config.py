@@ -142,8 +142,11 @@ class Config:
     # 100x), unless this or its entry's `paced` is false.
     paced: bool = True
     # [quota] (bridge/links/quota.py): per device, readings a second it may take
-    # (sustained; a bucket of quota_burst seconds' worth), and retained facts.
+    # (sustained; a bucket of quota_burst seconds' worth), bytes of numbered
+    # frames a second likewise (a device of few but large readings; times 3,600:
+    # the most it adds to the log in an hour), and retained facts.
     quota_readings: float = 1000.0
+    quota_bytes: int = 262144  # 256 KiB/s: a sensor sends ~2 KB/s (20 readings of ~100 B)
     quota_burst: float = 10.0
     quota_retained: int = 1000
     # an MQTT device that floods goes unread for a while (bridge/links/quota.py Mutes)

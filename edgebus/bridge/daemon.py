@@ -83,8 +83,8 @@ class Bridge:
         self.tasks: list[asyncio.Task[Any]] = []
         self.mailbox = Mailbox(self)
         # [quota]: per device link (not a [[peer]], which carries many devices,
-        # nor a local client), a readings bucket its hold consults
-        self.quota = Quota(cfg.quota_readings, cfg.quota_burst)
+        # nor a local client), readings and bytes buckets its hold consults
+        self.quota = Quota(cfg.quota_readings, cfg.quota_burst, cfg.quota_bytes)
         self.limited: set[str] = set()  # the link ids under it
         self.watch = Watch()
         if cfg.mqtt is not None:
@@ -95,11 +95,11 @@ class Bridge:
     def hold(self, link: Link, size: int) -> bool:
         """Link.hold for a numbered frame of ``size`` bytes (0: may any pass
         now): the log's pushback for durable links (flow.py), then a device's
-        readings quota (quota.py)."""
+        readings and bytes quotas (quota.py)."""
         a = self.appender
         if a is not None and link.opts.durable and a.hold(link, size):
             return True
-        return link.link_id in self.limited and self.quota.over(link)
+        return link.link_id in self.limited and self.quota.over(link, size)
 
     def add_link(self, link: Link, kind: str = "device") -> None:
         """Register ``link`` of ``kind`` ("device", "peer" or "local"; its

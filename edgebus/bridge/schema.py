@@ -161,6 +161,7 @@ SCHEMA = {
         "[quota]",
         {
             "readings": Key(NUM, RANGE, 1, 10000000, " readings a second"),
+            "bytes": Key(int, RANGE, 1024, 1 << 30, " bytes a second"),
             "burst": Key(NUM, RANGE, 1, 3600, " seconds"),
             "retained": Key(int, RANGE, 0, 10000000, " facts", " (0: none)"),
             "mute": Key(bool),

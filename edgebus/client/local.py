@@ -41,6 +41,7 @@ ERRORS = (
     "replayed",
     # a device's frames refused for its own doing (bridge/links/quota.py)
     "over_quota",
+    "over_bytes",
     "over_window",
     "over_share",
     "retained_refused",

@@ -1,14 +1,16 @@
 """What one device may take of the bridge, whatever it sends ([quota],
-[bridge] paced): readings a second, retained facts, and its link's pace; and
-the watch that names, at most once a minute, a device whose frames the bridge
-refuses for it.
+[bridge] paced): readings and bytes a second, retained facts, and its link's
+pace; and the watch that names, at most once a minute, a device whose frames
+the bridge refuses for it.
 
-The readings quota is a token bucket per link consulted by the link's hold
-(docs/protocol.md section 11): a frame over it is not taken and stays in the
-device's spool, asked for again once the bucket refills, so an honest device
-that bursts after an outage loses nothing and a hostile one gets its share and
-no more. The defaults are far above what a sensor sends (1,000 readings a
-second against 0.1-20) and far below what a flood does (20,000)."""
+The readings and bytes quotas are token buckets per link consulted by the
+link's hold (docs/protocol.md section 11): a frame over either is not taken and
+stays in the device's spool, asked for again once the buckets refill, so an
+honest device that bursts after an outage loses nothing and a hostile one gets
+its share and no more. The defaults are far above what a sensor sends (1,000
+readings and 256 KiB a second against 0.1-20 readings of ~100 bytes) and far
+below what a flood does (20,000 readings; a device of few but large readings
+would fill the log at its link's speed)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ log = logging.getLogger("edgebus.bridge")
 # forgeries, which are the outsider's), and what each says in the log line.
 REFUSALS = {
     "over_quota": "frames over its readings quota, held",
+    "over_bytes": "frames over its bytes quota, held",
     "over_window": "frames past its send window, asked for again",
     "retained_refused": "retained facts over its quota, refused",
     "unpaced_refused": "sessions refused: no acknowledgements or window offered",
@@ -38,28 +41,44 @@ LOG_EVERY = 60.0  # s between two lines about one device
 
 
 class Quota:
-    """Per-link token buckets of readings: ``rate`` a second, at most
-    ``burst`` seconds' worth saved up."""
+    """Per-link token buckets: readings, ``rate`` a second, and bytes of
+    numbered frames, ``nbytes`` a second (0: no bytes quota), each with at
+    most ``burst`` seconds' worth saved up."""
 
-    def __init__(self, rate: float, burst: float) -> None:
-        self.rate = rate
-        self.cap = max(1.0, rate * burst)
-        self._buckets: dict[str, list[float]] = {}  # link id -> [tokens, when]
+    def __init__(self, rate: float, burst: float, nbytes: float = 0.0) -> None:
+        self.rate = (rate, nbytes)
+        self.cap = (max(1.0, rate * burst), max(1.0, nbytes * burst) if nbytes else 0.0)
+        # link id -> [readings, bytes, when, bytes the frame it held needs]
+        self._buckets: dict[str, list[float]] = {}
 
-    def over(self, link: Link) -> bool:
-        """True when ``link`` has taken its share: its next frame waits
-        (counted over_quota); else one reading is taken from its bucket."""
-        now = time.monotonic()
-        b = self._buckets.get(link.link_id)
+    def _refill(self, lid: str, now: float) -> list[float]:
+        """``lid``'s bucket (full when new), refilled up to ``now``."""
+        b = self._buckets.get(lid)
         if b is None:
-            b = self._buckets[link.link_id] = [self.cap, now]
-        tokens = min(self.cap, b[0] + (now - b[1]) * self.rate)
-        b[1] = now
-        if tokens < 1.0:
-            b[0] = tokens
-            link.count("over_quota")
+            b = self._buckets[lid] = [self.cap[0], self.cap[1], now, 0.0]
+        for i in (0, 1):
+            b[i] = min(self.cap[i], b[i] + (now - b[2]) * self.rate[i])
+        b[2] = now
+        return b
+
+    def over(self, link: Link, size: int = 0, now: float | None = None) -> bool:
+        """True when ``link`` has taken its share: its next frame, of
+        ``size`` bytes, waits (counted over_quota or over_bytes); else one
+        reading and its bytes are taken from its buckets. ``size`` 0 asks
+        whether the frame it held may come now, and takes nothing. A frame
+        bigger than the whole bytes bucket needs it full, no more: it is
+        late, never stuck."""
+        b = self._refill(link.link_id, time.monotonic() if now is None else now)
+        need = min(size, self.cap[1]) if size else b[3]
+        if b[0] < 1.0 or b[1] < need:
+            if size:
+                b[3] = need
+                link.count("over_quota" if b[0] < 1.0 else "over_bytes")
             return True
-        b[0] = tokens - 1.0
+        if size:
+            b[0] -= 1.0
+            b[1] -= need
+            b[3] = 0.0
         return False
 
     def forget(self, link_id: str) -> None:
