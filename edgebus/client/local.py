@@ -46,6 +46,8 @@ ERRORS = (
     "over_share",
     "retained_refused",
     "unpaced_refused",
+    # frames longer than the link's max_len, dropped on arrival (link/rx.py oversize_in)
+    "oversize_in",
 )
 
 

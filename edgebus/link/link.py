@@ -232,6 +232,9 @@ class Link:
         """Timers: handshake retry, heartbeats, liveness, routes, acks, status."""
         now = compat.now()
         s = self.status
+        f = getattr(self._transport, "frames", None)
+        if f is not None and f.oversize != self._oversize_in:
+            rx.oversize_in(self, f.oversize)
         if (
             s == wire.ACK_SENT
             and now - self._t_state > handshake.HOLD * self.opts.handshake_timeout

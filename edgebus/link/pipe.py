@@ -43,10 +43,12 @@ class _PipeEnd:
             e.ev.set()
 
 
-def pair(max_len=MAX_LEN):
-    """Two StreamTransports joined in memory through real frame bytes."""
+def pair(max_len=MAX_LEN, other=None):
+    """Two StreamTransports joined in memory through real frame bytes; the
+    second reads frames up to ``other`` bytes when given (a peer whose
+    max_len differs), else ``max_len``."""
     a = _PipeEnd()
     b = _PipeEnd()
     a.peer = b
     b.peer = a
-    return StreamTransport(a, a, max_len), StreamTransport(b, b, max_len)
+    return StreamTransport(a, a, max_len), StreamTransport(b, b, other or max_len)

@@ -15,6 +15,7 @@ def init(link):
     link._retained = None  # the facts the peer retained here, kept under max_retained
     link._t_resend = 0.0  # RESEND, or no_session, sent
     link._t_ack = -1.0  # the last ACK sent: the first goes at once (clocks from 0)
+    link._oversize_in = 0  # the transport reader's oversize count, as last seen (oversize_in)
     reset(link)  # not stuck, the snapshot in, the last ACK's number
 
 
@@ -260,6 +261,22 @@ def resend(link, n):
         link._t_resend = now
         link.count("resends_asked")
         tx.control(link, wire.RESEND, n)
+
+
+def oversize_in(link, n):
+    """The transport's reader says ``n`` frames longer than max_len were
+    dropped (a new transport counts from 0): the new ones counted
+    ``oversize_in`` and said in last_error, since a peer that sends larger
+    frames (a bridge's ROUTES to a program whose max_len is too short)
+    otherwise fails its calls with no word why."""
+    d = n - link._oversize_in
+    link._oversize_in = n
+    if d > 0:
+        link.count("oversize_in", d)
+        link.last_error = (
+            "a frame longer than max_len %d came in, dropped: the peer sends larger ones"
+            % link.opts.max_len
+        )
 
 
 def timers(link, now):

@@ -6,6 +6,7 @@ import asyncio
 
 import edgebus
 from edgebus.link.link import Link
+from edgebus.link.pipe import pair
 from tests.portable.linkkit import Joined, synced, until
 from tests.portable.support import run
 
@@ -37,6 +38,31 @@ def test_a_max_len_too_small_for_the_handshake_is_refused_clearly():
     else:
         raise AssertionError("a link that could never say HELLO_ACK was made")
     assert Link(bus, "d2", max_len=400).opts.max_len == 400
+
+
+def test_a_frame_past_max_len_from_the_peer_is_counted_and_said():
+    """A program whose max_len is shorter than the frames its peer sends (a
+    bridge's ROUTES of many endpoints) hears of it in last_error, not only in
+    its transport's counters: its calls would otherwise fail no_route."""
+
+    async def main():
+        j = Joined(dev_kw={"max_len": 1024}, host_kw={"max_len": 4096})
+        c = j.host.connect()
+        eps = [c.bind("host/a-long-endpoint-name-%03d" % i, queue_len=1) for i in range(40)]
+        j.ta, j.tb = pair(1024, 4096)
+        j.tasks = [
+            asyncio.create_task(j.dl.run(j.ta)),
+            asyncio.create_task(j.hl.run(j.tb)),
+        ]
+        await until(lambda: j.dl.counters.get("oversize_in", 0) >= 1, 20)
+        assert "max_len 1024" in j.dl.last_error, j.dl.last_error
+        assert j.ta.stats()["oversize"] == j.dl.counters["oversize_in"]
+        assert j.hl.counters.get("routes_sent", 0) >= 1
+        for ep in eps:
+            ep.close()
+        await j.stop()
+
+    run(main())
 
 
 def test_end_session_drops_the_session_keeps_the_state():
