@@ -49,7 +49,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "DIR (its default: <state_dir>/keys)",
     )
     p.add_argument("--micropython", metavar="SRC", help=mpylib.SOURCE_HELP)
-    p.add_argument("--period", type=float, default=1.0, help="sensor period in seconds")
+    p.add_argument(
+        "--period",
+        type=float,
+        help="sensor period in seconds of the devices the fleet makes (default 1); those "
+        "of --from run their provisioned configs' own",
+    )
     p.add_argument(
         "--board",
         default="unix",
@@ -116,13 +121,18 @@ def run(args: argparse.Namespace) -> int:
             "edgebus fleet: --keys is for the devices the fleet makes; those of --from have "
             "their keys in the keystore edgebus provision wrote them to"
         )
+    if args.provisioned and args.period is not None:
+        raise SystemExit(
+            "edgebus fleet: --period is for the devices the fleet makes; those of --from run "
+            "their provisioned configs (change a key for all with --set, e.g. health_period=5)"
+        )
     try:
         fleet = Fleet(
             args.out,
             serial=0 if broker else n,
             mqtt=n if broker else 0,
             broker=broker,
-            period=args.period,
+            period=1.0 if args.period is None else args.period,
             board=args.board,
             journal=args.journal,
             config=parse_sets(args.set),

@@ -201,7 +201,9 @@ class Fleet:
         self, path: str, health_period: float, period: float, over: dict[str, Any]
     ) -> dict[str, Any]:
         """A device `edgebus provision` made: its config over the fleet's
-        defaults, and the files beside it (its CA), in a directory of its own."""
+        defaults (what it sets stays as provisioned; ``over``, the --set
+        keys, over both), and the files beside it (its CA), in a directory of
+        its own."""
         with open(path) as f:
             pc = json.load(f)
         b = self.board["name"]
@@ -217,7 +219,7 @@ class Fleet:
         d["log"] = d["dir"] + ".log"
         shutil.copytree(os.path.dirname(path), d["dir"], dirs_exist_ok=True)
         base = {"health_period": health_period, "services": [{"module": "temp", "period": period}]}
-        d["config"] = self._files(d["dir"], merge(merge(pc, base), over))
+        d["config"] = self._files(d["dir"], merge(merge(base, pc), over))
         return d
 
     def _files(self, d: str, cfg: dict[str, Any]) -> str:

@@ -65,6 +65,11 @@ def test_from_nothing_to_a_device_in_the_bridges_status(tmp_path):
                 )
                 st = run_module("edgebus.tools.cli", "status", "--socket", bridge.sock, timeout=30)
                 assert fleet.poll() is None
+                # It runs as provisioned: the fleet's own defaults change nothing it set.
+                with open(tmp_path / "fleet" / "devices" / "n1" / "config.json") as f:
+                    ran = json.load(f)
+                for k in ("health_period", "services", "link"):
+                    assert ran.get(k) == cfg.get(k), (k, ran.get(k), cfg.get(k))
                 # Its presence, heard before its first frame, is not a refused device.
                 assert bridge.status()["mqtt"]["unknown_devices"] == 0
                 # SIGTERM, the fleet's clean stop: its devices (each in a
@@ -74,6 +79,12 @@ def test_from_nothing_to_a_device_in_the_bridges_status(tmp_path):
         finally:
             bridge.stop()
             bridge.close()
+
+
+def test_fleet_from_refuses_a_period_it_would_not_honour(tmp_path, capsys):
+    with pytest.raises(SystemExit) as e:
+        cli.main(["fleet", "--from", str(tmp_path), "--period", "0.5"])
+    assert "--period is for the devices the fleet makes" in str(e.value)
 
 
 def _provision(capsys, *args):
