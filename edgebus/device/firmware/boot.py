@@ -216,9 +216,12 @@ async def start(cfg, path, board, ctx_class, pointer=None):
         await asyncio.sleep(0.05)  # let the services take their first step
     except MemoryError:
         gc.collect()
+        m = mem()
         raise ConfigError(
-            "out of heap while starting (%s bytes free): lower queues.bus, "
-            "link.out_queue or link.max_pending, or run fewer services" % mem()[1]
+            "out of heap while starting (%s of %s bytes free): give it more heap (the unix "
+            "port: micropython -X heapsize=256K), or lower queues.bus, link.out_queue or "
+            "link.max_pending, or run fewer services"
+            % (m[1], m[0] + m[1] if m[0] is not None else None)
         )
     gc.collect()
     a = mem()[0]

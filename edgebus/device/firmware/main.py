@@ -182,6 +182,21 @@ def main(config_path="config.json", board=None):
         error = "config error: %s" % e
         print("edgebus firmware: config error: %s: %s" % (config_path, e), file=sys.stderr)
         return 2
+    except MemoryError:
+        # Loading the runtime itself (before boot's own check can say so): a
+        # line that says what to do, not a traceback through an import.
+        gc.collect()
+        m = mem()
+        error = "out of heap (%s of %s bytes free)" % (
+            m[1],
+            m[0] + m[1] if m[0] is not None else None,
+        )
+        print(
+            "edgebus firmware: %s: give it more heap (the unix port: micropython -X "
+            "heapsize=256K)" % error,
+            file=sys.stderr,
+        )
+        return 1
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ manifest, which is the point."""
 import asyncio
 import json
 import os
+import re
 import sys
 
 import pytest
@@ -16,13 +17,25 @@ import pytest
 import edgebus
 from edgebus.tools.boardkit import boards, build, mpybuild
 from edgebus.tools.sim.ptycable import PtyCable
-from tests.conftest import processes, until
+from tests.conftest import ROOT, processes, until
 from tests.host import devicekit
 
 pytestmark = pytest.mark.micropython
 
 NODE, KEY = "b1", "board-key"
-HEAP = "256K"  # the 64-bit unix port's objects are about twice a board's
+
+
+def _readme_heap():
+    """The heap of firmware/README.md's first command (the unix port from the
+    .mpy bundle): these devices run with it, so the command the docs show is
+    the one tested. The 64-bit unix port's objects are about twice a board's."""
+    with open(os.path.join(ROOT, "firmware", "README.md")) as f:
+        m = re.search(r"micropython -X heapsize=(\d+K) -m firmware\.main config\.json", f.read())
+    assert m, "firmware/README.md no longer shows how to start the runtime"
+    return m.group(1)
+
+
+HEAP = _readme_heap()
 
 
 def _start(start, board, bundle, cfg):
@@ -123,3 +136,18 @@ def test_a_manifest_for_another_board_stops_the_device_with_one_line(tmp_path, r
         "--board rp2-pico-w) or correct the config's board"
         % (tmp_path / "config.json", board["name"])
     ]
+
+
+def test_a_heap_too_small_for_the_runtime_says_so_in_one_line(tmp_path):
+    """firmware/README.md's first command with too little heap (160K, which
+    it once showed): a line saying what to do, not a traceback."""
+    board = boards.load_board("unix")
+    bundle = _build(board, tmp_path)
+    cmd = [mpybuild.micropython(), "-X", "heapsize=160K", "-m", "firmware.main"]
+    for start in processes():
+        dev = start(cmd + [_config(tmp_path, "unix", "/dev/null")], bundle)
+        out = dev.communicate(timeout=60)[0]
+    assert dev.returncode == 1, out
+    lines = out.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in out, out
+    assert lines[0].startswith("edgebus firmware: out of heap (") and "heapsize=256K" in out, out
