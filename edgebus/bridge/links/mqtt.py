@@ -24,7 +24,7 @@ from edgebus.bridge.keystore import KeyStoreError
 from edgebus.bridge.links import mqtt_conn, mqtt_mirror
 from edgebus.bridge.links.mqtt_transport import Backlog, DeviceTransport
 from edgebus.bridge.links.quota import FLOOD_AT, FLOOD_STEP, MUTE_CHECK, Mutes
-from edgebus.bridge.links.ticker import retry_backoff, tick_links
+from edgebus.bridge.links.ticker import Outage, retry_backoff, tick_links
 from edgebus.bridge.telemetry.flow import WINDOW_MAX
 from edgebus.link.link import Link
 
@@ -45,6 +45,9 @@ log = logging.getLogger("edgebus.bridge")
 BROKER_DROPPED = "$SYS/broker/publish/messages/dropped"
 # The warning about it: at most this often.
 WARN_EVERY = 10.0
+# A plain connection the broker drops before it answers is what a TLS port
+# does to it (mosquitto hears no TLS hello and closes): say so.
+NOT_TLS = " before it answered (if that port takes TLS, the url is mqtts://)"
 
 
 class MqttLinks:
@@ -66,6 +69,7 @@ class MqttLinks:
         self._up: dict[str, DeviceTransport] = {}  # "<prefix>/<node>/up" -> that device's transport
         self.connected = False
         self.connects = 0
+        self.outage = Outage("mqtt: %s:%d" % (self.host, self.port))
         self.unknown = 0
         # what the broker dropped since we connected; None: not told
         self.broker_dropped: int | None = None
@@ -333,10 +337,12 @@ class MqttLinks:
                 await self._session(conn)
             except (OSError, asyncio.TimeoutError) as e:
                 # Bad credentials, a refused subscription, an unreachable or
-                # vanished broker: one line each, then the backoff.
-                log.warning(
-                    "mqtt: %s:%d: %s; reconnecting", self.host, self.port, e or type(e).__name__
-                )
+                # vanished broker: a line when the reason changes (Outage),
+                # the reason in status, then the backoff.
+                why = str(e) or type(e).__name__
+                if conn is None and not self.tls and why.startswith(mqtt_conn.LOST):
+                    why += NOT_TLS
+                self.outage.failed(why)
             finally:
                 if conn is not None:
                     # Leaving with the connection up (a stop): say "offline"
@@ -371,6 +377,7 @@ class MqttLinks:
         try:
             self.connected = True
             self.connects += 1
+            self.outage.over()
             log.info("mqtt: connected to %s:%d", self.host, self.port)
             self._live = (conn, Backlog(conn), tasks)
             for node, link in list(self.links.items()):
@@ -477,6 +484,7 @@ class MqttLinks:
         return {
             "connected": self.connected,
             "connects": self.connects,
+            "last_error": self.outage.last,
             "unknown_devices": self.unknown,
             "devices": len(self.links),
             "broker_dropped": self.broker_dropped,

@@ -47,6 +47,11 @@ READ_BATCH = 1024
 SUB_BATCH = 500
 
 
+# What the connection says when the broker closes it (MqttLinks adds a hint
+# when that happens before the broker answered).
+LOST = "connection to the broker lost"
+
+
 class MqttError(OSError):
     """The broker refused or broke the connection."""
 
@@ -184,7 +189,7 @@ class Connection:
         # says nothing more than that.
         self._end(
             MqttError(
-                "connection to the broker lost"
+                LOST
                 + (" (%s)" % reason if flags.is_disconnect_packet_from_server else "")
             )
         )

@@ -15,7 +15,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from edgebus import Message
-from edgebus.bridge.links.ticker import retry_backoff
+from edgebus.bridge.links.ticker import Outage, retry_backoff
 
 if TYPE_CHECKING:
     from ssl import SSLContext
@@ -33,6 +33,7 @@ async def run(bridge: BridgeView, mq: Mqtt, host: str, port: int, tls: SSLContex
     host:port (``tls``: an SSL context or None), reconnecting like the links'
     connection, until cancelled."""
     backoff = retry_backoff()
+    outage = Outage("mqtt mirror (the [mqtt] mirror topics, republished for other MQTT clients)")
     while True:
         try:
             async with aiomqtt.Client(
@@ -49,9 +50,10 @@ async def run(bridge: BridgeView, mq: Mqtt, host: str, port: int, tls: SSLContex
                 # timeout: aiomqtt waits this long for a disconnect to be
                 # confirmed (10 s by default); a stop allows each step 5 s.
                 backoff.reset()
+                outage.over()
                 await _mirror(bridge, mq, client)
         except aiomqtt.MqttError as e:
-            log.warning("mqtt mirror: %s; reconnecting", e)
+            outage.failed(str(e))
         await bridge.sleep(backoff.next())
 
 

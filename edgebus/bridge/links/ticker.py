@@ -1,5 +1,6 @@
 """What every kind of the bridge's links shares: one ticker for thousands of
-links, and the retry delays (a port, the broker, a peer)."""
+links, the retry delays (a port, the broker, a peer), and the words of an
+outage."""
 
 from __future__ import annotations
 
@@ -50,3 +51,24 @@ def retry_backoff(cap: float = RETRY_CAP) -> Backoff:
     """The bridge's retry delays (a port, the broker, a peer): from half a
     second, doubling up to cap, jittered so many devices do not retry in step."""
     return Backoff(0.5, cap)
+
+
+class Outage:
+    """What a retry loop says of its failures: a warning when their words
+    change (the first of an outage, or a new reason), the same words again
+    only at debug, and one line when it is back. A broker away for a minute
+    is one line, not one a second; ``last`` is the failure now (None: up)."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.last: str | None = None
+
+    def failed(self, why: str) -> None:
+        level = logging.DEBUG if why == self.last else logging.WARNING
+        log.log(level, "%s: %s; retrying", self.what, why)
+        self.last = why
+
+    def over(self, how: str = "connected again") -> None:
+        if self.last is not None:
+            log.info("%s: %s", self.what, how)
+        self.last = None

@@ -151,7 +151,9 @@ def render(st: dict[str, Any]) -> str:
         L.append(
             "mqtt: %s, %d device(s)%s, %d unknown device(s) refused, broker dropped %s"
             % (
-                "connected" if mq["connected"] else "NOT CONNECTED",
+                "connected"
+                if mq["connected"]
+                else "NOT CONNECTED (%s)" % (mq.get("last_error") or "connecting"),
                 mq.get("devices", 0),
                 " (shard)" if mq.get("shard") else "",
                 mq["unknown_devices"],

@@ -15,6 +15,7 @@ from edgebus.bridge.daemon import Bridge
 from edgebus.link.mqtt import MqttError, MqttTransport
 from edgebus.tools.sim.fleet import Fleet, merge
 from firmware import uplink_mqtt
+from tests.conftest import until
 from tests.host.mqtt.tlskit import TestCA
 
 pytestmark = [pytest.mark.mosquitto, pytest.mark.micropython]
@@ -83,3 +84,41 @@ def test_devices_reach_a_tls_broker_and_a_wrong_ca_is_refused(tmp_path):
     assert "open: MqttError: TLS with 127.0.0.1:%d (as localhost) failed: " % broker.port in text, (
         text
     )
+
+
+def test_plain_mqtt_to_a_tls_port_says_mqtts_once_and_in_status(tmp_path, caplog):
+    """A newcomer's url without the s: the broker drops the connection before
+    it answers. The bridge says what that likely means once, not at every
+    retry (those at debug), and its status carries it (NOT CONNECTED, why)."""
+    ca = TestCA(tmp_path)
+    cert, key = ca.issue("localhost")
+
+    def said(level):
+        return [
+            r.getMessage()
+            for r in caplog.records
+            if r.levelname == level and "mqtts://" in r.getMessage()
+        ]
+
+    with Mosquitto(tls={"ca": ca.ca, "cert": cert, "key": key}) as broker:
+        cfg = bridge_config.parse(
+            {
+                "bridge": {"state_dir": str(tmp_path / "state")},
+                "mqtt": {"url": "mqtt://127.0.0.1:%d" % broker.port, "devices": []},
+            }
+        )
+
+        async def main():
+            b = Bridge(cfg)
+            t = asyncio.create_task(b.run())
+            await until(lambda: len(said("DEBUG")) >= 2, 30)  # three tries, all refused
+            st = b.mqtt.stats()
+            b.stop()
+            await t
+            return st
+
+        with caplog.at_level("DEBUG", logger="edgebus.bridge"):
+            st = asyncio.run(main())
+    assert not st["connected"] and st["connects"] == 0
+    assert "mqtts://" in st["last_error"], st
+    assert len(said("WARNING")) == 1, said("WARNING")
