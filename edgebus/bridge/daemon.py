@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 import time
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import edgebus
 from edgebus.bridge import acl, callerinfo, reload, rotation, status
@@ -77,6 +77,7 @@ class Bridge:
         self.durable = cfg.log_dir is not None
         self.link_options = LinkOptions(cfg, self.durable)
         self._stop = asyncio.Event()
+        self.remove_socket: Callable[[], None] = lambda: None  # the local socket's, at the stop
         self.appender: Appender | None = None
         self.mqtt: MqttLinks | None = None
         self.started = time.time()
@@ -253,7 +254,8 @@ class Bridge:
                         servers.append(await peers.listen(self, p))
         if cfg.socket:
             with blame("[bridge]", "socket", cfg.socket, "cannot listen"):
-                servers.append(await local.serve_local(self, cfg.socket))
+                server, self.remove_socket = await local.serve_local(self, cfg.socket)
+                servers.append(server)
         if cfg.metrics:
             from edgebus.bridge import metrics
 
@@ -270,6 +272,7 @@ class Bridge:
         try:
             for server in servers:
                 server.close()
+            self.remove_socket()
             # Every step is bounded: a peer that stopped reading (a full pty, a
             # stalled broker) must not keep the bridge from sealing its log.
             said, up = await self._say_bye(t0 + STOP_BYE_S)

@@ -24,16 +24,15 @@ starts and, with --once, after it ends; one job writes a table at a time.
 
 from __future__ import annotations
 
-import glob
-import json
 import os
 import signal
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 from edgebus.ingest import compaction
+from edgebus.ingest.logdirs import check_log_dirs, check_logs, log_dirs
 from edgebus.ingest.session import session
 
 if TYPE_CHECKING:
@@ -185,41 +184,6 @@ def refresh_derived(spark: SparkSession, args: argparse.Namespace) -> bool:
     return ok
 
 
-def log_dirs(specs: Iterable[str]) -> list[str]:
-    """The log directories named by --log: each a directory or a glob
-    (expanded, sorted), absolute, in order, each once.  ValueError when a
-    name matches no directory."""
-    out = []
-    for spec in [specs] if isinstance(specs, str) else specs:
-        found = sorted(glob.glob(spec)) if glob.has_magic(spec) else [spec]
-        dirs = [os.path.abspath(d) for d in found if os.path.isdir(d)]
-        if not dirs:
-            raise ValueError("no log directory at %s" % spec)
-        out += [d for d in dirs if d not in out]
-    return out
-
-
-def check_logs(checkpoint: str, logs: list[str]) -> None:
-    """Record the logs a checkpoint's query reads (CHECKPOINT/edgebus-logs.json)
-    or, when it has a list already, refuse a different one (ValueError): the
-    checkpoint keeps each source's offsets by its place in the list."""
-    fname = os.path.join(checkpoint, "edgebus-logs.json")
-    try:
-        with open(fname) as f:
-            had = json.load(f)["logs"]
-    except FileNotFoundError:
-        os.makedirs(checkpoint, exist_ok=True)
-        with open(fname, "w") as f:
-            json.dump({"logs": logs}, f, indent=1)
-        return
-    if had != logs:
-        raise ValueError(
-            "checkpoint %s reads the logs %s, not %s: a checkpoint keeps its "
-            "list of logs (start a new table and checkpoint, or run a second "
-            "job, for another gateway)" % (checkpoint, had, logs)
-        )
-
-
 def ingest_frame(
     spark: SparkSession,
     logs: str | list[str],
@@ -317,6 +281,7 @@ def write_table(
 def run(args: argparse.Namespace) -> int:
     try:
         logs = log_dirs(args.log)
+        check_log_dirs(logs)  # before the checkpoint is bound to them
         check_logs(os.path.abspath(args.checkpoint), logs)
     except ValueError as e:
         print("edgebus ingest: %s" % e, file=sys.stderr)

@@ -102,6 +102,17 @@ def open_segments(path: str) -> list[tuple[int, str]]:
     return out
 
 
+def is_log_dir(path: str) -> bool:
+    """Whether the directory is a telemetry log: it holds a segment file of
+    any kind (sealed, active or quarantined) or the writer's lock, which a
+    bridge creates on opening its log, before any segment exists."""
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return False
+    return LOCK_NAME in names or any(map(_ANY_ID_RE.match, names))
+
+
 def next_segment_id(path: str) -> int:
     """One more than the highest segment id named by a file of the directory
     (sealed, active or quarantined), or 0."""

@@ -11,7 +11,7 @@ import logging
 import os
 import socket
 import struct
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Callable, Iterable
 
 from edgebus.bridge import textmode
 from edgebus.bridge.links.ticker import retry_backoff
@@ -91,7 +91,11 @@ def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
     return struct.unpack("3i", data)
 
 
-async def serve_local(bridge: BridgeView, path: str) -> asyncio.Server:
+# serve_local's second result: what removes its socket file at the stop.
+Remover = Callable[[], None]
+
+
+async def serve_local(bridge: BridgeView, path: str) -> tuple[asyncio.Server, Remover]:
     """Local processes join the host bus over a unix socket; each connection's
     unix credentials are its principal, so the authoriser scopes it."""
     if os.path.exists(path):
@@ -150,4 +154,21 @@ async def serve_local(bridge: BridgeView, path: str) -> asyncio.Server:
 
     server = await asyncio.start_unix_server(handle, path=path)
     os.chmod(path, 0o666)  # access is decided per user by the ACL, not the file mode
-    return server
+    return server, _remover(path)
+
+
+def _remover(path: str) -> Remover:
+    """What removes the socket file at ``path``, made just now, if it is still
+    this one at the stop (not a later bridge's on the same path): a command
+    then says no bridge is running, not that the connection was refused."""
+    made = os.stat(path)
+
+    def remove() -> None:
+        try:
+            st = os.stat(path)
+            if (st.st_dev, st.st_ino) == (made.st_dev, made.st_ino):
+                os.unlink(path)
+        except FileNotFoundError:  # removed already (Python >= 3.13's server does)
+            pass
+
+    return remove

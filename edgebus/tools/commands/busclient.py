@@ -1,6 +1,7 @@
 """What the shell-typable bus commands (pub, sub, watch, call, whoami) share:
 the socket argument, joining the bridge over its unix socket, VALUE parsing,
-output lines, and one exit code per kind of failure."""
+output lines, and one exit code per kind of failure (status finds the bridge
+and reports failures with the same pieces)."""
 
 from __future__ import annotations
 
@@ -37,14 +38,27 @@ class Fail(Exception):
         self.code = code
 
 
-def add_socket(p: argparse.ArgumentParser) -> None:
+def add_socket(p: argparse.ArgumentParser, epilog: str | None = EPILOG) -> None:
+    """--socket and --config, the ways a command finds the bridge (socket_path)."""
     p.add_argument(
         "--socket",
         "-s",
         help="the bridge's unix socket (default: $%s, else %s)" % (SOCKET_ENV, default_socket()),
     )
     p.add_argument("--config", "-c", help="take the socket from this bridge configuration")
-    p.epilog = EPILOG
+    p.epilog = epilog
+
+
+def unreachable(path: str, e: OSError) -> Fail:
+    """The Fail (UNREACHABLE) for a connection to the socket that failed: no
+    socket, or one nobody listens on, is no bridge running (a bridge removes
+    its socket as it stops; a killed one leaves it)."""
+    if isinstance(e, (FileNotFoundError, ConnectionRefusedError)):
+        return Fail(
+            UNREACHABLE,
+            "no bridge is running at %s (start one: edgebus-bridge --config FILE)" % path,
+        )
+    return Fail(UNREACHABLE, "cannot reach the bridge at %s: %s" % (path, e.strerror or e))
 
 
 def socket_path(args: argparse.Namespace) -> str:
@@ -122,9 +136,7 @@ class Session:
                 import_calls=[("#", "")],
             )
         except OSError as e:
-            raise Fail(
-                UNREACHABLE, "cannot reach the bridge at %s: %s" % (self.path, e.strerror or e)
-            ) from None
+            raise unreachable(self.path, e) from None
         # The bridge offers its own endpoints to every client: once they are
         # here, the session is up and the routes have arrived.
         await self.until(

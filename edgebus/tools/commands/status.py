@@ -10,20 +10,20 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import edgebus
-from edgebus.client.local import ERRORS, attach_local, default_socket
+from edgebus.client.local import ERRORS, attach_local
+from edgebus.tools.commands import busclient as bc
 
 if TYPE_CHECKING:
     import argparse
 
+EPILOG = (
+    "Exit codes: 0 ok, 2 usage, 5 the bridge did not answer within --timeout, "
+    "6 bridge unreachable (docs/shell.md)."
+)
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--socket",
-        "-s",
-        default=default_socket(),
-        help="the bridge's unix socket (its [bridge] socket setting; default "
-        "$EDGEBUS_SOCKET, else %(default)s)",
-    )
+    bc.add_socket(p, EPILOG)
     p.add_argument("--json", action="store_true", help="print the raw JSON")
     p.add_argument("--link", metavar="ID", help="only this link (e.g. mqtt:pump-4)")
     p.add_argument(
@@ -210,15 +210,21 @@ def _link_table(links: dict[str, Any]) -> list[str]:
     return L
 
 
-def run(args: argparse.Namespace) -> int:
+async def status(args: argparse.Namespace) -> None:
+    path = bc.socket_path(args)
+    req = {"link": args.link} if args.link else {"links": False} if args.summary else None
     try:
-        req = {"link": args.link} if args.link else {"links": False} if args.summary else None
-        st = asyncio.run(fetch(args.socket, args.timeout, req))
-    except (OSError, ConnectionError) as e:
-        raise SystemExit(
-            "edgebus status: cannot reach the bridge at %s: %s" % (args.socket, e)
+        st = await fetch(path, args.timeout, req)
+    except OSError as e:
+        raise bc.unreachable(path, e) from None
+    except edgebus.Timeout:
+        raise bc.Fail(
+            bc.TIMEOUT, "the bridge at %s did not answer within %g s" % (path, args.timeout)
         ) from None
     except edgebus.CallError as e:
-        raise SystemExit("edgebus status: %s" % e) from None
-    print(json.dumps(st, indent=1) if args.json else render(st))
-    return 0
+        raise bc.Fail(bc.FAILED, str(e)) from None
+    bc.emit(json.dumps(st, indent=1) if args.json else render(st))
+
+
+def run(args: argparse.Namespace) -> int:
+    return bc.main("status", status(args))

@@ -79,6 +79,11 @@ async def edgebus(sock, *args, timeout=30):
     return p.returncode, out.decode(), err.decode()
 
 
+def no_bridge(sock):
+    """What a command says when no bridge runs at sock (exit 6)."""
+    return "no bridge is running at %s (start one: edgebus-bridge --config FILE)" % sock
+
+
 async def line(p, timeout=15):
     """The next stdout line of a running command (AssertionError at its end)."""
     b = await asyncio.wait_for(p.stdout.readline(), timeout)
@@ -192,10 +197,12 @@ def test_call_replies_and_exit_codes(tmp_path):
         ):
             rc, out, err = await edgebus(cfg.socket, *args)
             assert rc == 2 and err.count("\n") == 1, (args, rc, err)
-        rc, out, err = await edgebus(
-            cfg.socket, "call", "svc/echo", "--socket", str(tmp_path / "nowhere.sock")
+        nowhere = str(tmp_path / "nowhere.sock")
+        assert await edgebus(cfg.socket, "call", "svc/echo", "--socket", nowhere) == (
+            6,
+            "",
+            "edgebus call: %s\n" % no_bridge(nowhere),
         )
-        assert rc == 6 and "cannot reach the bridge" in err
         for t in tasks:
             t.cancel()
 
@@ -348,6 +355,42 @@ def test_sub_and_watch_report_a_killed_bridge(tmp_path):
                 assert await ended(p) == (
                     7,
                     "edgebus %s: the bridge at %s went away\n" % (name, cfg.socket),
+                )
+            # Its socket file is left, refusing connections: no bridge runs there.
+            assert os.path.exists(cfg.socket)
+            for cmd in (("status",), ("pub", "app/m", "2")):
+                assert await edgebus(cfg.socket, *cmd) == (
+                    6,
+                    "",
+                    "edgebus %s: %s\n" % (cmd[0], no_bridge(cfg.socket)),
+                )
+        finally:
+            br.close()
+
+    asyncio.run(main())
+
+
+def test_status_by_config_and_no_bridge_after_a_clean_stop(tmp_path):
+    """The bridge as its own process: `status --config` finds its socket as
+    the other commands do; after SIGTERM the socket file is gone, and status,
+    pub and whoami say no bridge is running, exit 6 (docs/shell.md)."""
+    cfg = _cfg(tmp_path)
+    toml = str(tmp_path / "bridge.toml")
+    nowhere = str(tmp_path / "nowhere.sock")  # $EDGEBUS_SOCKET: --config wins over it
+
+    async def main():
+        br = BridgeProcess(str(tmp_path), toml=toml).start().ready(30)
+        try:
+            rc, out, err = await edgebus(nowhere, "status", "--config", toml, "--summary")
+            assert rc == 0 and out.startswith("bridge gw  up "), (rc, out, err)
+            assert (await edgebus(nowhere, "whoami", "--config", toml))[0] == 0
+            assert br.stop() == 0
+            assert not os.path.exists(cfg.socket), br.log()
+            for cmd in (("status",), ("pub", "app/m", "1"), ("whoami",)):
+                assert await edgebus(nowhere, *cmd, "--config", toml) == (
+                    6,
+                    "",
+                    "edgebus %s: %s\n" % (cmd[0], no_bridge(cfg.socket)),
                 )
         finally:
             br.close()

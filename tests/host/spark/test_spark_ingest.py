@@ -15,7 +15,7 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 from dev.harness.process import Process  # noqa: E402
-from edgebus.tlog import RECORD_HEADER_SIZE, LogWriter, segment_name  # noqa: E402
+from edgebus.tlog import RECORD_HEADER_SIZE, LogWriter, segment_name, segments  # noqa: E402
 from tests.host.spark.sparkkit import (  # noqa: E402
     ROOT,
     device_record,
@@ -127,6 +127,29 @@ def check_table(spark, table, fleet, lost_pos):
             row.pop("ts_host_time")
             assert row == expected_row(rec, pos)
     return rows
+
+
+def test_a_folder_that_is_no_log_is_refused_before_spark(tmp_path):
+    """An empty folder, or the bridge's working folder given for its log
+    folder: one line naming a log folder below it if any, exit 2 (usage), no
+    checkpoint bound to it and no table; Spark never starts (no session, so
+    fast). A bridge's fresh log (its lock, no segment yet) is a log."""
+    run, table, ckpt = tmp_path / "run", tmp_path / "table", tmp_path / "ckpt"
+    (run / "state").mkdir(parents=True)
+    LogWriter(str(run / "tlog")).close()  # what a bridge leaves: LOCK, no segment
+    (tmp_path / "empty").mkdir()
+    for log, hint in (
+        (tmp_path / "empty", "give a bridge's [log] dir"),
+        (run, "did you mean %s?" % (run / "tlog")),
+    ):
+        r = ingest(log, table, ckpt, "--once", timeout=60)
+        assert (r.returncode, r.stdout) == (2, ""), r.stderr
+        assert r.stderr == (
+            "edgebus ingest: %s holds no log segments and is no telemetry log "
+            "directory; %s\n" % (log, hint)
+        )
+        assert not ckpt.exists() and not table.exists()
+    assert segments.is_log_dir(str(run / "tlog"))
 
 
 def test_exactly_once_across_sigkill_with_duplicates_and_corruption(spark, tmp_path):
