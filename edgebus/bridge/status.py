@@ -5,6 +5,7 @@ fleet of any size fits the socket's frames; `edgebus status` reads them
 from __future__ import annotations
 
 import json
+import time
 from typing import TYPE_CHECKING, Any, Iterable
 
 if TYPE_CHECKING:
@@ -25,9 +26,11 @@ def state(link: Link, mailbox: MailboxView | None) -> str:
 
 
 def link_stats(bridge: BridgeView, link: Link) -> dict[str, Any]:
-    """link.stats(), with "state" as state() and, for a device asleep,
-    "asleep_until" (Unix s of its announced wake)."""
+    """link.stats(), with "since" (Unix s: its state's last change), "state"
+    as state() and, for a device asleep, "asleep_until" (Unix s of its
+    announced wake)."""
     s = link.stats()
+    s["since"] = round(time.time() - link.state_age(), 1)
     if s["state"] != "up":
         sl = bridge.mailbox.sleep_of(link.peer)
         if sl is not None:

@@ -145,6 +145,10 @@ class Link:
             s["transport"] = t.stats()
         return s
 
+    def state_age(self):
+        """Seconds since the link's state (``status``) last changed."""
+        return compat.now() - self._t_state
+
     def spool_stats(self):
         """The spool's depth, bytes, oldest entry's age and losses."""
         return self._spool.stats()

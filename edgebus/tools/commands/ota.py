@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from edgebus.tools.commands import busclient as bc
 from edgebus.tools.commands import otaplan as plan
 from edgebus.tools.commands.otapush import Pusher
+from edgebus.tools.commands.status import pages as status_pages
 
 if TYPE_CHECKING:
     from edgebus.view import RetainedView
@@ -78,6 +79,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     st = sub.add_parser("status", help="each device's running bundle, slot, state, last failure")
     st.add_argument("pattern", nargs="?", default="*", help="node names, a shell glob (all)")
     st.add_argument("--json", action="store_true", help="a JSON list, a device each")
+    st.add_argument(
+        "--timeout", type=_seconds, default=10.0, metavar="S", help="seconds (%(default)s)"
+    )
     bc.add_socket(st)
     rb = sub.add_parser("rollback", help="NODE goes back to its previous bundle (it reboots)")
     rb.add_argument("node")
@@ -246,10 +250,23 @@ async def push(args: argparse.Namespace) -> int:
     return 0 if not untouched and all(o.ok() for o in done) else NOT_ALL
 
 
+async def _links(s: bc.Session, timeout: float) -> dict[str, dict[str, Any]]:
+    """{device node: its link's {"state", "since"}} from the bridge's status
+    pages: a row's state is the device's last word, which stays on the bus
+    when it goes offline or hangs."""
+    st = await status_pages(lambda t, p: s.call(t, p, timeout))
+    return {
+        str(lk["peer"]): {"state": lk.get("state"), "since": lk.get("since")}
+        for lk in st["links"].values()
+        if lk.get("peer")
+    }
+
+
 async def status(args: argparse.Namespace) -> None:
     async with _session(args) as s:
         infos, otas, _ = await _devices(s)
-    rows = plan.status_rows(infos, otas, args.pattern)
+        links = await _links(s, args.timeout)
+    rows = plan.status_rows(infos, otas, args.pattern, links)
     if not rows:
         raise bc.Fail(bc.NO_ROUTE, "no device matches %r" % args.pattern)
     bc.emit(json.dumps(rows) if args.json else plan.render_status(rows))

@@ -11,6 +11,7 @@ import json
 import math
 import os
 import re
+import time
 from typing import Any, Iterable
 
 from edgebus.tools.boardkit.otamanifest import MANIFEST, decode_manifest
@@ -268,19 +269,40 @@ def summary(outcomes: list[Outcome], untouched: int, skipped: int) -> str:
 
 
 def status_rows(
-    infos: dict[str, Any], otas: dict[str, Any], pattern: str = "*"
+    infos: dict[str, Any],
+    otas: dict[str, Any],
+    pattern: str = "*",
+    links: dict[str, dict[str, Any]] | None = None,
 ) -> list[dict[str, Any]]:
-    """{"node", "board", "ota"} for each node matching ``pattern`` with a
-    retained sys/info or sys/ota (``ota`` None: no ota service), by name."""
+    """{"node", "board", "ota", "link"} for each node matching ``pattern``
+    with a retained sys/info or sys/ota (``ota`` None: no ota service), by
+    name; ``link`` its link's {"state", "since"} from ``links`` (None: the
+    bridge has no link to it)."""
     nodes = sorted(n for n in set(infos) | set(otas) if fnmatch.fnmatchcase(n, pattern))
     return [
         {
             "node": n,
             "board": (infos.get(n) or {}).get("board"),
             "ota": otas[n] if isinstance(otas.get(n), dict) else None,
+            "link": (links or {}).get(n),
         }
         for n in nodes
     ]
+
+
+def _link(lk: dict[str, Any] | None, now: float) -> str:
+    """The LINK column: "up", else the state and for how long ("down 3m")."""
+    if lk is None:
+        return "none"
+    st = str(lk.get("state") or "?")
+    since = lk.get("since")
+    if st == "up" or not isinstance(since, (int, float)):
+        return st
+    s = max(0, int(now - since))
+    return "%s %s" % (
+        st,
+        "%ds" % s if s < 120 else "%dm" % (s // 60) if s < 7200 else "%dh" % (s // 3600),
+    )
 
 
 def _short(h: Any) -> str:
@@ -291,24 +313,28 @@ def _bundle(d: Any) -> str:
     return "%s %s" % (d.get("version", "?"), _short(d.get("hash"))) if isinstance(d, dict) else "-"
 
 
-def render_status(rows: list[dict[str, Any]]) -> str:
-    """The status table: a row per device."""
+def render_status(rows: list[dict[str, Any]], now: float | None = None) -> str:
+    """The status table: a row per device. Its STATE is the device's last
+    word; LINK says whether that is current (up) or how long it has not been."""
+    now = time.time() if now is None else now
     out = [
-        "%-20s %-12s %-8s %-7s %-9s %-22s %s"
-        % ("NODE", "VERSION", "HASH", "SLOT", "STATE", "TRIAL", "LAST FAILURE")
+        "%-20s %-10s %-12s %-8s %-7s %-9s %-22s %s"
+        % ("NODE", "LINK", "VERSION", "HASH", "SLOT", "STATE", "TRIAL", "LAST FAILURE")
     ]
     for r in rows:
         st = r["ota"]
+        lk = _link(r.get("link"), now)
         if st is None:
-            out.append("%-20s %s" % (r["node"], "no ota service"))
+            out.append("%-20s %-10s %s" % (r["node"], lk, "no ota service"))
             continue
         run = st.get("running") or {}
         trial = st.get("trial")
         fail = st.get("last_failure")
         out.append(
-            "%-20s %-12s %-8s %-7s %-9s %-22s %s"
+            "%-20s %-10s %-12s %-8s %-7s %-9s %-22s %s"
             % (
                 r["node"],
+                lk,
                 run.get("version", "?"),
                 _short(run.get("hash")),
                 run.get("slot") or "factory",

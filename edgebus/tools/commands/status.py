@@ -15,6 +15,7 @@ from edgebus.tools.commands import busclient as bc
 
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Awaitable, Callable
 
 EPILOG = (
     "Exit codes: 0 ok, 2 usage, 5 the bridge did not answer within --timeout, "
@@ -30,6 +31,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--summary", action="store_true", help="the bridge and the fleet's totals, no row per link"
     )
     p.add_argument("--timeout", type=float, default=3.0)
+
+
+async def pages(
+    call: Callable[[str, Any], Awaitable[Any]], req: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """The bridge's answer to bridge/status ``req``, through ``call(topic,
+    payload)``; with ``req`` None every page of it, the links joined."""
+    st: dict[str, Any] = await call("bridge/status", req)
+    while req is None and st.get("next") is not None:
+        more = await call("bridge/status", {"from": st["next"]})
+        st["links"].update(more["links"])
+        st["next"] = more["next"]
+    return st
 
 
 async def fetch(
@@ -52,12 +66,7 @@ async def fetch(
                 break
             await asyncio.sleep(0.02)
         c = bus.connect()
-        st = await c.call("bridge/status", req, timeout=timeout)
-        while req is None and st.get("next") is not None:
-            more = await c.call("bridge/status", {"from": st["next"]}, timeout=timeout)
-            st["links"].update(more["links"])
-            st["next"] = more["next"]
-        return st
+        return await pages(lambda t, p: c.call(t, p, timeout=timeout), req)
     finally:
         await link.close("done")
         task.cancel()

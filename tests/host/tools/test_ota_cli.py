@@ -254,15 +254,18 @@ def test_the_status_table_shows_each_device_and_those_without_the_service():
             "last_failure": None,
         },
     }
-    rows = plan.status_rows(infos, otas)
+    # a's link is up; b's went down 5 minutes ago (its row is its last word); c has none
+    links = {"a": {"state": "up", "since": 1000.0}, "b": {"state": "down", "since": 1000.0}}
+    rows = plan.status_rows(infos, otas, links=links)
     assert [(r["node"], r["board"], r["ota"] is None) for r in rows] == [
         ("a", "unix", False),
         ("b", "unix", False),
         ("c", "esp32", True),
     ]
-    lines = plan.render_status(rows).splitlines()
+    lines = plan.render_status(rows, now=1300.0).splitlines()
     assert lines[0].split() == [
         "NODE",
+        "LINK",
         "VERSION",
         "HASH",
         "SLOT",
@@ -271,15 +274,21 @@ def test_the_status_table_shows_each_device_and_those_without_the_service():
         "LAST",
         "FAILURE",
     ]
-    assert lines[1].split() == ["a", "1.0", "-", "factory", "idle", "-", "1.1", "22222222:"] + [
+    assert lines[1].split() == ["a", "up", "1.0", "-", "factory", "idle", "-", "1.1"] + [
+        "22222222:",
         "no",
         "session",
         "in",
         "120",
         "s",
     ]
-    assert lines[2].split() == ["b", "1.2", "11111111", "b", "trial", "1.2", "11111111", "97s", "-"]
-    assert lines[3].split() == ["c", "no", "ota", "service"]
+    assert lines[2].split() == ["b", "down", "5m", "1.2", "11111111", "b", "trial"] + [
+        "1.2",
+        "11111111",
+        "97s",
+        "-",
+    ]
+    assert lines[3].split() == ["c", "none", "no", "ota", "service"]
     assert [r["node"] for r in plan.status_rows(infos, otas, "[bc]")] == ["b", "c"]
     json.dumps(rows)  # --json prints them as they are
 

@@ -4,12 +4,13 @@ one during the trial, and chunks altered on the way refused. Fleet devices
 (the real firmware on the MicroPython unix port), a real mosquitto, the bridge
 as a process and `edgebus ota` as a user runs it (tests/host/tools/otakit.py)."""
 
+import json
 import os
 import time
 
 import pytest
 
-from dev.harness.ota import bundle_hash, mqtt_fleet, ota_bg, ready_bridge, status
+from dev.harness.ota import bundle_hash, mqtt_fleet, ota, ota_bg, ready_bridge, status
 from edgebus.tools.sim.fleet import Fleet
 from tests.conftest import wait_until
 from tests.host.tools import otakit
@@ -67,6 +68,13 @@ def test_a_hang_no_session_and_a_power_cut_on_trial_each_roll_back_with_why(tmp_
         for dev in (fleet.devices[0], fleet.devices[3]):
             with open(dev["log"]) as f:
                 assert "WDT (simulated): not fed for 3000 ms" in f.read()
+        # Each row says whether its state is current: its link, from the bridge.
+        r = ota(sock, "status", "--json")
+        links = {row["node"]: row["link"] for row in json.loads(r.stdout)}
+        assert {n: (lk or {}).get("state") for n, lk in links.items()} == dict.fromkeys(
+            (a, b, c, d), "up"
+        ), links
+        assert all(lk["since"] <= time.time() for lk in links.values()), links
 
 
 def test_a_serial_device_cut_off_mid_transfer_resumes_where_its_flash_left_off(tmp_path):
