@@ -188,10 +188,7 @@ class Connection:
         # MQTT 3.1.1 brokers just close the socket; paho's reason code then
         # says nothing more than that.
         self._end(
-            MqttError(
-                LOST
-                + (" (%s)" % reason if flags.is_disconnect_packet_from_server else "")
-            )
+            MqttError(LOST + (" (%s)" % reason if flags.is_disconnect_packet_from_server else ""))
         )
 
     def _on_socket_close(self, client: paho.Client, userdata: Any, sock: Any) -> None:
