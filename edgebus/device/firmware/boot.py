@@ -215,18 +215,24 @@ async def start(cfg, path, board, ctx_class, pointer=None):
         names = start_services(ctx, svcs)
         await asyncio.sleep(0.05)  # let the services take their first step
     except MemoryError:
-        gc.collect()
-        m = mem()
-        raise ConfigError(
-            "out of heap while starting (%s of %s bytes free): give it more heap (the unix "
-            "port: micropython -X heapsize=256K), or lower queues.bus, link.out_queue or "
-            "link.max_pending, or run fewer services"
-            % (m[1], m[0] + m[1] if m[0] is not None else None)
-        )
+        raise _no_heap()
     gc.collect()
     a = mem()[0]
     check_budget(board, a - code - feeds if a is not None else None, feeds)
     return ctx, names, code
+
+
+def _no_heap():
+    """The ConfigError of a start that ran out of heap: how much there is, and
+    what to do."""
+    gc.collect()
+    m = mem()
+    return ConfigError(
+        "out of heap while starting (%s of %s bytes free): give it more heap (the unix "
+        "port: micropython -X heapsize=256K), or lower queues.bus, link.out_queue or "
+        "link.max_pending, or run fewer services"
+        % (m[1], m[0] + m[1] if m[0] is not None else None)
+    )
 
 
 def _network(ctx, cfg):
