@@ -43,6 +43,11 @@ setup() {
     if ! command -v chronyd >/dev/null 2>&1 && [ ! -x /usr/sbin/chronyd ]; then
         apt_install "chrony" --no-install-recommends chrony
     fi
+    # promtool and Prometheus: the /metrics lint, the alert rules' unit tests and
+    # a real Prometheus scraping a bridge (tests/host/bridge/test_prometheus.py).
+    if ! command -v promtool >/dev/null 2>&1 || [ ! -x /usr/bin/prometheus ]; then
+        apt_install "prometheus" --no-install-recommends prometheus
+    fi
     # The emulated board (boards/qemu-mps2-an385): its firmware is built with
     # the Arm toolchain and booted in QEMU (tests/host/board/test_qemu_board.py).
     if ! command -v arm-none-eabi-gcc >/dev/null 2>&1 || ! command -v qemu-system-arm >/dev/null 2>&1 \

@@ -104,11 +104,12 @@ MARKERS = {
     "mosquitto": "starts a real mosquitto broker",
     "micropython": "runs the real micropython binary (the unix port)",
     "qemu": "builds the emulated board's firmware (cached) and boots it in qemu-system-arm",
+    "prometheus": "runs promtool or a real Prometheus (Debian's prometheus package)",
     "reliability": "tests/reliability: faults, bad input, load and security with real parts",
     "slow": "takes more than about a second; every spark, mosquitto, micropython, "
-    "reliability and qemu test is slow too",
+    "prometheus, reliability and qemu test is slow too",
 }
-SERVICES = ("spark", "mosquitto", "micropython", "reliability", "qemu")
+SERVICES = ("spark", "mosquitto", "micropython", "prometheus", "reliability", "qemu")
 
 # Fixtures that start a real part, by name (not by the module that implements
 # them, which may move): every test using one gets the marker.

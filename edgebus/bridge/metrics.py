@@ -93,9 +93,16 @@ def _fleet(f: dict[str, Any], mailbox: dict[str, Any]) -> Iterator[Any]:
 
 
 def _links(links: dict[str, Any]) -> Iterator[Any]:
-    """Per link (those the scrape reports): up, generation, counters, framing."""
+    """Per link (those the scrape reports): up, asleep, generation, counters,
+    framing, spool."""
     up = GaugeMetricFamily(
         "edgebus_link_up", "1 when the link's session is up", labels=["link", "peer"]
+    )
+    asleep = GaugeMetricFamily(
+        "edgebus_link_asleep",
+        "1 while the link's device is asleep as it announced (not a fault; past its wake "
+        "by [mailbox] margin it is 0: overslept)",
+        labels=["link"],
     )
     gen = GaugeMetricFamily(
         "edgebus_link_generation", "the peer's generation", labels=["link", "peer"]
@@ -110,23 +117,38 @@ def _links(links: dict[str, Any]) -> Iterator[Any]:
         "framing counters of the transport",
         labels=["link", "counter"],
     )
+    sp = GaugeMetricFamily(
+        "edgebus_link_spool_bytes",
+        "bytes the link's spool holds for its peer (sent, not yet acknowledged, or waiting)",
+        labels=["link"],
+    )
+    cap = GaugeMetricFamily(
+        "edgebus_link_spool_capacity_bytes", "the size of the link's spool", labels=["link"]
+    )
     for lid, s in links.items():
         peer = s.get("peer") or ""
         up.add_metric([lid, peer], 1 if s["state"] == "up" else 0)
+        asleep.add_metric([lid], 1 if s["state"] == "asleep" else 0)
         if s.get("generation") is not None:
             gen.add_metric([lid, peer], s["generation"])
         for k, v in s["counters"].items():
             ev.add_metric([lid, k], v)
         for k, v in (s.get("transport") or {}).items():
             fr.add_metric([lid, k], v)
+        if s.get("spool"):
+            sp.add_metric([lid], s["spool"]["bytes"])
+            cap.add_metric([lid], s["spool"]["capacity"])
     yield up
+    yield asleep
     yield gen
     yield ev
     yield fr
+    yield sp
+    yield cap
 
 
 def _bus(b: dict[str, Any], mq: dict[str, Any] | None) -> Iterator[Any]:
-    """The host bus, and what the MQTT broker dropped."""
+    """The host bus, the MQTT broker's connection and what the broker dropped."""
     yield GaugeMetricFamily(
         "edgebus_bus_connections", "connections on the host bus", value=b["connections"]
     )
@@ -141,6 +163,15 @@ def _bus(b: dict[str, Any], mq: dict[str, Any] | None) -> Iterator[Any]:
     yield GaugeMetricFamily(
         "edgebus_bus_retained", "retained topics on the host bus", value=b["retained"]
     )
+    if mq:
+        yield GaugeMetricFamily(
+            "edgebus_broker_connected",
+            "1 while the bridge is connected to the MQTT broker ([mqtt] url)",
+            value=1 if mq["connected"] else 0,
+        )
+        yield CounterMetricFamily(
+            "edgebus_broker_connects", "connections made to the MQTT broker", value=mq["connects"]
+        )
     if mq and mq.get("broker_dropped") is not None:
         yield CounterMetricFamily(
             "edgebus_broker_dropped",
@@ -159,6 +190,11 @@ def _log(lg: dict[str, Any]) -> Iterator[Any]:
     )
     yield CounterMetricFamily(
         "edgebus_log_syncs", "group commits (sync points) made", value=lg["syncs"]
+    )
+    yield CounterMetricFamily(
+        "edgebus_log_sync_seconds",
+        "the time the sync points took, summed (over edgebus_log_syncs_total: the mean)",
+        value=lg.get("sync_seconds", 0.0),
     )
     yield GaugeMetricFamily(
         "edgebus_log_unsynced",

@@ -84,6 +84,7 @@ class Appender:
         self.unsynced = 0  # records appended since the last sync point
         self.syncs = 0
         self.last_sync_ms: float | None = None  # how long the last sync point took
+        self.sync_seconds = 0.0  # the time every sync point took, summed (/metrics)
         self.last_commit_records = 0
         self._t_commit = float("-inf")
 
@@ -171,7 +172,9 @@ class Appender:
     def _committed(self, r: Written, marks: Marks, t0: float) -> None:
         """A commit back from the worker: what its marks cover is durable now."""
         self.sink.written(r)
-        self.last_sync_ms = round(1000 * (time.monotonic() - t0), 3)
+        took = time.monotonic() - t0
+        self.last_sync_ms = round(1000 * took, 3)
+        self.sync_seconds += took
         self.syncs += 1
         self.health.backoff.reset()  # a commit made durable: the log works again
         self.acks.acknowledge(marks)
@@ -272,6 +275,7 @@ class Appender:
             "commit_ms": self.commit_ms,
             "syncs": self.syncs,
             "last_sync_ms": self.last_sync_ms,
+            "sync_seconds": self.sync_seconds,
             "unsynced": self.unsynced,
             "queued": self.intake.queued(),
             "queue_len": flow.queue_len,
