@@ -1,5 +1,7 @@
 """`edgebus call TOPIC [VALUE]`: call the endpoint at TOPIC on the host bus
-(a device's sys/info, the bridge's bridge/status...) and print its reply.
+(a device's sys/config/get, the bridge's bridge/status...) and print its
+reply. A retained fact (a device's sys/info) is no endpoint: `watch` reads it,
+and a call to one says so.
 
 A device asleep (duty cycle) has no route while it sleeps: the call goes to
 the bridge's mailbox (bridge/mailbox.py), which hands it over at the wake;
@@ -22,7 +24,11 @@ MAILBOX = "bridge/mailbox"
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("topic", help="the endpoint, e.g. dev/node-1/sys/info")
+    p.add_argument(
+        "topic",
+        help="the endpoint, e.g. dev/node-1/sys/config/get (a retained fact such as "
+        "dev/node-1/sys/info is read with edgebus watch)",
+    )
     p.add_argument(
         "value",
         nargs="?",
@@ -67,9 +73,26 @@ async def _held(s: bc.Session, args: argparse.Namespace, v: Any, wait: bool) -> 
         ) from None
 
 
+async def _no_route(s: bc.Session, topic: str, e: bc.Fail) -> bc.Fail:
+    """The failure of a call that found no route: said so for a retained
+    fact (the session imports ``topic``), else ``e``."""
+    try:
+        await s.synced()
+    except bc.Fail:
+        return e
+    if s.conn.retained_view(topic).get(topic) is None:
+        return e
+    return bc.Fail(
+        bc.NO_ROUTE,
+        "no route: %s is a retained fact, not an endpoint: read it with edgebus watch %s"
+        % (topic, topic),
+    )
+
+
 async def call(args: argparse.Namespace) -> None:
     v = bc.value(args.value)
-    async with bc.Session(bc.socket_path(args)) as s:
+    # The topic imported too: a retained fact there is told apart from an endpoint gone.
+    async with bc.Session(bc.socket_path(args), imports=[(args.topic, "")]) as s:
         if args.queue:
             r = await _held(s, args, v, False)
             bc.emit(
@@ -80,13 +103,15 @@ async def call(args: argparse.Namespace) -> None:
         try:
             r = await s.call(args.topic, v, args.timeout)
         except bc.Fail as e:
-            if e.code != bc.NO_ROUTE or not args.topic.startswith("dev/"):
+            if e.code != bc.NO_ROUTE:
                 raise
+            if not args.topic.startswith("dev/"):
+                raise await _no_route(s, args.topic, e) from None
             try:
                 r = await _held(s, args, v, True)
             except bc.Fail as e2:
                 if "is not asleep" in str(e2):  # the mailbox's word: a plain no route
-                    raise e from None
+                    raise await _no_route(s, args.topic, e) from None
                 raise
     bc.emit(json.dumps(bc.jsonable(r)) if args.json else bc.render(r))
 

@@ -185,6 +185,14 @@ def test_call_replies_and_exit_codes(tmp_path):
         )
         rc, out, err = await edgebus(cfg.socket, "call", "nothing/here")
         assert (rc, out, err) == (4, "", "edgebus call: no route: nothing serves nothing/here\n")
+        # A retained fact is no endpoint: the error says where to read it.
+        b.conn.retain("svc/info", {"v": 1})
+        rc, out, err = await edgebus(cfg.socket, "call", "svc/info")
+        assert (rc, out) == (4, ""), err
+        assert err == (
+            "edgebus call: no route: svc/info is a retained fact, not an endpoint: "
+            "read it with edgebus watch svc/info\n"
+        )
         rc, out, err = await edgebus(cfg.socket, "call", "svc/slow", "--timeout", "0.3")
         assert rc == 5 and err.startswith("edgebus call: timeout:") and err.count("\n") == 1
         rc, out, err = await edgebus(cfg.socket, "call", "svc/fail")
