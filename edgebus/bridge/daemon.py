@@ -261,6 +261,11 @@ class Bridge:
 
             with blame("[bridge]", "metrics", cfg.metrics, "cannot listen"):
                 self.metrics = metrics.serve(self, cfg.metrics)
+            log.info(
+                "metrics for Prometheus at http://%s:%d/metrics",
+                cfg.metrics.rpartition(":")[0],
+                self.metrics[0].server_port,
+            )
         return servers
 
     async def _wind_down(self, servers: list[asyncio.Server]) -> set[asyncio.Task[Any]]:
@@ -389,8 +394,11 @@ class _NoPandas:
 
 
 def _log_to_stderr(log_format: str, verbose: bool) -> None:
-    """The daemon's log: one JSON object a line, or text."""
+    """The daemon's log: one JSON object a line, or text ("auto": text on a
+    terminal, where a person reads it; JSON elsewhere, for a collector)."""
     h = logging.StreamHandler()
+    if log_format == "auto":
+        log_format = "text" if sys.stderr.isatty() else "json"
     h.setFormatter(
         JsonFormatter()
         if log_format == "json"
@@ -463,7 +471,12 @@ async def _serve(cfg: bridge_config.Config, path: str) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="edgebus-bridge", description=__doc__.splitlines()[0])
     ap.add_argument("--config", "-c", help="the bridge's TOML configuration")
-    ap.add_argument("--log-format", choices=("json", "text"), default="json")
+    ap.add_argument(
+        "--log-format",
+        choices=("auto", "json", "text"),
+        default="auto",
+        help="text on a terminal, else one JSON object a line (%(default)s)",
+    )
     ap.add_argument("--verbose", "-v", action="store_true")
     args = ap.parse_args(argv)
     sys.meta_path.insert(0, _NoPandas)

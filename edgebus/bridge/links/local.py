@@ -144,13 +144,13 @@ async def serve_local(bridge: BridgeView, path: str) -> tuple[asyncio.Server, Re
             ),
         )
         bridge.add_link(link, "local")
-        log.info("local client %s (uid %d pid %d) connected", link_id, uid, pid)
+        log.debug("local client %s (uid %d pid %d) connected", link_id, uid, pid)
         try:
             await link.run(StreamTransport(reader, writer, LOCAL_MAX_LEN))
         finally:
             await link.close("client gone")
             bridge.remove_link(link_id)
-            log.info("local client %s gone", link_id)
+            log.debug("local client %s gone", link_id)
 
     server = await asyncio.start_unix_server(handle, path=path)
     os.chmod(path, 0o666)  # access is decided per user by the ACL, not the file mode

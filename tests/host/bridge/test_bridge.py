@@ -446,7 +446,7 @@ def test_device_restart_bumps_generation_persisted_across_bridge_restart(tmp_pat
         assert sid1 != sid2 and (g1, g2) == (1, 2)
 
 
-def test_prometheus_metrics(tmp_path):
+def test_prometheus_metrics(tmp_path, caplog):
     import urllib.request
 
     from dev.broker import free_port
@@ -479,7 +479,10 @@ def test_prometheus_metrics(tmp_path):
         await t
         return body.decode()
 
-    text = asyncio.run(main())
+    with caplog.at_level("INFO", logger="edgebus.bridge"):
+        text = asyncio.run(main())
+    # where to point Prometheus, said when the bridge starts
+    assert "metrics for Prometheus at http://127.0.0.1:%d/metrics" % port in caplog.text
     assert 'edgebus_link_up{link="serial:nowhere",peer=""} 0.0' in text
     assert 'edgebus_link_events_total{counter="port_errors",link="serial:nowhere"}' in text
     assert "edgebus_bus_connections" in text
@@ -614,3 +617,42 @@ def test_the_state_file_counts_each_new_generation(tmp_path):
     assert g.for_link("mqtt:a") == {"rx_next": 5, "generation": 1} and g.generations == 0
     g.for_link("mqtt:a")["generation"] = 2
     assert g.generations == 1
+
+
+def test_the_log_is_text_on_a_terminal_and_json_elsewhere(tmp_path):
+    """--log-format auto: a person at a terminal reads lines, a collector
+    (a file, journald) gets one JSON object a line."""
+    import json
+    import pty
+    import select
+
+    from dev.harness.bridge import daemon_module
+    from dev.harness.process import ROOT, Process, env, python
+
+    def started(name, stderr):
+        toml = tmp_path / (name + ".toml")
+        toml.write_text(
+            '[bridge]\nnode = "gw"\nstate_dir = "%s"\nsocket = "%s"\n'
+            % (tmp_path / name, tmp_path / (name + ".sock"))
+        )
+        return Process(python(daemon_module(ROOT), "--config", toml), env=env(), stderr=stderr)
+
+    master, slave = pty.openpty()
+    filed = tmp_path / "stderr.txt"
+    with open(filed, "wb") as f, started("tty", slave) as tty, started("file", f) as plain:
+        os.close(slave)
+        seen = b""
+
+        def a_line():
+            nonlocal seen
+            if select.select([master], [], [], 0)[0]:
+                seen += os.read(master, 4096)
+            return b"\n" in seen
+
+        wait_until(a_line, 60, "the bridge's first line on its terminal")
+        wait_until(lambda: b"\n" in filed.read_bytes(), 60, "the bridge's first line in a file")
+        assert tty.stop() == 0 and plain.stop() == 0
+    os.close(master)
+    first = seen.decode().splitlines()[0]
+    assert not first.startswith("{") and " INFO " in first, first
+    assert json.loads(filed.read_text().splitlines()[0])["level"] == "info"
