@@ -6,6 +6,7 @@ sleeps)."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import sys
 import time
@@ -196,12 +197,50 @@ def _announce(args: argparse.Namespace, fleet: Fleet, broker: tuple[str, int] | 
     print("Ctrl-C stops the fleet. A device that exits is started again.", flush=True)
 
 
+# A device log line worth the console: what went wrong, said by the device.
+TROUBLE = re.compile(r"error|failed|refused|denied|cannot|out of heap", re.I)
+STAMP = re.compile(r"^\[\s*[\d.]+\]\s*")  # the runtime's "[   1.246] " uptime
+
+
+class _Troubles:
+    """Each device's log read as it grows; a line of trouble printed on the
+    console the first time its words appear for that device (a failure
+    retried each second is one line), so a wrong CA is not found only by
+    opening the device's log."""
+
+    def __init__(self, fleet: Fleet) -> None:
+        self.fleet = fleet
+        self.at: dict[str, int] = {}
+        self.said: dict[str, set[str]] = {}
+
+    def news(self) -> None:
+        for d in self.fleet.devices:
+            node = d["node"]
+            try:
+                with open(d["log"], "rb") as f:
+                    f.seek(self.at.get(node, 0))
+                    data = f.read()
+            except OSError:
+                continue
+            end = data.rfind(b"\n") + 1  # a line still being written waits for its end
+            self.at[node] = self.at.get(node, 0) + end
+            said = self.said.setdefault(node, set())
+            for raw in data[:end].decode(errors="replace").splitlines():
+                words = STAMP.sub("", raw).strip()
+                if words and TROUBLE.search(words) and words not in said:
+                    said.add(words)
+                    print("edgebus fleet: %s: %s" % (node, words), flush=True)
+
+
 def _follow(fleet: Fleet, stop: list[int]) -> int:
-    """The devices' exits and restarts printed as they come, until stop has
-    an entry (0) or every device is left stopped (1)."""
+    """The devices' exits and restarts, and their logs' lines of trouble,
+    printed as they come, until stop has an entry (0) or every device is
+    left stopped (1)."""
     seen = 0
+    troubles = _Troubles(fleet)
     while not stop:
         time.sleep(0.5)
+        troubles.news()
         for _t, node, what in fleet.events[seen:]:
             code = what.split()[-1]
             why = EXIT_MEANING.get(int(code)) if what.startswith("exit") else None

@@ -122,3 +122,36 @@ def test_plain_mqtt_to_a_tls_port_says_mqtts_once_and_in_status(tmp_path, caplog
     assert not st["connected"] and st["connects"] == 0
     assert "mqtts://" in st["last_error"], st
     assert len(said("WARNING")) == 1, said("WARNING")
+
+
+# mbedTLS's words (the MicroPython device) for a broker another CA signed
+BAD_CA = "failed: The certificate is not correctly signed by the trusted CA"
+
+
+def test_the_fleet_console_shows_a_devices_tls_failure_once(tmp_path):
+    """`edgebus fleet` with a device whose CA is not the broker's: the
+    device's clear line reaches the console (once, though it retries), not
+    only its log file."""
+    from dev.harness.process import Process, env, python
+    from tests.conftest import wait_until
+
+    (tmp_path / "ca").mkdir()
+    (tmp_path / "other").mkdir()
+    ca = TestCA(tmp_path / "ca")
+    cert, key = ca.issue("localhost")
+    stranger = TestCA(tmp_path / "other", cn="someone else's CA")
+    console = tmp_path / "console.txt"
+    with Mosquitto(tls={"ca": ca.ca, "cert": cert, "key": key}) as broker:
+        tls = json.dumps({"ca": stranger.ca, "server_name": "localhost"})
+        argv = python(
+            "edgebus.tools.cli",
+            *("fleet", "--mqtt", "127.0.0.1:%d" % broker.port, "-n", "1"),
+            *("--out", tmp_path / "fleet", "--set", "uplink.tls=" + tls),
+        )
+        with open(console, "wb") as out, Process(argv, env=env(), stdout=out) as fleet:
+            wait_until(lambda: BAD_CA in console.read_text(), 60)
+            log = tmp_path / "fleet" / "devices" / "sim-mqtt-1.log"
+            wait_until(lambda: log.read_text().count(BAD_CA) >= 2, 60)
+            assert fleet.stop() == 0
+    said = [ln for ln in console.read_text().splitlines() if BAD_CA in ln]
+    assert len(said) == 1 and said[0].startswith("edgebus fleet: sim-mqtt-1: "), said
