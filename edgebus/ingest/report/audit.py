@@ -124,7 +124,10 @@ def _whys(d: dict[str, int]) -> str:
 
 
 def audit_line(a: dict[str, Any]) -> str:
-    """The one line: what was lost (and why), how late the late readings came."""
+    """The one line: what was lost (and why), how late the late readings came;
+    no verdict when the audit saw no reading (an empty table, a wrong log)."""
+    if not a["boots"] or not (a["received"] or a["missing"]):
+        return "audit: no records audited (no numbered device readings in the table)"
     if a["missing"]:
         lost = "%d numbers missing (%s)" % (a["missing"], _whys(a["missing_why"]))
     else:

@@ -217,6 +217,29 @@ def test_report_summary_and_plot(spark, audited, tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_an_audit_of_nothing_gives_no_verdict():
+    """No boot audited (an empty table, a wrong log folder): the line says
+    so rather than "nothing lost"."""
+    from edgebus.ingest.report.audit import audit_line
+
+    none = dict(
+        boots=[],
+        received=0,
+        late=0,
+        missing=0,
+        missing_why={},
+        duplicates=0,
+        late_p50=None,
+        late_p99=None,
+        ended_unknown=0,
+    )
+    assert audit_line(none) == (
+        "audit: no records audited (no numbered device readings in the table)"
+    )
+    one = dict(none, boots=[{"peer_node": "dev-1"}], received=3)
+    assert audit_line(one) == "audit: nothing lost; none came late"
+
+
 def test_a_second_run_recomputes_only_the_touched_boots(spark, audited):
     d, _line, before = audited
     more = [_dev("dev-2", "t1", s, T0 + 300 + s) for s in range(42, 50) if s != 45]
