@@ -281,3 +281,22 @@ def test_empty_table(spark, tmp_path):
     assert (s["rows"], s["devices"], s["sessions"]) == (0, [], [])
     assert "0 messages from 0 devices" in format_report(s, "t")
     assert plot_audit(spark, str(tmp_path / "t"), str(tmp_path / "p.png")) is None
+
+
+def test_arrow_audit_of_nothing_gives_no_verdict(tmp_path):
+    """An audit table that lists no file, over an empty table: the arrow
+    path's audit is the Spark path's empty one, and its line no verdict."""
+    from edgebus.ingest.report import arrow
+    from edgebus.ingest.report.audit import format_audit
+
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t.audit" / "_spark_metadata").mkdir(parents=True)
+    (tmp_path / "t.audit" / "_spark_metadata" / "0.compact").write_text("v1\n")
+    a = arrow.summarize_audit(str(tmp_path / "t"), str(tmp_path / "t.audit"))
+    assert a is not None and (a["boots"], a["received"], a["missing"]) == ([], 0, 0)
+    assert "nothing lost" not in format_audit(a)
+    assert format_audit(a).endswith(
+        "audit: no records audited (no numbered device readings in the table)"
+    )
+    assert arrow.summarize(str(tmp_path / "t"))["rows"] == 0
+    assert arrow.plot_data(str(tmp_path / "t")) is None
