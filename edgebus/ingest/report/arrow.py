@@ -44,7 +44,8 @@ def listed_files(table: str) -> list[str]:
     if newest is None:
         return []
     meta = os.path.join(table, META)
-    compacts = [int(n[: -len(".compact")]) for n in os.listdir(meta) if n.endswith(".compact")]
+    heads = [n[: -len(".compact")] for n in os.listdir(meta) if n.endswith(".compact")]
+    compacts = [int(h) for h in heads if h.isdigit()]  # not a hidden temporary
     start = max((c for c in compacts if c <= newest[0]), default=-1)
     found: dict[str, None] = {}
     for batch in range(max(start, 0), newest[0] + 1):

@@ -262,6 +262,7 @@ def test_listed_files_delta_logs_and_deletes(tmp_path):
     (meta / "2").write_text("v1\n" + entry("c") + "\n" + entry("a", "delete"))
     (meta / "3").write_text("v1\n" + entry("d"))
     (meta / ".3.crc").write_text("")
+    (meta / ".tmp-4.compact").write_text("v1\n" + entry("e"))  # a listing being written
     got = arrow.listed_files(str(tmp_path / "t"))
     assert got == [str(tmp_path / "t" / n) for n in ("b", "c", "d")]
     (meta / "1.compact").unlink()
