@@ -5,6 +5,7 @@ table `edgebus ingest` writes.
 - ``summary``: the table's summary, as data and as text;
 - ``audit``: the report's delivery audit part;
 - ``plot``: the PNG of each boot's deliveries;
+- ``arrow``: the same figures read with pyarrow, without Spark (the command's default);
 - ``tables``: the ingest table read as a DataFrame, and plain-text tables.
 """
 

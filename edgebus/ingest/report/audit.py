@@ -90,9 +90,15 @@ def summarize_audit(spark: SparkSession, table: str, audit: str) -> dict[str, An
                 late_p99=q[1],
             )
         )
-    total_why: dict[str, int] = {}
     for b in boots:
         del b["gw"]
+    return audit_totals(boots, lat)
+
+
+def audit_totals(boots: list[dict[str, Any]], lat: dict[Any, Any]) -> dict[str, Any]:
+    """summarize_audit's dict for its boots and late_latency()'s figures."""
+    total_why: dict[str, int] = {}
+    for b in boots:
         for k, n in b["missing_why"].items():
             total_why[k] = total_why.get(k, 0) + n
     q = lat.get(None) or [None, None]

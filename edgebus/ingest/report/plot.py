@@ -28,7 +28,9 @@ def bin_seconds(span: float, bins: int = BINS) -> float:
     return next((b for b in _NICE if b >= want), _NICE[-1])
 
 
-def _data(spark: SparkSession, table: str) -> dict[str, Any] | None:
+def plot_data(spark: SparkSession, table: str) -> dict[str, Any] | None:
+    """The table's rows for draw(), read with Spark; None without numbered
+    device readings."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
@@ -88,17 +90,23 @@ def _when(ts: float) -> datetime.datetime:
 
 
 def plot_audit(spark: SparkSession, table: str, png: str) -> float | None:
-    """Write the PNG; returns the timeline's bin width (seconds), or None
-    when the table has no numbered device readings."""
+    """Write the PNG, from the table read with Spark; returns the timeline's
+    bin width (seconds), or None when the table has no numbered device readings."""
+    return draw(plot_data(spark, table), png)
+
+
+def draw(d: dict[str, Any] | None, png: str) -> float | None:
+    """Write the PNG of d (the table's rows for the plot: plot_data(), or
+    edgebus.ingest.report.arrow.plot_data() without Spark); returns the
+    timeline's bin width (seconds), or None when d is None (nothing to plot)."""
+    if d is None:
+        return None
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.dates as mdates
     import matplotlib.pyplot as plt
 
-    d = _data(spark, table)
-    if d is None:
-        return None
     w = d["width"]
     rows = sorted(d["boots"], key=lambda b: (b["peer_node"], b["start"]))
     fig, (ax, lx) = plt.subplots(

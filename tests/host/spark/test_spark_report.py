@@ -129,28 +129,37 @@ def test_printed_report_and_plot(spark, table, tmp_path):
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10000
 
 
-def test_report_command(table, tmp_path):
-    """The CLI, as a user runs it (its own Spark)."""
-    png = tmp_path / "fleet.png"
+# The CLI in a process of its own that says, after the command, whether it
+# imported pyspark (a JVM starts only through it).
+_CLI_SAYING_PYSPARK = (
+    "import sys; from edgebus.tools.cli import main; rc = main(sys.argv[1:]); "
+    "print('pyspark imported: %s' % ('pyspark' in sys.modules)); sys.exit(rc)"
+)
+
+
+def _cli(*argv, timeout=240):
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "edgebus.tools.cli",
-            "report",
-            "--table",
-            str(table),
-            "--plot",
-            str(png),
-        ],
+    return subprocess.run(
+        [sys.executable, "-c", _CLI_SAYING_PYSPARK, *argv],
         cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
-        timeout=240,
+        timeout=timeout,
     )
+
+
+def test_report_command(table, tmp_path):
+    """The CLI, as a user runs it: pyarrow in its process, no Spark; --spark
+    prints the same report from its own Spark."""
+    png = tmp_path / "fleet.png"
+    r = _cli("report", "--table", str(table), "--plot", str(png), timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
+    assert r.stdout.endswith("pyspark imported: False\n"), r.stdout[-200:]
+    s = _cli("report", "--table", str(table), "--plot", str(tmp_path / "spark.png"), "--spark")
+    assert s.returncode == 0, s.stdout + s.stderr[-3000:]
+    assert s.stdout.endswith("pyspark imported: True\n")
+    assert s.stdout.replace("spark.png", "fleet.png") == r.stdout.replace(": False", ": True")
     assert "10..14, 50, 97..98" in r.stdout and "node-b" in r.stdout
     # The audit: the gaps have no bridge/gaps record; the replays were dropped.
     audit = r.stdout.split("delivery audit")[1].splitlines()
@@ -161,15 +170,107 @@ def test_report_command(table, tmp_path):
     assert "; %d duplicates dropped" % dupes in r.stdout
     assert "plot: %s" % png in r.stdout
     assert png.read_bytes()[:4] == b"\x89PNG"
-    r = subprocess.run(
-        [sys.executable, "-m", "edgebus.tools.cli", "report", "--table", str(tmp_path / "nope")],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    r = _cli("report", "--table", str(tmp_path / "nope"), timeout=60)
     assert r.returncode == 2 and "no table" in r.stderr
+
+
+def _sorted_rows(rows):
+    return sorted(rows, key=lambda r: sorted((k, repr(v)) for k, v in r.items()))
+
+
+def test_arrow_report_is_spark_report(spark, table, tmp_path):
+    """The report's figures read with pyarrow (report.arrow) are the Spark
+    path's, to the last bit, so the printed report and the plot's rows are
+    the same; a Parquet file in the folders that the metadata logs do not
+    list (a killed job's) is read by neither."""
+    import shutil
+
+    from edgebus.ingest.audit import audit_dir
+    from edgebus.ingest.report import arrow, format_report, summarize
+    from edgebus.ingest.report.audit import format_audit, summarize_audit
+    from edgebus.ingest.report.plot import plot_data
+
+    adir = audit_dir(str(table))
+    # A committed file of each table copied under a name no listing has.
+    listed = arrow.listed_files(str(table))
+    stray = [
+        os.path.join(os.path.dirname(f), "part-99999-killed-job.c000.snappy.parquet")
+        for f in (listed[0], arrow.listed_files(adir)[0])
+    ]
+    for f, src in zip(stray, (listed[0], arrow.listed_files(adir)[0])):
+        shutil.copyfile(src, f)
+    try:
+        s, a = arrow.summarize(str(table)), arrow.summarize_audit(str(table), adir)
+        p = arrow.plot_data(str(table))
+    finally:
+        for f in stray:
+            os.unlink(f)
+    assert s["rows"] == sum(len(x[3]) for x in SESSIONS) + N_LOCAL + 1
+    assert a is not None and a["received"] == sum(len(x[3]) for x in SESSIONS)
+    assert s == summarize(spark, str(table))
+    assert a == summarize_audit(spark, str(table), adir)
+    assert format_report(s, "T") + format_audit(a) == format_report(
+        summarize(spark, str(table)), "T"
+    ) + format_audit(summarize_audit(spark, str(table), adir))
+    want = plot_data(spark, str(table))
+    assert p is not None and want is not None and p["width"] == want["width"] == 5
+    for k in ("boots", "bins", "gaps", "points"):
+        assert _sorted_rows(p[k]) == _sorted_rows(r.asDict() for r in want[k]), k
+    # No audit table: no audit section, as with Spark.
+    assert arrow.summarize_audit(str(table), str(tmp_path / "none")) is None
+
+
+def test_arrow_late_latency_is_sparks(spark):
+    """The late readings' p50/p99: Spark's percentile, computed the same way."""
+    import pyarrow as pa
+    from pyspark.sql import functions as F
+
+    from edgebus.ingest.report import arrow
+
+    lats = [0.1 * k**1.5 + 0.003 for k in range(137)]
+    rows = [
+        ("n", "s%d" % (k % 3), k, 1000.0 + lat, 1000.0, k % 5 != 0) for k, lat in enumerate(lats)
+    ]
+    t = pa.table(dict(zip(["peer_node", "peer_sid", "seq", "t", "td", "late"], zip(*rows))))
+    got = arrow.late_latency(t)
+    df = spark.createDataFrame(
+        rows, "peer_node string, peer_sid string, seq long, t double, td double, late boolean"
+    ).where("late")
+    q = "percentile(t - td, array(0.5, 0.99))"
+    want = {
+        (r[0], r[1]): r[2] for r in df.groupBy("peer_node", "peer_sid").agg(F.expr(q)).collect()
+    }
+    want[None] = df.selectExpr(q).first()[0]
+    assert got == want
+
+
+def test_listed_files_delta_logs_and_deletes(tmp_path):
+    """A file sink log with Spark's default interval: a compaction file, then
+    batch files that add and delete; only what they leave listed is read."""
+    import json
+
+    from edgebus.ingest.report import arrow
+
+    meta = tmp_path / "t" / "_spark_metadata"
+    meta.mkdir(parents=True)
+
+    def entry(name, action="add"):
+        return json.dumps({"path": "file://%s/t/%s" % (tmp_path, name), "action": action})
+
+    (meta / "0").write_text("v1\n" + entry("a"))
+    (meta / "1.compact").write_text("v1\n" + entry("a") + "\n" + entry("b"))
+    (meta / "2").write_text("v1\n" + entry("c") + "\n" + entry("a", "delete"))
+    (meta / "3").write_text("v1\n" + entry("d"))
+    (meta / ".3.crc").write_text("")
+    (meta / ".tmp-4.compact").write_text("v1\n" + entry("e"))  # a listing being written
+    got = arrow.listed_files(str(tmp_path / "t"))
+    assert got == [str(tmp_path / "t" / n) for n in ("b", "c", "d")]
+    (meta / "1.compact").unlink()
+    (meta / "1").write_text("v1\n" + entry("b"))
+    assert arrow.listed_files(str(tmp_path / "t")) == [
+        str(tmp_path / "t" / n) for n in ("b", "c", "d")
+    ]
+    assert arrow.listed_files(str(tmp_path / "none")) == []
 
 
 def test_empty_table(spark, tmp_path):
@@ -181,3 +282,22 @@ def test_empty_table(spark, tmp_path):
     assert (s["rows"], s["devices"], s["sessions"]) == (0, [], [])
     assert "0 messages from 0 devices" in format_report(s, "t")
     assert plot_audit(spark, str(tmp_path / "t"), str(tmp_path / "p.png")) is None
+
+
+def test_arrow_audit_of_nothing_gives_no_verdict(tmp_path):
+    """An audit table that lists no file, over an empty table: the arrow
+    path's audit is the Spark path's empty one, and its line no verdict."""
+    from edgebus.ingest.report import arrow
+    from edgebus.ingest.report.audit import format_audit
+
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t.audit" / "_spark_metadata").mkdir(parents=True)
+    (tmp_path / "t.audit" / "_spark_metadata" / "0.compact").write_text("v1\n")
+    a = arrow.summarize_audit(str(tmp_path / "t"), str(tmp_path / "t.audit"))
+    assert a is not None and (a["boots"], a["received"], a["missing"]) == ([], 0, 0)
+    assert "nothing lost" not in format_audit(a)
+    assert format_audit(a).endswith(
+        "audit: no records audited (no numbered device readings in the table)"
+    )
+    assert arrow.summarize(str(tmp_path / "t"))["rows"] == 0
+    assert arrow.plot_data(str(tmp_path / "t")) is None
