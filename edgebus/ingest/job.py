@@ -278,7 +278,10 @@ def write_table(
     return w.start()
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, spark: SparkSession | None = None) -> int:
+    """The command: args as add_arguments' parser gives them; the exit code.
+    spark: a session to run in, left running at the end (the tests' shared
+    one); by default the job makes its own (session()) and stops it."""
     try:
         logs = log_dirs(args.log)
         check_log_dirs(logs)  # before the checkpoint is bound to them
@@ -293,7 +296,7 @@ def run(args: argparse.Namespace) -> int:
         print("edgebus ingest: %s" % e, file=sys.stderr)
         return 2
     try:
-        return _run(args)
+        return _run(args, spark)
     finally:
         lock.close()
 
@@ -318,10 +321,12 @@ def _compact(args: argparse.Namespace) -> None:
             )
 
 
-def _run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace, spark: SparkSession | None) -> int:
     if args.compact:
         _compact(args)
-    spark = session(args.master, remote=args.remote)
+    own = spark is None
+    if spark is None:
+        spark = session(args.master, remote=args.remote)
     counter = _progress_listener()
     spark.streams.addListener(counter)
     q = start(spark, args)
@@ -338,7 +343,8 @@ def _run(args: argparse.Namespace) -> int:
         time.sleep(0.05)
     _say_what_was_read(counter, args)
     spark.streams.removeListener(counter)  # on Spark Connect, before the session ends
-    spark.stop()
+    if own:
+        spark.stop()
     if args.compact and args.once and rc == 0:
         _compact(args)
     return rc

@@ -42,6 +42,39 @@ def ingest(log, table, ckpt, *extra, env=None, timeout=240):
     )
 
 
+def ingest_here(spark, log, table, ckpt, *extra):
+    """`edgebus ingest` (as ingest()) run in this process on the session spark
+    (the shared one, left running), for the tests about what ingest does to
+    the table rather than about its process: no JVM of its own, 10-20 s
+    less a run. argv is ingest()'s, parsed by the command's own parser
+    (edgebus.tools.cli: edgebus.ingest.job.add_arguments), and run by the
+    command's own job.run, so options (--compact, --max-records-per-trigger,
+    ...) and checks (the log list, the table lock) do what they do on the
+    command line. A CompletedProcess with its exit code and what it printed
+    (its stderr: the job's own lines, not Spark's logs)."""
+    import argparse
+    import contextlib
+    import io
+    import signal
+    import subprocess
+
+    from edgebus.ingest import job
+
+    argv = _ingest_args(log, table, ckpt, extra)
+    p = argparse.ArgumentParser(prog="edgebus ingest")
+    job.add_arguments(p)
+    args = p.parse_args([str(x) for x in argv[1:]])
+    assert args.once, "ingest_here runs to an end: --once"
+    out, err = io.StringIO(), io.StringIO()
+    sigint = signal.getsignal(signal.SIGINT)  # the job's Ctrl-C handler is for its process
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            rc = job.run(args, spark)
+    finally:
+        signal.signal(signal.SIGINT, sigint)
+    return subprocess.CompletedProcess(argv, rc, out.getvalue(), err.getvalue())
+
+
 def make_session():
     """A local[2] SparkSession for one test module, with format("edgebus")."""
     pytest.importorskip("pyspark")

@@ -1,7 +1,11 @@
 """`edgebus ingest --compact` (ingest/compaction.py) on a real table: small
-files of many micro-batches merged per partition, the table reading the same
+files of several micro-batches merged per partition, the table reading the same
 rows, the next run on the same checkpoint going on exactly once, a SIGKILL
-before or after the listing's swap changing no row, and one job per table."""
+before or after the listing's swap changing no row, and one job per table.
+
+The runs that only make a table to compact, or go on from a checkpoint, are
+the command run in this process on the shared session (ingest_here); the
+--compact run is the command in a process of its own, as a user runs it."""
 
 import json
 import os
@@ -14,7 +18,13 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 from edgebus.tlog import LogWriter  # noqa: E402
-from tests.host.spark.sparkkit import ROOT, device_record, ingest, local_record  # noqa: E402
+from tests.host.spark.sparkkit import (  # noqa: E402
+    ROOT,
+    device_record,
+    ingest,
+    ingest_here,
+    local_record,
+)
 
 T0 = 1_712_000_000.0
 
@@ -61,16 +71,25 @@ def rows(spark, table):
 
 def test_compaction_merges_small_files_and_keeps_exactly_once(spark, tmp_path):
     log, table, ckpt = tmp_path / "log", tmp_path / "table", tmp_path / "ckpt"
-    write(log, 0, 500)  # 550 records: 5 micro-batches of 110
-    r = ingest(log, table, ckpt, "--once", "--max-records-per-trigger", "110")
+    # 550 records in 2 micro-batches of 275: each writes its own files into
+    # every partition, so each holds small files of two batches to merge (more
+    # batches only cost a second or two each, and merge the same way).
+    write(log, 0, 500)
+    r = ingest_here(spark, log, table, ckpt, "--once", "--max-records-per-trigger", "275")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    assert "read 550 log records in 2 micro-batches" in r.stdout, r.stdout
     before = listed(table)
-    assert len(before) == 4 and all(len(f) >= 5 for f in before.values())  # 3 devices + local
+    assert len(before) == 4 and all(len(f) >= 2 for f in before.values())  # 3 devices + local
     want = rows(spark, table)
     assert len(want) == 550
 
+    # The command as a user runs it (its own Spark), which compacts before
+    # its query and after it.
     r = ingest(log, table, ckpt, "--once", "--compact")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    # Spark's start-up says nothing: no WARN lines, no default profile's banner.
+    assert not [ln for ln in r.stderr.splitlines() if " WARN " in ln or "log4j" in ln], r.stderr
+    assert "Setting default log level" not in r.stderr, r.stderr
     n_small = sum(len(f) for f in before.values())
     assert "compacted %d small files into 4" % n_small in r.stdout, r.stdout
     after = listed(table)
@@ -81,7 +100,7 @@ def test_compaction_merges_small_files_and_keeps_exactly_once(spark, tmp_path):
 
     # The job goes on from its checkpoint: new records once, old ones not again.
     write(log, 500, 150)
-    r = ingest(log, table, ckpt, "--once", "--max-records-per-trigger", "110")
+    r = ingest_here(spark, log, table, ckpt, "--once", "--max-records-per-trigger", "110")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     assert "read 165 log records" in r.stdout, r.stdout
     got = rows(spark, table)
@@ -120,8 +139,9 @@ compact(table)
 
 def test_compaction_killed_before_or_after_the_swap_keeps_the_rows(spark, tmp_path):
     log, table, ckpt = tmp_path / "log", tmp_path / "table", tmp_path / "ckpt"
+    # 330 records in 2 micro-batches: two batches' small files in each partition.
     write(log, 0, 300)
-    r = ingest(log, table, ckpt, "--once", "--max-records-per-trigger", "60")
+    r = ingest_here(spark, log, table, ckpt, "--once", "--max-records-per-trigger", "165")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     before, want = listed(table), rows(spark, table)
     assert all(len(f) > 1 for f in before.values())
