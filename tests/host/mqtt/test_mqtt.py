@@ -378,7 +378,7 @@ def test_refused_credentials_are_logged_and_retried_then_accepted(tmp_path, capl
                 await task
             return br
 
-        caplog.set_level(logging.WARNING, "edgebus.bridge")
+        caplog.set_level(logging.DEBUG, "edgebus.bridge")
 
         def refused():
             return [r for r in caplog.records if "refused the connection" in r.getMessage()]
@@ -389,6 +389,9 @@ def test_refused_credentials_are_logged_and_retried_then_accepted(tmp_path, capl
             "Not authorized" in refused()[0].getMessage()
             or "Bad user name or password" in refused()[0].getMessage()
         )
+        # Retried, and said once: the same words again only at debug (ticker.Outage).
+        assert [r.levelname for r in refused()][:2] == ["WARNING", "DEBUG"]
+        assert "refused the connection" in br.mqtt.stats()["last_error"]
         br = asyncio.run(run("right", lambda br: br.mqtt.connected))
         assert br.mqtt.connects == 1
     finally:
