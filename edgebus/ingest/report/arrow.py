@@ -18,6 +18,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from edgebus.ingest.compaction import META, local_path, newest_log_file, read_log_file
+from edgebus.ingest.report.summary import by_name, device_row, session_row
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -122,11 +123,6 @@ def _count_all() -> Any:
     return pc.CountOptions(mode="all")
 
 
-def _set(xs: list[Any] | None) -> list[Any]:
-    """Spark's sorted(collect_set(...)): the distinct values but null, sorted."""
-    return sorted(x for x in xs or [] if x is not None)
-
-
 def _devices(t: pa.Table) -> list[dict[str, Any]]:
     import pyarrow.compute as pc
 
@@ -139,19 +135,17 @@ def _devices(t: pa.Table) -> list[dict[str, Any]]:
             ("ts_host", "max"),
         ]
     )
-    devices = [
-        {
-            "peer_node": r["peer_node"],
-            "messages": r["ts_host_count"],
-            "sessions": r["peer_sid_count_distinct"],
-            "generations": _set(r["generation_distinct"]),
-            "first_seen": r["ts_host_min"],
-            "last_seen": r["ts_host_max"],
-        }
+    return by_name(
+        device_row(
+            r["peer_node"],
+            r["ts_host_count"],
+            r["peer_sid_count_distinct"],
+            r["generation_distinct"] or (),
+            r["ts_host_min"],
+            r["ts_host_max"],
+        )
         for r in g.to_pylist()
-    ]
-    devices.sort(key=lambda d: (d["peer_node"] is None, d["peer_node"] or ""))
-    return devices
+    )
 
 
 def _valid(t: pa.Table, cols: list[str]) -> pa.Table:
@@ -195,17 +189,15 @@ def _sessions(t: pa.Table) -> list[dict[str, Any]]:
         ]
     )
     sess = {
-        (r["peer_node"], r["peer_sid"]): {
-            "peer_node": r["peer_node"],
-            "peer_sid": r["peer_sid"],
-            "generations": _set(r["generation_distinct"]),
-            "messages": r["ts_host_count"],
-            "snapshot": r["ts_host_count"] - r["seq_count"],
-            "seq_min": r["seq_min"],
-            "seq_max": r["seq_max"],
-            "missing": 0,
-            "gaps": [],
-        }
+        (r["peer_node"], r["peer_sid"]): session_row(
+            r["peer_node"],
+            r["peer_sid"],
+            r["generation_distinct"] or (),
+            r["ts_host_count"],
+            r["seq_count"],
+            r["seq_min"],
+            r["seq_max"],
+        )
         for r in g.to_pylist()
     }
     # Each run of numbers missing between two received ones.

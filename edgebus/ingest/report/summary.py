@@ -54,15 +54,15 @@ def _devices(df: DataFrame) -> list[dict[str, Any]]:
     """Per device (peer_node; None for local traffic, last) its counts and times."""
     from pyspark.sql import functions as F
 
-    devices = [
-        {
-            "peer_node": r["peer_node"],
-            "messages": r["messages"],
-            "sessions": r["sessions"],
-            "generations": sorted(r["generations"]),
-            "first_seen": r["first_seen"],
-            "last_seen": r["last_seen"],
-        }
+    return by_name(
+        device_row(
+            r["peer_node"],
+            r["messages"],
+            r["sessions"],
+            r["generations"],
+            r["first_seen"],
+            r["last_seen"],
+        )
         for r in df.groupBy("peer_node")
         .agg(
             F.count(F.lit(1)).alias("messages"),
@@ -72,9 +72,54 @@ def _devices(df: DataFrame) -> list[dict[str, Any]]:
             F.max("ts_host").alias("last_seen"),
         )
         .collect()
-    ]
-    devices.sort(key=lambda d: (d["peer_node"] is None, d["peer_node"] or ""))
-    return devices
+    )
+
+
+def device_row(
+    node: str | None,
+    messages: int,
+    sessions: int,
+    generations: Iterable[Any],
+    first: float | None,
+    last: float | None,
+) -> dict[str, Any]:
+    """summarize()'s entry for a device (either reader's figures)."""
+    return {
+        "peer_node": node,
+        "messages": messages,
+        "sessions": sessions,
+        "generations": sorted(g for g in generations if g is not None),
+        "first_seen": first,
+        "last_seen": last,
+    }
+
+
+def by_name(devices: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Devices by name, local traffic (no peer_node) last."""
+    return sorted(devices, key=lambda d: (d["peer_node"] is None, d["peer_node"] or ""))
+
+
+def session_row(
+    node: str,
+    sid: str,
+    generations: Iterable[Any],
+    messages: int,
+    numbered: int,
+    lo: int | None,
+    hi: int | None,
+) -> dict[str, Any]:
+    """summarize()'s entry for a session, its gaps still to be added."""
+    return {
+        "peer_node": node,
+        "peer_sid": sid,
+        "generations": sorted(g for g in generations if g is not None),
+        "messages": messages,
+        "snapshot": messages - numbered,
+        "seq_min": lo,
+        "seq_max": hi,
+        "missing": 0,
+        "gaps": [],
+    }
 
 
 def _sessions(df: DataFrame) -> list[dict[str, Any]]:
@@ -84,17 +129,15 @@ def _sessions(df: DataFrame) -> list[dict[str, Any]]:
 
     dev = df.where(F.col("peer_node").isNotNull() & F.col("peer_sid").isNotNull())
     sess = {
-        (r["peer_node"], r["peer_sid"]): {
-            "peer_node": r["peer_node"],
-            "peer_sid": r["peer_sid"],
-            "generations": sorted(r["generations"]),
-            "messages": r["messages"],
-            "snapshot": r["messages"] - r["numbered"],
-            "seq_min": r["seq_min"],
-            "seq_max": r["seq_max"],
-            "missing": 0,
-            "gaps": [],
-        }
+        (r["peer_node"], r["peer_sid"]): session_row(
+            r["peer_node"],
+            r["peer_sid"],
+            r["generations"],
+            r["messages"],
+            r["numbered"],
+            r["seq_min"],
+            r["seq_max"],
+        )
         for r in dev.groupBy("peer_node", "peer_sid")
         .agg(
             F.count(F.lit(1)).alias("messages"),
