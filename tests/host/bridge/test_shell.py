@@ -84,6 +84,11 @@ def no_bridge(sock):
     return "no bridge is running at %s (start one: edgebus-bridge --config FILE)" % sock
 
 
+async def says_no_bridge(sock, cmd, at):
+    """`edgebus CMD` (given sock) exits 6 saying no bridge runs at ``at``."""
+    assert await edgebus(sock, *cmd) == (6, "", "edgebus %s: %s\n" % (cmd[0], no_bridge(at)))
+
+
 async def line(p, timeout=15):
     """The next stdout line of a running command (AssertionError at its end)."""
     b = await asyncio.wait_for(p.stdout.readline(), timeout)
@@ -367,11 +372,7 @@ def test_sub_and_watch_report_a_killed_bridge(tmp_path):
             # Its socket file is left, refusing connections: no bridge runs there.
             assert os.path.exists(cfg.socket)
             for cmd in (("status",), ("pub", "app/m", "2")):
-                assert await edgebus(cfg.socket, *cmd) == (
-                    6,
-                    "",
-                    "edgebus %s: %s\n" % (cmd[0], no_bridge(cfg.socket)),
-                )
+                await says_no_bridge(cfg.socket, cmd, cfg.socket)
         finally:
             br.close()
 
@@ -395,11 +396,7 @@ def test_status_by_config_and_no_bridge_after_a_clean_stop(tmp_path):
             assert br.stop() == 0
             assert not os.path.exists(cfg.socket), br.log()
             for cmd in (("status",), ("pub", "app/m", "1"), ("whoami",)):
-                assert await edgebus(nowhere, *cmd, "--config", toml) == (
-                    6,
-                    "",
-                    "edgebus %s: %s\n" % (cmd[0], no_bridge(cfg.socket)),
-                )
+                await says_no_bridge(nowhere, (*cmd, "--config", toml), cfg.socket)
         finally:
             br.close()
 
