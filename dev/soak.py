@@ -339,7 +339,13 @@ def _update(path, meta, outcomes, figures, only):
     old.update(outcomes)
     cases = {f["case"] for f in figures}
     stored["figures"] = [f for f in stored["figures"] if f["case"] not in cases] + figures
-    stored["meta"].setdefault("updates", []).append(dict(meta, tests=only))
+    # An earlier update's tests that this run covers say no more where their rows came from.
+    updates = []
+    for u in stored["meta"].get("updates", []):
+        u["tests"] = [t for t in u["tests"] if not any(t.startswith(o) for o in only)]
+        if u["tests"]:
+            updates.append(u)
+    stored["meta"]["updates"] = updates + [dict(meta, tests=only)]
     return stored
 
 

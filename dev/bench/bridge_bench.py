@@ -22,6 +22,7 @@ from edgebus.tools.boardkit import mpybuild
 
 NODE, KEY = "b1", "k"
 RAW_TOPIC = "raw/sensor/v"
+LEAN_TOPIC = "raw/sensor/lean"  # the same publisher, to the bridge's MQTT client alone
 PACE_MS = 5  # the paced runs: 200 messages/s
 LOG_PREFIX = "edgebuslog"  # the bridge with a log: its own MQTT prefix
 # The bridge's seal per device node: NODE takes its [bridge] seal, "auto" (on
@@ -65,10 +66,14 @@ class Bench:
                 "bridge-log", {"log": {"dir": log_dir}}, None, {"prefix": LOG_PREFIX}
             )
         self.sub = Child(python("dev.bench.bridge_procs", "paho-sub", port, RAW_TOPIC), log=log)
+        self.lean_sub = Child(
+            python("dev.bench.bridge_procs", "lean-sub", port, LEAN_TOPIC), log=log
+        )
         self.bridge.expect("ready")
         if self.bridge_log:
             self.bridge_log.expect("ready")
         self.sub.expect("ready")
+        self.lean_sub.expect("ready")
         self.mpy_dir = None
 
     def _bridge(self, name, extra, profile, mqtt=None):
@@ -173,8 +178,13 @@ class Bench:
         pub = python("dev.bench.bridge_procs", "paho-pub", self.port, RAW_TOPIC, n, pace)
         return self._run(self.sub, pub, n, timeout)
 
+    def lean(self, n, timeout=60):
+        """The paho publisher -> the bridge's own MQTT client (mqtt_conn)."""
+        pub = python("dev.bench.bridge_procs", "paho-pub", self.port, LEAN_TOPIC, n, 0)
+        return self._run(self.lean_sub, pub, n, timeout)
+
     def close(self):
-        for c in (self.bridge, self.bridge_log, self.sub):
+        for c in (self.bridge, self.bridge_log, self.sub, self.lean_sub):
             if c is not None:
                 c.close()
         self.broker.close()
@@ -222,11 +232,12 @@ def run(smoke=False, profile=None):
     b = Bench(tmp, profile, log_dir=log_dir)
     try:
         runs = {k: [] for k, _ in VARIANTS}
-        raw = []
+        raw, lean = [], []
         for _ in range(reps):  # interleaved: noise hits all alike
             for k, kw in VARIANTS:
                 runs[k].append(b.edgebus(n, **kw))
             raw.append(b.paho(n))
+            lean.append(b.lean(n))
         eb = runs["on"]
         pe = b.edgebus(m, PACE_MS)
         pel = b.edgebus(m, PACE_MS, log=True)
@@ -237,7 +248,7 @@ def run(smoke=False, profile=None):
         b.close()
         shutil.rmtree(tmp, ignore_errors=True)
         shutil.rmtree(log_dir, ignore_errors=True)
-    E, R, M = _figures(eb), _figures(raw), _figures(mp)
+    E, R, M, L = _figures(eb), _figures(raw), _figures(mp), _figures(lean)
     paho_med = statistics.median(r["rate"] for r in raw)
     acks = {}
     for k, _ in VARIANTS:
@@ -280,7 +291,12 @@ def run(smoke=False, profile=None):
         "edgebus_msgs_per_s": E["msgs_per_s"],
         "paho_msgs_per_s": R["msgs_per_s"],
         "ratio": statistics.median(r["rate"] for r in eb) / paho_med,
-        "rx_cpu_us_per_msg": {"edgebus": E["rx_cpu_us_per_msg"], "paho": R["rx_cpu_us_per_msg"]},
+        "rx_cpu_us_per_msg": {
+            "edgebus": E["rx_cpu_us_per_msg"],
+            "paho": R["rx_cpu_us_per_msg"],
+            "mqtt_conn": L["rx_cpu_us_per_msg"],
+        },
+        "mqtt_conn_msgs_per_s": L["msgs_per_s"],
         "burst_latency": {"edgebus": E["latency"], "paho": R["latency"]},
         "paced_latency": {
             "edgebus": _lat(pe["lat"]),

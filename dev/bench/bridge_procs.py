@@ -3,10 +3,13 @@
 
 usage: python -m dev.bench.bridge_procs bridge CONFIG_JSON PATTERN [--profile FILE]
        python -m dev.bench.bridge_procs paho-sub PORT TOPIC
+       python -m dev.bench.bridge_procs lean-sub PORT TOPIC
        python -m dev.bench.bridge_procs paho-pub PORT TOPIC N PACE_MS
 
 Receivers (`bridge`: the real bridge daemon's Bridge with its MQTT links,
-subscribed on its host bus; `paho-sub`: a raw paho subscriber) print "ready",
+subscribed on its host bus; `paho-sub`: a raw paho subscriber; `lean-sub`: the
+bridge's own MQTT client, bridge/links/mqtt_conn.py, doing the same work per
+message as `paho-sub`, so the two clients compare alone) print "ready",
 then obey stdin lines, one JSON result line each:
 
   expect N SECONDS   receive N stamped messages (payload {"t": send ns, "i"})
@@ -222,6 +225,48 @@ def _paho_sub(port, topic):
     c.disconnect()
 
 
+def _lean_sub(port, topic):
+    from edgebus.bridge.links import mqtt_conn
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        state = {"tally": None, "want": 0, "done": None}
+
+        def on_message(t, payload):
+            tally = state["tally"]
+            if tally is None:
+                return
+            tally.stamped(json.loads(payload), ns())
+            if tally.count >= state["want"] and not state["done"].done():
+                state["done"].set_result(None)
+
+        conn = await mqtt_conn.connect(
+            "127.0.0.1", port, "bench-lean-%d" % ns(), on_message, [topic]
+        )
+        conn.resume_reading()
+        _say("ready")
+        while True:
+            line = await loop.run_in_executor(None, sys.stdin.readline)
+            cmd = line.split()
+            if not cmd or cmd[0] == "quit":
+                break
+            state["want"] = int(cmd[1])
+            state["done"] = loop.create_future()
+            state["tally"] = Tally()
+            _say("ok")
+            try:
+                await asyncio.wait_for(state["done"], float(cmd[2]))
+            except asyncio.TimeoutError:
+                pass
+            t, state["tally"] = state["tally"], None
+            res = t.result(state["want"])
+            res["gaps"] = 0
+            _say(res)
+        conn.close()
+
+    asyncio.run(main())
+
+
 def _paho_pub(port, topic, n, pace_ms):
     # No network thread: publish() then writes to the socket at once, in this
     # thread, the fastest way paho publishes (a loop_start() thread would
@@ -247,6 +292,8 @@ def main(argv):
         asyncio.run(_bridge(argv[1], argv[2], prof))
     elif role == "paho-sub":
         _paho_sub(int(argv[1]), argv[2])
+    elif role == "lean-sub":
+        _lean_sub(int(argv[1]), argv[2])
     elif role == "paho-pub":
         _paho_pub(int(argv[1]), argv[2], int(argv[3]), float(argv[4]))
     else:

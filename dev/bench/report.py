@@ -352,6 +352,11 @@ def _bridge_section(res, out, md_dir):
             ratio="%.2f" % br["ratio"],
             eb_cpu=_mmm(cpu["edgebus"]),
             paho_cpu=_mmm(cpu["paho"]),
+            lean_rate=_mmm(br["mqtt_conn_msgs_per_s"]) if "mqtt_conn" in cpu else "not run",
+            lean_cpu=_mmm(cpu["mqtt_conn"]) if "mqtt_conn" in cpu else "not run",
+            lean_ratio="%.2f" % (cpu["mqtt_conn"]["median"] / cpu["paho"]["median"])
+            if "mqtt_conn" in cpu
+            else "–",
             rate="%d" % pl["rate"],
             eb_paced="%.2f / %.2f" % (pl["edgebus"]["p50_ms"], pl["edgebus"]["p99_ms"]),
             paho_paced="%.2f / %.2f" % (pl["paho"]["p50_ms"], pl["paho"]["p99_ms"]),

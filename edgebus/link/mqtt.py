@@ -25,12 +25,14 @@ class MqttError(OSError):
     """The broker refused or broke the connection."""
 
 
-def _str(s):
+def string(s):
+    """An MQTT string: its length (2 bytes) and its UTF-8 bytes."""
     b = s.encode() if type(s) is str else s
     return len(b).to_bytes(2, "big") + b
 
 
-def _packet(kind, body):
+def packet(kind, body):
+    """An MQTT packet: the first byte ``kind``, the remaining length, body."""
     n = len(body)
     head = bytearray([kind])
     while True:
@@ -40,6 +42,26 @@ def _packet(kind, body):
         if not n:
             break
     return bytes(head) + body
+
+
+def connect_packet(client_id, keepalive, will=None, user=None, password=None):
+    """CONNECT (MQTT 3.1.1, clean session); ``will`` (topic, payload) is
+    retained, QoS 0. The bridge's connection (bridge/links/mqtt_conn.py)
+    sends the same packet."""
+    flags = 0x02  # clean session
+    payload = string(client_id)
+    if will is not None:
+        flags |= 0x04 | 0x20  # will, will retain (QoS 0)
+        payload += string(will[0]) + string(will[1])
+    if user is not None:
+        flags |= 0x80
+        payload += string(user)
+        if password is not None:
+            flags |= 0x40
+            payload += string(password)
+    return packet(
+        0x10, string(b"MQTT") + bytes([4, flags]) + keepalive.to_bytes(2, "big") + payload
+    )
 
 
 CONNACK_CODES = {
@@ -132,7 +154,7 @@ class MqttTransport:
             raise
         self.closed = False
         await self._write(
-            _packet(0x82, b"\x00\x01" + _str(self.down) + b"\x00" + _str(self.bridge) + b"\x00")
+            packet(0x82, b"\x00\x01" + string(self.down) + b"\x00" + string(self.bridge) + b"\x00")
         )
         if self.state is not None:
             await self._publish(self.state, b"online", retain=True)
@@ -152,19 +174,10 @@ class MqttTransport:
             self.r, self.w = await compat.asyncio.open_connection(
                 self.host, self.port, ssl=self.ssl, server_hostname=self.server_hostname
             )
-        flags = 0x02  # clean session
-        payload = _str(self.client_id)
-        if self.state is not None:
-            flags |= 0x04 | 0x20  # will, will retain (QoS 0)
-            payload += _str(self.state) + _str(b"offline")
-        if self.user is not None:
-            flags |= 0x80
-            payload += _str(self.user)
-            if self.password is not None:
-                flags |= 0x40
-                payload += _str(self.password)
-        var = _str(b"MQTT") + bytes([4, flags]) + self.keepalive.to_bytes(2, "big")
-        await self._write(_packet(0x10, var + payload))
+        will = None if self.state is None else (self.state, b"offline")
+        await self._write(
+            connect_packet(self.client_id, self.keepalive, will, self.user, self.password)
+        )
         kind, body = await self._read_packet()
         if kind != 0x20 or len(body) < 2:
             raise MqttError("no CONNACK from %s:%d" % (self.host, self.port))
@@ -192,7 +205,7 @@ class MqttTransport:
         return h & 0xF0, (await self.r.readexactly(n) if n else b"")
 
     async def _publish(self, topic, payload, retain=False):
-        await self._write(_packet(0x30 | (1 if retain else 0), _str(topic) + payload))
+        await self._write(packet(0x30 | (1 if retain else 0), string(topic) + payload))
 
     async def recv(self):
         """The next frame bodies from the down topic; None when the connection ends."""

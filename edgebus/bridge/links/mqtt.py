@@ -7,8 +7,8 @@ by its last will or, on a clean stop, published just before DISCONNECT; the
 devices subscribe to it (docs/protocol.md, "MQTT presence"). Optionally
 mirrors chosen host-bus topics as plain MQTT JSON (bridge/links/mqtt_mirror.py).
 
-The frames' connection is paho-mqtt driven by the event loop
-(bridge/links/mqtt_conn.py): paho hands each frame to its device's transport
+The frames' connection is a lean MQTT client on the event loop
+(bridge/links/mqtt_conn.py): it hands each frame to its device's transport
 (bridge/links/mqtt_transport.py), which the device's Link reads."""
 
 from __future__ import annotations
@@ -353,9 +353,9 @@ class MqttLinks:
             await self.bridge.sleep(backoff.next())
 
     async def _connect(self, bye: tuple[str, bytes] | None) -> Connection:
-        """A connection to the broker, ``bye`` its last will. Subscribed in
-        paho's on_connect: connect() returns once the broker accepted both
-        the client and the subscriptions."""
+        """A connection to the broker, ``bye`` its last will: connect()
+        returns once the broker accepted both the client and the
+        subscriptions."""
         return await mqtt_conn.connect(
             self.host,
             self.port,
@@ -367,6 +367,7 @@ class MqttLinks:
             self.tls_context(),
             keepalive=30,
             will=bye,
+            on_oversize=self._on_oversize,
         )
 
     async def _session(self, conn: Connection) -> None:
@@ -475,6 +476,12 @@ class MqttLinks:
                 # The device's last will, or anyone's word on the broker: a
                 # sealed session ends only if the device does not answer now.
                 link.peer_presence(False)
+
+    def _on_oversize(self, topic: str, length: int) -> None:
+        """A message too long for any frame, skipped unread by the connection."""
+        t = self._up.get(topic)
+        if t is not None:
+            t.frames.oversize += 1
 
     def subscribed(self) -> list[str]:
         """The topics the live connection is subscribed to (none while down)."""

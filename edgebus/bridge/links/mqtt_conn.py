@@ -1,25 +1,27 @@
-"""The bridge's broker connection for device link frames: paho-mqtt's Client
-(MQTT 3.1.1, QoS 0) driven by the asyncio event loop, without paho's thread.
+"""The bridge's broker connection for device link frames: MQTT 3.1.1 at QoS 0
+as an asyncio Protocol of our own.
 
-This is paho's documented external-loop integration (its
-examples/loop_asyncio.py): ``loop.add_reader(sock)`` calls ``loop_read``,
-``on_socket_register_write``/``unregister_write`` add and remove a writer
-that calls ``loop_write``, and a task calls ``loop_misc`` every second for
-the keepalive. The protocol is paho's; this module only adds what the
-bridge's batching needs.
+Why not paho-mqtt or aiomqtt on this path: every device frame crosses it,
+and both clients spend more per message than the rest of the bridge can
+afford. paho reads a packet with three or more ``recv`` calls (its first
+byte, each byte of its length, its body) and builds an ``MQTTMessage`` and
+its topic matching for each; aiomqtt adds a task, an ``asyncio.wait`` and an
+event-loop turn per message on top (BENCHMARKS.md section 4 measures paho's
+Client beside this one in one run). Here the event loop hands whole socket reads (up to
+256 KiB) to :meth:`Connection.data_received`, which splits them into packets
+in one loop and gives each PUBLISH straight to ``on_message(topic,
+payload)``; publishes made in one loop turn leave in one write. The bridge
+needs only what a QoS 0 subscriber needs: CONNECT (with a retained will),
+SUBSCRIBE/UNSUBSCRIBE in batches, PUBLISH, PINGREQ and DISCONNECT, whose
+packets the device's transport already builds (edgebus/link/mqtt.py). The
+mirror, which needs MQTT 5 user properties, keeps aiomqtt on a connection of
+its own.
 
-Why not aiomqtt on this path: profiling the bridge under a device's burst
-(BENCHMARKS.md, section 4) showed aiomqtt spending most of the bridge's CPU
-per frame on its own machinery: a task plus ``asyncio.wait`` created to hand
-each message over, an event-loop turn per message, MQTT 5 properties parsed
-and the message wrapped twice. Here a readable socket is drained in one
-event-loop turn (``loop_read`` reads one packet per call, so the reader calls
-it until a call brings no message) and every PUBLISH goes straight from
-paho's ``on_message`` to ``on_message(topic, payload)``, which appends the
-frame to its device's transport; the links take their frames in batches.
-Under backpressure the reader is removed (the broker and TCP hold the rest)
-and re-added when the queues drain. The mirror, which needs MQTT 5 user
-properties, keeps aiomqtt on a connection of its own.
+Under backpressure reading pauses at once, mid-read if need be (the rest of
+that read waits here, the rest of the stream in TCP and the broker) and
+resumes when the links' queues drain. A hostile broker or publisher gets
+nowhere: a packet longer than MAX_PACKET is skipped unread (``on_oversize``
+names its topic), and a malformed one ends the connection with the reason.
 """
 
 from __future__ import annotations
@@ -27,25 +29,24 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
-import paho.mqtt.client as paho
-
 from edgebus.compat import wait_for
+from edgebus.link.mqtt import CONNACK_CODES, connect_packet, packet, string
 
 if TYPE_CHECKING:
     from ssl import SSLContext
 
-    from paho.mqtt.properties import Properties
-    from paho.mqtt.reasoncodes import ReasonCode
+    OnMessage = Callable[[str, bytes], Any]  # (topic, payload)
+    OnOversize = Callable[[str, int], Any]  # (topic, packet length)
 
-    OnMessage = Callable[[str, bytes | bytearray], Any]  # (topic, payload)
-
-# PUBLISH packets handled per event-loop turn at most, so that the links
-# (and everything else on the loop) run between large reads.
-READ_BATCH = 1024
 # Topics per SUBSCRIBE or UNSUBSCRIBE packet: a shard's thousands of device
 # topics go in a few packets of ~15 KB each, acknowledged one by one.
 SUB_BATCH = 500
-
+# The longest packet read: a device frame is ~1 KiB (frame.MAX_LEN); longer
+# PUBLISHes are skipped unread, so no party can make the bridge buffer the
+# 256 MiB an MQTT length allows.
+MAX_PACKET = 256 * 1024
+PINGREQ = b"\xc0\x00"
+DISCONNECT = b"\xe0\x00"
 
 # What the connection says when the broker closes it (MqttLinks adds a hint
 # when that happens before the broker answered).
@@ -61,15 +62,15 @@ class _Acks:
     once the broker acknowledged them all."""
 
     def __init__(self, done: Callable[[list[str]], Any]) -> None:
-        self.mids: set[int | None] = set()
+        self.pids: set[int] = set()
         self.refused: list[str] = []
         self.done = done
 
 
-class Connection:
-    """One broker connection; open it with :func:`connect`. Subscriptions are
-    made in paho's on_connect, so a connection is only handed out subscribed;
-    :meth:`subscribe` and :meth:`unsubscribe` change them while it runs."""
+class Connection(asyncio.Protocol):
+    """One broker connection; open it with :func:`connect`. It subscribes on
+    CONNACK, so a connection is only handed out subscribed; :meth:`subscribe`
+    and :meth:`unsubscribe` change that while it runs."""
 
     def __init__(
         self,
@@ -78,59 +79,174 @@ class Connection:
         topics: Iterable[str],
         keepalive: int,
         will: tuple[str, bytes] | None = None,
+        user: str | None = None,
+        password: str | None = None,
+        on_oversize: OnOversize | None = None,
     ) -> None:
         self.loop = asyncio.get_running_loop()
         self.on_message = on_message
+        self.on_oversize = on_oversize
         self.topics = set(topics)  # subscribed (or being subscribed) now
-        self._acks: dict[int | None, tuple[_Acks, list[str]]] = {}  # packet id -> _Acks, topics
+        self.keepalive = keepalive
+        self._hello = connect_packet(client_id, keepalive, will, user, password)
+        self._acks: dict[int, tuple[_Acks, list[str]]] = {}  # packet id -> _Acks, topics
+        self._pid = 0
         self.closed = self.loop.create_future()  # result: why it ended (None: by us)
         self.ready = self.loop.create_future()  # CONNACK and SUBACK both accepted
+        self.connected = False  # CONNACK accepted
         self.received = 0  # PUBLISH packets handed to on_message
-        self.sock: Any = None  # paho's socket while connected
-        self.reading = False  # the socket is registered with add_reader
-        self.writing = False  # ... with add_writer (its buffer was full)
-        self._flush_soon = False
+        self.transport: asyncio.Transport | None = None
+        self.reading = True  # the transport reads (paused: under backpressure)
+        self.writing = False  # the transport's buffer is full: publish() waits
         self._drained = asyncio.Event()
         self._drained.set()
+        # Bytes read and not yet handed on: a packet's first part, or what
+        # followed when reading paused mid-read.
+        self._rest = b""
+        self._skip = 0  # bytes of an oversized packet still to pass over
+        self._out: list[bytes] = []  # packets of this loop turn, written together
+        self._last_in = self._last_out = self.loop.time()
+        self._ping = 0.0  # when the unanswered PINGREQ went, else 0
         self._misc: asyncio.Task[None] | None = None
-        c = self.client = paho.Client(
-            paho.CallbackAPIVersion.VERSION2,
-            client_id=client_id,
-            protocol=paho.MQTTv311,
-            clean_session=True,
-        )
-        c.suppress_exceptions = False  # a bug in a callback surfaces, not a log line
-        self.keepalive = keepalive
-        c.on_connect = self._on_connect
-        c.on_subscribe = self._on_subscribe
-        c.on_unsubscribe = self._on_subscribe  # UNSUBACK: the same bookkeeping
-        c.on_message = self._on_message
-        c.on_disconnect = self._on_disconnect
-        if will is not None:  # (topic, payload): retained, QoS 0
-            c.will_set(will[0], will[1], 0, retain=True)
 
-    # -- paho callbacks (all run on the event loop) ----------------------------
-    def _on_connect(
-        self,
-        client: paho.Client,
-        userdata: Any,
-        flags: paho.ConnectFlags,
-        reason: ReasonCode,
-        properties: Properties | None,
-    ) -> None:
-        if reason.is_failure:
-            self._end(MqttError("broker refused the connection: %s" % reason))
-            return
-        # (Re)subscribe on every CONNACK: with a clean session the broker
-        # keeps no subscriptions of ours across connections.
-        try:
+    # -- asyncio.Protocol ------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.write(self._hello)
+        self._misc = self.loop.create_task(self._keepalive())
+
+    def data_received(self, data: bytes) -> None:
+        self._last_in = self.loop.time()
+        if self._skip:
+            n = min(self._skip, len(data))
+            self._skip -= n
+            data = data[n:]
+        if self._rest:
+            data = self._rest + data
+            self._rest = b""
+        if data:
+            self._take(data)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self._drained.set()
+        self._end(MqttError(LOST + (" (%s)" % exc if exc else "")))
+
+    def pause_writing(self) -> None:
+        self.writing = True
+        self._drained.clear()
+
+    def resume_writing(self) -> None:
+        self.writing = False
+        self._drained.set()
+
+    # -- reading ---------------------------------------------------------------
+    def _take(self, data: bytes) -> None:
+        """Hand on every whole packet of ``data``; keep the rest for later.
+        The hot loop of the bridge's intake: a PUBLISH costs one slice for its
+        topic, one decode and one for its payload."""
+        n = len(data)
+        i = 0
+        on_message = self.on_message
+        while i < n and self.reading:
+            h = data[i]
+            j = i + 1
+            length = shift = 0
+            while j < n:
+                b = data[j]
+                j += 1
+                length |= (b & 0x7F) << shift
+                if b < 0x80:
+                    break
+                shift += 7
+                if shift > 21:
+                    self._fail("a packet length of more than 4 bytes")
+                    return
+            else:
+                break  # the length is not all here yet
+            end = j + length
+            if length > MAX_PACKET:
+                if not self._oversized(h, data, j, end):
+                    break  # its topic is not all here yet
+                i = min(end, n)
+                continue
+            if end > n:
+                break
+            if h >> 4 == 3:  # PUBLISH
+                if h & 0x06:
+                    self._fail("a PUBLISH at QoS %d on QoS 0 subscriptions" % ((h >> 1) & 3))
+                    return
+                t = j + 2 + ((data[j] << 8) | data[j + 1])
+                try:
+                    topic = data[j + 2 : t].decode()
+                except UnicodeDecodeError:
+                    self._fail("a topic that is not UTF-8")
+                    return
+                self.received += 1
+                on_message(topic, data[t:end])
+            elif not self._control(h, data[j:end]):
+                return
+            i = end
+        if i < n:
+            self._rest = data[i:]
+
+    def _oversized(self, h: int, data: bytes, j: int, end: int) -> bool:
+        """A packet longer than MAX_PACKET: a PUBLISH is passed over unread
+        once its topic is here (False until then), anything else ends the
+        connection."""
+        if h >> 4 != 3:
+            self._fail("a packet of %d bytes (type %d)" % (end - j, h >> 4))
+            return True
+        if len(data) < j + 2 or len(data) < j + 2 + ((data[j] << 8) | data[j + 1]):
+            return False
+        self._skip = max(0, end - len(data))
+        if self.on_oversize is not None:
+            topic = data[j + 2 : j + 2 + ((data[j] << 8) | data[j + 1])]
+            self.on_oversize(topic.decode(errors="replace"), end - j)
+        return True
+
+    def _control(self, h: int, body: bytes) -> bool:
+        """A packet other than PUBLISH; False if it ended the connection."""
+        kind = h >> 4
+        if kind == 2:  # CONNACK
+            if len(body) < 2:
+                return self._fail("a CONNACK of %d bytes" % len(body))
+            if body[1]:
+                self._end(
+                    MqttError(
+                        "broker refused the connection: %s" % CONNACK_CODES.get(body[1], body[1])
+                    )
+                )
+                self._abort()
+                return False
+            self.connected = True
+            # (Re)subscribe on every CONNACK: with a clean session the broker
+            # keeps no subscriptions of ours across connections.
             self._send(False, sorted(self.topics), self._subscribed)
-        except MqttError as e:
-            self._end(e)
+        elif kind in (9, 11):  # SUBACK, UNSUBACK
+            if len(body) < 2:
+                return self._fail(
+                    "a %s of %d bytes" % ("SUBACK" if kind == 9 else "UNSUBACK", len(body))
+                )
+            self._acked((body[0] << 8) | body[1], body[2:] if kind == 9 else b"")
+        elif kind == 13:  # PINGRESP
+            self._ping = 0.0
+        else:
+            return self._fail("an unexpected packet (type %d)" % kind)
+        return True
 
+    def _fail(self, what: str) -> bool:
+        """The broker sent something no MQTT 3.1.1 broker sends: end here."""
+        self._end(MqttError("protocol error: the broker sent %s" % what))
+        self._abort()
+        return False
+
+    # -- subscriptions ---------------------------------------------------------
     def _subscribed(self, refused: list[str]) -> None:
         if refused:
             self._end(MqttError("broker refused a subscription to %s" % ", ".join(refused)))
+            self._abort()
         elif not self.ready.done():
             # Hold the frames until the caller has somewhere to put them.
             self.pause_reading()
@@ -139,125 +255,60 @@ class Connection:
     def _send(self, unsub: bool, topics: list[str], done: Callable[[list[str]], Any]) -> None:
         """(UN)SUBSCRIBE topics (QoS 0) in packets of SUB_BATCH; done(refused)
         once every packet is acknowledged."""
-        acks = _Acks(done)
         if not topics:
             done([])
             return
-        c = self.client
+        acks = _Acks(done)
         for i in range(0, len(topics), SUB_BATCH):
             batch = topics[i : i + SUB_BATCH]
-            rc, mid = c.unsubscribe(batch) if unsub else c.subscribe([(t, 0) for t in batch])
-            if rc != paho.MQTT_ERR_SUCCESS:
-                raise MqttError(
-                    "%s failed: %s"
-                    % ("unsubscribe" if unsub else "subscribe", paho.error_string(rc))
-                )
-            acks.mids.add(mid)
-            self._acks[mid] = (acks, batch)
+            self._pid = self._pid % 0xFFFF + 1
+            body = self._pid.to_bytes(2, "big")
+            if unsub:
+                body += b"".join(string(t) for t in batch)
+            else:
+                body += b"".join(string(t) + b"\x00" for t in batch)
+            self._write(packet(0xA2 if unsub else 0x82, body))
+            acks.pids.add(self._pid)
+            self._acks[self._pid] = (acks, batch)
 
-    def _on_subscribe(
-        self,
-        client: paho.Client,
-        userdata: Any,
-        mid: int,
-        reasons: list[ReasonCode],
-        properties: Properties | None,
-    ) -> None:
-        entry = self._acks.pop(mid, None)
+    def _acked(self, pid: int, codes: bytes) -> None:
+        entry = self._acks.pop(pid, None)
         if entry is None:
             return
         acks, batch = entry
-        acks.refused += [t for t, r in zip(batch, reasons) if r.is_failure]
-        acks.mids.discard(mid)
-        if not acks.mids:
+        acks.refused += [t for t, c in zip(batch, codes) if c & 0x80]
+        acks.pids.discard(pid)
+        if not acks.pids:
             acks.done(acks.refused)
 
-    def _on_message(self, client: paho.Client, userdata: Any, msg: paho.MQTTMessage) -> None:
-        self.received += 1
-        self.on_message(msg.topic, msg.payload)
-
-    def _on_disconnect(
-        self,
-        client: paho.Client,
-        userdata: Any,
-        flags: paho.DisconnectFlags,
-        reason: ReasonCode,
-        properties: Properties | None,
-    ) -> None:
-        # After our own close() this changes nothing: closed is already set.
-        # MQTT 3.1.1 brokers just close the socket; paho's reason code then
-        # says nothing more than that.
-        self._end(
-            MqttError(LOST + (" (%s)" % reason if flags.is_disconnect_packet_from_server else ""))
-        )
-
-    def _on_socket_close(self, client: paho.Client, userdata: Any, sock: Any) -> None:
-        if self.reading:
-            self.loop.remove_reader(sock)
-            self.reading = False
-        if self.writing:
-            self.loop.remove_writer(sock)
-            self.writing = False
-        self._drained.set()
-        self.sock = None
-
-    def _on_register_write(self, client: paho.Client, userdata: Any, sock: Any) -> None:
-        # paho has packets to send: write them later in this loop turn, so
-        # that publishes made in one turn go out together.
-        if not self._flush_soon:
-            self._flush_soon = True
+    # -- writing and keepalive -------------------------------------------------
+    def _write(self, data: bytes) -> None:
+        if not self._out:
             self.loop.call_soon(self._flush)
-
-    def _on_unregister_write(self, client: paho.Client, userdata: Any, sock: Any) -> None:
-        if self.writing:
-            self.loop.remove_writer(sock)
-            self.writing = False
-        self._drained.set()
-
-    # -- the event loop's side -------------------------------------------------
-    def _attach(self) -> None:
-        """Register the connected socket with the event loop (after connect)."""
-        c = self.client
-        self.sock = c.socket()
-        c.on_socket_close = self._on_socket_close
-        c.on_socket_register_write = self._on_register_write
-        c.on_socket_unregister_write = self._on_unregister_write
-        self.resume_reading()
-        if c.want_write():
-            self._flush_soon = True
-            self.loop.call_soon(self._flush)
-        self._misc = self.loop.create_task(self._misc_loop())
-
-    def _readable(self) -> None:
-        if not self.reading:
-            return  # paused (or closed) since it was scheduled
-        c = self.client
-        for _ in range(READ_BATCH):
-            n = self.received
-            # A call that brings no PUBLISH met EAGAIN, half a packet, or
-            # another packet (SUBACK, PINGRESP): the selector calls again if
-            # more is there. paho closes the socket itself on errors.
-            if c.loop_read() or self.received == n or not self.reading:
-                return
-        # More may be waiting (a socket's or TLS's buffer): come back next turn.
-        self.loop.call_soon(self._readable)
+        self._out.append(data)
 
     def _flush(self) -> None:
-        self._flush_soon = False
-        c = self.client
-        if self.sock is None or self.writing:
-            return  # closed, or the writer will send it
-        c.loop_write()
-        if c.want_write() and self.sock is not None:
-            # The socket's buffer is full: write when it drains.
-            self.loop.add_writer(self.sock, c.loop_write)
-            self.writing = True
-            self._drained.clear()
+        out, self._out = self._out, []
+        if self.transport is not None and out:
+            self.transport.write(b"".join(out))
+            self._last_out = self.loop.time()
 
-    async def _misc_loop(self) -> None:
+    async def _keepalive(self) -> None:
+        """A PINGREQ after keepalive/2 s without a packet in one direction (the
+        broker must hear from us, and we must know it is there); a broker
+        that leaves it unanswered keepalive/2 s more is gone (overloaded, or
+        a half-open connection)."""
+        half = self.keepalive / 2
         while not self.closed.done():
-            await asyncio.sleep(1)
-            self.client.loop_misc()  # PINGREQ; drops a broker silent past the keepalive
+            await asyncio.sleep(min(1.0, half))
+            now = self.loop.time()
+            if self._ping:
+                if now - self._ping >= half:
+                    self._end(MqttError(LOST + " (no answer to a PINGREQ in %g s)" % half))
+                    self._abort()
+            elif now - min(self._last_in, self._last_out) >= half and self.connected:
+                self._ping = now
+                self._write(PINGREQ)
 
     def _end(self, why: MqttError | None) -> None:
         if not self.closed.done():
@@ -268,28 +319,36 @@ class Connection:
         if self._misc is not None and self._misc is not asyncio.current_task():
             self._misc.cancel()
 
+    def _abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
     # -- using it --------------------------------------------------------------
     async def publish(self, topic: str, payload: bytes, retain: bool = False) -> None:
         """Publish at QoS 0; waits only while the socket's buffer is full."""
-        if self.closed.done():
+        if self.closed.done() or self.transport is None:
             raise MqttError("MQTT connection closed")
-        info = self.client.publish(topic, payload, 0, retain)
-        if info.rc != paho.MQTT_ERR_SUCCESS:
-            raise MqttError("publish failed: %s" % paho.error_string(info.rc))
+        self._write(packet(0x31 if retain else 0x30, string(topic) + payload))
         if self.writing:
             await self._drained.wait()
 
     def pause_reading(self) -> None:
         if self.reading:
-            self.loop.remove_reader(self.sock)
             self.reading = False
+            if self.transport is not None:
+                self.transport.pause_reading()
 
     def resume_reading(self) -> None:
-        if not self.reading and self.sock is not None and not self.closed.done():
-            self.loop.add_reader(self.sock, self._readable)
+        if not self.reading and self.transport is not None and not self.closed.done():
             self.reading = True
-            # TLS may hold decrypted bytes the selector cannot see.
-            self.loop.call_soon(self._readable)
+            self.transport.resume_reading()
+            if self._rest:  # what was read before the pause comes first
+                self.loop.call_soon(self._resume)
+
+    def _resume(self) -> None:
+        if self.reading and self._rest:
+            data, self._rest = self._rest, b""
+            self._take(data)
 
     async def subscribe(self, topics: list[str]) -> list[str]:
         """Subscribe to more topics now; the ones the broker refused."""
@@ -322,17 +381,15 @@ class Connection:
         ``goodbye`` (topic, payload): published retained just before, if the
         connection is still up, to say what the will would have said."""
         self._end(None)
-        c = self.client
-        if self.sock is not None:
+        t = self.transport
+        if t is None:
+            return
+        if self.connected:
             if goodbye is not None:
-                c.publish(goodbye[0], goodbye[1], 0, True)
-            c.disconnect()  # queued; written and closed right here
-            if self.sock is not None:
-                c.loop_write()
-        s = c.socket()
-        if s is not None:  # paho could not write the DISCONNECT
-            self._on_socket_close(c, None, s)
-            s.close()
+                self._out.append(packet(0x31, string(goodbye[0]) + goodbye[1]))
+            self._out.append(DISCONNECT)
+        self._flush()
+        t.close()  # after the buffer is written
 
 
 async def connect(
@@ -347,35 +404,28 @@ async def connect(
     keepalive: int = 30,
     timeout: float = 10,
     will: tuple[str, bytes] | None = None,
+    on_oversize: OnOversize | None = None,
 ) -> Connection:
     """A Connection subscribed to ``topics`` (QoS 0), its reading paused:
     call ``resume_reading()`` once ``on_message`` can take messages.
-    ``will`` (topic, payload): the last will, retained, QoS 0.
+    ``will`` (topic, payload): the last will, retained, QoS 0;
+    ``on_oversize(topic, length)``: a PUBLISH longer than MAX_PACKET, skipped.
     MqttError or OSError if the broker cannot be reached, refuses the client
     or a subscription."""
-    conn = Connection(client_id, on_message, topics, keepalive, will)
-    c = conn.client
-    if username is not None:
-        c.username_pw_set(username, password)
-    if ssl is not None:
-        c.tls_set_context(ssl)
-    c.connect_timeout = timeout
-    # paho's connect resolves, connects and (TLS) handshakes with blocking
-    # calls: a worker thread does it so the loop keeps running. No socket
-    # callbacks are set yet, so paho writes CONNECT from that thread itself.
-    fut = conn.loop.run_in_executor(None, c.connect, host, port, keepalive)
+    conn = Connection(
+        client_id, on_message, topics, keepalive, will, username, password, on_oversize
+    )
+    loop = conn.loop
     try:
-        await asyncio.shield(fut)
-    except asyncio.CancelledError:
-
-        def close_if_connected(f: asyncio.Future[Any]) -> None:
-            if not (f.cancelled() or f.exception()):
-                conn.close()
-
-        fut.add_done_callback(close_if_connected)
-        raise
+        await wait_for(
+            loop.create_connection(
+                lambda: conn, host, port, ssl=ssl, server_hostname=host if ssl else None
+            ),
+            timeout,
+        )
+    except asyncio.TimeoutError:
+        raise MqttError("no connection to %s:%d within %g s" % (host, port, timeout)) from None
     try:
-        conn._attach()
         await wait_for(asyncio.shield(conn.ready), timeout)
     except asyncio.TimeoutError:
         conn.close()

@@ -90,7 +90,7 @@ class Quota:
 # (bridge/links/mqtt.py unsubscribes them) for MUTE_FIRST seconds, doubled
 # at each mute up to MUTE_MAX, back to MUTE_FIRST after FORGIVE seconds
 # without one. Refusing its frames is not enough: reading and parsing them
-# took the bridge's whole core (~75 % in paho) and the honest devices waited
+# took the bridge's whole core (~75 % in paho, its MQTT client then) and the honest devices waited
 # behind them. Flooding is either of:
 # - FLOOD_AT messages within one MUTE_CHECK (4,096 a second), seen as they
 #   arrive, with more than a window (telemetry.flow.WINDOW_MAX) of them waiting
