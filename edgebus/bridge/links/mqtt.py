@@ -353,9 +353,8 @@ class MqttLinks:
             await self.bridge.sleep(backoff.next())
 
     async def _connect(self, bye: tuple[str, bytes] | None) -> Connection:
-        """A connection to the broker, ``bye`` its last will: connect()
-        returns once the broker accepted both the client and the
-        subscriptions."""
+        """A connection to the broker, ``bye`` its last will; connect() returns
+        once the broker accepted the client and the subscriptions."""
         return await mqtt_conn.connect(
             self.host,
             self.port,
