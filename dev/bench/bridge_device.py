@@ -20,7 +20,8 @@ message is acknowledged, or 30 s later) one JSON line: when the last
 acknowledgement came ("acked_s", seconds from the first publish; null if
 not all were), each message's publish -> acknowledgement latency at this
 device ("ack_ms", the ACK covering it arriving back here) and what the session
-negotiated ("sealed", "encrypted", "bare").
+negotiated ("sealed", "encrypted", "bare") and the window the bridge gave
+("window", None: none).
 """
 
 import asyncio
@@ -125,6 +126,7 @@ async def main(
                 "sealed": link._seal is not None,
                 "encrypted": sealing.encrypted(link),
                 "bare": tr.bare,
+                "window": link._tx_window,  # the bridge's pace for this device (None: none)
             }
         )
     )

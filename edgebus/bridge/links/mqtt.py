@@ -16,12 +16,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
-import time
 from typing import TYPE_CHECKING, Any, Iterable
 from urllib.parse import urlparse
 
 from edgebus.bridge.keystore import KeyStoreError
 from edgebus.bridge.links import mqtt_conn, mqtt_mirror
+from edgebus.bridge.links.broker_drops import TOPIC as DROPS_TOPIC
+from edgebus.bridge.links.broker_drops import BrokerDrops
 from edgebus.bridge.links.mqtt_transport import Backlog, DeviceTransport
 from edgebus.bridge.links.quota import FLOOD_AT, FLOOD_STEP, MUTE_CHECK, Mutes
 from edgebus.bridge.links.ticker import Outage, retry_backoff, tick_links
@@ -37,14 +38,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("edgebus.bridge")
 
-# Mosquitto's count of the messages it dropped, for queues past their limits
-# (max_queued_messages: QoS 0 messages to a client that reads too slowly,
-# such as a bridge behind on a fleet's frames). Frames lost there are lost
-# to the links too (retransmissions, a handshake retried), so the bridge says
-# so. A broker without it (or refusing $SYS) leaves the figure out.
-BROKER_DROPPED = "$SYS/broker/publish/messages/dropped"
-# The warning about it: at most this often.
-WARN_EVERY = 10.0
 # A plain connection the broker drops before it answers is what a TLS port
 # does to it (mosquitto hears no TLS hello and closes): say so.
 NOT_TLS = " before it answered (if that port takes TLS, the url is mqtts://)"
@@ -71,11 +64,7 @@ class MqttLinks:
         self.connects = 0
         self.outage = Outage("mqtt: %s:%d" % (self.host, self.port))
         self.unknown = 0
-        # what the broker dropped since we connected; None: not told
-        self.broker_dropped: int | None = None
-        # the broker's count when we connected (from its start)
-        self._dropped_base: int | None = None
-        self._warned = (float("-inf"), 0)  # (when, broker_dropped) at the last warning
+        self.drops = BrokerDrops()
         # while connected: (connection, its backlog, link tasks)
         self._live: tuple[Connection, Backlog, list[asyncio.Task[Any]]] | None = None
         # node -> (key, seal) its link was made with
@@ -117,6 +106,8 @@ class MqttLinks:
             # shared by the devices alike; ticked with the others (_links_forever)
             opts=b.link_options.device("mqtt", seal, self.mq.paced.get(node)),
         )
+        if not link.opts.durable:  # with a log, telemetry/flow.py gives the window
+            link.window(WINDOW_MAX)  # past its share (SHARE) frames are dropped, all resent
         b.add_link(link)
         self.devices[node] = (key, seal)
         return link
@@ -156,7 +147,7 @@ class MqttLinks:
         behind itself."""
         async with self._syncing:
             want = set(self.subscriptions())
-            have = conn.topics - {BROKER_DROPPED}
+            have = conn.topics - {DROPS_TOPIC}
             await asyncio.gather(
                 self._resubscribe(conn, sorted(want - have), False),
                 self._resubscribe(conn, sorted(have - want), True),
@@ -388,7 +379,7 @@ class MqttLinks:
             # (after resume_reading: the acknowledgements are read too)
             await self._sync(conn)
             tasks.append(asyncio.create_task(self._watch_floods(conn)))
-            self._dropped_base = None
+            self.drops.connected()
             tasks.append(asyncio.create_task(self._watch_broker(conn)))
             # Subscribed and reading: the devices may come (back) now.
             await conn.publish(self.presence, b"online", retain=True)
@@ -405,33 +396,11 @@ class MqttLinks:
             await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _watch_broker(self, conn: Connection) -> None:
-        """Best effort: the broker's dropped-message count (BROKER_DROPPED)."""
+        """Best effort: the broker's dropped-message count (broker_drops.py)."""
         try:
-            await conn.subscribe([BROKER_DROPPED])
+            await conn.subscribe([DROPS_TOPIC])
         except OSError:
             pass  # the connection ended; a refusal is an answer too (no figure)
-
-    def _broker_dropped(self, payload: bytes | bytearray) -> None:
-        try:
-            n = int(payload)
-        except ValueError:
-            return
-        if self._dropped_base is None or n < self._dropped_base:  # new connection or broker
-            self._dropped_base = n - (self.broker_dropped or 0)
-        self.broker_dropped = n - self._dropped_base
-        now = time.monotonic()
-        t, seen = self._warned
-        if self.broker_dropped > seen and now - t >= WARN_EVERY:
-            log.warning(
-                "mqtt: the broker dropped %d message(s) since the last warning (%d in "
-                "all): its queue for a slow client was full. Device frames lost there "
-                "come again (retransmissions, handshakes retried) at a cost; for a "
-                "fleet give the broker room (mosquitto: max_queued_messages, docs/bridge.md "
-                '"Running 10,000 devices")',
-                self.broker_dropped - seen,
-                self.broker_dropped,
-            )
-            self._warned = (now, self.broker_dropped)
 
     def stop_reading(self, pause: bool = True) -> int:
         """The bridge is stopping: drop the frames the links have not taken
@@ -451,8 +420,8 @@ class MqttLinks:
         if t is not None:  # the hot path: a frame from a known device
             t.deliver(payload)
             return
-        if topic == BROKER_DROPPED:
-            self._broker_dropped(payload)
+        if topic == DROPS_TOPIC:
+            self.drops.heard(payload)
             return
         parts = topic.split("/")
         if len(parts) != 3:
@@ -484,7 +453,7 @@ class MqttLinks:
 
     def subscribed(self) -> list[str]:
         """The topics the live connection is subscribed to (none while down)."""
-        return sorted(self._live[0].topics - {BROKER_DROPPED}) if self._live else []
+        return sorted(self._live[0].topics - {DROPS_TOPIC}) if self._live else []
 
     def stats(self) -> dict[str, Any]:
         return {
@@ -493,8 +462,8 @@ class MqttLinks:
             "last_error": self.outage.last,
             "unknown_devices": self.unknown,
             "devices": len(self.links),
-            "broker_dropped": self.broker_dropped,
+            "broker_dropped": self.drops.count,
             "shard": self.mq.shard,
-            "subscriptions": len(self._live[0].topics - {BROKER_DROPPED}) if self._live else 0,
+            "subscriptions": len(self._live[0].topics - {DROPS_TOPIC}) if self._live else 0,
             "muted": sorted(self.mutes.until),
         }

@@ -16,9 +16,11 @@ import pytest
 
 from dev.broker import Mosquitto
 from dev.harness.bridge import mqtt_config
+from dev.harness.process import python
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
 from edgebus.bridge.links import mqtt_conn, mqtt_transport, quota
+from edgebus.bridge.telemetry.flow import WINDOW_MAX
 from edgebus.link import frame, seal
 from tests.conftest import until
 
@@ -195,6 +197,43 @@ def test_reading_pauses_under_backpressure_and_nothing_is_lost(broker, monkeypat
     asyncio.run(main())
 
 
+def test_without_a_log_a_fast_device_is_paced_and_nothing_is_sent_twice(tmp_path, broker):
+    """A bridge without a log gives each device a window all the same (one
+    with a log gives the log's): a device sending as fast as it can then
+    never has more on its way than its share of the bridge's queue, where
+    frames past the share would be dropped and sent again."""
+    n = 2000
+
+    async def main():
+        b = Bridge(mqtt_config(tmp_path / "state", broker.port, {"fast": "k"}, {"node": "gw"}))
+        task = asyncio.create_task(b.run())
+        sub = b.bus.connect().subscribe("dev/fast/sensor/v", queue_len=n)
+        dev = subprocess.Popen(
+            python("dev.bench.bridge_device", "127.0.0.1", broker.port, "fast", "k", n, 0, n, 0),
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            got = [(await asyncio.wait_for(sub.recv(), 30)).payload["i"] for _ in range(n)]
+            loop = asyncio.get_running_loop()
+            while not (line := await loop.run_in_executor(None, dev.stdout.readline)).startswith(
+                "{"
+            ):
+                assert line, "the device ended without its report"
+        finally:
+            dev.kill()
+            dev.wait()
+        c = b.links["mqtt:fast"].counters
+        b.stop()
+        await task
+        return got, json.loads(line), c
+
+    got, said, c = asyncio.run(main())
+    assert got == list(range(n))
+    assert said["window"] == WINDOW_MAX and said["retransmitted"] == 0, said
+    assert c.get("over_share", 0) == 0 and mqtt_transport.SHARE >= WINDOW_MAX, c
+
+
 def test_a_flooding_device_gets_its_share_and_never_stops_the_others(broker):
     """One device's frames past SHARE (nobody takes them) are dropped and
     counted on its link (over_share); reading goes on, and another device's
@@ -284,7 +323,6 @@ def test_with_mute_off_a_flood_is_held_to_its_share_and_never_muted(tmp_path, br
 
     async def main():
         cfg = _bridge_cfg(tmp_path, broker.port)
-        cfg.quota_mute = False
         b = Bridge(cfg)
         task = asyncio.create_task(b.run())
         await until(lambda: b.mqtt is not None and b.mqtt.stats()["connected"], 10)
@@ -479,14 +517,14 @@ def test_the_bridge_reports_messages_the_broker_dropped(tmp_path, caplog):
             b = Bridge(cfg)
             task = asyncio.create_task(b.run())
             try:
-                await until(lambda: b.mqtt.connected and b.mqtt.broker_dropped is not None, 15)
+                await until(lambda: b.mqtt.connected and b.mqtt.drops.count is not None, 15)
                 pub = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="flood")
                 pub.connect("127.0.0.1", broker.port)
                 pub.loop_start()
                 try:
                     for _ in range(400):
                         pub.publish("s/x", bytes(65536))
-                    await until(lambda: (b.mqtt.broker_dropped or 0) > 0, 20)
+                    await until(lambda: (b.mqtt.drops.count or 0) > 0, 20)
                 finally:
                     pub.disconnect()
                     pub.loop_stop()
