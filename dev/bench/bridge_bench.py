@@ -109,7 +109,10 @@ class Bench:
             log=self.log,
         )
 
-    def _run(self, rx, sender, n, timeout, device=False):
+    def _run(self, rx, sender, n, timeout, device=False, lossy=False):
+        """lossy: a device without acknowledgements, whose frames past its
+        share of the bridge's queue are dropped and counted as gaps (nothing
+        sends them again): a loss the gaps account for is no error."""
         rx.send("expect %d %s" % (n, timeout))
         rx.expect("ok")
         s = Child(
@@ -126,7 +129,7 @@ class Bench:
         finally:
             s.kill()  # devices idle once done; paho publishers have exited
             s.close()
-        if res["received"] < n:
+        if res["received"] + (res["gaps"] if lossy else 0) < n:
             raise RuntimeError(
                 "lost messages: %d of %d arrived, %d gaps counted (see %s)"
                 % (res["received"], n, res["gaps"], self.log)
@@ -150,7 +153,11 @@ class Bench:
             LOG_PREFIX if log else "edgebus",
             seal,
         )
-        return self._run(self.bridge_log if log else self.bridge, dev, n, timeout, device=True)
+        rx = self.bridge_log if log else self.bridge
+        # Without acknowledgements a lost frame never comes: the receiver
+        # stops after 10 s without one rather than the whole timeout.
+        quiet = timeout if ack else min(timeout, 10)
+        return self._run(rx, dev, n, quiet, device=True, lossy=not ack)
 
     def micropython(self, n, pace=0, timeout=60):
         if self.mpy_dir is None:
@@ -259,6 +266,9 @@ def run(smoke=False, profile=None):
             "of_paho": med / paho_med,
             "rx_cpu_us_per_msg": _figures(rs)["rx_cpu_us_per_msg"],
             "acks_in": statistics.median(r["device"]["acks"] for r in rs),
+            # without acks, frames past the device's share of the queue (gaps)
+            "lost": sum(n - r["received"] for r in rs),
+            "sent": n * len(rs),
             "retransmitted": sum(r["device"].get("retransmitted", 0) for r in rs),
             "negotiated": sorted(
                 set(

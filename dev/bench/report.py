@@ -413,6 +413,11 @@ def _bridge_acks(res, br):
     )
     for k, name in names:
         r = a[k]
+        if r.get("lost"):
+            name += " (%s of %s lost past its share of the queue: gaps)" % (
+                _f(r["lost"]),
+                _f(r["sent"]),
+            )
         rows.append(
             "| %s | %s | %s | %.2f× | %s µs | %s | %s |"
             % (

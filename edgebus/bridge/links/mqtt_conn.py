@@ -41,6 +41,10 @@ if TYPE_CHECKING:
 # Topics per SUBSCRIBE or UNSUBSCRIBE packet: a shard's thousands of device
 # topics go in a few packets of ~15 KB each, acknowledged one by one.
 SUB_BATCH = 500
+# PUBLISH packets handed on per event-loop turn at most: past it the rest of
+# the read waits for the next turn, so the links (and everything else on the
+# loop) run between the parts of a large read.
+READ_BATCH = 1024
 # The longest packet read: a device frame is ~1 KiB (frame.MAX_LEN); longer
 # PUBLISHes are skipped unread, so no party can make the bridge buffer the
 # 256 MiB an MQTT length allows.
@@ -104,6 +108,7 @@ class Connection(asyncio.Protocol):
         # followed when reading paused mid-read.
         self._rest = b""
         self._skip = 0  # bytes of an oversized packet still to pass over
+        self._later = False  # the rest of a read is handed on next turn (READ_BATCH)
         self._out: list[bytes] = []  # packets of this loop turn, written together
         self._last_in = self._last_out = self.loop.time()
         self._ping = 0.0  # when the unanswered PINGREQ went, else 0
@@ -149,7 +154,8 @@ class Connection(asyncio.Protocol):
         n = len(data)
         i = 0
         on_message = self.on_message
-        while i < n and self.reading:
+        batch = READ_BATCH
+        while i < n and self.reading and batch:
             h = data[i]
             j = i + 1
             length = shift = 0
@@ -184,12 +190,23 @@ class Connection(asyncio.Protocol):
                     self._fail("a topic that is not UTF-8")
                     return
                 self.received += 1
+                batch -= 1
                 on_message(topic, data[t:end])
             elif not self._control(h, data[j:end]):
                 return
             i = end
         if i < n:
             self._rest = data[i:]
+            if not batch and self.reading and not self._later and self.transport is not None:
+                self._later = True
+                self.transport.pause_reading()  # the rest of this read comes first
+                self.loop.call_soon(self._next_turn)
+
+    def _next_turn(self) -> None:
+        self._later = False
+        if self.reading and self.transport is not None:
+            self.transport.resume_reading()
+            self._resume()
 
     def _oversized(self, h: int, data: bytes, j: int, end: int) -> bool:
         """A packet longer than MAX_PACKET: a PUBLISH is passed over unread

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from dev.broker import Mosquitto
 from edgebus.bridge.links import mqtt_conn
 from edgebus.link.mqtt import packet, string
 from tests.conftest import until
@@ -82,6 +83,40 @@ def test_publishes_reach_the_broker_and_subscriptions_change_while_it_runs(broke
             await conn.publish(TOPIC, b"after close")
 
     asyncio.run(main())
+
+
+def test_a_large_read_is_handed_on_a_batch_per_loop_turn():
+    """Messages that piled up while reading was paused come in one large
+    read; at most READ_BATCH of them go to on_message per event-loop turn,
+    so the links run between the parts, and every one arrives in order."""
+    n = 4 * mqtt_conn.READ_BATCH
+
+    async def main(port):
+        got, seen = [], []
+        conn = await mqtt_conn.connect(
+            "127.0.0.1", port, "conn-test", lambda t, p: got.append(p), [TOPIC]
+        )
+        await asyncio.get_running_loop().run_in_executor(
+            None, _publish, port, [(TOPIC, b"%d" % i) for i in range(n)]
+        )
+
+        async def turns():
+            while len(got) < n:
+                seen.append(len(got))
+                await asyncio.sleep(0)
+
+        watch = asyncio.create_task(turns())
+        conn.resume_reading()  # paused by connect() until now
+        await until(lambda: len(got) == n, 10)
+        await watch
+        conn.close()
+        return got, [b - a for a, b in zip(seen, seen[1:] + [n])]
+
+    # A queue long enough for the whole burst while the reader is paused.
+    with Mosquitto(options=["max_queued_messages 0"]) as broker:
+        got, steps = asyncio.run(main(broker.port))
+    assert got == [b"%d" % i for i in range(n)]
+    assert max(steps) == mqtt_conn.READ_BATCH, steps  # a full batch, then a turn
 
 
 class StandIn:
