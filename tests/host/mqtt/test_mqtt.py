@@ -323,6 +323,7 @@ def test_with_mute_off_a_flood_is_held_to_its_share_and_never_muted(tmp_path, br
 
     async def main():
         cfg = _bridge_cfg(tmp_path, broker.port)
+        cfg.quota_mute = False
         b = Bridge(cfg)
         task = asyncio.create_task(b.run())
         await until(lambda: b.mqtt is not None and b.mqtt.stats()["connected"], 10)
