@@ -103,6 +103,16 @@ async def _sessions_up(b, k, timeout):
     return sum(1 for l in b.links.values() if l.status == "up")
 
 
+async def _commands():
+    """The stdin lines of an asyncio receiver, split, until "quit" or the end."""
+    loop = asyncio.get_running_loop()
+    while True:
+        cmd = (await loop.run_in_executor(None, sys.stdin.readline)).split()
+        if not cmd or cmd[0] == "quit":
+            return
+        yield cmd
+
+
 async def _expect(sub, n, limit):
     """Stamp n messages (or those within limit s of each other)."""
     tally = Tally()
@@ -149,13 +159,8 @@ async def _bridge(cfg_path, pattern, profile):
         import cProfile
 
         prof = cProfile.Profile()
-    loop = asyncio.get_running_loop()
     _say("ready")
-    while True:
-        line = await loop.run_in_executor(None, sys.stdin.readline)
-        cmd = line.split()
-        if not cmd or cmd[0] == "quit":
-            break
+    async for cmd in _commands():
         gaps0 = sum(l.counters.get("gaps", 0) for l in b.links.values())
         while sub.recv_nowait() is not None:  # leftovers of an earlier run
             pass
@@ -245,11 +250,7 @@ def _lean_sub(port, topic):
         )
         conn.resume_reading()
         _say("ready")
-        while True:
-            line = await loop.run_in_executor(None, sys.stdin.readline)
-            cmd = line.split()
-            if not cmd or cmd[0] == "quit":
-                break
+        async for cmd in _commands():
             state["want"] = int(cmd[1])
             state["done"] = loop.create_future()
             state["tally"] = Tally()
