@@ -16,7 +16,7 @@ pytest.importorskip("pyarrow")
 from dev.broker import free_port  # noqa: E402
 from dev.harness.process import Process  # noqa: E402
 from edgebus.tlog import LogWriter  # noqa: E402
-from tests.conftest import wait_until  # noqa: E402
+from tests.conftest import TEST_JVM_OPTS, wait_until  # noqa: E402
 from tests.host.spark.sparkkit import (  # noqa: E402
     ROOT,
     device_record,
@@ -161,6 +161,8 @@ def test_cluster_run_gives_the_local_table(cluster, spark, tmp_path):
             "spark.sql.shuffle.partitions=4",
             "--conf",
             "spark.executor.memory=1g",
+            "--conf",
+            "spark.executor.extraJavaOptions=" + TEST_JVM_OPTS,
             "--conf",
             "spark.driver.host=127.0.0.1",
             os.path.join(ROOT, "ingest", "job.py"),
