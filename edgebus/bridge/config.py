@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 from edgebus import topic
 from edgebus.bridge.keystore import KeyStore, KeyStoreError
-from edgebus.bridge.schema import SEALS, ConfigError, address, label, take  # noqa: F401 (SEALS, ConfigError: this module's API too)
+from edgebus.bridge.schema import SEALS, TOP, ConfigError, address, label  # noqa: F401 (SEALS, ConfigError: this module's API too)
+from edgebus.bridge.schema_check import take
 from edgebus.client.local import STATE_DIR
 from edgebus.link import cipher
 from edgebus.tlog import LogError
@@ -262,17 +263,6 @@ def _nodes_unique(items: list[Any], name: str) -> None:
         raise ConfigError("%s: node ids must be unique, got %s" % (label(name), nodes))
 
 
-# Each top-level table and what it must be: a table, or an array of tables.
-_TABLES = {
-    "acl": list,
-    "bridge": dict,
-    "log": dict,
-    "mailbox": dict,
-    "mqtt": dict,
-    "peer": list,
-    "quota": dict,
-    "serial": list,
-}
 # [log] key -> the Config attribute it sets.
 _LOG = {
     "dir": "log_dir",
@@ -290,14 +280,12 @@ _LOG = {
 def _check_tables(top: dict[str, Any]) -> None:
     """Refuse an unknown top-level table, or one of the wrong shape."""
     for k, v in top.items():
-        if k not in _TABLES:
-            raise ConfigError(
-                "config: unknown table %r (known: %s)" % (k, ", ".join(sorted(_TABLES)))
-            )
-        if not isinstance(v, _TABLES[k]):
+        if k not in TOP:
+            raise ConfigError("config: unknown table %r (known: %s)" % (k, ", ".join(sorted(TOP))))
+        if not isinstance(v, TOP[k]):
             raise ConfigError(
                 "%s: must be %s"
-                % (label(k), "an array of tables ([[%s]])" % k if _TABLES[k] is list else "a table")
+                % (label(k), "an array of tables ([[%s]])" % k if TOP[k] is list else "a table")
             )
 
 

@@ -1,6 +1,7 @@
 """The bridge configuration's schema: every table, every key it takes and
-what its value must be, in one table (SCHEMA) that parsing checks against
-and tests walk (tests/host/bridge/test_bridge_config.py)."""
+what its value must be, in one table (SCHEMA) that the JSON Schema is made
+from (schema_doc), parsing checks against (schema_check) and tests walk
+(tests/host/bridge/test_bridge_config.py); and each kind's own check."""
 
 from __future__ import annotations
 
@@ -190,6 +191,19 @@ SCHEMA = {
 }
 
 
+# Each top-level table and what it must be: a table, or an array of tables.
+TOP: dict[str, type] = {
+    "acl": list,
+    "bridge": dict,
+    "log": dict,
+    "mailbox": dict,
+    "mqtt": dict,
+    "peer": list,
+    "quota": dict,
+    "serial": list,
+}
+
+
 def label(name: str, i: int | None = None) -> str:
     """How errors name table ``name`` of SCHEMA (an array's entry: number i)."""
     label = SCHEMA[name][0]
@@ -318,7 +332,7 @@ _CHECKS: dict[str, Callable[[Key, Any, str], Checked]] = {
 _NOT_EMPTY = (TEXT, NODE, DIR, SOCKET, FILE, URL, ADDRESS)
 
 
-def _check(where: str, name: str, spec: Key, v: Any, base_dir: str) -> Any:
+def check(where: str, name: str, spec: Key, v: Any, base_dir: str) -> Any:
     """v as key ``name`` of a table keeps it: checked against spec, a path
     resolved against base_dir; ConfigError naming where and name otherwise."""
     bad: str | None = None
@@ -329,25 +343,3 @@ def _check(where: str, name: str, spec: Key, v: Any, base_dir: str) -> Any:
     if bad:
         raise ConfigError("%s: %s %s" % (where, name, bad))
     return v
-
-
-def take(d: Any, name: str, base_dir: str, i: int | None = None) -> dict[str, Any]:
-    """The keys of table d (SCHEMA[name], entry i of an array), each
-    type-checked and checked by kind; unknown keys refused."""
-    where = label(name, i)
-    spec = SCHEMA[name][1]
-    if not isinstance(d, dict):
-        raise ConfigError("%s: must be a table, got %r" % (where, d))
-    for k in d:
-        if k not in spec:
-            raise ConfigError(
-                "%s: unknown key %r (known: %s)" % (where, k, ", ".join(sorted(spec)))
-            )
-    out: dict[str, Any] = {}
-    for k, s in spec.items():
-        if k in d:
-            v = d[k]
-            if not isinstance(v, s.types) or isinstance(v, bool) and bool not in s.types:
-                raise ConfigError("%s: %s has the wrong type (%s)" % (where, k, type(v).__name__))
-            out[k] = _check(where, k, s, v, base_dir)
-    return out

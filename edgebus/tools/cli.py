@@ -107,6 +107,11 @@ COMMANDS = {
         "typed views: infer a [[view]] block for a topic pattern from the ingested table",
         "spark",
     ),
+    "schema": (
+        "edgebus.tools.commands.schema",
+        "the JSON Schema of the bridge's TOML, a board manifest or a views file, for editors",
+        "bridge",
+    ),
 }
 
 

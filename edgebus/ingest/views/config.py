@@ -11,18 +11,20 @@
 
 Relative paths are taken from the file's directory; by default a view is
 ``TABLE.views/NAME`` and the rejects ``TABLE.views/_rejects``.  This module
-checks what needs no Spark (names, patterns, keys, duplicates); the schema's
-DDL is checked by Spark when the job refreshes the views.
+checks what needs no Spark: the keys and their values against the file's JSON
+Schema (config_schema, views.schema.json), then the topic patterns, names used
+twice and shared paths; the schema's DDL is checked by Spark when the job
+refreshes the views.
 """
 
 from __future__ import annotations
 
 import os
-import re
 import tomllib
 from typing import Any, NamedTuple
 
 from edgebus import topic as topics
+from edgebus.ingest.views import config_schema
 
 # The columns a view takes from the table row, beside the payload's.
 PROVENANCE = (
@@ -39,8 +41,6 @@ PROVENANCE = (
     "offset",
     "date",
 )
-_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
-_VIEW_KEYS = {"name", "topic", "schema", "path", "max_columns"}
 # A device may send any key: each would be a column for good. A view takes at
 # most this many payload columns (declared and added) unless it says otherwise,
 # and no key longer than MAX_KEY; the rest go to the rejects with the reason.
@@ -85,18 +85,11 @@ def parse(doc: dict[str, Any], fname: str) -> Config:
     """A parsed TOML document as a Config (fname names it in errors and is
     where relative paths start)."""
     base = os.path.dirname(os.path.abspath(fname))
-    unknown = set(doc) - {"view", "rejects"}
-    if unknown:
-        raise ValueError(
-            "%s: unknown key(s) %s (expected [[view]] tables and rejects)"
-            % (fname, ", ".join(sorted(unknown)))
-        )
+    bad = config_schema.problem(doc, fname)
+    if bad:
+        raise ValueError(bad)
     rejects = doc.get("rejects")
-    if rejects is not None and not (isinstance(rejects, str) and rejects):
-        raise ValueError("%s: rejects must be a path" % fname)
-    items = doc.get("view", [])
-    if not isinstance(items, list) or not items:
-        raise ValueError("%s: no [[view]] table" % fname)
+    items = doc["view"]
     views: list[View] = []
     for i, item in enumerate(items):
         views.append(_view(item, "%s: view %d" % (fname, i + 1), base))
@@ -110,31 +103,15 @@ def parse(doc: dict[str, Any], fname: str) -> Config:
     return Config(fname, tuple(views), rejects and os.path.join(base, rejects))
 
 
-def _view(item: Any, where: str, base: str) -> View:
-    if not isinstance(item, dict):
-        raise ValueError("%s: not a table" % where)
-    unknown = set(item) - _VIEW_KEYS
-    if unknown:
-        raise ValueError(
-            "%s: unknown key(s) %s (expected %s)"
-            % (where, ", ".join(sorted(unknown)), ", ".join(sorted(_VIEW_KEYS)))
-        )
-    name = item.get("name")
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise ValueError(
-            "%s: name must be a word (a letter, then letters, digits, _), not %r" % (where, name)
-        )
+def _view(item: dict[str, Any], where: str, base: str) -> View:
+    """A view the schema has passed, checked for what it cannot say."""
+    name, pattern = item["name"], item["topic"]
     where = "%s (%s)" % (where, name)
-    pattern = item.get("topic")
-    if not isinstance(pattern, str) or not pattern:
-        raise ValueError('%s: topic must be a pattern such as "dev/+/temp"' % where)
     try:
         topics.pattern(pattern, "+", "#")
     except ValueError as e:
         raise ValueError("%s: bad topic pattern %r: %s" % (where, pattern, e)) from None
     schema = item.get("schema", "")
-    if not isinstance(schema, str):
-        raise ValueError('%s: schema must be Spark DDL text, e.g. "temp DOUBLE"' % where)
     for col in declared_names(schema):
         if col.lower() in PROVENANCE:
             raise ValueError(
@@ -142,11 +119,7 @@ def _view(item: Any, where: str, base: str) -> View:
                 % (where, col, ", ".join(PROVENANCE))
             )
     path = item.get("path")
-    if path is not None and not (isinstance(path, str) and path):
-        raise ValueError("%s: path must be a directory" % where)
     most = item.get("max_columns", DEFAULT_MAX_COLUMNS)
-    if type(most) is not int or not 1 <= most <= 1000:
-        raise ValueError("%s: max_columns must be a whole number from 1 to 1000" % where)
     if len(declared_names(schema)) > most:
         raise ValueError("%s: the schema declares more than max_columns (%d)" % (where, most))
     return View(
