@@ -142,11 +142,15 @@ SLOW_FIXTURES = (
 )
 RELIABILITY_DIR = os.path.join(ROOT, "tests", "reliability")
 
-# Under pytest-xdist (`./do test` runs one worker per core, --dist loadgroup)
-# the tests of one group run on one worker, one after the other: every test
-# on the shared Spark session (one JVM, not one per worker) and every test of
-# the emulated board (one build of its firmware into the shared cache).
-XDIST_GROUPS = {"spark": "spark", "cluster": "spark"}
+# Under pytest-xdist (`./do test`, --dist loadgroup) the tests of one group
+# run on one worker, one after the other: every test on the shared Spark
+# session (one JVM, not one per worker) and every test of the emulated board
+# (one build of its firmware into the shared cache). So that no group is the
+# suite's longest chain, the Spark tests of each folder are a group of their
+# own (a session per folder: tests/host/spark, tests/host/e2e), and the
+# standalone cluster's test (four JVMs of its own, the longest test) another.
+# The first fixture listed that a test uses names its group.
+XDIST_GROUPS = {"cluster": "spark-cluster", "spark": "spark"}
 # Module-scoped fixtures that take seconds to set up (a venv with edgebus
 # installed, a hostile fleet's run, bundles, a bridge with its peers): the
 # tests of a module using one run on one worker, which sets it up once.
@@ -167,6 +171,9 @@ MODULE_GROUPED = (
 def pytest_configure(config):
     for name, text in MARKERS.items():
         config.addinivalue_line("markers", "%s: %s" % (name, text))
+    # Set below for pytest-xdist; declared here too, so that a run without it
+    # (-p no:xdist) passes --strict-markers.
+    config.addinivalue_line("markers", "xdist_group(name): run on one xdist worker")
 
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects anything
@@ -181,6 +188,8 @@ def pytest_collection_modifyitems(config, items):
         if any(item.get_closest_marker(m) for m in SERVICES) or used.intersection(SLOW_FIXTURES):
             item.add_marker("slow")
         group = next((g for f, g in XDIST_GROUPS.items() if f in used), None)
+        if group == "spark":
+            group = "spark-" + item.path.parent.name
         if group is None and used.intersection(MODULE_GROUPED):
             group = item.path.stem
         if item.get_closest_marker("qemu"):
