@@ -388,6 +388,8 @@ def _read(path: str) -> dict[str, Any]:
         raise ConfigError("%s: %s" % (path, e.strerror)) from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError("%s: not valid TOML: %s" % (path, e)) from None
+    except RecursionError:  # tomllib recurses per level of nesting
+        raise ConfigError("%s: not valid TOML: nested too deeply" % path) from None
 
 
 def load(path: str) -> Config:

@@ -68,6 +68,8 @@ def config_socket(path: str) -> str | None:
         raise ValueError("%s: %s" % (path, e.strerror)) from None
     except tomllib.TOMLDecodeError as e:
         raise ValueError("%s: not valid TOML: %s" % (path, e)) from None
+    except RecursionError:  # tomllib recurses per level of nesting
+        raise ValueError("%s: not valid TOML: nested too deeply" % path) from None
     sock = b.get("socket") if isinstance(b, dict) else None
     if sock is None:
         return None

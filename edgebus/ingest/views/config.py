@@ -78,6 +78,8 @@ def load(fname: str) -> Config:
         raise ValueError("cannot read %s: %s" % (fname, e.strerror)) from None
     except tomllib.TOMLDecodeError as e:
         raise ValueError("%s: %s" % (fname, e)) from None
+    except RecursionError:  # tomllib recurses per level of nesting
+        raise ValueError("%s: not valid TOML: nested too deeply" % fname) from None
     return parse(doc, fname)
 
 

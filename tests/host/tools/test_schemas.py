@@ -140,3 +140,17 @@ def test_a_whole_number_is_an_int_not_a_float_or_a_bool(data, words):
     # JSON Schema's "integer" takes 5.0: the tools' validators do not.
     with pytest.raises(bridge_config.ConfigError, match=re.escape(words)):
         bridge_config.parse(data)
+
+
+def test_a_file_nested_too_deeply_is_one_line_not_a_traceback(tmp_path):
+    # tomllib recurses once per level: a hostile or broken file must not crash a tool.
+    deep = "[" * 3000 + "]" * 3000
+    bridge, views = tmp_path / "bridge.toml", tmp_path / "views.toml"
+    bridge.write_text('[bridge]\nnode = "gw"\nx = %s\n' % deep)
+    views.write_text("rejects = %s\n" % deep)
+    with pytest.raises(bridge_config.ConfigError) as e:
+        bridge_config.load(str(bridge))
+    assert str(e.value) == "%s: not valid TOML: nested too deeply" % bridge
+    with pytest.raises(ValueError) as e:
+        views_config.load(str(views))
+    assert str(e.value) == "%s: not valid TOML: nested too deeply" % views
