@@ -10,6 +10,9 @@ import sys
 
 import pytest
 
+# The server is a JVM this module starts (SparkConnect, not the spark fixture).
+pytestmark = pytest.mark.spark
+
 pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 pytest.importorskip("grpc")  # pyspark[connect]'s client
