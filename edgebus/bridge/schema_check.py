@@ -9,17 +9,9 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
-import jsonschema
-
 from edgebus.bridge import schema_doc
 from edgebus.bridge.schema import SCHEMA, ConfigError, check, label
-
-# TOML's 5.0 is a float; JSON Schema's "integer" takes it, the bridge does not
-# (a count or a port of 5.0 is a typo), and neither takes true for 1.
-_TYPES = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
-    "integer", lambda _, v: isinstance(v, int) and not isinstance(v, bool)
-)
-Validator = jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=_TYPES)
+from edgebus.tlog.configschema import Validator
 
 
 @cache

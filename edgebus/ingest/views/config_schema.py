@@ -6,27 +6,15 @@ provenance names, names used twice) is config.py's."""
 
 from __future__ import annotations
 
-import importlib.resources
-import json
 from functools import cache
 from typing import Any
 
-import jsonschema
-
-# JSON Schema's "integer" takes 1.0 and a TOML file can write it; a count of
-# columns is written whole, and true is no count.
-_TYPES = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
-    "integer", lambda _, v: isinstance(v, int) and not isinstance(v, bool)
-)
-Validator = jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=_TYPES)
+from edgebus.tlog.configschema import Validator, shipped
 
 
-@cache
 def schema() -> dict[str, Any]:
     """The views file's JSON Schema (draft 2020-12), as shipped."""
-    text = importlib.resources.files(__package__).joinpath("views.schema.json").read_text()
-    doc: dict[str, Any] = json.loads(text)
-    return doc
+    return shipped(__package__, "views.schema.json")
 
 
 @cache

@@ -6,20 +6,13 @@ cannot say across fields is boards.validate's."""
 
 from __future__ import annotations
 
-import importlib.resources
 import json
 import re
 from functools import cache
 from typing import Any
 
-import jsonschema
+from edgebus.tlog.configschema import Validator, shipped
 
-# TOML and JSON both have 5.0; JSON Schema's "integer" takes it, a manifest's
-# sizes and pins do not, and neither takes true for 1.
-_TYPES = jsonschema.Draft202012Validator.TYPE_CHECKER.redefine(
-    "integer", lambda _, v: isinstance(v, int) and not isinstance(v, bool)
-)
-Validator = jsonschema.validators.extend(jsonschema.Draft202012Validator, type_checker=_TYPES)
 # What a type alone says is expected (a node's description says more where it has one).
 _WORDS = {
     "string": "a string",
@@ -35,12 +28,9 @@ class ManifestError(ValueError):
     """A manifest that does not fit the schema; the message names the field."""
 
 
-@cache
 def schema() -> dict[str, Any]:
     """The manifests' JSON Schema (draft 2020-12), as shipped."""
-    text = importlib.resources.files(__package__).joinpath("manifest.schema.json").read_text()
-    doc: dict[str, Any] = json.loads(text)
-    return doc
+    return shipped(__package__, "manifest.schema.json")
 
 
 @cache

@@ -5,10 +5,12 @@ documents the tools check those files against, so both say the same."""
 
 from __future__ import annotations
 
-import importlib.resources
 import json
 import sys
 from typing import TYPE_CHECKING, Any
+
+from edgebus.tlog.configschema import shipped
+from edgebus.tlog.durable import write_atomically
 
 if TYPE_CHECKING:
     import argparse
@@ -24,9 +26,7 @@ FILES = {
 
 def document(name: str) -> dict[str, Any]:
     """The JSON Schema named ``name`` (a key of FILES), as shipped."""
-    package, file = FILES[name]
-    doc: dict[str, Any] = json.loads(importlib.resources.files(package).joinpath(file).read_text())
-    return doc
+    return shipped(*FILES[name])
 
 
 def text(doc: dict[str, Any]) -> str:
@@ -42,8 +42,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     out = text(document(args.name))
     if args.output:
-        with open(args.output, "w") as f:
-            f.write(out)
+        data = out.encode()
+        write_atomically(args.output, args.output + ".tmp", lambda f: f.write(data))
     else:
         sys.stdout.write(out)
     return 0
