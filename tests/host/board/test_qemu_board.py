@@ -200,6 +200,17 @@ PORTABLE = sorted(
 SUITE_HEAP = 147456
 
 
+def test_an_image_at_another_heap_has_that_heap():
+    """The two heaps share one kept build directory (make does not see the
+    -D flag change); each image must still carry its own heap array."""
+    _b, small = qemukit.build_image()
+    _b, big = qemukit.build_image(SUITE_HEAP)
+    # a third, made from the directory the others left (in a fresh cache)
+    _b, mid = qemukit.build_image(96 * 1024)
+    assert len({small["image"], big["image"], mid["image"]}) == 3
+    assert small["bss_bytes"] < 96 * 1024 <= mid["bss_bytes"] < SUITE_HEAP <= big["bss_bytes"]
+
+
 @pytest.fixture(scope="module")
 def suite_board(tmp_path_factory):
     """The board with the portable tests (bytecode .mpy) on its flash and no
