@@ -82,14 +82,21 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _with_spark(args: argparse.Namespace, table: str, audit: str) -> int:
-    """The report from the tables read with Spark."""
+    """The report from the tables read with Spark: the session this process
+    already runs (a notebook's, a job's), left running, else one of its own,
+    stopped at the end."""
+    from pyspark.sql import SparkSession
+
     from edgebus.ingest.report import plot
     from edgebus.ingest.report.audit import summarize_audit
     from edgebus.ingest.report.summary import summarize
     from edgebus.ingest.session import session
 
-    spark = session(args.master, app="edgebus-report", source=False)
-    spark.sparkContext.setLogLevel("ERROR")
+    spark = SparkSession.getActiveSession()
+    mine = spark is None
+    if spark is None:
+        spark = session(args.master, app="edgebus-report", source=False)
+        spark.sparkContext.setLogLevel("ERROR")
     try:
         _print(
             args,
@@ -98,7 +105,8 @@ def _with_spark(args: argparse.Namespace, table: str, audit: str) -> int:
             lambda: plot.plot_data(spark, table),
         )
     finally:
-        spark.stop()
+        if mine:
+            spark.stop()
     return 0
 
 

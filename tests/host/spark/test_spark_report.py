@@ -149,17 +149,23 @@ def _cli(*argv, timeout=240):
     )
 
 
-def test_report_command(table, tmp_path):
+def test_report_command(spark, table, tmp_path, capsys):
     """The CLI, as a user runs it: pyarrow in its process, no Spark; --spark
-    prints the same report from its own Spark."""
+    prints the same report read with Spark: here the process's session, which
+    it leaves running (started by itself, the session is ingest's session())."""
+    from edgebus.ingest.report import command
+
     png = tmp_path / "fleet.png"
     r = _cli("report", "--table", str(table), "--plot", str(png), timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr[-3000:]
     assert r.stdout.endswith("pyspark imported: False\n"), r.stdout[-200:]
-    s = _cli("report", "--table", str(table), "--plot", str(tmp_path / "spark.png"), "--spark")
-    assert s.returncode == 0, s.stdout + s.stderr[-3000:]
-    assert s.stdout.endswith("pyspark imported: True\n")
-    assert s.stdout.replace("spark.png", "fleet.png") == r.stdout.replace(": False", ": True")
+    ap = argparse.ArgumentParser()
+    command.add_arguments(ap)
+    spark_png = str(tmp_path / "spark.png")
+    assert command.run(ap.parse_args(["--table", str(table), "--plot", spark_png, "--spark"])) == 0
+    s = capsys.readouterr().out
+    assert s.replace("spark.png", "fleet.png") + "pyspark imported: False\n" == r.stdout
+    assert spark.range(3).count() == 3  # still running
     assert "10..14, 50, 97..98" in r.stdout and "node-b" in r.stdout
     # The audit: the gaps have no bridge/gaps record; the replays were dropped.
     audit = r.stdout.split("delivery audit")[1].splitlines()
