@@ -233,29 +233,17 @@ def build(
         return meta
     if arch:
         check_toolchain(arch)
-    tmp = out + ".tmp%d" % os.getpid()
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
-    t0 = time.monotonic()
+    meta = {"board": board["name"], "heap": heap, "source": source_id, "key": key}
     objs = objects_dir(board, source_id)
     os.makedirs(objs, exist_ok=True)
     with open(objs + ".lock", "w") as lock:  # one make at a time in a build directory
         fcntl.flock(lock, fcntl.LOCK_EX)
         os.utime(objs)  # the newest, for prune
-        bdir = _make_image(board, tree, port, objs, manifest, heap, jobs, tmp, log)
-        image = os.path.join(bdir, info["image"])
-        meta = {
-            "board": board["name"],
-            "heap": heap,
-            "source": source_id,
-            "key": key,
-            "seconds": round(time.monotonic() - t0, 1),
-        }
-        meta.update(sizes(image, bdir, arch) if arch else {"image_bytes": os.path.getsize(image)})
-        _store(tmp, out, bdir, info["image"], meta)
+        _build_into(board, tree, port, objs, manifest, jobs, out, meta, log)
     prune(board["name"])
     prune(board["name"], KEEP_OBJECTS, "objects")
     meta["image"] = os.path.join(out, info["image"])
+    frozen = meta.get("frozen_bytes")
     log(
         "edgebus firmware: built %s in %.0f s: %s (image %d bytes%s)"
         % (
@@ -263,10 +251,36 @@ def build(
             meta["seconds"],
             meta["image"],
             meta["image_bytes"],
-            ", frozen modules %d" % meta["frozen_bytes"] if "frozen_bytes" in meta else "",
+            ", frozen modules %d" % frozen if frozen is not None else "",
         )
     )
     return meta
+
+
+def _build_into(
+    board: dict[str, Any],
+    tree: str,
+    port: str,
+    objs: str,
+    manifest: str,
+    jobs: int | None,
+    out: str,
+    meta: dict[str, Any],
+    log: Callable[[str], None],
+) -> None:
+    """make in the build directory objs, then the image, its sizes and meta
+    (completed here) stored as the cache entry out."""
+    info = _build_info(board)
+    arch = board["flash"].get("system")
+    tmp = out + ".tmp%d" % os.getpid()
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    t0 = time.monotonic()
+    bdir = _make_image(board, tree, port, objs, manifest, meta["heap"], jobs, tmp, log)
+    image = os.path.join(bdir, info["image"])
+    meta["seconds"] = round(time.monotonic() - t0, 1)
+    meta.update(sizes(image, bdir, arch) if arch else {"image_bytes": os.path.getsize(image)})
+    _store(tmp, out, bdir, info["image"], meta)
 
 
 def _build_info(board: dict[str, Any]) -> dict[str, Any]:
