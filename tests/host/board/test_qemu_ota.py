@@ -51,7 +51,8 @@ def test_a_bundle_on_the_board_runs_before_its_frozen_modules_until_a_factory_ro
             # The slot's modules, not the frozen ones: its VERSION and hash.
             info = await w.until("info", lambda i: i["bundle"]["hash"] == h)
             assert info["fw"] == "9.9.9" and info["bundle"]["slot"] in ("a", "b"), info
-            assert w.get("ota")["state"] == "committed"
+            # sys/ota is its own retained fact: it may come in after sys/info
+            await w.until("ota", lambda s: s["state"] == "committed")
 
             r = await asyncio.to_thread(rig.ota, "rollback", NODE, "--factory")
             assert r.stdout == "%s: rolling back to the factory modules (it reboots)\n" % NODE, (
@@ -59,7 +60,7 @@ def test_a_bundle_on_the_board_runs_before_its_frozen_modules_until_a_factory_ro
             )
             info = await w.until("info", lambda i: i["bundle"]["hash"] is None)
             assert info["fw"] == VERSION
-            assert w.get("ota")["state"] == "idle"
+            await w.until("ota", lambda s: s["state"] == "idle")
 
     with rig:
         asyncio.run(main())
