@@ -7,12 +7,19 @@ import sys
 _MICROPYTHON = sys.implementation.name == "micropython"
 
 
-def run(coro):
+def run(coro, virtual=False):
     """Run an async test body to completion, and end the tasks it left, as
     CPython's asyncio.run does. MicroPython's keeps them queued: the next test
     would resume a finished test's links and carry their buffers, which on a
     tight heap fragmented it until a Link's 1.5 KB attribute table found no
-    room (test_link_calls and test_link_relay, on a loaded machine)."""
+    room (test_link_calls and test_link_relay, on a loaded machine).
+    virtual: on CPython, on the virtual clock (tests/host/link/vclock.py), for
+    a body whose links run over in-memory pipes and wait on the protocol's
+    timers; MicroPython runs it on the real clock."""
+    if virtual and not _MICROPYTHON:
+        from tests.host.link import vclock
+
+        return vclock.run(coro)
     try:
         return asyncio.run(coro)
     finally:

@@ -88,7 +88,7 @@ def test_what_the_other_gateway_acknowledged_is_no_gap():
         assert b.counters.get("gaps", 0) == 0 and "acked_elsewhere" not in b.counters
         assert a.peer_sid == b.peer_sid == g.dl.sid
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def test_a_number_no_gateway_got_is_still_a_gap():
@@ -111,4 +111,4 @@ def test_a_number_no_gateway_got_is_still_a_gap():
         assert a.counters["acked_elsewhere"] == 5
         assert a.last_gap == (11, 10 + lost) and a.counters["gaps"] == lost
 
-    run(main())
+    run(main(), virtual=True)

@@ -43,7 +43,7 @@ def test_the_window_from_the_handshake_bounds_what_is_sent_ahead_of_the_acks():
         await until(lambda: j.hl.counters["imported"] == 9)
         await j.stop()
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def test_a_window_change_mid_session_stops_and_restarts_the_sender():
@@ -64,7 +64,7 @@ def test_a_window_change_mid_session_stops_and_restarts_the_sender():
         assert not j.hl._ctl
         await j.stop()
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def test_the_window_holds_across_a_reconnect_and_a_peer_that_ignores_it_is_not_told():
@@ -88,7 +88,7 @@ def test_the_window_holds_across_a_reconnect_and_a_peer_that_ignores_it_is_not_t
         assert not k.hl._flow and k.dl._tx_window is None
         await k.stop()
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def test_a_sender_that_claims_flow_and_ignores_the_window_gets_no_more_than_it():
@@ -122,7 +122,7 @@ def test_a_sender_that_claims_flow_and_ignores_the_window_gets_no_more_than_it()
         assert j.hl.counters.get("gaps", 0) == 0
         await j.stop()
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def test_a_paced_receiver_refuses_a_sender_without_a_window():
@@ -140,7 +140,7 @@ def test_a_paced_receiver_refuses_a_sender_without_a_window():
         assert j.hl.counters.get("unpaced_refused", 0) == 0
         await j.stop()
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def test_the_owner_holds_frames_by_their_size_and_takes_them_later():
@@ -177,4 +177,4 @@ def test_the_owner_holds_frames_by_their_size_and_takes_them_later():
         assert j.hl.counters.get("gaps", 0) == 0
         await j.stop()
 
-    run(main())
+    run(main(), virtual=True)

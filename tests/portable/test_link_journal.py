@@ -172,7 +172,7 @@ def test_earlier_boot_readings_arrive_under_their_own_sid_late_once():
             _rmtree(d)
             _rmtree(saved)
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def test_durable_receiver_acknowledges_earlier_boots_only_when_the_owner_does():
@@ -207,4 +207,4 @@ def test_durable_receiver_acknowledges_earlier_boots_only_when_the_owner_does():
         finally:
             _rmtree(d)
 
-    run(main())
+    run(main(), virtual=True)

@@ -76,7 +76,7 @@ def test_a_call_crosses_two_links_and_the_path_names_each_bus():
         await ab.stop()
         await cb.stop()
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def test_a_deadline_that_runs_out_in_the_middle_hop_never_reaches_the_owner():
@@ -97,7 +97,7 @@ def test_a_deadline_that_runs_out_in_the_middle_hop_never_reaches_the_owner():
         await ab.stop()
         await cb.stop()
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def test_a_loop_of_three_buses_settles_quiet_and_withdraws_everywhere():
@@ -135,7 +135,7 @@ def test_a_loop_of_three_buses_settles_quiet_and_withdraws_everywhere():
         for j in js:
             await j.stop()
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def test_priority_picks_the_route_and_no_route_falls_through_to_the_next():
@@ -167,7 +167,7 @@ def test_priority_picks_the_route_and_no_route_falls_through_to_the_next():
         await jx.stop()
         await jy.stop()
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def test_a_route_that_vanishes_mid_call_fails_the_call_at_once():
@@ -182,7 +182,7 @@ def test_a_route_that_vanishes_mid_call_fails_the_call_at_once():
         task.cancel()
         await ab.stop()
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def test_a_relayed_publish_names_where_it_entered_and_who_passed_it_on():
@@ -209,7 +209,7 @@ def test_a_relayed_publish_names_where_it_entered_and_who_passed_it_on():
         await ab.stop()
         await cb.stop()
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def test_a_publish_in_a_ring_of_buses_stops_and_never_returns_to_its_source():
@@ -246,4 +246,4 @@ def test_a_publish_in_a_ring_of_buses_stops_and_never_returns_to_its_source():
         for j in js:
             await j.stop()
 
-    run(main())
+    run(main(), virtual=True)

@@ -57,7 +57,7 @@ def test_every_frame_after_auth_is_sealed_and_data_flows():
         assert j.dl.counters.get("forged", 0) == j.hl.counters.get("forged", 0) == 0
         await j.stop()
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def test_a_flipped_tag_bit_a_replay_and_a_foreign_frame_are_refused():
@@ -85,7 +85,7 @@ def test_a_flipped_tag_bit_a_replay_and_a_foreign_frame_are_refused():
         await j.stop()
         await other.stop()
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def test_forged_control_frames_free_nothing_and_end_nothing():
@@ -127,7 +127,7 @@ def test_forged_control_frames_free_nothing_and_end_nothing():
         await j.stop()
         await other.stop()
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def test_an_unsealed_error_to_the_initiator_is_refused_and_the_peer_asked():
@@ -142,7 +142,7 @@ def test_an_unsealed_error_to_the_initiator_is_refused_and_the_peer_asked():
         assert dl.status == "up" and dl.counters["sessions"] == 1
         await j.stop()
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def test_an_old_peer_links_unsealed_only_where_the_other_side_offers():
@@ -158,7 +158,7 @@ def test_an_old_peer_links_unsealed_only_where_the_other_side_offers():
         assert j.dl.last_error and "seal_required" in j.dl.last_error
         await j.stop()
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def _no_aes():
@@ -234,7 +234,7 @@ def test_an_encrypted_session_hides_what_it_carries():
         assert b"plain-reading-4711" in b"".join(seen)
         await j.stop()
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def test_a_side_that_must_encrypt_refuses_a_peer_that_only_seals():
@@ -255,7 +255,7 @@ def test_a_side_that_must_encrypt_refuses_a_peer_that_only_seals():
         assert j.dl._seal is not None and not seal.encrypted(j.dl)
         await j.stop()
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def _strip_seal(kind, cap=wire.CAP_SEAL):
@@ -291,7 +291,7 @@ def test_a_seal_stripped_from_either_side_of_the_handshake_is_caught():
                 assert j.hl.counters.get("downgrades", 0) >= 1
             await j.stop()
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def test_word_that_a_sealed_peer_is_gone_is_checked_not_obeyed():
@@ -322,4 +322,4 @@ def test_word_that_a_sealed_peer_is_gone_is_checked_not_obeyed():
         assert j.dl.status != "up" and j.dl.counters.get("session_ends") == 1
         await j.stop()
 
-    run(main())
+    run(main(), virtual=True)

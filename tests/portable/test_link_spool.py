@@ -54,7 +54,7 @@ def test_readings_before_the_first_session_arrive_late_with_their_time():
         assert j.dl.counters["acked"] == 21
         await j.stop()
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def test_outage_longer_than_the_spool_loses_exactly_the_overflow():
@@ -80,7 +80,7 @@ def test_outage_longer_than_the_spool_loses_exactly_the_overflow():
         assert j.dl.spool_stats()["dropped_unsent"] == dropped
         await j.stop()
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def test_peer_without_the_capability_links_and_drops_what_waited_as_before():
@@ -101,7 +101,7 @@ def test_peer_without_the_capability_links_and_drops_what_waited_as_before():
         await until(lambda: j.dl.spool_stats()["depth"] == 0)  # nothing kept for it
         await j.stop()
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def test_durable_receiver_acknowledges_only_what_its_owner_confirms():
@@ -123,7 +123,7 @@ def test_durable_receiver_acknowledges_only_what_its_owner_confirms():
         assert j.dl.counters["acked"] == 5
         await j.stop()
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def test_a_frame_waiting_for_its_first_ack_is_not_sent_again_at_once():
@@ -146,7 +146,7 @@ def test_a_frame_waiting_for_its_first_ack_is_not_sent_again_at_once():
         await until(lambda: j.dl.spool_stats()["depth"] == 0)
         await j.stop()
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def test_unsendable_reading_is_skipped_out_loud_and_nothing_is_asked_again():
@@ -164,7 +164,7 @@ def test_unsendable_reading_is_skipped_out_loud_and_nothing_is_asked_again():
         assert j.hl.counters.get("resends_asked", 0) == 0
         await j.stop()
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def test_a_numbered_frame_that_does_not_decode_is_asked_for_once_then_a_counted_gap():
@@ -185,7 +185,7 @@ def test_a_numbered_frame_that_does_not_decode_is_asked_for_once_then_a_counted_
         assert j.hl.counters.get("gaps", 0) == 1 and j.hl.state["rx_next"] == s + 2
         await j.stop()
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def test_late_acks_bring_no_copies_while_data_flows_and_a_silent_tail_goes_again():
@@ -211,4 +211,4 @@ def test_late_acks_bring_no_copies_while_data_flows_and_a_silent_tail_goes_again
         assert got == list(range(30))
         await j.stop()
 
-    run(main())
+    run(main(), virtual=True)

@@ -31,7 +31,7 @@ def test_retained_state_synced_then_kept_current():
         await until(lambda: _facts(view) == [("dev/dev1/sensor/a", 5)])
         await j.stop()
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def test_reconnect_resyncs_without_flicker_and_counts_outage_gap():
@@ -83,7 +83,7 @@ def test_reconnect_resyncs_without_flicker_and_counts_outage_gap():
         assert ev.payload == 9 and ev.origin.extra["late"] is True
         await j.stop()
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def test_device_restart_bumps_generation_and_removes_stale_facts():
@@ -107,7 +107,7 @@ def test_device_restart_bumps_generation_and_removes_stale_facts():
         assert m.origin.generation == 2 and m.origin.peer_sid == j2.dl.sid
         await j2.stop()
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def test_wrong_key_gets_no_session_and_a_clear_error_on_both_ends():
@@ -129,7 +129,7 @@ def test_wrong_key_gets_no_session_and_a_clear_error_on_both_ends():
         assert st["state"] != "up" and "auth_failed" in st["last_error"]
         await j.stop()
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def test_replayed_hello_is_refused():
@@ -165,7 +165,7 @@ def test_replayed_hello_is_refused():
         t.cancel()
         await hl.close()
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def test_memory_error_in_a_tick_is_counted_and_the_timers_go_on():
@@ -191,7 +191,7 @@ def test_memory_error_in_a_tick_is_counted_and_the_timers_go_on():
         assert up(j)
         await j.stop()
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def test_a_late_answer_to_an_earlier_hello_still_makes_the_session():
@@ -232,7 +232,7 @@ def test_a_late_answer_to_an_earlier_hello_still_makes_the_session():
         assert (await asyncio.wait_for(sub.recv(), 3)).payload == 1
         await j.stop()
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def test_a_retried_hello_arriving_after_the_session_does_not_end_it():
@@ -268,4 +268,4 @@ def test_a_retried_hello_arriving_after_the_session_does_not_end_it():
         assert hl.counters.get("session_ends", 0) == 0
         await j.stop()
 
-    run(main())
+    run(main(), virtual=True)

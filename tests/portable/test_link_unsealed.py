@@ -59,7 +59,7 @@ def test_no_unsealed_frame_of_any_kind_moves_either_side():
         assert j.hl.counters.get("gaps", 0) == 0 and j.hl.counters.get("duplicates", 0) == 0
         await j.stop()
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def test_an_outsider_cannot_delete_a_chosen_reading():
@@ -84,7 +84,7 @@ def test_an_outsider_cannot_delete_a_chosen_reading():
         assert c.get("gaps", 0) == c.get("duplicates", 0) == c.get("resends_asked", 0) == 0
         await j.stop()
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def test_an_outsider_cannot_keep_a_dead_session_up():
@@ -109,7 +109,7 @@ def test_an_outsider_cannot_keep_a_dead_session_up():
         assert hl.counters["liveness_timeouts"] >= 1 and hl.counters.get("forged", 0) >= 1
         await j.stop()
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def test_a_restarted_device_replaces_the_session_once_its_handshake_proves_the_key():
@@ -148,7 +148,7 @@ def test_a_restarted_device_replaces_the_session_once_its_handshake_proves_the_k
         await until(lambda: sub.recv_nowait() is not None)
         await j.stop()
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def test_a_late_answer_to_the_sessions_own_hello_is_only_counted():
@@ -169,7 +169,7 @@ def test_a_late_answer_to_the_sessions_own_hello_is_only_counted():
         assert dl.counters["forged"] == 1 and dl.status == "up"
         await j.stop()
 
-    run(main())
+    run(main(), virtual=True)
 
 
 def test_a_replayed_auth_of_the_sessions_own_handshake_is_forged():
@@ -201,4 +201,4 @@ def test_a_replayed_auth_of_the_sessions_own_handshake_is_forged():
         assert hl.counters["forged"] == f0 + 1
         await j.stop()
 
-    run(main())
+    run(main(), virtual=True)

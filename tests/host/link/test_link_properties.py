@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 
 import edgebus
 from edgebus.link.link import Link
+from tests.host.link import vclock
 from tests.portable.linkkit import Joined, synced, until
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -100,7 +101,7 @@ def test_damaged_line_never_delivers_corrupted_messages(ops, rng):
         assert j.hl.counters.get("gaps", 0) == lost  # every loss counted, nothing else
         await j.stop()
 
-    asyncio.run(main())
+    vclock.run(main())
 
 
 ACTIONS = st.one_of(
@@ -153,4 +154,4 @@ def test_host_view_converges_to_device_exported_state(actions):
         await until(lambda: synced(j) and have() == want, timeout=5)
         await j.stop()
 
-    asyncio.run(main())
+    vclock.run(main())
