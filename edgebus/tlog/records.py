@@ -8,6 +8,7 @@ import binascii
 import json
 import math
 import time
+from json.encoder import encode_basestring
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 from edgebus.tlog.format import MAX_BODY_BYTES
@@ -31,9 +32,12 @@ FIELDS = (
     "generation",
     "extra",
 )
+_FIELD_SET = frozenset(FIELDS)
 _REQUIRED = ("ts_host", "topic", "payload")
 _STR_FIELDS = ("origin_kind", "conn_id", "principal", "link_id", "peer_node", "peer_sid")
 _INT_FIELDS = ("seq", "generation")
+# The members between ts_device and extra, each with the one type it may have.
+_TYPED = tuple((k, int if k in _INT_FIELDS else str) for k in FIELDS[4:-1])
 
 
 # ---------------------------------------------------------------------------
@@ -146,7 +150,7 @@ def topic_text(tokens: Iterable[Any]) -> str:
 def _check_record(record: dict[str, Any]) -> None:
     if not isinstance(record, dict):
         raise TypeError("record must be a dict, not %s" % type(record).__name__)
-    unknown = [k for k in record if k not in FIELDS]
+    unknown = [k for k in record if k not in _FIELD_SET]
     if unknown:
         raise ValueError("unknown record field(s): %s" % ", ".join(sorted(map(str, unknown))))
     for k in _REQUIRED:
@@ -192,13 +196,12 @@ def normalize(record: dict[str, Any]) -> dict[str, Any]:
         "payload": _encode_nested(record["payload"]),
         "ts_device": ts_device,
     }
-    for k in FIELDS[4:-1]:
+    for k, kind in _TYPED:
         v = get(k)
-        if v is not None:
-            if k in _INT_FIELDS and not _is_int(v):
-                raise TypeError("%s must be an int or None, not %r" % (k, v))
-            if k in _STR_FIELDS and type(v) is not str:
-                raise TypeError("%s must be a str or None, not %r" % (k, v))
+        if v is not None and type(v) is not kind:
+            raise TypeError(
+                "%s must be %s or None, not %r" % (k, "an int" if kind is int else "a str", v)
+            )
         body[k] = v
     extra = get("extra")
     if extra is not None:
@@ -211,15 +214,68 @@ def normalize(record: dict[str, Any]) -> dict[str, Any]:
 
 def dump_body(body: dict[str, Any]) -> bytes:
     """The compact UTF-8 JSON bytes of a body normalize() made."""
+    return _dump(body, _value_text(body["payload"]), _value_text(body["extra"]))
+
+
+# A body's text, its members in FIELDS order: the JSON json_text(body) gives,
+# made by hand because the body's atoms are already checked (normalize) and
+# its payload's and extra's text is made once for the body and the row.
+_BODY = "{" + ",".join('"%s":%%s' % k for k in FIELDS) + "}"
+
+
+def _value_text(v: Any) -> str:
+    """json_text of a payload or extra normalize() encoded (null for None)."""
+    if v is None:
+        return "null"
     try:
-        data = json_text(body).encode("utf-8")
+        return json_text(v)
     except RecursionError:
         raise ValueError("record nests too deeply") from None
+
+
+def _atom(v: Any) -> str:
+    """The JSON text of a checked atom: a str, an int, a finite float or None
+    (repr is what json writes for an int and a float)."""
+    if v is None:
+        return "null"
+    return encode_basestring(v) if type(v) is str else repr(v)
+
+
+def _dump(body: dict[str, Any], payload: str, extra: str) -> bytes:
+    topic = ",".join([encode_basestring(t) if type(t) is str else repr(t) for t in body["topic"]])
+    data = (
+        _BODY
+        % (
+            repr(body["ts_host"]),
+            "[" + topic + "]",
+            payload,
+            _atom(body["ts_device"]),
+            _atom(body["seq"]),
+            _atom(body["origin_kind"]),
+            _atom(body["conn_id"]),
+            _atom(body["principal"]),
+            _atom(body["link_id"]),
+            _atom(body["peer_node"]),
+            _atom(body["peer_sid"]),
+            _atom(body["generation"]),
+            extra,
+        )
+    ).encode("utf-8")
     if len(data) > MAX_BODY_BYTES:
         raise ValueError(
             "record body of %d bytes exceeds MAX_BODY_BYTES (%d)" % (len(data), MAX_BODY_BYTES)
         )
     return data
+
+
+def encode_record(record: dict[str, Any]) -> tuple[bytes, tuple[Any, ...]]:
+    """(body bytes, row_of tuple) of a record dict, checked as normalize()
+    checks it, its payload and extra encoded to JSON text once for both."""
+    body = normalize(record)
+    p, e = body["payload"], body["extra"]
+    ptext, etext = _value_text(p), _value_text(e)
+    data = _dump(body, ptext, etext)
+    return data, _row(body, None if p is None else ptext, None if e is None else etext)
 
 
 def is_late(extra: Any) -> bool:
@@ -236,10 +292,14 @@ def row_of(body: dict[str, Any]) -> tuple[Any, ...]:
     cyclic GC stops tracking it, so a writer holding a segment's rows costs
     collections nothing."""
     p, e = body["payload"], body["extra"]
+    return _row(body, None if p is None else json_text(p), None if e is None else json_text(e))
+
+
+def _row(body: dict[str, Any], payload: str | None, extra: str | None) -> tuple[Any, ...]:
     return (
         body["ts_host"],
         tuple(body["topic"]),
-        None if p is None else json_text(p),
+        payload,
         body["ts_device"],
         body["seq"],
         body["origin_kind"],
@@ -249,8 +309,8 @@ def row_of(body: dict[str, Any]) -> tuple[Any, ...]:
         body["peer_node"],
         body["peer_sid"],
         body["generation"],
-        None if e is None else json_text(e),
-        is_late(e),
+        extra,
+        is_late(body["extra"]),
     )
 
 
@@ -315,23 +375,23 @@ def record_from_message(msg: Message, ts_host: float | None = None) -> dict[str,
     extra = getattr(o, "extra", None) or None
     seq = extra.get("seq") if extra else None
     ts = extra.get("ts") if extra else None
-
-    def s(name: str) -> str | None:
-        v = getattr(o, name, None)
-        return v if v is None or type(v) is str else str(v)
-
     return {
         "ts_host": time.time() if ts_host is None else ts_host,
         "topic": tuple(msg.topic),
         "payload": msg.payload,
         "ts_device": ts if _is_num(ts) else None,
-        "seq": seq if _is_int(seq) else None,
-        "origin_kind": s("kind"),
-        "conn_id": s("conn_id"),
-        "principal": s("principal"),
-        "link_id": s("link_id"),
-        "peer_node": s("peer_node"),
-        "peer_sid": s("peer_sid"),
+        "seq": seq if type(seq) is int else None,
+        "origin_kind": _text(getattr(o, "kind", None)),
+        "conn_id": _text(getattr(o, "conn_id", None)),
+        "principal": _text(getattr(o, "principal", None)),
+        "link_id": _text(getattr(o, "link_id", None)),
+        "peer_node": _text(getattr(o, "peer_node", None)),
+        "peer_sid": _text(getattr(o, "peer_sid", None)),
         "generation": getattr(o, "generation", None),
         "extra": dict(extra) if extra else None,
     }
+
+
+def _text(v: Any) -> str | None:
+    """A provenance value as the log holds it: None, or a str (str(v))."""
+    return v if v is None or type(v) is str else str(v)

@@ -13,7 +13,7 @@ from typing import Any, Callable, Literal
 from edgebus.tlog.durable import fsync_dir
 from edgebus.tlog.errors import LogError, LogLocked
 from edgebus.tlog.format import FILE_HEADER_SIZE, RECORD_HEADER_SIZE, file_header, frame
-from edgebus.tlog.records import dump_body, normalize, row_of
+from edgebus.tlog.records import encode_record
 from edgebus.tlog.recovery import recover
 from edgebus.tlog.retention import retain
 from edgebus.tlog.segments import (
@@ -180,13 +180,13 @@ class LogWriter:
         completed: flush(), a seal (roll(), close(), size/time roll), or per
         the fsync mode."""
         self._check()
-        body = normalize(record)
-        return self._io(self._append, frame(dump_body(body)), body)
+        body, row = encode_record(record)
+        return self._io(self._append, frame(body), row)
 
     def _too_old(self, now: float) -> bool:
         return self.segment_seconds is not None and now - self._opened_at >= self.segment_seconds
 
-    def _append(self, data: bytes, body: dict[str, Any]) -> tuple[int, int]:
+    def _append(self, data: bytes, row: tuple[Any, ...]) -> tuple[int, int]:
         now = self._clock()
         if self._active is not None:
             if self._too_old(now) or self._size + len(data) > self.segment_bytes:
@@ -198,7 +198,7 @@ class LogWriter:
             pos = (self._active, self._size)
         else:
             pos = (self._active, len(self._rows))
-            self._rows.append(row_of(body))
+            self._rows.append(row)
         self._buf += data
         self._size += len(data)
         self._unsynced = True
