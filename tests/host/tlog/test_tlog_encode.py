@@ -52,7 +52,7 @@ def _reference(rec):
     return records.json_text(body).encode("utf-8"), records.row_of(body)
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(recs)
 def test_one_pass_encoding_is_the_reference_encoding(rec):
     try:
