@@ -1,6 +1,7 @@
 """The virtual clock the link's timing tests run on (vclock.py)."""
 
 import asyncio
+import sys
 import time
 
 import edgebus.compat
@@ -26,6 +27,32 @@ def test_timers_cost_no_wall_time_and_the_bus_clock_follows():
     assert time.monotonic() - w0 < 10  # 35 s of timers, none waited for
     assert t1 - t0 == 35 and t_spool == t1 and ms == int(t1 * 1000)
     assert edgebus.compat.now is real and spool.now is real  # put back
+
+
+def test_every_edgebus_name_for_the_bus_clock_reads_it():
+    import importlib
+    import pkgutil
+
+    import edgebus
+
+    for m in pkgutil.walk_packages(edgebus.__path__, "edgebus."):
+        if m.name.startswith("edgebus.link.") or m.name.count(".") == 1:  # core and link
+            try:
+                importlib.import_module(m.name)
+            except ImportError:  # a runtime's module (MicroPython's) or an extra's
+                pass
+    real = edgebus.compat.now
+    named = [
+        n
+        for n, mod in list(sys.modules.items())
+        if n.startswith("edgebus") and getattr(mod, "now", None) is real
+    ]
+    assert "edgebus.link.spool" in named and "edgebus" in named
+
+    async def main():
+        return {n: sys.modules[n].now() for n in named}
+
+    assert set(vclock.run(main()).values()) == {1000.0}
 
 
 def test_ready_work_runs_before_the_clock_moves():

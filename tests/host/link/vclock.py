@@ -11,9 +11,9 @@ the portable tests run on the real clock."""
 import asyncio
 import contextlib
 import selectors
+import sys
 
 import edgebus.compat
-import edgebus.link.spool
 
 
 class _SkipIdle(selectors.DefaultSelector):
@@ -47,12 +47,21 @@ class VirtualLoop(asyncio.SelectorEventLoop):
 
 @contextlib.contextmanager
 def _bus_clock(now):
-    saved = edgebus.compat.now, edgebus.link.spool.now
-    edgebus.compat.now = edgebus.link.spool.now = now
+    """compat.now, and every edgebus module's own name for it (``from
+    ..compat import now``: edgebus, edgebus.link.spool), reading ``now``."""
+    real = edgebus.compat.now
+    mods = [
+        m
+        for name, m in list(sys.modules.items())
+        if (name == "edgebus" or name.startswith("edgebus.")) and getattr(m, "now", None) is real
+    ]
+    for m in mods:
+        m.now = now
     try:
         yield
     finally:
-        edgebus.compat.now, edgebus.link.spool.now = saved
+        for m in mods:
+            m.now = real
 
 
 def run(main):
