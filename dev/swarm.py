@@ -139,6 +139,8 @@ class Device:
         self.t_drained = None
         self.after = False  # phase() came: live ACKs count as "after"
         self.publishing = True
+        self.transport = None  # the open one (Transport)
+        self.link_frames_dropped = 0  # Lean: the link's own frames not sent
 
     def on_ack(self, n):
         """An ACK N arrived: every number below N is durable at the bridge."""
@@ -221,6 +223,16 @@ class Transport(MqttTransport):
     def __init__(self, dev, *a, **kw):
         super().__init__(*a, **kw)
         self.dev = dev
+        dev.transport = self
+        # A lean device's session (dev/loadgen.py): the link's own frames are not sent
+        # (counted): the readings own the seal's counter from then on.
+        self.lean = False
+
+    async def send(self, body, tail=None):
+        if self.lean:
+            self.dev.link_frames_dropped += 1
+            return
+        await super().send(body, tail)
 
     async def recv(self):
         # The link takes this batch before the next recv(): ACKs read here are
@@ -247,10 +259,14 @@ class Worker:
         host, _, port = a.mqtt.rpartition(":")
         self.hist = {"live": {}, "after": {}, "spooled": {}}
         self.devices = []
+        if a.lean:
+            from dev.loadgen import Lean as kind
+        else:
+            kind = Device
         for i in range(a.first, a.first + a.count):
             start = a.t0 + a.ramp * (i - 1) / max(1, a.total)
             self.devices.append(
-                Device(
+                kind(
                     node_name(a.prefix, i),
                     (host, int(port)),
                     a.rate,
@@ -359,6 +375,7 @@ def _worker_main(argv):
         ("--heartbeat", float),
     ):
         ap.add_argument(name, type=kind, required=True)
+    ap.add_argument("--lean", action="store_true")
     asyncio.run(Worker(ap.parse_args(argv)).run())
     return 0
 
@@ -371,7 +388,8 @@ class Swarm:
     ``workers`` processes (default: one per core), started over ``ramp``
     seconds (default: 1 ms a device; 0: all at once). Worker errors go to
     ``log`` (a file path), if given. ``tree``: the checkout whose edgebus the
-    workers run (it must hold this dev/swarm.py; default: this one)."""
+    workers run (it must hold this dev/swarm.py; default: this one).
+    ``lean``: the load generator's devices (dev/loadgen.py) instead of full ones."""
 
     def __init__(
         self,
@@ -385,6 +403,7 @@ class Swarm:
         heartbeat=5.0,
         log=None,
         tree=None,
+        lean=False,
     ):
         if devices < 1 or rate <= 0:
             raise ValueError("a swarm needs at least one device and a rate above 0")
@@ -398,6 +417,7 @@ class Swarm:
         self.heartbeat = heartbeat
         self.log = log
         self.tree = tree
+        self.lean = lean
         self.children = []
         self.t0 = None
 
@@ -453,6 +473,7 @@ class Swarm:
                         self.spool,
                         "--heartbeat",
                         self.heartbeat,
+                        *(["--lean"] if self.lean else []),
                     ),
                     cwd=self.tree or ROOT,
                     log=self.log,
@@ -698,6 +719,12 @@ def main(argv=None):
     ap.add_argument("--spool", type=int, default=DEFAULT_SPOOL, help="spool bytes per device")
     ap.add_argument("--out", default="out/swarm", help="where swarm.json goes")
     ap.add_argument(
+        "--lean",
+        action="store_true",
+        help="the load generator: readings sealed ahead and written straight to each"
+        " device's socket (the same sessions, frames and windows; no spool)",
+    )
+    ap.add_argument(
         "--print-toml",
         action="store_true",
         help="print the bridge's [mqtt] fragment for these devices and exit",
@@ -717,6 +744,7 @@ def main(argv=None):
         a.prefix,
         a.spool,
         log=os.path.join(a.out, "workers.log"),
+        lean=a.lean,
     )
     if a.print_toml:
         print(sw.toml())

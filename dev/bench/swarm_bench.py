@@ -151,7 +151,16 @@ def _wait(swarm, cond, timeout, show):
 
 
 def trial(
-    work, devices, outage=0.0, steady=10.0, tree=ROOT, workers=None, show=False, rate=1.0, ramp=None
+    work,
+    devices,
+    outage=0.0,
+    steady=10.0,
+    tree=ROOT,
+    workers=None,
+    show=False,
+    rate=1.0,
+    ramp=None,
+    lean=False,
 ):
     """One run in directory ``work`` (which keeps the log, tlog/, and the
     swarm's summary, swarm.json): returns the figures (see the module doc)
@@ -167,6 +176,7 @@ def trial(
             ramp=ramp,
             log=os.path.join(work, "workers.log"),
             tree=tree,
+            lean=lean,
         )
         metrics = free_port()
         # The same bridge with no device first: its RSS is what the fleet adds to.
