@@ -75,7 +75,7 @@ def test_the_checker_catches_a_lost_acknowledged_reading_and_a_duplicate(run, tm
 
 
 def test_the_load_generator_s_readings_are_sealed_numbered_and_all_logged(tmp_path):
-    """Lean devices (dev/loadgen.py) seal their readings ahead and write them
+    """Lean devices (dev/swarm.py, Lean) seal their readings ahead and write them
     to their sockets: the bridge takes every one (no forged, replayed or
     refused frame counted, no gap) and acknowledges what its log holds."""
     fig = trial(str(tmp_path), DEVICES, steady=2.0, workers=2, lean=True, rate=5.0)
