@@ -32,6 +32,7 @@ usage: python -m dev.swarm --devices 3000 --rate 1 --mqtt HOST:PORT --seconds 60
 import argparse
 import asyncio
 import collections
+import heapq
 import importlib
 import json
 import os
@@ -42,7 +43,7 @@ import edgebus
 from edgebus import compat
 from edgebus.compat import wait_for
 from edgebus.link import seal, wire
-from edgebus.link.frame import message
+from edgebus.link.frame import message, unmessage
 from edgebus.link.link import Link
 from edgebus.link.mqtt import MqttTransport
 
@@ -255,60 +256,58 @@ class Transport(MqttTransport):
 
 
 class Lean(Device):
-    """A device of the load generator: the same session (handshake, seal,
-    window, ACKs read by its real link), but once it is up its readings are
-    sealed ahead, a few at a time (AHEAD), and each written as one MQTT
-    packet to its socket when due: no bus, observer, spool or writer task per
-    reading, so one core offers the bridge many times what full devices do.
-    Each reading is what the link would send: numbered in turn, stamped
-    with the link clock at its due time, sealed (and encrypted) with the
-    session's keys, within the window the bridge gives. From the takeover on
-    the link's own frames are not sent (Transport.lean; counted): the
-    readings keep the seal's counter rising. A RESEND seals what follows
-    again (a resealed frame takes a new counter). A session that ends stops
-    the readings (``lean_stopped``): a lean device does not spool."""
+    """A device of the load generator: the same session as a full device
+    (its real link makes the handshake, holds the seal's keys and the window
+    the bridge gives, and reads every frame the bridge sends), but once it is
+    up its readings skip the device's bus, spool and writer: sealed ahead
+    (AHEAD at a time), stamped with the link clock at their due times, and
+    sent by its process's Hub within the window. From the takeover on the
+    link's own frames are not sent (Transport.lean; counted): the readings
+    keep the seal's counter rising, and the link is no longer ticked (Hub).
+    A RESEND seals what follows again (a resealed frame takes a new
+    counter). A session that ends stops the readings (``lean_stopped``): a
+    lean device does not spool."""
 
-    AHEAD = 4  # readings sealed ahead: their stamps are the due times
+    AHEAD = 8  # readings sealed ahead: their stamps are the due times
 
-    def __init__(self, *a):
+    def __init__(self, *a, hub=None):
         super().__init__(*a)
+        self.hub = hub
         self.ready = collections.deque()  # (seq, packet) sealed, not sent
-        self.bodies = {}  # seq -> (body, due ms): sent or ready, not acknowledged
+        self.bodies = {}  # seq -> body: sent or ready, not acknowledged
         self.first = None  # the first lean number
+        self.session = None
+        self.resends_seen = 0
         self.resends = 0
+        self.due = 0.0  # when the next new reading is due (monotonic)
+        self.blocked = False  # its window is full: the next ACK queues it again
         self.lean_stopped = None  # why the readings stopped early
-        self.acked_event = asyncio.Event()  # set by each ACK: the window may have moved
 
     def on_ack(self, n):
         super().on_ack(n)
-        self.acked_event.set()
+        if self.blocked:
+            self.blocked = False
+            self.hub.queue(self, time.monotonic())
 
     def _body(self, seq, ms):
         obj = [wire.topic_out(TOPIC), {"n": seq, "temp": 20.0 + seq % 10}, None, ms]
         return wire.join(wire.parts(wire.PUB, obj, seq))
 
-    def _seal(self, seq, body):
+    def _seal(self, body):
         t = self.transport
         b, tl = seal.out(self.link, bytearray(body), fresh=True)
         return packet(0x30, string(t.up) + message(b, t.max_len, tl, t.bare))
 
-    def _ahead(self, due):
-        """Seal the next readings, stamped with their due times (``due``: the next's, monotonic)."""
+    def _ahead(self):
+        """Seal the next readings, stamped with their due times."""
         link = self.link
         now_ms, now = compat.ms(), time.monotonic()
         for i in range(self.AHEAD):
             seq = link.tx_seq
             link.tx_seq = seq + 1
-            body = self._body(seq, now_ms + int(1000 * (due + i * self.period - now)))
+            body = self._body(seq, now_ms + int(1000 * (self.due + i * self.period - now)))
             self.bodies[seq] = body
-            self.ready.append((seq, self._seal(seq, body)))
-
-    def _reseal(self, n):
-        """RESEND n: everything from n sealed again, with new counters."""
-        self.resends += 1
-        self.ready.clear()
-        for seq in sorted(k for k in self.bodies if k >= n):
-            self.ready.append((seq, self._seal(seq, self.bodies[seq])))
+            self.ready.append((seq, self._seal(body)))
 
     async def readings(self):
         link = self.link
@@ -321,44 +320,48 @@ class Lean(Device):
             self.lean_stopped = "the link numbered frames of its own, or lost its session"
             return
         self.first = link.tx_seq
-        session = link.counters.get("sessions")
-        tr = self.transport
-        tr.lean = True
-        resends = link.counters.get("resends", 0)
-        due = time.monotonic()
-        while self.publishing:
-            if link.status != "up" or link.counters.get("sessions") != session:
-                self.lean_stopped = "session ended"
-                break
-            r = link.counters.get("resends", 0)
-            if r != resends:
-                resends = r
-                self._reseal(max(link.tx_acked, self.first))
-            if not self.ready:
-                self._ahead(due)
-            seq, pkt = self.ready[0]
-            w = link._tx_window  # the bridge's pace (None: none)
-            if w is not None and seq >= max(link.tx_acked, self.first) + w:
-                self.acked_event.clear()  # the window is full: wait for an ACK
-                try:
-                    await wait_for(self.acked_event.wait(), 0.5)
-                except asyncio.TimeoutError:
-                    pass
-                continue
-            self.ready.popleft()
-            tr.w.write(pkt)
-            if seq > self.sent:
-                self.sent = seq
-                self.unacked.append((seq, due, True))
-                due += self.period
-            for k in [k for k in self.bodies if k < link.tx_acked]:
-                del self.bodies[k]
-            if not self.ready or self.ready[0][0] > self.sent:  # resent ones go at once
-                await asyncio.sleep(max(0.0, due - time.monotonic()))
-        # Numbers sealed and not sent are not spent: the summary's tx_seq follows the last sent.
-        link.tx_seq = self.sent + 1
-        self.ready.clear()
-        tr.lean = False
+        self.session = link.counters.get("sessions")
+        self.resends_seen = link.counters.get("resends", 0)
+        self.transport.lean = True
+        self.due = time.monotonic()
+        await self.hub.take(self)
+
+    def step(self, now):
+        """The Hub's turn for this device at ``now``: the packet to send, or
+        None (not due, window full, or stopped); queues its next turn."""
+        link = self.link
+        if not self.publishing or self.lean_stopped:
+            return None
+        if link.status != "up" or link.counters.get("sessions") != self.session:
+            self.lean_stopped = "session ended"
+            return None
+        r = link.counters.get("resends", 0)
+        if r != self.resends_seen:  # RESEND n: from n on, sealed again
+            self.resends_seen = r
+            self.resends += 1
+            n = max(link.tx_acked, self.first)
+            self.ready.clear()
+            for seq in sorted(k for k in self.bodies if k >= n):
+                self.ready.append((seq, self._seal(self.bodies[seq])))
+        if not self.ready:
+            self._ahead()
+        seq, pkt = self.ready[0]
+        if seq > self.sent and now < self.due:
+            self.hub.queue(self, self.due)
+            return None
+        w = link._tx_window  # the bridge's pace (None: none)
+        if w is not None and seq >= max(link.tx_acked, self.first) + w:
+            self.blocked = True
+            return None
+        self.ready.popleft()
+        if seq > self.sent:
+            self.sent = seq
+            self.unacked.append((seq, self.due, True))
+            self.due += self.period
+        for k in [k for k in self.bodies if k < link.tx_acked]:
+            del self.bodies[k]
+        self.hub.queue(self, now if self.ready and self.ready[0][0] <= self.sent else self.due)
+        return pkt
 
     def summary(self):
         s = super().summary()
@@ -373,6 +376,143 @@ class Lean(Device):
             }
         )
         return s
+
+
+class _Down(asyncio.Protocol):
+    """The Hub's downlink connection: MQTT packets parsed as they come, each
+    PUBLISH on a lean device's down topic fed to its link (no stream, no
+    task per device)."""
+
+    def __init__(self, hub):
+        self.hub = hub
+        self.buf = bytearray()
+        self.connack = asyncio.get_running_loop().create_future()
+        self.transport = None
+
+    def connection_made(self, transport):
+        self.transport = transport
+
+    def data_received(self, data):
+        buf = self.buf
+        buf += data
+        i, n = 0, len(buf)
+        while i < n:
+            j, size, shift = i + 1, 0, 0
+            while j < n:
+                b = buf[j]
+                size |= (b & 0x7F) << shift
+                j += 1
+                if not b & 0x80:
+                    break
+                shift += 7
+            else:
+                break
+            if j + size > n:
+                break
+            kind = buf[i] & 0xF0
+            if kind == 0x30:
+                t = (buf[j] << 8) | buf[j + 1]
+                self.hub.frame(bytes(buf[j + 2 : j + 2 + t]), bytes(buf[j + 2 + t : j + size]))
+            elif kind == 0x20 and not self.connack.done():
+                self.connack.set_result(True)
+            i = j + size
+        del buf[:i]
+
+    def connection_lost(self, exc):
+        self.hub.lost = exc or "closed"
+
+
+class Hub:
+    """A worker's two MQTT connections for its lean devices: every reading
+    goes out on ``up`` (the packets due in a turn in one write), every frame
+    the bridge sends them arrives on ``down`` (subscribed per device as it
+    is taken), fed to its device's link; one task sends what is due."""
+
+    def __init__(self, broker, name):
+        self.broker = broker
+        self.name = name
+        self.by_topic = {}  # down topic (bytes) -> Lean
+        self.heap = []  # (when, tiebreak, device) turns
+        self.n = 0
+        self.up = self.down = None
+        self.lost = None
+        self.wake = asyncio.Event()
+        self.pid = 1
+        # The worker's ticked links (Worker.links): a device taken leaves it.
+        # Its ticks would only send frames that are not sent (heartbeats) and
+        # watch for a dead bridge, which the bridge's side watches too; at
+        # 5,000 links they were a quarter of a worker's time.
+        self.ticked = {}
+
+    async def start(self):
+        loop = asyncio.get_running_loop()
+        host, port = self.broker
+        _r, self.up = await asyncio.open_connection(host, port)
+        self.up.write(_connect_packet(self.name + "-up"))
+        proto = _Down(self)
+        await loop.create_connection(lambda: proto, host, port)
+        self.proto = proto
+        proto.transport.write(_connect_packet(self.name + "-down"))
+        await wait_for(proto.connack, 10)
+
+    async def take(self, dev):
+        """``dev``'s frames from the bridge come here from now on (its own
+        connection stops taking them), and its readings go out from here."""
+        t = dev.transport
+        self.by_topic[t.down] = dev
+        self.ticked.pop(dev.node, None)
+        self.pid = self.pid % 65535 + 1
+        self.proto.transport.write(
+            packet(0x82, self.pid.to_bytes(2, "big") + string(t.down) + b"\x00")
+        )
+        t.w.write(packet(0xA2, b"\x00\x02" + string(t.down)))
+        self.queue(dev, time.monotonic())
+
+    def frame(self, topic, payload):
+        dev = self.by_topic.get(topic)
+        if dev is None:
+            return
+        body = unmessage(payload, dev.transport.max_len)
+        if body is None:
+            return
+        dev.link.feed(body)
+        dev.on_ack(dev.link.tx_acked)
+
+    def queue(self, dev, when):
+        self.n += 1
+        heapq.heappush(self.heap, (when, self.n, dev))
+        if when <= time.monotonic():
+            self.wake.set()
+
+    async def run(self):
+        heap = self.heap
+        keepalive = time.monotonic()
+        while True:
+            now = time.monotonic()
+            out = []
+            while heap and heap[0][0] <= now:
+                dev = heapq.heappop(heap)[2]
+                pkt = dev.step(now)
+                if pkt is not None:
+                    out.append(pkt)
+            if out:
+                self.up.write(b"".join(out))
+            if now - keepalive > 20:  # PINGREQ: the broker keeps both
+                keepalive = now
+                self.up.write(b"\xc0\x00")
+                self.proto.transport.write(b"\xc0\x00")
+            self.wake.clear()
+            delay = max(0.002, heap[0][0] - now) if heap else 0.5
+            try:
+                await wait_for(self.wake.wait(), min(delay, 0.5))
+            except asyncio.TimeoutError:
+                pass
+
+
+def _connect_packet(client_id):
+    from edgebus.link.mqtt import connect_packet
+
+    return connect_packet(client_id, 60)
 
 
 # -- a worker process ----------------------------------------------------------
@@ -392,20 +532,14 @@ class Worker:
         self.devices = []
         if a.lean and packet is None:
             raise SystemExit("--lean: this tree's edgebus.link.mqtt has no packet()")
-        kind = Lean if a.lean else Device
+        self.hub = Hub((host, int(port)), "%s-lean-%d" % (a.prefix, a.first)) if a.lean else None
         for i in range(a.first, a.first + a.count):
             start = a.t0 + a.ramp * (i - 1) / max(1, a.total)
-            self.devices.append(
-                kind(
-                    node_name(a.prefix, i),
-                    (host, int(port)),
-                    a.rate,
-                    a.spool,
-                    a.heartbeat,
-                    start,
-                    self.hist,
-                )
-            )
+            args = (node_name(a.prefix, i), (host, int(port)), a.rate, a.spool, a.heartbeat)
+            if a.lean:
+                self.devices.append(Lean(*args, start, self.hist, hub=self.hub))
+            else:
+                self.devices.append(Device(*args, start, self.hist))
         self.tasks = []
         # One ticker for the process's links where the Link lets its owner
         # tick (a baseline tree's may not): the simulator's own cost, not a
@@ -418,6 +552,8 @@ class Worker:
         if Options is None:
             for link in self.links.values():
                 link.ticks = False
+        if self.hub is not None:
+            self.hub.ticked = self.links
         self.heartbeat = a.heartbeat
 
     async def _start(self, d):
@@ -449,6 +585,10 @@ class Worker:
 
     async def run(self):
         loop = asyncio.get_running_loop()
+        hub = None
+        if self.hub is not None:
+            await self.hub.start()
+            hub = asyncio.create_task(self.hub.run())
         starts = [asyncio.create_task(self._start(d)) for d in self.devices]
         watch = asyncio.create_task(self._watch())
         ticker = asyncio.create_task(
@@ -481,7 +621,7 @@ class Worker:
                 _say({"devices": [d.summary() for d in self.devices], "ack_ms": self.hist})
             else:
                 _say({"error": "unknown command %r" % cmd[0]})
-        for t in starts + [watch, ticker]:
+        for t in starts + [watch, ticker] + ([hub] if hub else []):
             t.cancel()
         await asyncio.gather(
             *[d.link.close("swarm done") for d in self.devices], return_exceptions=True

@@ -662,11 +662,12 @@ def _ms_pair(a, b):
 
 def _limit(f):
     """Which process held a swarm trial back: the bridge when it used a
-    whole core (its loop and its log's worker share one interpreter lock),
-    else the machine when its cores were all but full."""
+    whole core (its loop and its log's worker share one interpreter lock;
+    over the steady phase where measured), else the machine when its cores
+    were all but full."""
     if f.get("machine_busy") is None:
         return "–"
-    if f["bridge_core_share"] >= 0.9:
+    if f["bridge_core_share"] >= 0.9 or (f.get("bridge_steady_core_share") or 0) >= 0.85:
         return "the bridge (one core)"
     if f["machine_busy"] >= 0.85:
         return "the machine (%.0f%% of its cores; the devices %.0f%% of one)" % (
@@ -767,6 +768,19 @@ def _swarm_section(sw):
     )
     row("bridge peak RSS", lambda f: _f(f["bridge_peak_rss_mib"], " MiB"))
     row("group commits/s (the log's sync points)", lambda f: _f(f["commits_per_s"]))
+    row(
+        "steady phase: records logged/s; CPU µs per record, the bridge / the devices",
+        lambda f: (
+            "–"
+            if f.get("bridge_us_per_record") is None
+            else "%s; %s / %s"
+            % (
+                _f(f["steady_records_per_s"]),
+                _f(f["bridge_us_per_record"]),
+                _f(f["devices_us_per_record"]),
+            )
+        ),
+    )
     row(
         "messages mosquitto dropped (its queues past their limits)",
         lambda f: "–" if f.get("broker_dropped") is None else _f(f["broker_dropped"]),

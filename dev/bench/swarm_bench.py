@@ -39,16 +39,19 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 # (label, devices, outage s, seconds of steady readings before it and after the
 # drain, readings/s per device, seconds over which the devices start: None is
-# 1 ms a device, 0 all at once: a start-up storm)
+# 1 ms a device, 0 all at once: a start-up storm; the load generator's lean
+# devices instead of full ones: the bridge's own capacity, dev/swarm.py Lean)
 FULL = [
-    ("3,000 devices, 30 s outage", 3000, 30.0, 20.0, 1.0, None),
-    ("5,000 devices steady", 5000, 0.0, 60.0, 1.0, None),
-    ("10,000 devices started at once, 0.2/s", 10000, 0.0, 20.0, 0.2, 0),
+    ("3,000 devices, 30 s outage", 3000, 30.0, 20.0, 1.0, None, False),
+    ("5,000 devices steady", 5000, 0.0, 60.0, 1.0, None, False),
+    ("5,000 lean devices steady", 5000, 0.0, 60.0, 1.0, None, True),
+    ("10,000 devices started at once, 0.2/s", 10000, 0.0, 20.0, 0.2, 0, False),
 ]
 SMOKE = [
-    ("30 devices, 3 s outage", 30, 3.0, 2.0, 1.0, None),
-    ("50 devices steady", 50, 0.0, 3.0, 1.0, None),
-    ("100 devices started at once, 0.2/s", 100, 0.0, 2.0, 0.2, 0),
+    ("30 devices, 3 s outage", 30, 3.0, 2.0, 1.0, None, False),
+    ("50 devices steady", 50, 0.0, 3.0, 1.0, None, False),
+    ("50 lean devices steady", 50, 0.0, 3.0, 1.0, None, True),
+    ("100 devices started at once, 0.2/s", 100, 0.0, 2.0, 0.2, 0, False),
 ]
 
 
@@ -138,6 +141,24 @@ def _started(work, tree, metrics, broker_port, devices=None):
     return BridgeProcess(work, toml=toml, tree=tree).start().ready(60)
 
 
+def _cpus(bridge, swarm):
+    """(the bridge's CPU seconds, the devices' processes' together)."""
+    return _proc(bridge.proc.pid)[0], sum(_proc(c.p.pid)[0] for c in swarm.children)
+
+
+def _steady(lg0, t0, cpus0, lg1, cpus1):
+    """The steady phase's records logged a second and what each cost in CPU,
+    the bridge's and the devices' (every session up: no handshake in it)."""
+    n = lg1["appended"] - lg0["appended"]
+    dt = time.monotonic() - t0
+    return {
+        "steady_records_per_s": round(n / dt, 1),
+        "bridge_steady_core_share": round((cpus1[0] - cpus0[0]) / dt, 3),
+        "bridge_us_per_record": round(1e6 * (cpus1[0] - cpus0[0]) / n, 1) if n else None,
+        "devices_us_per_record": round(1e6 * (cpus1[1] - cpus0[1]) / n, 1) if n else None,
+    }
+
+
 def _machine():
     """(busy, total) CPU time of the whole machine, in clock ticks, from /proc/stat."""
     with open("/proc/stat") as f:
@@ -195,7 +216,9 @@ def trial(
                 _wait(swarm, lambda p: p["ever_up"] == devices, 60 + devices / 20, show)
                 rss_up = _proc(bridge.proc.pid)[1]
                 lg0, ts0 = _log_figures(metrics), time.monotonic()
+                cpus0 = _cpus(bridge, swarm)
                 _wait(swarm, lambda p: False, steady, show)
+                steady_cpu = _steady(lg0, ts0, cpus0, _log_figures(metrics), _cpus(bridge, swarm))
                 t_restart = t_restart_mono = None
                 if outage:
                     swarm.phase()  # steady ACK latency: acknowledged by now
@@ -229,6 +252,7 @@ def trial(
         {
             "outage_s": outage,
             "steady_s": steady,
+            "lean": lean,
             "workers": swarm.k,
             "ramp_s": swarm.ramp,
             "drain_s": round(fig["drained_at"] - t_restart, 2)
@@ -254,6 +278,7 @@ def trial(
             "gaps": lg1["gaps"],
             "bus_dropped": lg1["bus_dropped"],
             "bridge_links": {k: v for k, v in lg1.get("fleet", {}).items() if k in CHURN},
+            **steady_cpu,
             "check": report["totals"],
             "check_ok": report["ok"],
         }
@@ -303,7 +328,7 @@ def run(smoke=False, baseline=None, show=None, checkout=True):
             "spool": DEFAULT_SPOOL,
             "cpus": os.cpu_count(),
         }
-        for i, (label, n, outage, steady, rate, ramp) in enumerate(SMOKE if smoke else FULL):
+        for i, (label, n, outage, steady, rate, ramp, lean) in enumerate(SMOKE if smoke else FULL):
             row = {"label": label, "devices": n, "outage_s": outage, "by_tree": {}}
             for j, (tlabel, tree) in enumerate(trees):
                 f = trial(
@@ -315,6 +340,7 @@ def run(smoke=False, baseline=None, show=None, checkout=True):
                     show=show,
                     rate=rate,
                     ramp=ramp,
+                    lean=lean,
                 )
                 row["by_tree"][tlabel] = f
                 print(
