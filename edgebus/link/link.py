@@ -86,6 +86,7 @@ class Link:
         self._spool = Spool(opts.spool, opts.spool_policy)  # what waits for an ACK (tx.py)
         self._journal = _journal(opts, self.sid)  # the flash spool, or None
         self._transport = self._pump = None  # the pump: the task spooling exports between them
+        self._now = None  # the transport's send_nowait while the writer waits for work
         self._wake, self._freed = compat.Event(), compat.Event()
         # last frame in, out; status published; the last _doubt()
         self._t_rx = self._t_tx = self._t_status = self._t_doubt = 0.0
@@ -343,6 +344,31 @@ class Link:
             self.end_session("transport closed")
             self.publish_status()
 
+    def send_now(self, body):
+        """Send control frame ``body`` at once while the writer waits for
+        work and its transport can (tx.control): True when it is done with
+        (sent, or refused and counted as the writer would), False when the
+        transport cannot take it now (the writer sends it)."""
+        send = self._now
+        if send is None:
+            return False
+        b, tl = seal.out(self, body)
+        try:
+            if not send(b, tl):
+                return False
+        except OSError as e:
+            self.last_error = "send failed: %s" % e
+            self.count("send_errors")
+            self._transport.close()
+            return True
+        except ValueError as e:
+            self.last_error = "send refused: %r" % (e,)
+            self.count("send_errors")
+            return True
+        self._t_tx = compat.now()
+        self.count("frames_out")
+        return True
+
     async def _writer(self, transport):
         # No memory (a small board): the frame is tried again, not skipped (a
         # RESEND livelock), dropped if its session ends. The writer never dies.
@@ -353,7 +379,13 @@ class Link:
                     body = self.next_body()
                     if body is None:
                         self._wake.clear()
-                        await self._wake.wait()
+                        # Waiting for work: a control frame meanwhile goes at
+                        # once (send_now), without waking this task.
+                        self._now = getattr(transport, "send_nowait", None)
+                        try:
+                            await self._wake.wait()
+                        finally:
+                            self._now = None
                         continue
                     s, st = self._session, self.status
                 b, tl = seal.out(self, body)  # the seal: counter, tag

@@ -40,9 +40,12 @@ def too_big(link, n, what):
 
 
 def control(link, t, obj):
-    """Queue a control frame (sent before anything else)."""
+    """Queue a control frame (sent before anything else); sent at once
+    while the writer waits for work and the transport can (Link.send_now)."""
     b = wire.encode(t, obj)
     if not too_big(link, len(b), wire.NAMES[t]):
+        if link._now is not None and not link._ctl and link.send_now(b):
+            return  # the writer waited for work: sent at once, no task woken
         link._ctl.append(b)
         link._wake.set()
 

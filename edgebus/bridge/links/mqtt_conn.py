@@ -349,6 +349,15 @@ class Connection(asyncio.Protocol):
         if self.writing:
             await self._drained.wait()
 
+    def publish_nowait(self, topic: str, payload: bytes) -> bool:
+        """Publish at QoS 0 now, unless the socket's buffer is full: False."""
+        if self.closed.done() or self.transport is None:
+            raise MqttError("MQTT connection closed")
+        if self.writing:
+            return False
+        self._write(packet(0x30, string(topic) + payload))
+        return True
+
     def pause_reading(self) -> None:
         if self.reading:
             self.reading = False

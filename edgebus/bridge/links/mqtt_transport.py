@@ -178,6 +178,15 @@ class DeviceTransport:
             raise OSError("MQTT connection closed")
         await self.conn.publish(self.down, frame.message(body, self.max_len, tail, self.bare))
 
+    def send_nowait(self, body: bytes, tail: bytes | None = None) -> bool:
+        """Publish now (Link.send_now) unless the socket's buffer is full
+        (False: the link's writer sends it, waiting for room)."""
+        if self.closed:
+            raise OSError("MQTT connection closed")
+        return self.conn.publish_nowait(
+            self.down, frame.message(body, self.max_len, tail, self.bare)
+        )
+
     def close(self) -> None:
         if not self.closed:
             self.closed = True
