@@ -332,6 +332,9 @@ class Lean(Device):
         link = self.link
         if not self.publishing or self.lean_stopped:
             return None
+        if self.hub.lost is not None:  # its frames from the bridge come no more
+            self.lean_stopped = "the generator's downlink closed: %s" % (self.hub.lost,)
+            return None
         if link.status != "up" or link.counters.get("sessions") != self.session:
             self.lean_stopped = "session ended"
             return None

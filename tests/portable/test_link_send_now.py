@@ -47,21 +47,21 @@ def _joined():
     return j
 
 
-async def _acked(j, c, k):
-    """Publish reading k on the device; wait until the host acknowledged it."""
-    n = j.dl.tx_seq
-    c.publish("sensor/temp", k)
-    await until(lambda: j.dl.tx_acked > n, 5)  # ACK n+1: n is durable there
+async def _three_acked(j):
+    """Three readings from the device, each waited for until the host acknowledged it."""
+    c = j.dev.connect()
+    for k in range(3):
+        n = j.dl.tx_seq
+        c.publish("sensor/temp", k)
+        await until(lambda: j.dl.tx_acked > n, 5)  # ACK n+1: n is durable there
 
 
 def test_an_ack_goes_at_once_through_send_nowait_while_the_writer_waits():
     async def main():
         j = _joined()
         await until(lambda: up(j), 5)
-        c = j.dev.connect()
         out = j.hl.counters.get("frames_out", 0)
-        for k in range(3):
-            await _acked(j, c, k)
+        await _three_acked(j)
         assert wire.ACK in j.tb.now  # sealed as the writer seals: the device took them
         assert j.hl.counters["frames_out"] - out >= j.tb.now.count(wire.ACK)
         assert j.hl.counters.get("send_errors", 0) == 0
@@ -76,9 +76,7 @@ def test_a_transport_that_cannot_take_it_now_leaves_the_frame_to_the_writer():
         await until(lambda: up(j), 5)
         j.tb.full = True
         sent = len(j.tb.now)
-        c = j.dev.connect()
-        for k in range(3):
-            await _acked(j, c, k)
+        await _three_acked(j)
         assert len(j.tb.now) == sent  # every ACK went through the writer's send
         assert j.hl.counters.get("send_errors", 0) == 0
         await j.stop()
