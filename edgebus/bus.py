@@ -1,11 +1,14 @@
 """Bus: the router, retained store, endpoint registry and their indexes."""
 
-from .compat import type_name
+from .compat import MICROPYTHON, type_name
 from .conn import Connection, check_factory
 from .errors import Denied
 from .feed import POLICIES
 from .trie import KeyTrie, PatternTrie
 from .values import Origin, RetainedEvent
+
+if not MICROPYTHON:
+    from .memo_cpython import RoutedTrie as PatternTrie  # noqa: F811
 
 
 def _token(name, v):

@@ -7,6 +7,7 @@ from . import feed as feeds
 from . import topic as topics
 from .compat import type_name
 from .values import Message, Origin, RetainedEvent
+from .values import new as _new
 
 _INHERIT = object()
 _NO_FACTORY = {}
@@ -104,7 +105,7 @@ class Connection:
         if extra is not None or o is None or self._dynamic or bus._auth is not None:
             o = self._stamp("publish", topic, extra, payload)
         if bus._subs.count or bus._observers.count:
-            msg = Message(k, payload, o)
+            msg = Message(k, payload, o) if _new is None else _new(Message, (k, payload, o))
             bus._subs.match(k, msg)
             bus._observers.match(k, msg)
         return True

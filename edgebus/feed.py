@@ -100,10 +100,10 @@ class Feed:
         return item
 
     _take = _pop
-
-    def recv_nowait(self):
-        """The next queued item, or None when none is queued or it is closed."""
-        return self._take()
+    # recv_nowait(): the next queued item, or None when none is queued or it
+    # is closed. The ring's pop itself, not a method calling it: a call less
+    # per delivery for whoever drains feeds in a loop (an Endpoint's is its _take).
+    recv_nowait = _pop
 
     async def recv(self):
         """The next item, waiting for one; None once the feed is closed and drained.
@@ -257,6 +257,8 @@ class Endpoint(Feed):
             req._held = h
             h.append(req)
         return req
+
+    recv_nowait = _take
 
     def _detach(self):
         eps = self._conn._bus._eps

@@ -88,32 +88,39 @@ class PatternTrie:
     def match(self, topic, item):
         """Call ``entry.offer(item)`` for every entry matching ``topic``."""
         if self.count:
-            _match(self.root, topic, 0, len(topic), item)
+            _visit(self.root, topic, 0, len(topic), None, item)
 
 
-def _offer(slot, item):
-    if type(slot) is list:
+def _found(slot, out, item):
+    """A slot's entries: offered ``item``, or into list ``out`` if given."""
+    if out is not None:
+        if type(slot) is list:
+            out.extend(slot)
+        else:
+            out.append(slot)
+    elif type(slot) is list:
         for e in slot:
             e.offer(item)
     else:
         slot.offer(item)
 
 
-def _match(node, topic, i, n, item):
-    # Walks the exact path in a loop and recurses only into '+' branches; no
-    # temporary lists, so a publish allocates nothing here (MicroPython).
+def _visit(node, topic, i, n, out, item):
+    """The entries matching ``topic`` from ``node`` down, each given to
+    _found(). Walks the exact path in a loop and recurses only into '+'
+    branches; no temporary lists, so a publish allocates nothing here."""
     while True:
         slot = node.get(_REST)
         if slot is not None:  # 'a/#' matches 'a' and everything below
-            _offer(slot, item)
+            _found(slot, out, item)
         if i == n:
             slot = node.get(_HERE)
             if slot is not None:
-                _offer(slot, item)
+                _found(slot, out, item)
             return
         child = node.get(ANY)
         if child is not None:
-            _match(child, topic, i + 1, n, item)
+            _visit(child, topic, i + 1, n, out, item)
         node = node.get(topic[i])
         if node is None:
             return

@@ -1,0 +1,71 @@
+"""What the core remembers between publishes on CPython: each topic's route
+through a PatternTrie, and the key of each string topic. Never imported on
+MicroPython: there this code and what it holds would cost heap that the
+64 KB budget has no room for (tests/test_mpy_budget.py), and the tries and
+topics work the same without it."""
+
+from .trie import PatternTrie, _visit
+
+# Topics remembered; past them a topic is walked as before (nothing is
+# forgotten to make room, which would allocate a route a publish). The
+# bridge publishes a few topics for each of thousands of devices.
+ROUTES = 65536
+KEYS = 4096  # string topics' keys, after which the oldest are forgotten together
+_NONE = ()  # the route of a topic nothing matches: one shared tuple
+
+
+class RoutedTrie(PatternTrie):
+    """A PatternTrie that remembers the entries each concrete topic matched
+    (its route) until the next insert or remove: a topic published again
+    costs one dict lookup instead of a walk down the trie."""
+
+    def __init__(self):
+        PatternTrie.__init__(self)
+        self.routes = {}  # concrete key -> its entries, in the order match() offers
+
+    def insert(self, k, entry):
+        PatternTrie.insert(self, k, entry)
+        self.routes = {}
+
+    def remove(self, k, entry):
+        if not PatternTrie.remove(self, k, entry):
+            return False
+        # A new dict, not clear(): a route being offered to stays as it was.
+        self.routes = {}
+        return True
+
+    def match(self, topic, item):
+        """Call ``entry.offer(item)`` for every entry matching ``topic``."""
+        if not self.count:
+            return
+        routes = self.routes
+        r = routes.get(topic)
+        if r is None:
+            if len(routes) >= ROUTES:
+                _visit(self.root, topic, 0, len(topic), None, item)
+                return
+            out = []
+            _visit(self.root, topic, 0, len(topic), out, None)
+            r = routes[topic] = tuple(out) if out else _NONE
+        for e in r:
+            e.offer(item)
+
+
+def string_keys(key):
+    """``key`` (topic.key) remembering the keys of string topics: a string
+    published again is not split and checked again."""
+    keys = {}
+
+    def cached(topic):
+        if type(topic) is not str:
+            return key(topic)
+        k = keys.get(topic)
+        if k is None:
+            k = key(topic)
+            if len(keys) >= KEYS:
+                keys.clear()
+            keys[topic] = k
+        return k
+
+    cached.__doc__ = key.__doc__
+    return cached
