@@ -81,3 +81,28 @@ def test_extra_travels_on_every_operation():
     o = _one(c, extra={"kind": "evil", "conn_id": "x", "principal": "root"})
     assert o.kind == "local" and o.conn_id == c.conn_id and o.principal is None
     assert o.extra["kind"] == "evil"
+
+
+def test_a_factory_s_fields_with_each_publish_s_own_extra():
+    # CPython builds an origin with extra from the fields of the one before:
+    # whichever comes first, each keeps the factory's fields and its own extra.
+    c = edgebus.Bus().connect(principal="p")
+    d = c.derive(
+        origin_factory={"kind": "link", "link_id": "l1", "peer_node": "n", "generation": 4}
+    )
+    s = d.subscribe("t")
+    d.publish("t", 0, extra={"seq": 1})
+    d.publish("t", 1)
+    d.publish("t", 2, extra={"seq": 3, "late": True})
+    got = [s.recv_nowait().origin for _ in range(3)]
+    for o in got:
+        assert (o.kind, o.conn_id, o.principal, o.link_id, o.peer_node, o.peer_sid) == (
+            "link",
+            d.conn_id,
+            "p",
+            "l1",
+            "n",
+            None,
+        )
+        assert o.generation == 4 and type(o) is edgebus.Origin
+    assert [o.extra for o in got] == [{"seq": 1}, None, {"seq": 3, "late": True}]
