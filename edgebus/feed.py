@@ -42,22 +42,25 @@ class Feed:
     def offer(self, item):
         """Enqueue without blocking; False (and a counted drop) if refused."""
         n = self._n
-        p = self._policy
-        if p >= RENDEZVOUS:
-            if n or not self._waiting:
+        buf = self._buf
+        cap = len(buf)
+        if n == cap or self._policy >= RENDEZVOUS:  # full, or a rendezvous
+            p = self._policy
+            if p >= RENDEZVOUS:
+                if n or not self._waiting:
+                    self._drop()
+                    return False
+            else:
                 self._drop()
-                return False
-        elif n == len(self._buf):
-            self._drop()
-            if p != DROP_OLDEST:
-                return False
-            self._pop()
-        buf = self._buf  # _push, inlined: this runs once per delivery
-        i = self._head + self._n
-        if i >= len(buf):
-            i -= len(buf)
+                if p != DROP_OLDEST:
+                    return False
+                self._pop()
+                n -= 1
+        i = self._head + n  # _push, inlined: this runs once per delivery
+        if i >= cap:
+            i -= cap
         buf[i] = item
-        self._n += 1
+        self._n = n + 1
         if self._waiting:
             self._ev.set()
         return True
