@@ -270,6 +270,8 @@ class Link:
                         self._freed.set()
                 if not self.opts.durable:
                     self.acknowledge(self.rx_mark())
+                elif self._ack_held is not None:
+                    self.acknowledge(self._ack_held)  # its gap has passed, or it waits on
                 rx.timers(self, now)
                 if self._acking:
                     tx.tail_timeout(self, now)
@@ -324,15 +326,8 @@ class Link:
                     break
                 for b in bodies:
                     self.feed(b)
-                # ACK once 16 numbers or 10 ms wait, tick() the rest (BENCHMARKS.md 3)
-                if (
-                    not self.opts.durable
-                    and self._acking
-                    and (
-                        (self.state.get("rx_next") or 0) - self._rx_acked >= 16
-                        or compat.now() - self._t_ack >= 0.01
-                    )
-                ):
+                # What came is acknowledged now, or held for tick() (opts.ack_gap)
+                if not self.opts.durable and self._acking:
                     self.acknowledge(self.rx_mark())
                 if self._ctl or self._calls or self._snap is not None:
                     self._wake.set()

@@ -51,6 +51,9 @@ class Options:
     claims = True  # False drops a sender's relay claims (src, via: rx.extra_in)
     paced = False  # True refuses a peer without acknowledgements and a window (handshake)
     max_retained = None  # the facts the peer may retain here (rx.room)
+    # s between two ACKs while numbers keep coming, unless half the window
+    # waits: ACKs are cumulative, and each one wakes the sender (a device).
+    ack_gap = 0.5
     NAMES = (
         "exports",
         "imports",
@@ -78,6 +81,7 @@ class Options:
         "claims",
         "paced",
         "max_retained",
+        "ack_gap",
     )
     # Derived, once per object: do the export rules name {node}? (tx.observe);
     # local_only parsed for a bus's wildcards (local_patterns()).
@@ -93,6 +97,11 @@ class Options:
                 raise TypeError("no link option %r (%s)" % (k, ", ".join(self.NAMES)))
             self._set(k, v)
         seal_check(self.seal)
+        g = self.ack_gap
+        if type(g) not in (int, float) or not 0 <= g <= 1:
+            # past half the sender's 2 s tail timeout it would send again
+            # what waits for the held ACK (tx.RTO)
+            raise ValueError("ack_gap must be a number of seconds from 0 to 1, not %r" % (g,))
         if self.max_len < wire.MIN_LEN:
             raise ValueError(
                 "max_len %d leaves no room for the handshake: at least %d"

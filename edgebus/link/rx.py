@@ -15,6 +15,7 @@ def init(link):
     link._retained = None  # the facts the peer retained here, kept under max_retained
     link._t_resend = 0.0  # RESEND, or no_session, sent
     link._t_ack = -1.0  # the last ACK sent: the first goes at once (clocks from 0)
+    link._ack_held = None  # a mark acknowledge() keeps for tick() (opts.ack_gap)
     link._oversize_in = 0  # the transport reader's oversize count, as last seen (oversize_in)
     reset(link)  # not stuck, the snapshot in, the last ACK's number
 
@@ -25,6 +26,7 @@ def reset(link):
     link._stuck = False
     link._rx_sync, link._rx_overflow = None, False
     link._rx_acked = 0
+    link._ack_held = None
 
 
 def rx_mark(link):
@@ -39,13 +41,27 @@ def rx_mark(link):
 
 
 def acknowledge(link, mark):
-    """Link.acknowledge: the owner made everything under ``mark`` durable: tell the peer."""
+    """Link.acknowledge: the owner made everything under ``mark`` durable: tell
+    the peer, at once when no ACK went for opts.ack_gap s or half the window
+    waits for it (16 numbers at most: the sender's spool holds them in
+    bytes), else from tick() once the gap has passed (one ACK for all that
+    came meanwhile: a device sending 20 readings a second is woken by two
+    ACKs a second, not twenty)."""
     if mark is None or link.status != wire.UP or not link._acking:
         return
-    if mark[0] == link.peer_sid and mark[1] is not None and mark[1] > link._rx_acked:
-        link._rx_acked = mark[1]
-        link._t_ack = compat.now()
-        tx.control(link, wire.ACK, mark[1])
+    n = mark[1]
+    if mark[0] == link.peer_sid and n is not None and n > link._rx_acked:
+        now = compat.now()
+        w = link._rx_window
+        if now - link._t_ack >= link.opts.ack_gap or n - link._rx_acked >= (
+            w // 2 if w and w < 32 else 16
+        ):
+            link._ack_held = None
+            link._rx_acked = n
+            link._t_ack = now
+            tx.control(link, wire.ACK, n)
+        else:
+            link._ack_held = mark if len(mark) == 2 else mark[:2]
     if len(mark) > 2:
         from . import hist
 
