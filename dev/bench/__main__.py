@@ -6,8 +6,8 @@ The results (benchmarks.json and the plots) go to dev/bench/results/ and the
 report to BENCHMARKS.md at the repository root, linking the plots there.
 --smoke runs each benchmark briefly (CI keeps the suite working with it) and
 writes everything to out/bench-smoke/ instead; --out DIR writes everything to
-DIR. --only runs some parts (core, mpy, link, bridge, log, fleet, spark, swarm,
-ota, tls)
+DIR. --only runs some parts (core, mpy, link, bridge, log, fleet, device, spark,
+swarm, ota, tls)
 and keeps the other figures from the benchmarks.json already there. --baseline
 REF[,REF...]: the parts that take one (swarm) also measure these commits' code
 (--baseline-only: only it, e.g. while this checkout holds unfinished edits).
@@ -29,6 +29,7 @@ from dev.bench import (
     bridge_bench,
     core_cpython,
     core_mpy,
+    device_cost,
     fleet_bench,
     link_bench,
     log_bench,
@@ -63,6 +64,11 @@ PARTS = {
         log_bench.run,
     ),
     "fleet": ("bridge: a fleet of MicroPython devices over MQTT", "fleet", fleet_bench.run),
+    "device": (
+        "a MicroPython device's CPU per reading at 20/s: edgebus vs umqtt.simple",
+        "device",
+        device_cost.run,
+    ),
     "spark": (
         "spark: ingest rows/s vs Spark's JSON source, publish -> queryable",
         "spark",

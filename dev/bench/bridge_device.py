@@ -15,7 +15,8 @@ into an out_queue big enough for it. ACK 0 does not offer acknowledgements
 topic prefix (the bridge's [mqtt] prefix), "edgebus" by default. SEAL: the
 link's seal mode ("auto" by default).
 
-Prints "sent N" once the link has sent every message, then (once every
+Prints "up" once its session is up and before the first message, "sent N" once the
+link has sent every message, then (once every
 message is acknowledged, or 30 s later) one JSON line: when the last
 acknowledgement came ("acked_s", seconds from the first publish; null if
 not all were), each message's publish -> acknowledgement latency at this
@@ -60,6 +61,12 @@ def _on_ack(link, n, _orig=tx.on_ack):
 tx.on_ack = _on_ack  # rx calls it through the module: every ACK passes here
 
 
+def _flush():
+    fl = getattr(sys.stdout, "flush", None)
+    if fl:
+        fl()
+
+
 async def main(
     host, port, node, key, n, pace_ms, out_queue, window, ack=1, prefix="edgebus", seal="auto"
 ):
@@ -80,6 +87,8 @@ async def main(
     while link.status != "up":
         await asyncio.sleep(0.01)
     await asyncio.sleep(0.2)  # the snapshot and routes go out first
+    print("up")  # what follows is the readings' cost (dev/bench/device_cost.py)
+    _flush()
     c = bus.connect()
     base = link.counters.get("frames_out", 0)
     seq0 = link.tx_seq  # nothing else is exported: message i is seq0 + i
@@ -132,9 +141,7 @@ async def main(
             }
         )
     )
-    fl = getattr(sys.stdout, "flush", None)
-    if fl:
-        fl()
+    _flush()
     # Stay up until the benchmark kills this process: closing now could drop
     # frames still in the socket's buffers (a close with unread input resets).
     while True:

@@ -16,6 +16,7 @@ SECTIONS = (
     ("link", "3"),
     ("bridge", "4"),
     ("fleet", "4, a fleet"),
+    ("device", "4, a device's cost"),
     ("spark", "5"),
     ("log", "6"),
     ("swarm", "8"),
@@ -338,7 +339,8 @@ def _link_spool(sc):
 def _bridge_section(res, out, md_dir):
     br = res.get("bridge")
     fl = res.get("fleet")
-    if not br and not fl:
+    dc = res.get("device")
+    if not br and not fl and not dc:
         return []
     L = []
     if br:
@@ -397,7 +399,38 @@ def _bridge_section(res, out, md_dir):
         )
         if fl["devices"] >= 50:
             L += [""] + _t("bridge_fleet_rate")
+    if dc:
+        L += [""] + _device_cost(dc)
     return L
+
+
+def _device_cost(dc):
+    """What a reading costs a MicroPython device beside umqtt (dev/bench/device_cost.py)."""
+    q1 = dc["umqtt_qos1"]["cpu_us"]
+    rows = []
+    for key, name in (
+        ("edgebus", "edgebus: sealed, encrypted, acks on, into the bridge's log"),
+        ("umqtt_qos0", "umqtt.simple, QoS 0"),
+        ("umqtt_qos1", "umqtt.simple, QoS 1"),
+    ):
+        r = dc[key]
+        rows.append(
+            "| %s | %s (%s) | %.2f× | %s |"
+            % (
+                name,
+                _f(r["cpu_us"]),
+                "–".join(_f(x) for x in sorted(r["cpu_us_all"])),
+                r["cpu_us"] / q1,
+                "%.3f" % r["frames_in"],
+            )
+        )
+    return _t(
+        "device_cost",
+        readings=_n(dc["readings"]),
+        rate="%g" % (1000 / dc["pace_ms"]),
+        runs="%d" % dc["runs"],
+        rows="\n".join(rows),
+    )
 
 
 def _bridge_acks(res, br):
