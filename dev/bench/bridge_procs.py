@@ -162,6 +162,7 @@ async def _bridge(cfg_path, pattern, profile):
     _say("ready")
     async for cmd in _commands():
         gaps0 = sum(l.counters.get("gaps", 0) for l in b.links.values())
+        drop0 = sum(l.counters.get("over_share", 0) for l in b.links.values())
         while sub.recv_nowait() is not None:  # leftovers of an earlier run
             pass
         if cmd[0] == "up":
@@ -177,6 +178,9 @@ async def _bridge(cfg_path, pattern, profile):
         if prof:
             prof.disable()
         res["gaps"] = sum(l.counters.get("gaps", 0) for l in b.links.values()) - gaps0
+        # Frames dropped past a device's share of the queue: a burst's last
+        # ones leave no gap behind them (no later number shows the hole).
+        res["dropped"] = sum(l.counters.get("over_share", 0) for l in b.links.values()) - drop0
         _say(res)
     b.stop()
     await bt

@@ -447,7 +447,7 @@ def _bridge_acks(res, br):
     for k, name in names:
         r = a[k]
         if r.get("lost"):
-            name += " (%s of %s lost past its share of the queue: gaps)" % (
+            name += " (%s of %s dropped past its share of the queue, counted)" % (
                 _f(r["lost"]),
                 _f(r["sent"]),
             )
