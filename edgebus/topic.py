@@ -144,6 +144,6 @@ def matches(pkey, k):
 
 
 if not MICROPYTHON:
-    from .memo_cpython import string_keys
+    from .topic_cpython import string_keys
 
     key = string_keys(key)

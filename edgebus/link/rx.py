@@ -15,18 +15,17 @@ def init(link):
     link._retained = None  # the facts the peer retained here, kept under max_retained
     link._t_resend = 0.0  # RESEND, or no_session, sent
     link._t_ack = -1.0  # the last ACK sent: the first goes at once (clocks from 0)
-    link._ack_held = None  # a mark acknowledge() keeps for tick() (opts.ack_gap)
     link._oversize_in = 0  # the transport reader's oversize count, as last seen (oversize_in)
     reset(link)  # not stuck, the snapshot in, the last ACK's number
 
 
 def reset(link):
     """The receiving side between sessions (Link.__init__, end_session): not
-    stuck, no snapshot coming, no ACK sent."""
+    stuck, no snapshot coming, no ACK sent or held."""
     link._stuck = False
     link._rx_sync, link._rx_overflow = None, False
     link._rx_acked = 0
-    link._ack_held = None
+    link._ack_held = None  # a mark acknowledge() keeps for tick() (opts.ack_gap)
 
 
 def rx_mark(link):

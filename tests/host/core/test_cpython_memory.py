@@ -1,8 +1,9 @@
-"""CPython's memo of routes and string topics (edgebus/memo_cpython.py): past
+"""CPython's memory of routes and string topics (edgebus/trie_cpython.py,
+edgebus/topic_cpython.py): past
 its limits a bus delivers the same, and a subscription change is seen at once."""
 
 import edgebus
-from edgebus import memo_cpython
+from edgebus import topic_cpython, trie_cpython
 
 
 def _drain(sub):
@@ -13,7 +14,7 @@ def _drain(sub):
 
 
 def test_past_the_remembered_routes_every_topic_is_still_delivered(monkeypatch):
-    monkeypatch.setattr(memo_cpython, "ROUTES", 2)
+    monkeypatch.setattr(trie_cpython, "ROUTES", 2)
     bus = edgebus.Bus(q_length=64)
     c = bus.connect()
     all_ = c.subscribe("dev/+/temp")
@@ -41,7 +42,7 @@ def test_a_new_or_ended_subscription_changes_the_next_publish_s_route():
 
 
 def test_a_string_topic_s_key_is_remembered_and_bad_ones_still_refused(monkeypatch):
-    monkeypatch.setattr(memo_cpython, "KEYS", 3)
+    monkeypatch.setattr(topic_cpython, "KEYS", 3)
     bus = edgebus.Bus(q_length=64)
     c = bus.connect()
     s = c.subscribe("#")

@@ -1,8 +1,7 @@
-"""What the core remembers between publishes on CPython: each topic's route
-through a PatternTrie, and the key of each string topic. Never imported on
-MicroPython: there this code and what it holds would cost heap that the
-64 KB budget has no room for (tests/test_mpy_budget.py), and the tries and
-topics work the same without it."""
+"""CPython's PatternTrie, which remembers each topic's route. Never imported
+on MicroPython: there this code and the routes would cost heap that the
+64 KB budget has no room for (tests/test_mpy_budget.py), and the trie
+matches the same without them."""
 
 from .trie import PatternTrie, _visit
 
@@ -10,7 +9,6 @@ from .trie import PatternTrie, _visit
 # forgotten to make room, which would allocate a route a publish). The
 # bridge publishes a few topics for each of thousands of devices.
 ROUTES = 65536
-KEYS = 4096  # string topics' keys, after which the oldest are forgotten together
 _NONE = ()  # the route of a topic nothing matches: one shared tuple
 
 
@@ -49,23 +47,3 @@ class RoutedTrie(PatternTrie):
             r = routes[topic] = tuple(out) if out else _NONE
         for e in r:
             e.offer(item)
-
-
-def string_keys(key):
-    """``key`` (topic.key) remembering the keys of string topics: a string
-    published again is not split and checked again."""
-    keys = {}
-
-    def cached(topic):
-        if type(topic) is not str:
-            return key(topic)
-        k = keys.get(topic)
-        if k is None:
-            k = key(topic)
-            if len(keys) >= KEYS:
-                keys.clear()
-            keys[topic] = k
-        return k
-
-    cached.__doc__ = key.__doc__
-    return cached
