@@ -7,8 +7,14 @@ from .trie import PatternTrie, _visit
 
 # Topics remembered; past them a topic is walked as before (nothing is
 # forgotten to make room, which would allocate a route a publish). The
-# bridge publishes a few topics for each of thousands of devices.
-ROUTES = 65536
+# bridge publishes a few topics for each of thousands of devices. Only a
+# topic of at most SHORT characters is remembered: a device that publishes
+# ever new topics (hostile, or a bug) makes the bridge hold at most ROUTES
+# of them, 13 MB for a subscription and an observer matching them all, and
+# slows no publish below a walk (the routes remembered stay, the rest are
+# walked as before).
+ROUTES = 32768
+SHORT = 128
 _NONE = ()  # the route of a topic nothing matches: one shared tuple
 
 
@@ -39,7 +45,7 @@ class RoutedTrie(PatternTrie):
         routes = self.routes
         r = routes.get(topic)
         if r is None:
-            if len(routes) >= ROUTES:
+            if len(routes) >= ROUTES or _long(topic):
                 _visit(self.root, topic, 0, len(topic), None, item)
                 return
             out = []
@@ -47,3 +53,13 @@ class RoutedTrie(PatternTrie):
             r = routes[topic] = tuple(out) if out else _NONE
         for e in r:
             e.offer(item)
+
+
+def _long(topic):
+    """Whether ``topic`` (a key: str and int tokens) is past SHORT characters."""
+    n = 0
+    for t in topic:
+        n += len(t) if type(t) is str else 20
+        if n > SHORT:
+            return True
+    return False

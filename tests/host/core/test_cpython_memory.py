@@ -27,6 +27,18 @@ def test_past_the_remembered_routes_every_topic_is_still_delivered(monkeypatch):
     assert _drain(one) == [("dev", 3, "temp")] * 2
 
 
+def test_a_long_topic_is_delivered_and_not_remembered():
+    bus = edgebus.Bus(q_length=8)
+    c = bus.connect()
+    s = c.subscribe("dev/#")
+    long_ = ("dev", "n1", "x" * (trie_cpython.SHORT + 1))
+    for _ in range(2):
+        c.publish(long_, 1)
+        c.publish(("dev", "n1", "temp"), 2)
+    assert _drain(s) == [long_, ("dev", "n1", "temp")] * 2
+    assert list(bus._subs.routes) == [("dev", "n1", "temp")]
+
+
 def test_a_new_or_ended_subscription_changes_the_next_publish_s_route():
     bus = edgebus.Bus(q_length=8)
     c = bus.connect()
