@@ -420,10 +420,19 @@ class Link:
         connections (its imported retained facts stay on the bus)."""
         t = self._transport
         if t is not None and self.status == wire.UP:
+            bodies = [wire.encode(wire.BYE, {"reason": reason})]
+            h = self._ack_held
+            if h is not None and h[0] == self.peer_sid and h[1] > self._rx_acked and not self._ctl:
+                # durable here and held for ack_gap: said before the BYE, so the
+                # peer frees it now rather than send it again to the next session
+                # (not past a control frame still queued: a REFUSE goes first)
+                self._rx_acked = h[1]
+                bodies.insert(0, wire.encode(wire.ACK, h[1]))
             try:
-                # its own tail: the writer may be sending
-                b, tl = seal.out(self, wire.encode(wire.BYE, {"reason": reason}), True)
-                await (t.send(b) if tl is None else t.send(b, tl))
+                for body in bodies:
+                    # its own tail: the writer may be sending
+                    b, tl = seal.out(self, body, True)
+                    await (t.send(b) if tl is None else t.send(b, tl))
             except OSError:
                 pass
         self.end_session(reason)

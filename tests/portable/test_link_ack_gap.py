@@ -85,3 +85,26 @@ def test_half_the_window_waiting_is_acknowledged_without_the_gap():
         assert acks >= 4, acks
 
     run(main())
+
+
+def test_a_held_ack_is_said_before_the_bye():
+    async def main():
+        j = Joined(host_kw={"ack_gap": 1.0}).start()
+        try:
+            await until(lambda: up(j), 5)
+            await asyncio.sleep(1.1)  # past a gap since the session's own frames
+            c = j.dev.connect()
+            first = j.dl.tx_seq
+            c.publish("sensor/temp", 0)
+            await until(lambda: j.dl.tx_acked > first, 5)  # at once
+            for k in range(1, 4):
+                c.publish("sensor/temp", k)
+            last = first + 3
+            await until(lambda: (j.hl.state.get("rx_next") or 0) > last, 5)
+            assert j.dl.tx_acked <= last  # held: within the gap, under 16
+            await j.hl.close("bye")
+            await until(lambda: j.dl.tx_acked > last, 5)
+        finally:
+            await j.stop()
+
+    run(main())
