@@ -8,7 +8,7 @@ from .trie import KeyTrie, PatternTrie
 from .values import Origin, RetainedEvent
 
 if not MICROPYTHON:
-    from .trie_cpython import RoutedTrie as PatternTrie  # noqa: F811
+    from .memo_cpython import RoutedTrie as PatternTrie  # noqa: F811
 
 
 def _token(name, v):

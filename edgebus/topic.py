@@ -10,7 +10,7 @@ Sentinels cannot collide with user tokens, so ``literal('+')`` and a published
 ``'+'`` are plain text while the wildcards stay distinct.
 """
 
-from .compat import MICROPYTHON, type_name
+from .compat import type_name
 
 # Wildcards in a key; plain objects, which no user token can equal.
 ANY = object()  # single-level
@@ -141,9 +141,3 @@ def matches(pkey, k):
         if i >= n or (p is not ANY and (type(p) is not type(k[i]) or p != k[i])):
             return False
     return len(pkey) == n
-
-
-if not MICROPYTHON:
-    from .topic_cpython import string_keys
-
-    key = string_keys(key)

@@ -199,7 +199,9 @@ def _core_mpy(res):
         per_endpoint=_f(med("per_endpoint_q1")),
         alloc_1=_f(med("alloc_per_publish_1sub")),
         alloc_10=_f(med("alloc_per_publish_10subs")),
-        max_subs=_f(mp["max_subscriptions_q8_in_64K"]),
+        max_subs=_f(mp["max_subscriptions_q8_in_64K"])
+        if mp.get("import_core_in_64K") is not None
+        else "0: the core did not import in this run's 64 KB heap",
         device=_block(device),
         speed="\n".join(speed),
     )

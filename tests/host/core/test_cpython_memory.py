@@ -1,9 +1,8 @@
-"""CPython's memory of routes and string topics (edgebus/trie_cpython.py,
-edgebus/topic_cpython.py): past
+"""CPython's memory of routes and string topics (edgebus/memo_cpython.py): past
 its limits a bus delivers the same, and a subscription change is seen at once."""
 
 import edgebus
-from edgebus import topic_cpython, trie_cpython
+from edgebus import memo_cpython
 
 
 def _drain(sub):
@@ -14,7 +13,7 @@ def _drain(sub):
 
 
 def test_past_the_remembered_routes_every_topic_is_still_delivered(monkeypatch):
-    monkeypatch.setattr(trie_cpython, "ROUTES", 2)
+    monkeypatch.setattr(memo_cpython, "ROUTES", 2)
     bus = edgebus.Bus(q_length=64)
     c = bus.connect()
     all_ = c.subscribe("dev/+/temp")
@@ -31,7 +30,7 @@ def test_a_long_topic_is_delivered_and_not_remembered():
     bus = edgebus.Bus(q_length=8)
     c = bus.connect()
     s = c.subscribe("dev/#")
-    long_ = ("dev", "n1", "x" * (trie_cpython.SHORT + 1))
+    long_ = ("dev", "n1", "x" * (memo_cpython.SHORT + 1))
     for _ in range(2):
         c.publish(long_, 1)
         c.publish(("dev", "n1", "temp"), 2)
@@ -54,7 +53,7 @@ def test_a_new_or_ended_subscription_changes_the_next_publish_s_route():
 
 
 def test_a_string_topic_s_key_is_remembered_and_bad_ones_still_refused(monkeypatch):
-    monkeypatch.setattr(topic_cpython, "KEYS", 3)
+    monkeypatch.setattr(memo_cpython, "KEYS", 3)
     bus = edgebus.Bus(q_length=64)
     c = bus.connect()
     s = c.subscribe("#")

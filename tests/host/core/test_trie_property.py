@@ -5,9 +5,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import edgebus
+from edgebus.memo_cpython import RoutedTrie
 from edgebus.topic import ANY, REST, key, pattern
 from edgebus.trie import KeyTrie, PatternTrie
-from edgebus.trie_cpython import RoutedTrie
 
 # A small alphabet so that random patterns and topics collide often; includes
 # int tokens that render like str ones, and the wildcard characters as text.

@@ -1,8 +1,12 @@
-"""CPython's PatternTrie, which remembers each topic's route. Never imported
-on MicroPython: there this code and the routes would cost heap that the
-64 KB budget has no room for (tests/test_mpy_budget.py), and the trie
-matches the same without them."""
+"""What the core remembers between publishes on CPython: each topic's route
+through a PatternTrie (bus.py takes RoutedTrie) and each string topic's key
+(topic.key, wrapped once when this module is imported). Never imported on
+MicroPython: there this code and what it holds would cost heap that the
+64 KB budget has no room for (tests/test_mpy_budget.py), and the tries and
+topics work the same without it. bus.py's one import line is all a device
+loads of it: each module name and imported name is a string on its heap."""
 
+from . import topic
 from .trie import PatternTrie, _visit
 
 # Topics remembered; past them a topic is walked as before (nothing is
@@ -15,6 +19,7 @@ from .trie import PatternTrie, _visit
 # walked as before).
 ROUTES = 32768
 SHORT = 128
+KEYS = 4096  # string topics' keys remembered, after which all are forgotten together
 _NONE = ()  # the route of a topic nothing matches: one shared tuple
 
 
@@ -63,3 +68,26 @@ def _long(topic):
         if n > SHORT:
             return True
     return False
+
+
+def string_keys(key):
+    """``key`` (topic.key) remembering the keys of string topics: a string
+    published again is not split and checked again."""
+    keys = {}
+
+    def cached(topic):
+        if type(topic) is not str:
+            return key(topic)
+        k = keys.get(topic)
+        if k is None:
+            k = key(topic)
+            if len(keys) >= KEYS:
+                keys.clear()
+            keys[topic] = k
+        return k
+
+    cached.__doc__ = key.__doc__
+    return cached
+
+
+topic.key = string_keys(topic.key)  # every caller of topic.key gets it from now on
