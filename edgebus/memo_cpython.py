@@ -76,6 +76,8 @@ def string_keys(key):
     keys = {}
 
     def cached(topic):
+        """The concrete key of a published/retained topic (wildcards are
+        text); a string topic's is remembered."""
         if type(topic) is not str:
             return key(topic)
         k = keys.get(topic)
@@ -86,7 +88,6 @@ def string_keys(key):
             keys[topic] = k
         return k
 
-    cached.__doc__ = key.__doc__
     return cached
 
 
