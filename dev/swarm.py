@@ -878,9 +878,10 @@ def figures(summary):
 
 
 def check(log_dir, summary):
-    """Every device's readings in the bridge's log (``log_dir``, read with
-    tlog.read_log: sealed segments) against what it sent and had
-    acknowledged (``summary``: Swarm.summary() or its JSON). Per device:
+    """Every device's readings in the bridge's log (``log_dir``, or each
+    of a list of logs: a bridge's workers'; read with tlog.read_log: sealed
+    segments) against what it sent and had acknowledged (``summary``:
+    Swarm.summary() or its JSON). Per device:
     ``acked_missing`` (acknowledged, not in the log: must be 0),
     ``spooled_missing`` (not acknowledged, not in the log, still in the
     device's spool), ``evicted_missing`` (the rest: evicted from a full
@@ -893,10 +894,11 @@ def check(log_dir, summary):
 
     devs = {d["node"]: d for d in summary["devices"]}
     seen = {n: collections.Counter() for n in devs}
-    for _pos, r in tlog.read_log(log_dir, decode_payload=False):
-        d = devs.get(r.get("peer_node"))
-        if d is not None and r.get("peer_sid") == d["sid"] and r["topic"][2:] == TOPIC:
-            seen[d["node"]][r["seq"]] += 1
+    for one in [log_dir] if isinstance(log_dir, str) else log_dir:
+        for _pos, r in tlog.read_log(one, decode_payload=False):
+            d = devs.get(r.get("peer_node"))
+            if d is not None and r.get("peer_sid") == d["sid"] and r["topic"][2:] == TOPIC:
+                seen[d["node"]][r["seq"]] += 1
     out = {}
     keys = (
         "logged",

@@ -21,8 +21,10 @@ Baseline commits can be measured beside this checkout in the same run
 (``--baseline REF[,REF...]``): its tree (``git archive``, plus this dev/swarm.py)
 runs the bridge and the devices' edgebus."""
 
+import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -76,6 +78,22 @@ def _proc(pid):
     return cpu, mem.get("VmRSS", 0), mem.get("VmHWM", 0)
 
 
+def _tree(pid):
+    """_proc over process ``pid`` and its children (a bridge's workers), summed."""
+    pids = [pid]
+    for t in glob.glob("/proc/%d/task/*/children" % pid):
+        with open(t) as f:
+            pids += [int(c) for c in f.read().split()]
+    tot = [0.0, 0, 0]
+    for p in pids:
+        try:
+            for k, v in enumerate(_proc(p)):
+                tot[k] += v
+        except FileNotFoundError:  # a worker gone meanwhile
+            pass
+    return tuple(tot)
+
+
 # The bridge's counters (summed over its links) that say how sessions started and ended.
 CHURN = (
     "sessions",
@@ -90,6 +108,13 @@ CHURN = (
     "unexpected",
     "errors",
 )
+
+
+def _family(name):
+    """A sample's name without its ``worker`` label: the bridge of several
+    workers (bridge/workers.py) gives each worker's series, summed here."""
+    name = re.sub(r',?worker="\d+"', "", name)
+    return name.replace("{,", "{").replace("{}", "")
 
 
 def _log_figures(port):
@@ -107,13 +132,15 @@ def _log_figures(port):
     with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port, timeout=60) as r:
         for line in r.read().decode().splitlines():
             name, _, value = line.rpartition(" ")
+            name = _family(name)
             if name in want:
-                out[want[name]] = int(float(value))
+                out[want[name]] += int(float(value))
             elif name.startswith("edgebus_fleet_events_total{"):
                 k = name.split('"')[1]
-                out.setdefault("fleet", {})[k] = int(float(value))  # the bridge's side
+                f = out.setdefault("fleet", {})  # the bridge's side
+                f[k] = f.get(k, 0) + int(float(value))
                 if k == "gaps":
-                    fleet = out["fleet"][k]
+                    fleet = f[k]
             elif name.startswith("edgebus_link_events_total{") and 'counter="gaps"' in name:
                 out["gaps"] += int(float(value))
     if fleet is not None:
@@ -121,16 +148,18 @@ def _log_figures(port):
     return out
 
 
-def _started(work, tree, metrics, broker_port, devices=None):
+def _started(work, tree, metrics, broker_port, devices=None, workers=1):
     """A bridge with its log (in ``work``) for the ``[mqtt]`` fragment
-    ``devices`` (None: no device), once its socket is there."""
+    ``devices`` (None: no device), run as ``workers`` processes, once its
+    sockets are there."""
     os.makedirs(work, exist_ok=True)
     toml = os.path.join(work, "bridge.toml")
     with open(toml, "w") as f:
         f.write(
-            '[bridge]\nnode = "gw"\nstate_dir = "%s"\nsocket = "%s"\n'
+            '[bridge]\nnode = "gw"\n%sstate_dir = "%s"\nsocket = "%s"\n'
             'metrics = "127.0.0.1:%d"\n[log]\ndir = "%s"\npatterns = ["dev/#"]\n\n%s'
             % (
+                "workers = %d\n" % workers if workers > 1 else "",
                 os.path.join(work, "state"),
                 os.path.join(work, "bridge.sock"),
                 metrics,
@@ -143,7 +172,7 @@ def _started(work, tree, metrics, broker_port, devices=None):
 
 def _cpus(bridge, swarm):
     """(the bridge's CPU seconds, the devices' processes' together)."""
-    return _proc(bridge.proc.pid)[0], sum(_proc(c.p.pid)[0] for c in swarm.children)
+    return _tree(bridge.proc.pid)[0], sum(_proc(c.p.pid)[0] for c in swarm.children)
 
 
 def _steady(lg0, t0, cpus0, lg1, cpus1):
@@ -182,6 +211,7 @@ def trial(
     rate=1.0,
     ramp=None,
     lean=False,
+    bridge_workers=1,
 ):
     """One run in directory ``work`` (which keeps the log, tlog/, and the
     swarm's summary, swarm.json): returns the figures (see the module doc)
@@ -201,20 +231,22 @@ def trial(
         )
         metrics = free_port()
         # The same bridge with no device first: its RSS is what the fleet adds to.
-        idle = _started(os.path.join(work, "idle"), tree, metrics, broker.port)
-        rss_idle = _proc(idle.proc.pid)[1]
+        idle = _started(
+            os.path.join(work, "idle"), tree, metrics, broker.port, None, bridge_workers
+        )
+        rss_idle = _tree(idle.proc.pid)[1]
         idle.stop()
         idle.close()
-        bridge = _started(work, tree, metrics, broker.port, swarm.toml())
+        bridge = _started(work, tree, metrics, broker.port, swarm.toml(), bridge_workers)
         try:
-            cpu0, rss0, _ = _proc(bridge.proc.pid)  # every device configured, none come
+            cpu0, rss0, _ = _tree(bridge.proc.pid)  # every device configured, none come
             m0 = _machine()
             t0 = time.monotonic()
             with swarm:
                 # Devices still without a session after this go on spooling:
                 # the figures say how many had one (ever_up).
                 _wait(swarm, lambda p: p["ever_up"] == devices, 60 + devices / 20, show)
-                rss_up = _proc(bridge.proc.pid)[1]
+                rss_up = _tree(bridge.proc.pid)[1]
                 lg0, ts0 = _log_figures(metrics), time.monotonic()
                 cpus0 = _cpus(bridge, swarm)
                 _wait(swarm, lambda p: False, steady, show)
@@ -232,7 +264,7 @@ def trial(
                 swarm.stop_publishing()
                 _wait(swarm, lambda p: not p["behind"], 60 + devices / 50, show)
                 lg1, ts1 = _log_figures(metrics), time.monotonic()
-                cpu1, rss, peak = _proc(bridge.proc.pid)
+                cpu1, rss, peak = _tree(bridge.proc.pid)
                 dev_cpu = sum(_proc(c.p.pid)[0] for c in swarm.children)
                 mq_cpu = _proc(broker.proc.pid)[0]
                 mq_dropped = retained(broker.port, "$SYS/broker/publish/messages/dropped", 5)
@@ -246,6 +278,8 @@ def trial(
             bridge.close()
     with open(os.path.join(work, "swarm.json"), "w") as f:
         json.dump(summary, f)
+    if bridge_workers > 1:  # a log per worker (bridge/split.py)
+        log_dir = [os.path.join(log_dir, "w%d" % i) for i in range(bridge_workers)]
     report = check(log_dir, summary)
     fig = figures(summary)
     fig.update(
@@ -254,6 +288,7 @@ def trial(
             "steady_s": steady,
             "lean": lean,
             "workers": swarm.k,
+            "bridge_workers": bridge_workers,
             "ramp_s": swarm.ramp,
             "drain_s": round(fig["drained_at"] - t_restart, 2)
             if t_restart and fig["drained_at"]

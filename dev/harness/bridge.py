@@ -8,7 +8,7 @@ import subprocess
 
 from dev.harness.poll import wait_until
 from dev.harness.process import ROOT, Process, env, python
-from edgebus.bridge import config
+from edgebus.bridge import config, split
 from edgebus.tools.commands.status import fetch
 
 
@@ -64,9 +64,12 @@ class BridgeProcess:
         self.proc = None
         if toml:
             self.toml = str(toml)
-            self.sock = config.load(self.toml).socket
+            cfg = config.load(self.toml)
+            self.sock = cfg.socket
+            self.socks = split.sockets(cfg)  # every worker's (bridge/split.py)
             return
         self.sock = os.path.join(workdir, "bridge.sock")
+        self.socks = [self.sock]
         self.toml = os.path.join(workdir, "bridge.toml")
         with open(self.toml, "w") as f:
             f.write(
@@ -100,9 +103,9 @@ class BridgeProcess:
         it exits first or takes over timeout seconds (it is closed then)."""
         try:
             wait_until(
-                lambda: os.path.exists(self.sock),
+                lambda: all(os.path.exists(p) for p in self.socks),
                 timeout,
-                "the bridge's socket (see %s)" % self.logpath,
+                "the bridge's socket(s) (see %s)" % self.logpath,
                 step=0.1,
                 procs=[self.proc],
             )

@@ -76,6 +76,9 @@ class Mqtt:
     # file: no arrival on a first frame, a reload takes new ones), and never
     # say "offline" on the presence topic the shards share.
     shard: bool = False
+    # (i, n): this process is worker i of n (bridge/split.py), holding the
+    # devices that hash to it, from the keystore too; None: every device.
+    part: tuple | None = None
 
 
 @dataclass
@@ -174,6 +177,11 @@ class Config:
     mailbox_bytes: int = 16384
     mailbox_expiry: float = 86400.0
     mailbox_margin: float = 60.0
+    # Processes the MQTT fleet is split among (bridge/split.py, workers.py);
+    # ``worker``: which of them this process is (None: the only one, or the
+    # supervisor). Set by the supervisor's command line, never by the file.
+    workers: int = 1
+    worker: int | None = None
 
     def paced_for(self, own: bool | None = None) -> bool:
         """Whether a device or peer link whose entry says ``own`` (None: the
@@ -377,6 +385,19 @@ def parse(data: dict[str, Any], base_dir: str = ".") -> Config:
         if "uid" not in aa:
             raise ConfigError("%s: uid is required" % label("acl", i))
         cfg.acl.append(Acl(**aa))
+    workers(cfg, cfg.workers)
+    return cfg
+
+
+def workers(cfg: Config, n: int) -> Config:
+    """cfg run as ``n`` worker processes (bridge/split.py); ConfigError
+    where it cannot be: they split the [mqtt] devices, so one is needed."""
+    if n > 1 and cfg.mqtt is None:
+        raise ConfigError(
+            "[bridge] workers = %d: workers split the [mqtt] devices, and this "
+            "configuration has no [mqtt] (serial ports and peers are one process's)" % n
+        )
+    cfg.workers = n
     return cfg
 
 
@@ -392,13 +413,18 @@ def _read(path: str) -> dict[str, Any]:
         raise ConfigError("%s: not valid TOML: nested too deeply" % path) from None
 
 
-def load(path: str) -> Config:
-    """A Config from a TOML file; ConfigError with the file named on any problem."""
+def load(path: str, n: int | None = None) -> Config:
+    """A Config from a TOML file; ConfigError with the file named on any
+    problem. ``n``: run as that many workers whatever the file says (a
+    worker's own part of it: split.load)."""
     data = _read(path)
     try:
-        return parse(data, os.path.dirname(os.path.abspath(path)))
+        cfg = parse(data, os.path.dirname(os.path.abspath(path)))
+        if n is not None:
+            workers(cfg, n)
     except ConfigError as e:
         raise ConfigError("%s: %s" % (path, e)) from None
+    return cfg
 
 
 @contextlib.contextmanager

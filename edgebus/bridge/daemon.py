@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import json
 import logging
 import os
 import signal
@@ -19,7 +18,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable, Iterable
 
 import edgebus
-from edgebus.bridge import acl, callerinfo, reload, rotation, status
+from edgebus.bridge import acl, callerinfo, process, reload, rotation, split, status
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.keystore import KeyStore
 from edgebus.bridge.links import local
@@ -27,6 +26,7 @@ from edgebus.bridge.links.options import LinkOptions
 from edgebus.bridge.links.quota import Quota, Watch
 from edgebus.bridge.links.statefile import StateFile
 from edgebus.bridge.mailbox import Mailbox
+from edgebus.bridge.schema import MAX_WORKERS
 from edgebus.compat import wait_for
 
 if TYPE_CHECKING:
@@ -45,16 +45,6 @@ log = logging.getLogger("edgebus.bridge")
 # by the file's size.
 STOP_BYE_S = 1.0
 STOP_STEP_TIMEOUT = 5.0
-
-
-class JsonFormatter(logging.Formatter):
-    """One JSON object per line: structured logs a collector can parse."""
-
-    def format(self, r: logging.LogRecord) -> str:
-        d = {"ts": round(r.created, 3), "level": r.levelname.lower(), "msg": r.getMessage()}
-        if r.exc_info:
-            d["exc"] = self.formatException(r.exc_info)
-        return json.dumps(d)
 
 
 class Bridge:
@@ -145,8 +135,9 @@ class Bridge:
         """The bridge's state: every link's stats (or those of the ids
         ``links``), the fleet's totals (unless not ``fleet``), the bus, the log."""
         ls = self.links
-        return {
-            "node": self.cfg.node,
+        cfg = self.cfg
+        st = {
+            "node": cfg.node,
             "uptime": round(time.time() - self.started, 1),
             "links": {
                 k: status.link_stats(self, ls[k]) for k in (sorted(ls) if links is None else links)
@@ -158,6 +149,11 @@ class Bridge:
             "denied": self.auth.denied if self.auth else 0,
             "mailbox": self.mailbox.stats(),
         }
+        if cfg.worker is not None:  # one of several (bridge/workers.py)
+            st["worker"] = [cfg.worker, cfg.workers]
+            if cfg.worker == 0 and fleet:  # the others', for `edgebus status`
+                st["workers"] = split.read_status(os.path.dirname(cfg.state_dir))
+        return st
 
     async def _status_endpoint(self) -> None:
         ep = self.conn.bind("bridge/status", queue_len=4)
@@ -261,11 +257,15 @@ class Bridge:
 
             with blame("[bridge]", "metrics", cfg.metrics, "cannot listen"):
                 self.metrics = metrics.serve(self, cfg.metrics)
-            log.info(
-                "metrics for Prometheus at http://%s:%d/metrics",
-                cfg.metrics.rpartition(":")[0],
-                self.metrics[0].server_port,
-            )
+            port = self.metrics[0].server_port
+            if cfg.worker is not None:  # for the supervisor's /metrics (workers.py)
+                split.write_metrics_port(cfg.state_dir, port)
+            else:
+                log.info(
+                    "metrics for Prometheus at http://%s:%d/metrics",
+                    cfg.metrics.rpartition(":")[0],
+                    port,
+                )
         return servers
 
     async def _wind_down(self, servers: list[asyncio.Server]) -> set[asyncio.Task[Any]]:
@@ -380,36 +380,12 @@ class Bridge:
         self._stop.set()
 
 
-class _NoPandas:
-    """Refuses to import pandas in the daemon. pyarrow imports pandas, where it is
-    installed, at its first array to check for pandas types: ~45 MB of RSS and 0.4 s
-    on the log's worker at the first seal, for a daemon that writes Parquet from lists.
-    pyarrow goes on without it when the import fails."""
-
-    @staticmethod
-    def find_spec(name: str, path: object = None, target: object = None) -> None:
-        if name == "pandas":
-            raise ModuleNotFoundError("edgebus-bridge does not load pandas", name=name)
-        return None
-
-
-def _log_to_stderr(log_format: str, verbose: bool) -> None:
-    """The daemon's log: one JSON object a line, or text ("auto": text on a
-    terminal, where a person reads it; JSON elsewhere, for a collector)."""
-    h = logging.StreamHandler()
-    if log_format == "auto":
-        log_format = "text" if sys.stderr.isatty() else "json"
-    h.setFormatter(
-        JsonFormatter()
-        if log_format == "json"
-        else logging.Formatter("%(asctime)s %(levelname)s %(message)s")
-    )
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, handlers=[h])
-
-
-def _configuration(path: str | None) -> bridge_config.Config | None:
-    """The configuration at ``path``, loaded and prepared; None when there
-    is none or it is wrong (said on stderr)."""
+def _configuration(
+    path: str | None, worker: int | None = None, workers: int | None = None
+) -> bridge_config.Config | None:
+    """The configuration at ``path`` (run as ``workers`` processes, None: as
+    it says; ``worker``: that one's part), loaded and prepared; None when
+    there is none or it is wrong (said on stderr)."""
     if not path:
         print(
             "edgebus-bridge: error: --config is required; start from the example "
@@ -419,7 +395,7 @@ def _configuration(path: str | None) -> bridge_config.Config | None:
         )
         return None
     try:
-        cfg = bridge_config.load(path)
+        cfg = split.load(path, worker, workers)
     except bridge_config.ConfigError as e:
         print("edgebus-bridge: %s" % e, file=sys.stderr)
         return None
@@ -478,12 +454,33 @@ def main(argv: list[str] | None = None) -> int:
         help="text on a terminal, else one JSON object a line (%(default)s)",
     )
     ap.add_argument("--verbose", "-v", action="store_true")
+    ap.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="run as N processes, the MQTT devices split among them by node id, one "
+        'core each ([bridge] workers; docs/bridge.md, "One host, all its cores")',
+    )
+    ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)  # the supervisor's children
     args = ap.parse_args(argv)
-    sys.meta_path.insert(0, _NoPandas)
-    _log_to_stderr(args.log_format, args.verbose)
-    cfg = _configuration(args.config)
+    if args.workers is not None and not 1 <= args.workers <= MAX_WORKERS:
+        ap.error("--workers must be between 1 and %d" % MAX_WORKERS)
+    if args.worker is not None and args.workers is None:
+        ap.error("--worker is the supervisor's, with --workers")
+    sys.meta_path.insert(0, process.NoPandas)
+    process.log_to_stderr(args.log_format, args.verbose, args.worker)
+    cfg = _configuration(args.config, args.worker, args.workers)
     if cfg is None:
         return 2
+    if cfg.workers > 1 and cfg.worker is None:
+        from edgebus.bridge.workers import Supervisor
+
+        child = ["--log-format", args.log_format] + (["--verbose"] if args.verbose else [])
+        try:
+            return asyncio.run(Supervisor(cfg, args.config, child).run())
+        except bridge_config.ConfigError as e:
+            print("edgebus-bridge: %s: %s" % (args.config, e), file=sys.stderr)
+            return 2
     try:
         asyncio.run(_serve(cfg, args.config))
     except bridge_config.ConfigError as e:  # a start step's (Bridge.run: blame)

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import edgebus
 from edgebus.bridge import config as bridge_config
+from edgebus.bridge import split
 
 if TYPE_CHECKING:
     from edgebus.bridge.config import Config
@@ -47,7 +48,12 @@ async def reload(bridge: BridgeView) -> dict[str, Any]:
     changes as {"added", "removed", "changed", "devices"}, or Refused."""
     path = bridge.config_path
     try:
-        cfg = bridge_config.load(path) if path else bridge.cfg
+        w = bridge.cfg.worker  # a worker reloads its own part (bridge/split.py)
+        cfg = (
+            split.load(path, w, bridge.cfg.workers if w is not None else None)
+            if path
+            else bridge.cfg
+        )
     except bridge_config.ConfigError as e:
         log.error("reload: %s; running on with the configuration loaded before", e)
         raise Refused("configuration not reloaded: %s" % e) from None

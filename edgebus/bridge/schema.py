@@ -21,6 +21,7 @@ LOG_QUEUE_RANGE = (64, 1048576)
 MAX_COMMIT_MS = 10000
 MAX_CLIENT_QUEUE = 65536
 SEALS = ("auto", "encrypt", "mac", "offer", "off")
+MAX_WORKERS = 64  # [bridge] workers: processes (bridge/split.py)
 
 
 class ConfigError(ValueError):
@@ -89,6 +90,7 @@ SCHEMA = {
             "queue_len": Key(int, RANGE, 1, 1048576, " messages"),
             "client_queue": Key(int, RANGE, 1, MAX_CLIENT_QUEUE, " messages"),
             "relay_calls": Key(list, PATTERNS),
+            "workers": Key(int, RANGE, 1, MAX_WORKERS, " processes"),
         },
     ),
     "log": (

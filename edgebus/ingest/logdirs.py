@@ -7,6 +7,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 from typing import Iterable
 
 from edgebus.tlog.segments import is_log_dir
@@ -38,11 +39,15 @@ def check_log_dirs(logs: list[str]) -> None:
             continue
         shown = _shown(d)
         below = _logs_below(d)
-        hint = (
-            "did you mean %s?" % " or ".join(_shown(x) for x in below[:3])
-            if below
-            else "give a bridge's [log] dir"
-        )
+        if below and all(re.fullmatch(r"w\d+", os.path.relpath(x, d)) for x in below):
+            # a bridge of several workers logs in DIR/wI (bridge/split.py)
+            hint = "its workers' logs are %s (quote it for the shell's sake)" % os.path.join(
+                shown, "w*"
+            )
+        elif below:
+            hint = "did you mean %s?" % " or ".join(_shown(x) for x in below[:3])
+        else:
+            hint = "give a bridge's [log] dir"
         raise ValueError(
             "%s holds no log segments and is no telemetry log directory; %s" % (shown, hint)
         )

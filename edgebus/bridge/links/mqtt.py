@@ -19,6 +19,7 @@ import ssl
 from typing import TYPE_CHECKING, Any, Iterable
 from urllib.parse import urlparse
 
+from edgebus.bridge import split
 from edgebus.bridge.keystore import KeyStoreError
 from edgebus.bridge.links import mqtt_conn, mqtt_mirror
 from edgebus.bridge.links.broker_drops import TOPIC as DROPS_TOPIC
@@ -82,6 +83,8 @@ class MqttLinks:
         want = {n: (k, mq.seals.get(n)) for n, k in mq.keys.items()}
         if mq.keystore:
             held = self.bridge.keystore.nodes()
+            if mq.part is not None:  # a worker: the keystore's devices that hash to it
+                held = [n for n in held if split.worker_of(n, mq.part[1]) == mq.part[0]]
             # The mode is the running one's: a reload does not change it.
             for n in held if self.mq.shard else set(self.links) & set(held):
                 want.setdefault(n, (None, None))

@@ -54,9 +54,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 async def reload_devices(sock: str) -> Any:
-    """The bridge at sock reads its devices and keystore again: its changes."""
+    """The bridge at sock reads its devices and keystore again: its changes
+    (a bridge of several workers: each worker does, and the changes are
+    summed; bridge/workers.py)."""
     async with bc.Session(sock) as s:
-        return await s.call(RELOAD, None, CALL_TIMEOUT + bc.ROUTE_WAIT)
+        r = await s.call(RELOAD, None, CALL_TIMEOUT + bc.ROUTE_WAIT)
+        sup = (await s.call("bridge/status", {"links": False}, bc.ROUTE_WAIT)).get("workers")
+    for other in (sup or {}).get("sockets", [])[1:]:
+        async with bc.Session(other) as s:
+            more = await s.call(RELOAD, None, CALL_TIMEOUT + bc.ROUTE_WAIT)
+        r["devices"] += more["devices"]
+        for k in ("added", "removed", "changed"):
+            r[k] = sorted(r[k] + more[k])
+    return r
 
 
 def changes_line(r: dict[str, Any]) -> str:

@@ -10,6 +10,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import edgebus
+from edgebus.bridge.split import worker_of
 from edgebus.client.local import ERRORS, attach_local
 from edgebus.tools.commands import busclient as bc
 
@@ -219,20 +220,102 @@ def _link_table(links: dict[str, Any]) -> list[str]:
     return L
 
 
-async def status(args: argparse.Namespace) -> None:
-    path = bc.socket_path(args)
-    req = {"link": args.link} if args.link else {"links": False} if args.summary else None
+async def _ask(path: str, timeout: float, req: dict[str, Any] | None) -> dict[str, Any]:
+    """fetch(), its failures as the command's (bc.Fail)."""
     try:
-        st = await fetch(path, args.timeout, req)
+        return await fetch(path, timeout, req)
     except OSError as e:
         raise bc.unreachable(path, e) from None
     except edgebus.Timeout:
         raise bc.Fail(
-            bc.TIMEOUT, "the bridge at %s did not answer within %g s" % (path, args.timeout)
+            bc.TIMEOUT, "the bridge at %s did not answer within %g s" % (path, timeout)
         ) from None
     except edgebus.CallError as e:
         raise bc.Fail(bc.FAILED, str(e)) from None
-    bc.emit(json.dumps(st, indent=1) if args.json else render(st))
+
+
+def _holder(link: str, n: int) -> int:
+    """The worker (of ``n``) that holds link id ``link``: an MQTT device's by
+    its node id (bridge/split.py); serial, peer and local links are worker 0's."""
+    kind, _, node = link.partition(":")
+    return worker_of(node, n) if kind == "mqtt" else 0
+
+
+async def _workers(
+    sup: dict[str, Any], first: dict[str, Any], timeout: float, req: dict[str, Any] | None
+) -> list[dict[str, Any]]:
+    """Every worker's status, worker 0's (``first``) already in hand; one
+    that does not answer is {"worker": [i, n], "error": why}."""
+    socks = sup["sockets"]
+    out = [first]
+    for i, path in enumerate(socks[1:], 1):
+        try:
+            out.append(await _ask(path, timeout, req))
+        except bc.Fail as e:
+            out.append({"worker": [i, len(socks)], "error": str(e)})
+    return out
+
+
+def render_workers(sup: dict[str, Any], sts: list[dict[str, Any]]) -> str:
+    """A bridge of several workers: a line each (pid, restarts), the fleet's
+    totals over all, then each worker's own status."""
+    L = ["bridge of %d workers (supervisor pid %s)" % (len(sts), sup.get("pid"))]
+    fleets = []
+    for w, st in zip(sup["workers"], sts):
+        if "error" in st:
+            what = "NOT ANSWERING: %s" % st["error"]
+        else:
+            f = st.get("fleet") or {}
+            fleets.append(f)
+            what = "%d link(s)" % f.get("links", 0)
+        L.append(
+            "  worker %d: pid %s, up since %s, %d restart(s)%s; %s"
+            % (
+                w["worker"],
+                w["pid"] or "-",
+                time.strftime("%H:%M:%S", time.localtime(w["since"])),
+                w["restarts"],
+                "" if w["last_exit"] is None else " (last exit status %s)" % w["last_exit"],
+                what,
+            )
+        )
+    if fleets:
+        L.append("all workers: " + _fleet_line(_sum_fleets(fleets)))
+    for w, st in zip(sup["workers"], sts):
+        if "error" not in st:
+            L += ["", "== worker %d ==" % w["worker"], render(st)]
+    return "\n".join(L)
+
+
+def _sum_fleets(fleets: list[dict[str, Any]]) -> dict[str, Any]:
+    states: dict[str, int] = {}
+    counters: dict[str, int] = {}
+    for f in fleets:
+        for k, v in f.get("states", {}).items():
+            states[k] = states.get(k, 0) + v
+        for k, v in f.get("counters", {}).items():
+            counters[k] = counters.get(k, 0) + v
+    return {"links": sum(f.get("links", 0) for f in fleets), "states": states, "counters": counters}
+
+
+async def status(args: argparse.Namespace) -> None:
+    path = bc.socket_path(args)
+    req = {"link": args.link} if args.link else {"links": False} if args.summary else None
+    if args.link:  # the worker that holds it, in a bridge of several
+        head = await _ask(path, args.timeout, {"links": False})
+        sup = head.get("workers")
+        if sup:
+            path = sup["sockets"][_holder(args.link, len(sup["sockets"]))]
+    st = await _ask(path, args.timeout, req)
+    sup = None if args.link else st.get("workers")
+    if not sup:
+        bc.emit(json.dumps(st, indent=1) if args.json else render(st))
+        return
+    sts = await _workers(sup, st, args.timeout, req)
+    if args.json:
+        bc.emit(json.dumps({"supervisor": sup, "workers": sts}, indent=1))
+    else:
+        bc.emit(render_workers(sup, sts))
 
 
 def run(args: argparse.Namespace) -> int:

@@ -137,17 +137,23 @@ def check_table(spark, table, fleet, lost_pos):
 
 
 def test_a_folder_that_is_no_log_is_refused_before_spark(tmp_path):
-    """An empty folder, or the bridge's working folder given for its log
-    folder: one line naming a log folder below it if any, exit 2 (usage), no
+    """An empty folder, the bridge's working folder given for its log
+    folder, or a bridge of several workers' log folder (a log per worker
+    below it): one line naming the log folders below it if any (the workers':
+    as a glob), exit 2 (usage), no
     checkpoint bound to it and no table; Spark never starts (no session, so
     fast). A bridge's fresh log (its lock, no segment yet) is a log."""
     run, table, ckpt = tmp_path / "run", tmp_path / "table", tmp_path / "ckpt"
     (run / "state").mkdir(parents=True)
     LogWriter(str(run / "tlog")).close()  # what a bridge leaves: LOCK, no segment
     (tmp_path / "empty").mkdir()
+    workers = tmp_path / "workers"  # a bridge of several workers' [log] dir
+    for i in range(2):
+        LogWriter(str(workers / ("w%d" % i))).close()
     for log, hint in (
         (tmp_path / "empty", "give a bridge's [log] dir"),
         (run, "did you mean %s?" % (run / "tlog")),
+        (workers, "its workers' logs are %s (quote it for the shell's sake)" % (workers / "w*")),
     ):
         r = ingest(log, table, ckpt, "--once", timeout=60)
         assert (r.returncode, r.stdout) == (2, ""), r.stderr
