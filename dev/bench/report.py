@@ -702,8 +702,9 @@ def _limit(f):
     were all but full."""
     if f.get("machine_busy") is None:
         return "–"
-    if f["bridge_core_share"] >= 0.9 or (f.get("bridge_steady_core_share") or 0) >= 0.85:
-        return "the bridge (one core)"
+    w = f.get("bridge_workers", 1)  # processes, a core each at most
+    if f["bridge_core_share"] >= 0.9 * w or (f.get("bridge_steady_core_share") or 0) >= 0.85 * w:
+        return "the bridge (one core)" if w == 1 else "the bridge (%d cores)" % w
     if f["machine_busy"] >= 0.85:
         return "the machine (%.0f%% of its cores; the devices %.0f%% of one)" % (
             100 * f["machine_busy"],
@@ -782,7 +783,8 @@ def _swarm_section(sw):
         lambda f: _ms_pair(f["ack_spooled_p50_ms"], f["ack_spooled_p99_ms"]),
     )
     row(
-        "CPU, share of one core: the bridge / the devices' processes / mosquitto",
+        "CPU, share of one core: the bridge (its workers together) / the devices' processes "
+        "/ mosquitto",
         lambda f: " / ".join(
             "–" if f.get(k) is None else "%.0f%%" % (100 * f[k])
             for k in ("bridge_core_share", "devices_core_share", "broker_core_share")

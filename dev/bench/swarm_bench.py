@@ -42,18 +42,22 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 # (label, devices, outage s, seconds of steady readings before it and after the
 # drain, readings/s per device, seconds over which the devices start: None is
 # 1 ms a device, 0 all at once: a start-up storm; the load generator's lean
-# devices instead of full ones: the bridge's own capacity, dev/swarm.py Lean)
+# devices instead of full ones: the bridge's own capacity, dev/swarm.py Lean;
+# the bridge's processes: [bridge] workers, bridge/workers.py)
 FULL = [
-    ("3,000 devices, 30 s outage", 3000, 30.0, 20.0, 1.0, None, False),
-    ("5,000 devices steady", 5000, 0.0, 60.0, 1.0, None, False),
-    ("5,000 lean devices steady", 5000, 0.0, 60.0, 1.0, None, True),
-    ("10,000 devices started at once, 0.2/s", 10000, 0.0, 20.0, 0.2, 0, False),
+    ("3,000 devices, 30 s outage", 3000, 30.0, 20.0, 1.0, None, False, 1),
+    ("5,000 devices steady", 5000, 0.0, 60.0, 1.0, None, False, 1),
+    ("5,000 lean devices steady", 5000, 0.0, 60.0, 1.0, None, True, 1),
+    # the same on a bridge of 2 workers (bridge/workers.py): this checkout's code only
+    ("5,000 lean devices steady, 2 bridge workers", 5000, 0.0, 60.0, 1.0, None, True, 2),
+    ("10,000 devices started at once, 0.2/s", 10000, 0.0, 20.0, 0.2, 0, False, 1),
 ]
 SMOKE = [
-    ("30 devices, 3 s outage", 30, 3.0, 2.0, 1.0, None, False),
-    ("50 devices steady", 50, 0.0, 3.0, 1.0, None, False),
-    ("50 lean devices steady", 50, 0.0, 3.0, 1.0, None, True),
-    ("100 devices started at once, 0.2/s", 100, 0.0, 2.0, 0.2, 0, False),
+    ("30 devices, 3 s outage", 30, 3.0, 2.0, 1.0, None, False, 1),
+    ("50 devices steady", 50, 0.0, 3.0, 1.0, None, False, 1),
+    ("50 lean devices steady", 50, 0.0, 3.0, 1.0, None, True, 1),
+    ("50 lean devices steady, 2 bridge workers", 50, 0.0, 3.0, 1.0, None, True, 2),
+    ("100 devices started at once, 0.2/s", 100, 0.0, 2.0, 0.2, 0, False, 1),
 ]
 
 
@@ -363,9 +367,12 @@ def run(smoke=False, baseline=None, show=None, checkout=True):
             "spool": DEFAULT_SPOOL,
             "cpus": os.cpu_count(),
         }
-        for i, (label, n, outage, steady, rate, ramp, lean) in enumerate(SMOKE if smoke else FULL):
+        scenarios = SMOKE if smoke else FULL
+        for i, (label, n, outage, steady, rate, ramp, lean, bw) in enumerate(scenarios):
             row = {"label": label, "devices": n, "outage_s": outage, "by_tree": {}}
             for j, (tlabel, tree) in enumerate(trees):
+                if bw > 1 and tree != ROOT:  # a baseline may predate workers
+                    continue
                 f = trial(
                     os.path.join(tmp, "run-%d-%d" % (i, j)),
                     n,
@@ -376,6 +383,7 @@ def run(smoke=False, baseline=None, show=None, checkout=True):
                     rate=rate,
                     ramp=ramp,
                     lean=lean,
+                    bridge_workers=bw,
                 )
                 row["by_tree"][tlabel] = f
                 print(
