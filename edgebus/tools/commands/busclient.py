@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from typing import TYPE_CHECKING, Any, Callable, Coroutine, Iterable, Self
 
 import edgebus
+from edgebus.bridge import split
 from edgebus.client.local import SOCKET_ENV, attach_local, config_socket, default_socket
 
 if TYPE_CHECKING:
@@ -102,12 +104,40 @@ def provenance(origin: Origin) -> dict[str, Any]:
     return {"bridge": origin.peer_node, "extra": dict(origin.extra or {})}
 
 
+def holder(topic: str | None, n: int) -> int:
+    """The worker (of ``n``) that holds ``topic``'s device: dev/NODE/...'s
+    by NODE (bridge/split.py); any other topic, worker 0."""
+    words = (topic or "").split("/")
+    if n > 1 and len(words) > 1 and words[0] == "dev" and words[1] not in ("+", "#"):
+        return split.worker_of(words[1], n)
+    return 0
+
+
 def emit(line: str) -> None:
     print(line, flush=True)
 
 
+async def worker_sockets(path: str) -> list[str]:
+    """The sockets of the bridge at ``path``: [path], or, for a bridge of
+    several workers (bridge/workers.py), every worker's, worker 0's (path)
+    first, as worker 0 says (a worker's socket file beside path may be one a
+    killed bridge left)."""
+    if not os.path.exists(split.worker_socket(path, 1)):
+        return [path]
+    async with Session(path, discover=False) as s:
+        st = await s.call("bridge/status", {"links": False}, ROUTE_WAIT)
+    sup = st.get("workers")
+    return list(sup["sockets"]) if sup else [path]
+
+
 class Session:
-    """A bus joined to the bridge's host bus over its unix socket."""
+    """A bus joined to the bridge's host bus over its unix socket.
+
+    A bridge of several workers (bridge/workers.py) is joined where it
+    matters: ``route``, a topic (dev/NODE/...), puts the session (its
+    exports, calls and bridge/ endpoints) on the worker that holds NODE;
+    ``everywhere`` adds a link to each other worker for the imports and the
+    devices' endpoints (dev/#), so that a watch sees the whole fleet."""
 
     def __init__(
         self,
@@ -115,28 +145,45 @@ class Session:
         exports: Iterable[tuple[str, str]] = (),
         imports: Iterable[tuple[str, str]] = (),
         q_length: int = 64,
+        route: str | None = None,
+        everywhere: bool = False,
+        discover: bool = True,
     ) -> None:
         self.path = path
         self.bus = edgebus.Bus(q_length=q_length)
         self.conn = self.bus.connect()
         self.exports = list(exports)
         self.imports = list(imports)
+        self.route = route
+        self.everywhere = everywhere
+        self.discover = discover
         self.link: Link | None = None
         self.task: asyncio.Task[Any] | None = None
+        self.others: list[tuple[Link, asyncio.Task[Any]]] = []  # the other workers'
 
-    async def __aenter__(self) -> Self:
+    async def _attach(self, path: str, main: bool) -> tuple[Link, asyncio.Task[Any]]:
         try:
-            self.link, self.task = await attach_local(
+            return await attach_local(
                 self.bus,
-                self.path,
+                path,
                 node="cli",
-                exports=self.exports,
+                exports=self.exports if main else (),
                 imports=self.imports,
                 export_calls=(),
-                import_calls=[("#", "")],
+                import_calls=[("#", "")] if main else [("dev/#", "")],
             )
         except OSError as e:
-            raise unreachable(self.path, e) from None
+            raise unreachable(path, e) from None
+
+    async def __aenter__(self) -> Self:
+        socks = await worker_sockets(self.path) if self.discover else [self.path]
+        main = socks[holder(self.route, len(socks))]
+        self.path = main
+        self.link, self.task = await self._attach(main, True)
+        if self.everywhere:
+            for p in socks:
+                if p != main:
+                    self.others.append(await self._attach(p, False))
         # The bridge offers its own endpoints to every client: once they are
         # here, the session is up and the routes have arrived.
         await self.until(
@@ -149,8 +196,9 @@ class Session:
 
     async def __aexit__(self, *exc: object) -> None:
         assert self.link is not None and self.task is not None  # for mypy: entered
-        await self.link.close("done")
-        self.task.cancel()
+        for link, task in [(self.link, self.task)] + self.others:
+            await link.close("done")
+            task.cancel()
 
     async def until(self, cond: Callable[[], Any], timeout: float, what: str) -> None:
         for _ in range(int(timeout / 0.01)):
@@ -164,10 +212,10 @@ class Session:
     async def synced(self) -> None:
         """Wait for the bridge's snapshot of its retained values, which comes
         first on a session: from then on a view or watch here holds them."""
-        link = self.link
-        assert link is not None  # for mypy: entered
+        assert self.link is not None  # for mypy: entered
+        links = [self.link] + [lk for lk, _ in self.others]  # every worker's snapshot
         await self.until(
-            lambda: link.counters.get("syncs", 0) >= 1,
+            lambda: all(lk.counters.get("syncs", 0) >= 1 for lk in links),
             ROUTE_WAIT,
             "no snapshot from the bridge within %g s" % ROUTE_WAIT,
         )

@@ -92,7 +92,7 @@ async def _no_route(s: bc.Session, topic: str, e: bc.Fail) -> bc.Fail:
 async def call(args: argparse.Namespace) -> None:
     v = bc.value(args.value)
     # The topic imported too: a retained fact there is told apart from an endpoint gone.
-    async with bc.Session(bc.socket_path(args), imports=[(args.topic, "")]) as s:
+    async with bc.Session(bc.socket_path(args), imports=[(args.topic, "")], route=args.topic) as s:
         if args.queue:
             r = await _held(s, args, v, False)
             bc.emit(

@@ -107,7 +107,7 @@ def _when(t: float) -> str:
 async def rotate(args: argparse.Namespace) -> None:
     q = {"node": args.node, "grace": args.grace, "timeout": args.timeout}
     try:
-        async with bc.Session(bc.socket_path(args)) as s:
+        async with bc.Session(bc.socket_path(args), route="dev/" + args.node) as s:
             r = await s.call(ROTATE, q, 2 * args.timeout + bc.ROUTE_WAIT)
     except bc.Fail as e:
         if args.json:

@@ -30,7 +30,7 @@ async def pub(args: argparse.Namespace) -> None:
         raise ValueError("%s: a publish names one topic, without + or #" % args.topic)
     if words[0] in ("local", "link"):
         raise ValueError("%s: local/ and link/ topics never leave a bus" % args.topic)
-    async with bc.Session(bc.socket_path(args), exports=[(args.topic, "")]) as s:
+    async with bc.Session(bc.socket_path(args), exports=[(args.topic, "")], route=args.topic) as s:
         await s.check(action, args.topic, "you may not %s %s" % (action, args.topic))
         link = s.link
         assert link is not None  # for mypy: the session is up

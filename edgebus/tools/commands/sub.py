@@ -30,7 +30,7 @@ def line(args: argparse.Namespace, m: Any) -> str:
 
 
 async def sub(args: argparse.Namespace) -> None:
-    s = bc.Session(bc.socket_path(args), imports=[("#", "")])
+    s = bc.Session(bc.socket_path(args), imports=[("#", "")], everywhere=True)
     # Subscribed before joining: nothing the bridge sends first is missed.
     feed = s.conn.subscribe(args.pattern, queue_len=args.queue, full=args.full)
     async with s:

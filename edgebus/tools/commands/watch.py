@@ -41,7 +41,7 @@ def show(args: argparse.Namespace, ev: Any) -> bool:
 
 
 async def watch(args: argparse.Namespace) -> None:
-    async with bc.Session(bc.socket_path(args), imports=[("#", "")]) as s:
+    async with bc.Session(bc.socket_path(args), imports=[("#", "")], everywhere=True) as s:
         await s.check("watch_retained", args.pattern, "you may not read %s" % args.pattern)
         await s.synced()
         feed = s.conn.watch_retained(

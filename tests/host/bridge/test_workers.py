@@ -4,7 +4,8 @@ configuration run as N processes that split the MQTT fleet by node id.
 The split itself is checked on configurations; then, with real parts (a
 mosquitto, 12 CPython devices of dev/swarm.py, a bridge of 2 workers with its
 log and /metrics): every device is held by the worker its node id hashes to,
-`edgebus status` shows all of them through the one socket, /metrics labels
+`edgebus status` shows all of them through the one socket, `edgebus sub`
+sees them all and `edgebus pub` reaches the worker that holds the device, /metrics labels
 each worker's series, a keystore device added at run time joins its worker on
 `edgebus devices reload`, and a worker killed with SIGKILL is started again by
 the supervisor while its devices lose nothing (every reading they sent is in
@@ -23,6 +24,7 @@ from dev.broker import Mosquitto, free_port
 from dev.harness.bridge import BridgeProcess
 from dev.harness.poll import wait_until
 from dev.swarm import Swarm, check
+from edgebus import tlog
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge import split
 from edgebus.bridge.keystore import KeyStore
@@ -154,6 +156,15 @@ def test_two_workers_share_the_fleet_and_one_killed_loses_nothing(tmp_path):
                 )
                 assert list(one["links"]) == ["mqtt:" + far] and one["worker"] == [1, 2]
 
+                # The shell commands: sub sees every worker's devices; a publish
+                # to a device goes to the worker that holds it, and only there.
+                out = _edgebus(
+                    "sub", "--socket", str(sock), "--json", "--count", "48", "dev/+/sensor/temp"
+                )
+                seen = {json.loads(x)["topic"].split("/")[1] for x in out.splitlines()}
+                assert {split.worker_of(n, 2) for n in seen} == {0, 1}, seen
+                _edgebus("pub", "--socket", str(sock), "dev/%s/cmd/hello" % far, "1")
+
                 # One /metrics: each worker's series, labelled.
                 m = _metrics(metrics)
                 assert 'edgebus_worker_up{worker="0"} 1.0' in m
@@ -201,3 +212,9 @@ def test_two_workers_share_the_fleet_and_one_killed_loses_nothing(tmp_path):
     # comes again (a duplicate, which ingest keeps once); none is missing.
     assert t["acked_missing"] == 0 and t["unknown"] == 0 and t["gaps"] == 0, t
     assert t["logged"] == sent, (t, sent)
+    hello = ("dev", far, "cmd", "hello")
+    found = [
+        [r for _, r in tlog.read_log(str(tlog_dir / w)) if tuple(r["topic"]) == hello]
+        for w in ("w0", "w1")
+    ]
+    assert [len(f) for f in found] == [0, 1], found
