@@ -8,7 +8,9 @@ topic family, kept beside the ingest table by ``edgebus ingest --views FILE``.
 - ``plan``: what a refresh writes for one view (rows, new columns, rejects);
 - ``refresh``: the refresh the ingest job runs (a derived table: edgebus.ingest.job);
 - ``reading``: a view read back as a DataFrame;
-- ``infer``: ``edgebus views infer``, a view drafted from the table.
+- ``infer``: ``edgebus views infer``, a view drafted from the table;
+- ``arrow``, ``json_types``: its rows read with pyarrow, without Spark, each
+  payload value typed as Spark's ``schema_of_variant`` types it.
 """
 
 from edgebus.ingest.views.reading import read_view, view_schema

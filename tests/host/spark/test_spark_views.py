@@ -1,9 +1,12 @@
 """Typed views (edgebus.ingest.views): two views from one log, a key added
 mid-run becomes a column, a wrong type goes to rejects with its reason, no row
 twice across runs or a crash between the rejects and a view, and
-`edgebus views infer` drafts a block that works when pasted in."""
+`edgebus views infer` drafts a block that works when pasted in, the same
+read with pyarrow (its default) or with Spark."""
 
 import argparse
+import subprocess
+import sys
 import tomllib
 
 import pytest
@@ -17,7 +20,13 @@ from edgebus.ingest import compaction, job, tablelog, views  # noqa: E402
 from edgebus.ingest.views import config as views_config  # noqa: E402
 from edgebus.ingest.views.infer import infer_block  # noqa: E402
 from edgebus.tlog import LogWriter  # noqa: E402
-from tests.host.spark.sparkkit import device_record, local_record  # noqa: E402
+from tests.host.spark.sparkkit import (  # noqa: E402
+    ROOT,
+    device_record,
+    ingest_here,
+    local_record,
+    spark_env,
+)
 
 T0 = 1_712_000_000.0
 VIEWS = """
@@ -266,3 +275,174 @@ def test_views_infer_without_a_table_says_so(tmp_path):
     r = run_module("edgebus.tools.cli", "views", "infer", "--table", str(tmp_path / "nope"),
                    "--topic", "dev/#", timeout=60)  # fmt: skip
     assert r.returncode == 2 and "no table at" in r.stderr and "Traceback" not in r.stderr, r.stderr
+
+
+# Payloads on dev/NODE/mix that cover schema_of_variant's rules: integers in
+# and past 64 bits and 38 digits, fractions (a float's shortest text: 21.0,
+# -0.0, 1e+16, 1e-07, 0.30000000000000004), strings, booleans, nulls, arrays
+# of mixed numbers, of mixed kinds, nested, empty, objects with keys that
+# need quoting or sort differently in Java (UTF-16) than by code point, keys
+# that cannot be columns; and payloads that are not objects, or null.
+MIX = [
+    {"temp": 21.5, "n": 1, "big": 2**63, "wide": 10**38 - 1, "huge": 10**38, "flag": True,
+     "s": "21.5", "nul": None, "seq": 5, "": 1, "a b": [1, 2.5], "arr": [], "mix": [1, "a"],
+     "obj": {"b": 1, "a": None, "\u00e9": [1]}},
+    {"temp": 21.0, "n": 127, "big": -(2**63) - 1, "wide": 0.1 + 0.2, "flag": False, "s": "x",
+     "nul": None, "arr": [[1], []], "mix": [{"a": 1}, {"b": "x"}], "f": 1e16,
+     "obj": {"a": "x", "\U0001f600": {}, "\ue000": 1, "z": [1, 2**63]}},
+    {"temp": "hot", "n": 2**31, "f": 1e-7, "neg": -0.0, "dec": 123456.789,
+     "nest": {"x": [1, 2.5, None], "y": [[1], ["a"]], "w": [0.5, 10**38 - 1]}},
+    {"temp": 22, "n": -129, "f": 0.1, "neg": 1.0, "arr": [None, 1e300]},
+    7, "text", [1, 2], True, 2.5, None, {},
+]  # fmt: skip
+
+
+def _mixed_table(spark, tmp_path):
+    """A table of MIX from two devices (node-a three times), beside readings
+    on dev/NODE/mix/sub, dev/NODE/temp and host/load."""
+    recs, seq = [], 0
+    for node, rounds in (("node-a", 3), ("node-b", 1)):
+        for r in range(rounds):
+            for p in MIX if r == 0 else MIX[:2]:
+                seq += 1
+                rec = device_record(node, node + "-1", seq, T0 + seq, topic=("dev", node, "mix"))
+                rec["payload"] = p  # None too: a null payload
+                recs.append(rec)
+        seq += 1
+        sub = device_record(node, node + "-1", seq, T0 + seq, payload={"sub": 1},
+                            topic=("dev", node, "mix", "sub"))  # fmt: skip
+        recs += [sub, device_record(node, node + "-1", seq + 1, T0 + seq)]
+        seq += 1
+    recs.append(local_record(1, T0))
+    with LogWriter(str(tmp_path / "log"), segment_bytes=3000, gateway="gw-1") as w:
+        for rec in recs:
+            w.append(rec)
+    table = str(tmp_path / "table")
+    r = ingest_here(spark, tmp_path / "log", table, tmp_path / "ckpt", "--once")
+    assert r.returncode == 0, r.stderr
+    return table
+
+
+# The CLI in a process of its own that says, after the command, whether it
+# imported pyspark (a JVM starts only through it).
+_CLI_SAYING_PYSPARK = (
+    "import sys; from edgebus.tools.cli import main; rc = main(sys.argv[1:]); "
+    "print('pyspark imported: %s' % ('pyspark' in sys.modules)); sys.exit(rc)"
+)
+
+
+def test_views_infer_without_spark_is_sparks(spark, tmp_path):
+    """views infer's block read with pyarrow (its default: views.arrow and
+    json_types) is the block read with Spark, for patterns with +, # and a
+    trailing # matching no token; the CLI's default starts no JVM."""
+    table = _mixed_table(spark, tmp_path)
+    patterns = [("dev/+/mix", None), ("dev/+/mix/#", "mixes"), ("dev/#", "all"), ("#", "any"),
+                ("dev/node-a/+", None), ("+/node-b/mix", "b")]  # fmt: skip
+    for topic, name in patterns:
+        block = infer_block(None, table, topic, name)
+        assert block == infer_block(spark, table, topic, name), topic
+    mix = tomllib.loads(infer_block(None, table, "dev/+/mix"))["view"][0]
+    assert mix["name"] == "mix" and "temp DOUBLE" in mix["schema"], mix
+    assert "huge DOUBLE" in mix["schema"] and "`a b` ARRAY<DOUBLE>" in mix["schema"]
+    for topic in ("dev/+/nope", "dev/+/mix/sub/x"):
+        for s in (None, spark):
+            with pytest.raises(ValueError, match="no row of"):
+                infer_block(s, table, topic)
+    r = subprocess.run(
+        [sys.executable, "-c", _CLI_SAYING_PYSPARK, "views", "infer", "--table", table,
+         "--topic", "dev/+/mix"],
+        cwd=ROOT, env=spark_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert r.stdout == infer_block(spark, table, "dev/+/mix") + "pyspark imported: False\n"
+
+
+# JSON text -> what schema_of_variant(parse_json(text)) printed in pyspark 4.3
+# (the same inside an object read by from_json as map<string,variant>).
+SPARK_TYPES = [
+    ("0", "BIGINT"), ("-0", "BIGINT"), ("127", "BIGINT"), ("128", "BIGINT"),
+    ("-32769", "BIGINT"), ("2147483648", "BIGINT"), ("9223372036854775807", "BIGINT"),
+    ("-9223372036854775808", "BIGINT"), ("9223372036854775808", "DECIMAL(19,0)"),
+    ("-9223372036854775809", "DECIMAL(19,0)"), ("10000000000000000000", "DECIMAL(20,0)"),
+    ("12345678901234567890123", "DECIMAL(23,0)"), ("9" * 38, "DECIMAL(38,0)"),
+    ("-" + "9" * 38, "DECIMAL(38,0)"), ("1" + "0" * 38, "DOUBLE"), ("1" * 1000, "DOUBLE"),
+    ("0.1", "DECIMAL(1,1)"), ("1.0", "DECIMAL(1,0)"), ("21.5", "DECIMAL(3,1)"),
+    ("-21.50", "DECIMAL(3,1)"), ("1.10", "DECIMAL(2,1)"), ("-0.0", "DECIMAL(1,0)"),
+    ("0.00", "DECIMAL(1,0)"), ("100.0", "DECIMAL(3,0)"), ("0.001", "DECIMAL(3,3)"),
+    ("100000000000000000000.0", "DECIMAL(21,0)"),
+    ("1234567890123456789012345678901234567.8", "DECIMAL(38,1)"),
+    ("12345678901234567890123456789012345678.9", "DOUBLE"),
+    ("0." + "0" * 37 + "1", "DECIMAL(38,38)"), ("0." + "0" * 38 + "1", "DOUBLE"),
+    ("1." + "0" * 37, "DECIMAL(1,0)"), ("1." + "0" * 38, "DOUBLE"),
+    ("0." + "0" * 38, "DECIMAL(1,0)"), ("0." + "0" * 39, "DOUBLE"),
+    ("1e5", "DOUBLE"), ("1E5", "DOUBLE"), ("1e-5", "DOUBLE"), ("1.0e0", "DOUBLE"),
+    ("0e0", "DOUBLE"), ("1e400", "DOUBLE"), ("5e-324", "DOUBLE"),
+    ('"s"', "STRING"), ('"21.5"', "STRING"), ("true", "BOOLEAN"), ("null", "VOID"),
+    ("[]", "ARRAY<VOID>"), ("{}", "OBJECT<>"), ("[null]", "ARRAY<VOID>"),
+    ("[1,2]", "ARRAY<BIGINT>"), ("[1, null]", "ARRAY<BIGINT>"), ('[1,"a"]', "ARRAY<VARIANT>"),
+    ("[true, 1]", "ARRAY<VARIANT>"), ('[{"a":1}, [1]]', "ARRAY<VARIANT>"),
+    ("[1,1.5]", "ARRAY<DECIMAL(21,1)>"), ("[1.5,2.25]", "ARRAY<DECIMAL(3,2)>"),
+    ("[-0.5, 0.25]", "ARRAY<DECIMAL(2,2)>"), ("[9223372036854775808, 1]", "ARRAY<DECIMAL(20,0)>"),
+    ("[9223372036854775808, 1.5]", "ARRAY<DECIMAL(20,1)>"),
+    ("[0.000000000000000001, 1]", "ARRAY<DECIMAL(38,18)>"),
+    ("[0.0000000000000000001, 1]", "ARRAY<DOUBLE>"), ("[" + "9" * 38 + ", 0.5]", "ARRAY<DOUBLE>"),
+    ("[1e5,1]", "ARRAY<DOUBLE>"), ("[1.5,1e5]", "ARRAY<DOUBLE>"),
+    ("[[1],[2,3]]", "ARRAY<ARRAY<BIGINT>>"), ('[[1],["a"]]', "ARRAY<ARRAY<VARIANT>>"),
+    ("[[],[1]]", "ARRAY<ARRAY<BIGINT>>"), ("[[null],[[1]]]", "ARRAY<ARRAY<ARRAY<BIGINT>>>"),
+    ('[{"a":1},{"b":2}]', "ARRAY<OBJECT<a: BIGINT, b: BIGINT>>"),
+    ('[{"a":1},{"a":"x"}]', "ARRAY<OBJECT<a: VARIANT>>"),
+    ('[{"a":1},{"a":1.5}]', "ARRAY<OBJECT<a: DECIMAL(21,1)>>"),
+    ('[{}, {"a":1}]', "ARRAY<OBJECT<a: BIGINT>>"),
+    ('[{"a":{"x":1}}, {"a":{"y":"s"}}]', "ARRAY<OBJECT<a: OBJECT<x: BIGINT, y: STRING>>>"),
+    ('{"b":1,"a":2}', "OBJECT<a: BIGINT, b: BIGINT>"), ('{"a":null}', "OBJECT<a: VOID>"),
+    ('{"B":1,"a":2,"_":3,"1":4}', "OBJECT<`1`: BIGINT, B: BIGINT, _: BIGINT, a: BIGINT>"),
+    ('{"a b":1,"a`b":2,"`":3,"":4}',
+     "OBJECT<``: BIGINT, ````: BIGINT, `a b`: BIGINT, `a``b`: BIGINT>"),
+    ('{"x1":1,"_x":2,"SELECT":3,"1a":4,"a-b":5,"a.b":6}',
+     "OBJECT<`1a`: BIGINT, SELECT: BIGINT, _x: BIGINT, `a-b`: BIGINT, `a.b`: BIGINT, "
+     "x1: BIGINT>"),
+    ('{"\u00e9":1,"a\\nb":2}', "OBJECT<`a\nb`: BIGINT, `\u00e9`: BIGINT>"),
+    ('{"\U0001f600":1,"\uffff":2,"\ue000":3,"z":4}',
+     "OBJECT<z: BIGINT, `\U0001f600`: BIGINT, `\ue000`: BIGINT, `\uffff`: BIGINT>"),
+    ('{"z":[],"y":{}}', "OBJECT<y: OBJECT<>, z: ARRAY<VOID>>"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("text, spark_type", SPARK_TYPES)
+def test_json_types_are_sparks(text, spark_type):
+    from edgebus.ingest.views.json_types import loads, schema_of
+
+    value, end = loads(text)
+    assert end == len(text) and schema_of(value) == spark_type
+    # Inside an object payload (payload_map's from_json), the same.
+    from edgebus.ingest.views.arrow import payload_types
+
+    assert payload_types('{"k":%s}' % text) == [("k", spark_type)]
+
+
+# Payloads -> payload_map's entries (key=schema_of_variant), as pyspark 4.3 gave
+# them; None: no map.
+SPARK_PAYLOADS = [
+    ('{"a":1}', ["a=BIGINT"]), (' {"a":1}', ["value=OBJECT<a: BIGINT>"]),
+    ('{"a":1} x', ["a=BIGINT"]), ('{"a":1}]', ["a=BIGINT"]), ("{bad", None), ("hello", None),
+    ("", None), ("1", ["value=BIGINT"]), ('"s"', ["value=STRING"]), ("null", ["value=VOID"]),
+    ("[1,2]", ["value=ARRAY<BIGINT>"]), ("{}", []), ("  1  ", ["value=BIGINT"]),
+    ("1 2", ["value=BIGINT"]), ("1x", None), ("1]", None), ("truex", None),
+    ("true x", ["value=BOOLEAN"]), ("[1]x", ["value=ARRAY<BIGINT>"]), ('"s"x', ["value=STRING"]),
+    ("\t1", ["value=BIGINT"]), ("\x0b1", None), (" ", None),
+    ('{"a":1,"a":2}', ["a=BIGINT", "a=BIGINT"]), ('{"a":{"b":1,"b":2}}', None),
+    ('[{"a":1,"a":2}]', None), ('{"a":NaN}', ["a=DOUBLE"]),
+    ('{"a":[-Infinity]}', ["a=ARRAY<DOUBLE>"]),
+    ("NaN", None), ("[NaN]", None), ('{"a":01}', None), ('{"a":1,}', None),
+    ('{"a":"x\ty"}', None), ('{"a":"\\u0000"}', ["a=STRING"]), ('{"a":"\\ud83d"}', None),
+    ('"\\ud83d"', None), ('{"\\ud83d\\ude00":1}', ["\U0001f600=BIGINT"]),
+    ("1" * 1001, None), ('{"a":%s}' % ("1" * 1001), None), ("\ufeff{}", None), (None, None),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("payload, entries", SPARK_PAYLOADS)
+def test_payload_types_are_payload_maps(payload, entries):
+    from edgebus.ingest.views.arrow import payload_types
+
+    got = payload_types(payload)
+    assert (None if got is None else ["%s=%s" % e for e in got]) == entries
