@@ -218,3 +218,32 @@ def test_two_workers_share_the_fleet_and_one_killed_loses_nothing(tmp_path):
         for w in ("w0", "w1")
     ]
     assert [len(f) for f in found] == [0, 1], found
+
+
+def _alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"  # a zombie has exited
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.mosquitto
+def test_workers_do_not_outlive_a_killed_supervisor(tmp_path):
+    state = tmp_path / "state"
+    with Mosquitto() as broker:
+        toml = tmp_path / "bridge.toml"
+        toml.write_text(
+            '[bridge]\nnode = "gw"\nworkers = 2\nstate_dir = "%s"\nsocket = "%s"\n'
+            '[mqtt]\nurl = "mqtt://127.0.0.1:%d"\ndevices = []\n'
+            % (state, tmp_path / "bridge.sock", broker.port)
+        )
+        bridge = BridgeProcess(str(tmp_path), toml=str(toml))
+        try:
+            bridge.start().ready(60)
+            pids = [w["pid"] for w in _supervised(str(state))["workers"]]
+            assert all(pids) and all(_alive(p) for p in pids)
+            bridge.kill()  # SIGKILL: the supervisor says nothing to its workers
+            wait_until(lambda: not any(_alive(p) for p in pids), 30, "the workers gone with it")
+        finally:
+            bridge.close()
