@@ -36,6 +36,7 @@ from dev.bench import (
     ota_bench,
     report,
     spark_bench,
+    spark_commands,
     swarm_bench,
     tls_bench,
 )
@@ -73,6 +74,11 @@ PARTS = {
         "spark: ingest rows/s vs Spark's JSON source, publish -> queryable",
         "spark",
         spark_bench.run,
+    ),
+    "commands": (
+        "spark: a small fleet's table, command by command, vs a bare Spark session",
+        "commands",
+        spark_commands.run,
     ),
     "swarm": (
         "bridge: a swarm of CPython devices through a broker outage, steady, and a start-up storm",

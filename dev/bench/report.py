@@ -18,6 +18,7 @@ SECTIONS = (
     ("fleet", "4, a fleet"),
     ("device", "4, a device's cost"),
     ("spark", "5"),
+    ("commands", "5, a small fleet's commands"),
     ("log", "6"),
     ("swarm", "8"),
     ("ota", "9"),
@@ -559,6 +560,32 @@ def _bridge_seal(br):
     )
 
 
+# The commands of the small-fleet benchmark (dev/bench/spark_commands.py), as the table says them.
+_COMMANDS = (
+    ("bare", "a bare PySpark session: start, count `spark.range(10)`, stop (the baseline)", ""),
+    ("ingest", "`edgebus ingest --once` into a fresh table and checkpoint", "≤ 1.3×"),
+    ("ingest_no_audit", "the same without the delivery audit (`--no-audit`)", ""),
+    ("report", "`edgebus report` (pyarrow, no JVM)", "≤ 0.25×"),
+    ("report_plot", "`edgebus report --plot` (pyarrow, no JVM)", "≤ 3 s"),
+    ("report_spark", "`edgebus report --spark`", ""),
+    ("infer", "`edgebus views infer` (pyarrow, no JVM)", ""),
+    ("infer_spark", "`edgebus views infer --spark`", ""),
+)
+
+
+def _commands_section(c):
+    """Section 5's small fleet: each command's wall time beside a bare session."""
+    if not c:
+        return []
+    rows = [
+        "| %s | %s | %.2f× | %s |"
+        % (what, _mmm(c["seconds"][k], " s"), c["vs_bare"][k], goal or "")
+        for k, what, goal in _COMMANDS
+        if k in c["seconds"]
+    ]
+    return _t("spark_commands", records=_n(c["records"]), rounds=c["rounds"], rows="\n".join(rows))
+
+
 def _spark_section(sp):
     if not sp or "spark_parquet_rows_per_s" not in sp:  # results of the version-1 benchmark
         return []
@@ -937,6 +964,7 @@ def markdown(res, out, md_dir=None):
         _link(res.get("link")),
         _bridge_section(res, out, md_dir),
         _spark_section(res.get("spark")),
+        _commands_section(res.get("commands")),
         _log_section(res),
         _t("board32"),
         _swarm_section(res.get("swarm")),
