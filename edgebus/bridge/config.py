@@ -182,6 +182,9 @@ class Config:
     # supervisor). Set by the supervisor's command line, never by the file.
     workers: int = 1
     worker: int | None = None
+    # A worker whose event loop shows no sign of life this long is killed and
+    # started again (bridge/workers.py).
+    worker_hang: float = 30.0
 
     def paced_for(self, own: bool | None = None) -> bool:
         """Whether a device or peer link whose entry says ``own`` (None: the

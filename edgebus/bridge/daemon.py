@@ -196,6 +196,8 @@ class Bridge:
         listeners (returned, for the stop to close)."""
         cfg = self.cfg
         self.tasks.append(asyncio.create_task(self._persist_state()))
+        if self.cfg.worker is not None:  # for the supervisor, which restarts a hung one
+            self.tasks.append(asyncio.create_task(split.show_alive(self.cfg.state_dir)))
         self.tasks.append(asyncio.create_task(self._watching()))
         if cfg.log_dir:
             self._open_log(cfg.log_dir)

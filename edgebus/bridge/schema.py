@@ -91,6 +91,7 @@ SCHEMA = {
             "client_queue": Key(int, RANGE, 1, MAX_CLIENT_QUEUE, " messages"),
             "relay_calls": Key(list, PATTERNS),
             "workers": Key(int, RANGE, 1, MAX_WORKERS, " processes"),
+            "worker_hang": Key(NUM, RANGE, 2, 3600, " seconds"),
         },
     ),
     "log": (

@@ -20,6 +20,7 @@ STATE_DIR/wI/metrics.port).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 import os
@@ -34,6 +35,10 @@ if TYPE_CHECKING:
 
 # The supervisor's account of its workers, in the configured state_dir.
 STATUS_FILE = "workers.json"
+# A worker's sign of life for its supervisor: this file's time, touched from
+# its event loop every ALIVE_EVERY s (a loop that hangs stops touching it).
+ALIVE_FILE = "alive"
+ALIVE_EVERY = 1.0
 # Where a worker writes the loopback port its /metrics listens on.
 METRICS_PORT_FILE = "metrics.port"
 
@@ -119,4 +124,25 @@ def read_status(state_dir: str) -> dict[str, Any] | None:
             d: dict[str, Any] = json.load(f)
             return d
     except (OSError, ValueError):
+        return None
+
+
+async def show_alive(state_dir: str) -> None:
+    """A worker's task: touch its ALIVE_FILE every ALIVE_EVERY s, for ever."""
+    path = os.path.join(state_dir, ALIVE_FILE)
+    while True:
+        try:
+            with open(path, "a"):
+                pass
+            os.utime(path)
+        except OSError:  # a full disk: the supervisor's grace is long enough
+            pass
+        await asyncio.sleep(ALIVE_EVERY)
+
+
+def last_alive(state_dir: str) -> float | None:
+    """When the worker whose state_dir this is last showed it lives, or None."""
+    try:
+        return os.stat(os.path.join(state_dir, ALIVE_FILE)).st_mtime
+    except OSError:
         return None

@@ -4,7 +4,8 @@ what), under this supervisor, which
 
 - starts them, and starts again one that exits while the bridge runs (its
   devices spool meanwhile and resend what was not acknowledged: nothing is
-  lost), after a backoff that grows while it keeps failing;
+  lost), after a backoff that grows while it keeps failing; one whose event
+  loop hangs (no sign of life for [bridge] worker_hang s) is killed first;
 - stops the whole bridge when one cannot start (exit status 2: its
   configuration or a start step is wrong, which a restart would not mend);
 - passes SIGTERM/SIGINT (stop) and SIGHUP (reload) on to each, and exits
@@ -49,6 +50,7 @@ START_S = 60.0
 # How long a stop waits for the workers (each bounds its own stop: the
 # daemon's STOP_* and the log's seal) before it kills those still running.
 STOP_WAIT_S = 60.0
+CHECK_S = 1.0  # how often the supervisor looks for a worker's sign of life
 SCRAPE_TIMEOUT = 10.0  # seconds the supervisor's /metrics waits for a worker's
 
 
@@ -60,6 +62,7 @@ class Worker:
         self.proc: asyncio.subprocess.Process | None = None
         self.since = 0.0  # Unix time of its last start
         self.restarts = 0
+        self.hangs = 0  # times it was killed for showing no sign of life
         self.last_exit: int | None = None
 
     def view(self) -> dict[str, Any]:
@@ -69,6 +72,7 @@ class Worker:
             "pid": p.pid if p is not None and p.returncode is None else None,
             "since": round(self.since, 1),
             "restarts": self.restarts,
+            "hangs": self.hangs,
             "last_exit": self.last_exit,
         }
 
@@ -108,10 +112,11 @@ class Supervisor:
 
     async def _start(self, w: Worker) -> None:
         wd = split.worker_dir(self.cfg.state_dir, w.i)
-        try:  # the port of its last run: the supervisor's /metrics waits for the new one
-            os.unlink(os.path.join(wd, split.METRICS_PORT_FILE))
-        except FileNotFoundError:
-            pass
+        for f in (split.METRICS_PORT_FILE, split.ALIVE_FILE):  # its last run's
+            try:
+                os.unlink(os.path.join(wd, f))
+            except FileNotFoundError:
+                pass
         cmd = [sys.executable, "-m", "edgebus.bridge.daemon", "--config", self.path]
         cmd += ["--workers", str(self.cfg.workers), "--worker", str(w.i)] + self.child_args
         w.proc = await asyncio.create_subprocess_exec(*cmd, preexec_fn=_die_with_parent)
@@ -125,7 +130,7 @@ class Supervisor:
             await self._start(w)
             assert w.proc is not None
             t0 = time.monotonic()
-            code = await w.proc.wait()
+            code = await self._watch(w)
             w.last_exit = code
             ran = time.monotonic() - t0
             if self.stopping:
@@ -155,6 +160,28 @@ class Supervisor:
             except asyncio.TimeoutError:
                 pass
         self._write_status()
+
+    async def _watch(self, w: Worker) -> int:
+        """Worker ``w``'s exit status, once it exits; one whose event loop shows
+        no sign of life for [bridge] worker_hang s (split.show_alive; since
+        its start, before its first) is killed first, to be started again."""
+        assert w.proc is not None
+        wd = split.worker_dir(self.cfg.state_dir, w.i)
+        while True:
+            try:
+                return await asyncio.wait_for(w.proc.wait(), CHECK_S)
+            except asyncio.TimeoutError:
+                pass
+            quiet = time.time() - max(split.last_alive(wd) or 0.0, w.since)
+            if not self.stopping and quiet > self.cfg.worker_hang:
+                log.error(
+                    "worker %d (pid %d) showed no sign of life for %.0f s (hung): killed",
+                    w.i,
+                    w.proc.pid,
+                    quiet,
+                )
+                w.hangs += 1
+                w.proc.kill()
 
     def signal_all(self, sig: int) -> None:
         for w in self.workers:
@@ -203,7 +230,10 @@ class Supervisor:
             metrics[0].shutdown()
         if self.failed:
             return 2
-        return 0 if all(w.last_exit == 0 for w in self.workers) else 1
+        # -SIGTERM: a worker the stop found still starting, before its own
+        # handler (which saves its state and exits 0) was there: nothing to save.
+        clean = (0, -signal.SIGTERM)
+        return 0 if all(w.last_exit in clean for w in self.workers) else 1
 
 
 # /metrics over every worker.

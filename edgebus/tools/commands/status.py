@@ -269,12 +269,13 @@ def render_workers(sup: dict[str, Any], sts: list[dict[str, Any]]) -> str:
             fleets.append(f)
             what = "%d link(s)" % f.get("links", 0)
         L.append(
-            "  worker %d: pid %s, up since %s, %d restart(s)%s; %s"
+            "  worker %d: pid %s, up since %s, %d restart(s)%s%s; %s"
             % (
                 w["worker"],
                 w["pid"] or "-",
                 time.strftime("%H:%M:%S", time.localtime(w["since"])),
                 w["restarts"],
+                ", %d killed as hung" % w["hangs"] if w.get("hangs") else "",
                 "" if w["last_exit"] is None else " (last exit status %s)" % w["last_exit"],
                 what,
             )

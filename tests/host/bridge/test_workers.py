@@ -247,3 +247,41 @@ def test_workers_do_not_outlive_a_killed_supervisor(tmp_path):
             wait_until(lambda: not any(_alive(p) for p in pids), 30, "the workers gone with it")
         finally:
             bridge.close()
+
+
+@pytest.mark.mosquitto
+def test_a_hung_worker_is_killed_and_started_again(tmp_path):
+    """SIGSTOP: the worker's event loop stops showing signs of life (as one stuck
+    in a loop would); past [bridge] worker_hang the supervisor kills it and
+    starts it again."""
+    state = tmp_path / "state"
+    with Mosquitto() as broker:
+        toml = tmp_path / "bridge.toml"
+        toml.write_text(
+            '[bridge]\nnode = "gw"\nworkers = 2\nworker_hang = 3\nstate_dir = "%s"\n'
+            'socket = "%s"\n[mqtt]\nurl = "mqtt://127.0.0.1:%d"\ndevices = []\n'
+            % (state, tmp_path / "bridge.sock", broker.port)
+        )
+        bridge = BridgeProcess(str(tmp_path), toml=str(toml))
+        try:
+            bridge.start().ready(60)
+            first = _supervised(str(state))["workers"][1]
+            wait_until(lambda: split.last_alive(str(state / "w1")), 30, "worker 1's sign of life")
+            os.kill(first["pid"], signal.SIGSTOP)
+            again = wait_until(
+                lambda: (
+                    (w := _supervised(str(state))["workers"][1])["hangs"] == 1
+                    and w["pid"] not in (None, first["pid"])
+                    and w
+                ),
+                60,
+                "worker 1 killed as hung and started again",
+                procs=[bridge.proc],
+            )
+            assert again["restarts"] == 1 and again["last_exit"] == -signal.SIGKILL
+            assert "showed no sign of life" in bridge.log()
+            worker0 = _supervised(str(state))["workers"][0]
+            assert worker0["restarts"] == 0  # the other was left alone
+            assert bridge.stop(timeout=60) == 0
+        finally:
+            bridge.close()
