@@ -799,6 +799,14 @@ class Swarm:
     def stop_publishing(self):
         self._ask("stop")
 
+    def drained(self, timeout=90):
+        """Stop publishing and wait until every device is up with nothing left
+        unacknowledged; its summary() (AssertionError with the progress if not)."""
+        self.stop_publishing()
+        ok, p = self.wait(lambda p: p["up"] == self.n and not p["behind"], timeout)
+        assert ok, p
+        return self.summary()
+
     def summary(self):
         """Every device's figures, and the ACK latency histograms merged."""
         out = {

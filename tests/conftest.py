@@ -62,6 +62,16 @@ def compile_portable_tests(out):
         )
 
 
+def edgebus_ok(*args, timeout=120):
+    """The edgebus command of this checkout run to its end: its stdout (exit 0
+    asserted, its stderr shown otherwise)."""
+    from dev.harness.process import env, run_module
+
+    r = run_module("edgebus.tools.cli", *args, timeout=timeout, env=env())
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
 def run_micropython(tree, args, heap="64K", timeout=120):
     """Run the real micropython binary in tree; returns CompletedProcess."""
     return subprocess.run(

@@ -32,35 +32,30 @@ CLI = "edgebus.tools.cli"
 SMOKE = ("bare", "ingest", "report", "report_plot", "infer")
 
 
+def _ingest(d, table, ckpt, *more):
+    """argv of `edgebus ingest --once` of d's log into d/table (checkpoint d/ckpt)."""
+    t, c = os.path.join(d, table), os.path.join(d, ckpt)
+    return python(
+        CLI,
+        "ingest",
+        "--log",
+        os.path.join(d, "tlog"),
+        "--table",
+        t,
+        "--checkpoint",
+        c,
+        "--once",
+        *more,
+    )
+
+
 def _commands(d, table):
     """name -> argv; ingest's table and checkpoint are per round (fresh)."""
-    log = os.path.join(d, "tlog")
     views = ["views", "infer", "--table", table, "--topic", "sensors/+/env"]
     return {
         "bare": [sys.executable, "-c", BARE],
-        "ingest": lambda r: python(
-            CLI,
-            "ingest",
-            "--log",
-            log,
-            "--table",
-            os.path.join(d, "t%d" % r),
-            "--checkpoint",
-            os.path.join(d, "c%d" % r),
-            "--once",
-        ),
-        "ingest_no_audit": lambda r: python(
-            CLI,
-            "ingest",
-            "--log",
-            log,
-            "--table",
-            os.path.join(d, "n%d" % r),
-            "--checkpoint",
-            os.path.join(d, "m%d" % r),
-            "--once",
-            "--no-audit",
-        ),
+        "ingest": lambda r: _ingest(d, "t%d" % r, "c%d" % r),
+        "ingest_no_audit": lambda r: _ingest(d, "n%d" % r, "m%d" % r, "--no-audit"),
         "report": python(CLI, "report", "--table", table),
         "report_plot": python(CLI, "report", "--table", table, "--plot", os.path.join(d, "p.png")),
         "report_spark": python(CLI, "report", "--table", table, "--spark"),

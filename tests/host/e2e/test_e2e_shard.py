@@ -10,10 +10,7 @@ kept their sessions throughout.
 Waits are for conditions (a log's progress, a bridge's status), never fixed sleeps.
 """
 
-import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -26,7 +23,7 @@ from dev.broker import Mosquitto  # noqa: E402
 from edgebus import tlog  # noqa: E402
 from edgebus.bridge.keystore import KeyStore  # noqa: E402
 from edgebus.tools.sim.fleet import Fleet  # noqa: E402
-from tests.conftest import ROOT, wait_until  # noqa: E402
+from tests.conftest import edgebus_ok, wait_until  # noqa: E402
 from tests.host.e2e.e2ekit import gateway_bridge, ingest_once, once_each, past, progress  # noqa: E402
 
 pytestmark = [pytest.mark.spark, pytest.mark.mosquitto, pytest.mark.micropython]
@@ -49,20 +46,6 @@ def _shard(out, name, port, nodes, keys):
     for n in nodes:
         store.write(n, {"key": keys[n], "since": 0})
     return bridge, log_dir
-
-
-def _edgebus(*args):
-    """The edgebus command, run to its end; its CompletedProcess (exit 0 asserted)."""
-    r = subprocess.run(
-        [sys.executable, "-m", "edgebus.tools.cli"] + list(args),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=dict(os.environ, PYTHONPATH=ROOT),
-    )
-    assert r.returncode == 0, r.stderr
-    return r
 
 
 def _holds(bridge, nodes):
@@ -137,8 +120,8 @@ def test_a_device_moved_between_two_shard_bridges_has_each_reading_once_in_the_t
             # The move, in one step, while the device publishes.
             at = moved_at = progress(log_a, [moved])
             t0 = time.monotonic()
-            r = _edgebus("devices", "move", moved, "--from", a.toml, "--to", b.toml)
-            assert "released by gw-a (its session ended" in r.stdout and "taken by gw-b" in r.stdout
+            said = edgebus_ok("devices", "move", moved, "--from", a.toml, "--to", b.toml)
+            assert "released by gw-a (its session ended" in said and "taken by gw-b" in said
             wait_until(
                 lambda: past(log_b, [moved], at, ADVANCE),
                 30,
@@ -152,8 +135,8 @@ def test_a_device_moved_between_two_shard_bridges_has_each_reading_once_in_the_t
             st = _holds(b, [moved])[moved]
             assert st["counters"].get("gaps", 0) == 0, st
             # A reload that finds nothing changed changes nothing.
-            r = _edgebus("devices", "reload", "--config", b.toml)
-            assert r.stdout.strip() == "2 device(s); added: none; removed: none; changed: none"
+            said = edgebus_ok("devices", "reload", "--config", b.toml)
+            assert said.strip() == "2 device(s); added: none; removed: none; changed: none"
             # The others never noticed: one session each, none ended.
             for bridge, n in ((a, stay_a), (b, stay_b)):
                 c = bridge.link(n)["counters"]
