@@ -28,6 +28,22 @@ except ImportError:
 
 
 if MICROPYTHON:
+    # MicroPython's compiler takes ``@micropython.native`` itself (by its
+    # spelling): this name is never read there.
+    micropython = None
+else:
+
+    class micropython:  # noqa: N801  (spelled as the module the decorator names)
+        """``@micropython.native`` on CPython: the function as written. A
+        bundle for a target without an mpy arch gets the decorator's lines
+        taken out (boardkit.mpybuild.bytecode_source)."""
+
+        @staticmethod
+        def native(f):
+            return f
+
+
+if MICROPYTHON:
     from time import ticks_diff, ticks_ms
 
     # ticks_ms() wraps (after ~12 days on boards); accumulate differences so

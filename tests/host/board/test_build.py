@@ -155,6 +155,30 @@ def test_board_arch_goes_to_mpy_cross(tmp_path):
         assert mpyversion.header(os.path.join(out, "nat", "__init__.mpy"))[2] == 0
 
 
+def test_the_core_s_hot_path_is_native_where_the_board_has_an_arch(tmp_path, unix_bundle):
+    """The core's @micropython.native functions: armv7m code in a qemu board's
+    bundle, bytecode (the decorator taken out) in the unix bundle and with
+    --bytecode; the rest of a module is bytecode either way."""
+    board = boards.load_board("qemu-mps2-an385")
+    native, plain = str(tmp_path / "n"), str(tmp_path / "b")
+    assert build.build(board, native, log=lambda *a: None)["native"]
+    assert cli.main(["build", "--board", "qemu-mps2-an385", "--bytecode", "--out", plain]) == 0
+    for mod in ("feed", "conn", "trie", "topic"):
+        rel = os.path.join("edgebus", mod + ".mpy")
+        assert boards.MPY_ARCHS[mpyversion.header(os.path.join(native, rel))[2]] == "armv7m"
+        assert mpyversion.header(os.path.join(plain, rel))[2] == 0
+        assert mpyversion.header(os.path.join(unix_bundle[0], rel))[2] == 0
+    with open(os.path.join(plain, "bundle.json")) as f:
+        assert json.load(f)["mpy"]["native"] is False
+
+
+def test_bytecode_source_keeps_line_numbers():
+    src = b"x = 1\n    @micropython.native\n    def f(self):\n@micropython.viper\n"
+    out = mpybuild.bytecode_source(src)
+    assert out == b"x = 1\n\n    def f(self):\n@micropython.viper\n"
+    assert out.count(b"\n") == src.count(b"\n")
+
+
 @pytest.mark.micropython
 def test_mpy_cross_matches_the_real_micropython():
     cross = mpyversion.cross_version()
