@@ -357,6 +357,12 @@ def _make_image(
         _make(["-C", os.path.join(tree, "mpy-cross"), jflag], log_path, "building mpy-cross")
     bdir = os.path.join(objs, "build")
     _heap_changed(port, bdir, heap)
+    # makemanifest recompiles a frozen module only when its source is newer
+    # than the .mpy kept here, which another edgebus's (an older checkout, a
+    # pip install's wheel times) need not be: the image would freeze stale
+    # code. make runs only when the image's inputs changed; the frozen
+    # modules then compile again, in seconds.
+    shutil.rmtree(os.path.join(bdir, "frozen_mpy"), ignore_errors=True)
     args = [
         "-C",
         port,
