@@ -17,6 +17,8 @@ forgets), PUBLISH and PINGREQ, in ~150 lines that never block the scheduler
 cost a board running the bus and the link cannot spare.
 """
 
+import sys
+
 from .. import compat
 from .frame import MAX_LEN, message, unmessage
 
@@ -62,6 +64,26 @@ def connect_packet(client_id, keepalive, will=None, user=None, password=None):
     return packet(
         0x10, string(b"MQTT") + bytes([4, flags]) + keepalive.to_bytes(2, "big") + payload
     )
+
+
+def nodelay(w):
+    """TCP_NODELAY on stream ``w``'s socket, as CPython's asyncio sets it on
+    its own. MicroPython leaves Nagle on: a frame written while the previous
+    one is unacknowledged waits for that TCP ACK, which the broker may delay
+    (40 ms on Linux); paced at 200/s, ~10 % of a device's readings waited
+    30-40 ms in its kernel."""
+    s = getattr(w, "s", None)  # MicroPython's Stream; CPython's has none
+    if s is None:
+        return
+    import socket
+
+    # lwIP names its values; the unix port names none and Linux's are 6 and 1.
+    opt = getattr(socket, "TCP_NODELAY", 1 if sys.platform == "linux" else None)
+    if opt is not None:
+        try:
+            s.setsockopt(getattr(socket, "IPPROTO_TCP", 6), opt, 1)
+        except (OSError, AttributeError):  # e.g. a TLS socket without setsockopt
+            pass
 
 
 CONNACK_CODES = {
@@ -174,6 +196,7 @@ class MqttTransport:
             self.r, self.w = await compat.asyncio.open_connection(
                 self.host, self.port, ssl=self.ssl, server_hostname=self.server_hostname
             )
+        nodelay(self.w)
         will = None if self.state is None else (self.state, b"offline")
         await self._write(
             connect_packet(self.client_id, self.keepalive, will, self.user, self.password)
