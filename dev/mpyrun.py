@@ -16,18 +16,22 @@ from edgebus.tools.boardkit import mpybuild
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def bundle(out, packages=("edgebus",)):
-    """Compile packages into out; returns {module path: bytes}."""
-    return mpybuild.compile_tree(ROOT, list(packages), out)
+def bundle(out, packages=("edgebus",), arch=None):
+    """Compile packages into out (arch: native code where the source asks for
+    it, e.g. "x64" for this unix port); returns {module path: bytes}."""
+    return mpybuild.compile_tree(ROOT, list(packages), out, arch)
 
 
-def run(script, args=(), heap="64K", packages=("edgebus",), **kw):
+def run(script, args=(), heap="64K", packages=("edgebus",), arch=None, **kw):
     """Run script under micropython with the bundle; returns CompletedProcess."""
     with tempfile.TemporaryDirectory() as d:
-        bundle(d, packages)
+        bundle(d, packages, arch)
         shutil.copy(script, os.path.join(d, "main_script.py"))
         return subprocess.run(
-            [mpybuild.micropython(), "-X", "heapsize=" + heap, "main_script.py"] + list(args),
+            # -m, not the script's path: a script's folder goes first on
+            # sys.path as an absolute path, and the heap's layout (what fits
+            # in 64 KB) then hangs on the temporary folder's name.
+            [mpybuild.micropython(), "-X", "heapsize=" + heap, "-m", "main_script"] + list(args),
             cwd=d,
             **kw,
         )
