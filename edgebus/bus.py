@@ -7,8 +7,9 @@ from .feed import POLICIES
 from .trie import KeyTrie, PatternTrie
 from .values import Origin, RetainedEvent
 
+_Trie = PatternTrie
 if not MICROPYTHON:
-    from .memo_cpython import RoutedTrie as PatternTrie  # noqa: F811
+    from .memo_cpython import RoutedTrie as _Trie  # noqa: F811
 
 
 def _token(name, v):
@@ -38,7 +39,9 @@ class Bus:
     ``authoriser`` decides every operation (see the API contract).
     """
 
-    def __init__(self, q_length=10, full="drop_oldest", s_wild="+", m_wild="#", authoriser=None):
+    def __init__(
+        self, q_length=10, full="drop_oldest", s_wild="+", m_wild="#", authoriser=None
+    ) -> None:
         self.s_wild = _token("s_wild", s_wild)
         self.m_wild = _token("m_wild", m_wild)
         if s_wild == m_wild and type(s_wild) is type(m_wild):
@@ -51,17 +54,18 @@ class Bus:
         self.q_length, self._policy = self._queue_opts(q_length, full)
         self.full = full
         self._auth = _resolve_authoriser(authoriser)
-        self._subs = PatternTrie()
-        self._watches = PatternTrie()
-        self._views = PatternTrie()
-        self._observers = PatternTrie()
-        self._store = KeyTrie()
-        self._eps = {}
-        self._conns = 0
-        self._ids = 0
-        self._dropped = 0
-        self._overflows = 0  # feeds closed by the disconnect policy
-        self.link_routes = None  # the links' shared route table (link/routes.py), on first use
+        self._subs: PatternTrie = _Trie()
+        self._watches: PatternTrie = _Trie()
+        self._views: PatternTrie = _Trie()
+        self._observers: PatternTrie = _Trie()
+        self._store: KeyTrie = KeyTrie()
+        self._eps: dict = {}
+        self._conns: int = 0
+        self._ids: int = 0
+        self._dropped: int = 0
+        self._overflows: int = 0  # feeds closed by the disconnect policy
+        # the links' shared route table (link/routes.py), on first use
+        self.link_routes: object = None
         self._replay_done = RetainedEvent(
             "replay_done", None, None, Origin("bus", None, None, None, None, None, None, None)
         )

@@ -27,11 +27,7 @@ except ImportError:
         return x
 
 
-if MICROPYTHON:
-    # MicroPython's compiler takes ``@micropython.native`` itself (by its
-    # spelling): this name is never read there.
-    micropython = None
-else:
+if not MICROPYTHON:
 
     class micropython:  # noqa: N801  (spelled as the module the decorator names)
         """``@micropython.native`` on CPython: the function as written. A
@@ -41,6 +37,11 @@ else:
         @staticmethod
         def native(f):
             return f
+
+else:
+    # MicroPython's compiler takes ``@micropython.native`` itself (by its
+    # spelling): this name is never read there.
+    micropython = None  # type: ignore[assignment, misc]
 
 
 if MICROPYTHON:

@@ -9,8 +9,14 @@ from .compat import micropython, type_name
 from .values import Message, Origin, RetainedEvent
 from .values import new as _new
 
+# Annotations are for mypyc (a compiled build of the core on CPython, setup.py):
+# the MicroPython compiler drops them; CPython reads this import only in mypy.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from .trie import PatternTrie
+
 _INHERIT = object()
-_NO_FACTORY = {}
+_NO_FACTORY: dict = {}
 
 
 def check_factory(f):
@@ -37,19 +43,19 @@ def _extra(extra):
 class Connection:
     """Publishes, retains, subscribes, watches, binds and calls on one bus."""
 
-    def __init__(self, bus, principal, factory, parent):
+    def __init__(self, bus, principal, factory, parent) -> None:
         self._bus = bus
         self.principal = principal
         self._factory = factory
         self.conn_id = bus._new_id()
         self._parent = parent
-        self._children = []
-        self._feeds = []
-        self._held = []  # Requests its handlers hold and have not completed
-        self._dropped = 0
-        self._closed = False
-        self._origin = None  # the last origin built without extra, reused
-        self._dynamic = callable(factory)
+        self._children: list = []
+        self._feeds: list = []
+        self._held: list = []  # Requests its handlers hold and have not completed
+        self._dropped: int = 0
+        self._closed: bool = False
+        self._origin: object = None  # the last origin built without extra, reused
+        self._dynamic: bool = callable(factory)
 
     # -- provenance ----------------------------------------------------
     def _make_origin(self, extra):
@@ -105,7 +111,7 @@ class Connection:
 
     # -- state/event plane ---------------------------------------------
     @micropython.native
-    def publish(self, topic, payload, extra=None):
+    def publish(self, topic, payload, extra=None) -> bool:
         """Deliver a Message to every matching subscription (never blocks)."""
         if self._closed:
             self._live()
@@ -115,10 +121,12 @@ class Connection:
         # Fast path: no extra, no authoriser, a cached static origin.
         if extra is not None or o is None or self._dynamic or bus._auth is not None:
             o = self._stamp("publish", topic, extra, payload)
-        if bus._subs.count or bus._observers.count:
+        subs: "PatternTrie" = bus._subs
+        obs: "PatternTrie" = bus._observers
+        if subs.count or obs.count:
             msg = Message(k, payload, o) if _new is None else _new(Message, (k, payload, o))
-            bus._subs.match(k, msg)
-            bus._observers.match(k, msg)
+            subs.match(k, msg)
+            obs.match(k, msg)
         return True
 
     def retain(self, topic, payload, extra=None):

@@ -12,6 +12,12 @@ a receiver is waiting for it.
 from . import topic as topics
 from .compat import Event, const, micropython
 
+# Annotations are for mypyc (a compiled build of the core on CPython, setup.py):
+# the MicroPython compiler drops them; CPython reads this import only in mypy.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any, ClassVar
+
 DROP_OLDEST = const(0)
 REJECT_NEWEST = const(1)
 DISCONNECT = const(2)
@@ -22,25 +28,25 @@ POLICIES = ("drop_oldest", "reject_newest", "disconnect")
 class Feed:
     """Base of the queued feeds; see the API contract for the public methods."""
 
-    kind = "feed"
+    kind: "ClassVar[str]" = "feed"
 
-    def __init__(self, conn, topic, queue_len, policy):
+    def __init__(self, conn, topic, queue_len: int, policy: int) -> None:
         # Few attributes on purpose: on MicroPython each costs heap per feed.
         self._conn = conn
         self.topic = topic
         # A rendezvous keeps one slot to hand an item to a waiting receiver.
-        self._buf = [None] * (queue_len or 1)
-        self._head = 0
-        self._n = 0
-        self._policy = policy if queue_len else policy + RENDEZVOUS
-        self._dropped = 0
-        self._why = None
-        self._ev = None  # made on first wait, then reused
-        self._waiting = 0  # receivers blocked in recv()
+        self._buf: list = [None] * (queue_len or 1)
+        self._head: int = 0
+        self._n: int = 0
+        self._policy: int = policy if queue_len else policy + RENDEZVOUS
+        self._dropped: int = 0
+        self._why: object = None
+        self._ev: "Any" = None  # made on first wait, then reused
+        self._waiting: int = 0  # receivers blocked in recv()
 
     # -- producer side -------------------------------------------------
     @micropython.native
-    def offer(self, item):
+    def offer(self, item: object) -> bool:
         """Enqueue without blocking; False (and a counted drop) if refused."""
         n = self._n
         buf = self._buf
@@ -55,7 +61,7 @@ class Feed:
                 self._drop()
                 if p != DROP_OLDEST:
                     return False
-                self._pop()
+                Feed.recv_nowait(self)
                 n -= 1
         i = self._head + n  # _push, inlined: this runs once per delivery
         if i >= cap:
@@ -66,7 +72,7 @@ class Feed:
             self._ev.set()
         return True
 
-    def _push(self, item):
+    def _push(self, item: object) -> None:
         buf = self._buf
         i = self._head + self._n
         if i >= len(buf):
@@ -74,7 +80,7 @@ class Feed:
         buf[i] = item
         self._n += 1
 
-    def _drop(self):
+    def _drop(self) -> None:
         self._dropped += 1
         c = self._conn
         c._dropped += 1
@@ -92,7 +98,11 @@ class Feed:
 
     # -- consumer side -------------------------------------------------
     @micropython.native
-    def _pop(self):
+    def recv_nowait(self) -> "Any":
+        """The next queued item, or None when none is queued or it is closed.
+
+        The ring's pop itself, not a method calling it: a call less per
+        delivery for whoever drains feeds in a loop."""
         if not self._n:
             return None
         buf = self._buf
@@ -104,19 +114,13 @@ class Feed:
         self._n -= 1
         return item
 
-    _take = _pop
-    # recv_nowait(): the next queued item, or None when none is queued or it
-    # is closed. The ring's pop itself, not a method calling it: a call less
-    # per delivery for whoever drains feeds in a loop (an Endpoint's is its _take).
-    recv_nowait = _pop
-
     async def recv(self):
         """The next item, waiting for one; None once the feed is closed and drained.
 
         Cancellation-safe: an item leaves the ring only when recv returns it.
         """
         while True:
-            item = self._take()
+            item = self.recv_nowait()
             if item is not None:
                 return item
             if self._why is not None:
@@ -195,7 +199,7 @@ class Feed:
 class Subscription(Feed):
     """A bounded mailbox of published Messages matching a pattern."""
 
-    kind = "subscription"
+    kind: "ClassVar[str]" = "subscription"
 
     def unsubscribe(self):
         self._close("unsubscribed")
@@ -208,7 +212,7 @@ class Subscription(Feed):
 class RetainedWatch(Feed):
     """A bounded mailbox of RetainedEvents for retained topics matching a pattern."""
 
-    kind = "retained_watch"
+    kind: "ClassVar[str]" = "retained_watch"
 
     def unwatch(self):
         self._close("unwatched")
@@ -222,7 +226,7 @@ class Observer(Feed):
     """A bounded feed of publishes (Message) and retained changes
     (RetainedEvent) matching a pattern, in the order the bus saw them."""
 
-    kind = "observer"
+    kind: "ClassVar[str]" = "observer"
 
     def _detach(self):
         self._conn._bus._observers.remove(self._pattern_key(), self)
@@ -231,28 +235,28 @@ class Observer(Feed):
 class Endpoint(Feed):
     """A bounded mailbox of Requests for one concrete topic (reject_newest)."""
 
-    kind = "endpoint"
+    kind: "ClassVar[str]" = "endpoint"
 
-    def __init__(self, conn, topic, queue_len):
+    def __init__(self, conn, topic, queue_len: int) -> None:
         Feed.__init__(self, conn, topic, queue_len, REJECT_NEWEST)
 
     def unbind(self):
         self._close("unbound")
         return True
 
-    def offer(self, req):
+    def offer(self, req: object) -> bool:
         # Requests whose caller gave up still sit in the ring; clear them
         # out before refusing a live call as Full.
         if self._n and (self._n == len(self._buf) or self._policy >= RENDEZVOUS):
             for _ in range(self._n):  # rotate once, keeping live requests in order
-                r = self._pop()
+                r = Feed.recv_nowait(self)
                 if not r.done():
                     self._push(r)
         return Feed.offer(self, req)
 
-    def _take(self):
+    def recv_nowait(self) -> "Any":
         while True:
-            req = self._pop()
+            req = Feed.recv_nowait(self)
             if req is None or not req.done():  # skip requests their caller gave up
                 break
         if req is not None:
@@ -263,8 +267,6 @@ class Endpoint(Feed):
             h.append(req)
         return req
 
-    recv_nowait = _take
-
     def _detach(self):
         eps = self._conn._bus._eps
         k = topics.key(self.topic)
@@ -272,7 +274,7 @@ class Endpoint(Feed):
             del eps[k]
         # Queued requests fail at once with the close reason.
         while True:
-            req = self._pop()
+            req = Feed.recv_nowait(self)
             if req is None:
                 break
             req.abandon(self._why)

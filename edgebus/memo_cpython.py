@@ -28,9 +28,9 @@ class RoutedTrie(PatternTrie):
     (its route) until the next insert or remove: a topic published again
     costs one dict lookup instead of a walk down the trie."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         PatternTrie.__init__(self)
-        self.routes = {}  # concrete key -> its entries, in the order match() offers
+        self.routes: dict = {}  # concrete key -> its entries, in the order match() offers
 
     def insert(self, k, entry):
         PatternTrie.insert(self, k, entry)
@@ -43,17 +43,17 @@ class RoutedTrie(PatternTrie):
         self.routes = {}
         return True
 
-    def match(self, topic, item):
+    def match(self, topic, item) -> None:
         """Call ``entry.offer(item)`` for every entry matching ``topic``."""
         if not self.count:
             return
         routes = self.routes
-        r = routes.get(topic)
+        r: "tuple | None" = routes.get(topic)
         if r is None:
             if len(routes) >= ROUTES or _long(topic):
                 _visit(self.root, topic, 0, len(topic), None, item)
                 return
-            out = []
+            out: list = []
             _visit(self.root, topic, 0, len(topic), out, None)
             r = routes[topic] = tuple(out) if out else _NONE
         for e in r:

@@ -49,9 +49,9 @@ class PatternTrie:
     pattern: most patterns have one entry, and a list per pattern would cost
     heap on MicroPython."""
 
-    def __init__(self):
-        self.root = {}
-        self.count = 0
+    def __init__(self) -> None:
+        self.root: dict = {}
+        self.count: int = 0
 
     def insert(self, k, entry):
         node = _walk(self.root, k, True)
@@ -86,7 +86,7 @@ class PatternTrie:
         self.count -= 1
         return True
 
-    def match(self, topic, item):
+    def match(self, topic, item) -> None:
         """Call ``entry.offer(item)`` for every entry matching ``topic``."""
         if self.count:
             _visit(self.root, topic, 0, len(topic), None, item)
@@ -133,9 +133,9 @@ def _visit(node, topic, i, n, out, item):
 class KeyTrie:
     """Concrete keys -> values; ``query`` finds the values matching a pattern."""
 
-    def __init__(self):
-        self.root = {}
-        self.count = 0
+    def __init__(self) -> None:
+        self.root: dict = {}
+        self.count: int = 0
 
     def get(self, k):
         node = _walk(self.root, k, False)
