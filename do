@@ -55,6 +55,12 @@ setup() {
         apt_install "the emulated board's toolchain" --no-install-recommends gcc-arm-none-eabi \
             libnewlib-arm-none-eabi qemu-system-arm make
     fi
+    # A C compiler and Python's headers: the compiled core (setup.py,
+    # EDGEBUS_COMPILE=1; tests/host/core/test_compiled.py and the core benchmark).
+    if ! command -v cc >/dev/null 2>&1 || ! "$PY" -c 'import os, sys, sysconfig
+sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))'; then
+        apt_install "a C compiler and Python's headers" --no-install-recommends gcc libc6-dev python3-dev
+    fi
     export PATH="$PWD/$VENV/bin:$PATH"
     # The MicroPython source beside the checkout, where boards' micropython-lib
     # packages (tools/boardkit/mpylib.py) and the emulated board's firmware come from.

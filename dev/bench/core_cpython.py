@@ -10,6 +10,7 @@ Figure: published messages per second with every delivery received.
 
 import asyncio
 import math
+import os
 
 from paho.mqtt.client import topic_matches_sub
 
@@ -152,3 +153,31 @@ def publish_cost_curve(smoke=False):
         "ratio_last_first": points[-1]["ns_per_publish"]["median"]
         / points[0]["ns_per_publish"]["median"],
     }
+
+
+def compiled_throughput(smoke=False):
+    """throughput() with the compiled core (dev/compiled.py: setup.py's mypyc
+    build in a folder of its own), in a Python that imports it; zenoh and the
+    naive baseline measured again there, so each ratio is from one process.
+    {"error"} when it cannot be built here (no C compiler, no headers)."""
+    import json
+    import subprocess
+    import sys
+    import tempfile
+
+    from dev import compiled
+
+    with tempfile.TemporaryDirectory() as d:
+        try:
+            out = compiled.build(os.path.join(d, "c"))
+        except (subprocess.CalledProcessError, OSError) as e:
+            return {"error": "the compiled core did not build: %s" % e}
+        code = (
+            "import json, edgebus.feed as f; from dev.bench import core_cpython as c; "
+            "assert f.__file__.endswith('.so'), f.__file__; "
+            "print(json.dumps(c.throughput(%r)))" % smoke
+        )
+        r = subprocess.run(
+            [sys.executable, "-c", code], cwd=out, capture_output=True, text=True, check=True
+        )
+    return {"rows": json.loads(r.stdout.strip().splitlines()[-1])}
