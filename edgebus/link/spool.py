@@ -4,27 +4,47 @@ acknowledged, encoded, in one preallocated byte ring.
 Why bytes and not objects: a board's heap holds a few hundred small objects
 badly (each costs a GC block or more, and they fragment the heap), while one
 bytearray allocated at boot costs exactly its size and never moves. An entry
-is a 10-byte header and the body: sequence number (4 bytes), flags (1),
-length (3: a host's links carry bodies up to 64 KB), the spool clock in
-seconds mod 65536 when it was put (2, for the age of the oldest entry). An
-entry never wraps around the end of the ring; the space it would not fit in
-is skipped (``_end`` marks it).
+is a header of 8 bytes (10 past 127 bytes of data): sequence number (4),
+flags and table index (1), the spool clock in seconds mod 65536 when it was
+put (2, for the age of the oldest entry), data length (1, or 3 with the top
+bit set); then the data. An entry never wraps around the end of the ring;
+the space it would not fit in is skipped (``_end`` marks it).
+
+The data is the body as sent, or (table index > 0) only the numbers in its
+JSON: a sequenced body's type byte and the JSON around its runs of
+``-.0-9`` (its topic, keys, strings) are a template kept once in a bounded
+table, so a reading spools as its digits, comma-separated. The template and
+the sequence number give the body back byte for byte; a body no template
+fits (binary, too long, table full) is stored as sent, and so is every body
+while the spool holds less than a sixteenth of its size or 2 KB.
 """
 
 from ..compat import const, now
 
+try:
+    import re
+
+    _NUM = re.compile(b"[-.0-9]+")  # number runs: what varies between readings
+    _GAP = re.compile(b"[^-.0-9]+")
+except ImportError:  # a port without re: every body stored as sent
+    _NUM = None
+
 LATEST = const(0x8000)  # only the newest value matters: never resent
 DEAD = const(0x4000)  # gone (sent latest, or dropped): skipped, freed with the head
 SENT = const(0x2000)  # sent at least once: sending it again is a retransmission
-_LEN = const(0xFFFFFF)  # the largest body an entry can hold
-_H = const(10)
+_LEN = const(0x7FFFFF)  # the largest body an entry can hold
+_H = const(8)  # header bytes with a one-byte length
+_TI = const(0x1F)  # flags byte: the table index (0: the body as sent)
+_TMAX = const(1024)  # longer JSON is stored as sent (copying it to scan it costs a board heap)
+_SEG = const(16)  # heap bytes a template segment costs beside its length (an object)
 
 
 class Spool:
     """A ring of ``size`` bytes (or the given bytearray: a board allocates it
     first, while one large block is still easy to find). ``policy`` when
     full: "drop_oldest" evicts the oldest entries, "drop_newest" refuses the
-    new one."""
+    new one. The template table takes at most 31 templates and ``size // 8``
+    heap bytes (``table_bytes``); one no entry uses makes room for a new one."""
 
     def __init__(self, size, policy="drop_oldest"):
         if policy not in ("drop_oldest", "drop_newest"):
@@ -43,6 +63,17 @@ class Spool:
         self.unsent = 0  # entries from cur to the tail
         self.used = 0  # bytes held, skipped space included
         self.last = -1  # where the latest put went, while it is there
+        # Templates: slot i (table index i + 1) is [key, entries using it,
+        # heap bytes]; key (type byte, JSON segments between number runs).
+        self._tpl = []
+        self._tix = {}  # key -> slot
+        self.table_bytes = 0
+        self._tcap = len(buf) // 8
+        # Below a sixteenth full, and below 2 KB (half a small ring): a
+        # session up, ACKs freeing what it sends, bodies go in as sent.
+        # Templating costs a board ~20 us a reading, worth it only while a
+        # backlog builds (an outage).
+        self._pressed = max(len(buf) // 16, min(len(buf) // 2, 2048))
         # Counters: evicted before acknowledgement (never sent: also in
         # dropped_unsent), refused (drop_newest or too big).
         self.evicted = 0
@@ -55,17 +86,23 @@ class Spool:
         return (b[o] << 24) | (b[o + 1] << 16) | (b[o + 2] << 8) | b[o + 3]
 
     def flags_at(self, o):
-        return self.buf[o + 4] << 8
-
-    def _len(self, o):
-        b = self.buf
-        return (b[o + 5] << 16) | (b[o + 6] << 8) | b[o + 7]
+        return (self.buf[o + 4] & 0xE0) << 8
 
     def _set_flags(self, o, f):
-        self.buf[o + 4] = f >> 8
+        b = self.buf
+        b[o + 4] = (b[o + 4] & _TI) | (f >> 8)
+
+    def _data(self, o):
+        """(offset, length) of the entry's data."""
+        b = self.buf
+        n = b[o + 7]
+        if n < 0x80:
+            return o + _H, n
+        return o + _H + 2, ((n & 0x7F) << 16) | (b[o + 8] << 8) | b[o + 9]
 
     def _after(self, o):
-        o += _H + self._len(o)
+        p, n = self._data(o)
+        o = p + n
         return 0 if o == self._end else o
 
     # -- adding and freeing ------------------------------------------------
@@ -93,41 +130,31 @@ class Spool:
         for none: wire.parts, copied in one by one); False if refused
         (drop_newest, or larger than the ring)."""
         parts = body if type(body) is tuple else (body,)
+        if self.used >= self._pressed:
+            ti, data = self._pack(seq, parts)
+            if ti:
+                parts = (data,)
+        else:
+            ti = 0
         n = 0
         for x in parts:
             if x is not None:
                 n += len(x)
-        need = _H + n
+        need = (_H if n < 0x80 else _H + 2) + n
         if n > _LEN or need > len(self.buf):
-            self.refused += 1
-            self.last = -1
-            return False
+            return self._refuse(ti)
         while True:
             o = self._room(need)
             if o >= 0:
                 break
             if self.policy != "drop_oldest":
-                self.refused += 1
-                self.last = -1
-                return False
+                return self._refuse(ti)
             if self.flags_at(self.head) & DEAD == 0:
                 self.evicted += 1
                 if self.head == self.cur and self.unsent:
                     self.dropped_unsent += 1
             self.pop()
-        b = self.buf
-        b[o] = (seq >> 24) & 0xFF
-        b[o + 1] = (seq >> 16) & 0xFF
-        b[o + 2] = (seq >> 8) & 0xFF
-        b[o + 3] = seq & 0xFF
-        b[o + 4] = flags >> 8
-        b[o + 5] = n >> 16
-        b[o + 6] = (n >> 8) & 0xFF
-        b[o + 7] = n & 0xFF
-        t = int(now()) & 0xFFFF
-        b[o + 8] = t >> 8
-        b[o + 9] = t & 0xFF
-        p = o + _H
+        p = self._head(o, seq, (flags >> 8) | ti, n)
         for x in parts:
             if x is not None:
                 self.mv[p : p + len(x)] = x
@@ -141,13 +168,42 @@ class Spool:
         self.used += need
         return True
 
+    def _head(self, o, seq, f, n):
+        """Write an entry's header at ``o``; where its data goes."""
+        b = self.buf
+        b[o] = (seq >> 24) & 0xFF
+        b[o + 1] = (seq >> 16) & 0xFF
+        b[o + 2] = (seq >> 8) & 0xFF
+        b[o + 3] = seq & 0xFF
+        b[o + 4] = f
+        t = int(now()) & 0xFFFF
+        b[o + 5] = t >> 8
+        b[o + 6] = t & 0xFF
+        if n < 0x80:
+            b[o + 7] = n
+            return o + _H
+        b[o + 7] = 0x80 | (n >> 16)
+        b[o + 8] = (n >> 8) & 0xFF
+        b[o + 9] = n & 0xFF
+        return o + _H + 2
+
+    def _refuse(self, ti):
+        if ti:
+            self._tpl[ti - 1][1] -= 1
+        self.refused += 1
+        self.last = -1
+        return False
+
     def pop(self):
         """Free the oldest entry (the send cursor moves past it)."""
         o = self.head
         if o == self.last:
             self.last = -1
+        ti = self.buf[o + 4] & _TI
+        if ti:
+            self._tpl[ti - 1][1] -= 1
         nxt = self._after(o)
-        self.used -= _H + self._len(o)
+        self.used -= self._size(o)
         if nxt == 0 and self._end >= 0:
             self.used -= len(self.buf) - self._end
             self._end = -1
@@ -168,14 +224,101 @@ class Spool:
             self.pop()
         return k
 
+    def _size(self, o):
+        p, n = self._data(o)
+        return p + n - o
+
+    # -- the template table ------------------------------------------------
+    def _pack(self, seq, parts):
+        """(table index, numbers) for a body a template fits, else (0, None):
+        its head is the type byte and ``seq``'s low 16
+        bits, and its JSON the template with the numbers in its holes."""
+        h = parts[0]
+        if _NUM is None or h is None or len(h) < 3 or h[0] & 0xC0 != 0x40:
+            return 0, None
+        if (h[1] << 8 | h[2]) != seq & 0xFFFF:
+            return 0, None
+        if len(parts) == 1:
+            j = h[3:]
+        elif len(h) == 3 and len(parts) == 3 and parts[2] is None:
+            j = parts[1]
+        else:
+            return 0, None
+        if len(j) > _TMAX:
+            return 0, None
+        if type(j) is not bytes:
+            j = bytes(j)  # MicroPython's re reads no memoryview
+        # Two C calls and two objects a reading: the board's CPU and heap.
+        skel = _NUM.sub(b"\xff", j)  # never in UTF-8: a hole, unambiguous
+        data = _GAP.sub(b",", j)
+        d = self._tix.get(h[0])
+        i = d.get(skel) if d is not None else None
+        n = len(data)
+        a = 1 if n and data[0] == 44 else 0  # the gaps before and after the numbers
+        z = 1 if n > a and data[-1] == 44 else 0
+        k = skel.count(b"\xff") if i is None else len(self._tpl[i][4]) - 1  # holes
+        if data.count(b",") - a - z != k - 1 if k else n != a + z:
+            return 0, None  # runs and holes differ: a 0xFF in the body (not UTF-8)
+        if i is None:
+            i = self._learn(h[0], skel)
+            if i < 0:
+                return 0, None
+        self._tpl[i][1] += 1
+        return i + 1, memoryview(data)[a : n - z]
+
+    def _learn(self, t, skel):
+        """The slot of a new template (type byte ``t``, JSON ``skel`` with a
+        0xFF per number), or -1: the table is full of templates in use."""
+        segs = tuple(skel.split(b"\xff"))
+        cost = len(skel) + _SEG * len(segs)
+        tpl = self._tpl
+        if self.table_bytes + cost > self._tcap or len(tpl) >= _TI:
+            for i in range(len(tpl)):  # forget what no entry uses
+                e = tpl[i]
+                if e is not None and not e[1]:
+                    del self._tix[e[3]][e[0]]
+                    self.table_bytes -= e[2]
+                    tpl[i] = None
+            if self.table_bytes + cost > self._tcap:
+                return -1
+        for i in range(len(tpl)):
+            if tpl[i] is None:
+                break
+        else:
+            if len(tpl) >= _TI:
+                return -1
+            i = len(tpl)
+            tpl.append(None)
+        tpl[i] = [skel, 0, cost, t, segs]
+        if t not in self._tix:
+            self._tix[t] = {}
+        self._tix[t][skel] = i
+        self.table_bytes += cost
+        return i
+
     # -- sending -----------------------------------------------------------
     def peek(self):
         """Offset of the next entry to send, or -1."""
         return self.cur if self.unsent else -1
 
     def body(self, o):
-        """The body at ``o``, a view into the ring (valid until the next put)."""
-        return self.mv[o + _H : o + _H + self._len(o)]
+        """The body at ``o``: a view into the ring (valid until the next put),
+        or, from a template, the bytes it gives back."""
+        p, n = self._data(o)
+        ti = self.buf[o + 4] & _TI
+        if not ti:
+            return self.mv[p : p + n]
+        e = self._tpl[ti - 1]
+        seq = self.seq_at(o)
+        out = [bytes((e[3], (seq >> 8) & 0xFF, seq & 0xFF))]
+        segs = e[4]
+        if n:
+            nums = bytes(self.mv[p : p + n]).split(b",")
+            for i in range(len(nums)):
+                out.append(segs[i])
+                out.append(nums[i])
+        out.append(segs[-1])
+        return b"".join(out)
 
     def advance(self, free=False, kill=False):
         """The entry at the cursor is sent (or skipped): mark it SENT, DEAD
@@ -228,7 +371,7 @@ class Spool:
             return None
         b = self.buf
         o = self.head
-        return (int(now()) - ((b[o + 8] << 8) | b[o + 9])) & 0xFFFF
+        return (int(now()) - ((b[o + 5] << 8) | b[o + 6])) & 0xFFFF
 
     def stats(self):
         return {

@@ -11,7 +11,7 @@ from dev.harness.bridge import mqtt_config
 from edgebus.bridge.daemon import Bridge
 from tests.conftest import ROOT, mpy_script, until
 
-DEVICE_HEAP = "192K"  # core + link + MQTT transport + the journal's 4 KB block
+DEVICE_HEAP = "200K"  # core + link + MQTT transport + the journal's 4 KB block (192K: no margin)
 
 
 @pytest.fixture
