@@ -6,6 +6,7 @@ module is imported in place of its source; MicroPython never sees either."""
 import os
 import re
 import shutil
+import sys
 
 from setuptools import setup
 
@@ -32,10 +33,18 @@ def _stripped_copy():
     return [os.path.join(dst, m + ".py") for m in COMPILED]
 
 
+mypycify = None
 ext_modules = []
 if os.environ.get("EDGEBUS_COMPILE") == "1":
-    from mypyc.build import mypycify
-
+    try:
+        from mypyc.build import mypycify
+    except ImportError:
+        # pip asks for the build's requirements (egg_info) before mypy is in
+        # (_build_backend.py adds it); any other step needs it.
+        if "egg_info" not in sys.argv:
+            sys.exit("EDGEBUS_COMPILE=1: the compiled core needs mypy (pip install mypy)")
+        mypycify = None
+if mypycify is not None:
     ext_modules = mypycify(
         ["--config-file", "dev/mypyc.ini"] + _stripped_copy(),
         opt_level="3",
