@@ -21,13 +21,10 @@ while the spool holds less than a sixteenth of its size or 2 KB.
 
 from ..compat import const, now
 
-try:
-    import re
-
-    _NUM = re.compile(b"[-.0-9]+")  # number runs: what varies between readings
-    _GAP = re.compile(b"[^-.0-9]+")
-except ImportError:  # a port without re: every body stored as sent
-    _NUM = None
+# (number runs, the gaps between them), compiled at the first backlog, not
+# at import: a board's heap at READY holds no more for templates (the
+# emulated board's 64 KB). False: a port without re, every body as sent.
+_RX = None
 
 LATEST = const(0x8000)  # only the newest value matters: never resent
 DEAD = const(0x4000)  # gone (sent latest, or dropped): skipped, freed with the head
@@ -39,12 +36,23 @@ _TMAX = const(1024)  # longer JSON is stored as sent (copying it to scan it cost
 _SEG = const(16)  # heap bytes a template segment costs beside its length (an object)
 
 
+def _press(size):
+    """Bytes held from which bodies are templated: a sixteenth of the ring,
+    or half of a small one up to 2 KB. Below it a session is up and ACKs free
+    what it sends; templating costs a board ~20 us a reading, worth it only
+    while a backlog builds (an outage)."""
+    return size >> 4 if size >= 32768 else min(size >> 1, 2048)
+
+
 class Spool:
     """A ring of ``size`` bytes (or the given bytearray: a board allocates it
     first, while one large block is still easy to find). ``policy`` when
     full: "drop_oldest" evicts the oldest entries, "drop_newest" refuses the
     new one. The template table takes at most 31 templates and ``size // 8``
-    heap bytes (``table_bytes``); one no entry uses makes room for a new one."""
+    heap bytes (``table_bytes()``); one no entry uses makes room for a new one."""
+
+    # Where templating starts (bytes held); None: from the ring's size (_press).
+    _pressed = None
 
     def __init__(self, size, policy="drop_oldest"):
         if policy not in ("drop_oldest", "drop_newest"):
@@ -63,17 +71,11 @@ class Spool:
         self.unsent = 0  # entries from cur to the tail
         self.used = 0  # bytes held, skipped space included
         self.last = -1  # where the latest put went, while it is there
-        # Templates: slot i (table index i + 1) is [key, entries using it,
-        # heap bytes]; key (type byte, JSON segments between number runs).
-        self._tpl = []
-        self._tix = {}  # key -> slot
-        self.table_bytes = 0
-        self._tcap = len(buf) // 8
-        # Below a sixteenth full, and below 2 KB (half a small ring): a
-        # session up, ACKs freeing what it sends, bodies go in as sent.
-        # Templating costs a board ~20 us a reading, worth it only while a
-        # backlog builds (an outage).
-        self._pressed = max(len(buf) // 16, min(len(buf) // 2, 2048))
+        # Templates, made at the first backlog (nothing on the heap before):
+        # slot i (table index i + 1) is [JSON with 0xFF holes, entries using
+        # it, heap bytes, type byte, segments]; _tix: type byte -> JSON -> slot.
+        self._tpl = None
+        self._tix = None
         # Counters: evicted before acknowledgement (never sent: also in
         # dropped_unsent), refused (drop_newest or too big).
         self.evicted = 0
@@ -130,7 +132,8 @@ class Spool:
         for none: wire.parts, copied in one by one); False if refused
         (drop_newest, or larger than the ring)."""
         parts = body if type(body) is tuple else (body,)
-        if self.used >= self._pressed:
+        p = self._pressed
+        if self.used >= (_press(len(self.buf)) if p is None else p):
             ti, data = self._pack(seq, parts)
             if ti:
                 parts = (data,)
@@ -229,12 +232,18 @@ class Spool:
         return p + n - o
 
     # -- the template table ------------------------------------------------
+    def table_bytes(self):
+        """Heap bytes the templates take (counted, not kept: an attribute
+        more per spool is heap a board holds at READY)."""
+        return sum(e[2] for e in self._tpl if e is not None) if self._tpl else 0
+
     def _pack(self, seq, parts):
         """(table index, numbers) for a body a template fits, else (0, None):
         its head is the type byte and ``seq``'s low 16
         bits, and its JSON the template with the numbers in its holes."""
+        global _RX
         h = parts[0]
-        if _NUM is None or h is None or len(h) < 3 or h[0] & 0xC0 != 0x40:
+        if _RX is False or h is None or len(h) < 3 or h[0] & 0xC0 != 0x40:
             return 0, None
         if (h[1] << 8 | h[2]) != seq & 0xFFFF:
             return 0, None
@@ -248,9 +257,20 @@ class Spool:
             return 0, None
         if type(j) is not bytes:
             j = bytes(j)  # MicroPython's re reads no memoryview
+        if _RX is None:
+            try:
+                import re
+
+                # number runs: what varies between readings
+                _RX = (re.compile(b"[-.0-9]+"), re.compile(b"[^-.0-9]+"))
+            except ImportError:
+                _RX = False
+                return 0, None
+        if self._tix is None:
+            self._tpl, self._tix = [], {}
         # Two C calls and two objects a reading: the board's CPU and heap.
-        skel = _NUM.sub(b"\xff", j)  # never in UTF-8: a hole, unambiguous
-        data = _GAP.sub(b",", j)
+        skel = _RX[0].sub(b"\xff", j)  # never in UTF-8: a hole, unambiguous
+        data = _RX[1].sub(b",", j)
         d = self._tix.get(h[0])
         i = d.get(skel) if d is not None else None
         n = len(data)
@@ -272,14 +292,14 @@ class Spool:
         segs = tuple(skel.split(b"\xff"))
         cost = len(skel) + _SEG * len(segs)
         tpl = self._tpl
-        if self.table_bytes + cost > self._tcap or len(tpl) >= _TI:
+        cap = len(self.buf) // 8
+        if self.table_bytes() + cost > cap or len(tpl) >= _TI:
             for i in range(len(tpl)):  # forget what no entry uses
                 e = tpl[i]
                 if e is not None and not e[1]:
                     del self._tix[e[3]][e[0]]
-                    self.table_bytes -= e[2]
                     tpl[i] = None
-            if self.table_bytes + cost > self._tcap:
+            if self.table_bytes() + cost > cap:
                 return -1
         for i in range(len(tpl)):
             if tpl[i] is None:
@@ -293,7 +313,6 @@ class Spool:
         if t not in self._tix:
             self._tix[t] = {}
         self._tix[t][skel] = i
-        self.table_bytes += cost
         return i
 
     # -- sending -----------------------------------------------------------

@@ -1,7 +1,7 @@
 """The spool's template table: a sequenced JSON body spooled as its numbers,
 given back byte for byte (edgebus/link/spool.py)."""
 
-from edgebus.link import wire
+from edgebus.link import spool, wire
 from edgebus.link.spool import DEAD, LATEST, Spool
 
 MPY_HEAP = "128K"  # the spool and wire (hashlib, json) beside the core; 16 KB rings
@@ -40,7 +40,7 @@ def test_a_reading_spools_as_its_numbers_and_comes_back_as_sent():
         assert sp.put(seq, b)
         assert sp._size(sp.last) <= 36  # header 8, then "1728049,27.0,86402450"
     assert len([e for e in sp._tpl if e]) == 1 and sp._tpl[0][1] == 50
-    assert sp.table_bytes > 0 and sp.used < 50 * 36
+    assert sp.table_bytes() > 0 and sp.used < 50 * 36
     got = _drain(sp)
     assert [s for s, _ in got] == sorted(sent)
     assert all(b == sent[s] for s, b in got)
@@ -49,7 +49,8 @@ def test_a_reading_spools_as_its_numbers_and_comes_back_as_sent():
 
 def test_bodies_go_in_as_sent_until_the_spool_holds_a_backlog():
     sp = Spool(16384)  # 2 KB: about 30 readings as sent, then as their numbers
-    assert sp._pressed == 2048 and Spool(4096)._pressed == 2048
+    assert spool._press(len(sp.buf)) == 2048 and spool._press(4096) == 2048
+    assert spool._press(65536) == 4096 and spool._press(1000) == 500
     kinds = []
     for seq in range(1, 61):
         before = sp.used
@@ -74,7 +75,7 @@ def test_what_no_template_fits_is_stored_as_sent():
     for seq, b in bodies:
         assert sp.put(seq, b)
         assert sp.buf[sp.last + 4] & 0x1F == 0  # table index 0: as sent
-    assert sp._tpl == [] and sp.table_bytes == 0
+    assert not sp._tpl and sp.table_bytes() == 0
     got = _drain(sp)
     assert [b for _, b in got] == [
         bytes(wire.join(b) if type(b) is tuple else b) for _, b in bodies
@@ -186,4 +187,4 @@ def test_random_operations_match_a_plain_model():
         assert sum(e[1] for e in sp._tpl if e) == len(
             [o for o in _offsets(sp) if sp.buf[o + 4] & 0x1F]
         )
-    assert sp.evicted > 0 and sp.table_bytes <= 1200 // 8 and kinds == {0, 1, 2}
+    assert sp.evicted > 0 and sp.table_bytes() <= 1200 // 8 and kinds == {0, 1, 2}
