@@ -52,7 +52,11 @@ PARTS = {
         None,
         None,
     ),
-    "mpy": ("core on MicroPython: heap and speed", "core_mpy", core_mpy.figures),
+    "mpy": (
+        "core on MicroPython: heap and speed, the unix port and the emulated board",
+        "core_mpy",
+        core_mpy.figures,
+    ),
     "link": ("link: bytes on the wire, paced pty, call round trips", "link", link_bench.run),
     "bridge": (
         "bridge: device -> host through mosquitto vs raw paho, every party a process",
@@ -99,6 +103,7 @@ def _run_part(name, res, smoke, baseline=None, baseline_only=False):
     print(label + " ...", flush=True)
     if name == "core":
         res["core_throughput"] = core_cpython.throughput(smoke)
+        res["core_throughput_compiled"] = core_cpython.compiled_throughput(smoke)
         res["core_publish_curve"] = core_cpython.publish_cost_curve(smoke)
     elif name == "swarm":
         res[key] = fn(smoke, baseline, checkout=not baseline_only)

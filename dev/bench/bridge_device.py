@@ -3,7 +3,7 @@ an edgebus link over MQTT (edgebus.link.mqtt) that publishes N stamped
 messages on sensor/v, then idles until it is killed. Portable: the same file runs on
 CPython and on the MicroPython unix port (from the .mpy bundle).
 
-usage: bridge_device.py HOST PORT NODE KEY N PACE_MS OUT_QUEUE WINDOW [ACK [PREFIX [SEAL]]]
+usage: bridge_device.py HOST PORT NODE KEY N PACE_MS OUT_QUEUE WINDOW [ACK [PREFIX [SEAL [COST]]]]
 
 Each payload carries its send time ``t`` (time.time_ns(): one clock for every
 process on the machine, both runtimes) and its index ``i``. PACE_MS > 0
@@ -13,7 +13,9 @@ device's out_queue cannot hold a whole burst); 0 publishes the burst at once
 into an out_queue big enough for it. ACK 0 does not offer acknowledgements
 (the peers link as protocol 1); 1 (the default) does. PREFIX: the MQTT
 topic prefix (the bridge's [mqtt] prefix), "edgebus" by default. SEAL: the
-link's seal mode ("auto" by default).
+link's seal mode ("auto" by default). COST 1 (dev/bench/device_cost.py, on
+MicroPython): also the uplink's heap and its bytes on the socket until the
+first reading (``cost``, below).
 
 Prints "up" once its session is up and before the first message, "sent N" once the
 link has sent every message, then (once every
@@ -23,16 +25,26 @@ not all were), each message's publish -> acknowledgement latency at this
 device ("ack_ms", the ACK covering it arriving back here) and what the session
 negotiated ("sealed", "encrypted", "bare") and the window the bridge gave
 ("window", None: none).
+
+With COST 1 it prints before "up" a "wire" line: the hex of every byte the
+device wrote ("out") and read ("in") on its socket from connect until then
+(its first reading goes next); and after the JSON line a "heap" line:
+gc.mem_alloc() after gc.collect() at each step less before the link and its
+transport were made ("link", "transport", "open", "up", then "acked": every
+reading acknowledged) and the spool's preallocated ring ("spool").
 """
 
 import asyncio
+import gc
 import json
 import sys
 import time
 
 from edgebus import Bus
+from edgebus.conn import Connection
+from edgebus.link import calls, handshake, rx, tx
+from edgebus.link import link as linkmod
 from edgebus.link import seal as sealing
-from edgebus.link import tx
 from edgebus.link.link import Link
 from edgebus.link.mqtt import MqttTransport
 
@@ -61,6 +73,126 @@ def _on_ack(link, n, _orig=tx.on_ack):
 tx.on_ack = _on_ack  # rx calls it through the module: every ACK passes here
 
 
+WIRE = {"out": bytearray(), "in": bytearray()}  # COST: the socket's bytes until "up"
+
+
+class _Counted:
+    """A stream whose bytes go to WIRE[d] too (COST, until the first reading;
+    the transport gets its own back then). ``_i``, not ``s``: nodelay()
+    reaches the socket as the stream's ``s``."""
+
+    def __init__(self, inner, d):
+        self._i, self._d = inner, d
+
+    def __getattr__(self, k):
+        return getattr(self._i, k)
+
+    def write(self, b):
+        WIRE[self._d] += b
+        return self._i.write(b)
+
+    async def readexactly(self, n):
+        b = await self._i.readexactly(n)
+        WIRE[self._d] += b
+        return b
+
+
+def _count_streams():
+    """Have asyncio's next connection (the transport's) count its bytes."""
+    gc.collect()
+    h = gc.mem_alloc()
+    real = asyncio.open_connection  # MicroPython imports asyncio.stream now
+    gc.collect()
+    ITEMS["asyncio.stream"] = gc.mem_alloc() - h
+
+    async def counted(*a, **k):
+        r, w = await real(*a, **k)
+        asyncio.open_connection = real
+        return _Counted(r, "in"), _Counted(w, "out")
+
+    asyncio.open_connection = counted
+
+
+def _uncount(tr):
+    """Print the bytes counted and give the transport its streams back."""
+    from binascii import hexlify
+
+    tr.r, tr.w = tr.r._i, tr.w._i
+    print("wire", json.dumps({k: hexlify(v).decode() for k, v in WIRE.items()}))
+    WIRE["out"], WIRE["in"] = bytearray(), bytearray()  # as before the link
+
+
+# COST: the heap each of these kept, summed over its calls until "up" (the
+# link's parts as it is made, then as its session starts); their keys are
+# here before the link so that filling them costs nothing.
+PARTS = (
+    (linkmod, "Spool", "spool"),
+    (handshake, "init", "handshake.init"),
+    (tx, "init", "tx.init"),
+    (rx, "init", "rx.init"),
+    (calls, "init", "calls.init"),
+    (tx, "observe", "tx.observe"),
+    (handshake, "hello", "handshake.hello"),
+    (sealing, "start", "seal.start"),
+    (Connection, "derive", "Connection.derive"),
+    (Link, "publish_status", "Link.publish_status"),
+    (calls, "send_routes", "calls.send_routes"),
+)
+ITEMS = {"asyncio.stream": 0}
+WRAPPED = []  # (owner, name, original, wrapper): kept after _unitemise, so freeing costs nothing
+
+
+def _measured(f, label):
+    def w(*a, **k):
+        gc.collect()
+        h = gc.mem_alloc()
+        r = f(*a, **k)
+        gc.collect()
+        ITEMS[label] += gc.mem_alloc() - h
+        return r
+
+    return w
+
+
+def _itemise():
+    for owner, name, label in PARTS:
+        ITEMS[label] = 0
+        f = getattr(owner, name)
+        w = _measured(f, label)
+        setattr(owner, name, w)
+        WRAPPED.append((owner, name, f, w))
+
+
+def _unitemise():
+    for owner, name, f, _ in WRAPPED:
+        setattr(owner, name, f)
+
+
+def _heap(cost, h, step):
+    """COST: the heap above h (gc.mem_alloc() before the link) at step."""
+    if cost is not None:
+        gc.collect()
+        cost[step] = gc.mem_alloc() - h
+
+
+async def _session(link, tr, cost, h0):
+    """Open tr and run link over it until its session is up (COST: each step's heap)."""
+    _heap(cost, h0, "transport")
+    if cost is not None:
+        _count_streams()
+    await tr.open()
+    _heap(cost, h0, "open")
+    asyncio.create_task(link.run(tr))
+    while link.status != "up":
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.2)  # the snapshot and routes go out first
+    if cost is not None:
+        _uncount(tr)
+        _heap(cost, h0, "up")
+        _unitemise()
+    return tr
+
+
 def _flush():
     fl = getattr(sys.stdout, "flush", None)
     if fl:
@@ -68,9 +200,27 @@ def _flush():
 
 
 async def main(
-    host, port, node, key, n, pace_ms, out_queue, window, ack=1, prefix="edgebus", seal="auto"
+    host,
+    port,
+    node,
+    key,
+    n,
+    pace_ms,
+    out_queue,
+    window,
+    ack=1,
+    prefix="edgebus",
+    seal="auto",
+    cost=0,
 ):
     bus = Bus(q_length=8)
+    c = bus.connect()
+    cost = {} if cost and hasattr(gc, "mem_alloc") else None  # MicroPython's
+    h0 = 0
+    if cost is not None:
+        _itemise()
+        gc.collect()
+        h0 = gc.mem_alloc()
     link = Link(
         bus,
         node,
@@ -82,14 +232,10 @@ async def main(
         ack=bool(ack),
         seal=seal,
     )
-    tr = await MqttTransport(host, port, node=node, prefix=prefix).open()
-    asyncio.create_task(link.run(tr))
-    while link.status != "up":
-        await asyncio.sleep(0.01)
-    await asyncio.sleep(0.2)  # the snapshot and routes go out first
+    _heap(cost, h0, "link")
+    tr = await _session(link, MqttTransport(host, port, node=node, prefix=prefix), cost, h0)
     print("up")  # what follows is the readings' cost (dev/bench/device_cost.py)
     _flush()
-    c = bus.connect()
     base = link.counters.get("frames_out", 0)
     seq0 = link.tx_seq  # nothing else is exported: message i is seq0 + i
     ns = time.time_ns
@@ -142,6 +288,12 @@ async def main(
         )
     )
     _flush()
+    if cost is not None:  # after the JSON line: outside the CPU measured
+        _heap(cost, h0, "acked")
+        cost["spool"] = len(link._spool.buf)
+        cost["items"] = ITEMS
+        print("heap", json.dumps(cost))
+        _flush()
     # Stay up until the benchmark kills this process: closing now could drop
     # frames still in the socket's buffers (a close with unread input resets).
     while True:
@@ -163,5 +315,6 @@ if __name__ == "__main__":
             int(a[8]) if len(a) > 8 else 1,
             a[9] if len(a) > 9 else "edgebus",
             a[10] if len(a) > 10 else "auto",
+            int(a[11]) if len(a) > 11 else 0,
         )
     )

@@ -1,7 +1,9 @@
 # Runs under the real MicroPython unix port (edgebus as .mpy); prints one JSON
 # object of heap and speed figures.
-# argv: [smoke] [fleet]  - "smoke" shortens the run; "fleet" only counts how
-# many subscriptions fit in the heap the interpreter was given.
+# argv: [smoke] [fleet] [board]  - "smoke" shortens the run; "fleet" only
+# counts how many subscriptions fit in the heap the interpreter was given;
+# "board": a 64 KB board's heap (dev/bench/core_board.py), where the speed runs
+# need the heap figures' objects gone first.
 import gc
 import json
 import sys
@@ -9,6 +11,7 @@ import time
 
 SMOKE = "smoke" in sys.argv
 FLEET = "fleet" in sys.argv
+BOARD = "board" in sys.argv
 out = {}
 
 gc.collect()
@@ -134,6 +137,10 @@ def speed(nsubs, naive):
     dt = time.ticks_diff(time.ticks_us(), t0)
     return count * 1000000 / dt
 
+
+if BOARD:  # 50 subscriptions, retained topics and endpoints still live
+    del bus, conn
+    gc.collect()
 
 # Collect after every 32 KB allocated, as on a board: on the unix port's
 # large heap an unbounded threshold makes each collection sweep far more.

@@ -7,7 +7,13 @@ through the same mosquitto, interleaved. Per run: the device's CPU from its
 first reading until the last is acknowledged (edgebus) or sent (umqtt), read
 from /proc/PID/task/*/schedstat (ns on a CPU, whatever else the machine
 does), and the frames the device received for its readings (ACKs; a PUBACK
-each at QoS 1)."""
+each at QoS 1). Before the readings and after them, outside that CPU: the
+heap its uplink holds (gc.mem_alloc() after gc.collect(): edgebus with every
+reading acknowledged, less before the link and its transport were made and
+less the spool's ring; umqtt once connected, less before its client), step
+by step with the parts measured around the calls that make them
+(bridge_device.py's PARTS), and every byte it wrote and read on its socket
+until its first reading, message by message (breakdown())."""
 
 import json
 import os
@@ -17,6 +23,7 @@ import subprocess
 import tempfile
 
 from dev.bench.bridge_bench import KEY, LOG_PREFIX, NODE, RAW_TOPIC, ROOT, Bench
+from edgebus.link import frame, seal, wire
 from edgebus.tools.boardkit import mpybuild, mpylib
 
 PACE_MS = 50
@@ -34,23 +41,95 @@ def _cpu_ns(pid):
 
 
 def _device(argv, cwd, timeout=120):
-    """Run a device until its JSON line: (CPU ns from its "up" line to then, that line)."""
+    """Run a device until its JSON line and its "wire" and "heap" lines: (CPU
+    ns from its "up" line to the JSON line, that line, {"wire", "heap"})."""
     p = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, text=True)
     try:
-        cpu0 = None
-        while True:
+        cpu0 = res = None
+        said = {}
+        while res is None or len(said) < 2:
             line = p.stdout.readline()
             if not line:
                 raise RuntimeError("the device %s ended before its result" % argv[3])
-            if line.startswith("up"):
+            word = line.split(" ", 1)[0]
+            if word in ("wire", "heap"):
+                said[word] = json.loads(line[len(word) :])
+            elif line.startswith("up"):
                 cpu0 = _cpu_ns(p.pid)
             elif line.startswith("{"):
                 if cpu0 is None:
                     raise RuntimeError("the device %s said no 'up'" % argv[3])
-                return _cpu_ns(p.pid) - cpu0, json.loads(line)
+                res = _cpu_ns(p.pid) - cpu0, json.loads(line)
+        return res + (said,)
     finally:
         p.kill()
         p.wait(timeout)
+
+
+MQTT = {1: "CONNECT", 2: "CONNACK", 3: "PUBLISH", 8: "SUBSCRIBE", 9: "SUBACK", 12: "PINGREQ"}
+OPENING = ("HELLO", "HELLO_ACK", "AUTH")  # never sealed (docs/protocol.md section 17)
+
+
+def _packets(data):
+    """The MQTT packets in data: (kind, header bytes, body)."""
+    o, out = 0, []
+    while o < len(data):
+        n, shift, h = 0, 0, o + 1
+        while True:
+            b = data[h]
+            n |= (b & 0x7F) << shift
+            shift += 7
+            h += 1
+            if not b & 0x80:
+                break
+        out.append((data[o] >> 4, h - o, data[h : h + n]))
+        o = h + n
+    return out
+
+
+def _frame(item, payload):
+    """What a link message carries: its type, the body's and the framing's
+    bytes, the seal's 12, and the JSON's bytes per field for the opening ones."""
+    body = frame.unmessage(payload, 1 << 16)
+    name = wire.NAMES[body[0] & wire.TYPE_MASK]
+    item.update(frame=name, framing=len(payload) - len(body), seal=0, body=len(body))
+    if name in OPENING:  # "key":value and its comma or brace: the JSON less a byte
+        fields = json.loads(body[1:])
+        item["fields"] = {
+            k: len(json.dumps({k: v}, separators=(",", ":"))) - 1 for k, v in fields.items()
+        }
+    else:  # the bench's session is sealed (run() checks)
+        item.update(seal=seal.TAIL, body=len(body) - seal.TAIL)
+
+
+def breakdown(hexes):
+    """The device's bytes until its first reading (its "wire" line), message
+    by message: direction, MQTT packet, bytes, and for a link message its frame."""
+    items = []
+    for d in ("out", "in"):
+        for kind, head, body in _packets(bytes.fromhex(hexes[d])):
+            item = {"dir": d, "mqtt": MQTT.get(kind, str(kind)), "bytes": head + len(body)}
+            if kind == 3:
+                n = int.from_bytes(body[:2], "big")
+                topic = body[2 : 2 + n].decode()
+                item.update(topic=topic, mqtt_head=head + 2 + n)
+                if topic.endswith(("/up", "/down")):
+                    _frame(item, body[2 + n :])
+            items.append(item)
+    return items
+
+
+def _said(said):
+    """A run's heap and bytes until the first reading, from its device's lines."""
+    h, w = said["heap"], said["wire"]
+    heap = h["acked"] - h["spool"] if "acked" in h else h["up"]
+    return {
+        "heap": heap,
+        "heap_steps": h,
+        "out": len(w["out"]) // 2,
+        "in": len(w["in"]) // 2,
+        "wire": w,
+    }
 
 
 def _bundle(d):
@@ -81,23 +160,27 @@ def run(smoke=False):
             b.bridge_log.send("expect %d 120" % n)
             b.bridge_log.expect("ok")
             argv = mp + ["bridge_device.py", "127.0.0.1", port, NODE, KEY, str(n), str(PACE_MS)]
-            cpu, dev = _device(argv + ["32", "24", "1", LOG_PREFIX, "auto"], d)
+            cpu, dev, said = _device(argv + ["32", "24", "1", LOG_PREFIX, "auto", "1"], d)
             got = json.loads(b.bridge_log.line(150))
-            if got["received"] < n or dev["acked_s"] is None:
+            if got["received"] < n or dev["acked_s"] is None or not dev["encrypted"]:
                 raise RuntimeError(
-                    "edgebus device: %d of %d logged, all acknowledged: %s"
-                    % (got["received"], n, dev["acked_s"] is not None)
+                    "edgebus device: %d of %d logged, all acknowledged: %s, encrypted: %s"
+                    % (got["received"], n, dev["acked_s"] is not None, dev["encrypted"])
                 )
-            runs["edgebus"].append({"cpu_us": cpu / n / 1e3, "frames_in": dev["acks"] / n})
+            runs["edgebus"].append(
+                dict(_said(said), cpu_us=cpu / n / 1e3, frames_in=dev["acks"] / n)
+            )
             for qos in (0, 1):
                 b.sub.send("expect %d 120" % n)
                 b.sub.expect("ok")
                 argv = mp + ["umqtt_device.py", "127.0.0.1", port, RAW_TOPIC, str(n)]
-                cpu, _ = _device(argv + [str(PACE_MS), str(qos)], d)
+                cpu, _, said = _device(argv + [str(PACE_MS), str(qos)], d)
                 got = json.loads(b.sub.line(150))
                 if got["received"] < n:
                     raise RuntimeError("umqtt QoS %d: %d of %d arrived" % (qos, got["received"], n))
-                runs["umqtt_qos%d" % qos].append({"cpu_us": cpu / n / 1e3, "frames_in": qos})
+                runs["umqtt_qos%d" % qos].append(
+                    dict(_said(said), cpu_us=cpu / n / 1e3, frames_in=qos)
+                )
     finally:
         b.close()
         shutil.rmtree(tmp, ignore_errors=True)
@@ -107,6 +190,12 @@ def run(smoke=False):
             "cpu_us": statistics.median(r["cpu_us"] for r in rs),
             "cpu_us_all": [r["cpu_us"] for r in rs],
             "frames_in": statistics.median(r["frames_in"] for r in rs),
+            "heap": statistics.median(r["heap"] for r in rs),
+            "heap_all": [r["heap"] for r in rs],
+            "heap_steps": rs[0]["heap_steps"],
+            "bytes_out": [r["out"] for r in rs],
+            "bytes_in": [r["in"] for r in rs],
+            "messages": breakdown(rs[0]["wire"]),  # the same in every run
         }
     return out
 

@@ -181,6 +181,7 @@ async def _spool(size, n0, journal=None, journal_bytes=262144, health=0, period_
     n = n0
     used = 0
     healths = 0
+    sent = kept = k = 0  # k readings' bodies as sent, and the bytes their entries take
     while (j.dropped == 0) if j is not None else (sp.evicted == 0):
         c.publish("sensor/temp", {"c": read(n), "n": n, "simulated": True})
         n += 1
@@ -191,6 +192,10 @@ async def _spool(size, n0, journal=None, journal_bytes=262144, health=0, period_
         clock[0] += period_ms
         if sp.evicted == 0:
             used = sp.used
+            if not hk and j is None:
+                sent += len(sp.body(sp.last))
+                kept += sp._size(sp.last)
+                k += 1
     for t in [link._pump] + link._tasks:
         t.cancel()
     if j is not None:
@@ -210,6 +215,9 @@ async def _spool(size, n0, journal=None, journal_bytes=262144, health=0, period_
         "bytes_used": used,
         "entries": sp.n,
         "bytes_per_entry": used / sp.n if sp.n else 0,
+        "reading_sent": sent / k if k else None,
+        "reading_spooled": kept / k if k else None,
+        "table_bytes": sp.table_bytes(),
     }
 
 

@@ -256,6 +256,21 @@ def spool_cover():
         raise RuntimeError("MicroPython spool measure failed:\n" + r.stdout + r.stderr)
     m = json.loads(r.stdout.strip().splitlines()[-1])
     held = {(x["size"], x["n0"], x["health"]): x["held"] for x in m["ram"]}
+    # A reading's bytes in the unix board's spool (the fleet's device), fresh
+    # and after a day; beside its body as sent (what an entry holding the
+    # body as sent behind a 10-byte header would take).
+    per = {x["n0"]: x for x in m["ram"] if x["size"] == boards["unix"] and not x["health"]}
+    reading = {
+        k: {
+            "spooled": per[n0]["reading_spooled"],
+            "sent": per[n0]["reading_sent"],
+            "table_bytes": per[n0]["table_bytes"],
+        }
+        for k, n0 in (("boot", 0), ("day", DAY))
+    }
+    reading["table_bytes_health"] = max(
+        x["table_bytes"] for x in m["ram"] if x["size"] == boards["unix"] and x["health"]
+    )
     rows = []
     for name, size in sorted(boards.items(), key=lambda kv: (kv[1] or 0, kv[0])):
         if not size:
@@ -275,6 +290,7 @@ def spool_cover():
     j = m["journal"]
     return {
         "rate": RATE,
+        "reading": reading,
         "firmware_default": default,
         "boards": rows,
         "health": list(HEALTH),

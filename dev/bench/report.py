@@ -136,23 +136,13 @@ def _core_cpython(res, out, md_dir):
     rows = []
     for r in res["core_throughput"]:
         e, z, n = r["edgebus"]["median"], r["zenoh"]["median"], r["naive"]["median"]
-        rows.append(
-            "| %d (%d) | %s | %s | %s | %.2f× | %.2f× |"
-            % (
-                r["subscriptions"],
-                r["matching"],
-                _mmm(r["edgebus"]),
-                _mmm(r["zenoh"]),
-                _mmm(r["naive"]),
-                e / z,
-                e / n,
-            )
-        )
+        rows.append(_throughput_row(r, _mmm(r["naive"]), "%.2f×" % (e / z), "%.2f×" % (e / n)))
     c = res["core_publish_curve"]
     png = _plot(res, out)
     return _t(
         "core_cpython",
         rows="\n".join(rows),
+        compiled=_compiled_rows(res.get("core_throughput_compiled"), res["core_throughput"]),
         curve="\n".join(
             "| %s | %s |" % (_f(p["patterns"]), _mmm(p["ns_per_publish"])) for p in c["points"]
         ),
@@ -162,6 +152,36 @@ def _core_cpython(res, out, md_dir):
         first=_f(c["points"][0]["patterns"]),
         plot="![publish cost curve](%s)" % os.path.relpath(png, md_dir) if png else "",
     )
+
+
+def _compiled_rows(cc, pure):
+    """The compiled core's rows (dev/compiled.py), each beside the pure
+    modules' of the same part, or the line saying why there are none."""
+    if not cc:
+        return "| (not measured in this run) | | | | |"
+    if "error" in cc:
+        return "| (not measured in this run: %s) | | | | |" % cc["error"]
+    rows = []
+    for r, p in zip(cc["rows"], pure):
+        # zenoh's median in the compiled run's process or in the pure one's,
+        # whichever is higher: its own spread on 2 cores is wide.
+        e, z = r["edgebus"]["median"], max(r["zenoh"]["median"], p["zenoh"]["median"])
+        rows.append(
+            _throughput_row(r, "%.2f×" % (e / p["edgebus"]["median"]), "**%.2f×**" % (e / z))
+        )
+    return "\n".join(rows)
+
+
+def _throughput_row(r, *more):
+    """A throughput row: subscriptions (matching), edgebus's and zenoh's
+    msgs/s, then the cells given."""
+    head = "| %d (%d) | %s | %s | " % (
+        r["subscriptions"],
+        r["matching"],
+        _mmm(r["edgebus"]),
+        _mmm(r["zenoh"]),
+    )
+    return head + " | ".join(more) + " |"
 
 
 def _core_mpy(res):
@@ -187,10 +207,20 @@ def _core_mpy(res):
         if dv
         else []
     )
+    nat = mp.get("native_runs") or []
     speed = []
-    for n in (1, 10):
-        e, b = med("msgs_per_s_%dsub" % n), med("naive_msgs_per_s_%dsub" % n)
-        speed.append("| %d | %s | %s | %.2f× |" % (n, _f(e), _f(b), e / b))
+    for n, goal in ((1, "≥ 1.0×"), (10, "≥ 1.5×")):
+        k = "msgs_per_s_%dsub" % n
+        e, b = med(k), med("naive_" + k)
+        if nat:
+            x = sorted(r[k] / r["naive_" + k] for r in nat)[len(nat) // 2]
+            xe = sorted(r[k] for r in nat)[len(nat) // 2]
+            speed.append(
+                "| %d | %s | %s | %s | %.2f× | **%.2f×** | %s |"
+                % (n, _f(e), _f(xe), _f(b), e / b, x, goal)
+            )
+        else:
+            speed.append("| %d | %s | – | %s | %.2f× | – | %s |" % (n, _f(e), _f(b), e / b, goal))
     return _t(
         "core_mpy",
         import_core=_f(med("import_core")),
@@ -205,6 +235,42 @@ def _core_mpy(res):
         else "0: the core did not import in this run's 64 KB heap",
         device=_block(device),
         speed="\n".join(speed),
+        board=_block(_core_board(mp.get("board"), med("alloc_per_publish_1sub"))),
+    )
+
+
+def _core_board(bd, unix_alloc_1):
+    """The core_mpy_board block: the emulated board's speed runs (ratio per
+    run, the median's msgs/s), or the line saying why there are none."""
+    if not bd:
+        return []
+    if "error" in bd:
+        return ["On the emulated 32-bit board: not measured in this run (%s)." % bd["error"]]
+    runs = bd["runs"]
+
+    def med(k):
+        return sorted(r[k] for r in runs)[len(runs) // 2]
+
+    speed = []
+    for n, goal in ((1, "≥ 1.0×"), (10, "≥ 1.5×")):
+        ratios = sorted(r["msgs_per_s_%dsub" % n] / r["naive_msgs_per_s_%dsub" % n] for r in runs)
+        e, b = med("msgs_per_s_%dsub" % n), med("naive_msgs_per_s_%dsub" % n)
+        spread = "" if len(runs) < 2 else " (runs %.3f–%.3f)" % (ratios[0], ratios[-1])
+        speed.append(
+            "| %d | %s | %s | %.2f×%s | %s |"
+            % (n, _f(e), _f(b), ratios[len(ratios) // 2], spread, goal)
+        )
+    return _t(
+        "core_mpy_board",
+        heap=bd["heap"] // 1024,
+        nruns=len(runs),
+        mips="%.0f" % (1000 / 2 ** bd["icount_shift"]),
+        shift=bd["icount_shift"],
+        speed="\n".join(speed),
+        alloc_1=_f(med("alloc_per_publish_1sub")),
+        alloc_10=_f(med("alloc_per_publish_10subs")),
+        unix_alloc_1=_f(unix_alloc_1),
+        seconds="%.0f" % bd["seconds"],
     )
 
 
@@ -325,12 +391,28 @@ def _link_spool(sc):
             )
         )
     j = sc["journal"]
+    rd = dict(sc["reading"])
+    tbh = rd.pop("table_bytes_health")
+    unix = [r for r in sc["boards"] if r["board"] == "unix"][0]
+    u1 = unix["seconds_health"][str(hs[1])]
     return [""] + _t(
         "link_spool",
         rate="%d" % sc["rate"],
         h0="%d" % hs[0],
         h1="%d" % hs[1],
         rows="\n".join(rows),
+        spooled_boot="%.1f" % rd["boot"]["spooled"],
+        spooled_day="%.1f" % rd["day"]["spooled"],
+        sent_boot="%.1f" % rd["boot"]["sent"],
+        sent_day="%.1f" % rd["day"]["sent"],
+        as_sent_boot="%.1f" % (rd["boot"]["sent"] + 10),
+        as_sent_day="%.1f" % (rd["day"]["sent"] + 10),
+        table_bytes=_n(rd["day"]["table_bytes"]),
+        table_bytes_health=_n(tbh),
+        reading_goal="met" if max(r["spooled"] for r in rd.values()) <= 36 else "**not met**",
+        unix_spool=_n(unix["spool"]),
+        unix_h1="%.1f" % u1,
+        unix_goal="met" if u1 >= 30 else "**not met**",
         journal_bytes=_n(j["bytes"]),
         journal_boot=_n(j["held_boot"]),
         journal_day=_n(j["held_day"]),
@@ -425,11 +507,7 @@ def _device_cost(dc):
     """What a reading costs a MicroPython device beside umqtt (dev/bench/device_cost.py)."""
     q1 = dc["umqtt_qos1"]["cpu_us"]
     rows = []
-    for key, name in (
-        ("edgebus", "edgebus: sealed, encrypted, acks on, into the bridge's log"),
-        ("umqtt_qos0", "umqtt.simple, QoS 0"),
-        ("umqtt_qos1", "umqtt.simple, QoS 1"),
-    ):
+    for key, name in DEVICES:
         r = dc[key]
         rows.append(
             "| %s | %s (%s) | %.2f× | %s |"
@@ -441,13 +519,141 @@ def _device_cost(dc):
                 "%.3f" % r["frames_in"],
             )
         )
+    if "heap" not in dc["edgebus"]:  # measured before the heap and bytes were
+        return _t(
+            "device_cost",
+            readings=_n(dc["readings"]),
+            rate="%g" % (1000 / dc["pace_ms"]),
+            runs="%d" % dc["runs"],
+            rows="\n".join(rows),
+            setup="",
+        )
+    eb = dc["edgebus"]
+    st = eb["heap_steps"]
+    status = st["items"]["Link.publish_status"]
     return _t(
         "device_cost",
         readings=_n(dc["readings"]),
         rate="%g" % (1000 / dc["pace_ms"]),
         runs="%d" % dc["runs"],
         rows="\n".join(rows),
+        setup=_block(
+            _t(
+                "device_cost_setup",
+                ring=_n(st["spool"]),
+                setup_rows="\n".join(_device_setup_rows(dc)),
+                heap_rows="\n".join(_device_heap_rows(st)),
+                status=_n(status),
+                without_status="%.1f KB" % ((eb["heap"] - status) / 1024),
+                messages="\n".join(_device_message_rows(eb["messages"])),
+                hello=_device_fields(eb["messages"], "out", "HELLO"),
+                hello_ack=_device_fields(eb["messages"], "in", "HELLO_ACK"),
+            )
+        ),
     )
+
+
+DEVICES = (
+    ("edgebus", "edgebus: sealed, encrypted, acks on, into the bridge's log"),
+    ("umqtt_qos0", "umqtt.simple, QoS 0"),
+    ("umqtt_qos1", "umqtt.simple, QoS 1"),
+)
+# The parts of the uplink's heap measured around each call (bridge_device.py's
+# PARTS): the step they fall in, and what they are.
+DEVICE_PARTS = (
+    ("link", "spool", "the spool's object beside its ring"),
+    ("link", "handshake.init", "`handshake.init`: the handshake's state"),
+    ("link", "tx.init", "`tx.init`: the sending side's state"),
+    ("link", "rx.init", "`rx.init`: the receiving side's state"),
+    ("link", "calls.init", "`calls.init`"),
+    ("open", "asyncio.stream", "`asyncio.stream`, imported by `open_connection`"),
+    ("up", "seal.start", "`seal.start`: the session's keys and HMAC states"),
+    ("up", "Link.publish_status", "`Link.publish_status`: the link's status retained on the bus"),
+    ("up", "tx.observe", "`tx.observe`: the export observer, a bus feed of `out_queue` slots"),
+    ("up", "handshake.hello", "`handshake.hello`: the HELLO, kept (`_mine`, `_hs`) for answers"),
+    ("up", "Connection.derive", "`Connection.derive`: the importer's bus connection"),
+    ("up", "calls.send_routes", "`calls.send_routes`: the routes offered"),
+)
+DEVICE_STEPS = (
+    ("link", None, "`Link()` made (its ring not counted)"),
+    ("transport", "link", "`MqttTransport()` made"),
+    ("open", "transport", "`open()`: TCP, CONNECT, SUBSCRIBE, presence"),
+    ("up", "open", "the session up (0.2 s after: routes and snapshots exchanged)"),
+    ("acked", "up", "every reading acknowledged"),
+)
+
+
+def _device_setup_rows(dc):
+    """The heap and the bytes until the first reading, each device beside the others."""
+    cells = {}
+    for key, _ in DEVICES:
+        r = dc[key]
+        h = r["heap_all"]
+        cells[key] = (
+            "%.1f (%.1f–%.1f)" % (r["heap"] / 1024, min(h) / 1024, max(h) / 1024),
+            "%s / %s" % (_spread(r["bytes_out"]), _spread(r["bytes_in"])),
+        )
+    return [
+        "| uplink heap with the session up, KB (runs) | %s | ≤ 10 |"
+        % " | ".join(cells[k][0] for k, _ in DEVICES),
+        "| bytes out / in from connect until the first reading | %s | measured, justified |"
+        % " | ".join(cells[k][1] for k, _ in DEVICES),
+    ]
+
+
+def _spread(xs):
+    """The median of xs, and their range when they differ."""
+    m = _n(sorted(xs)[len(xs) // 2])
+    return m if min(xs) == max(xs) else "%s (%s–%s)" % (m, _n(min(xs)), _n(max(xs)))
+
+
+def _device_heap_rows(st):
+    """edgebus's heap step by step, with the parts measured within each."""
+    items = dict(st["items"], spool=st["items"]["spool"] - st["spool"])
+    rows = []
+    for step, before, name in DEVICE_STEPS:
+        kept = st[step] - (st[before] if before else st["spool"])
+        parts = [(items[k], what) for s, k, what in DEVICE_PARTS if s == step]
+        rest = kept - sum(b for b, _ in parts)
+        text = "; ".join("%s %s" % (what, _n(b)) for b, what in sorted(parts, reverse=True))
+        if parts:
+            text += "; the rest %s" % _n(rest)
+        rows.append("| %s | %s | %s |" % (name, _n(kept), text))
+    rows.append("| **all** | **%s** | |" % _n(st["acked"] - st["spool"]))
+    return rows
+
+
+def _device_message_rows(messages):
+    """edgebus's messages until its first reading: what each is and its bytes."""
+    rows = []
+    for m in messages:
+        what = m["mqtt"]
+        if "frame" in m:
+            what = "link %s" % m["frame"]
+        elif "topic" in m:
+            what = "PUBLISH `%s`" % m["topic"]
+        link = (
+            "%d / %d / %d / %d" % (m["mqtt_head"], m["framing"], m["seal"], m["body"])
+            if "frame" in m
+            else ""
+        )
+        rows.append("| %s | %s | %s | %s |" % (m["dir"], what, _n(m["bytes"]), link))
+    for d in ("out", "in"):
+        ms = [m for m in messages if m["dir"] == d]
+        link = sum(m["bytes"] for m in ms if "frame" in m)
+        rows.append(
+            "| %s | **all**: MQTT's own / the link's | **%s** | %s / %s |"
+            % (d, _n(sum(m["bytes"] for m in ms)), _n(sum(m["bytes"] for m in ms) - link), _n(link))
+        )
+    return rows
+
+
+def _device_fields(messages, d, frame):
+    """A handshake frame's JSON, field by field: `name` bytes, ..."""
+    for m in messages:
+        if m["dir"] == d and m.get("frame") == frame:
+            return ", ".join("`%s` %d" % kv for kv in m["fields"].items())
+    return "–"
 
 
 def _bridge_acks(res, br):
