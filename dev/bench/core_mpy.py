@@ -17,9 +17,7 @@ NATIVE = "x64"
 
 def run(smoke=False, heap="1M", fleet=False, arch=None):
     args = (["smoke"] if smoke else []) + (["fleet"] if fleet else [])
-    r = mpyrun.run(
-        SCRIPT, args, heap=heap, arch=arch, capture_output=True, text=True, timeout=300
-    )
+    r = mpyrun.run(SCRIPT, args, heap=heap, arch=arch, capture_output=True, text=True, timeout=300)
     if r.returncode != 0:
         raise RuntimeError("MicroPython benchmark failed:\n" + r.stdout + r.stderr)
     return json.loads(r.stdout.strip().splitlines()[-1])
