@@ -519,37 +519,32 @@ def _device_cost(dc):
                 "%.3f" % r["frames_in"],
             )
         )
-    if "heap" not in dc["edgebus"]:  # measured before the heap and bytes were
-        return _t(
-            "device_cost",
-            readings=_n(dc["readings"]),
-            rate="%g" % (1000 / dc["pace_ms"]),
-            runs="%d" % dc["runs"],
-            rows="\n".join(rows),
-            setup="",
-        )
-    eb = dc["edgebus"]
-    st = eb["heap_steps"]
-    status = st["items"]["Link.publish_status"]
     return _t(
         "device_cost",
         readings=_n(dc["readings"]),
         rate="%g" % (1000 / dc["pace_ms"]),
         runs="%d" % dc["runs"],
         rows="\n".join(rows),
-        setup=_block(
-            _t(
-                "device_cost_setup",
-                ring=_n(st["spool"]),
-                setup_rows="\n".join(_device_setup_rows(dc)),
-                heap_rows="\n".join(_device_heap_rows(st)),
-                status=_n(status),
-                without_status="%.1f KB" % ((eb["heap"] - status) / 1024),
-                messages="\n".join(_device_message_rows(eb["messages"])),
-                hello=_device_fields(eb["messages"], "out", "HELLO"),
-                hello_ack=_device_fields(eb["messages"], "in", "HELLO_ACK"),
-            )
-        ),
+        # results measured before the heap and the bytes were have no block
+        setup=_block(_device_setup(dc["edgebus"], dc)) if "heap" in dc["edgebus"] else "",
+    )
+
+
+def _device_setup(eb, dc):
+    """The device_cost_setup block: the uplink's heap step by step and the
+    bytes before the first reading, message by message."""
+    st = eb["heap_steps"]
+    status = st["items"]["Link.publish_status"]
+    return _t(
+        "device_cost_setup",
+        ring=_n(st["spool"]),
+        setup_rows="\n".join(_device_setup_rows(dc)),
+        heap_rows="\n".join(_device_heap_rows(st)),
+        status=_n(status),
+        without_status="%.1f KB" % ((eb["heap"] - status) / 1024),
+        messages="\n".join(_device_message_rows(eb["messages"])),
+        hello=_device_fields(eb["messages"], "out", "HELLO"),
+        hello_ack=_device_fields(eb["messages"], "in", "HELLO_ACK"),
     )
 
 

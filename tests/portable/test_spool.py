@@ -9,7 +9,8 @@ from tests.portable.support import raises
 MPY_HEAP = "96K"
 
 
-def _drain(sp, free=False):
+def drain(sp, free=False):
+    """[(seq, body)] of what the spool sends next, in order (freed if free)."""
     out = []
     while True:
         o = sp.peek()
@@ -27,7 +28,7 @@ def test_put_send_ack_in_order_across_the_wrap():
         for _ in range(3):
             assert sp.put(seq, bytes([seq % 256]) * 20)
             seq += 1
-        got = _drain(sp)
+        got = drain(sp)
         sent += [s for s, _ in got]
         for s, b in got:
             assert b == bytes([s % 256]) * 20
@@ -41,28 +42,28 @@ def test_full_ring_drops_the_oldest_and_counts_it():
     for s in range(1, 6):
         assert sp.put(s, b"x" * 20)
     assert sp.n == 3 and sp.evicted == 2 and sp.dropped_unsent == 2
-    assert [s for s, _ in _drain(sp)] == [3, 4, 5]
+    assert [s for s, _ in drain(sp)] == [3, 4, 5]
 
 
 def test_drop_newest_refuses_and_keeps_what_it_has():
     sp = Spool(100, "drop_newest")
     for s in range(1, 6):
         sp.put(s, b"x" * 20)
-    assert sp.refused == 2 and [s for s, _ in _drain(sp)] == [1, 2, 3]
+    assert sp.refused == 2 and [s for s, _ in drain(sp)] == [1, 2, 3]
 
 
 def test_rewind_sends_again_from_a_number_and_ack_frees():
     sp = Spool(256)
     for s in range(1, 6):
         sp.put(s, b"%d" % s)
-    assert [s for s, _ in _drain(sp)] == [1, 2, 3, 4, 5]
+    assert [s for s, _ in drain(sp)] == [1, 2, 3, 4, 5]
     assert sp.ack(3) == 2  # 1 and 2 acknowledged
     assert sp.rewind(4) == 2  # 4 and 5 again
     o = sp.peek()
     assert sp.flags_at(o) & SENT  # a retransmission
-    assert [s for s, _ in _drain(sp)] == [4, 5]
+    assert [s for s, _ in drain(sp)] == [4, 5]
     assert sp.rewind() == 3  # from the oldest held: 3, 4, 5
-    assert [s for s, _ in _drain(sp)] == [3, 4, 5]
+    assert [s for s, _ in drain(sp)] == [3, 4, 5]
 
 
 def test_latest_entries_die_when_sent_and_unsent_ones_can_be_killed():

@@ -3,6 +3,7 @@ given back byte for byte (edgebus/link/spool.py)."""
 
 from edgebus.link import spool, wire
 from edgebus.link.spool import DEAD, LATEST, Spool
+from tests.portable.test_spool import drain
 
 MPY_HEAP = "128K"  # the spool and wire (hashlib, json) beside the core; 16 KB rings
 
@@ -20,16 +21,6 @@ def _spool(size):
     return sp
 
 
-def _drain(sp, free=False):
-    out = []
-    while True:
-        o = sp.peek()
-        if o < 0:
-            return out
-        out.append((sp.seq_at(o), bytes(sp.body(o))))
-        sp.advance(free)
-
-
 def test_a_reading_spools_as_its_numbers_and_comes_back_as_sent():
     sp = _spool(4096)
     sent = {}
@@ -41,7 +32,7 @@ def test_a_reading_spools_as_its_numbers_and_comes_back_as_sent():
         assert sp._size(sp.last) <= 36  # header 8, then "1728049,27.0,86402450"
     assert len([e for e in sp._tpl if e]) == 1 and sp._tpl[0][1] == 50
     assert sp.table_bytes() > 0 and sp.used < 50 * 36
-    got = _drain(sp)
+    got = drain(sp)
     assert [s for s, _ in got] == sorted(sent)
     assert all(b == sent[s] for s, b in got)
     assert sp.ack(65530 + 50) == 50 and sp._tpl[0][1] == 0  # freed: no entry uses it
@@ -58,7 +49,7 @@ def test_bodies_go_in_as_sent_until_the_spool_holds_a_backlog():
         kinds.append((before >= 2048, sp.buf[sp.last + 4] & 0x1F))
     assert kinds == [(k, 1 if k else 0) for k, _ in kinds] and (True, 1) in kinds
     assert (False, 0) in kinds and sp.evicted == 0
-    got = _drain(sp)
+    got = drain(sp)
     assert [b for _, b in got] == [wire.join(_temp(s, s, 50 * s)) for s in range(1, 61)]
 
 
@@ -76,7 +67,7 @@ def test_what_no_template_fits_is_stored_as_sent():
         assert sp.put(seq, b)
         assert sp.buf[sp.last + 4] & 0x1F == 0  # table index 0: as sent
     assert not sp._tpl and sp.table_bytes() == 0
-    got = _drain(sp)
+    got = drain(sp)
     assert [b for _, b in got] == [
         bytes(wire.join(b) if type(b) is tuple else b) for _, b in bodies
     ]
@@ -89,7 +80,7 @@ def test_a_body_with_no_numbers_and_one_past_127_bytes_round_trip():
     assert sp.put(9, a) and sp.put(10, long)
     o = sp.last
     assert sp.buf[o + 4] & 0x1F and sp.buf[o + 7] & 0x80  # templated, 3-byte length
-    assert [b for _, b in _drain(sp)] == [wire.join(a), wire.join(long)]
+    assert [b for _, b in drain(sp)] == [wire.join(a), wire.join(long)]
 
 
 def test_a_full_table_stores_bodies_as_sent_until_entries_free_a_template():
@@ -98,7 +89,7 @@ def test_a_full_table_stores_bodies_as_sent_until_entries_free_a_template():
     other = wire.parts(wire.PUB, ["s/x", {"w": 2}, None, 6], 2)
     assert sp.put(1, first) and sp.buf[sp.last + 4] & 0x1F == 1
     assert sp.put(2, other) and sp.buf[sp.last + 4] & 0x1F == 0  # no room: as sent
-    assert [b for _, b in _drain(sp)] == [wire.join(first), wire.join(other)]
+    assert [b for _, b in drain(sp)] == [wire.join(first), wire.join(other)]
     sp.ack(3)
     again = wire.parts(wire.PUB, ["s/x", {"w": 3}, None, 7], 3)
     assert sp.put(3, again) and sp.buf[sp.last + 4] & 0x1F == 1  # the unused one gave way
@@ -111,7 +102,7 @@ def test_the_table_holds_31_templates_at_most():
         assert sp.put(i, wire.parts(wire.PUB, ["t%s" % chr(97 + i % 26) * (1 + i // 26), 0], i))
     kinds = [sp.buf[o + 4] & 0x1F for o in _offsets(sp)]
     assert len([k for k in kinds if k]) == 31 and kinds[31:] == [0] * 9
-    assert [s for s, _ in _drain(sp)] == list(range(40))
+    assert [s for s, _ in drain(sp)] == list(range(40))
 
 
 def _offsets(sp):
@@ -138,7 +129,7 @@ def test_eviction_and_the_wrap_keep_templates_counted_and_flags_apart():
         if sp.flags_at(o) & DEAD:
             assert sp.seq_at(o) % 3 == 0
     sp.rewind()
-    got = _drain(sp, True)
+    got = drain(sp, True)
     assert got and all(b == wire.join(_temp(s, s, 50 * s)) for s, b in got)
     assert sp.n == 0 and sp.used == 0 and sp._tpl[0][1] == 0
 
