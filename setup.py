@@ -4,8 +4,6 @@ the wheel beside their source; without it the wheel is pure Python. A compiled
 module is imported in place of its source; MicroPython never sees either."""
 
 import os
-import re
-import shutil
 import sys
 
 from setuptools import setup
@@ -13,26 +11,6 @@ from setuptools import setup
 # The publish -> deliver -> receive path. topic.py stays interpreted:
 # memo_cpython wraps topic.key, and compiled callers would call the original.
 COMPILED = ["feed", "conn", "bus", "trie", "memo_cpython"]
-# mypyc compiles a copy without the ``@micropython.native`` lines, as a
-# MicroPython bytecode build does (edgebus/tools/boardkit/mpybuild.py; not
-# imported here: setup.py runs before edgebus is installed). The decorator is
-# the identity on CPython, and mypyc cannot compile a decorated method of a
-# native class.
-NATIVE = re.compile(r"^[ \t]*@micropython\.native[ \t]*$", re.M)
-SRC = os.path.join("build", "mypyc-src")
-
-
-def _stripped_copy():
-    dst = os.path.join(SRC, "edgebus")
-    shutil.rmtree(SRC, ignore_errors=True)
-    os.makedirs(dst)
-    for f in os.listdir("edgebus"):
-        if f.endswith(".py"):
-            with open(os.path.join("edgebus", f)) as fi, open(os.path.join(dst, f), "w") as fo:
-                fo.write(NATIVE.sub("", fi.read()))
-    return [os.path.join(dst, m + ".py") for m in COMPILED]
-
-
 mypycify = None
 ext_modules = []
 if os.environ.get("EDGEBUS_COMPILE") == "1":
@@ -46,7 +24,7 @@ if os.environ.get("EDGEBUS_COMPILE") == "1":
         mypycify = None
 if mypycify is not None:
     ext_modules = mypycify(
-        ["--config-file", "dev/mypyc.ini"] + _stripped_copy(),
+        ["--config-file", "dev/mypyc.ini"] + ["edgebus/%s.py" % m for m in COMPILED],
         opt_level="3",
         group_name="edgebus._core",
     )

@@ -27,23 +27,6 @@ except ImportError:
         return x
 
 
-if not MICROPYTHON:
-
-    class micropython:  # noqa: N801  (spelled as the module the decorator names)
-        """``@micropython.native`` on CPython: the function as written. A
-        bundle for a target without an mpy arch gets the decorator's lines
-        taken out (boardkit.mpybuild.bytecode_source)."""
-
-        @staticmethod
-        def native(f):
-            return f
-
-else:
-    # MicroPython's compiler takes ``@micropython.native`` itself (by its
-    # spelling): this name is never read there.
-    micropython = None  # type: ignore[assignment, misc]
-
-
 if MICROPYTHON:
     from time import ticks_diff, ticks_ms
 

@@ -5,7 +5,7 @@
 from . import compat, errors, request, values, view
 from . import feed as feeds
 from . import topic as topics
-from .compat import micropython, type_name
+from .compat import type_name
 from .values import Message, Origin, RetainedEvent
 from .values import new as _new
 
@@ -110,8 +110,7 @@ class Connection:
             bus._authorise(self, action, norm, None, None)
 
     # -- state/event plane ---------------------------------------------
-    @micropython.native
-    def publish(self, topic, payload, extra=None) -> bool:
+    def publish(self, topic, payload, extra=None) -> bool:  # mpy: native
         """Deliver a Message to every matching subscription (never blocks)."""
         if self._closed:
             self._live()

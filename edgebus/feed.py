@@ -10,7 +10,7 @@ a receiver is waiting for it.
 """
 
 from . import topic as topics
-from .compat import Event, const, micropython
+from .compat import Event, const
 
 # Annotations are for mypyc (a compiled build of the core on CPython, setup.py):
 # the MicroPython compiler drops them; CPython reads this import only in mypy.
@@ -45,8 +45,7 @@ class Feed:
         self._waiting: int = 0  # receivers blocked in recv()
 
     # -- producer side -------------------------------------------------
-    @micropython.native
-    def offer(self, item: object) -> bool:
+    def offer(self, item: object) -> bool:  # mpy: native
         """Enqueue without blocking; False (and a counted drop) if refused."""
         n = self._n
         buf = self._buf
@@ -97,8 +96,7 @@ class Feed:
         self._waiting = 1
 
     # -- consumer side -------------------------------------------------
-    @micropython.native
-    def recv_nowait(self) -> "Any":
+    def recv_nowait(self) -> "Any":  # mpy: native
         """The next queued item, or None when none is queued or it is closed.
 
         The ring's pop itself, not a method calling it: a call less per

@@ -10,7 +10,7 @@ Sentinels cannot collide with user tokens, so ``literal('+')`` and a published
 ``'+'`` are plain text while the wildcards stay distinct.
 """
 
-from .compat import micropython, type_name
+from .compat import type_name
 
 # Wildcards in a key; plain objects, which no user token can equal.
 ANY = object()  # single-level
@@ -67,8 +67,7 @@ def _seq(topic):
     return topic
 
 
-@micropython.native
-def key(topic):
+def key(topic):  # mpy: native
     """The concrete key of a published/retained topic (wildcards are text)."""
     if type(topic) is tuple and topic:
         # Fast path: a tuple of plain tokens is its own key (no allocation).

@@ -8,7 +8,6 @@ A node is a plain dict keyed by token. Bookkeeping lives under sentinel keys
 in the same dict, which no token can equal, so a node costs one dict.
 """
 
-from .compat import micropython
 from .topic import ANY, REST
 
 _HERE = object()  # PatternTrie: entries whose pattern ends at this node
@@ -92,8 +91,7 @@ class PatternTrie:
             _visit(self.root, topic, 0, len(topic), None, item)
 
 
-@micropython.native
-def _found(slot, out, item):
+def _found(slot, out, item):  # mpy: native
     """A slot's entries: offered ``item``, or into list ``out`` if given."""
     if out is not None:
         if type(slot) is list:
@@ -107,8 +105,7 @@ def _found(slot, out, item):
         slot.offer(item)
 
 
-@micropython.native
-def _visit(node, topic, i, n, out, item):
+def _visit(node, topic, i, n, out, item):  # mpy: native
     """The entries matching ``topic`` from ``node`` down, each given to
     _found(). Walks the exact path in a loop and recurses only into '+'
     branches; no temporary lists, so a publish allocates nothing here."""

@@ -10,7 +10,7 @@ from edgebus.tools.sim.fleet import DEVICE_HEAP
 SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "core_mpy_script.py")
 
 
-# The unix port's mpy arch: the core's @micropython.native functions as
+# The unix port's mpy arch: the core's functions marked native as
 # machine code, as a board with an arch runs them.
 NATIVE = "x64"
 

@@ -32,7 +32,7 @@ import time
 from typing import TYPE_CHECKING, Any, Callable
 
 from edgebus import tlog
-from edgebus.tools.boardkit import boards, devicefiles, mpylib, mpyversion
+from edgebus.tools.boardkit import boards, devicefiles, mpybuild, mpylib, mpyversion
 from edgebus.tools.boardkit import build as bundle
 from edgebus.tools.boardkit.mpylib import ENV_SOURCE as ENV_SOURCE
 from edgebus.tools.boardkit.mpylib import cache_dir, source_tree
@@ -111,10 +111,34 @@ def board_dir(board: dict[str, Any]) -> str | None:
 
 
 def freeze_manifest(board: dict[str, Any]) -> str:
-    """The manifest make freezes: the board's (or the port's) then our sources."""
+    """The manifest make freezes: the board's (or the port's) then our sources
+    (those with functions marked native, from their staged copy)."""
     bd = board_dir(board)
     include = os.path.join(bd, "manifest.py") if bd else "$(PORT_DIR)/boards/manifest.py"
-    return bundle.freeze_manifest(board, bundle.collect(bundle.default_sources()), include=include)
+    srcs = bundle.collect(bundle.default_sources())
+    if board["mpy"] and board["mpy"]["arch"]:
+        srcs = [_native_staged(src, rel) for src, rel in srcs]
+    return bundle.freeze_manifest(board, srcs, include=include)
+
+
+def _native_staged(src: str, rel: str) -> tuple[str, str]:
+    """(src, rel), or where src marks functions native (mpybuild.native_source)
+    a copy of it with ``@micropython.native`` written in, under a folder named
+    by its content: make's freeze runs mpy-cross on sources, with the port's
+    -march, and reads no mark."""
+    with open(src, "rb") as f:
+        data = f.read()
+    marked = mpybuild.native_source(data)
+    if marked == data:
+        return src, rel
+    d = os.path.join(cache_dir(), "firmware", "native", hashlib.sha256(marked).hexdigest()[:16])
+    path = os.path.join(d, rel)
+    if not os.path.exists(path):
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tlog.write_atomically(
+            path, path + ".tmp", lambda f: f.write(marked), durable=False, mode=0o644
+        )
+    return path, rel
 
 
 def _hash_files(h: Any, top: str) -> None:

@@ -14,23 +14,25 @@ def mpy_cross() -> str:
     return executables.find("mpy-cross")
 
 
-# The decorator the core's hot functions carry (edgebus/compat.py): native
-# machine code where the target has an mpy arch, bytecode where it has none.
-NATIVE = re.compile(rb"^[ \t]*@micropython\.native[ \t]*$", re.M)
+# A def line ending in this comment is the core's per-publish path: native
+# machine code where the target has an mpy arch. A comment, not the
+# decorator itself, so that the source compiles with any mpy-cross, runs
+# from source on any port (native emitter or not) and on CPython as written.
+NATIVE = re.compile(rb"^(?:[ \t]*(?:#[^\n]*)?\n)?([ \t]*)(def [^\n]*#\s*mpy: native[ \t]*)$", re.M)
 
 
-def bytecode_source(data: bytes) -> bytes:
-    """data without its ``@micropython.native`` lines (each left blank, so
-    tracebacks keep their line numbers): mpy-cross refuses native code
-    without -march, and the same source serves a port without an arch."""
-    return NATIVE.sub(b"", data)
+def native_source(data: bytes) -> bytes:
+    """data with ``@micropython.native`` on each def marked ``# mpy: native``,
+    written over the blank or comment line above it where there is one, so
+    tracebacks keep their line numbers."""
+    return NATIVE.sub(rb"\1@micropython.native\n\1\2", data)
 
 
 def compile_file(
     src: str, dst: str, arch: str | None = None, opt: int = 0, source_name: str | None = None
 ) -> str:
-    """Compile one .py file to dst (.mpy); arch selects native code for the
-    functions marked ``@micropython.native`` (None: bytecode throughout);
+    """Compile one .py file to dst (.mpy); arch selects native code, for the
+    functions the source marks too (``native_source``; None: bytecode);
     source_name is the file name tracebacks show (default: src as given)."""
     os.makedirs(os.path.dirname(dst) or ".", exist_ok=True)
     cmd = [mpy_cross(), "-O%d" % opt, "-o", dst]
@@ -39,9 +41,9 @@ def compile_file(
     cmd += ["-s", source_name or src]
     with open(src, "rb") as f:
         data = f.read()
-    if not arch:
-        data = bytecode_source(data)
-    cmd.append("-")  # the source from stdin: one path for both cases
+    if arch:
+        data = native_source(data)
+    cmd.append("-")  # the source from stdin: the marked one where it changed
     r = subprocess.run(cmd, input=data, capture_output=True)
     if r.returncode != 0:
         err = r.stderr.decode(errors="replace").strip()

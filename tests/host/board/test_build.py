@@ -156,9 +156,9 @@ def test_board_arch_goes_to_mpy_cross(tmp_path):
 
 
 def test_the_core_s_hot_path_is_native_where_the_board_has_an_arch(tmp_path, unix_bundle):
-    """The core's @micropython.native functions: armv7m code in a qemu board's
-    bundle, bytecode (the decorator taken out) in the unix bundle and with
-    --bytecode; the rest of a module is bytecode either way."""
+    """The core's functions marked native: armv7m code in a qemu board's
+    bundle, bytecode in the unix bundle and with --bytecode; the rest of a
+    module is bytecode either way."""
     board = boards.load_board("qemu-mps2-an385")
     native, plain = str(tmp_path / "n"), str(tmp_path / "b")
     assert build.build(board, native, log=lambda *a: None)["native"]
@@ -172,11 +172,15 @@ def test_the_core_s_hot_path_is_native_where_the_board_has_an_arch(tmp_path, uni
         assert json.load(f)["mpy"]["native"] is False
 
 
-def test_bytecode_source_keeps_line_numbers():
-    src = b"x = 1\n    @micropython.native\n    def f(self):\n@micropython.viper\n"
-    out = mpybuild.bytecode_source(src)
-    assert out == b"x = 1\n\n    def f(self):\n@micropython.viper\n"
+def test_native_marks_become_the_decorator_where_the_line_above_was():
+    src = b"x = 1\n\n    def f(self):  # mpy: native\n    # -- c\n    def g(self):  # mpy: native\n"
+    out = mpybuild.native_source(src)
+    assert out == (
+        b"x = 1\n    @micropython.native\n    def f(self):  # mpy: native\n"
+        b"    @micropython.native\n    def g(self):  # mpy: native\n"
+    )
     assert out.count(b"\n") == src.count(b"\n")
+    assert mpybuild.native_source(b"def f():  # not marked\n") == b"def f():  # not marked\n"
 
 
 @pytest.mark.micropython
