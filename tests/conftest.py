@@ -105,6 +105,12 @@ def mpy_script(mpy_tree, path):
         )
 
 
+# The heap of a link_device holding a 12 KB spool (LINK_DEVICE_SPOOL=12288):
+# its .mpy code is on the heap too, and at 192K the uplink's 1 KB read buffer
+# found no block once the code's layout moved; 224K leaves room for that.
+SPOOLED_DEVICE_HEAP = "224K"
+
+
 @pytest.fixture
 def link_device(mpy_tree):
     """Start tests/mpy/link_device.py under the real micropython binary:

@@ -16,7 +16,7 @@ from edgebus.bridge.daemon import Bridge
 from edgebus.client.local import attach_local
 from edgebus.tools.commands.status import fetch, render
 from edgebus.tools.sim.ptycable import PtyCable
-from tests.conftest import until, wait_until
+from tests.conftest import SPOOLED_DEVICE_HEAP, until, wait_until
 
 DEVICE_HEAP = "192K"  # core + link (sealed) with its spool on the 64-bit unix port
 
@@ -264,7 +264,7 @@ def test_bridge_sigkilled_mid_stream_loses_and_doubles_nothing(tmp_path, link_de
             return st["log"]["appended"] >= 60 and sid and sid in _state_text(tmp_path)
 
         br = _bridge_process(tmp_path, path, "run1")
-        dev = link_device(cable.a, "k1", count, heap="192K")
+        dev = link_device(cable.a, "k1", count, heap=SPOOLED_DEVICE_HEAP)
         try:
             br.wait_status(midway, 15, step=0.01)
             br.kill()

@@ -16,7 +16,7 @@ from edgebus.bridge.daemon import Bridge
 from edgebus.link.link import Link
 from edgebus.link.stream import StreamTransport
 from edgebus.tools.sim.ptycable import PtyCable
-from tests.conftest import until
+from tests.conftest import SPOOLED_DEVICE_HEAP, until
 from tests.portable.linkkit import KEY, Joined, synced
 
 PEER_KEY = "site-gateway-key"
@@ -92,7 +92,7 @@ def test_a_gateway_killed_with_readings_unacknowledged_resends_them_under_the_de
         path = gateway_toml(tmp_path, cable.b, port)
         (tmp_path / "run1").mkdir()
         br = BridgeProcess(str(tmp_path / "run1"), toml=path).start()
-        dev = link_device(cable.a, "k1", count, heap="192K")
+        dev = link_device(cable.a, "k1", count, heap=SPOOLED_DEVICE_HEAP)
         try:
             # acknowledged to the device: logged and synced (group commit)
             br.wait_status(
