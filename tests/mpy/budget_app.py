@@ -5,6 +5,11 @@ import gc
 
 import edgebus
 
+# Retained views load on first use; an app that makes one imports them with
+# its other imports (docs/api.md): from .mpy on the heap, a module loaded
+# mid-run needs one free block of its size, which a tight heap may not have.
+import edgebus.view  # noqa: F401
+
 bus = edgebus.Bus(q_length=4)
 app = bus.connect(principal="app")
 subs = [app.subscribe(("sensor", i, "+"), queue_len=4) for i in range(8)]
