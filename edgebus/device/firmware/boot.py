@@ -34,18 +34,33 @@ MANIFEST = "board.json"
 
 def _import(name):
     """A service module: firmware.services.<name> if it exists, else <name>."""
-    for full in ("firmware.services." + name, name):
-        try:
-            m = __import__(full)
-        except ImportError as e:
-            if full == name:
-                raise
-            if name.replace(".", "/") not in str(e) and name not in str(e):
-                raise  # the module exists but an import inside it failed
-            continue
-        for part in full.split(".")[1:]:
-            m = getattr(m, part)
-        return m
+    full = "firmware.services." + name
+    try:
+        m = __import__(full)
+    except ImportError as e:
+        if not _missing(e, full):
+            raise  # the module exists: its own ImportError, or one of its imports'
+        return __import__(name, None, None, ("_",))
+    for part in full.split(".")[1:]:
+        m = getattr(m, part)
+    return m
+
+
+def _missing(e, full):
+    """Is e the ImportError of module full (or a package on its way there,
+    below firmware.services) not existing? Only the exact words say so:
+    MicroPython's "no module named 'x'", CPython's "No module named 'x'",
+    a terse build's "module not found"; a service whose own message names
+    itself is not missing."""
+    s = str(e)
+    if s == "module not found":
+        return True
+    s = s.lower()
+    while full != "firmware.services":
+        if s == "no module named '%s'" % full:
+            return True
+        full = full.rpartition(".")[0]
+    return False
 
 
 # What the runtime reads of a board manifest; the rest (prose, build and flash
@@ -111,7 +126,7 @@ def load_services(cfg):
         try:
             mod = _import(name)
         except ImportError as e:
-            raise ConfigError("service %r cannot be loaded: %s" % (name, e))
+            raise ConfigError("service %r cannot be loaded: %s" % (name, str(e) or "ImportError"))
         if not hasattr(mod, "start"):
             raise ConfigError("service %r has no start(ctx, opts)" % name)
         out.append((name, mod, opts))

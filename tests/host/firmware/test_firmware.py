@@ -10,6 +10,7 @@ tests/host/firmware/test_device_heap.py and firmware/README.md "Memory".
 import asyncio
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -392,3 +393,53 @@ def test_the_example_key_runs_only_on_the_simulator(device, tmp_path, runtime):
             assert line, seen
             seen += line
         dev.kill()
+
+
+# A service's own ImportError (its module exists), one of a user package's
+# and a module that is not there: each reported in its own words.
+IMPORT_ERRORS = [
+    ("temp", "service 'temp' cannot be loaded: no temperature sensor on this board"),
+    ("sensors.bme", "service 'sensors.bme' cannot be loaded: bme: no I2C bus on this board"),
+    ("nosuch", "service 'nosuch' cannot be loaded: no module named 'nosuch'"),
+]
+
+
+@pytest.mark.parametrize("runtime", ["micropython", "cpython"])
+def test_a_service_that_raises_import_error_is_reported_in_its_own_words(
+    fw_tree, tmp_path, runtime
+):
+    """The temp service raising ImportError with words that name it is not
+    "no module named 'temp'" (the words were taken for the missing module's),
+    nor a dotted user service a missing firmware.services package."""
+    import shutil
+
+    tree = tmp_path / "tree"
+    if runtime == "micropython":
+        shutil.copytree(fw_tree, tree)
+        (tree / "firmware" / "services" / "temp.mpy").unlink()
+        cmd, cwd, env = [mpybuild.micropython(), "-X", "heapsize=" + DEVICE_HEAP], tree, None
+    else:
+        shutil.copytree(Path(ROOT) / "firmware", tree / "firmware")
+        cmd, cwd = [sys.executable, "-u"], tree
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(tree), ROOT]))
+    (tree / "firmware" / "services" / "temp.py").write_text(
+        'raise ImportError("no temperature sensor on this board")\n'
+    )
+    (tree / "sensors").mkdir()
+    (tree / "sensors" / "__init__.py").write_text("")
+    (tree / "sensors" / "bme.py").write_text('raise ImportError("bme: no I2C bus on this board")\n')
+    for name, why in IMPORT_ERRORS:
+        p = tmp_path / "config.json"
+        p.write_text(json.dumps({"node": "d", "uplink": {"kind": "uart"}, "services": [name]}))
+        r = subprocess.run(
+            cmd + ["-m", "firmware.main", str(p)],
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        out = r.stdout + r.stderr
+        assert r.returncode == 2, out
+        assert why.lower() in out.lower(), out
+        assert (name == "nosuch") == ("no module named" in out.lower()), out
