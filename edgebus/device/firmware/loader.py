@@ -55,7 +55,11 @@ def choose(base=""):
     try:
         with open(path) as f:
             st = json.load(f)
-    except (OSError, ValueError):
+    except OSError:
+        st = _unfinished(path)
+        if st is None:
+            return None, None
+    except ValueError:
         return None, None
     t = st.get("trial")
     if t:
@@ -78,6 +82,21 @@ def choose(base=""):
             st["stage"] = "starting"
         _write(path, st)
     return st.get("trial") or st.get("good"), st
+
+
+def _unfinished(path):
+    """The pointer in path + ".tmp", put in place. Where rename does not
+    replace (FAT), _write and firmware.write_atomic remove the old pointer
+    before renaming the new one in: a cut between the two leaves only the
+    new one, whole. None when there is none, or it is cut short (the first
+    pointer's write: there was none before)."""
+    try:
+        with open(path + ".tmp") as f:
+            st = json.load(f)
+        os.rename(path + ".tmp", path)
+        return st
+    except (OSError, ValueError):
+        return None
 
 
 def _watchdog_reset(base):

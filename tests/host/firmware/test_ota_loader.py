@@ -179,3 +179,27 @@ def test_a_trial_bundle_feeds_the_watchdog_the_loader_started(tmp_path, runtime)
     ran, code, after = boot(d, runtime)
     assert (ran, code) == ("b", 0) and not (d / "wdtsim.reset").exists()
     assert after["trial"]["slot"] == "b" and "failed" not in after
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_a_pointer_write_cut_between_remove_and_rename_is_finished(tmp_path, runtime):
+    """Where a rename does not replace (FAT) a pointer write removes the old
+    pointer, then renames the new one in: a cut between the two leaves only
+    the whole temp file, which the loader puts in place and runs by (here the
+    loader's own trial-boot count: the next boot rolls back with the reason)."""
+    ptr = {"good": bundle("a", "v2"), "trial": bundle("b", "v3"), "boots": 1, "stage": "starting"}
+    d = device(tmp_path, ["a", "b"])
+    (d / "ota").mkdir(exist_ok=True)
+    (d / "ota" / "state.json.tmp").write_text(json.dumps(ptr))
+    ran, code, after = boot(d, runtime)
+    assert (ran, code) == ("a", 0) and not (d / "ota" / "state.json.tmp").exists()
+    assert after["trial"] is None and after["rollbacks"] == 1
+    assert after["failed"]["reason"] == "reset during its trial (starting)"
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_a_pointer_temp_file_cut_short_is_no_pointer(tmp_path, runtime):
+    d = device(tmp_path, ["a"])
+    (d / "ota").mkdir(exist_ok=True)
+    (d / "ota" / "state.json.tmp").write_text('{"good": {"slot": "a"')  # the first write, cut
+    assert boot(d, runtime) == ("factory", 0, None)
