@@ -52,6 +52,25 @@ def _reboot(ota, why):
     asyncio.create_task(rb.restart(ota.ctx, why))
 
 
+def watchdog():
+    """Whether a hang on trial is reset: the runtime has what firmware.loader
+    arms, machine.WDT or _thread for the simulator; the emulated MPS2-AN385
+    has neither (sys/ota's "wdt": false)."""
+    try:
+        import machine
+
+        if hasattr(machine, "WDT"):
+            return True
+    except ImportError:
+        pass
+    try:
+        import _thread  # noqa: F401
+
+        return True
+    except ImportError:
+        return False
+
+
 def mark(ota, stage):
     ota.st["stage"] = stage
     ota.save()

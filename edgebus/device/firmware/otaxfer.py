@@ -3,9 +3,12 @@ the files chunk by chunk straight to flash, their SHA-256 checks.
 
 Loaded by the sys/ota service for a transfer and unloaded after it
 (firmware.transient): its code is not resident while the device runs. What it
-holds during a transfer is the file count, one manifest entry and one chunk;
-files are appended on flash, so a transfer resumes from what the flash has
-after a broken session, a reboot or a power cut.
+holds during a transfer is the file count, one manifest entry and one chunk
+(a compressed chunk: its decoder's window and tables besides, ~3 KB, while it
+is written); files are appended on flash, so a transfer resumes from what the
+flash has after a broken session, a reboot or a power cut. A file the device
+already holds with the manifest's SHA-256 (its running bundle, or factory
+modules installed as files) is copied on flash instead of sent (copy).
 """
 
 import hashlib
@@ -21,6 +24,13 @@ MANIFEST = "ota.jsonl"
 STAGE = "stage.json"
 MAX_MANIFEST = 16384
 MAX_FILES = 200
+ZBIT = 0x8000  # a put's file index with this bit: its data is raw deflate (put)
+WBITS = 10  # the decoder's window: 1 KB (docs/protocol.md section 18)
+# Heap free at begin below which the device takes plain puts only: the decoder
+# needs ~3 KB in three blocks a chunk, which a heap at its edge (the emulated
+# board's 64 KB: ~16 KB free in a session) often cannot find.
+DEFLATE_FREE = 24576
+COPY_BYTES = 32768  # bytes of files one copy call reads at most: a short call
 _PATH_CHARS = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_.-/"
 
 
@@ -131,7 +141,18 @@ class Transfer:
             self._manifest(mp)
             for path, sz, _h in self.entries():
                 have.append(min(size(self.dir + "/" + path), sz))
-        return {"slot": self.slot, "have": have}
+        r = {"slot": self.slot, "have": have, "copy": True, "free": _free(self.base)}
+        try:
+            import gc
+
+            import deflate  # noqa: F401  (MicroPython 1.21+: compressed puts)
+
+            gc.collect()
+            if gc.mem_free() >= DEFLATE_FREE:
+                r["deflate"] = WBITS
+        except (ImportError, AttributeError):
+            pass
+        return r
 
     def entries(self):
         """The manifest's (path, size, sha256 hex), one line at a time."""
@@ -196,12 +217,12 @@ class Transfer:
         self.n = n
 
     def put(self, data):
-        """One chunk: 6 bytes (file index, offset), then the bytes."""
+        """One chunk: 6 bytes (file index, offset), then the bytes; or with
+        ZBIT in the index, 8 (index, offset, the bytes it decodes to), then
+        raw deflate (WBITS window) of them."""
         if self.want is None:
             raise Refused("no transfer begun (op begin first)")
-        if type(data) is not bytes or len(data) < 6:
-            raise Refused("put takes bytes: >HI file index and offset, then the data")
-        i, off = struct.unpack(">HI", data[:6])
+        i, off, n, z = _head(data)
         sha = None
         if i == 0:
             path, sz = MANIFEST, self.want["size"]
@@ -215,13 +236,20 @@ class Transfer:
         have = size(full)
         if off != have:
             raise Refused("out of order: file %d has %d bytes" % (i, have))
-        n = len(data) - 6
         if have + n > sz:
             raise Refused("file %d: %d bytes past its size %d" % (i, have + n - sz, sz))
         if have == 0 and "/" in path:
             makedirs(full.rpartition("/")[0])
         with open(full, "ab") as f:
-            f.write(memoryview(data)[6:])
+            got = _inflate(memoryview(data)[8:], f, n) if z else f.write(memoryview(data)[6:])
+        if got == -2:  # nothing was written: the heap had no room for the decoder
+            raise Refused("file %s: no heap to decode a compressed chunk: send it plain" % path)
+        if z and got != n:
+            os.remove(full)
+            raise Refused(
+                "file %s: a compressed chunk did not decode to its %d bytes (damaged in "
+                "transit): refused, it is sent again" % (path, n)
+            )
         have += n
         if have == sz:
             if i == 0:
@@ -233,6 +261,37 @@ class Transfer:
                     "in transit): refused, it is sent again" % path
                 )
         return {"next": have}
+
+    def copy(self, p):
+        """{"op": "copy", "from": i}: the manifest's files from i on that the
+        slot has no byte of, each copied from a file the device holds with
+        the manifest's size and SHA-256 (its running bundle's, else factory
+        modules installed as files; frozen ones are not) and checked again
+        on flash, until COPY_BYTES were read. {"copied": [index, ...],
+        "next": the index to go on from, or None: every file was tried}."""
+        if self.want is None or self.n is None:
+            raise Refused("the manifest is not complete yet (file 0)")
+        j = p.get("from")
+        if type(j) is not int or not 0 < j <= self.n:
+            raise Refused("copy takes {from: a file index, 1 to %d}" % self.n)
+        done = []
+        spent = 0
+        g = self.entries()
+        try:
+            for i in range(1, self.n + 1):
+                path, sz, sha = next(g)
+                if i < j:
+                    continue
+                if spent >= COPY_BYTES:
+                    return {"copied": done, "next": i}
+                full = self.dir + "/" + path
+                if sz and not size(full):
+                    spent += sz
+                    if _copy(self.dir, path, sz, sha):
+                        done.append(i)
+        finally:
+            g.close()
+        return {"copied": done, "next": None}
 
     def verify(self, h):
         """Every file complete and matching the manifest, before the switch."""
@@ -273,11 +332,102 @@ class Transfer:
             pass
 
 
-def _room(base, need):
+def _head(data):
+    """A put's (file index, offset, the file's bytes it brings, compressed?)."""
+    if type(data) is not bytes or len(data) < 6:
+        raise Refused("put takes bytes: >HI file index and offset, then the data")
+    i, off = struct.unpack(">HI", data[:6])
+    if not i & ZBIT:
+        return i, off, len(data) - 6, False
+    if len(data) < 8:
+        raise Refused("a compressed put takes >HIH index, offset and length first")
+    return i ^ ZBIT, off, struct.unpack(">H", data[6:8])[0], True
+
+
+def _inflate(src, f, n):
+    """Decode the raw deflate src into file f, a small buffer at a time:
+    the bytes it decoded to (past n it stops: more than n), -1 if it does
+    not decode, -2 if the decoder found no heap (before any write: its
+    window and tables are allocated by the first read)."""
+    import io
+
+    import deflate
+
+    got = 0
+    try:
+        d = deflate.DeflateIO(io.BytesIO(src), deflate.RAW, WBITS)
+        buf = bytearray(256)
+        mv = memoryview(buf)
+        k = d.readinto(buf)
+    except MemoryError:
+        return -2
+    except (OSError, EOFError, ValueError):
+        return -1
+    try:
+        while k and got <= n:
+            got += k
+            if got <= n:
+                f.write(mv[:k])
+            k = d.readinto(buf)
+    except (OSError, EOFError, ValueError):
+        return -1
+    return got
+
+
+def _source(path, sz, sha, skip):
+    """A file the device holds that is the bundle's path: on sys.path (the
+    running slot first, then the filesystem's modules), not the frozen ones
+    nor the slot being written, with size sz and SHA-256 sha; else None."""
+    for d in sys.path:
+        if d.startswith(".frozen") or d == skip:
+            continue
+        src = d + "/" + path if d and d[-1] != "/" else d + path
+        try:
+            if os.stat(src)[6] != sz:
+                continue
+        except OSError:
+            continue
+        if sha256_file(src) == sha:
+            return src
+    return None
+
+
+def _copy(into, path, sz, sha):
+    """path copied from its _source into dir into; checked by its SHA-256
+    on flash (a mismatch deletes it: the file is sent). Whether it was."""
+    src = _source(path, sz, sha, into)
+    if src is None:
+        return False
+    full = into + "/" + path
+    if "/" in path:
+        makedirs(full.rpartition("/")[0])
+    buf = bytearray(512)
+    mv = memoryview(buf)
+    with open(src, "rb") as a:
+        with open(full, "wb") as b:
+            while True:
+                k = a.readinto(buf)
+                if not k:
+                    break
+                b.write(mv[:k])
+    if sha256_file(full) == sha:
+        return True
+    os.remove(full)
+    return False
+
+
+def _free(base):
+    """Bytes free on the filesystem that holds the slots; None: cannot tell."""
     try:
         s = os.statvfs(base)
     except (OSError, AttributeError):
+        return None
+    return s[0] * s[4]
+
+
+def _room(base, need):
+    free = _free(base)
+    if free is None:
         return  # cannot tell: the writes fail with ENOSPC if it does not fit
-    free = s[0] * s[4]
     if need > free:
         raise Refused("the bundle needs %d more bytes; the filesystem has %d free" % (need, free))

@@ -143,6 +143,16 @@ def _push_arguments(pu: argparse.ArgumentParser) -> None:
         metavar="S",
         help="seconds for a device's answer, or for its route while it reconnects (%(default)s)",
     )
+    pu.add_argument(
+        "--full",
+        action="store_true",
+        help="send every file, none copied from what the device already holds",
+    )
+    pu.add_argument(
+        "--no-compress",
+        action="store_true",
+        help="send the files as they are, even to a device that decodes deflate",
+    )
     pu.add_argument("--yes", "-y", action="store_true", help="push without asking")
     bc.add_socket(pu)
 
@@ -225,7 +235,9 @@ async def push(args: argparse.Namespace) -> int:
             await s.check("call", plan.OP % n, "you may not update %s" % n)
         if todo and not args.yes:
             await _confirm("push %s to %d device(s)?" % (bundle.short(), len(todo)))
-        pusher = Pusher(s, bundle, view, args.trial_s, args.timeout)
+        pusher = Pusher(
+            s, bundle, view, args.trial_s, args.timeout, args.full, not args.no_compress
+        )
         untouched = 0
         for i, nodes in enumerate(waves):
             got = await pusher.wave(nodes, args.parallel, wave_name(i, canary))

@@ -229,7 +229,8 @@ def runs(status: Any, h: str) -> bool:
 class Outcome:
     """One device's result: ``kind`` (COMMITTED, ALREADY, ROLLED_BACK,
     FAILED), ``detail`` (the version, or the reason), ``seconds`` to the
-    verdict, ``sent_s`` of them the transfer (None: none was made)."""
+    verdict, ``sent_s`` of them the transfer (None: none was made), ``wire``
+    (the bundle's bytes sent in puts, the bundle's bytes; None: no transfer)."""
 
     def __init__(
         self,
@@ -238,22 +239,26 @@ class Outcome:
         detail: str,
         seconds: float = 0.0,
         sent_s: float | None = None,
+        wire: tuple[int, int] | None = None,
     ) -> None:
         self.node, self.kind, self.detail, self.seconds = node, kind, detail, seconds
-        self.sent_s = sent_s
+        self.sent_s, self.wire = sent_s, wire
 
     def ok(self) -> bool:
         return self.kind in (COMMITTED, ALREADY)
 
     def line(self) -> str:
+        if self.kind == ALREADY:
+            return "%s: already running %s" % (self.node, self.detail)
+        sent = "sent %d of %d bytes" % self.wire if self.wire else "sent"
         if self.kind == COMMITTED:
             line = "%s: committed %s in %d s" % (self.node, self.detail, round(self.seconds))
             if self.sent_s is not None:
-                line += " (sent in %.1f s)" % self.sent_s
+                t = "%.1f" % self.sent_s if self.sent_s >= 10 else "%.2f" % self.sent_s
+                line += " (%s in %s s)" % (sent, t)
             return line
-        if self.kind == ALREADY:
-            return "%s: already running %s" % (self.node, self.detail)
-        return "%s: %s: %s" % (self.node, self.kind, self.detail)
+        line = "%s: %s: %s" % (self.node, self.kind, self.detail)
+        return line + " (%s)" % sent if self.wire else line
 
 
 def summary(outcomes: list[Outcome], untouched: int, skipped: int) -> str:

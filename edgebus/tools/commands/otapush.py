@@ -1,23 +1,24 @@
 """`edgebus ota push` on the bus: one device's transfer through its
 ``sys/ota/op`` (begin, then the files in chunks with a few calls in flight,
-resumed with a new begin after a broken session or a chunk the device did
-not take), its switch, the wait for its verdict in its retained ``sys/ota``,
+but those it copies from what it holds, compressed where it decodes deflate
+(otadelta); resumed with a new begin after a broken session or a chunk the
+device did not take), its switch, the wait for its verdict in its retained ``sys/ota``,
 and a wave of devices a few at a time under one progress bar. The contract
 with the device: docs/protocol.md section 18."""
 
 from __future__ import annotations
 
 import asyncio
-import struct
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable
 
 import edgebus
 from edgebus.backoff import Backoff
 from edgebus.tools.commands import busclient as bc
+from edgebus.tools.commands import otadelta as delta
 from edgebus.tools.commands.otaplan import COMMITTED, FAILED, OP, ROLLED_BACK, Outcome
-from edgebus.tools.commands.progress import progress
+from edgebus.tools.commands.progress import progress, say
 from edgebus.topic import key
 
 if TYPE_CHECKING:
@@ -25,12 +26,14 @@ if TYPE_CHECKING:
     from edgebus.view import RetainedView
 
 WINDOW = 3  # put calls in flight per device (the device serves 4 at once: link.max_pending)
-CHUNK = 768  # data bytes per put: with its header and the frame's, under 1024
 TRIES = 6  # begins in a row that move no byte before a device is given up
 MARGIN = 60.0  # s after trial_s for the verdict: a reboot, a session, the retained status
 # A device's refusals that a new begin resolves: a chunk the device did not
-# expect (one before it was lost), a file damaged in transit (it deleted it).
-RESEND = ("out of order", "SHA-256 mismatch")
+# expect (one before it was lost), a file damaged in transit (it deleted it),
+# a compressed chunk it could not decode or found no heap for (sent plain then),
+# a heap at its edge that found no block for a moment (a board's 64 KB).
+RESEND = ("out of order", "SHA-256 mismatch", "compressed chunk", "MemoryError")
+MAILBOX = "bridge/mailbox"  # the bridge's, for devices asleep (bridge/mailbox.py)
 # Why a call did not reach the device or its answer did not come back.
 LINK_REASONS = {"timeout": "no answer in time", "no_route": "no route (device offline)"}
 
@@ -57,25 +60,13 @@ def positions(have: Any, sizes: list[int]) -> list[int]:
     return out
 
 
-def chunks(sizes: list[int], start: list[int], size: int = CHUNK) -> Iterator[tuple[int, int, int]]:
-    """(file index, offset, length) of the puts that complete every file from
-    ``start``, in order; an empty file gets one empty put."""
-    for i, total in enumerate(sizes):
-        off = start[i]
-        if total == 0 and off == 0:
-            yield i, 0, 0
-        while off < total:
-            n = min(size, total - off)
-            yield i, off, n
-            off += n
-
-
 class _Track:
     """One device's bytes on the wave's bar: only ever forward; ``sent`` is
     called once, when the device has them all or its push ended."""
 
     def __init__(self, bar: Any, sent: Callable[[], None]) -> None:
         self.bar, self.done = bar, 0
+        self.wire = 0  # the bundle's bytes sent in puts, as sent (compressed or not)
         self.sent: Callable[[], None] | None = sent
 
     def to(self, done: int) -> bool:
@@ -99,10 +90,19 @@ class Pusher:
     ``dev/+/sys/ota`` the verdicts are read from."""
 
     def __init__(
-        self, s: bc.Session, bundle: Bundle, view: RetainedView, trial_s: float, timeout: float
+        self,
+        s: bc.Session,
+        bundle: Bundle,
+        view: RetainedView,
+        trial_s: float,
+        timeout: float,
+        full: bool = False,
+        compress: bool = True,
     ) -> None:
         self.s, self.bundle, self.view = s, bundle, view
         self.trial_s, self.timeout = trial_s, timeout
+        self.full, self.compress = full, compress  # --full, not --no-compress
+        self.packer = delta.Packer(bundle.blobs)
 
     async def wave(self, nodes: list[str], parallel: int, desc: str) -> list[Outcome]:
         """Every node's outcome, ``parallel`` devices at a time; each line is
@@ -156,7 +156,8 @@ class Pusher:
         except DeviceFailed as e:
             kind, detail = FAILED, str(e)
         track.finish(self.bundle.total)  # the bar reaches its end whatever the outcome
-        return Outcome(node, kind, detail, time.monotonic() - t0, sent)
+        wire = (track.wire, self.bundle.total) if sent is not None else None
+        return Outcome(node, kind, detail, time.monotonic() - t0, sent, wire)
 
     async def call(self, node: str, payload: Any) -> Any:
         """The reply of the device's ``sys/ota/op`` to an operation (a dict)
@@ -188,6 +189,7 @@ class Pusher:
         b = self.bundle
         back = Backoff(0.5, 8.0)
         idle = 0
+        zok = self.compress  # off for good once the device could not decode a put
         while True:
             start = track.done
             try:
@@ -200,31 +202,72 @@ class Pusher:
                     pos = positions(r.get("have") if isinstance(r, dict) else None, b.sizes)
                 except ValueError as e:
                     raise DeviceFailed(str(e)) from None
+                can = delta.Caps(r, self.full, zok)
+                big = delta.too_big(b.sizes, pos, can.free)
+                if big:
+                    raise DeviceFailed(big)
                 track.to(sum(pos))
-                await self.send(node, pos, track)
+                await self.send(node, pos, track, can)
                 return
             except Retry as e:
                 why = str(e)
+                zok = zok and "compressed chunk" not in why  # plain from here on
             idle = 0 if track.done > start else idle + 1
             if idle >= TRIES:
                 raise DeviceFailed("gave up after %d tries that moved nothing: %s" % (idle, why))
             await asyncio.sleep(back.next())
 
     async def route(self, node: str) -> None:
-        """Wait for the device's endpoint to be reachable (at once, unless
-        it is reconnecting); Retry when it is not within the timeout."""
+        """Wait for the device's endpoint to be reachable: at once, unless
+        it is reconnecting (the timeout), or asleep as it announced (until
+        its wake, then the timeout); Retry when it is not."""
         k = key(OP % node)
+        wait, why = self.timeout, "no route to it for %g s" % self.timeout
+        wake = None if k in self.s.bus.endpoints() else await self.wakes(node)
+        if wake is not None:
+            at = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(wake))
+            say("%s: asleep until %s, waiting" % (node, at))
+            wait += max(0.0, wake - time.time())
+            why = "asleep until %s, no route %g s after" % (at, self.timeout)
         try:
-            await self.s.until(lambda: k in self.s.bus.endpoints(), self.timeout, "")
+            await self.s.until(lambda: k in self.s.bus.endpoints(), wait, "")
         except bc.Fail as e:
             if e.code != bc.UNREACHABLE:
                 raise
-            raise Retry("no route to it for %g s" % self.timeout) from None
+            raise Retry(why) from None
 
-    async def send(self, node: str, pos: list[int], track: _Track) -> None:
-        """The chunks from ``pos`` on, WINDOW at a time; ``pos`` and the bar
+    async def wakes(self, node: str) -> float | None:
+        """When a device asleep as it announced wakes (Unix s), else None
+        (down, or no duty-cycle device). The bridge's mailbox says: it holds
+        a status call for the device until its wake (answered then, unread)
+        and refuses one for a device that announced no sleep."""
+        req = {"topic": OP % node, "value": {"op": "status"}, "wait": False}
+        try:
+            r = await self.s.conn.call(MAILBOX, req, timeout=self.timeout)
+        except edgebus.CallError:  # not asleep, its mailbox full, or no mailbox
+            return None
+        w = r.get("wakes") if isinstance(r, dict) else None
+        # A wake passed is a device overslept or awake without its route: down.
+        return float(w) if isinstance(w, (int, float)) and w > time.time() else None
+
+    async def send(self, node: str, pos: list[int], track: _Track, can: delta.Caps) -> None:
+        """The manifest from ``pos`` on, then (where the device can) its
+        copies of the files it holds, then the rest; ``pos`` and the bar
         follow the device's replies."""
-        blobs = self.bundle.blobs
+        sizes = self.bundle.sizes
+        await self.stream(node, pos, track, [0], can.wbits)
+        if can.copy and any(s and not p for s, p in zip(sizes[1:], pos[1:])):
+            try:
+                await delta.copy(lambda p: self.call(node, p), sizes, pos)
+            except ValueError as e:
+                raise DeviceFailed(str(e)) from None
+            track.to(sum(pos))
+        await self.stream(node, pos, track, range(1, len(pos)), can.wbits)
+
+    async def stream(
+        self, node: str, pos: list[int], track: _Track, files: Any, wbits: int | None
+    ) -> None:
+        """The puts that complete ``files`` from ``pos``, WINDOW at a time."""
         flight: deque[tuple[asyncio.Future[Any], int, int]] = deque()
 
         async def settle() -> None:
@@ -237,12 +280,11 @@ class Pusher:
             track.to(sum(pos))
 
         try:
-            for i, off, n in chunks(self.bundle.sizes, pos):
+            for i, end, data in self.packer.puts(files, pos, wbits):
                 if len(flight) >= WINDOW:
                     await settle()
-                head = struct.pack(">HI", i, off)
-                put = self.call(node, head + blobs[i][off : off + n])
-                flight.append((asyncio.ensure_future(put), i, off + n))
+                track.wire += len(data) - (8 if data[0] & 0x80 else 6)
+                flight.append((asyncio.ensure_future(self.call(node, data)), i, end))
             while flight:
                 await settle()
         finally:
@@ -282,6 +324,11 @@ class Pusher:
                 fail = st.get("last_failure")
                 if run.get("hash") == h and st.get("state") == "committed":
                     return COMMITTED, self.bundle.version
+                if trial.get("hash") == h and st.get("wdt") is False and not seen:
+                    say(
+                        "%s: on trial without a watchdog (its runtime has none): a hang is "
+                        "not reset, and rolls back only at its next reset" % node
+                    )
                 seen = seen or h in (run.get("hash"), trial.get("hash"))
                 new = seen or (fail, st.get("rollbacks")) != old
                 if isinstance(fail, dict) and fail.get("hash") == h and new:

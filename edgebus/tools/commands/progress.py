@@ -45,6 +45,16 @@ class _TextProgress:
         self.closed = True
 
 
+def say(line: str) -> None:
+    """A line on stderr, above a bar that may be drawing there."""
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        print(("\r\x1b[K" if sys.stderr.isatty() else "") + line, file=sys.stderr, flush=True)
+        return
+    tqdm.write(line, file=sys.stderr)
+
+
 def progress(total: int, desc: str = "deploy", unit: str = "B") -> Any:
     """A bar for ``total`` bytes (or other units): ``update(n)``, ``set_postfix_str(s)``,
     ``write(line, file=)`` (a line the bar does not overrun), ``close()``."""

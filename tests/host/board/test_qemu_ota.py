@@ -5,6 +5,7 @@ opens, and `edgebus ota` run as the user docs/devices.md's [[acl]] lets update
 devices (dev/qemuheap.py's OtaRig, which also measures the update)."""
 
 import asyncio
+import re
 
 import pytest
 
@@ -31,12 +32,28 @@ def test_a_bundle_on_the_board_runs_before_its_frozen_modules_until_a_factory_ro
     crash = otakit.bundle(tmp_path, "crash", board=qemukit.BOARD)  # its temp service raises
     good = otakit.bundle(tmp_path, "good", board=qemukit.BOARD, version="9.9.9")
     h = otaplan.load_bundle(good).hash
+    flash = board["budget"]["flash"]
+    big = otaplan.load_bundle(otakit.oversized(tmp_path, good, flash))  # more than its flash
     rig = qemuheap.OtaRig(board, meta["image"], tmp_path / "rig", qemuheap.ota_config())
 
     async def main():
         async with rig.watch() as w:
             info = await w.until("info", lambda i: True)
             assert (info["fw"], info["bundle"]["hash"]) == (VERSION, None)
+
+            # A bundle larger than the board's flash: refused from begin's free
+            # figure, before a byte of it is sent (the manifest not even).
+            r = await asyncio.to_thread(rig.ota, "push", "--bundle", big.dir, "--to", NODE, "-y")
+            assert r.returncode == 1, r.stdout + r.stderr
+            m = re.search(
+                r"^%s: failed: does not fit its flash: the bundle needs (\d+) more bytes, "
+                r"(\d+) are free$" % NODE,
+                r.stdout,
+                re.M,
+            )
+            assert m and int(m.group(1)) == big.total and 0 < int(m.group(2)) < flash, r.stdout
+            st = await w.until("ota", lambda s: s["staged"] and s["staged"]["hash"] == big.hash)
+            assert st["staged"]["bytes"] is None and st["running"]["hash"] is None, st
 
             # A release that crashes on the board goes back, with the reason.
             r = await asyncio.to_thread(rig.ota, "push", "--bundle", crash, "--to", NODE, "--yes")
@@ -48,6 +65,10 @@ def test_a_bundle_on_the_board_runs_before_its_frozen_modules_until_a_factory_ro
             r = await asyncio.to_thread(rig.ota, "push", "--bundle", good, "--to", NODE, "--yes")
             assert r.returncode == 0, r.stdout + r.stderr
             assert "%s: committed 9.9.9 in " % NODE in r.stdout
+            # The board has no watchdog: the push says what that means for its trial.
+            assert "%s: on trial without a watchdog (its runtime has none): a hang is " % NODE in (
+                r.stderr
+            ), r.stderr
             # The slot's modules, not the frozen ones: its VERSION and hash.
             info = await w.until("info", lambda i: i["bundle"]["hash"] == h)
             assert info["fw"] == "9.9.9" and info["bundle"]["slot"] in ("a", "b"), info

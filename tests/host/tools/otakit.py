@@ -7,12 +7,14 @@ import shutil
 import struct
 
 from edgebus.tools.boardkit import boards, build, devicefiles, otamanifest
-from edgebus.tools.commands.otapush import CHUNK
+from edgebus.tools.commands.otadelta import CHUNK
 
 # kind -> (file under firmware/, text, replacement): what the release changed.
 CHANGES = {
     # A good release: a new version string, so sys/info shows the slot's code runs.
     "good": ("__init__.py", 'VERSION = "0.1.0"', 'VERSION = "9.9.9"'),
+    # A one-service change: the sensor's reading moves by a degree.
+    "service": ("services/temp.py", "21.0 + 3.0 *", "22.0 + 3.0 *"),
     # A service that raises when imported.
     "crash": ("services/temp.py", "import asyncio\n", 'raise RuntimeError("boom at import")\n'),
     # A service that blocks the event loop for good: only the watchdog gets it out.
@@ -25,7 +27,7 @@ CHANGES = {
     # loader started before importing it gets the device out.
     "hangmain": ("main.py", "TRIAL_WDT_MS = 30000\n", "while True:\n    pass\n"),
     # A release whose MQTT topics moved: the device never gets a session.
-    "nosession": ("__init__.py", '"prefix": "edgebus"', '"prefix": "elsewhere"'),
+    "nosession": ("__init__.py", '("prefix", "edgebus")', '("prefix", "elsewhere")'),
 }
 
 
@@ -52,6 +54,21 @@ def bundle(tmp, kind, board="unix", version=None):
         bundle_version=version or kind,
         log=lambda s: None,
     )
+    return out
+
+
+def oversized(tmp, d, extra):
+    """Bundle d with one more file of extra bytes (firmware/blob.json), its
+    manifest rewritten to list it: a bundle that cannot fit a small flash."""
+    out = os.path.join(str(tmp), os.path.basename(d) + "-oversized")
+    shutil.copytree(d, out)
+    blob = b"[%s]" % b" " * (extra - 2)
+    with open(os.path.join(out, "firmware", "blob.json"), "wb") as f:
+        f.write(blob)
+    meta = manifest(d)
+    meta["files"].append(["firmware/blob.json", len(blob), sha256(blob)])
+    with open(os.path.join(out, "ota.jsonl"), "wb") as f:
+        f.write(otamanifest.encode_manifest(meta))
     return out
 
 

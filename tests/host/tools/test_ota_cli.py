@@ -10,7 +10,8 @@ import sys
 import pytest
 
 from edgebus.tools.commands import otaplan as plan
-from edgebus.tools.commands.otapush import CHUNK, chunks, positions
+from edgebus.tools.commands.otadelta import CHUNK, chunks
+from edgebus.tools.commands.otapush import positions
 from tests.conftest import ROOT
 
 FILES = {"edgebus/bus.mpy": b"B" * 2000, "firmware/main.mpy": b"main", "svc/x.mpy": b""}
@@ -228,6 +229,17 @@ def test_outcome_lines_and_the_summary():
         "d: failed: begin: a trial is running",
     ]
     assert [o.ok() for o in out] == [True, True, False, False]
+    # A transfer's bytes: what crossed the link of the bundle's whole.
+    sent = [
+        plan.Outcome("e", plan.COMMITTED, "1.2.0", 13.2, 0.523, (3433, 131028)),
+        plan.Outcome("f", plan.COMMITTED, "1.2.0", 27.4, 14.94, (131027, 131027)),
+        plan.Outcome("g", plan.ROLLED_BACK, "boom", 20.0, 11.6, (101236, 131028)),
+    ]
+    assert [o.line() for o in sent] == [
+        "e: committed 1.2.0 in 13 s (sent 3433 of 131028 bytes in 0.52 s)",
+        "f: committed 1.2.0 in 27 s (sent 131027 of 131027 bytes in 14.9 s)",
+        "g: rolled back: boom (sent 101236 of 131028 bytes)",
+    ]
     assert plan.summary(out, 0, 0) == "1 committed, 1 already running, 1 rolled back, 1 failed"
     assert plan.summary(out[:1], 7, 2) == (
         "1 committed, 0 already running, 0 rolled back, 0 failed, 7 untouched (halted), "

@@ -6,11 +6,13 @@ as a process and `edgebus ota` as a user runs it (tests/host/tools/otakit.py).""
 
 import json
 import os
+import struct
 import time
 
 import pytest
 
 from dev.harness.ota import bundle_hash, mqtt_fleet, ota, ota_bg, ready_bridge, status
+from edgebus.tools.commands import otadelta
 from edgebus.tools.sim.fleet import Fleet
 from tests.conftest import wait_until
 from tests.host.tools import otakit
@@ -87,7 +89,10 @@ def test_a_serial_device_cut_off_mid_transfer_resumes_where_its_flash_left_off(t
             cable = fleet.cables[0]
             total = sum(f[1] for f in otakit.manifest(good)["files"])
             sent0 = cable.bytes["b_to_a"]
-            p = ota_bg(sock, "push", "--yes", "--bundle", good, "--to", node, "--timeout", "5")
+            # --full: the device would copy most files from its factory modules
+            p = ota_bg(
+                sock, "push", "--yes", "--full", "--bundle", good, "--to", node, "--timeout", "5"
+            )
 
             # The retained status shows the transfer's progress as it goes
             # (every few seconds), not begin's snapshot with no figures.
@@ -129,7 +134,8 @@ def test_chunks_altered_on_the_way_and_bad_manifests_are_refused(tmp_path):
         def refused(r, why):
             assert r[0] == "failed" and r[1].startswith("ota: " + why), r
 
-        assert begin() == ("ok", {"slot": "a", "have": [0]})
+        r = begin()
+        assert r[0] == "ok" and (r[1]["slot"], r[1]["have"]) == ("a", [0]), r
         # The manifest altered on the way: its hash is not begin's.
         altered = man.replace(b'"board":"unix"', b'"board":"unIx"')
         refused(dev.put(0, 0, altered), "manifest: SHA-256 mismatch")
@@ -138,6 +144,9 @@ def test_chunks_altered_on_the_way_and_bad_manifests_are_refused(tmp_path):
         assert dev.put(0, 0, man) == ("ok", {"next": len(man)})
         # A module altered on the way: its SHA-256 is not the manifest's.
         refused(dev.put(1, 0, bytes([data[0] ^ 1]) + data[1:]), "file %s: SHA-256" % first[0])
+        # A compressed chunk that does not decode to the length it names.
+        z = struct.pack(">HIH", 1 | otadelta.ZBIT, 0, 200) + otadelta.deflate(data[:100], 10)
+        refused(dev.call(z), "file %s: a compressed chunk did not decode" % first[0])
         refused(dev.call({"op": "switch", "hash": h}), "file %s incomplete" % first[0])
         # Manifests whose hash is honest but that are for another board,
         # or would write outside the slot: refused when they complete.
@@ -148,7 +157,7 @@ def test_chunks_altered_on_the_way_and_bad_manifests_are_refused(tmp_path):
             assert begin(text, otakit.sha256(text))[1]["have"] == [0]
             refused(dev.put(0, 0, text), why)
         refused(dev.call({"op": "nothing"}), "sys/ota/op takes bytes")
-        assert dev.health()["ota_refused"] == 7
+        assert dev.health()["ota_refused"] == 8
         # Nothing was switched to: the device runs what it ran.
         st = status(bridge.sock)[node]
         assert st["running"]["hash"] is None and st["state"] == "receiving", st

@@ -68,6 +68,7 @@ def test_a_canary_that_rolls_back_halts_the_push_then_a_good_bundle_updates_the_
             frozen.send_signal(signal.SIGCONT)
         stdout, stderr = p.communicate(timeout=300)
         assert p.returncode == 0, stdout + stderr
+        assert "asleep" not in stderr  # down, not asleep as it announced: no wake to wait for
         out = stdout.splitlines()
         assert out[0].startswith("bundle 9.9.9 (") and out[1] == "wave 1 (2): %s, %s" % (
             one,

@@ -2,7 +2,7 @@
 "Updates over the bus"; docs/protocol.md, "Updates").
 
 One endpoint, sys/ota/op: bytes are a chunk of the transfer, an object an
-operation (status, begin, switch, rollback); the status is retained at
+operation (status, begin, copy, switch, rollback); the status is retained at
 sys/ota. Resident is only this dispatch: the transfer (firmware.otaxfer) is
 loaded for a transfer, the pointer's changes and a trial's gate
 (firmware.otaswitch) for a switch, a rollback or a boot on trial.
@@ -54,7 +54,7 @@ class Ota:
             s = "receiving"
         else:
             s = "committed" if run["hash"] else "idle"
-        return {
+        r = {
             "running": run,
             "state": s,
             "trial": self.st.get("trial") if self.on_trial() else None,
@@ -62,6 +62,9 @@ class Ota:
             "last_failure": self.st.get("failed"),
             "rollbacks": self.st.get("rollbacks", 0),
         }
+        if s == "trial" and not transient("firmware.otaswitch").watchdog():
+            r["wdt"] = False  # a hang is not reset (otaswitch is loaded for the trial)
+        return r
 
     def publish(self):
         self.shown = now()
@@ -94,10 +97,17 @@ class Ota:
             return self.status()
         if o == "begin":
             return self.begin(p)
+        if o == "copy":
+            if self.xfer is None:
+                raise ValueError("no transfer begun (op begin first)")
+            self.last = now()
+            return self.xfer.copy(p)
         if o in ("switch", "rollback"):
             sw = transient("firmware.otaswitch")
             return getattr(sw, o)(self, p)
-        raise ValueError("sys/ota/op takes bytes (a chunk) or {op: status|begin|switch|rollback}")
+        raise ValueError(
+            "sys/ota/op takes bytes (a chunk) or {op: status|begin|copy|switch|rollback}"
+        )
 
     def begin(self, p):
         if self.on_trial():
