@@ -86,8 +86,9 @@ class Link:
         self._spool = Spool(opts.spool, opts.spool_policy)  # what waits for an ACK (tx.py)
         self._journal = _journal(opts, self.sid)  # the flash spool, or None
         self._transport = self._pump = None  # the pump: the task spooling exports between them
-        self._now = None  # the transport's send_nowait while the writer waits for work
+        self._now, self._idle = None, False  # while the writer waits for work: send_nowait, True
         self._wake, self._freed = compat.Event(), compat.Event()
+        self._exported = tx.Exports(self)  # what the export observers wake (the pump waits on it)
         # last frame in, out; status published; the last _doubt()
         self._t_rx = self._t_tx = self._t_status = self._t_doubt = 0.0
         self._status_seen, self._dirty = None, True
@@ -297,9 +298,10 @@ class Link:
                 self._tasks.append(compat.asyncio.create_task(journal.flusher(self)))
 
     async def _pumping(self):
+        e = self._exported
         while True:
-            await self._wake.wait()
-            self._wake.clear()
+            await e.wait()
+            e.clear()
             try:
                 tx.pump(self)
             except MemoryError:
@@ -377,10 +379,12 @@ class Link:
                         # Waiting for work: a control frame meanwhile goes at
                         # once (send_now), without waking this task.
                         self._now = getattr(transport, "send_nowait", None)
+                        self._idle = True
                         try:
                             await self._wake.wait()
                         finally:
                             self._now = None
+                            self._idle = False
                         continue
                     s, st = self._session, self.status
                 b, tl = seal.out(self, body)  # the seal: counter, tag

@@ -149,6 +149,7 @@ class MqttTransport:
         self.closed = True
         self.bare = False  # the link's to set: its sealed session's peer takes bare bodies
         self.r = self.w = None
+        self._burst = 0  # writes since the last drain (_write)
 
     async def open(self):
         """Connect, announce presence, subscribe to the down and the bridge's
@@ -210,8 +211,19 @@ class MqttTransport:
             )
 
     async def _write(self, data):
-        self.w.write(data)
-        await self.w.drain()
+        w = self.w
+        w.write(data)
+        # MicroPython's write() sends at once what the socket takes, and its
+        # drain() then only yields a round of the event loop: a task wake-up
+        # more per frame. Drained when something waits (out_buf) and every
+        # 8th write, so a backlog still lets the other tasks run; CPython's
+        # drain() (no out_buf) waits only for a full buffer: always called.
+        k = self._burst + 1
+        if k < 8 and not getattr(w, "out_buf", True):
+            self._burst = k
+            return
+        self._burst = 0
+        await w.drain()
 
     async def _read_packet(self):
         h = (await self.r.readexactly(1))[0]

@@ -104,6 +104,7 @@ def next_body(link):
     if link._ctl:
         return link._ctl.pop(0)
     if link.status != wire.UP:
+        pump(link)  # woken for an export in the session that just ended (Exports)
         return None
     if link._snap is not None:
         return snap_next(link)
@@ -285,6 +286,25 @@ def encode_item(link, item, rule, seq, t=None, ms=None):
     return None if too_big(link, wire.size(b), topic.render(item.topic)) else b
 
 
+class Exports(compat.Event):
+    """What the export observers wake (Feed.wake_on): the writer alone while
+    it waits for work in a session (it spools what it sends: one task woken
+    a reading, not two), else the pump task, which waits on this event (no
+    session, or the writer busy sending: what comes meanwhile is spooled,
+    not left in the observer's few slots)."""
+
+    def __init__(self, link):
+        compat.Event.__init__(self)
+        self.link = link
+
+    def set(self):
+        k = self.link
+        if k._idle and k.status == wire.UP:
+            k._wake.set()
+        else:
+            compat.Event.set(self)
+
+
 def observe(link, node):
     """Export observers for peer ``node`` (kept while the node is the same):
     from now on what the bus exports is numbered and spooled."""
@@ -297,7 +317,7 @@ def observe(link, node):
     link._obs = []
     for r, rule in zip(src, exports):
         o = link._conn.observe(rules.subst(r[0], node), queue_len=link.opts.out_queue)
-        o.wake_on(link._wake)  # the writer (or the idle pump) serves every observer
+        o.wake_on(link._exported)  # the writer, or the pump, serves every observer
         link._obs.append([o, rule, 0])
     link._exports = exports
     link._obs_node = node
