@@ -3,7 +3,8 @@ an edgebus link over MQTT (edgebus.link.mqtt) that publishes N stamped
 messages on sensor/v, then idles until it is killed. Portable: the same file runs on
 CPython and on the MicroPython unix port (from the .mpy bundle).
 
-usage: bridge_device.py HOST PORT NODE KEY N PACE_MS OUT_QUEUE WINDOW [ACK [PREFIX [SEAL [COST]]]]
+usage: bridge_device.py HOST PORT NODE KEY N PACE_MS OUT_QUEUE WINDOW
+                        [ACK [PREFIX [SEAL [COST [DO]]]]]
 
 Each payload carries its send time ``t`` (time.time_ns(): one clock for every
 process on the machine, both runtimes) and its index ``i``. PACE_MS > 0
@@ -15,7 +16,14 @@ into an out_queue big enough for it. ACK 0 does not offer acknowledgements
 topic prefix (the bridge's [mqtt] prefix), "edgebus" by default. SEAL: the
 link's seal mode ("auto" by default). COST 1 (dev/bench/device_cost.py, on
 MicroPython): also the uplink's heap and its bytes on the socket until the
-first reading (``cost``, below).
+first reading (``cost``, below). DO (device_cost.py's variants; paced
+runs): "link" (the default) publishes each reading into the bus, whose link
+sends it; "quiet" the same with the link's status not retained on the bus
+(``status=False``, as the firmware has it); "idle" runs the same loop with
+the session up and publishes nothing; "bus" makes no link and publishes into
+the bus alone; "pace" makes no link and publishes nothing: the loop's sleeps
+alone. Without a link it prints "up" at once and, after the readings,
+{"sent": N}.
 
 Prints "up" once its session is up and before the first message, "sent N" once the
 link has sent every message, then (once every
@@ -199,6 +207,37 @@ def _flush():
         fl()
 
 
+async def _readings(c, link, n, pace_ms, window, publish):
+    """The readings' loop: n readings published on sensor/v (``publish``;
+    otherwise the same loop and sleeps, nothing published); their publish
+    times (on a device's heap, the first only)."""
+    base = link.counters.get("frames_out", 0) if link is not None else 0
+    window = window if publish and link is not None else 0
+    ns = time.time_ns
+    t_pub = []
+    for i in range(n):
+        if window:
+            while i - _sent(link, base) >= window:
+                await asyncio.sleep(0.001)
+        t = ns()
+        if not i or pace_ms and CPYTHON:  # per message: not on a device's heap
+            t_pub.append(t)
+        if publish:
+            c.publish("sensor/v", {"t": t, "i": i, "pad": PAD})
+        if pace_ms:
+            await asyncio.sleep(pace_ms / 1000)
+        elif i % 32 == 31:
+            await asyncio.sleep(0)
+    return t_pub
+
+
+async def _idle():
+    # Stay up until the benchmark kills this process: closing now could drop
+    # frames still in the socket's buffers (a close with unread input resets).
+    while True:
+        await asyncio.sleep(1)
+
+
 async def main(
     host,
     port,
@@ -212,9 +251,17 @@ async def main(
     prefix="edgebus",
     seal="auto",
     cost=0,
+    do="link",
 ):
     bus = Bus(q_length=8)
     c = bus.connect()
+    if do in ("bus", "pace"):  # no link
+        print("up")
+        _flush()
+        await _readings(c, None, n, pace_ms, 0, do == "bus")
+        print(json.dumps({"sent": n}))
+        _flush()
+        await _idle()
     cost = {} if cost and hasattr(gc, "mem_alloc") else None  # MicroPython's
     h0 = 0
     if cost is not None:
@@ -231,6 +278,7 @@ async def main(
         spool=out_queue * 128 + 4096,  # as much as the queue
         ack=bool(ack),
         seal=seal,
+        status=do != "quiet",
     )
     _heap(cost, h0, "link")
     tr = await _session(link, MqttTransport(host, port, node=node, prefix=prefix), cost, h0)
@@ -238,20 +286,24 @@ async def main(
     _flush()
     base = link.counters.get("frames_out", 0)
     seq0 = link.tx_seq  # nothing else is exported: message i is seq0 + i
-    ns = time.time_ns
-    t_pub = []
-    for i in range(n):
-        if window:
-            while i - _sent(link, base) >= window:
-                await asyncio.sleep(0.001)
-        t = ns()
-        if not i or pace_ms and CPYTHON:  # per message: not on a device's heap
-            t_pub.append(t)
-        c.publish("sensor/v", {"t": t, "i": i, "pad": PAD})
-        if pace_ms:
-            await asyncio.sleep(pace_ms / 1000)
-        elif i % 32 == 31:
-            await asyncio.sleep(0)
+    t_pub = await _readings(c, link, n, pace_ms, window, do != "idle")
+    if do == "idle":
+        print(json.dumps({"idle": n, "sealed": link._seal is not None}))
+        _flush()
+        await _idle()
+    await _outcome(link, tr, base, seq0, n, pace_ms, t_pub)
+    if cost is not None:  # after the JSON line: outside the CPU measured
+        _heap(cost, h0, "acked")
+        cost["spool"] = len(link._spool.buf)
+        cost["items"] = ITEMS
+        print("heap", json.dumps(cost))
+        _flush()
+    await _idle()
+
+
+async def _outcome(link, tr, base, seq0, n, pace_ms, t_pub):
+    """Wait until every reading is sent and acknowledged (or 30 s each), then
+    print the JSON line."""
     t0 = time.time()
     while _sent(link, base) < n and time.time() - t0 < 30:
         await asyncio.sleep(0.01)
@@ -288,16 +340,6 @@ async def main(
         )
     )
     _flush()
-    if cost is not None:  # after the JSON line: outside the CPU measured
-        _heap(cost, h0, "acked")
-        cost["spool"] = len(link._spool.buf)
-        cost["items"] = ITEMS
-        print("heap", json.dumps(cost))
-        _flush()
-    # Stay up until the benchmark kills this process: closing now could drop
-    # frames still in the socket's buffers (a close with unread input resets).
-    while True:
-        await asyncio.sleep(1)
 
 
 if __name__ == "__main__":
@@ -316,5 +358,6 @@ if __name__ == "__main__":
             a[9] if len(a) > 9 else "edgebus",
             a[10] if len(a) > 10 else "auto",
             int(a[11]) if len(a) > 11 else 0,
+            a[12] if len(a) > 12 else "link",
         )
     )

@@ -13,7 +13,13 @@ reading acknowledged, less before the link and its transport were made and
 less the spool's ring; umqtt once connected, less before its client), step
 by step with the parts measured around the calls that make them
 (bridge_device.py's PARTS), and every byte it wrote and read on its socket
-until its first reading, message by message (breakdown())."""
+until its first reading, message by message (breakdown()). Where the CPU goes:
+in each round, beside the full device, variants of it over as many readings
+(VARIANTS: unencrypted, unsealed, without acknowledgements, without its
+status retained, its session up and nothing published, the bus without a
+link, the loop alone), each its own process; the differences between them
+are the split (MicroPython has no profiler of its Python; perf on the
+process sees only the interpreter's C)."""
 
 import json
 import os
@@ -22,7 +28,7 @@ import statistics
 import subprocess
 import tempfile
 
-from dev.bench.bridge_bench import KEY, LOG_PREFIX, NODE, RAW_TOPIC, ROOT, Bench
+from dev.bench.bridge_bench import KEY, LOG_PREFIX, NODE, RAW_TOPIC, ROOT, SEAL_NODES, Bench
 from edgebus.link import frame, seal, wire
 from edgebus.tools.boardkit import mpybuild, mpylib
 
@@ -40,19 +46,19 @@ def _cpu_ns(pid):
     return total
 
 
-def _device(argv, cwd, timeout=120):
-    """Run a device until its JSON line and its "wire" and "heap" lines: (CPU
-    ns from its "up" line to the JSON line, that line, {"wire", "heap"})."""
+def _device(argv, cwd, timeout=120, lines=("wire", "heap")):
+    """Run a device until its JSON line and its ``lines``: (CPU ns from its
+    "up" line to the JSON line, that line, {"wire", "heap"})."""
     p = subprocess.Popen(argv, cwd=cwd, stdout=subprocess.PIPE, text=True)
     try:
         cpu0 = res = None
         said = {}
-        while res is None or len(said) < 2:
+        while res is None or len(said) < len(lines):
             line = p.stdout.readline()
             if not line:
                 raise RuntimeError("the device %s ended before its result" % argv[3])
             word = line.split(" ", 1)[0]
-            if word in ("wire", "heap"):
+            if word in lines:
                 said[word] = json.loads(line[len(word) :])
             elif line.startswith("up"):
                 cpu0 = _cpu_ns(p.pid)
@@ -144,6 +150,42 @@ def _bundle(d):
         shutil.copy(src, os.path.join(d, dst))
 
 
+# The edgebus device's variants (bridge_device.py's SEAL, ACK and DO), each
+# run in every round beside the full one over as many readings: the
+# differences say where a reading's CPU goes. (key, seal, ack, do)
+VARIANTS = (
+    ("seal_mac", "mac", 1, "link"),  # sealed, not encrypted
+    ("seal_off", "off", 1, "link"),  # neither (and framed: bare needs the seal)
+    ("acks_off", "auto", 0, "link"),  # sealed and encrypted, no acknowledgements
+    ("status_off", "auto", 1, "quiet"),  # the link's status not retained (the firmware's)
+    ("link_idle", "auto", 1, "idle"),  # the session up, the loop, nothing published
+    ("bus_only", "auto", 1, "bus"),  # no link: published into the bus alone
+    ("pace_only", "auto", 1, "pace"),  # no link, nothing published: the loop's sleeps
+)
+
+
+def _variant(b, mp, d, n, v):
+    """One run of variant ``v`` (VARIANTS): its CPU per reading, in µs."""
+    key, seal, ack, do = v
+    logged = do in ("link", "quiet")
+    if logged:
+        b.bridge_log.send("expect %d 120" % n)
+        b.bridge_log.expect("ok")
+    node = SEAL_NODES.get(seal, NODE)
+    argv = mp + ["bridge_device.py", "127.0.0.1", str(b.port), node, KEY, str(n), str(PACE_MS)]
+    argv += ["32", "24", str(ack), LOG_PREFIX, seal, "0", do]
+    cpu, dev, _ = _device(argv, d, lines=())
+    if logged:
+        got = json.loads(b.bridge_log.line(150))
+        acked = dev["acked_s"] is not None or not ack
+        if got["received"] < n or not acked or dev["encrypted"] != (seal == "auto"):
+            raise RuntimeError(
+                "%s: %d of %d logged, all acknowledged: %s, encrypted: %s"
+                % (key, got["received"], n, acked, dev["encrypted"])
+            )
+    return cpu / n / 1e3
+
+
 def run(smoke=False):
     n = 40 if smoke else 400
     reps = 1 if smoke else 3
@@ -152,6 +194,7 @@ def run(smoke=False):
     b = Bench(tmp, None, log_dir=log_dir)
     mp = [mpybuild.micropython(), "-X", "heapsize=256K"]
     runs = {"edgebus": [], "umqtt_qos0": [], "umqtt_qos1": []}
+    varied = {v[0]: [] for v in VARIANTS}
     try:
         d = os.path.join(tmp, "mpy")
         _bundle(d)
@@ -170,6 +213,8 @@ def run(smoke=False):
             runs["edgebus"].append(
                 dict(_said(said), cpu_us=cpu / n / 1e3, frames_in=dev["acks"] / n)
             )
+            for v in VARIANTS:
+                varied[v[0]].append(_variant(b, mp, d, n, v))
             for qos in (0, 1):
                 b.sub.send("expect %d 120" % n)
                 b.sub.expect("ok")
@@ -197,6 +242,9 @@ def run(smoke=False):
             "bytes_in": [r["in"] for r in rs],
             "messages": breakdown(rs[0]["wire"]),  # the same in every run
         }
+    out["variants"] = {
+        k: {"cpu_us": statistics.median(rs), "cpu_us_all": rs} for k, rs in varied.items()
+    }
     return out
 
 
