@@ -48,6 +48,11 @@ setup() {
     if ! command -v promtool >/dev/null 2>&1 || [ ! -x /usr/bin/prometheus ]; then
         apt_install "prometheus" --no-install-recommends prometheus
     fi
+    # Headless Chromium: the bridge's fleet page loaded in a real browser
+    # (tests/host/bridge/test_fleet_page.py).
+    if ! command -v chromium >/dev/null 2>&1; then
+        apt_install "chromium" chromium
+    fi
     # The emulated board (boards/qemu-mps2-an385): its firmware is built with
     # the Arm toolchain and booted in QEMU (tests/host/board/test_qemu_board.py).
     if ! command -v arm-none-eabi-gcc >/dev/null 2>&1 || ! command -v qemu-system-arm >/dev/null 2>&1 \

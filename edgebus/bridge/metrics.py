@@ -8,9 +8,10 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, Iterator
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from edgebus.bridge import fleetpage
 from edgebus.bridge.status import state
 from edgebus.client.local import ERRORS
 
@@ -254,8 +255,9 @@ def _log_health(lg: dict[str, Any]) -> Iterator[Any]:
 
 
 def serve(bridge: BridgeView, addr: str) -> tuple[Any, Any]:
-    """Start the /metrics HTTP server on addr ("host:port"); returns (server, thread)."""
-    host, _, port = addr.rpartition(":")
+    """Start the HTTP server on addr ("host:port"): /metrics, and the fleet
+    page beside it (/fleet, /fleet.json: fleetpage.py); returns (server, thread)."""
     reg = CollectorRegistry()
     reg.register(BridgeCollector(bridge, bridge.cfg.metrics_links))
-    return start_http_server(int(port), addr=host, registry=reg)
+    fleet = fleetpage.FleetPage(bridge)
+    return fleetpage.start_server(addr, fleetpage.app(make_wsgi_app(reg), fleet.answer))

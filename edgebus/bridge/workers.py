@@ -11,7 +11,8 @@ what), under this supervisor, which
 - passes SIGTERM/SIGINT (stop) and SIGHUP (reload) on to each, and exits
   once all have stopped;
 - serves ``[bridge] metrics`` over all of them: each worker's series with a
-  ``worker`` label, and its own (workers up, restarts);
+  ``worker`` label, and its own (workers up, restarts); and /fleet.json,
+  the workers' rows merged (bridge/fleetpage.py);
 - keeps STATE_DIR/workers.json (each worker's pid, since, restarts, last
   exit), which worker 0 adds to its status (`edgebus status` shows all).
 
@@ -292,10 +293,16 @@ class WorkersCollector:
 
 
 def serve_metrics(sup: Supervisor, addr: str) -> tuple[Any, Any]:
-    """Serve the supervisor's /metrics on ``addr`` ("host:port"): (server, thread)."""
-    from prometheus_client import CollectorRegistry, start_http_server
+    """Serve the supervisor's /metrics and /fleet on ``addr`` ("host:port"): (server, thread)."""
+    from prometheus_client import CollectorRegistry, make_wsgi_app
 
-    host, _, port = addr.rpartition(":")
+    from edgebus.bridge import fleetpage
+
     reg = CollectorRegistry()
     reg.register(WorkersCollector(sup))
-    return start_http_server(int(port), addr=host, registry=reg)
+
+    def fleet(qs: str) -> dict[str, Any]:  # every worker's rows (fleetpage.merged)
+        ports = [split.metrics_port(split.worker_dir(sup.cfg.state_dir, w.i)) for w in sup.workers]
+        return fleetpage.merged(ports, qs, sup.cfg.node, SCRAPE_TIMEOUT)
+
+    return fleetpage.start_server(addr, fleetpage.app(make_wsgi_app(reg), fleet))

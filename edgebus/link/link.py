@@ -151,6 +151,10 @@ class Link:
         """Seconds since the link's state (``status``) last changed."""
         return compat.now() - self._t_state
 
+    def heard_age(self):
+        """Seconds since the last frame in from the peer (any session)."""
+        return compat.now() - self._t_rx
+
     def spool_stats(self):
         """The spool's depth, bytes, oldest entry's age and losses."""
         return self._spool.stats()
