@@ -142,15 +142,18 @@ class Transfer:
             for path, sz, _h in self.entries():
                 have.append(min(size(self.dir + "/" + path), sz))
         r = {"slot": self.slot, "have": have, "copy": True, "free": _free(self.base)}
-        try:
-            import gc
+        import gc
 
+        try:
+            gc.collect()
+            # The whole GC heap: a bundle's .mpy code loads into it on the
+            # trial boot, so the host refuses one whose code alone is larger.
+            r["heap"] = gc.mem_alloc() + gc.mem_free()
             import deflate  # noqa: F401  (MicroPython 1.21+: compressed puts)
 
-            gc.collect()
             if gc.mem_free() >= DEFLATE_FREE:
                 r["deflate"] = WBITS
-        except (ImportError, AttributeError):
+        except (ImportError, AttributeError):  # CPython: no GC heap of its own
             pass
         return r
 

@@ -20,7 +20,8 @@ WBITS = 10  # the window the host compresses with at most (1 KB on the device)
 class Caps:
     """What the device's begin reply says it can: ``copy`` (op copy), ``wbits``
     (the deflate window it decodes; None: it takes plain puts only),
-    ``free`` (bytes free on its flash; None: it did not say). A device whose
+    ``free`` (bytes free on its flash), ``heap`` (its whole GC heap; None:
+    it did not say, as CPython does not). A device whose
     firmware predates these says none of them: it gets every byte, plain."""
 
     def __init__(self, reply: Any, full: bool = False, compress: bool = True) -> None:
@@ -30,8 +31,12 @@ class Caps:
         self.wbits: int | None = None
         if isinstance(w, int) and not isinstance(w, bool) and 9 <= w <= 15 and compress:
             self.wbits = min(w, WBITS)
-        f = r.get("free")
-        self.free = f if isinstance(f, int) and not isinstance(f, bool) and f >= 0 else None
+        self.free = _count(r.get("free"))
+        self.heap = _count(r.get("heap"))
+
+
+def _count(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
 
 
 def too_big(sizes: list[int], pos: list[int], free: int | None) -> str | None:
@@ -42,6 +47,21 @@ def too_big(sizes: list[int], pos: list[int], free: int | None) -> str | None:
     if free is None or need <= free:
         return None
     return "does not fit its flash: the bundle needs %d more bytes, %d are free" % (need, free)
+
+
+def code_too_big(paths: list[str], sizes: list[int], heap: int | None) -> str | None:
+    """Why the bundle's trial could never start on the device, or None: its
+    code (.mpy and .py files), which loads into the GC heap where frozen
+    modules ran from flash, is larger than the whole heap (a 64 KB board and
+    a 120 KB bundle: sent, it would crawl at the heap's edge for minutes and
+    roll back at its first import)."""
+    code = sum(s for p, s in zip(paths, sizes) if p.endswith((".mpy", ".py")))
+    if heap is None or code <= heap:
+        return None
+    return (
+        "its code cannot load: the bundle's modules take %d bytes and its whole heap is %d; "
+        "freeze them into its firmware (edgebus firmware build) or give it more heap" % (code, heap)
+    )
 
 
 def chunks(sizes: list[int], start: list[int], size: int = CHUNK) -> Iterator[tuple[int, int, int]]:

@@ -203,7 +203,9 @@ class Pusher:
                 except ValueError as e:
                     raise DeviceFailed(str(e)) from None
                 can = delta.Caps(r, self.full, zok)
-                big = delta.too_big(b.sizes, pos, can.free)
+                big = delta.code_too_big(b.paths, b.sizes, can.heap) or delta.too_big(
+                    b.sizes, pos, can.free
+                )
                 if big:
                     raise DeviceFailed(big)
                 track.to(sum(pos))

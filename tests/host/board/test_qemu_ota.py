@@ -34,6 +34,7 @@ def test_a_bundle_on_the_board_runs_before_its_frozen_modules_until_a_factory_ro
     h = otaplan.load_bundle(good).hash
     flash = board["budget"]["flash"]
     big = otaplan.load_bundle(otakit.oversized(tmp_path, good, flash))  # more than its flash
+    code = otakit.oversized(tmp_path / "code", good, SUITE_HEAP, "blob.py")  # more than its heap
     rig = qemuheap.OtaRig(board, meta["image"], tmp_path / "rig", qemuheap.ota_config())
 
     async def main():
@@ -54,6 +55,18 @@ def test_a_bundle_on_the_board_runs_before_its_frozen_modules_until_a_factory_ro
             assert m and int(m.group(1)) == big.total and 0 < int(m.group(2)) < flash, r.stdout
             st = await w.until("ota", lambda s: s["staged"] and s["staged"]["hash"] == big.hash)
             assert st["staged"]["bytes"] is None and st["running"]["hash"] is None, st
+
+            # Code larger than the board's whole heap could never load on its
+            # trial: refused from begin's heap figure, before a byte is sent.
+            r = await asyncio.to_thread(rig.ota, "push", "--bundle", code, "--to", NODE, "-y")
+            m = re.search(
+                r"^%s: failed: its code cannot load: the bundle's modules take (\d+) bytes and "
+                r"its whole heap is (\d+); " % NODE,
+                r.stdout,
+                re.M,
+            )
+            assert r.returncode == 1 and m, r.stdout + r.stderr
+            assert int(m.group(2)) <= SUITE_HEAP < int(m.group(1)), r.stdout
 
             # A release that crashes on the board goes back, with the reason.
             r = await asyncio.to_thread(rig.ota, "push", "--bundle", crash, "--to", NODE, "--yes")

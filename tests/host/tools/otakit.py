@@ -57,16 +57,17 @@ def bundle(tmp, kind, board="unix", version=None):
     return out
 
 
-def oversized(tmp, d, extra):
-    """Bundle d with one more file of extra bytes (firmware/blob.json), its
-    manifest rewritten to list it: a bundle that cannot fit a small flash."""
+def oversized(tmp, d, extra, name="blob.json"):
+    """Bundle d with one more file of extra bytes (firmware/<name>), its
+    manifest rewritten to list it: a bundle that cannot fit a small flash
+    (or, named .py, a small heap)."""
     out = os.path.join(str(tmp), os.path.basename(d) + "-oversized")
     shutil.copytree(d, out)
     blob = b"[%s]" % b" " * (extra - 2)
-    with open(os.path.join(out, "firmware", "blob.json"), "wb") as f:
+    with open(os.path.join(out, "firmware", name), "wb") as f:
         f.write(blob)
     meta = manifest(d)
-    meta["files"].append(["firmware/blob.json", len(blob), sha256(blob)])
+    meta["files"].append(["firmware/" + name, len(blob), sha256(blob)])
     with open(os.path.join(out, "ota.jsonl"), "wb") as f:
         f.write(otamanifest.encode_manifest(meta))
     return out

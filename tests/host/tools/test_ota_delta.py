@@ -47,9 +47,22 @@ def test_a_one_service_change_sends_that_file_compressed_and_a_cut_delta_resumes
     good = otakit.bundle(tmp_path, "good", version="9.9.9")  # its firmware/__init__ changed
     man = len(otakit.manifest_bytes(svc))
     changed = len(otakit.file_bytes(svc, SERVICE))
+    huge = otakit.oversized(tmp_path, base, 4 << 20, "blob.py")  # more code than any heap here
     with mqtt_fleet(tmp_path, 1) as (fleet, bridge):
         sock = bridge.sock
         node = fleet.devices[0]["node"]
+
+        # Code larger than the device's whole GC heap could never load on its
+        # trial: refused from begin's heap figure, before a byte is sent.
+        r = ota(sock, "push", "--yes", "--bundle", huge, "--to", node)
+        m = re.search(
+            r"^%s: failed: its code cannot load: the bundle's modules take (\d+) bytes and "
+            r"its whole heap is (\d+); " % node,
+            r.stdout,
+            re.M,
+        )
+        assert r.returncode == 1 and m and int(m.group(2)) < int(m.group(1)), r.stdout + r.stderr
+        assert (status(sock)[node].get("staged") or {}).get("bytes") is None, status(sock)[node]
 
         # --full copies nothing: every byte crosses, compressed (the device has
         # deflate), and the slot holds the bundle's very bytes.
@@ -110,6 +123,16 @@ def test_what_begin_says_the_device_can_and_whether_the_bundle_fits():
         "does not fit its flash: the bundle needs 6300 more bytes, 6000 are free"
     )
     assert positions([300, 4000, 2000], sizes) == sizes
+    # Code larger than the whole heap: only .mpy and .py count, and a device
+    # that says no heap (CPython) is not judged.
+    assert otadelta.Caps(dict(new, heap=65536)).heap == 65536
+    paths = ["ota.jsonl", "firmware/main.mpy", "firmware/data.json", "edgebus/bus.py"]
+    sizes = [300, 40000, 90000, 30000]
+    assert otadelta.code_too_big(paths, sizes, None) is None
+    assert otadelta.code_too_big(paths, sizes, 70000) is None
+    assert otadelta.code_too_big(paths, sizes, 65536).startswith(
+        "its code cannot load: the bundle's modules take 70000 bytes and its whole heap is 65536"
+    )
 
 
 def test_compressed_puts_decode_to_the_file_and_carry_more_than_plain_ones():
