@@ -24,7 +24,8 @@ class Child:
             text=True,
         )
         self.lines = queue.Queue()
-        threading.Thread(target=self._pump, daemon=True).start()
+        self.reader = threading.Thread(target=self._pump, daemon=True)
+        self.reader.start()
 
     def _pump(self):
         for line in self.p.stdout:
@@ -80,3 +81,9 @@ class Child:
             self.wait(10)
         if self.err is not subprocess.DEVNULL:
             self.err.close()
+        # The pipes too (a ResourceWarning each otherwise); stdout once its
+        # reader has met the end, which a process gone gives at once.
+        self.p.stdin.close()
+        self.reader.join(5)
+        if not self.reader.is_alive():
+            self.p.stdout.close()
