@@ -110,9 +110,10 @@ def _mqtt(tmp, bundle, n):
         return wall, {k: v["sent_s"] for k, v in sent.items()}
 
 
-# The emulated board's heaps: its budget, and one the trial boot fits in (the
-# slot's .mpy code loads into the heap; the frozen modules ran from flash).
-BOARD_HEAPS = ("64K", "128K")
+# The emulated board's heaps: its budget (the bundle's code is larger: refused
+# before the transfer), and one the trial boot fits in (the slot's .mpy code
+# loads into the heap; the frozen modules ran from flash).
+BOARD_HEAPS = ("64K", "144K")
 
 
 def _bytes(heap):

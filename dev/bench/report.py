@@ -527,6 +527,96 @@ def _device_cost(dc):
         rows="\n".join(rows),
         # results measured before the heap and the bytes were have no block
         setup=_block(_device_setup(dc["edgebus"], dc)) if "heap" in dc["edgebus"] else "",
+        # nor those measured before the variants
+        split=_block(_device_split(dc)) if "variants" in dc else "",
+    )
+
+
+# Where the edgebus device's CPU per reading goes (device_cost.VARIANTS): each
+# row a variant, its difference from the one named (per round, the two run in
+# the same round; "+": this one costs more, "−" below: the full one saves it
+# off), and what the difference is.
+DEVICE_SPLIT = (
+    ("pace_only", None, "the readings' loop alone: no link, nothing published", "pacing loop"),
+    ("bus_only", "pace_only", "each reading published into the bus, no link", "+ the bus"),
+    (
+        "seal_off",
+        "bus_only",
+        "the link, unsealed (its frames with COBS and CRC), acks on",
+        "+ the link: export observer, spool, frame, MQTT, socket, ACKs, its timers",
+    ),
+    (
+        "seal_mac",
+        "seal_off",
+        "sealed, not encrypted (bare messages: no COBS, no CRC)",
+        "+ the seal's counter and tag, less the framing it spares",
+    ),
+    ("edgebus", "seal_mac", "sealed and encrypted: the full device", "+ encryption (AES-CTR)"),
+    (
+        "link_idle",
+        "pace_only",
+        "the session up, the same loop, nothing published",
+        "of the link's: its timers alone (ticks, PING, no readings)",
+    ),
+    (
+        "status_off",
+        "-edgebus",
+        "the full device, its status not retained (the firmware's setting)",
+        "of the link's: its status retained on its bus each second",
+    ),
+    (
+        "acks_off",
+        "-edgebus",
+        "the full device without acknowledgements",
+        "of the link's: acknowledgements (ACKs in, the wait for the last)",
+    ),
+)
+
+
+def _device_runs(dc, key):
+    r = dc[key] if key in dc else dc["variants"][key]
+    return r["cpu_us"], r["cpu_us_all"]
+
+
+def _device_split(dc):
+    """The device_cost_split block: the variants' CPU and their differences."""
+    rows = []
+    d = {}
+    for key, ref, what, share in DEVICE_SPLIT:
+        med, runs = _device_runs(dc, key)
+        cell = "–"
+        if ref is not None:
+            off = ref.startswith("-")
+            other = _device_runs(dc, ref.lstrip("-"))[1]
+            # paired by round: the variants of a round ran one after the other
+            diffs = sorted((b - a) if off else (a - b) for a, b in zip(runs, other))
+            h = len(diffs) // 2  # the median
+            d[key] = diffs[h] if len(diffs) % 2 else (diffs[h - 1] + diffs[h]) / 2
+            cell = "%+.0f (%+.0f to %+.0f)" % (d[key], diffs[0], diffs[-1])
+            cell = cell.replace("-", "−")
+        rows.append(
+            "| %s | %s (%s) | %s | %s |"
+            % (what, _f(med), "–".join(_f(x) for x in sorted(runs)), cell, share)
+        )
+    full = dc["edgebus"]["cpu_us"]
+    goal = 1.5 * dc["umqtt_qos1"]["cpu_us"]
+
+    def us(x):
+        return "%.0f" % x
+
+    return _t(
+        "device_cost_split",
+        rows="\n".join(rows),
+        full=us(full),
+        goal=us(goal),
+        over=us(full - goal),
+        link=us(d["seal_off"]),
+        share=us(100 * d["seal_off"] / full),
+        crypto=us(d["seal_mac"] + d["edgebus"]),
+        timers=us(d["link_idle"]),
+        status=us(d["status_off"]),
+        acks=us(d["acks_off"]),
+        rest=us(d["seal_off"] - d["link_idle"] - d["status_off"] - d["acks_off"]),
     )
 
 
@@ -1089,6 +1179,11 @@ def _ota_section(o):
     else:
         rows = []
         for r in bd.values():
+            if "error" in r:  # that heap's run ended before its figures
+                rows.append(
+                    "| %s | not measured: %s | — | — | — | — | — |" % (_n(r["heap"]), r["error"])
+                )
+                continue
             rows.append(
                 "| %s | %s | %s | %s | %s | %s | %s |"
                 % (
@@ -1101,7 +1196,10 @@ def _ota_section(o):
                     r["outcome"].split(": ", 1)[-1],
                 )
             )
-        first = next(iter(bd.values()))
+        first = next((r for r in bd.values() if "error" not in r), None) or {
+            "bundle_bytes": o["bundle_bytes"],
+            "line_s": o["bundle_bytes"] * 10 / o["baud"],
+        }
         board = _block(
             _t(
                 "ota_board",
@@ -1111,20 +1209,7 @@ def _ota_section(o):
             )
         )
     se = o.get("serial")
-    serial = (
-        _t(
-            "ota_serial",
-            baud=_n(o["baud"]),
-            sent=_f(se["sent_s"]),
-            wall=_f(se["wall_s"]),
-            limit=_f(se["limit_s"]),
-            wire=_n(se["wire_bytes"]),
-            wire_limit=_f(se["wire_limit_s"]),
-            ratio=_f(se["sent_s"] / se["limit_s"]),
-        )
-        if se
-        else ["The serial line is not measured in a smoke run."]
-    )
+    serial = _ota_serial(o, se) if se else ["The serial line is not measured in a smoke run."]
     return _t(
         "ota",
         bytes=_n(o["bundle_bytes"]),
@@ -1137,6 +1222,50 @@ def _ota_section(o):
         fleet_median=_f(fl["sent_median_s"]),
         serial=_block(serial),
         board=board,
+    )
+
+
+# The serial pushes' rows (dev/bench/ota_bench.SERIAL): what each sent.
+OTA_PUSHES = {
+    "plain": "the whole bundle as it is (`--full --no-compress`)",
+    "full": "the whole bundle, compressed (`--full`)",
+    "delta": "one service changed: a delta, compressed",
+}
+
+
+def _ota_serial(o, se):
+    """Section 9's serial pushes: a row each, and the delta against the full
+    push before it in the same run."""
+    if "pushes" not in se:  # a result from before the pushes were several
+        return ["The serial line's figures are from an older run: refresh the ota part."]
+    ps = se["pushes"]
+    rows = [
+        "| %s | %s of %s | %s | %s s | %s s |"
+        % (
+            OTA_PUSHES[p["name"]],
+            _n(p["sent"]),
+            _n(p["total"]),
+            _n(p["wire_bytes"]),
+            _f(p["sent_s"]),
+            _f(p["wall_s"]),
+        )
+        for p in ps
+    ]
+    pairs = [(a, b) for a, b in zip(ps, ps[1:]) if (a["name"], b["name"]) == ("full", "delta")]
+    ratios = [b["sent_s"] / a["sent_s"] for a, b in pairs]
+    plain = next(p for p in ps if p["name"] == "plain")
+    full = pairs[0][0]
+    return _t(
+        "ota_serial",
+        baud=_n(o["baud"]),
+        rows="\n".join(rows),
+        limit=_f(se["limit_s"]),
+        ratio=_f(plain["sent_s"] / se["limit_s"]),
+        full_pct="%.0f" % (100 * full["sent"] / full["total"]),
+        changed=se["changed"],
+        copied=o["files"] - 1,
+        pairs=" and ".join("%.1f %%" % (100 * r) for r in ratios),
+        delta_pct="%.1f" % (100 * sum(ratios) / len(ratios)),
     )
 
 
