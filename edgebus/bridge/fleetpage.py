@@ -5,9 +5,10 @@ than a page of a fleet of any size. Read-only, computed on request from what
 the bridge already keeps: each link's state, counters, spool and round trip,
 the mailbox's sleeps, and the devices' retained ``sys/info`` and ``sys/ota``
 (two retained views: a device's retain of either updates a dict entry; no
-reading passes through here). ``sys/health`` is published, not retained, so
-the bridge holds none: the health column is what ``sys/info`` says (uptime,
-free heap, reset cause) and the link's own errors."""
+reading passes through here). ``sys/health`` is published, not retained: a
+subscription keeps each device's latest report (a summary: uptime, free heap,
+its own spool's fill, its errors), so the health column and the device's spool
+are its last word, with ``sys/info`` (reset cause, board, firmware) beside it."""
 
 from __future__ import annotations
 
@@ -48,7 +49,11 @@ SORTS: dict[str, Callable[[dict[str, Any]], Any]] = {
     "bundle": lambda r: _str((r["bundle"] or {}).get("version")),
     "ota": lambda r: _str((r["ota"] or {}).get("state")),
 }
-INFO, OTA = "dev/+/sys/info", "dev/+/sys/ota"
+INFO, OTA, HEALTH = "dev/+/sys/info", "dev/+/sys/ota", "dev/+/sys/health"
+# What a device's sys/health report keeps here (firmware/services/health.py):
+# a summary, so 10,000 devices hold a few MB at most.
+HEALTH_KEYS = ("uptime", "mem_free", "mem_alloc", "service_errors", "health_skipped")
+LINK_KEYS = ("memory_errors", "send_errors", "dropped_out")
 
 
 def _str(v: Any) -> str | None:
@@ -66,10 +71,34 @@ def _retained(view: Any, node: str | None, leaf: str) -> dict[str, Any] | None:
     return m.payload if m is not None and isinstance(m.payload, dict) else None
 
 
-def _health(info: dict[str, Any] | None) -> dict[str, Any] | None:
-    if info is None:
+def _health(info: dict[str, Any] | None, rep: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The health column: the device's last sys/health summary (``at``: its
+    wall time here) over what its retained sys/info says."""
+    if info is None and rep is None:
         return None
-    return {k: info.get(k) for k in ("uptime", "mem_free", "reset_cause", "fw", "board")}
+    h = {k: (info or {}).get(k) for k in ("uptime", "mem_free", "reset_cause", "fw", "board")}
+    if rep is not None:
+        h.update(rep)
+    return h
+
+
+def summary(payload: Any, wall: float) -> dict[str, Any] | None:
+    """What is kept of a sys/health report: HEALTH_KEYS, the link's
+    LINK_KEYS and its spool's bytes and capacity ("dev_spool"), and ``at``."""
+    if not isinstance(payload, dict):
+        return None
+    out = {k: payload.get(k) for k in HEALTH_KEYS}
+    lk = payload.get("link")
+    lk = lk if isinstance(lk, dict) else {}
+    for k in LINK_KEYS:
+        out[k] = lk.get(k)
+    sp = lk.get("spool")
+    sp = sp if isinstance(sp, dict) else {}
+    b, cap = sp.get("bytes"), sp.get("capacity")
+    ok = all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (b, cap))
+    out["dev_spool"] = [b, cap] if ok else None
+    out["at"] = round(wall, 1)
+    return out
 
 
 def _ota(ota: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -85,13 +114,21 @@ def _ota(ota: dict[str, Any] | None) -> dict[str, Any] | None:
 
 
 def row(
-    lk: Link, st: str, until: float | None, views: tuple[Any, Any], now: float, wall: float
+    lk: Link,
+    st: str,
+    until: float | None,
+    views: tuple[Any, Any],
+    now: float,
+    wall: float,
+    health: dict[str, dict[str, Any]] | None = None,
 ) -> dict:
-    """A device's row, from its link and its retained sys/info and sys/ota."""
+    """A device's row, from its link, its retained sys/info and sys/ota and
+    its last sys/health (``health``: node -> summary())."""
     c = lk.counters
     sp = lk.spool_stats()
     node = lk.peer_node or lk.peer
     info, ota = _retained(views[0], node, "info"), _retained(views[1], node, "ota")
+    rep = health.get(node) if health is not None and node else None
     bundle = (ota or {}).get("running") or (info or {}).get("bundle")
     age = lk.state_age()
     return {
@@ -110,14 +147,17 @@ def row(
         "errors": sum([c.get(k, 0) for k in ERRORS]),
         "gaps": c.get("gaps", 0),
         "last_error": lk.last_error,
-        "health": _health(info),
+        "health": _health(info, rep),
         "bundle": bundle if isinstance(bundle, dict) else None,
         "ota": _ota(ota),
     }
 
 
 async def rows(
-    bridge: BridgeView, views: tuple[Any, Any], chunk: int = CHUNK
+    bridge: BridgeView,
+    views: tuple[Any, Any],
+    chunk: int = CHUNK,
+    health: dict[str, dict[str, Any]] | None = None,
 ) -> tuple[list, float]:
     """Every device link's row (a host client's local link is no device), made
     on the event loop ``chunk`` links at a time, letting the loop run between;
@@ -134,7 +174,7 @@ async def rows(
         for _, lk in items[i : i + chunk]:
             st = state(lk, mb)
             sl = mb.sleep_of(lk.peer) if st in ("asleep", "overslept") else None
-            out.append(row(lk, st, sl["until"] if sl else None, views, now, wall))
+            out.append(row(lk, st, sl["until"] if sl else None, views, now, wall, health))
         held = max(held, time.perf_counter() - t0)
     return out, held
 
@@ -235,11 +275,23 @@ class FleetPage:
         self.loop = asyncio.get_running_loop()
         self.views = (bridge.conn.retained_view(INFO), bridge.conn.retained_view(OTA))
         self.rates = Rates()
+        self.health: dict[str, dict[str, Any]] = {}
+        # A report every health_period (10 s) a device: at 10,000 devices
+        # ~1,000 a second through this feed, dropped oldest if it falls behind.
+        self.reports = bridge.conn.subscribe(HEALTH, queue_len=256)
+        self.keeper = asyncio.ensure_future(self._keep())
+
+    async def _keep(self) -> None:
+        """Each device's latest sys/health summary, until the bus closes."""
+        async for m in self.reports:
+            s = summary(m.payload, time.time())
+            if s is not None:
+                self.health[str(m.topic[1])] = s
 
     def answer(self, qs: str) -> dict[str, Any]:
         p = params(qs)
         t0 = time.perf_counter()
-        work = rows(self.bridge, self.views)
+        work = rows(self.bridge, self.views, health=self.health)
         rs, held = asyncio.run_coroutine_threadsafe(work, self.loop).result(WAIT)
         t1 = time.perf_counter()
         self.rates.apply(rs, time.monotonic())

@@ -78,6 +78,22 @@ def _listening():
     return ports
 
 
+# A device's sys/health report (firmware/services/health.py), cut short.
+HEALTH = {
+    "uptime": 99,
+    "mem_alloc": 90000,
+    "mem_free": 12000,
+    "service_errors": 0,
+    "health_skipped": 0,
+    "link": {
+        "state": "up",
+        "sid": 7,
+        "memory_errors": 2,
+        "spool": {"bytes": 2048, "capacity": 32768},
+    },
+}
+
+
 def _dress(b):
     """What devices would retain: sys/info and sys/ota for d000-d009 (d003 on
     trial, d004's last update failed), a sleep announced by d100; and refusals
@@ -121,6 +137,19 @@ def test_fleet_json_pages_filters_and_sorts_a_bridge_of_real_links(tmp_path):
             _dress(b)
             await until(lambda: b.mailbox.sleep_of("d100") is not None, 10)
             ports = _listening()
+            # d001's sys/health, as its link would publish it on the host bus:
+            # kept (a summary), so its health and its own spool are its word.
+            b.conn.publish("dev/d001/sys/health", HEALTH)
+            health = None
+            for _ in range(100):
+                (health,) = [
+                    r["health"]
+                    for r in (await asyncio.to_thread(_json, port, "q=d001"))["rows"]
+                    if r["id"] == "mqtt:d001"
+                ]
+                if health.get("at"):
+                    break
+                await asyncio.sleep(0.05)
             got = {}
             for qs in (
                 "",
@@ -144,12 +173,16 @@ def test_fleet_json_pages_filters_and_sorts_a_bridge_of_real_links(tmp_path):
                     )
                 except urllib.error.HTTPError as e:
                     errors[how] = e.code
-            return ports, got, page, metrics, errors
+            return ports, got, page, metrics, errors, health
         finally:
             b.stop()
             await t
 
-    ports, got, page, metrics, errors = asyncio.run(main())
+    ports, got, page, metrics, errors, health = asyncio.run(main())
+    assert health["at"] and health["mem_free"] == 12000 and health["uptime"] == 99, health
+    assert health["dev_spool"] == [2048, 32768] and health["memory_errors"] == 2, health
+    assert health["reset_cause"] is None and health["fw"] == "0.1.0"  # sys/info's beside it
+    assert "sid" not in health and "link" not in health  # a summary, not the report
     assert port in ports
     first = got[""]
     assert (first["total"], first["matched"], first["pages"], first["per"]) == (120, 120, 3, 50)
