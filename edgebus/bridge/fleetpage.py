@@ -354,6 +354,20 @@ def merged(ports: Iterable[int | None], qs: str, node: str, wait: float = WAIT) 
 # -- the HTTP server: prometheus-client's /metrics app, /fleet and /fleet.json beside it
 
 
+# The page shows text devices and peers supplied (an error's words): it sets
+# it as text, and these headers keep even a slip from loading or sending
+# anything elsewhere, from being framed or from being sniffed as another type.
+HARDEN = [
+    (
+        "Content-Security-Policy",
+        "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
+        "connect-src 'self'; img-src data:; frame-ancestors 'none'; base-uri 'none'",
+    ),
+    ("X-Content-Type-Options", "nosniff"),
+    ("Referrer-Policy", "no-referrer"),
+]
+
+
 class _Server(ThreadingMixIn, WSGIServer):
     daemon_threads = True  # as prometheus-client's: a request never holds up the exit
 
@@ -385,7 +399,7 @@ def app(metrics: Callable[..., Any], fleet: Callable[[str], dict[str, Any]]) -> 
                 body, ctype, status = str(e).encode(), "text/plain", "400 Bad Request"
             except Exception as e:  # the loop too busy (a timeout), the bridge stopping
                 body, ctype, status = repr(e).encode(), "text/plain", "503 Service Unavailable"
-        start(status, [("Content-Type", ctype), ("Cache-Control", "no-store")])
+        start(status, [("Content-Type", ctype), ("Cache-Control", "no-store")] + HARDEN)
         return [body]
 
     return serve

@@ -34,6 +34,11 @@ def _get(url, timeout=10):
         return r.read().decode()
 
 
+def _header(port, name):
+    with urllib.request.urlopen("http://127.0.0.1:%d/fleet" % port, timeout=10) as r:
+        return r.headers[name]
+
+
 def _json(port, qs=""):
     return json.loads(_get("http://127.0.0.1:%d/fleet.json?%s" % (port, qs)))
 
@@ -162,6 +167,7 @@ def test_fleet_json_pages_filters_and_sorts_a_bridge_of_real_links(tmp_path):
             ):
                 got[qs] = await asyncio.to_thread(_json, port, qs)
             page = await asyncio.to_thread(_get, "http://127.0.0.1:%d/fleet" % port)
+            csp = await asyncio.to_thread(_header, port, "Content-Security-Policy")
             metrics = await asyncio.to_thread(_get, "http://127.0.0.1:%d/metrics" % port)
             errors = {}
             for how in ("fleet.json?sort=nope", "fleet.json?per=x", "POST fleet.json"):
@@ -173,12 +179,14 @@ def test_fleet_json_pages_filters_and_sorts_a_bridge_of_real_links(tmp_path):
                     )
                 except urllib.error.HTTPError as e:
                     errors[how] = e.code
-            return ports, got, page, metrics, errors, health
+            return ports, got, page, metrics, errors, health, csp
         finally:
             b.stop()
             await t
 
-    ports, got, page, metrics, errors, health = asyncio.run(main())
+    ports, got, page, metrics, errors, health, csp = asyncio.run(main())
+    # Text from devices is shown as text; the policy keeps even a slip local.
+    assert "default-src 'none'" in csp and "connect-src 'self'" in csp, csp
     assert health["at"] and health["mem_free"] == 12000 and health["uptime"] == 99, health
     assert health["dev_spool"] == [2048, 32768] and health["memory_errors"] == 2, health
     assert health["reset_cause"] is None and health["fw"] == "0.1.0"  # sys/info's beside it
