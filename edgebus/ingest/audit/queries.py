@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import Window
 from pyspark.sql import functions as F
 
+from edgebus.ingest.audit.gaps import START_GRACE
+
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
@@ -72,20 +74,27 @@ def news(df: DataFrame, marks: dict[str, list[int]]) -> list[Any]:
 def first_copies(df: DataFrame, boots: DataFrame | None = None) -> DataFrame:
     """One row per (boot, seq) of df (of the boots, a DataFrame of peer_node,
     peer_sid, when given): its first arrival (ts_host t), the device's time
-    (td) and late flag of that copy, and the gateways of every copy (the
-    logging bridge and a relayed reading's extra.via)."""
+    (td) and late flag of that copy (false at the boot's start: START_GRACE),
+    and the gateways of every copy (the logging bridge and a relayed
+    reading's extra.via)."""
     via = F.from_json(F.col("extra"), "via ARRAY<STRING>")["via"]
     gws = F.concat(F.array(F.col("gateway")), F.coalesce(via, F.array().cast("array<string>")))
     rows = df.where(_keyed())
     if boots is not None:
         rows = rows.join(F.broadcast(boots), BOOT)
-    return rows.groupBy(*BOOT, "seq").agg(
+    per = rows.groupBy(*BOOT, "seq").agg(
         F.min("ts_host").alias("t"),
         F.min_by("ts_device", "ts_host").alias("td"),
         F.min_by("late", "ts_host").alias("late"),
         F.max("generation").alias("generation"),
         F.flatten(F.collect_list(gws)).alias("gws"),
     )
+    # Late: delivered out of the spool, but not what the boot took while its
+    # first session came up (gaps.START_GRACE).
+    boot = Window.partitionBy(*BOOT)
+    t0 = F.min("t").over(boot)
+    start = (F.col("t") - t0 <= START_GRACE) & (t0 - F.min("td").over(boot) <= START_GRACE)
+    return per.withColumn("late", F.col("late") & ~F.coalesce(start, F.lit(False)))
 
 
 def windows(df: DataFrame, boots: DataFrame, window: float) -> tuple[list[Any], list[Any]]:

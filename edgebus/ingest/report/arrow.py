@@ -18,7 +18,7 @@ import os
 from typing import TYPE_CHECKING, Any
 
 from edgebus.ingest.compaction import META, local_path, newest_log_file, read_log_file
-from edgebus.ingest.report.summary import by_name, device_row, session_row
+from edgebus.ingest.report.summary import HOST_CLIENT, by_name, device_row, session_row
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -34,6 +34,7 @@ _COLUMNS = {
     "ts_host": "float64",
     "ts_device": "float64",
     "late": "bool",
+    "origin_kind": "string",
 }
 
 
@@ -106,11 +107,12 @@ def summarize(table: str) -> dict[str, Any]:
 
     from edgebus.ingest.corruption import corrupt_report
 
-    t = read_table(table, ["peer_node", "peer_sid", "generation", "seq", "ts_host"])
+    t = read_table(table, ["peer_node", "peer_sid", "generation", "seq", "ts_host", "origin_kind"])
     return {
         "rows": t.num_rows,
         "first": pc.min(t["ts_host"]).as_py(),
         "last": pc.max(t["ts_host"]).as_py(),
+        "host_clients": pc.sum(pc.equal(t["origin_kind"], HOST_CLIENT)).as_py() or 0,
         "devices": _devices(t),
         "sessions": _sessions(t),
         "corrupt": corrupt_report(os.path.join(os.path.abspath(table), "_corrupt")),
@@ -223,7 +225,7 @@ def first_copies(t: pa.Table) -> pa.Table:
     _, _, same = _same(s, [*BOOT, "seq"])
     if s.num_rows:
         s = s.filter(pa.chunked_array([[True], *pc.invert(same).chunks], pa.bool_()))
-    return pa.table(
+    per = pa.table(
         {
             "peer_node": s["peer_node"],
             "peer_sid": s["peer_sid"],
@@ -233,6 +235,26 @@ def first_copies(t: pa.Table) -> pa.Table:
             "late": s["late"],
         }
     )
+    return _start_on_time(per)
+
+
+def _start_on_time(per: pa.Table) -> pa.Table:
+    """per with late false for what a boot took while its first session came
+    up (audit.gaps.START_GRACE), as queries.first_copies has it."""
+    import pyarrow.compute as pc
+
+    from edgebus.ingest.audit.gaps import START_GRACE
+
+    if not per.num_rows:
+        return per
+    t0 = per.group_by(BOOT).aggregate([("t", "min"), ("td", "min")])
+    per = _sorted(per.join(t0, BOOT, join_type="inner"), [*BOOT, "seq"])
+    start = pc.and_kleene(
+        pc.less_equal(pc.subtract(per["t"], per["t_min"]), START_GRACE),
+        pc.less_equal(pc.subtract(per["t_min"], per["td_min"]), START_GRACE),
+    )
+    late = pc.and_(per["late"], pc.invert(pc.fill_null(start, False)))
+    return per.drop_columns(["t_min", "td_min", "late"]).append_column("late", late)
 
 
 def _percentiles(v: Any) -> list[float | None]:

@@ -16,13 +16,16 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 LOCAL = "(local)"  # how rows without a peer_node (host traffic) are shown
+# origin_kind of what a local process published on the bridge's unix socket (the
+# shell, the text mode): a host client's, no device's (docs/telemetry-log.md 3).
+HOST_CLIENT = "socket"
 MAX_GAPS_SHOWN = 12
 
 
 def summarize(spark: SparkSession, table: str) -> dict[str, Any]:
     """The report as data.
 
-    {"rows", "first", "last" (ts_host seconds or None),
+    {"rows", "first", "last" (ts_host seconds or None), "host_clients",
      "devices": [{"peer_node", "messages", "sessions", "generations", "first_seen",
                   "last_seen"}],
      "sessions": [{"peer_node", "peer_sid", "generations", "messages", "snapshot",
@@ -30,20 +33,26 @@ def summarize(spark: SparkSession, table: str) -> dict[str, Any]:
      "corrupt": {"regions": [...], "missing": [...]}}
     Devices and sessions are sorted by name; peer_node None is local traffic.
     A session's "snapshot" counts its messages without a seq number: retained
-    facts as a session start's snapshot delivered them (protocol.md, SYNC)."""
+    facts as a session start's snapshot delivered them (protocol.md, SYNC).
+    "host_clients" counts the messages local processes published through the
+    bridge's socket (origin_kind HOST_CLIENT)."""
     from pyspark.sql import functions as F
 
     from edgebus.ingest.corruption import corrupt_report
 
     df = read_table(spark, table)
     tot = df.agg(
-        F.count(F.lit(1)).alias("n"), F.min("ts_host").alias("lo"), F.max("ts_host").alias("hi")
+        F.count(F.lit(1)).alias("n"),
+        F.min("ts_host").alias("lo"),
+        F.max("ts_host").alias("hi"),
+        F.count(F.when(F.col("origin_kind") == HOST_CLIENT, 1)).alias("clients"),
     ).first()
     assert tot is not None  # for mypy: an aggregate without groups has one row
     return {
         "rows": tot["n"],
         "first": tot["lo"],
         "last": tot["hi"],
+        "host_clients": tot["clients"],
         "devices": _devices(df),
         "sessions": _sessions(df),
         "corrupt": corrupt_report(os.path.join(os.path.abspath(table), "_corrupt")),
@@ -196,10 +205,20 @@ def _gens(gs: Iterable[int]) -> str:
 def format_report(s: dict[str, Any], table: str) -> str:
     """The printed report for a summarize() result."""
     ndev = sum(d["peer_node"] is not None for d in s["devices"])
+    clients = s.get("host_clients") or 0
     out = [
         "edgebus report: %s" % table,
-        "%d messages from %d device%s, %s .. %s"
-        % (s["rows"], ndev, "" if ndev == 1 else "s", _utc(s["first"]), _utc(s["last"])),
+        "%d messages from %d device%s%s, %s .. %s"
+        % (
+            s["rows"],
+            ndev,
+            "" if ndev == 1 else "s",
+            "; %d message%s from host clients" % (clients, "" if clients == 1 else "s")
+            if clients
+            else "",
+            _utc(s["first"]),
+            _utc(s["last"]),
+        ),
         "",
         text_table(
             ["device", "messages", "sessions", "generations", "last seen (UTC)"],
