@@ -420,7 +420,14 @@ def broker_run(tmp, trial, seal=None):
             rig.links = {"bridge": (b, "mqtt:" + rig.node)}
             rig.call = lambda: c.call(get, "node", timeout=5)
             try:
-                await until(lambda: get in b.bus.endpoints(), 60)
+                # In session, and the last report made in it: a report spooled
+                # before the session came in first is no baseline (sessions 0).
+                await until(
+                    lambda: (
+                        get in b.bus.endpoints() and (health(rig.seen) or {}).get("state") == "up"
+                    ),
+                    60,
+                )
                 return await trial(rig)
             finally:
                 b.stop()
