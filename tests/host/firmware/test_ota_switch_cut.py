@@ -49,8 +49,10 @@ _open = builtins.open
 
 
 def _stop():
-    with _open("killpoint.reached", "w") as f:
+    # written whole, then renamed: the test kills as soon as the name exists
+    with _open("killpoint.tmp", "w") as f:
         f.write(STEP)
+    _os.rename("killpoint.tmp", "killpoint.reached")
     while True:  # the test kills the process here
         time.sleep(1)
 
