@@ -12,10 +12,11 @@ UNEXPLAINED = "unexplained"
 # A boot's start (seconds): the link flags late every reading taken before the
 # session that delivered it (extra.late), and a device takes readings while its
 # first handshake is under way (0.5 to 1 s in the demo). The audit and the plot
-# count those on time when the boot's first number arrived within this of its
-# first reading (two handshake timeouts, protocol.md): a device that booted
-# with its bridge out of reach longer delivers them late. Readings that arrive
-# later than this after the boot's first number keep the link's flag.
+# count on time what a boot took before its first reading taken in session,
+# when the boot's first number arrived within this of its first reading (two
+# handshake timeouts, protocol.md): a device that booted with its bridge out
+# of reach longer delivers them late, and what an outage later in the boot
+# spooled (taken after a reading taken in session) keeps the link's flag.
 START_GRACE = 10.0
 # When records of several bridges name the same number, the sender's own word
 # wins: "evicted" is the device saying the number is gone for good, "lost" a

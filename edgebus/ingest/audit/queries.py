@@ -89,11 +89,13 @@ def first_copies(df: DataFrame, boots: DataFrame | None = None) -> DataFrame:
         F.max("generation").alias("generation"),
         F.flatten(F.collect_list(gws)).alias("gws"),
     )
-    # Late: delivered out of the spool, but not what the boot took while its
-    # first session came up (gaps.START_GRACE).
+    # Late: delivered out of the spool, but not what the boot took before its
+    # first session, when that came up promptly (gaps.START_GRACE).
     boot = Window.partitionBy(*BOOT)
     t0 = F.min("t").over(boot)
-    start = (F.col("t") - t0 <= START_GRACE) & (t0 - F.min("td").over(boot) <= START_GRACE)
+    first_on_time = F.min(F.when(~F.col("late"), F.col("td"))).over(boot)
+    before = F.coalesce(F.col("td") < first_on_time, F.lit(True))
+    start = before & (t0 - F.min("td").over(boot) <= START_GRACE)
     return per.withColumn("late", F.col("late") & ~F.coalesce(start, F.lit(False)))
 
 

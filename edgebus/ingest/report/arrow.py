@@ -248,13 +248,17 @@ def _start_on_time(per: pa.Table) -> pa.Table:
     if not per.num_rows:
         return per
     t0 = per.group_by(BOOT).aggregate([("t", "min"), ("td", "min")])
-    per = _sorted(per.join(t0, BOOT, join_type="inner"), [*BOOT, "seq"])
+    # the device's time of each boot's first reading taken in session
+    on = per.filter(pc.invert(pc.fill_null(per["late"], False)))
+    first = on.group_by(BOOT).aggregate([("td", "min")]).rename_columns([*BOOT, "td_on"])
+    per = per.join(t0, BOOT, join_type="inner").join(first, BOOT, join_type="left outer")
+    per = _sorted(per, [*BOOT, "seq"])
+    before = pc.fill_null(pc.less(per["td"], per["td_on"]), True)
     start = pc.and_kleene(
-        pc.less_equal(pc.subtract(per["t"], per["t_min"]), START_GRACE),
-        pc.less_equal(pc.subtract(per["t_min"], per["td_min"]), START_GRACE),
+        before, pc.less_equal(pc.subtract(per["t_min"], per["td_min"]), START_GRACE)
     )
     late = pc.and_(per["late"], pc.invert(pc.fill_null(start, False)))
-    return per.drop_columns(["t_min", "td_min", "late"]).append_column("late", late)
+    return per.drop_columns(["t_min", "td_min", "td_on", "late"]).append_column("late", late)
 
 
 def _percentiles(v: Any) -> list[float | None]:

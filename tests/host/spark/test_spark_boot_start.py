@@ -1,6 +1,6 @@
 """The delivery audit and the plot on a log like the demo's, ingested by the
 real job: a boot's first readings, taken while its first session came up, are
-on time; readings spooled through an outage, or by a device that booted with
+on time; readings spooled through an outage (early in the boot too), or by a device that booted with
 the bridge out of reach, are late; a host client's messages (the shell) are
 counted apart, never as a device. Spark's figures and pyarrow's are the same."""
 
@@ -39,6 +39,16 @@ def _records():
     # delivers a minute of readings, late.
     for s in range(1, 31):
         recs.append(_reading("dev-b", "b1", s, T0 + 2 * (s - 1), T0 + 60, True))
+    # dev-c: a prompt first session (1..3 on time), 4..10 live, then an outage
+    # of 4 s early in the boot: 11..30 spooled are late, though they arrive
+    # within START_GRACE of the boot's first number.
+    tc = T0 + 100
+    for s in range(1, 4):
+        recs.append(_reading("dev-c", "c1", s, tc + 0.2 * (s - 1), tc + 0.6, True))
+    for s in range(4, 11):
+        recs.append(_reading("dev-c", "c1", s, tc + 0.2 * (s - 1), tc + 0.2 * (s - 1) + 0.002, 0))
+    for s in range(11, 31):
+        recs.append(_reading("dev-c", "c1", s, tc + 0.2 * (s - 1), tc + 6.5, True))
     # The shell's command, as the bridge logs a host client's message.
     recs.append(
         {
@@ -72,7 +82,7 @@ def table(spark, tmp_path_factory):
     )
     start(spark, args).awaitTermination()
     args.log = [str(d / "log")]
-    assert audit.refresh(spark, args).startswith("audit: 2 boots refreshed")
+    assert audit.refresh(spark, args).startswith("audit: 3 boots refreshed")
     return str(d / "table")
 
 
@@ -84,12 +94,13 @@ def test_boot_start_on_time_outage_late(spark, table):
     a = summarize_audit(spark, table, audit_dir(table))
     assert a == arrow.summarize_audit(table, audit_dir(table))
     boots = {b["peer_node"]: b for b in a["boots"]}
-    assert set(boots) == {"dev-a", "dev-b"}  # the shell is no device
+    assert set(boots) == {"dev-a", "dev-b", "dev-c"}  # the shell is no device
     assert (boots["dev-a"]["received"], boots["dev-a"]["late"]) == (60, 20)
     assert (boots["dev-b"]["received"], boots["dev-b"]["late"]) == (30, 30)
+    assert (boots["dev-c"]["received"], boots["dev-c"]["late"]) == (30, 20)
     # dev-a's late ones waited 20.0 (the newest) to 23.8 s (the oldest).
     assert 20 < boots["dev-a"]["late_p50"] < 24
-    assert audit_line(a).startswith("audit: nothing lost; 50 readings came late")
+    assert audit_line(a).startswith("audit: nothing lost; 70 readings came late")
 
 
 def test_plot_draws_boot_start_on_time(spark, table):
@@ -98,7 +109,11 @@ def test_plot_draws_boot_start_on_time(spark, table):
 
     d = plot_data(spark, table)
     assert d is not None
-    assert sorted((b["peer_node"], b["n"]) for b in d["boots"]) == [("dev-a", 60), ("dev-b", 30)]
+    assert sorted((b["peer_node"], b["n"]) for b in d["boots"]) == [
+        ("dev-a", 60),
+        ("dev-b", 30),
+        ("dev-c", 30),
+    ]
     w = d["width"]
     first = min(b["bin"] for b in d["bins"] if b["peer_node"] == "dev-a")
     a_bins = {b["bin"]: b for b in d["bins"] if b["peer_node"] == "dev-a"}
@@ -107,7 +122,7 @@ def test_plot_draws_boot_start_on_time(spark, table):
     assert outage["late"] == outage["n"] > 0
     assert all(b["late"] == b["n"] for b in d["bins"] if b["peer_node"] == "dev-b")
     late_pts = [p for p in d["points"] if p["late"]]
-    assert len(late_pts) == 50
+    assert len(late_pts) == 70
     start = [p for p in d["points"] if p["x"] < T0 + 0.5]  # dev-a's 1..3, dev-b's 1
     assert sorted((p["late"], round(p["lat"], 1)) for p in start) == [
         (False, 0.2),
@@ -129,5 +144,5 @@ def test_report_counts_host_clients_apart(spark, table):
     assert s == arrow.summarize(table)
     assert s["host_clients"] == 1
     line = format_report(s, "T").splitlines()[1]
-    assert line.startswith("91 messages from 2 devices; 1 message from host clients, ")
-    assert [x["peer_node"] for x in s["sessions"]] == ["dev-a", "dev-b"]
+    assert line.startswith("121 messages from 3 devices; 1 message from host clients, ")
+    assert [x["peer_node"] for x in s["sessions"]] == ["dev-a", "dev-b", "dev-c"]
