@@ -45,16 +45,23 @@ def size(path):
         return 0
 
 
-def sha256_file(path):
-    h = hashlib.sha256()
+def blocks(path):
+    """The file's bytes, 512 at a time, as views of one buffer (each valid
+    until the next): a flash file is read without a file-sized block."""
     buf = bytearray(512)
     mv = memoryview(buf)
     with open(path, "rb") as f:
         while True:
             n = f.readinto(buf)
             if not n:
-                break
-            h.update(mv[:n])
+                return
+            yield mv[:n]
+
+
+def sha256_file(path):
+    h = hashlib.sha256()
+    for b in blocks(path):
+        h.update(b)
     return hexlify(h.digest()).decode()
 
 
@@ -404,15 +411,9 @@ def _copy(into, path, sz, sha):
     full = into + "/" + path
     if "/" in path:
         makedirs(full.rpartition("/")[0])
-    buf = bytearray(512)
-    mv = memoryview(buf)
-    with open(src, "rb") as a:
-        with open(full, "wb") as b:
-            while True:
-                k = a.readinto(buf)
-                if not k:
-                    break
-                b.write(mv[:k])
+    with open(full, "wb") as f:
+        for b in blocks(src):
+            f.write(b)
     if sha256_file(full) == sha:
         return True
     os.remove(full)
