@@ -75,3 +75,6 @@ def processes():
     finally:
         for p in procs:
             p.close()
+            for f in (p.stdin, p.stdout, p.stderr):
+                if f:
+                    f.close()  # the test is over: nobody reads what is left

@@ -104,6 +104,12 @@ async def serve_local(bridge: BridgeView, path: str) -> tuple[asyncio.Server, Re
     n = [0]
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await serve_one(reader, writer)
+        finally:
+            writer.close()  # every way out: a client gone before its first byte too
+
+    async def serve_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         pid, uid, gid = peer_credentials(writer.get_extra_info("socket"))
         n[0] += 1
         # A link client's first byte is a frame delimiter, sent once its

@@ -99,6 +99,7 @@ def test_flow_control_choices_are_kept_and_counted(tmp_path):
         lines = [await hear() for _ in range(257)]
         assert lines[-1] == "error overflow app/#" and lines[0] == "msg app/n 0"
         assert await hear() == ""
+        w.close()
         for full, first in (("reject_newest", 0), ("drop_oldest", 44)):
             say, hear, w = clients[full]
             assert [await hear() for _ in range(256)] == [
