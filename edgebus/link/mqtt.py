@@ -22,9 +22,28 @@ import sys
 from .. import compat
 from .frame import MAX_LEN, message, unmessage
 
+# Bytes asked of the socket while a packet's header is incomplete: an ACK's
+# message is ~40, so one read takes it (and whatever came with it) whole.
+READ_AHEAD = 256
+
 
 class MqttError(OSError):
     """The broker refused or broke the connection."""
+
+
+def _head(b):
+    """(header bytes, body bytes) of the MQTT packet at ``b``'s start, or
+    None while its header is incomplete."""
+    n = shift = 0
+    for h in range(1, min(len(b), 5)):
+        c = b[h]
+        n |= (c & 0x7F) << shift
+        if not c & 0x80:
+            return h + 1, n
+        shift += 7
+    if len(b) >= 5:
+        raise MqttError("bad remaining length")
+    return None
 
 
 def string(s):
@@ -145,10 +164,15 @@ class MqttTransport:
         self.max_len = max_len
         # Bodies arrive whole, one per message: no reassembly buffers to hold
         # (a board reconnecting on a fragmented heap may not find 2 KB again).
-        self.counters = {"frames": 0, "crc_errors": 0, "silent": 0}
+        self.counters = {"frames": 0, "crc_errors": 0, "silent": 0, "oversized": 0}
+        # A packet longer than this is no frame: MQTT's header and the down
+        # topic, the frame at max_len with COBS's byte in 254, its CRC and seal.
+        self._most = max_len + max_len // 254 + 64 + len(self.down)
         self.closed = True
         self.bare = False  # the link's to set: its sealed session's peer takes bare bodies
         self.r = self.w = None
+        self._rb = b""  # read past the last packet (_read_packet)
+        self._drop = 0  # bytes of an oversized packet still to read through
         self._burst = 0  # writes since the last drain (_write)
 
     async def open(self):
@@ -191,6 +215,8 @@ class MqttTransport:
                 pass
 
     async def _connect(self):
+        self._rb = b""
+        self._drop = 0
         if self.ssl is None:
             self.r, self.w = await compat.asyncio.open_connection(self.host, self.port)
         else:
@@ -226,18 +252,46 @@ class MqttTransport:
         await w.drain()
 
     async def _read_packet(self):
-        h = (await self.r.readexactly(1))[0]
-        n = 0
-        shift = 0
+        """The next MQTT packet, (kind, body). What a read brings past it
+        waits in ``_rb`` for the next call: one read of the socket for a
+        packet or several (MicroPython's readexactly yields to the event loop
+        before each read: three a packet), and nothing is lost when the wait
+        is cancelled (a keepalive's deadline), as each read is kept at once.
+        A packet longer than any frame is read through and dropped, never
+        held (counted: ``oversized``)."""
         while True:
-            b = (await self.r.readexactly(1))[0]
-            n |= (b & 0x7F) << shift
-            shift += 7
-            if not b & 0x80:
-                break
-            if shift > 21:
-                raise MqttError("bad remaining length")
-        return h & 0xF0, (await self.r.readexactly(n) if n else b"")
+            b = self._rb
+            hd = _head(b)
+            if hd is None:
+                want = READ_AHEAD
+            else:
+                h, n = hd
+                if n > self._most:
+                    self._rb = b""
+                    self._drop = h + n - len(b)
+                    self.counters["oversized"] += 1
+                    await self._skip()
+                    continue
+                if len(b) >= h + n:
+                    self._rb = b[h + n :] if len(b) > h + n else b""
+                    return b[0] & 0xF0, b[h : h + n]
+                want = h + n - len(b)
+            more = await self.r.read(want)
+            if not more:
+                raise EOFError
+            self._rb = b + more if b else more
+
+    async def _skip(self):
+        """Read ``_drop`` bytes through, READ_AHEAD at a time; what comes
+        after them is kept."""
+        while self._drop > 0:
+            more = await self.r.read(READ_AHEAD)
+            if not more:
+                raise EOFError
+            k = self._drop
+            self._drop = k - len(more)
+            if len(more) > k:
+                self._rb = more[k:]
 
     async def _publish(self, topic, payload, retain=False):
         await self._write(packet(0x30 | (1 if retain else 0), string(topic) + payload))

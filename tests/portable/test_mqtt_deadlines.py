@@ -7,8 +7,10 @@ PINGREQs keeps it. Runs on CPython and the real MicroPython."""
 import asyncio
 from os import urandom
 
+from dev.harness.poll import until
 from edgebus.compat import now
-from edgebus.link.mqtt import MqttError, MqttTransport
+from edgebus.link.frame import message
+from edgebus.link.mqtt import MqttError, MqttTransport, packet, string
 from tests.portable.support import araises, run
 
 CONNACK = b"\x20\x02\x00\x00"
@@ -114,6 +116,83 @@ def test_a_broker_that_answers_its_pings_keeps_the_connection():
         assert log.count(0xC0) >= 3 and t.stats()["silent"] == 0
         t.close()
         assert await asyncio.wait_for(task, 5) is None
+        srv.close()
+
+    run(main())
+
+
+def _publish(topic, payload):
+    """A QoS 0 PUBLISH packet (mqtt.packet, so its length may take bytes)."""
+    return packet(0x30, string(topic) + payload)
+
+
+def _feeding(pieces, ended):
+    """A stand-in broker that answers the connect and the subscribe, then
+    writes ``pieces`` (bytes, or a float: seconds to wait) as they come, and
+    answers PINGREQs once they are written; ``ended`` gets True when the
+    client has gone."""
+
+    async def serve(r, w):
+        while True:
+            p = await _packet(r)
+            if p is None:
+                break
+            if p[0] == 0x10:
+                w.write(CONNACK)
+            elif p[0] == 0x80:
+                w.write(SUBACK)
+                await w.drain()
+                for x in pieces:
+                    if type(x) is float:
+                        await asyncio.sleep(x)
+                    else:
+                        w.write(x)
+                        await w.drain()
+            elif p[0] == 0xC0:
+                w.write(PINGRESP)
+            await w.drain()
+        w.close()
+        ended.append(True)
+
+    return serve
+
+
+def test_packets_in_any_pieces_arrive_whole_and_an_oversized_one_is_dropped_and_counted():
+    """Several packets in one write, one in single bytes, one longer than any
+    frame (read through, never held), and one split across a keepalive's
+    deadline (the wait cancelled mid-packet loses none of it)."""
+
+    async def main():
+        down = "edgebus/d/down"
+        bodies = [b"\x41\x00\x01one", b"\x41\x00\x02two", b"\x41\x00\x03three", b"\x41\x00\x04four"]
+        frames = [_publish(down, message(b)) for b in bodies]
+        huge = _publish(down, b"x" * 5000)
+        pieces = [frames[0] + frames[1] + huge[:100], huge[100:]]
+        pieces += [frames[2][i : i + 1] for i in range(len(frames[2]))]
+        pieces += [frames[3][:5], 0.9, frames[3][5:]]
+        ended = []
+        srv, port = await stand_in(_feeding(pieces, ended))
+        t = await MqttTransport("127.0.0.1", port, node="d", keepalive=1, max_len=256).open()
+        got = []
+        for _ in bodies:
+            got += await asyncio.wait_for(t.recv(), 10)
+        assert got == bodies, got
+        st = t.stats()
+        assert st["oversized"] == 1 and st["frames"] == 4 and st["silent"] == 0, st
+        t.close()
+        await until(lambda: ended)
+        srv.close()
+
+    run(main())
+
+
+def test_a_remaining_length_past_four_bytes_ends_the_connection():
+    async def main():
+        ended = []
+        srv, port = await stand_in(_feeding([b"\x30\xff\xff\xff\xff\x01"], ended))
+        t = await MqttTransport("127.0.0.1", port, node="d").open()
+        assert await asyncio.wait_for(t.recv(), 10) is None and t.closed
+        await until(lambda: ended)
         srv.close()
 
     run(main())

@@ -223,6 +223,7 @@ def test_without_a_log_a_fast_device_is_paced_and_nothing_is_sent_twice(tmp_path
         finally:
             dev.kill()
             dev.wait()
+            dev.stdout.close()
         c = b.links["mqtt:fast"].counters
         b.stop()
         await task
