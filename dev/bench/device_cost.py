@@ -138,10 +138,11 @@ def _said(said):
     }
 
 
-def _bundle(d):
-    """The .mpy bundle, the two device scripts and umqtt.simple (from the
-    MicroPython source's micropython-lib, as a board's require() takes it)."""
-    mpybuild.compile_tree(ROOT, ["edgebus"], d)
+def _bundle(d, root=ROOT, arch=None):
+    """The .mpy bundle (edgebus from ``root``, native code for ``arch``), the
+    two device scripts and umqtt.simple (from the MicroPython source's
+    micropython-lib, as a board's require() takes it)."""
+    mpybuild.compile_tree(root, ["edgebus"], d, arch)
     for f in ("bridge_device.py", "umqtt_device.py"):
         shutil.copy(os.path.join(HERE, f), d)
     tree, _ = mpylib.source_tree(os.environ.get(mpylib.ENV_SOURCE) or TARBALL, log=lambda m: None)
@@ -248,5 +249,61 @@ def run(smoke=False):
     return out
 
 
+def ab(trees, reps=5, n=400):
+    """The full device's CPU per reading, µs, for each of ``trees`` ({name:
+    (checkout root, mpy arch or None)}), interleaved over ``reps`` rounds
+    through one bridge: {name: [per round]}. For a change too small for one
+    run of each to show (BENCHMARKS.md section 4's "tried")."""
+    tmp = tempfile.mkdtemp(prefix="devab-")
+    b = Bench(tmp, None, log_dir=os.path.join(tmp, "log"))
+    mp = [mpybuild.micropython(), "-X", "heapsize=256K"]
+    out = {k: [] for k in trees}
+    try:
+        dirs = {}
+        for k, (root, arch) in trees.items():
+            dirs[k] = os.path.join(tmp, k)
+            _bundle(dirs[k], root, arch)
+        for _ in range(reps):
+            for k, d in dirs.items():
+                b.bridge_log.send("expect %d 120" % n)
+                b.bridge_log.expect("ok")
+                argv = mp + ["bridge_device.py", "127.0.0.1", str(b.port), NODE, KEY, str(n)]
+                argv += [str(PACE_MS), "32", "24", "1", LOG_PREFIX, "auto", "1"]
+                cpu, dev, _ = _device(argv, d)
+                got = json.loads(b.bridge_log.line(150))
+                if got["received"] < n or dev["acked_s"] is None:
+                    raise RuntimeError("%s: %d of %d logged" % (k, got["received"], n))
+                out[k].append(cpu / n / 1e3)
+                print(k, "%.1f" % out[k][-1], flush=True)
+    finally:
+        b.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
 if __name__ == "__main__":
-    print(json.dumps(run()))
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument(
+        "--ab",
+        nargs="+",
+        metavar="NAME=ROOT[:ARCH]",
+        help="instead of the section: the full device from each checkout ROOT (native code "
+        "for mpy-cross's -march=ARCH), interleaved",
+    )
+    ap.add_argument("--rounds", type=int, default=5)
+    a = ap.parse_args()
+    if not a.ab:
+        print(json.dumps(run()))
+    else:
+        trees = {}
+        for spec in a.ab:
+            name, _, where = spec.partition("=")
+            root, _, arch = where.partition(":")
+            trees[name] = (os.path.abspath(root), arch or None)
+        for k, v in ab(trees, a.rounds).items():
+            print(
+                "%s: median %.1f µs (%s)"
+                % (k, statistics.median(v), " ".join("%.0f" % x for x in v))
+            )
