@@ -164,7 +164,7 @@ class MqttTransport:
         self.max_len = max_len
         # Bodies arrive whole, one per message: no reassembly buffers to hold
         # (a board reconnecting on a fragmented heap may not find 2 KB again).
-        self.counters = {"frames": 0, "crc_errors": 0, "silent": 0, "oversized": 0}
+        self.counters = {"frames": 0, "crc_errors": 0, "silent": 0, "oversize": 0}
         # A packet longer than this is no frame: MQTT's header and the down
         # topic, the frame at max_len with COBS's byte in 254, its CRC and seal.
         self._most = max_len + max_len // 254 + 64 + len(self.down)
@@ -258,7 +258,7 @@ class MqttTransport:
         before each read: three a packet), and nothing is lost when the wait
         is cancelled (a keepalive's deadline), as each read is kept at once.
         A packet longer than any frame is read through and dropped, never
-        held (counted: ``oversized``)."""
+        held (counted: ``oversize``)."""
         while True:
             b = self._rb
             hd = _head(b)
@@ -269,7 +269,7 @@ class MqttTransport:
                 if n > self._most:
                     self._rb = b""
                     self._drop = h + n - len(b)
-                    self.counters["oversized"] += 1
+                    self.counters["oversize"] += 1
                     await self._skip()
                     continue
                 if len(b) >= h + n:

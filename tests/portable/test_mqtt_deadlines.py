@@ -178,7 +178,7 @@ def test_packets_in_any_pieces_arrive_whole_and_an_oversized_one_is_dropped_and_
             got += await asyncio.wait_for(t.recv(), 10)
         assert got == bodies, got
         st = t.stats()
-        assert st["oversized"] == 1 and st["frames"] == 4 and st["silent"] == 0, st
+        assert st["oversize"] == 1 and st["frames"] == 4 and st["silent"] == 0, st
         t.close()
         await until(lambda: ended)
         srv.close()

@@ -756,6 +756,56 @@ def test_at_the_defaults_blind_forgeries_and_a_replay_are_refused_and_counted(de
     assert after == before, "an outsider's call was answered"
 
 
+# -- a message larger than a device's heap ---------------------------------------
+
+OVERSIZE = 200_000  # bytes: more than the fleet device's whole heap
+
+
+def uplink(msgs):
+    """The uplink part of the last sys/health in ``msgs``, or None."""
+    h = [
+        m.payload["uplink"]
+        for m in msgs
+        if m.topic[-2:] == ("sys", "health") and type(m.payload) is dict and "uplink" in m.payload
+    ]
+    return h[-1] if h else None
+
+
+async def oversize_trial(rig):
+    """The outsider publishes a message longer than any frame on the device's
+    down topic, where the device once held all that MQTT's header claimed
+    (MemoryError out of its link): it is read through and dropped, counted;
+    the session stays up and the readings go on."""
+    before = health(rig.seen)
+    rig.spy.c.publish(rig.topic["down"], b"\xff" * OVERSIZE, 0)
+    ok = await settle(lambda: ((uplink(rig.seen) or {}).get("transport") or {}).get("oversize"))
+    ok = await more_readings(rig) and ok
+    return {
+        "settled": ok,
+        "before": before,
+        "after": health(rig.seen),
+        "uplink": uplink(rig.seen),
+        "readings": rig.readings(),
+        "foreign": rig.foreign(),
+    }
+
+
+@pytest.fixture(scope="module")
+def mqtt_oversize(tmp_path_factory):
+    return broker_run(tmp_path_factory.mktemp("mqtt_oversize"), oversize_trial)
+
+
+@pytest.mark.mosquitto
+@pytest.mark.micropython
+def test_an_outsiders_oversize_message_is_dropped_and_counted_by_the_device(mqtt_oversize):
+    t = mqtt_oversize
+    assert t["settled"], t["uplink"]
+    assert t["uplink"]["transport"] == {"oversize": 1}, t["uplink"]
+    assert t["restarts"] == 0
+    assert t["after"]["sessions"] == t["before"]["sessions"] and t["after"]["state"] == "up"
+    readings_in_order(t)
+
+
 # -- keeping a dead session up ------------------------------------------------------
 
 # Frames with no seal that used to count as a sign of life: the handshake types

@@ -22,6 +22,10 @@ from edgebus.link.options import Options
 from edgebus.link.wire import F_SEQ
 from firmware import ConfigError, opt
 
+# A transport's counters that say it refused something (stream.py's frame
+# reader, mqtt.py): sys/health's uplink.transport, those not 0.
+_REFUSALS = ("crc_errors", "cobs_errors", "oversize", "garbage_bytes", "silent")
+
 
 def _pairs(rules):
     return [tuple(r) for r in rules]
@@ -143,6 +147,13 @@ class Uplink:
         }  # not Link.stats(): two dicts per health period
         if self.fo is not None:
             s.update(self.fo.stats())
+        t = self.transport
+        if t is not None:
+            # What the transport refused (an outsider's oversize message, a
+            # damaged frame, a silent broker): only once there is some
+            bad = {k: v for k, v in t.stats().items() if v and k in _REFUSALS}
+            if bad:
+                s["transport"] = bad
         return s
 
     def _counting(self, t):
