@@ -66,6 +66,9 @@ def _sent(link, base):
 ACKS = []  # (arrival ns, upto) of every ACK frame
 ACK_FRAMES = [0]  # how many came (a device's heap keeps only the last of ACKS)
 CPYTHON = sys.implementation.name != "micropython"
+# Called, if set, as the readings start and once the JSON line is out
+# (dev/bench/device_profile.py's account): outside the readings' loop.
+HOOKS = {"start": None, "end": None}
 
 
 def _on_ack(link, n, _orig=tx.on_ack):
@@ -286,12 +289,17 @@ async def main(
     _flush()
     base = link.counters.get("frames_out", 0)
     seq0 = link.tx_seq  # nothing else is exported: message i is seq0 + i
+    if HOOKS["start"]:
+        HOOKS["start"]()
     t_pub = await _readings(c, link, n, pace_ms, window, do != "idle")
     if do == "idle":
         print(json.dumps({"idle": n, "sealed": link._seal is not None}))
         _flush()
         await _idle()
     await _outcome(link, tr, base, seq0, n, pace_ms, t_pub)
+    if HOOKS["end"]:
+        HOOKS["end"]()
+        _flush()
     if cost is not None:  # after the JSON line: outside the CPU measured
         _heap(cost, h0, "acked")
         cost["spool"] = len(link._spool.buf)
@@ -342,8 +350,8 @@ async def _outcome(link, tr, base, seq0, n, pace_ms, t_pub):
     _flush()
 
 
-if __name__ == "__main__":
-    a = sys.argv[1:]
+def run(a):
+    """main() for the command line's arguments ``a`` (the module doc's usage)."""
     asyncio.run(
         main(
             a[0],
@@ -361,3 +369,7 @@ if __name__ == "__main__":
             a[12] if len(a) > 12 else "link",
         )
     )
+
+
+if __name__ == "__main__":
+    run(sys.argv[1:])

@@ -143,7 +143,7 @@ def _bundle(d, root=ROOT, arch=None):
     two device scripts and umqtt.simple (from the MicroPython source's
     micropython-lib, as a board's require() takes it)."""
     mpybuild.compile_tree(root, ["edgebus"], d, arch)
-    for f in ("bridge_device.py", "umqtt_device.py"):
+    for f in ("bridge_device.py", "umqtt_device.py", "device_profile.py"):
         shutil.copy(os.path.join(HERE, f), d)
     tree, _ = mpylib.source_tree(os.environ.get(mpylib.ENV_SOURCE) or TARBALL, log=lambda m: None)
     for src, dst in mpylib.resolve(tree, ["umqtt.simple"]):
@@ -281,6 +281,31 @@ def ab(trees, reps=5, n=400):
     return out
 
 
+def profile(n=400):
+    """One run of the full device under dev/bench/device_profile.py: (its
+    CPU per reading in µs, µs an empty wrapped call takes, {function: (µs,
+    calls) a reading}, with "heap collections": their count a reading and
+    their cost, timed as one at the end takes; bytes allocated a reading)."""
+    tmp = tempfile.mkdtemp(prefix="devprof-")
+    b = Bench(tmp, None, log_dir=os.path.join(tmp, "log"))
+    try:
+        d = os.path.join(tmp, "mpy")
+        _bundle(d)
+        b.bridge_log.send("expect %d 120" % n)
+        b.bridge_log.expect("ok")
+        argv = [mpybuild.micropython(), "-X", "heapsize=256K", "device_profile.py", "127.0.0.1"]
+        argv += [str(b.port), NODE, KEY, str(n), str(PACE_MS), "32", "24", "1", LOG_PREFIX, "auto"]
+        cpu, _, said = _device(argv + ["1", "link"], d, lines=("prof",))
+        json.loads(b.bridge_log.line(150))
+    finally:
+        b.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+    fs = {k: (us / n, c / n) for k, (us, c) in said["prof"]["functions"].items()}
+    gcs, gc_us, per = said["prof"]["gc"]
+    fs["heap collections"] = (gcs * gc_us / n, gcs / n)
+    return cpu / n / 1e3, said["prof"]["wrap"], fs, per
+
+
 if __name__ == "__main__":
     import argparse
 
@@ -293,8 +318,19 @@ if __name__ == "__main__":
         "for mpy-cross's -march=ARCH), interleaved",
     )
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="instead of the section: the full device's functions, µs and calls a reading",
+    )
     a = ap.parse_args()
-    if not a.ab:
+    if a.profile:
+        cpu, wrap, fs, per = profile()
+        print("CPU %.0f µs a reading (profiled); an empty wrapped call %.1f µs" % (cpu, wrap))
+        print("heap allocated from a reading to the next: %.0f bytes" % per)
+        for k, (us, c) in sorted(fs.items(), key=lambda kv: -kv[1][0]):
+            print("%-24s %7.1f µs  %5.2f calls  %6.1f µs a call" % (k, us, c, us / c if c else 0))
+    elif not a.ab:
         print(json.dumps(run()))
     else:
         trees = {}
