@@ -300,9 +300,12 @@ def profile(n=400):
     finally:
         b.close()
         shutil.rmtree(tmp, ignore_errors=True)
-    fs = {k: (us / n, c / n) for k, (us, c) in said["prof"]["functions"].items()}
+    fs = {
+        name: (us / n, c / n, b / max(m, 1))
+        for name, (us, c, b, m) in said["prof"]["functions"].items()
+    }
     gcs, gc_us, per = said["prof"]["gc"]
-    fs["heap collections"] = (gcs * gc_us / n, gcs / n)
+    fs["heap collections"] = (gcs * gc_us / n, gcs / n, 0)
     return cpu / n / 1e3, said["prof"]["wrap"], fs, per
 
 
@@ -325,11 +328,17 @@ if __name__ == "__main__":
     )
     a = ap.parse_args()
     if a.profile:
-        cpu, wrap, fs, per = profile()
-        print("CPU %.0f µs a reading (profiled); an empty wrapped call %.1f µs" % (cpu, wrap))
+        cpu, (w_us, w_b), fs, per = profile()
+        print(
+            "CPU %.0f µs a reading (profiled); an empty wrapped call %.1f µs, %.0f bytes"
+            % (cpu, w_us, w_b)
+        )
         print("heap allocated from a reading to the next: %.0f bytes" % per)
-        for k, (us, c) in sorted(fs.items(), key=lambda kv: -kv[1][0]):
-            print("%-24s %7.1f µs  %5.2f calls  %6.1f µs a call" % (k, us, c, us / c if c else 0))
+        for k, (us, c, b) in sorted(fs.items(), key=lambda kv: -kv[1][0]):
+            print(
+                "%-24s %7.1f µs  %5.2f calls  %6.1f µs %6.0f bytes a call"
+                % (k, us, c, us / c if c else 0, b)
+            )
     elif not a.ab:
         print(json.dumps(run()))
     else:

@@ -2,11 +2,12 @@
 wall-clock account of the link's per-reading functions: each in PROFILED is
 wrapped to add its time (time.ticks_us, inclusive of what it calls) and its
 calls, from the first reading until every reading is acknowledged, printed
-after the device's JSON line as one "prof" line: {name: [µs, calls]}, and
-"wrap": what an empty wrapped call costs (to subtract once per nested
-wrapped call). MicroPython has no profiler of its Python; this is the
-nearest: the functions' shares, where the variants of device_cost.py give
-only the link's whole. MicroPython only (ticks_us).
+after the device's JSON line as one "prof" line: {name: [µs, calls, bytes
+allocated, calls those bytes are of]}, and "wrap": what an empty wrapped
+call costs, µs and bytes (to subtract once per nested wrapped call).
+MicroPython has no profiler of its Python; this is the nearest: the
+functions' shares, where the variants of device_cost.py give only the
+link's whole. MicroPython only (ticks_us).
 
 usage: device_profile.py (bridge_device.py's arguments)"""
 
@@ -45,15 +46,21 @@ def _wrap(owner, name, label):
     f = getattr(owner, name)
     us = time.ticks_us
     diff = time.ticks_diff
-    acc = T[label] = [0, 0]
+    alloc = gc.mem_alloc
+    acc = T[label] = [0, 0, 0, 0]  # µs, calls, bytes allocated, calls without a collection
 
     def timed(*a, **k):
+        m0 = alloc()
         t0 = us()
         try:
             return f(*a, **k)
         finally:
             acc[0] += diff(us(), t0)
             acc[1] += 1
+            m = alloc() - m0
+            if m >= 0:  # else the heap was collected meanwhile: not counted
+                acc[2] += m
+                acc[3] += 1
 
     setattr(owner, name, timed)
 
@@ -64,14 +71,15 @@ class _Empty:
 
 
 def _wrap_cost(n=2000):
-    """µs an empty wrapped call takes (the wrapper's own cost)."""
+    """(µs, bytes) an empty wrapped call takes (the wrapper's own cost)."""
     _wrap(_Empty, "call", "_empty")
     e = _Empty()
     t0 = time.ticks_us()
     for _ in range(n):
         e.call()
-    del T["_empty"]
-    return time.ticks_diff(time.ticks_us(), t0) / n
+    took = time.ticks_diff(time.ticks_us(), t0) / n
+    acc = T.pop("_empty")
+    return took, acc[2] / max(acc[3], 1)
 
 
 # The heap's collections: counted where the heap in use is seen to have
@@ -111,7 +119,7 @@ def main():
 
     def start():
         for v in T.values():
-            v[0] = v[1] = 0
+            v[0] = v[1] = v[2] = v[3] = 0
         GC["last"], GC["collections"], GC["grown"], GC["spans"] = gc.mem_alloc(), 0, 0, 0
 
     def end():
