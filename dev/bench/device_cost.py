@@ -312,7 +312,10 @@ def profile(n=400):
 if __name__ == "__main__":
     import argparse
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(
+        description="What a reading costs a MicroPython device (BENCHMARKS.md section 4): "
+        "the section's figures as JSON, or with an option one of its experiments."
+    )
     ap.add_argument(
         "--ab",
         nargs="+",
@@ -320,7 +323,7 @@ if __name__ == "__main__":
         help="instead of the section: the full device from each checkout ROOT (native code "
         "for mpy-cross's -march=ARCH), interleaved",
     )
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=5, help="--ab's rounds (default 5)")
     ap.add_argument(
         "--profile",
         action="store_true",
