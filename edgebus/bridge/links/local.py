@@ -104,63 +104,68 @@ async def serve_local(bridge: BridgeView, path: str) -> tuple[asyncio.Server, Re
     n = [0]
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        n[0] += 1
         try:
-            await serve_one(reader, writer)
+            await _serve_client(bridge, n[0], reader, writer)
         finally:
             writer.close()  # every way out: a client gone before its first byte too
-
-    async def serve_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        pid, uid, gid = peer_credentials(writer.get_extra_info("socket"))
-        n[0] += 1
-        # A link client's first byte is a frame delimiter, sent once its
-        # connection is up; anything else is a person or script (textmode).
-        first = await reader.read(1)
-        if not first:
-            return
-        if first != DELIM:
-            return await textmode.serve(
-                bridge,
-                reader,
-                writer,
-                first,
-                {"uid": uid, "gid": gid, "pid": pid},
-                "text:%d:%d" % (pid, n[0]),
-            )
-        link_id = "local:%d:%d" % (pid, n[0])
-        principal = {"uid": uid, "gid": gid, "pid": pid}
-        # Exports follow what the user may read: a local client receives no
-        # more than its ACL allows.
-        reads = bridge.read_patterns(uid)
-        link = Link(
-            bridge.bus,
-            bridge.cfg.node,
-            role="responder",
-            link_id=link_id,
-            principal=principal,
-            opts=bridge.link_options.make(
-                "local",
-                status=False,
-                exports=[(p, "") for p in reads],
-                imports=[("#", "")],
-                export_calls=[("#", "")],
-                import_calls=[("#", "")],
-                max_len=LOCAL_MAX_LEN,
-                out_queue=bridge.cfg.client_queue,
-                spool=host_spool(LOCAL_MAX_LEN, bridge.cfg.client_queue),
-            ),
-        )
-        bridge.add_link(link, "local")
-        log.debug("local client %s (uid %d pid %d) connected", link_id, uid, pid)
-        try:
-            await link.run(StreamTransport(reader, writer, LOCAL_MAX_LEN))
-        finally:
-            await link.close("client gone")
-            bridge.remove_link(link_id)
-            log.debug("local client %s gone", link_id)
 
     server = await asyncio.start_unix_server(handle, path=path)
     os.chmod(path, 0o666)  # access is decided per user by the ACL, not the file mode
     return server, _remover(path)
+
+
+async def _serve_client(
+    bridge: BridgeView, n: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+) -> None:
+    """One connection to the local socket, the ``n``th: a link client, or a
+    person or script in text mode."""
+    pid, uid, gid = peer_credentials(writer.get_extra_info("socket"))
+    # A link client's first byte is a frame delimiter, sent once its
+    # connection is up; anything else is a person or script (textmode).
+    first = await reader.read(1)
+    if not first:
+        return
+    if first != DELIM:
+        return await textmode.serve(
+            bridge,
+            reader,
+            writer,
+            first,
+            {"uid": uid, "gid": gid, "pid": pid},
+            "text:%d:%d" % (pid, n),
+        )
+    link_id = "local:%d:%d" % (pid, n)
+    principal = {"uid": uid, "gid": gid, "pid": pid}
+    # Exports follow what the user may read: a local client receives no
+    # more than its ACL allows.
+    reads = bridge.read_patterns(uid)
+    link = Link(
+        bridge.bus,
+        bridge.cfg.node,
+        role="responder",
+        link_id=link_id,
+        principal=principal,
+        opts=bridge.link_options.make(
+            "local",
+            status=False,
+            exports=[(p, "") for p in reads],
+            imports=[("#", "")],
+            export_calls=[("#", "")],
+            import_calls=[("#", "")],
+            max_len=LOCAL_MAX_LEN,
+            out_queue=bridge.cfg.client_queue,
+            spool=host_spool(LOCAL_MAX_LEN, bridge.cfg.client_queue),
+        ),
+    )
+    bridge.add_link(link, "local")
+    log.debug("local client %s (uid %d pid %d) connected", link_id, uid, pid)
+    try:
+        await link.run(StreamTransport(reader, writer, LOCAL_MAX_LEN))
+    finally:
+        await link.close("client gone")
+        bridge.remove_link(link_id)
+        log.debug("local client %s gone", link_id)
 
 
 def _remover(path: str) -> Remover:
