@@ -107,6 +107,11 @@ class _Counted:
         WIRE[self._d] += b
         return b
 
+    async def read(self, n=-1):  # the transport reads ahead (link/mqtt.py)
+        b = await self._i.read(n)
+        WIRE[self._d] += b
+        return b
+
 
 def _count_streams():
     """Have asyncio's next connection (the transport's) count its bytes."""

@@ -128,6 +128,8 @@ def breakdown(hexes):
 def _said(said):
     """A run's heap and bytes until the first reading, from its device's lines."""
     h, w = said["heap"], said["wire"]
+    if not w["in"] or not w["out"]:  # its stream counter (bridge_device._Counted) missed a call
+        raise RuntimeError("the device counted no bytes %s" % ("in" if not w["in"] else "out"))
     heap = h["acked"] - h["spool"] if "acked" in h else h["up"]
     return {
         "heap": heap,

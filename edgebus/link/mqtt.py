@@ -165,9 +165,6 @@ class MqttTransport:
         # Bodies arrive whole, one per message: no reassembly buffers to hold
         # (a board reconnecting on a fragmented heap may not find 2 KB again).
         self.counters = {"frames": 0, "crc_errors": 0, "silent": 0, "oversize": 0}
-        # A packet longer than this is no frame: MQTT's header and the down
-        # topic, the frame at max_len with COBS's byte in 254, its CRC and seal.
-        self._most = max_len + max_len // 254 + 64 + len(self.down)
         self.closed = True
         self.bare = False  # the link's to set: its sealed session's peer takes bare bodies
         self.r = self.w = None
@@ -266,7 +263,7 @@ class MqttTransport:
                 want = READ_AHEAD
             else:
                 h, n = hd
-                if n > self._most:
+                if n > self._most():
                     self._rb = b""
                     self._drop = h + n - len(b)
                     self.counters["oversize"] += 1
@@ -280,6 +277,14 @@ class MqttTransport:
             if not more:
                 raise EOFError
             self._rb = b + more if b else more
+
+    def _most(self):
+        """The longest packet that can hold a frame: the down topic, the
+        frame at max_len with COBS's byte in 254, its CRC and a seal. A method,
+        not an attribute: a 24th attribute grew the instance's table by 96
+        bytes on MicroPython."""
+        m = self.max_len
+        return m + m // 254 + 64 + len(self.down)
 
     async def _skip(self):
         """Read ``_drop`` bytes through, READ_AHEAD at a time; what comes

@@ -115,6 +115,7 @@ def _split(dc):
     """The device_cost_split block: the variants' CPU and their differences."""
     rows = []
     d = {}
+    span = {}  # key: the rounds' lowest and highest difference
     for key, ref, what, share in DEVICE_SPLIT:
         med, runs = _runs(dc, key)
         cell = "–"
@@ -125,6 +126,7 @@ def _split(dc):
             diffs = sorted((b - a) if off else (a - b) for a, b in zip(runs, other))
             h = len(diffs) // 2  # the median
             d[key] = diffs[h] if len(diffs) % 2 else (diffs[h - 1] + diffs[h]) / 2
+            span[key] = (diffs[0], diffs[-1])
             cell = "%+.0f (%+.0f to %+.0f)" % (d[key], diffs[0], diffs[-1])
             cell = cell.replace("-", "−")
         rows.append(
@@ -137,6 +139,15 @@ def _split(dc):
     def us(x):
         return "%.0f" % x
 
+    def said(*keys):
+        """The difference of ``keys`` summed, in µs; not resolved when the
+        rounds' range holds 0 (the rounds disagree on its sign)."""
+        lo = sum(span[k][0] for k in keys)
+        hi = sum(span[k][1] for k in keys)
+        if _spans_0((lo, hi)):
+            return ("not resolved (%+.0f to %+.0f µs)" % (lo, hi)).replace("-", "−")
+        return "%s µs" % us(sum(d[k] for k in keys))
+
     return fill(
         "device_cost_split",
         rows="\n".join(rows),
@@ -145,12 +156,21 @@ def _split(dc):
         over=us(full - goal),
         link=us(d["seal_off"]),
         share=us(100 * d["seal_off"] / full),
-        crypto=us(d["seal_mac"] + d["edgebus"]),
-        timers=us(d["link_idle"]),
-        status=us(d["status_off"]),
-        acks=us(d["acks_off"]),
-        rest=us(d["seal_off"] - d["link_idle"] - d["status_off"] - d["acks_off"]),
+        crypto=said("seal_mac", "edgebus"),
+        timers=said("link_idle"),
+        status=said("status_off"),
+        acks=said("acks_off"),
+        # less the parts the rounds resolve (an unresolved one's median is noise)
+        rest=us(
+            d["seal_off"]
+            - sum(d[k] for k in ("link_idle", "status_off", "acks_off") if not _spans_0(span[k]))
+        ),
     )
+
+
+def _spans_0(r):
+    """Whether the rounds' range ``r`` (lowest, highest) holds 0."""
+    return r[0] <= 0 <= r[1]
 
 
 def _setup(eb, dc):
