@@ -54,6 +54,9 @@ INFO, OTA, HEALTH = "dev/+/sys/info", "dev/+/sys/ota", "dev/+/sys/health"
 # a summary, so 10,000 devices hold a few MB at most.
 HEALTH_KEYS = ("uptime", "mem_free", "mem_alloc", "service_errors", "health_skipped")
 LINK_KEYS = ("memory_errors", "send_errors", "dropped_out")
+# What its uplink's transport refused (uplink.transport, only those not 0):
+# an outsider's oversize message on its down topic shows here
+TRANSPORT_KEYS = ("oversize", "crc_errors", "cobs_errors", "garbage_bytes", "silent")
 
 
 def _str(v: Any) -> str | None:
@@ -82,9 +85,15 @@ def _health(info: dict[str, Any] | None, rep: dict[str, Any] | None) -> dict[str
     return h
 
 
+def _count(v: Any) -> bool:
+    """Whether a device's counter ``v`` is a count above 0."""
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
 def summary(payload: Any, wall: float) -> dict[str, Any] | None:
     """What is kept of a sys/health report: HEALTH_KEYS, the link's
-    LINK_KEYS and its spool's bytes and capacity ("dev_spool"), and ``at``."""
+    LINK_KEYS and its spool's bytes and capacity ("dev_spool"), the
+    transport's refusals above 0 ("transport", TRANSPORT_KEYS), and ``at``."""
     if not isinstance(payload, dict):
         return None
     out = {k: payload.get(k) for k in HEALTH_KEYS}
@@ -97,6 +106,10 @@ def summary(payload: Any, wall: float) -> dict[str, Any] | None:
     b, cap = sp.get("bytes"), sp.get("capacity")
     ok = all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in (b, cap))
     out["dev_spool"] = [b, cap] if ok else None
+    up = payload.get("uplink")
+    tr = up.get("transport") if isinstance(up, dict) else None
+    tr = tr if isinstance(tr, dict) else {}
+    out["transport"] = {k: v for k in TRANSPORT_KEYS if _count(v := tr.get(k))} or None
     out["at"] = round(wall, 1)
     return out
 

@@ -96,6 +96,7 @@ HEALTH = {
         "memory_errors": 2,
         "spool": {"bytes": 2048, "capacity": 32768},
     },
+    "uplink": {"opens": 1, "transport": {"oversize": 1, "frames": 5, "evil": 3, "silent": True}},
 }
 
 
@@ -191,6 +192,7 @@ def test_fleet_json_pages_filters_and_sorts_a_bridge_of_real_links(tmp_path):
     assert health["dev_spool"] == [2048, 32768] and health["memory_errors"] == 2, health
     assert health["reset_cause"] is None and health["fw"] == "0.1.0"  # sys/info's beside it
     assert "sid" not in health and "link" not in health  # a summary, not the report
+    assert health["transport"] == {"oversize": 1}  # refusals only, counts only
     assert port in ports
     first = got[""]
     assert (first["total"], first["matched"], first["pages"], first["per"]) == (120, 120, 3, 50)
