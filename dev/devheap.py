@@ -150,6 +150,7 @@ async def _workload(port, seconds, alive, seen=None, calls=0, seal="auto"):
         if seen is not None:  # what the host saw when a step failed
             seen["failed"] = {
                 "step": type(e).__name__,
+                "error": str(e),
                 "link": link.status,
                 "last_error": link.last_error,
                 "counters": dict(link.counters),

@@ -32,17 +32,37 @@ def _redacted(cfg):
     return out
 
 
-def _serve(ctx, req, fn):
-    # Each request on its own: a failure (a MemoryError on a small board's
-    # heap) fails that request, counted, and never ends the endpoint's task.
+def _serve(ctx, req, fn, last):
+    """True when req is done with. Each request on its own: a failure fails
+    that request, counted, and never ends the endpoint's task; a MemoryError
+    before the ``last`` try is left to be tried again (False). No default
+    argument: a default is a tuple on a board's heap."""
     try:
         fn(ctx, req)
     except Exception as e:
+        if not last and type(e) is MemoryError:
+            return False
         ctx.count("service_errors")
         try:
             req.fail("config service: %s: %s" % (type(e).__name__, e))
         except Exception:
             pass  # the caller times out; the error is counted
+    return True
+
+
+async def serve(ctx, ep, fn):
+    """Answer the requests on endpoint ``ep`` with handler ``fn`` (ctx, req)."""
+    async for req in ep:
+        # A request that found the heap full is tried again after a moment:
+        # on a small board that is often brief (frames in flight, a report
+        # being made), and a change loads the validator, which needs a few KB
+        # at once. Every handler is safe to run again (a change is saved
+        # whole or not at all). One local, no loop iterator: each of the
+        # service's three tasks holds this frame on a board's heap.
+        n = 0
+        while not _serve(ctx, req, fn, n == 2):
+            n += 1
+            await asyncio.sleep(0.05 * n * n)  # 0.05 s, then 0.2 s
 
 
 def _get(ctx, req):
@@ -123,13 +143,8 @@ def _key(ctx, req):
         ctx.log("key changed: kid %s; the next session uses it" % k)
 
 
-async def _loop(ctx, ep, fn):
-    async for req in ep:
-        _serve(ctx, req, fn)
-
-
 def start(ctx, opts):
     c = ctx.connect("sys")
-    asyncio.create_task(_loop(ctx, c.bind("sys/config/get", queue_len=2), _get))
-    asyncio.create_task(_loop(ctx, c.bind("sys/config/set", queue_len=2), _set))
-    asyncio.create_task(_loop(ctx, c.bind("sys/key/set", queue_len=2), _key))
+    asyncio.create_task(serve(ctx, c.bind("sys/config/get", queue_len=2), _get))
+    asyncio.create_task(serve(ctx, c.bind("sys/config/set", queue_len=2), _set))
+    asyncio.create_task(serve(ctx, c.bind("sys/key/set", queue_len=2), _key))
