@@ -138,6 +138,7 @@ def test_replayed_handshake_is_refused_by_the_bridge(tmp_path):
             await asyncio.sleep(0.3)
             assert b.bus.connect().retained_view("dev/#").snapshot() == []
             assert link.counters.get("imported", 0) == 0
+            rogue.t.close()
             b.stop()
             await task
 
@@ -208,6 +209,7 @@ def test_device_cannot_forge_provenance_or_leave_its_prefix(tmp_path):
             # Only the concrete route got a proxy.
             assert ("dev", "dev1", "sys", "echo") in b.bus.endpoints()
             assert not any("#" in k for k in b.bus.endpoints())
+            rogue.t.close()
             b.stop()
             await task
 

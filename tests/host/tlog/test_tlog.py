@@ -716,6 +716,7 @@ def test_last_seqs_after_a_crash(tmp_path, version):
     finally:
         p.send_signal(signal.SIGKILL)
         p.wait()
+        p.stdout.close()
     assert os.path.exists(seg_path(d, 1, sealed=False))
     assert tlog.last_seqs(d) == {("serial:a", "a1"): 49}  # .open segments are not read
     with LogWriter(d, version=version) as w:
