@@ -166,12 +166,13 @@ def foreign(msgs):
     return [m for m in msgs if type(m.payload) is dict and MARK in m.payload]
 
 
-def health(msgs):
-    """The link part of the last sys/health in ``msgs`` (not a forged one), or None."""
+def health(msgs, part="link"):
+    """The ``part`` ("link", "uplink") of the last sys/health in ``msgs`` (not
+    a forged one), or None."""
     h = [
-        m.payload["link"]
+        m.payload[part]
         for m in msgs
-        if m.topic[-2:] == ("sys", "health") and type(m.payload) is dict and "link" in m.payload
+        if m.topic[-2:] == ("sys", "health") and type(m.payload) is dict and part in m.payload
     ]
     return h[-1] if h else None
 
@@ -761,16 +762,6 @@ def test_at_the_defaults_blind_forgeries_and_a_replay_are_refused_and_counted(de
 OVERSIZE = 200_000  # bytes: more than the fleet device's whole heap
 
 
-def uplink(msgs):
-    """The uplink part of the last sys/health in ``msgs``, or None."""
-    h = [
-        m.payload["uplink"]
-        for m in msgs
-        if m.topic[-2:] == ("sys", "health") and type(m.payload) is dict and "uplink" in m.payload
-    ]
-    return h[-1] if h else None
-
-
 async def oversize_trial(rig):
     """The outsider publishes a message longer than any frame on the device's
     down topic, where the device once held all that MQTT's header claimed
@@ -778,13 +769,15 @@ async def oversize_trial(rig):
     the session stays up and the readings go on."""
     before = health(rig.seen)
     rig.spy.c.publish(rig.topic["down"], b"\xff" * OVERSIZE, 0)
-    ok = await settle(lambda: ((uplink(rig.seen) or {}).get("transport") or {}).get("oversize"))
+    ok = await settle(
+        lambda: ((health(rig.seen, "uplink") or {}).get("transport") or {}).get("oversize")
+    )
     ok = await more_readings(rig) and ok
     return {
         "settled": ok,
         "before": before,
         "after": health(rig.seen),
-        "uplink": uplink(rig.seen),
+        "uplink": health(rig.seen, "uplink"),
         "readings": rig.readings(),
         "foreign": rig.foreign(),
     }
