@@ -7,6 +7,10 @@ against roughly half that on 32-bit boards. The behaviour suite runs in an
 checked by tests/test_mpy_budget.py with a device-sized workload. A module
 that imports more than the core (the link) declares its heap with a
 module-level ``MPY_HEAP = "96K"`` and a comment saying why.
+Each declared heap leaves 10% to spare (every module passes, three runs
+under load, at 0.9x its heap): the link tests run on real time, and the
+unix port's heap fragments differently between runs, so a heap at the edge
+fails a 2 KB allocation with 30 KB free now and then.
 """
 
 import ast

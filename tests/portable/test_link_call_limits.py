@@ -8,8 +8,8 @@ from tests.portable.support import araises, run
 
 # Two buses and two links in one interpreter (64-bit unix port), the link's
 # code on the heap: a heap at the edge fails the 1,100-byte reply's allocation
-# rather than the test, so this one keeps ~8 KB above the edge (204K).
-MPY_HEAP = "212K"  # the link code is in the heap here (the .mpy), not in flash
+# rather than the test, so this one keeps 10% above the edge.
+MPY_HEAP = "240K"  # the link code is in the heap here (the .mpy), not in flash
 
 
 def test_busy_when_pending_calls_reach_the_cap():

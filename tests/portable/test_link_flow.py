@@ -9,7 +9,7 @@ from tests.portable.linkkit import Joined, synced, until
 from tests.portable.support import run
 from tests.portable.test_link_spool import _recv_all
 
-MPY_HEAP = "256K"
+MPY_HEAP = "288K"
 
 
 async def _durable(window):

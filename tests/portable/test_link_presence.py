@@ -5,7 +5,7 @@ import edgebus
 from tests.portable.linkkit import Joined, until, up
 from tests.portable.support import run
 
-MPY_HEAP = "192K"
+MPY_HEAP = "224K"
 
 
 def test_owner_told_when_a_peer_comes_and_goes():

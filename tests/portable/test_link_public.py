@@ -11,7 +11,7 @@ from tests.portable.linkkit import Joined, synced, until
 from tests.portable.support import run
 
 # Two buses and two links in one interpreter (64-bit unix port).
-MPY_HEAP = "256K"  # two links, their pipes and the route table
+MPY_HEAP = "288K"  # two links, their pipes and the route table
 
 
 def test_publish_status_retains_the_stats_at_once():

@@ -5,7 +5,7 @@ from edgebus.link import spool, wire
 from edgebus.link.spool import DEAD, LATEST, Spool
 from tests.portable.test_spool import drain
 
-MPY_HEAP = "128K"  # the spool and wire (hashlib, json) beside the core; 16 KB rings
+MPY_HEAP = "144K"  # the spool and wire (hashlib, json) beside the core; 16 KB rings
 
 
 def _temp(seq, n, ms, c=21.3):
