@@ -11,7 +11,9 @@ from dev.harness.bridge import mqtt_config
 from edgebus.bridge.daemon import Bridge
 from tests.conftest import ROOT, mpy_script, until
 
-DEVICE_HEAP = "200K"  # core + link + MQTT transport + the journal's 4 KB block (192K: no margin)
+# Core + link + MQTT transport + the journal's 4 KB block: 180K fails, and the
+# device runs on real time, so its heap fragments differently between runs.
+DEVICE_HEAP = "224K"
 
 
 @pytest.fixture
