@@ -125,7 +125,7 @@ class Journal:
         r = self._rf
         if r is not None and r[0] == name:
             return r[1]
-        self._close()
+        self.close()
         try:
             f = open(self._path(name), "rb")
         except OSError:
@@ -133,7 +133,9 @@ class Journal:
         self._rf = (name, f)
         return f
 
-    def _close(self):
+    def close(self):
+        """Close the file open for reading earlier boots (reopened when next
+        needed); what is buffered for writing stays (``flush``)."""
         if self._rf is not None:
             self._rf[1].close()
             self._rf = None
@@ -141,7 +143,7 @@ class Journal:
     def _delete(self, fl, lst):
         r = self._rf
         if r is not None and r[0] == fl[0]:
-            self._close()
+            self.close()
         try:
             os.remove(self._path(fl[0]))
         except OSError:

@@ -446,6 +446,8 @@ class Link:
         self.end_session(reason)
         if t is not None:
             t.close()
+        if self._journal is not None:
+            self._journal.close()
         for x in self._tasks:
             x.cancel()
         if self._pump is not None:
