@@ -8,9 +8,10 @@
   is installed and its image built (--qemu builds it once; otherwise the demo
   prints the command that adds it);
 - the bridge daemon joining them to the host bus and writing the telemetry log;
-- a broker outage in the middle (--outage s at --outage-at s: mosquitto
-  stopped, then restarted on its port): the MQTT device spools its readings
-  and delivers them late, and the run goes on until it is back;
+- a broker outage in the middle (--outage s from --outage-at s, once the
+  MQTT device has its session: mosquitto stopped, then restarted on its
+  port): the MQTT device spools its readings and delivers them late, and the
+  run goes on until it is back;
 - then Spark: `edgebus ingest --once` into a Parquet table and its delivery
   audit, and `edgebus report`, whose audit line says what was lost and how
   late the spooled readings came.
@@ -41,22 +42,24 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 class Outage:
-    """The broker stopped at ``at`` s into the run for ``length`` s, then
-    restarted on its port: the MQTT devices spool their readings meanwhile
-    and deliver them late, which the delivery audit reports."""
+    """The broker stopped at ``at`` s into the run, or later once every MQTT
+    device has its session (a slow machine), for ``length`` s, then restarted
+    on its port: the MQTT devices spool their readings meanwhile and deliver
+    them late, which the delivery audit reports."""
 
     def __init__(self, broker, at, length):
         self.broker, self.at, self.length = broker, at, length
         self.phase = "before"  # -> "down" -> "after"
         self.sessions = None  # the MQTT links' session counts when it began
+        self.began = None  # s into the run
 
     def step(self, elapsed, st):
-        if self.phase == "before" and elapsed >= self.at:
+        if self.phase == "before" and elapsed >= self.at and _mqtt_up(st):
             self.sessions = _mqtt_sessions(st)
             self.broker.stop()
-            self.phase = "down"
+            self.phase, self.began = "down", elapsed
             print("\ndemo: broker outage: mosquitto stopped for %.0f s" % self.length, flush=True)
-        elif self.phase == "down" and elapsed >= self.at + self.length:
+        elif self.phase == "down" and elapsed >= self.began + self.length:
             self.broker.start()
             self.phase = "after"
             print("\ndemo: mosquitto restarted on port %d" % self.broker.port, flush=True)
@@ -66,9 +69,12 @@ class Outage:
         if self.phase != "after":
             return self.phase == "before" and self.length <= 0
         now = _mqtt_sessions(st)
-        return all(now[k] > self.sessions.get(k, 0) for k in now) and all(
-            st["links"][k]["state"] == "up" for k in now
-        )
+        return all(now[k] > self.sessions.get(k, 0) for k in now) and _mqtt_up(st)
+
+
+def _mqtt_up(st):
+    """True when every MQTT device link is up."""
+    return all(s["state"] == "up" for k, s in st["links"].items() if k.startswith("mqtt"))
 
 
 def _mqtt_sessions(st):
@@ -93,7 +99,10 @@ async def _run_bridge(cfg, seconds, cleanup, outage=None, recover=60.0):
         if elapsed >= seconds and (outage is None or outage.over(st)):
             break
         if elapsed >= seconds + recover:
-            print("demo: the MQTT devices did not come back after the outage", flush=True)
+            if outage.phase == "before":
+                print("demo: the MQTT devices never had a session: no outage made", flush=True)
+            else:
+                print("demo: the MQTT devices did not come back after the outage", flush=True)
             break
         if elapsed >= next_print:
             next_print += 5.0
@@ -201,7 +210,11 @@ def main(argv=None):
         help="stop the broker this long in the middle of the run (0: no outage)",
     )
     ap.add_argument(
-        "--outage-at", type=float, default=5.0, metavar="SECONDS", help="when the outage begins"
+        "--outage-at",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="when the outage begins, at the earliest: it waits for the MQTT devices' sessions",
     )
     ap.add_argument("--no-spark", action="store_true", help="stop after the telemetry log")
     ap.add_argument(
