@@ -7,7 +7,7 @@ report to BENCHMARKS.md at the repository root, linking the plots there.
 --smoke runs each benchmark briefly (CI keeps the suite working with it) and
 writes everything to out/bench-smoke/ instead; --out DIR writes everything to
 DIR. --only runs some parts (core, mpy, link, bridge, log, fleet, device, spark,
-swarm, ota, tls)
+commands, swarm, ota, tls, fleetpage)
 and keeps the other figures from the benchmarks.json already there. --baseline
 REF[,REF...]: the parts that take one (swarm) also measure these commits' code
 (--baseline-only: only it, e.g. while this checkout holds unfinished edits).
@@ -31,6 +31,7 @@ from dev.bench import (
     core_mpy,
     device_cost,
     fleet_bench,
+    fleetpage_bench,
     link_bench,
     log_bench,
     ota_bench,
@@ -95,6 +96,11 @@ PARTS = {
         ota_bench.run,
     ),
     "tls": ("TLS to the broker: a device's heap with and without", "tls", tls_bench.run),
+    "fleetpage": (
+        "bridge: the fleet page's requests at 10,000 devices vs a /metrics scrape",
+        "fleetpage",
+        fleetpage_bench.figures,
+    ),
 }
 
 

@@ -5,6 +5,7 @@ import re
 
 from .bridge import bridge_section
 from .core import core_cpython
+from .fleetpage import fleetpage_section
 from .link import link
 from .log import log_section
 from .mpy import core_mpy
@@ -28,6 +29,7 @@ SECTIONS = (
     ("swarm", "8"),
     ("ota", "9"),
     ("tls", "10"),
+    ("fleetpage", "11"),
 )
 
 
@@ -64,6 +66,7 @@ def markdown(res, out, md_dir=None):
         swarm_section(res.get("swarm")),
         ota_section(res.get("ota")),
         tls_section(res.get("tls")),
+        fleetpage_section(res.get("fleetpage")),
     ]
     text = "\n\n".join("\n".join(b) for b in blocks if b)
     return re.sub(r"\n{3,}", "\n\n", text).strip("\n") + "\n"

@@ -1,28 +1,33 @@
-"""How long the bridge's /fleet.json takes at N devices (docs/bridge.md, "The
-fleet page"): an in-process bridge with N configured MQTT devices (real
-links; no broker, so every link is down), each with a retained sys/info and
-sys/ota, asked over HTTP for the first page, a filter, a sort and a deep page,
-beside a /metrics scrape of the same bridge (its baseline). Prints the median
-of each: the request's wall time, the rows' time on the event loop (rows_ms,
-made 250 links a turn) and the longest the loop was held at once.
+"""How long the bridge's /fleet.json takes at N devices (BENCHMARKS.md section
+11; docs/bridge.md, "The fleet page"): an in-process bridge with N configured
+MQTT devices (real links; no broker, so every link is down), each with a
+retained sys/info and sys/ota, asked over HTTP for the first page, a filter,
+a sort and a deep page, beside a /metrics scrape of the same bridge (its
+baseline), interleaved round by round. Per request: the wall time, the rows'
+time on the event loop (rows_ms, made 250 links a turn), the longest the loop
+was held at once, and the bytes answered.
 
-usage: python -m dev.fleetpage_bench [--devices 10000] [--rounds 7]
+usage: python -m dev.bench --only fleetpage   (into BENCHMARKS.md)
+   or: python -m dev.bench.fleetpage_bench [--devices 10000] [--rounds 7]
 (run it under ``flock /tmp/bench.lock`` on a shared machine)
 """
 
 import argparse
 import asyncio
 import json
+import shutil
 import statistics
 import tempfile
 import time
 import urllib.request
 
 from dev.broker import free_port
+from dev.harness.poll import until
 from edgebus.bridge import config as bridge_config
 from edgebus.bridge.daemon import Bridge
 
 QUERIES = ("", "q=d0042", "sort=-spool", "sort=-bundle&page=150")
+FIELDS = ("wall_ms", "rows_ms", "loop_held_ms", "bytes")
 
 
 def _get(url):
@@ -46,6 +51,7 @@ async def _measure(b, port, rounds):
 
 
 def run(devices, rounds):
+    """{query or "/metrics": [(FIELDS) a round]}."""
     port = free_port()
     state = tempfile.mkdtemp(prefix="fleetpage-bench-")
     nodes = ["d%05d" % i for i in range(devices)]
@@ -63,8 +69,12 @@ def run(devices, rounds):
     async def main():
         b = Bridge(cfg)
         t = asyncio.create_task(b.run())
-        while len(b.links) < devices or not hasattr(b, "metrics"):
-            await asyncio.sleep(0.1)
+        await until(
+            lambda: len(b.links) >= devices and hasattr(b, "metrics"),
+            120,
+            "the bridge's links and its metrics listener",
+            0.1,
+        )
         for i, n in enumerate(nodes):
             b.conn.retain("dev/%s/sys/info" % n, {"uptime": i, "mem_free": 40000, "fw": "0.1"})
             b.conn.retain(
@@ -77,7 +87,29 @@ def run(devices, rounds):
             b.stop()
             await t
 
-    return asyncio.run(main())
+    try:
+        return asyncio.run(main())
+    finally:
+        shutil.rmtree(state, ignore_errors=True)
+
+
+def figures(smoke=False, devices=10000, rounds=7):
+    """BENCHMARKS section 11: {"devices", "rounds", "requests": [{"request",
+    "wall_ms": {median, min, max}, and the medians of the other FIELDS}, ...]},
+    the /metrics scrape last."""
+    if smoke:
+        devices, rounds = 300, 2
+    rows = []
+    for q, xs in run(devices, rounds).items():
+        walls = [x[0] for x in xs]
+        r = {
+            "request": q if q.startswith("/") else "/fleet.json" + ("?" + q if q else ""),
+            "wall_ms": {"median": statistics.median(walls), "min": min(walls), "max": max(walls)},
+        }
+        for i, k in enumerate(FIELDS[1:], 1):
+            r[k] = statistics.median(x[i] for x in xs)
+        rows.append(r)
+    return {"devices": devices, "rounds": rounds, "requests": rows}
 
 
 def main():
@@ -85,13 +117,12 @@ def main():
     ap.add_argument("--devices", type=int, default=10000)
     ap.add_argument("--rounds", type=int, default=7)
     a = ap.parse_args()
-    res = run(a.devices, a.rounds)
+    f = figures(devices=a.devices, rounds=a.rounds)
     print("%d devices, median of %d rounds:" % (a.devices, a.rounds))
     print("%-38s %9s %9s %13s %9s" % ("request", "wall ms", "rows ms", "loop held ms", "bytes"))
-    for q, xs in res.items():
-        med = [statistics.median(x[i] for x in xs) for i in range(4)]
-        name = q if q.startswith("/") else "/fleet.json?" + q
-        print("%-38s %9.1f %9.1f %13.1f %9d" % (name, *med))
+    for r in f["requests"]:
+        rest = tuple(r[k] for k in FIELDS[1:])
+        print("%-38s %9.1f %9.1f %13.1f %9d" % ((r["request"], r["wall_ms"]["median"]) + rest))
 
 
 if __name__ == "__main__":
