@@ -124,6 +124,16 @@ class Session:
             t.cancel()
         await asyncio.sleep(0)
 
+    def close(self):
+        """End every task of the session's event loop (the link's, and the
+        call proxies its ROUTES spawned), then close the loop."""
+        tasks = asyncio.all_tasks(self.loop)
+        for t in tasks:
+            t.cancel()
+        if tasks:
+            self.loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
+        self.loop.close()
+
     def check(self):
         hl = self.hl
         while True:
@@ -190,6 +200,14 @@ def session_target(data):
     if _session is None:
         _session = Session()
     _session.feed(data)
+
+
+def close_session():
+    """Close the session session_target keeps (at the end of a run)."""
+    global _session
+    if _session is not None:
+        _session.close()
+        _session = None
 
 
 # -- sealed --------------------------------------------------------------------

@@ -84,6 +84,12 @@ def test_frame_decoder_on_arbitrary_bytes(data):
     fuzz_targets.frame_target(data)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _session_closed():
+    yield
+    fuzz_targets.close_session()
+
+
 @_settings(300, 15000)
 @given(st.lists(bodies(), max_size=12))
 def test_session_on_generated_bodies(bs):
@@ -154,6 +160,7 @@ def test_session_memory_stays_bounded(rel):
         delivered=s.delivered,
         retained_facts=facts,
     )
+    s.close()
 
 
 def _atheris():
