@@ -12,11 +12,13 @@ UNEXPLAINED = "unexplained"
 # A boot's start (seconds): the link flags late every reading taken before the
 # session that delivered it (extra.late), and a device takes readings while its
 # first handshake is under way (0.5 to 1 s in the demo). The audit and the plot
-# count on time what a boot took before its first reading taken in session,
-# when the boot's first number arrived within this of its first reading (two
-# handshake timeouts, protocol.md): a device that booted with its bridge out
-# of reach longer delivers them late, and what an outage later in the boot
-# spooled (taken after a reading taken in session) keeps the link's flag.
+# count on time what a boot took before its first session (before its first
+# reading taken in session and before its first number arrived), when that
+# number arrived within this of its first reading (two handshake timeouts,
+# protocol.md): a device that booted with its bridge out of reach longer
+# delivers them late, and what an outage after the first session began
+# spooled keeps the link's flag, even one that began before any reading was
+# taken in session.
 START_GRACE = 10.0
 # When records of several bridges name the same number, the sender's own word
 # wins: "evicted" is the device saying the number is gone for good, "lost" a

@@ -90,11 +90,15 @@ def first_copies(df: DataFrame, boots: DataFrame | None = None) -> DataFrame:
         F.flatten(F.collect_list(gws)).alias("gws"),
     )
     # Late: delivered out of the spool, but not what the boot took before its
-    # first session, when that came up promptly (gaps.START_GRACE).
+    # first session, when that came up promptly (gaps.START_GRACE). Before it:
+    # taken before the boot's first reading in session and before its first
+    # number arrived; the second bound keeps an outage that begins before the
+    # first reading in session (the session's first frames all spooled ones)
+    # late.
     boot = Window.partitionBy(*BOOT)
     t0 = F.min("t").over(boot)
     first_on_time = F.min(F.when(~F.col("late"), F.col("td"))).over(boot)
-    before = F.coalesce(F.col("td") < first_on_time, F.lit(True))
+    before = F.coalesce(F.col("td") < first_on_time, F.lit(True)) & (F.col("td") < t0)
     start = before & (t0 - F.min("td").over(boot) <= START_GRACE)
     return per.withColumn("late", F.col("late") & ~F.coalesce(start, F.lit(False)))
 

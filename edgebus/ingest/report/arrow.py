@@ -248,12 +248,15 @@ def _start_on_time(per: pa.Table) -> pa.Table:
     if not per.num_rows:
         return per
     t0 = per.group_by(BOOT).aggregate([("t", "min"), ("td", "min")])
-    # the device's time of each boot's first reading taken in session
+    # the device's time of each boot's first reading taken in session; before
+    # the session: taken before it and before the boot's first number arrived
     on = per.filter(pc.invert(pc.fill_null(per["late"], False)))
     first = on.group_by(BOOT).aggregate([("td", "min")]).rename_columns([*BOOT, "td_on"])
     per = per.join(t0, BOOT, join_type="inner").join(first, BOOT, join_type="left outer")
     per = _sorted(per, [*BOOT, "seq"])
-    before = pc.fill_null(pc.less(per["td"], per["td_on"]), True)
+    before = pc.and_kleene(
+        pc.fill_null(pc.less(per["td"], per["td_on"]), True), pc.less(per["td"], per["t_min"])
+    )
     start = pc.and_kleene(
         before, pc.less_equal(pc.subtract(per["t_min"], per["td_min"]), START_GRACE)
     )

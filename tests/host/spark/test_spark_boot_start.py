@@ -1,7 +1,8 @@
 """The delivery audit and the plot on a log like the demo's, ingested by the
 real job: a boot's first readings, taken while its first session came up, are
-on time; readings spooled through an outage (early in the boot too), or by a device that booted with
-the bridge out of reach, are late; a host client's messages (the shell) are
+on time; readings spooled through an outage (early in the boot too, before a
+reading in session), or by a device that booted with the bridge out of reach,
+are late; a host client's messages (the shell) are
 counted apart, never as a device. Spark's figures and pyarrow's are the same."""
 
 import argparse
@@ -49,6 +50,16 @@ def _records():
         recs.append(_reading("dev-c", "c1", s, tc + 0.2 * (s - 1), tc + 0.2 * (s - 1) + 0.002, 0))
     for s in range(11, 31):
         recs.append(_reading("dev-c", "c1", s, tc + 0.2 * (s - 1), tc + 6.5, True))
+    # dev-d: its first session delivers 1..3 (spooled while it came up), and
+    # an outage of 4 s begins before it takes a reading in session: 4..23,
+    # taken after its first number arrived, are late.
+    td = T0 + 200
+    for s in range(1, 4):
+        recs.append(_reading("dev-d", "d1", s, td + 0.2 * (s - 1), td + 0.5, True))
+    for s in range(4, 24):
+        recs.append(_reading("dev-d", "d1", s, td + 0.2 * (s - 1), td + 4.7, True))
+    for s in range(24, 31):
+        recs.append(_reading("dev-d", "d1", s, td + 0.2 * (s - 1), td + 0.2 * (s - 1) + 0.002, 0))
     # The shell's command, as the bridge logs a host client's message.
     recs.append(
         {
@@ -82,7 +93,7 @@ def table(spark, tmp_path_factory):
     )
     start(spark, args).awaitTermination()
     args.log = [str(d / "log")]
-    assert audit.refresh(spark, args).startswith("audit: 3 boots refreshed")
+    assert audit.refresh(spark, args).startswith("audit: 4 boots refreshed")
     return str(d / "table")
 
 
@@ -94,13 +105,14 @@ def test_boot_start_on_time_outage_late(spark, table):
     a = summarize_audit(spark, table, audit_dir(table))
     assert a == arrow.summarize_audit(table, audit_dir(table))
     boots = {b["peer_node"]: b for b in a["boots"]}
-    assert set(boots) == {"dev-a", "dev-b", "dev-c"}  # the shell is no device
+    assert set(boots) == {"dev-a", "dev-b", "dev-c", "dev-d"}  # the shell is no device
     assert (boots["dev-a"]["received"], boots["dev-a"]["late"]) == (60, 20)
     assert (boots["dev-b"]["received"], boots["dev-b"]["late"]) == (30, 30)
     assert (boots["dev-c"]["received"], boots["dev-c"]["late"]) == (30, 20)
+    assert (boots["dev-d"]["received"], boots["dev-d"]["late"]) == (30, 20)
     # dev-a's late ones waited 20.0 (the newest) to 23.8 s (the oldest).
     assert 20 < boots["dev-a"]["late_p50"] < 24
-    assert audit_line(a).startswith("audit: nothing lost; 70 readings came late")
+    assert audit_line(a).startswith("audit: nothing lost; 90 readings came late")
 
 
 def test_plot_draws_boot_start_on_time(spark, table):
@@ -113,6 +125,7 @@ def test_plot_draws_boot_start_on_time(spark, table):
         ("dev-a", 60),
         ("dev-b", 30),
         ("dev-c", 30),
+        ("dev-d", 30),
     ]
     w = d["width"]
     first = min(b["bin"] for b in d["bins"] if b["peer_node"] == "dev-a")
@@ -122,7 +135,7 @@ def test_plot_draws_boot_start_on_time(spark, table):
     assert outage["late"] == outage["n"] > 0
     assert all(b["late"] == b["n"] for b in d["bins"] if b["peer_node"] == "dev-b")
     late_pts = [p for p in d["points"] if p["late"]]
-    assert len(late_pts) == 70
+    assert len(late_pts) == 90
     start = [p for p in d["points"] if p["x"] < T0 + 0.5]  # dev-a's 1..3, dev-b's 1
     assert sorted((p["late"], round(p["lat"], 1)) for p in start) == [
         (False, 0.2),
@@ -144,5 +157,5 @@ def test_report_counts_host_clients_apart(spark, table):
     assert s == arrow.summarize(table)
     assert s["host_clients"] == 1
     line = format_report(s, "T").splitlines()[1]
-    assert line.startswith("121 messages from 3 devices; 1 message from host clients, ")
-    assert [x["peer_node"] for x in s["sessions"]] == ["dev-a", "dev-b", "dev-c"]
+    assert line.startswith("151 messages from 4 devices; 1 message from host clients, ")
+    assert [x["peer_node"] for x in s["sessions"]] == ["dev-a", "dev-b", "dev-c", "dev-d"]
