@@ -63,8 +63,13 @@ def test_broker_killed_and_restarted_repeatedly(tmp_path, rel, rel_device):
             b = Bridge(cfg)
             task = asyncio.create_task(b.run())
             sub = b.bus.connect().subscribe("dev/d1/sensor/n", queue_len=count)
+            # 320K: the unix port holds the .mpy code on its heap (the MQTT
+            # transport's too) beside the 64 KB spool; at 256K, after two
+            # reconnects under load, 30 KB stayed free in holes of at most
+            # 224 bytes and no HELLO could be built. 10% to spare, as
+            # test_portable_on_micropython.py's heaps: it passes at 288K.
             dev = rel_device(
-                "mqtt:127.0.0.1:%d" % broker.port, "k1", "d1", rate, count, "b1", heap="256K"
+                "mqtt:127.0.0.1:%d" % broker.port, "k1", "d1", rate, count, "b1", heap="320K"
             )
             link = b.links["mqtt:d1"]
             downs = []
