@@ -54,11 +54,14 @@ def rel(request):
 @pytest.fixture
 def rel_device(mpy_tree):
     """Start tests/reliability/rel_device.py under the real micropython binary:
-    rel_device(uplink, key, node, rate, count, boot, heap="256K") -> Popen.
-    Killed at the end of the test."""
+    rel_device(uplink, key, node, rate, count, boot, heap="288K") -> Popen.
+    Killed at the end of the test. 288K: the unix port keeps the .mpy code on
+    its heap beside the device's 64 KB spool; every serial test here failed
+    at 230K and passed at 260K (0.9x, the 10% to spare of
+    test_portable_on_micropython.py's heaps)."""
     from tests.conftest import ROOT, mpy_script
 
     for start in mpy_script(mpy_tree, os.path.join(ROOT, "tests", "reliability", "rel_device.py")):
-        yield lambda uplink, key, node, rate, count, boot, heap="256K": start(
+        yield lambda uplink, key, node, rate, count, boot, heap="288K": start(
             [uplink, key, node, str(rate), str(count), boot], heap
         )

@@ -299,7 +299,7 @@ def test_serial_line_cut_and_restored_and_unplugged(tmp_path, rel, rel_device):
             b = Bridge(cfg)
             task = asyncio.create_task(b.run())
             sub = b.bus.connect().subscribe("dev/d1/sensor/n", queue_len=count)
-            dev = rel_device(cable.a, "k1", "d1", rate, count, "b1", heap="256K")
+            dev = rel_device(cable.a, "k1", "d1", rate, count, "b1")
             await until(lambda: "serial:d1" in b.links and b.links["serial:d1"].status == "up", 20)
             link = b.links["serial:d1"]
             replug_to_session = []
@@ -353,7 +353,7 @@ def test_serial_line_with_noise(tmp_path, rel, rel_device):
             b = Bridge(cfg)
             task = asyncio.create_task(b.run())
             sub = b.bus.connect().subscribe("dev/d1/sensor/n", queue_len=count)
-            dev = rel_device(cable.a, "k1", "d1", rate, count, "b1", heap="256K")
+            dev = rel_device(cable.a, "k1", "d1", rate, count, "b1")
             await until(lambda: "serial:d1" in b.links and b.links["serial:d1"].status == "up", 30)
             link = b.links["serial:d1"]
             # Every message arrives, the last too: when noise hits it, nothing
@@ -396,7 +396,7 @@ def test_device_killed_and_restarted(tmp_path, rel, rel_device):
             task = asyncio.create_task(b.run())
             c = b.bus.connect()
             view = c.retained_view("dev/d1/sys/#")
-            dev = rel_device(cable.a, "k1", "d1", 20, 0, "boot0", heap="256K")
+            dev = rel_device(cable.a, "k1", "d1", 20, 0, "boot0")
             await until(lambda: view.get("dev/d1/sys/boot/boot0") is not None, 20)
             link = b.links["serial:d1"]
             results = []
@@ -411,7 +411,7 @@ def test_device_killed_and_restarted(tmp_path, rel, rel_device):
                 dev.wait()
                 t0 = time.monotonic()
                 boot = "boot%d" % k
-                dev = rel_device(cable.a, "k1", "d1", 20, 0, boot, heap="256K")
+                dev = rel_device(cable.a, "k1", "d1", 20, 0, boot)
                 outcomes = await asyncio.wait_for(
                     asyncio.gather(*calls, return_exceptions=True), 20
                 )  # none hangs
