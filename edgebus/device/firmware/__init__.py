@@ -28,6 +28,7 @@ DEFAULTS = (
             ("health_period", 10),
             ("info_period", 60),
             ("watchdog_ms", 0),
+            ("reboot_after", 0),
             ("allow_identity_change", False),
         ),
     ),

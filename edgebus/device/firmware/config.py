@@ -24,6 +24,7 @@ TOP = {
     "health_period": "n",
     "info_period": "n",
     "watchdog_ms": "i",
+    "reboot_after": "n",
     "allow_identity_change": "b",
     "network": "d",
     "sleep": "d",
@@ -188,12 +189,27 @@ def validate(cfg):
             "link.journal_bytes must be between 16384 (4 flash blocks) and 16777216, not %d" % jb
         )
     _services(cfg.get("services", ()))
+    _reboot_after(cfg)
     if "sleep" in cfg:
         _sleep(cfg["sleep"], j)
     t = cfg.get("time", {})
     if opt(t, "time", "every") < 15 or opt(t, "time", "retry") <= 0:
         raise ConfigError("time.every must be at least 15 s and time.retry above 0")
     return cfg
+
+
+def _reboot_after(cfg):
+    """0 (never), or long enough for the uplink to come back on its own; a
+    duty cycle's wake is bounded by sleep.awake already."""
+    r = cfg.get("reboot_after")
+    if not r:
+        return
+    if not 10 <= r <= 604800:
+        raise ConfigError(
+            "reboot_after must be 0 (never) or between 10 and 604800 s, not %r" % (r,)
+        )
+    if "sleep" in cfg:
+        raise ConfigError("reboot_after does not go with sleep: each wake ends after sleep.awake s")
 
 
 def _sleep(s, journal):

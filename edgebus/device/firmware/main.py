@@ -153,9 +153,20 @@ async def run(cfg, path, board):
         "mem_code=%s mem_data=%s"
         % (ctx.node, VERSION, b.get("name"), b.get("manifest"), ",".join(names), a, f, code, data)
     )
+    # reboot_after: a device whose uplink cannot come back by itself (a heap
+    # too fragmented to build a HELLO, a wedged radio driver) is reset. One
+    # local (t_up), the limit read each time: each local is a slot of this
+    # coroutine's frame, which a board holds all along.
+    t_up = now()
     while not ctx._stop.is_set():
         if wdt is not None:
             wdt.feed()  # fed only while the scheduler runs
+        if ctx.link is None or ctx.link.status == "up":
+            t_up = now()
+        elif opt(cfg, "", "reboot_after") and now() - t_up >= opt(cfg, "", "reboot_after"):
+            await transient("firmware.services.reboot").restart(
+                ctx, "no session for %d s (reboot_after)" % opt(cfg, "", "reboot_after"), 0
+            )
         try:
             await wait_for(ctx._stop.wait(), 1)
         except asyncio.TimeoutError:

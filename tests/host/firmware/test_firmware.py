@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -282,6 +283,20 @@ def test_cpython_device_smoke(device, tmp_path):
             {"node": "d", "uplink": {"kind": "uart"}, "time": {"ntp": "127.0.0.1"}},
             'time: no machine.RTC on this runtime; "rtc": "firmware.rtcsim" simulates one',
         ),
+        (
+            {"node": "d", "uplink": {"kind": "uart"}, "reboot_after": 3},
+            "reboot_after must be 0 (never) or between 10 and 604800 s, not 3",
+        ),
+        (
+            {
+                "node": "d",
+                "uplink": {"kind": "uart"},
+                "reboot_after": 60,
+                "link": {"journal": "j"},
+                "sleep": {"every": 60},
+            },
+            "reboot_after does not go with sleep",
+        ),
     ],
 )
 @pytest.mark.parametrize("runtime", ["micropython", "cpython"])
@@ -372,6 +387,50 @@ def test_device_runtime_over_mqtt_through_the_bridge_survives_broker_restart(dev
         dev.kill()
         out = dev.communicate(timeout=5)[0]
         assert "uplink mqtt: open" in out, out
+
+
+@pytest.mark.mosquitto
+def test_reboot_after_resets_a_device_only_once_its_session_is_gone_that_long(device, tmp_path):
+    """reboot_after 10: the device runs on past 10 s while its session is up;
+    once the bridge is gone it resets (exit status 3 on the unix port) 10 s
+    later, and says why."""
+    from dev.broker import Mosquitto
+    from edgebus.bridge import config as bridge_config
+    from edgebus.bridge.daemon import Bridge
+
+    with Mosquitto() as broker:
+        uplink = {"kind": "mqtt", "host": "127.0.0.1", "port": broker.port, "keepalive": 5}
+        dev = device(_config(tmp_path, None, uplink=uplink, reboot_after=10))
+        cfg = bridge_config.parse(
+            {
+                "bridge": {"state_dir": str(tmp_path / "state"), "heartbeat": 0.5},
+                "mqtt": {
+                    "url": "mqtt://127.0.0.1:%d" % broker.port,
+                    "devices": [{"node": NODE, "key": KEY}],
+                },
+            }
+        )
+
+        async def main():
+            b = Bridge(cfg)
+            t = asyncio.create_task(b.run())
+            await until(lambda: NODE in b.mqtt.links and b.mqtt.links[NODE].status == "up", 30)
+            link = b.mqtt.links[NODE]
+            t_up = time.monotonic()
+            # up past reboot_after, one session all along: no reset
+            await until(lambda: time.monotonic() - t_up > 12, 20)
+            assert dev.poll() is None and link.counters["sessions"] == 1, link.stats()
+            b.stop()
+            await t
+            return time.monotonic()
+
+        gone = asyncio.run(main())
+        out = dev.communicate(timeout=60)[0]
+        waited = time.monotonic() - gone
+    assert dev.returncode == 3, out
+    assert "reboot: no session for 10 s (reboot_after)" in out, out
+    assert "REBOOT: exiting with status 3" in out, out
+    assert waited >= 8, (waited, out)  # 10 s from the session's end, less the liveness wait
 
 
 @pytest.mark.parametrize("runtime", ["micropython", "cpython"])
