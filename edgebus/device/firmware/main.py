@@ -108,6 +108,21 @@ def watchdog(cfg, trial):
         return None  # a trial still runs
 
 
+def _ready(ctx, names, a, f, code, data):
+    """Say READY, with the heap's figures (and that no manifest came with it)."""
+    b = ctx.board
+    if b.get("manifest") is None:
+        ctx.log(
+            "no board manifest (board.json): running built-in defaults, spool %d bytes "
+            "and no heap budget; deploy the bundle built for this board" % b["queues"]["spool"]
+        )
+    ctx.log(
+        "READY node=%s fw=%s board=%s manifest=%s services=%s mem_alloc=%s mem_free=%s "
+        "mem_code=%s mem_data=%s"
+        % (ctx.node, VERSION, b.get("name"), b.get("manifest"), ",".join(names), a, f, code, data)
+    )
+
+
 async def run(cfg, path, board):
     boot = transient("firmware.boot")
     ptr = boot.read_pointer(path)
@@ -142,17 +157,7 @@ async def run(cfg, path, board):
         ctx.log("watchdog on: %d ms" % (opt(cfg, "", "watchdog_ms") or TRIAL_WDT_MS))
     elif trial:
         ctx.log("no watchdog: this runtime has no machine.WDT nor _thread; a hang is not reset")
-    b = ctx.board
-    if b.get("manifest") is None:
-        ctx.log(
-            "no board manifest (board.json): running built-in defaults, spool %d bytes "
-            "and no heap budget; deploy the bundle built for this board" % b["queues"]["spool"]
-        )
-    ctx.log(
-        "READY node=%s fw=%s board=%s manifest=%s services=%s mem_alloc=%s mem_free=%s "
-        "mem_code=%s mem_data=%s"
-        % (ctx.node, VERSION, b.get("name"), b.get("manifest"), ",".join(names), a, f, code, data)
-    )
+    _ready(ctx, names, a, f, code, data)
     # reboot_after: a device whose uplink cannot come back by itself (a heap
     # too fragmented to build a HELLO, a wedged radio driver) is reset. One
     # local (t_up), the limit read each time: each local is a slot of this
