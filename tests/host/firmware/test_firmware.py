@@ -417,9 +417,10 @@ def test_reboot_after_resets_a_device_only_once_its_session_is_gone_that_long(de
             await until(lambda: NODE in b.mqtt.links and b.mqtt.links[NODE].status == "up", 30)
             link = b.mqtt.links[NODE]
             t_up = time.monotonic()
-            # up past reboot_after, one session all along: no reset
+            # up past reboot_after (the timer counts from the last session,
+            # not from the boot): no reset
             await until(lambda: time.monotonic() - t_up > 12, 20)
-            assert dev.poll() is None and link.counters["sessions"] == 1, link.stats()
+            assert dev.poll() is None, link.stats()
             b.stop()
             await t
             return time.monotonic()
