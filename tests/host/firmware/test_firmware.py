@@ -332,11 +332,25 @@ def test_uplink_that_cannot_open_backs_off_without_crashing(device, tmp_path):
     assert "READY" in out, out
 
 
+def _bridge_config(tmp_path, port):
+    """A bridge with this device's key, on the broker at 127.0.0.1:port."""
+    from edgebus.bridge import config as bridge_config
+
+    return bridge_config.parse(
+        {
+            "bridge": {"state_dir": str(tmp_path / "state"), "heartbeat": 0.5},
+            "mqtt": {
+                "url": "mqtt://127.0.0.1:%d" % port,
+                "devices": [{"node": NODE, "key": KEY}],
+            },
+        }
+    )
+
+
 @pytest.mark.mosquitto
 def test_device_runtime_over_mqtt_through_the_bridge_survives_broker_restart(device, tmp_path):
     """The firmware's MQTT uplink against a real mosquitto and the real bridge."""
     from dev.broker import Mosquitto
-    from edgebus.bridge import config as bridge_config
     from edgebus.bridge.daemon import Bridge
 
     with Mosquitto() as broker:
@@ -354,15 +368,7 @@ def test_device_runtime_over_mqtt_through_the_bridge_survives_broker_restart(dev
                 },
             )
         )
-        cfg = bridge_config.parse(
-            {
-                "bridge": {"state_dir": str(tmp_path / "state"), "heartbeat": 0.5},
-                "mqtt": {
-                    "url": "mqtt://127.0.0.1:%d" % broker.port,
-                    "devices": [{"node": NODE, "key": KEY}],
-                },
-            }
-        )
+        cfg = _bridge_config(tmp_path, broker.port)
 
         async def main():
             b = Bridge(cfg)
@@ -395,21 +401,12 @@ def test_reboot_after_resets_a_device_only_once_its_session_is_gone_that_long(de
     once the bridge is gone it resets (exit status 3 on the unix port) 10 s
     later, and says why."""
     from dev.broker import Mosquitto
-    from edgebus.bridge import config as bridge_config
     from edgebus.bridge.daemon import Bridge
 
     with Mosquitto() as broker:
         uplink = {"kind": "mqtt", "host": "127.0.0.1", "port": broker.port, "keepalive": 5}
         dev = device(_config(tmp_path, None, uplink=uplink, reboot_after=10))
-        cfg = bridge_config.parse(
-            {
-                "bridge": {"state_dir": str(tmp_path / "state"), "heartbeat": 0.5},
-                "mqtt": {
-                    "url": "mqtt://127.0.0.1:%d" % broker.port,
-                    "devices": [{"node": NODE, "key": KEY}],
-                },
-            }
-        )
+        cfg = _bridge_config(tmp_path, broker.port)
 
         async def main():
             b = Bridge(cfg)
